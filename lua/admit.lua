@@ -1,0 +1,87 @@
+-- admit.lua: check every rule of a recipient's policy and, if all pass, record the send.
+--
+-- One sorted set per (recipient, policy[, channel]). member = a hash of the job id,
+-- score = admitted_ms * 2 + state, where state 0 = reserved (dispatch in progress)
+-- and 1 = committed (dispatch confirmed; set by the worker with ZADD XX).
+-- Time comes from Redis TIME (milliseconds, integers), so every worker shares one clock.
+--
+-- KEYS[1]  the recipient's sorted set
+-- ARGV[1]  member (job id hash)
+-- ARGV[2]  valid_from ms  } the local day the caller planned for: calendar starts below
+-- ARGV[3]  valid_until ms } are only right while valid_from <= now < valid_until
+-- ARGV[4]  lease ms: a reservation younger than this belongs to a live worker
+-- ARGV[5]  dedupe ms: keep every send at least this long, to recognise duplicates
+-- ARGV[6]  calendar expiry ms: when a send made today stops counting (0 if no calendar rule)
+-- ARGV[7], ARGV[8], ...  pairs (limit, bound): bound > 0 is the inclusive start (ms) of a
+--          calendar window; bound < 0 is minus the length (ms) of a rolling window
+--
+-- Returns one of
+--   {1, now}                   admitted, recorded with score now*2
+--   {0, now, t1, t2, ...}      refused; t = times (ms) of the sends still remembered
+--   {2, now}                   duplicate: this job was already dispatched
+--   {3, now, reserved_at}      another worker holds a live reservation for this job
+--   {4, now}                   now is outside [valid_from, valid_until): plan again with now
+local key = KEYS[1]
+local member = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local existing = redis.call('ZSCORE', key, member)
+if existing then
+  existing = tonumber(existing)
+  if existing % 2 == 1 then
+    return {2, now}
+  end
+  local reserved_at = (existing - existing % 2) / 2
+  if now - reserved_at < tonumber(ARGV[4]) then
+    return {3, now, reserved_at}
+  end
+  -- an abandoned reservation (its worker died before confirming): admit afresh
+  redis.call('ZREM', key, member)
+end
+
+if now < tonumber(ARGV[2]) or now >= tonumber(ARGV[3]) then
+  return {4, now}
+end
+
+local dedupe = tonumber(ARGV[5])
+local cutoff = now - dedupe + 1
+local expire_at = math.max(tonumber(ARGV[6]), now + dedupe)
+local starts, limits = {}, {}
+for i = 7, #ARGV, 2 do
+  local limit, bound = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local start = bound
+  if bound < 0 then
+    start = now + bound + 1
+    expire_at = math.max(expire_at, now - bound)
+  end
+  limits[#limits + 1] = limit
+  starts[#starts + 1] = start
+  if start < cutoff then cutoff = start end
+end
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.0f', cutoff * 2))
+
+if #limits > 0 then
+  local scores = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local refused = false
+  for r = 1, #limits do
+    local start2, count = starts[r] * 2, 0
+    for i = 2, #scores, 2 do
+      if tonumber(scores[i]) >= start2 then count = count + 1 end
+    end
+    if count >= limits[r] then refused = true break end
+  end
+  if refused then
+    local reply = {0, now}
+    for i = 2, #scores, 2 do
+      local s = tonumber(scores[i])
+      reply[#reply + 1] = (s - s % 2) / 2
+    end
+    return reply
+  end
+end
+
+redis.call('ZADD', key, string.format('%.0f', now * 2), member)
+redis.call('PEXPIREAT', key, string.format('%.0f', expire_at))
+return {1, now}

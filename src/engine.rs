@@ -1,0 +1,624 @@
+//! The quota engine: the Redis side of every decision.
+//!
+//! [`Engine::admit`] asks two scripts: `lua/admit.lua` (the recipient's caps, one
+//! sorted set per recipient and policy) and `lua/rate.lua` (the channel's GCRA send
+//! rate). When the channel is not pacing, both go out at once on the multiplexed
+//! connection, so the allow path costs one round trip; the dispatch is then
+//! confirmed with [`Engine::commit`] (or undone with [`Engine::release`]).
+//!
+//! ## One clock
+//! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar
+//! windows need the recipient's local midnights, which Lua cannot compute, so the
+//! worker computes them in Rust (module [`crate::window`]) for the local day it
+//! *believes* Redis is in (its own clock plus the offset last seen from Redis), and
+//! sends that day's bounds with the request. The script checks that Redis time lies
+//! inside that day; if not (the worker's clock is off around a midnight), it answers
+//! with its own time, and the worker plans again for that instant. So two workers
+//! whose clocks are a minute apart still agree on which day a send belongs to.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use crate::config::{Action, Policy, Rate, Scope, Settings};
+use crate::keys::{self, Keys};
+use crate::window::{self, Rule, Window};
+
+/// A Redis connection: one node, or a cluster. Both reconnect by themselves.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// A single node, through a connection manager.
+    Single(redis::aio::ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl RedisConn {
+    /// Connect as the settings say.
+    pub async fn connect(settings: &crate::config::RedisSettings) -> redis::RedisResult<RedisConn> {
+        let timeout = Duration::from_secs(2);
+        if settings.cluster {
+            let client = redis::cluster::ClusterClientBuilder::new(settings.cluster_urls.clone())
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .build()?;
+            Ok(RedisConn::Cluster(client.get_async_connection().await?))
+        } else {
+            let client = redis::Client::open(settings.url.as_str())?;
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_max_delay(Duration::from_secs(1));
+            Ok(RedisConn::Single(client.get_connection_manager_with_config(config).await?))
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// What the engine could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Redis is unreachable or answered with an error: the world is broken, not the job.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A script answered something it never should.
+    #[error("unexpected reply from {script}: {reply:?}")]
+    Reply {
+        /// Which script.
+        script: &'static str,
+        /// What it said.
+        reply: Vec<i64>,
+    },
+    /// The job names a channel that is not configured.
+    #[error("unknown channel `{0}`")]
+    UnknownChannel(String),
+    /// A cost the channel's burst can never allow.
+    #[error("a cost of {cost} can never pass channel `{channel}`'s burst of {burst}")]
+    CostAboveBurst {
+        /// Channel.
+        channel: String,
+        /// Cost asked.
+        cost: u64,
+        /// Its burst.
+        burst: u64,
+    },
+}
+
+/// What the engine needs to know of a job.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The idempotency key.
+    pub id: &'a str,
+    /// Opaque recipient (hashed before it reaches Redis).
+    pub recipient: &'a str,
+    /// The channel: selects the send rate.
+    pub channel: &'a str,
+    /// The category: selects the policy (unknown ones use `default`).
+    pub category: &'a str,
+    /// The recipient's zone, for calendar windows.
+    pub tz: Tz,
+}
+
+/// A granted admission: what [`Engine::commit`] or [`Engine::release`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    key: String,
+    member: String,
+    /// Redis time of the admission.
+    pub admitted_at: DateTime<Utc>,
+    channel: String,
+    rate: Option<Rate>,
+}
+
+/// The engine's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Every rule passed and the channel's rate allowed it: dispatch now, then commit.
+    Admitted(Ticket),
+    /// A recipient cap refused it.
+    Refused {
+        /// The first instant at which every rule passes; `None`: never (a limit of 0).
+        retry_at: Option<DateTime<Utc>>,
+        /// The policy's action for refused jobs.
+        action: Action,
+        /// The policy that refused it.
+        policy: String,
+        /// A rule that is full now, for the logs.
+        rule: Option<Rule>,
+    },
+    /// This job was already dispatched.
+    Duplicate,
+    /// Another worker holds a live reservation for this job (it is being dispatched);
+    /// look again at `retry_at`, when that reservation would lapse.
+    InFlight {
+        /// When the reservation lapses.
+        retry_at: DateTime<Utc>,
+    },
+}
+
+/// The reply of the GCRA script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateReply {
+    /// 1 allowed, 0 not yet, -1 never.
+    pub allowed: i64,
+    /// Jobs that could still go right now.
+    pub remaining: i64,
+    /// When not allowed: how long until it would be.
+    pub retry_after: Duration,
+    /// Time until the bucket is full again.
+    pub reset_after: Duration,
+}
+
+/// The calendar bounds of one request, computed in Rust for the local day Redis is
+/// believed to be in (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Redis time must be at or after this (ms)...
+    pub valid_from_ms: i64,
+    /// ...and before this (ms).
+    pub valid_until_ms: i64,
+    /// When a send made now stops counting for every calendar rule (ms; 0 if none).
+    pub calendar_expiry_ms: i64,
+    /// Per rule: limit, and bound (> 0 inclusive start ms; < 0 minus a rolling length).
+    pub rules: Vec<(u32, i64)>,
+}
+
+/// Compute the request's calendar bounds for the instant `now`.
+pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
+    let mut plan = Plan {
+        valid_from_ms: 0,
+        valid_until_ms: i64::MAX / 4,
+        calendar_expiry_ms: 0,
+        rules: Vec::with_capacity(rules.len()),
+    };
+    let mut has_calendar = false;
+    for rule in rules {
+        match rule.window {
+            Window::CalendarDays(_) => {
+                has_calendar = true;
+                let (start, _) = window::window_start(rule.window, tz, now);
+                let expiry = window::expires(rule.window, tz, now).timestamp_millis();
+                plan.calendar_expiry_ms = plan.calendar_expiry_ms.max(expiry);
+                plan.rules.push((rule.limit, start.timestamp_millis().max(1)));
+            }
+            Window::Rolling(d) => plan.rules.push((rule.limit, -d.num_milliseconds().max(1))),
+        }
+    }
+    if has_calendar {
+        let today = window::local_date(tz, now);
+        plan.valid_from_ms = window::day_start(tz, today).timestamp_millis();
+        plan.valid_until_ms = window::next_day_start(tz, now).timestamp_millis();
+    }
+    plan
+}
+
+fn ms(t: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(t).single().unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Serialises the jobs of one channel that wait for its send rate, so that a
+/// backlog paces through one waiter instead of stampeding Redis.
+#[derive(Debug, Default)]
+struct Pacer {
+    gate: tokio::sync::Mutex<()>,
+    waiting: AtomicUsize,
+}
+
+/// The quota engine. Cheap to share behind an `Arc`.
+pub struct Engine {
+    conn: RedisConn,
+    keys: Keys,
+    policies: HashMap<String, Arc<Policy>>,
+    rates: HashMap<String, (Option<Rate>, Pacer)>,
+    lease_ms: i64,
+    dedupe_ms: i64,
+    admit_script: Script,
+    rate_script: Script,
+    refund_script: Script,
+    offset_ms: AtomicI64,
+    calls: AtomicU64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("keys", &self.keys).finish_non_exhaustive()
+    }
+}
+
+/// The admission script, `lua/admit.lua`.
+pub const ADMIT_LUA: &str = include_str!("../lua/admit.lua");
+/// The GCRA script, `lua/rate.lua`.
+pub const RATE_LUA: &str = include_str!("../lua/rate.lua");
+/// The GCRA refund script, `lua/refund.lua`.
+pub const REFUND_LUA: &str = include_str!("../lua/refund.lua");
+
+impl Engine {
+    /// Connect to Redis, load the scripts and read Redis's clock.
+    pub async fn connect(settings: &Settings) -> Result<Engine, EngineError> {
+        let conn = RedisConn::connect(&settings.redis).await?;
+        Self::with_connection(conn, settings).await
+    }
+
+    /// Build on an existing connection (tests share one).
+    pub async fn with_connection(conn: RedisConn, settings: &Settings) -> Result<Engine, EngineError> {
+        let policies = settings
+            .policies()
+            .expect("settings are validated before use")
+            .into_iter()
+            .map(|p| (p.name.clone(), Arc::new(p)))
+            .collect();
+        let rates = settings
+            .channels
+            .keys()
+            .map(|c| {
+                let rate = settings.rate(c).expect("settings are validated before use");
+                (c.clone(), (rate, Pacer::default()))
+            })
+            .collect();
+        let engine = Engine {
+            conn,
+            keys: Keys::new(&settings.redis.key_prefix, &settings.redis.hash_key),
+            policies,
+            rates,
+            lease_ms: settings.redis.reservation_lease.0.as_millis() as i64,
+            dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
+            admit_script: Script::new(ADMIT_LUA),
+            rate_script: Script::new(RATE_LUA),
+            refund_script: Script::new(REFUND_LUA),
+            offset_ms: AtomicI64::new(0),
+            calls: AtomicU64::new(0),
+        };
+        let mut conn = engine.conn.clone();
+        if let RedisConn::Single(_) = conn {
+            for script in [&engine.admit_script, &engine.rate_script, &engine.refund_script] {
+                script.load_async(&mut conn).await?;
+            }
+        }
+        engine.sync_clock().await?;
+        Ok(engine)
+    }
+
+    /// The key names in use.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// A clone of the connection, for admin reads.
+    pub fn connection(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
+    /// Redis commands (script calls included) sent so far, for the benchmark.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// The policy a category selects.
+    pub fn policy(&self, category: &str) -> &Arc<Policy> {
+        self.policies
+            .get(category)
+            .or_else(|| self.policies.get("default"))
+            .expect("a default policy is required by validation")
+    }
+
+    /// Whether `channel` is configured.
+    pub fn has_channel(&self, channel: &str) -> bool {
+        self.rates.contains_key(channel)
+    }
+
+    /// Read Redis `TIME` and remember how far it is from this machine's clock.
+    pub async fn sync_clock(&self) -> Result<DateTime<Utc>, EngineError> {
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let now = secs * 1000 + micros / 1000;
+        self.observe(now);
+        Ok(ms(now))
+    }
+
+    /// Ping Redis (readiness).
+    pub async fn ping(&self) -> Result<(), EngineError> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    fn observe(&self, redis_now_ms: i64) {
+        self.offset_ms
+            .store(redis_now_ms - Utc::now().timestamp_millis(), Ordering::Relaxed);
+    }
+
+    /// Move this engine's idea of Redis time (tests simulate a skewed worker clock).
+    #[doc(hidden)]
+    pub fn skew_clock_for_tests(&self, by: chrono::Duration) {
+        self.offset_ms.fetch_add(by.num_milliseconds(), Ordering::Relaxed);
+    }
+
+    /// This machine's clock, corrected by the offset last seen from Redis.
+    pub fn redis_now(&self) -> DateTime<Utc> {
+        ms(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
+    }
+
+    fn recipient_key(&self, req: &Request<'_>, policy: &Policy) -> String {
+        let channel = (policy.scope == Scope::Channel).then_some(req.channel);
+        self.keys.recipient(req.recipient, &policy.name, channel)
+    }
+
+    /// Decide one job: check its recipient's caps and its channel's rate.
+    ///
+    /// When the channel's rate refuses, this waits (pacing) until it allows; a
+    /// recipient refusal returns at once with the exact retry time.
+    pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, EngineError> {
+        let (rate, pacer) = self
+            .rates
+            .get(req.channel)
+            .ok_or_else(|| EngineError::UnknownChannel(req.channel.to_string()))?;
+        let rate = *rate;
+        let policy = self.policy(req.category).clone();
+        let key = self.recipient_key(req, &policy);
+        let member = keys::member(req.id);
+
+        let pacing = rate.is_some() && pacer.waiting.load(Ordering::Relaxed) > 0;
+        let (first, rate_reply) = match rate {
+            Some(r) if !pacing => {
+                let (a, b) = tokio::join!(
+                    self.call_admit(&key, &member, &policy, req.tz, None),
+                    self.call_rate(req.channel, r, r.cost)
+                );
+                (a?, Some(b?))
+            }
+            _ => (self.call_admit(&key, &member, &policy, req.tz, None).await?, None),
+        };
+        let mut reply = first;
+        for _ in 0..3 {
+            match reply {
+                AdmitReply::Clock(now) => {
+                    reply = self.call_admit(&key, &member, &policy, req.tz, Some(now)).await?
+                }
+                _ => break,
+            }
+        }
+        let took_rate = matches!(rate_reply, Some(r) if r.allowed == 1);
+        let admission = match reply {
+            AdmitReply::Admitted(now) => Admission::Admitted(Ticket {
+                key,
+                member,
+                admitted_at: ms(now),
+                channel: req.channel.to_string(),
+                rate,
+            }),
+            AdmitReply::Refused(now, sends) => {
+                let now = ms(now);
+                let sends: Vec<DateTime<Utc>> = sends.into_iter().map(ms).collect();
+                let retry_at = window::earliest_allowed(&policy.rules, req.tz, now, &sends)
+                    .map(|t| t.max(now + chrono::Duration::milliseconds(1)));
+                let rule = policy
+                    .rules
+                    .iter()
+                    .find(|r| !window::admits(std::slice::from_ref(r), req.tz, now, &sends))
+                    .copied();
+                Admission::Refused {
+                    retry_at,
+                    action: policy.action,
+                    policy: policy.name.clone(),
+                    rule,
+                }
+            }
+            AdmitReply::Duplicate => Admission::Duplicate,
+            AdmitReply::InFlight(reserved_at) => Admission::InFlight {
+                retry_at: ms(reserved_at + self.lease_ms),
+            },
+            AdmitReply::Clock(_) => {
+                return Err(EngineError::Reply {
+                    script: "admit.lua",
+                    reply: vec![4],
+                })
+            }
+        };
+        match (&admission, rate) {
+            (Admission::Admitted(_), Some(r)) if !took_rate => {
+                if let Some(reply) = rate_reply {
+                    if reply.allowed < 0 {
+                        // never reached: validation keeps cost <= burst
+                        return Err(EngineError::CostAboveBurst {
+                            channel: req.channel.to_string(),
+                            cost: r.cost,
+                            burst: r.burst,
+                        });
+                    }
+                }
+                if let Err(e) = self.pace(req.channel, r, pacer).await {
+                    if let Admission::Admitted(ticket) = &admission {
+                        let _ = self.release_recipient(ticket).await;
+                    }
+                    return Err(e);
+                }
+            }
+            (Admission::Admitted(_), _) => {}
+            (_, Some(r)) if took_rate => {
+                self.refund(req.channel, r).await?;
+            }
+            _ => {}
+        }
+        Ok(admission)
+    }
+
+    /// Wait until the channel's rate allows one more job, one waiter at a time.
+    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<(), EngineError> {
+        pacer.waiting.fetch_add(1, Ordering::Relaxed);
+        let _gate = pacer.gate.lock().await;
+        let result = async {
+            loop {
+                let reply = self.call_rate(channel, rate, rate.cost).await?;
+                match reply.allowed {
+                    1 => return Ok(()),
+                    0 => tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await,
+                    _ => {
+                        return Err(EngineError::CostAboveBurst {
+                            channel: channel.to_string(),
+                            cost: rate.cost,
+                            burst: rate.burst,
+                        })
+                    }
+                }
+            }
+        }
+        .await;
+        pacer.waiting.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Mark an admitted job as dispatched: a later copy is then a duplicate.
+    pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let score = ticket.admitted_at.timestamp_millis() * 2 + 1;
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&ticket.key)
+            .arg("XX")
+            .arg(score)
+            .arg(&ticket.member)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Undo an admission whose dispatch failed: the recipient's send and the
+    /// channel's rate are given back.
+    pub async fn release(&self, ticket: &Ticket) -> Result<(), EngineError> {
+        self.release_recipient(ticket).await?;
+        if let Some(rate) = ticket.rate {
+            self.refund(&ticket.channel, rate).await?;
+        }
+        Ok(())
+    }
+
+    async fn release_recipient(&self, ticket: &Ticket) -> Result<(), EngineError> {
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let _: i64 = redis::cmd("ZREM")
+            .arg(&ticket.key)
+            .arg(&ticket.member)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn refund(&self, channel: &str, rate: Rate) -> Result<(), EngineError> {
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let _: i64 = self
+            .refund_script
+            .key(self.keys.rate(channel))
+            .arg(rate.interval_us)
+            .arg(rate.cost)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).
+    pub async fn call_rate(&self, channel: &str, rate: Rate, cost: u64) -> Result<RateReply, EngineError> {
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let reply: Vec<i64> = self
+            .rate_script
+            .key(self.keys.rate(channel))
+            .arg(rate.interval_us)
+            .arg(rate.burst)
+            .arg(cost)
+            .invoke_async(&mut conn)
+            .await?;
+        match reply[..] {
+            [allowed, remaining, retry_after, reset_after] => Ok(RateReply {
+                allowed,
+                remaining,
+                retry_after: Duration::from_micros(retry_after.max(0) as u64),
+                reset_after: Duration::from_micros(reset_after.max(0) as u64),
+            }),
+            _ => Err(EngineError::Reply {
+                script: "rate.lua",
+                reply,
+            }),
+        }
+    }
+
+    async fn call_admit(
+        &self,
+        key: &str,
+        member: &str,
+        policy: &Policy,
+        tz: Tz,
+        now: Option<i64>,
+    ) -> Result<AdmitReply, EngineError> {
+        let plan = plan(&policy.rules, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
+        let mut inv = self.admit_script.key(key);
+        inv.arg(member)
+            .arg(plan.valid_from_ms)
+            .arg(plan.valid_until_ms)
+            .arg(self.lease_ms)
+            .arg(self.dedupe_ms)
+            .arg(plan.calendar_expiry_ms);
+        for (limit, bound) in &plan.rules {
+            inv.arg(*limit).arg(*bound);
+        }
+        let mut conn = self.conn.clone();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        if let Some(now) = reply.get(1) {
+            self.observe(*now);
+        }
+        match reply[..] {
+            [1, now] => Ok(AdmitReply::Admitted(now)),
+            [0, now, ..] => Ok(AdmitReply::Refused(now, reply[2..].to_vec())),
+            [2, _] => Ok(AdmitReply::Duplicate),
+            [3, _, reserved_at] => Ok(AdmitReply::InFlight(reserved_at)),
+            [4, now] => Ok(AdmitReply::Clock(now)),
+            _ => Err(EngineError::Reply {
+                script: "admit.lua",
+                reply,
+            }),
+        }
+    }
+}
+
+enum AdmitReply {
+    Admitted(i64),
+    Refused(i64, Vec<i64>),
+    Duplicate,
+    InFlight(i64),
+    Clock(i64),
+}

@@ -1,0 +1,89 @@
+//! Redis key names. Recipients never appear in clear: they are replaced by a keyed
+//! BLAKE3 hash. Every key of one recipient carries the same `{hash tag}`, so the
+//! admission script touches a single hash slot and runs unchanged on Redis Cluster.
+
+use base64::Engine as _;
+
+/// Builds every key name the worker uses.
+#[derive(Clone)]
+pub struct Keys {
+    prefix: String,
+    recipient_key: [u8; 32],
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    /// `prefix` starts every key; `secret` keys the recipient hash.
+    pub fn new(prefix: &str, secret: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+            recipient_key: blake3::derive_key("quota-worker 2026 recipient key names", secret.as_bytes()),
+        }
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The hash tag that stands for `recipient`: 96 bits of a keyed hash, base64url.
+    pub fn recipient_tag(&self, recipient: &str) -> String {
+        let hash = blake3::keyed_hash(&self.recipient_key, recipient.as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12])
+    }
+
+    /// The sorted set of a recipient's sends under `policy` (and `channel`, when the
+    /// policy counts per channel).
+    pub fn recipient(&self, recipient: &str, policy: &str, channel: Option<&str>) -> String {
+        let tag = self.recipient_tag(recipient);
+        match channel {
+            Some(c) => format!("{}:{{{tag}}}:{policy}:{c}", self.prefix),
+            None => format!("{}:{{{tag}}}:{policy}", self.prefix),
+        }
+    }
+
+    /// A channel's GCRA key.
+    pub fn rate(&self, channel: &str) -> String {
+        format!("{}:rate:{{{channel}}}", self.prefix)
+    }
+}
+
+/// The sorted-set member that stands for a job id: 64 bits of its BLAKE3 hash as a
+/// decimal integer, which Redis stores in 9 bytes whatever the id's length.
+pub fn member(job_id: &str) -> String {
+    let hash = blake3::hash(job_id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.as_bytes()[..8]);
+    i64::from_le_bytes(first).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipient_keys_hide_the_recipient_and_share_one_slot() {
+        let keys = Keys::new("qw", "secret");
+        let a = keys.recipient("+33 6 12 34 56 78", "default", None);
+        let b = keys.recipient("+33 6 12 34 56 78", "default", Some("sms"));
+        assert!(!a.contains("33 6"));
+        let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_string();
+        assert_eq!(tag(&a), tag(&b));
+        assert_ne!(a, keys.recipient("+33 6 12 34 56 79", "default", None));
+        assert_ne!(a, Keys::new("qw", "other").recipient("+33 6 12 34 56 78", "default", None));
+        assert_eq!(keys.recipient_tag("x").len(), 16);
+    }
+
+    #[test]
+    fn members_are_short_integers() {
+        let m = member("a-very-long-job-id-0123456789-0123456789-0123456789");
+        assert!(m.parse::<i64>().is_ok());
+        assert_ne!(member("a"), member("b"));
+        assert_eq!(member("a"), member("a"));
+    }
+}

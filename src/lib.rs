@@ -1,0 +1,19 @@
+//! # quota-worker
+//!
+//! Takes outgoing-notification jobs from RabbitMQ, lets each through only when its
+//! recipient's caps and its channel's send rate allow it, and otherwise holds it
+//! until the exact moment it becomes allowed, or dead-letters it with a reason.
+//!
+//! ## A tour, in the order a job flows
+//! - [`config`]: the typed configuration (defaults file, `--config`, environment).
+//! - [`window`]: pure calendar arithmetic: local days, window starts, the exact
+//!   earliest instant a refused job becomes allowed. No I/O; "now" is a parameter.
+//! - [`keys`]: Redis key names (recipients hashed, one hash slot per recipient).
+//! - [`engine`]: the Redis side of a decision: `lua/admit.lua` (caps, sorted set per
+//!   recipient) and `lua/rate.lua` (per-channel GCRA), one clock (Redis `TIME`).
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod engine;
+pub mod keys;
+pub mod window;
