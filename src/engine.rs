@@ -136,7 +136,7 @@ pub struct Request<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticket {
     key: String,
-    member: String,
+    member: Vec<u8>,
     /// Redis time of the admission.
     pub admitted_at: DateTime<Utc>,
     channel: String,
@@ -579,7 +579,7 @@ impl Engine {
     async fn call_admit(
         &self,
         key: &str,
-        member: &str,
+        member: &[u8],
         policy: &Policy,
         tz: Tz,
         now: Option<i64>,

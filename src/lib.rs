@@ -14,6 +14,8 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod decode;
+pub mod delay;
 pub mod engine;
 pub mod keys;
 pub mod window;

@@ -1,22 +1,1080 @@
-//! STUB (being written)
-#![allow(missing_docs, unused)]
-use chrono::{DateTime, NaiveDate, Utc};
+//! Pure calendar and window arithmetic for per-recipient notification caps.
+//!
+//! Nothing here does I/O or reads a clock: "now" is always a parameter. All
+//! instants are `DateTime<Utc>` at millisecond precision (callers truncate to
+//! whole milliseconds) and calendar questions are answered in the recipient's
+//! IANA zone (`chrono_tz::Tz`).
+//!
+//! # Windows
+//!
+//! A [`Rule`] says "at most `limit` sends per `window`". A [`Window`] is one of:
+//!
+//! * [`Window::CalendarDays(n)`](Window::CalendarDays) — "today and the previous
+//!   `n - 1` local days" in the recipient's zone. A send counts at `at` iff its
+//!   local date is on or after `local_date(at) - (n - 1)` days. The window
+//!   therefore resets at local midnight, whatever the length of the local day
+//!   (23 h, 23.5 h, 24.5 h or 25 h around DST changes), and not every
+//!   `n * 86400` seconds. Written `"1d"`, `"7d"`, ...
+//! * [`Window::Rolling(d)`](Window::Rolling) — a sliding window of fixed
+//!   length: a send counts at `at` iff `at - d < send <= at`, so a send exactly
+//!   `d` ago no longer counts. Written `"500ms"`, `"30s"`, `"10m"`, `"24h"`.
+//!
+//! A send recorded after `at` never counts at `at`.
+//!
+//! # Local days
+//!
+//! The start of a local date ([`day_start`]) is its local midnight. Where
+//! midnight does not exist (a DST gap at 00:00, as in America/Santiago,
+//! America/Havana or Asia/Beirut), the day starts at the first instant that
+//! does exist on that date (e.g. 01:00). Where midnight happens twice (a
+//! fall-back ending at 00:00, as in America/Havana in November), the day
+//! starts at the earlier one. In every case `day_start(tz, d)` is the first
+//! instant whose local date is `d` or later (if a zone skipped a whole date,
+//! such as Pacific/Apia on 2011-12-30, it is the first instant of the next
+//! date that exists).
+//!
+//! # Admission
+//!
+//! One more send at `at` is admitted ([`admits`]) iff, for every rule, fewer
+//! than `limit` recorded sends count at `at`. Because counts only fall as time
+//! passes when no new sends are recorded, the earliest admitted instant
+//! ([`earliest_allowed`]) is computed exactly from the instants at which
+//! individual sends stop counting ([`expires`]). This relies on the local date
+//! never moving backwards, i.e. on no fall-back crossing midnight backwards
+//! (fall-backs that end at 24:00, as in America/Santiago and Asia/Beirut, or
+//! at 00:00, as in America/Havana, are fine).
+//!
+//! Instants or dates beyond chrono's representable range saturate to
+//! `DateTime::<Utc>::MIN_UTC` / `MAX_UTC` (or `NaiveDate::MIN` / `MAX`)
+//! instead of panicking.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{
+    DateTime, Datelike, Days, Duration, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, Offset,
+    TimeZone, Utc,
+};
 use chrono_tz::Tz;
+
+/// The span over which a [`Rule`] counts sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Window { CalendarDays(u32), Rolling(chrono::Duration) }
+pub enum Window {
+    /// Today and the previous `n - 1` local calendar days in the recipient's
+    /// zone (`n >= 1`; a window of 0 days never counts anything).
+    CalendarDays(u32),
+    /// A sliding window of this length: a send counts at `at` iff
+    /// `at - d < send <= at` (a non-positive duration never counts anything).
+    Rolling(Duration),
+}
+
+/// A cap: at most `limit` sends per `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule { pub limit: u32, pub window: Window }
-#[derive(Debug)]
+pub struct Rule {
+    /// Maximum number of sends that may count within the window (0 forbids
+    /// sending altogether).
+    pub limit: u32,
+    /// The window over which sends are counted.
+    pub window: Window,
+}
+
+/// Error returned when parsing a [`Window`] from text fails; its message names
+/// the rejected text and the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowParseError(String);
-impl std::fmt::Display for WindowParseError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.0) } }
+
+impl fmt::Display for WindowParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 impl std::error::Error for WindowParseError {}
-impl std::str::FromStr for Window { type Err = WindowParseError; fn from_str(s: &str) -> Result<Self, Self::Err> { todo!() } }
-impl std::fmt::Display for Window { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { todo!() } }
-pub fn local_date(tz: Tz, at: DateTime<Utc>) -> NaiveDate { todo!() }
-pub fn day_start(tz: Tz, date: NaiveDate) -> DateTime<Utc> { todo!() }
-pub fn next_day_start(tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> { todo!() }
-pub fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> bool { todo!() }
-pub fn window_start(window: Window, tz: Tz, at: DateTime<Utc>) -> (DateTime<Utc>, bool) { todo!() }
-pub fn expires(window: Window, tz: Tz, send: DateTime<Utc>) -> DateTime<Utc> { todo!() }
-pub fn admits(rules: &[Rule], tz: Tz, at: DateTime<Utc>, sends: &[DateTime<Utc>]) -> bool { todo!() }
-pub fn earliest_allowed(rules: &[Rule], tz: Tz, now: DateTime<Utc>, sends: &[DateTime<Utc>]) -> Option<DateTime<Utc>> { todo!() }
+
+const MS_PER_SECOND: i64 = 1_000;
+const MS_PER_MINUTE: i64 = 60 * MS_PER_SECOND;
+const MS_PER_HOUR: i64 = 60 * MS_PER_MINUTE;
+
+impl WindowParseError {
+    fn new(text: &str, reason: &str) -> Self {
+        WindowParseError(format!(
+            "invalid window {text:?}: {reason}; expected a whole number >= 1 followed by a unit: \
+             \"d\" for calendar days in the recipient's zone (e.g. \"1d\", \"7d\"), or \"ms\", \
+             \"s\", \"m\", \"h\" for a rolling duration (e.g. \"500ms\", \"30s\", \"10m\", \"24h\")"
+        ))
+    }
+}
+
+impl FromStr for Window {
+    type Err = WindowParseError;
+
+    /// Parses `"<n>d"` as [`Window::CalendarDays`] and `"<n>ms"`, `"<n>s"`,
+    /// `"<n>m"`, `"<n>h"` as [`Window::Rolling`], where `<n>` is a whole
+    /// decimal number >= 1 (ASCII digits only: no sign, no fraction, no
+    /// spaces; units are lower case).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let digits_end = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (digits, unit) = text.split_at(digits_end);
+        if digits.is_empty() {
+            return Err(WindowParseError::new(text, "missing a leading number"));
+        }
+        let unit_ms = match unit {
+            "d" => None,
+            "h" => Some(MS_PER_HOUR),
+            "m" => Some(MS_PER_MINUTE),
+            "s" => Some(MS_PER_SECOND),
+            "ms" => Some(1),
+            "" => return Err(WindowParseError::new(text, "missing a unit")),
+            _ => return Err(WindowParseError::new(text, "unknown unit")),
+        };
+        let value: u64 = digits
+            .parse()
+            .map_err(|_| WindowParseError::new(text, "number is too large"))?;
+        if value == 0 {
+            return Err(WindowParseError::new(text, "the number must be at least 1"));
+        }
+        match unit_ms {
+            None => u32::try_from(value)
+                .map(Window::CalendarDays)
+                .map_err(|_| WindowParseError::new(text, "number of days is too large")),
+            Some(unit_ms) => i64::try_from(value)
+                .ok()
+                .and_then(|v| v.checked_mul(unit_ms))
+                .and_then(Duration::try_milliseconds)
+                .map(Window::Rolling)
+                .ok_or_else(|| WindowParseError::new(text, "duration is too large")),
+        }
+    }
+}
+
+impl fmt::Display for Window {
+    /// Formats as `"<n>d"` for calendar days, and for rolling windows with
+    /// the largest of `h`, `m`, `s`, `ms` that divides the duration exactly
+    /// (e.g. `"24h"`, `"90m"`, `"1500ms"`), so that the output parses back to
+    /// the same value. Durations that are not a positive whole number of
+    /// milliseconds (which the parser never produces) are shown truncated to
+    /// milliseconds and do not round-trip; neither does `CalendarDays(0)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Window::CalendarDays(n) => write!(f, "{n}d"),
+            Window::Rolling(d) => {
+                let ms = d.num_milliseconds();
+                if ms != 0 {
+                    for (unit_ms, unit) in [
+                        (MS_PER_HOUR, "h"),
+                        (MS_PER_MINUTE, "m"),
+                        (MS_PER_SECOND, "s"),
+                    ] {
+                        if ms % unit_ms == 0 {
+                            return write!(f, "{}{unit}", ms / unit_ms);
+                        }
+                    }
+                }
+                write!(f, "{ms}ms")
+            }
+        }
+    }
+}
+
+/// The recipient's local calendar date at instant `at` in zone `tz`
+/// (saturating to `NaiveDate::MIN` / `MAX` at the edges of chrono's range).
+pub fn local_date(tz: Tz, at: DateTime<Utc>) -> NaiveDate {
+    let utc = at.naive_utc();
+    let offset = tz.offset_from_utc_datetime(&utc).fix();
+    match utc.checked_add_offset(offset) {
+        Some(local) => local.date(),
+        None if offset.local_minus_utc() > 0 => NaiveDate::MAX,
+        None => NaiveDate::MIN,
+    }
+}
+
+/// First instant of local date `date` in `tz`: local midnight, or if midnight
+/// does not exist that day (DST gap at 00:00, e.g. America/Santiago,
+/// America/Havana, Asia/Beirut historically) the first instant that does exist
+/// on that date; if midnight happens twice (fall-back at 00:00) the earlier
+/// one.
+///
+/// Equivalently: the first instant whose local date is `date` or later (if
+/// the zone skipped the whole date, the start of the next date that exists).
+/// Saturates to `MIN_UTC` / `MAX_UTC` for dates at the edges of chrono's range
+/// whose start cannot be represented.
+pub fn day_start(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
+    day_start_checked(tz, date).unwrap_or(if date.year() < 1970 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    })
+}
+
+/// Start of the local day after the one containing `at`.
+pub fn next_day_start(tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> {
+    match local_date(tz, at).succ_opt() {
+        Some(next) => day_start(tz, next),
+        None => DateTime::<Utc>::MAX_UTC,
+    }
+}
+
+/// Whether a send recorded at `send` counts toward `window` when evaluated at
+/// `at` (send <= at assumed; return false if send > at).
+///
+/// * `Rolling(d)`: counts iff `at - d < send <= at` (a send exactly `d` ago no
+///   longer counts).
+/// * `CalendarDays(n)`: counts iff `local_date(send) >= local_date(at) - (n-1)`
+///   days, i.e. "today and the previous n-1 local days".
+pub fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> bool {
+    if send > at {
+        return false;
+    }
+    match window {
+        // `send > at - d` rewritten as `at - send < d` so that it cannot overflow.
+        Window::Rolling(d) => at.signed_duration_since(send) < d,
+        Window::CalendarDays(n) => {
+            let days_ago = local_date(tz, at)
+                .signed_duration_since(local_date(tz, send))
+                .num_days();
+            days_ago < i64::from(n)
+        }
+    }
+}
+
+/// Earliest instant from which sends count at `at`, and whether that bound is
+/// inclusive:
+///
+/// * `Rolling(d)` => `(at - d, false)` (exclusive);
+/// * `CalendarDays(n)` => `(day_start(tz, local_date(at) - (n-1) days), true)`
+///   (inclusive).
+///
+/// For a send `s <= at`, `counts(window, tz, at, s)` holds iff `s` is after
+/// (or, when inclusive, at) the bound. Saturates to `MIN_UTC` when the bound
+/// lies before chrono's range.
+pub fn window_start(window: Window, tz: Tz, at: DateTime<Utc>) -> (DateTime<Utc>, bool) {
+    match window {
+        Window::Rolling(d) => (
+            at.checked_sub_signed(d).unwrap_or(if d > Duration::zero() {
+                DateTime::<Utc>::MIN_UTC
+            } else {
+                DateTime::<Utc>::MAX_UTC
+            }),
+            false,
+        ),
+        Window::CalendarDays(n) => {
+            let today = local_date(tz, at);
+            let first = match n {
+                0 => today.checked_add_days(Days::new(1)),
+                n => today.checked_sub_days(Days::new(u64::from(n - 1))),
+            };
+            match first {
+                Some(first) => (day_start(tz, first), true),
+                None if n == 0 => (DateTime::<Utc>::MAX_UTC, true),
+                None => (DateTime::<Utc>::MIN_UTC, true),
+            }
+        }
+    }
+}
+
+/// The first instant at which `send` stops counting toward `window` (its
+/// "relevant until"): `Rolling(d)` => `send + d`; `CalendarDays(n)` =>
+/// `day_start(tz, local_date(send) + n days)`.
+///
+/// For every `at >= send`, `counts(window, tz, at, send)` holds iff
+/// `at < expires(window, tz, send)`. Saturates to `MAX_UTC` when the instant
+/// lies beyond chrono's range (the send then never stops counting within it).
+pub fn expires(window: Window, tz: Tz, send: DateTime<Utc>) -> DateTime<Utc> {
+    expires_checked(window, tz, send).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Whether one more send at `at` is allowed: for every rule, the number of
+/// `sends` counting at `at` is < limit.
+pub fn admits(rules: &[Rule], tz: Tz, at: DateTime<Utc>, sends: &[DateTime<Utc>]) -> bool {
+    rules.iter().all(|rule| {
+        let counting = sends
+            .iter()
+            .filter(|&&send| counts(rule.window, tz, at, send))
+            .count();
+        (counting as u64) < u64::from(rule.limit)
+    })
+}
+
+/// The earliest instant t >= now at which `admits(rules, tz, t, sends)` holds,
+/// assuming no further sends (sends may be unsorted, all <= now). None if
+/// never (a rule with limit 0). Returns `now` itself when already admitted.
+///
+/// Counts only fall as time passes, so for a rule with `k` counting sends and
+/// limit `L` (`k >= L`) the `(k-L+1)`-th oldest counting send must stop
+/// counting: `t_rule = expires(window, tz, that send)`; the answer is the
+/// maximum over all rules (and `now`). Also `None` if that instant lies
+/// beyond chrono's representable range.
+pub fn earliest_allowed(
+    rules: &[Rule],
+    tz: Tz,
+    now: DateTime<Utc>,
+    sends: &[DateTime<Utc>],
+) -> Option<DateTime<Utc>> {
+    let mut earliest = now;
+    for rule in rules {
+        if rule.limit == 0 {
+            return None;
+        }
+        let mut counting: Vec<DateTime<Utc>> = sends
+            .iter()
+            .copied()
+            .filter(|&send| counts(rule.window, tz, now, send))
+            .collect();
+        let limit = usize::try_from(rule.limit).unwrap_or(usize::MAX);
+        if counting.len() < limit {
+            continue;
+        }
+        // Index of the (k-L+1)-th oldest counting send.
+        let index = counting.len() - limit;
+        let (_, &mut must_expire, _) = counting.select_nth_unstable(index);
+        earliest = earliest.max(expires_checked(rule.window, tz, must_expire)?);
+    }
+    Some(earliest)
+}
+
+/// `expires` without saturation: `None` when the instant is not representable.
+fn expires_checked(window: Window, tz: Tz, send: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    match window {
+        Window::Rolling(d) => send.checked_add_signed(d),
+        Window::CalendarDays(n) => {
+            let date = local_date(tz, send).checked_add_days(Days::new(u64::from(n)))?;
+            day_start_checked(tz, date)
+        }
+    }
+}
+
+/// `day_start` without saturation: `None` when no representable instant has
+/// a local date on or after `date` within two days of its midnight.
+fn day_start_checked(tz: Tz, date: NaiveDate) -> Option<DateTime<Utc>> {
+    let midnight = date.and_time(NaiveTime::MIN);
+    if let Some(start) = earliest_existing(tz, midnight) {
+        return Some(start);
+    }
+    // Midnight falls in a gap (or outside chrono's range). Find the first
+    // local minute that exists, then the first existing second before it:
+    // zone offsets and transitions are whole seconds, so that second is the
+    // exact end of the gap. Gaps are 30 min to 1 h in practice; the scan
+    // allows up to two days so that even a skipped date ends the gap.
+    const SCAN_MINUTES: i64 = 48 * 60;
+    for minute in 1..=SCAN_MINUTES {
+        let Some(local) = midnight.checked_add_signed(Duration::minutes(minute)) else {
+            break;
+        };
+        if let Some(found) = earliest_existing(tz, local) {
+            for second in (1..=59).rev() {
+                let candidate = local - Duration::seconds(second);
+                if let Some(earlier) = earliest_existing(tz, candidate) {
+                    return Some(earlier);
+                }
+            }
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// The earliest instant at which the local wall clock in `tz` reads `local`,
+/// if any.
+fn earliest_existing(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    match tz.from_local_datetime(&local) {
+        LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
+        LocalResult::Ambiguous(a, b) => Some(a.with_timezone(&Utc).min(b.with_timezone(&Utc))),
+        LocalResult::None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::FixedOffset;
+    use chrono_tz::{America, Asia, Australia, Europe};
+    use proptest::prelude::*;
+
+    fn ymd(y: i32, m: u32, d: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(y, m, d).expect("valid test date")
+    }
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
+    }
+
+    /// A local wall-clock time that must exist exactly once.
+    fn local(tz: Tz, y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
+        match tz.with_ymd_and_hms(y, mo, d, h, mi, s) {
+            LocalResult::Single(t) => t.with_timezone(&Utc),
+            other => panic!("{tz} {y}-{mo}-{d} {h}:{mi}:{s} is not unique: {other:?}"),
+        }
+    }
+
+    fn offset_at(tz: Tz, at: DateTime<Utc>) -> FixedOffset {
+        tz.offset_from_utc_datetime(&at.naive_utc()).fix()
+    }
+
+    fn hours(h: i32) -> FixedOffset {
+        FixedOffset::east_opt(h * 3600).unwrap()
+    }
+
+    fn hm(h: i32, m: i32) -> FixedOffset {
+        FixedOffset::east_opt(h * 3600 + h.signum() * m * 60).unwrap()
+    }
+
+    fn ms(n: i64) -> Duration {
+        Duration::milliseconds(n)
+    }
+
+    const DAY: Window = Window::CalendarDays(1);
+    const WEEK: Window = Window::CalendarDays(7);
+    const DAILY_AND_WEEKLY: [Rule; 2] = [
+        Rule {
+            limit: 1,
+            window: DAY,
+        },
+        Rule {
+            limit: 3,
+            window: WEEK,
+        },
+    ];
+
+    /// The tzdb facts the other tests rely on: the UTC offset just before and
+    /// at each transition instant (as shipped in chrono-tz 0.10).
+    #[test]
+    fn tzdb_facts() {
+        // (zone, transition instant, offset just before, offset from then on)
+        #[rustfmt::skip]
+        let cases: &[(Tz, DateTime<Utc>, FixedOffset, FixedOffset)] = &[
+            // Europe/Paris spring forward 02:00 CET -> 03:00 CEST.
+            (Europe::Paris, utc(2026, 3, 29, 1, 0, 0), hours(1), hours(2)),
+            // Europe/Paris fall back 03:00 CEST -> 02:00 CET.
+            (Europe::Paris, utc(2026, 10, 25, 1, 0, 0), hours(2), hours(1)),
+            // America/Santiago: 2022-09-11 00:00 -04 -> 01:00 -03 (midnight skipped).
+            (America::Santiago, utc(2022, 9, 11, 4, 0, 0), hours(-4), hours(-3)),
+            // America/Santiago: 2022-04-03 00:00 -03 -> 2022-04-02 23:00 -04.
+            (America::Santiago, utc(2022, 4, 3, 3, 0, 0), hours(-3), hours(-4)),
+            // America/Havana: 2022-03-13 00:00 CST -> 01:00 CDT (midnight skipped).
+            (America::Havana, utc(2022, 3, 13, 5, 0, 0), hours(-5), hours(-4)),
+            // America/Havana: 2022-11-06 01:00 CDT -> 00:00 CST (midnight twice).
+            (America::Havana, utc(2022, 11, 6, 5, 0, 0), hours(-4), hours(-5)),
+            // Asia/Beirut: 2023-03-26 00:00 EET -> 01:00 EEST (midnight skipped).
+            (Asia::Beirut, utc(2023, 3, 25, 22, 0, 0), hours(2), hours(3)),
+            // Australia/Lord_Howe: 2026-10-04 02:00 +10:30 -> 02:30 +11.
+            (Australia::Lord_Howe, utc(2026, 10, 3, 15, 30, 0), hm(10, 30), hours(11)),
+            // Australia/Lord_Howe: 2026-04-05 02:00 +11 -> 01:30 +10:30.
+            (Australia::Lord_Howe, utc(2026, 4, 4, 15, 0, 0), hours(11), hm(10, 30)),
+        ];
+        for &(tz, transition, before, after) in cases {
+            assert_eq!(
+                offset_at(tz, transition - ms(1)),
+                before,
+                "{tz} before {transition}"
+            );
+            assert_eq!(offset_at(tz, transition), after, "{tz} at {transition}");
+        }
+        assert_eq!(
+            offset_at(Asia::Kathmandu, utc(2026, 5, 10, 0, 0, 0)),
+            hm(5, 45)
+        );
+        assert_eq!(
+            offset_at(Asia::Shanghai, utc(2026, 5, 10, 0, 0, 0)),
+            hours(8)
+        );
+        // Santiago's April fall-back repeats 23:00-24:00 of the previous day:
+        // the following midnight itself exists exactly once.
+        let santiago = America::Santiago;
+        assert!(matches!(
+            santiago.from_local_datetime(&ymd(2022, 4, 3).and_hms_opt(0, 0, 0).unwrap()),
+            LocalResult::Single(_)
+        ));
+        assert!(matches!(
+            santiago.from_local_datetime(&ymd(2022, 4, 2).and_hms_opt(23, 30, 0).unwrap()),
+            LocalResult::Ambiguous(_, _)
+        ));
+        // Havana's November fall-back really doubles midnight.
+        assert!(matches!(
+            America::Havana.from_local_datetime(&ymd(2022, 11, 6).and_hms_opt(0, 0, 0).unwrap()),
+            LocalResult::Ambiguous(_, _)
+        ));
+    }
+
+    #[test]
+    fn day_start_and_next_day_start() {
+        // (zone, date, expected start (UTC), expected start of the next date (UTC), hours in the day)
+        type Case = (Tz, NaiveDate, DateTime<Utc>, DateTime<Utc>, f64);
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            (Tz::UTC, ymd(2026, 5, 10), utc(2026, 5, 10, 0, 0, 0), utc(2026, 5, 11, 0, 0, 0), 24.0),
+            (Asia::Shanghai, ymd(2026, 5, 10), utc(2026, 5, 9, 16, 0, 0), utc(2026, 5, 10, 16, 0, 0), 24.0),
+            // 23-hour and 25-hour days.
+            (Europe::Paris, ymd(2026, 3, 29), utc(2026, 3, 28, 23, 0, 0), utc(2026, 3, 29, 22, 0, 0), 23.0),
+            (Europe::Paris, ymd(2026, 10, 25), utc(2026, 10, 24, 22, 0, 0), utc(2026, 10, 25, 23, 0, 0), 25.0),
+            // Midnight skipped: the day starts at 01:00 -03.
+            (America::Santiago, ymd(2022, 9, 11), utc(2022, 9, 11, 4, 0, 0), utc(2022, 9, 12, 3, 0, 0), 23.0),
+            // Santiago fall-back: 2022-04-02 has 25 hours (23:00-24:00 twice),
+            // and 2022-04-03 starts at its single midnight, 00:00 -04.
+            (America::Santiago, ymd(2022, 4, 2), utc(2022, 4, 2, 3, 0, 0), utc(2022, 4, 3, 4, 0, 0), 25.0),
+            (America::Santiago, ymd(2022, 4, 3), utc(2022, 4, 3, 4, 0, 0), utc(2022, 4, 4, 4, 0, 0), 24.0),
+            // Midnight skipped: the day starts at 01:00 CDT.
+            (America::Havana, ymd(2022, 3, 13), utc(2022, 3, 13, 5, 0, 0), utc(2022, 3, 14, 4, 0, 0), 23.0),
+            // Midnight doubled: the day starts at the earlier one, 00:00 CDT.
+            (America::Havana, ymd(2022, 11, 6), utc(2022, 11, 6, 4, 0, 0), utc(2022, 11, 7, 5, 0, 0), 25.0),
+            // Midnight skipped: the day starts at 01:00 EEST.
+            (Asia::Beirut, ymd(2023, 3, 26), utc(2023, 3, 25, 22, 0, 0), utc(2023, 3, 26, 21, 0, 0), 23.0),
+            (Asia::Kathmandu, ymd(2026, 5, 10), utc(2026, 5, 9, 18, 15, 0), utc(2026, 5, 10, 18, 15, 0), 24.0),
+            // 30-minute DST changes.
+            (Australia::Lord_Howe, ymd(2026, 10, 4), utc(2026, 10, 3, 13, 30, 0), utc(2026, 10, 4, 13, 0, 0), 23.5),
+            (Australia::Lord_Howe, ymd(2026, 4, 5), utc(2026, 4, 4, 13, 0, 0), utc(2026, 4, 5, 13, 30, 0), 24.5),
+            // Leap day.
+            (Tz::UTC, ymd(2028, 2, 29), utc(2028, 2, 29, 0, 0, 0), utc(2028, 3, 1, 0, 0, 0), 24.0),
+            (America::New_York, ymd(2028, 2, 29), utc(2028, 2, 29, 5, 0, 0), utc(2028, 3, 1, 5, 0, 0), 24.0),
+        ];
+        for &(tz, date, start, next, day_hours) in cases {
+            assert_eq!(day_start(tz, date), start, "day_start({tz}, {date})");
+            // It is the first instant of the date.
+            assert_eq!(local_date(tz, start), date, "{tz} {date}");
+            assert_eq!(
+                local_date(tz, start - ms(1)),
+                date.pred_opt().unwrap(),
+                "{tz} {date}"
+            );
+            // next_day_start from anywhere in the day.
+            let last = next - ms(1);
+            for at in [start, start + (last - start) / 2, last] {
+                assert_eq!(local_date(tz, at), date, "{tz} {at}");
+                assert_eq!(next_day_start(tz, at), next, "next_day_start({tz}, {at})");
+            }
+            assert_eq!(
+                day_start(tz, date.succ_opt().unwrap()),
+                next,
+                "{tz} {date} + 1"
+            );
+            let length = (next - start).num_minutes() as f64 / 60.0;
+            assert_eq!(length, day_hours, "length of {date} in {tz}");
+        }
+    }
+
+    #[test]
+    fn whole_date_skipped_starts_at_next_existing_date() {
+        // Pacific/Apia skipped 2011-12-30 when it crossed the date line.
+        let apia = chrono_tz::Pacific::Apia;
+        let start_31 = day_start(apia, ymd(2011, 12, 31));
+        assert_eq!(start_31, utc(2011, 12, 30, 10, 0, 0));
+        assert_eq!(day_start(apia, ymd(2011, 12, 30)), start_31);
+        assert_eq!(next_day_start(apia, start_31 - ms(1)), start_31);
+    }
+
+    #[test]
+    fn extreme_dates_do_not_panic() {
+        let zones = [
+            Tz::UTC,
+            Asia::Kathmandu,
+            America::New_York,
+            chrono_tz::Pacific::Kiritimati,
+        ];
+        for tz in zones {
+            for at in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+                let _ = local_date(tz, at);
+                let _ = next_day_start(tz, at);
+                for window in [
+                    Window::CalendarDays(u32::MAX),
+                    Window::Rolling(Duration::days(1)),
+                ] {
+                    let _ = window_start(window, tz, at);
+                    let _ = expires(window, tz, at);
+                    let _ = counts(window, tz, at, at);
+                }
+            }
+            for date in [NaiveDate::MIN, NaiveDate::MAX] {
+                let _ = day_start(tz, date);
+            }
+        }
+        // A window too long to ever expire within chrono's range.
+        let rules = [Rule {
+            limit: 1,
+            window: Window::CalendarDays(u32::MAX),
+        }];
+        let now = utc(2026, 1, 1, 0, 0, 0);
+        assert_eq!(earliest_allowed(&rules, Tz::UTC, now, &[now]), None);
+        assert_eq!(
+            expires(rules[0].window, Tz::UTC, now),
+            DateTime::<Utc>::MAX_UTC
+        );
+        assert_eq!(
+            window_start(rules[0].window, Tz::UTC, now),
+            (DateTime::<Utc>::MIN_UTC, true)
+        );
+    }
+
+    #[test]
+    fn counts_table() {
+        let paris = Europe::Paris;
+        let rolling3s = Window::Rolling(Duration::seconds(3));
+        let t = utc(2026, 6, 10, 12, 0, 0);
+        // (window, zone, at, send, counts)
+        type Case = (Window, Tz, DateTime<Utc>, DateTime<Utc>, bool);
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            (rolling3s, paris, t, t, true),
+            (rolling3s, paris, t, t - ms(2_999), true),
+            (rolling3s, paris, t, t - ms(3_000), false),
+            (rolling3s, paris, t, t + ms(1), false),
+            // 23:59:59.999 local vs 00:00:00.000 local.
+            (DAY, paris, local(paris, 2026, 6, 11, 0, 0, 0), local(paris, 2026, 6, 10, 23, 59, 59) + ms(999), false),
+            (DAY, paris, local(paris, 2026, 6, 10, 23, 59, 59) + ms(999), local(paris, 2026, 6, 10, 0, 0, 0), true),
+            (DAY, paris, local(paris, 2026, 6, 11, 23, 59, 59) + ms(999), local(paris, 2026, 6, 11, 0, 0, 0), true),
+            (WEEK, paris, local(paris, 2026, 6, 10, 23, 59, 59) + ms(999), local(paris, 2026, 6, 4, 0, 0, 0), true),
+            (WEEK, paris, local(paris, 2026, 6, 11, 0, 0, 0), local(paris, 2026, 6, 4, 0, 0, 0), false),
+            (WEEK, paris, local(paris, 2026, 6, 10, 0, 0, 0), local(paris, 2026, 6, 3, 23, 59, 59) + ms(999), false),
+            // Same UTC instants, different zones, different answers.
+            (DAY, Tz::UTC, utc(2026, 6, 10, 22, 30, 0), utc(2026, 6, 10, 21, 30, 0), true),
+            (DAY, paris, utc(2026, 6, 10, 22, 30, 0), utc(2026, 6, 10, 21, 30, 0), false),
+            (DAY, paris, t, t + ms(1), false),
+            // Degenerate windows never count.
+            (Window::CalendarDays(0), paris, t, t, false),
+            (Window::Rolling(Duration::zero()), paris, t, t, false),
+        ];
+        for &(window, tz, at, send, expected) in cases {
+            assert_eq!(
+                counts(window, tz, at, send),
+                expected,
+                "counts({window}, {tz}, {at}, {send})"
+            );
+        }
+    }
+
+    #[test]
+    fn window_start_and_expires_table() {
+        let paris = Europe::Paris;
+        let at = local(paris, 2026, 3, 30, 12, 0, 0);
+        assert_eq!(
+            window_start(WEEK, paris, at),
+            (local(paris, 2026, 3, 24, 0, 0, 0), true)
+        );
+        assert_eq!(
+            window_start(DAY, paris, at),
+            (local(paris, 2026, 3, 30, 0, 0, 0), true)
+        );
+        assert_eq!(
+            window_start(Window::Rolling(Duration::hours(24)), paris, at),
+            (at - Duration::hours(24), false)
+        );
+        // Santiago: the window start lands on a skipped midnight.
+        let santiago = America::Santiago;
+        assert_eq!(
+            window_start(
+                Window::CalendarDays(2),
+                santiago,
+                local(santiago, 2022, 9, 12, 8, 0, 0)
+            ),
+            (utc(2022, 9, 11, 4, 0, 0), true)
+        );
+
+        let send = local(paris, 2026, 3, 23, 10, 0, 0);
+        assert_eq!(
+            expires(WEEK, paris, send),
+            local(paris, 2026, 3, 30, 0, 0, 0)
+        );
+        assert_eq!(
+            expires(DAY, paris, send),
+            local(paris, 2026, 3, 24, 0, 0, 0)
+        );
+        assert_eq!(
+            expires(Window::Rolling(Duration::minutes(90)), paris, send),
+            send + Duration::minutes(90)
+        );
+        // Havana: the expiry lands on a doubled midnight (the earlier one).
+        let havana = America::Havana;
+        assert_eq!(
+            expires(DAY, havana, local(havana, 2022, 11, 5, 18, 0, 0)),
+            utc(2022, 11, 6, 4, 0, 0)
+        );
+    }
+
+    #[test]
+    fn earliest_allowed_table() {
+        let ny = America::New_York;
+        let paris = Europe::Paris;
+        let rolling = [Rule {
+            limit: 1,
+            window: Window::Rolling(Duration::seconds(3)),
+        }];
+        let t0 = utc(2026, 5, 4, 13, 0, 0) + ms(250);
+        let zero = [
+            Rule {
+                limit: 0,
+                window: DAY,
+            },
+            DAILY_AND_WEEKLY[1],
+        ];
+        // (name, rules, zone, now, sends, expected)
+        type Case<'a> = (
+            &'a str,
+            &'a [Rule],
+            Tz,
+            DateTime<Utc>,
+            Vec<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+        );
+        #[rustfmt::skip]
+        let cases: Vec<Case> = vec![
+            ("no sends", &DAILY_AND_WEEKLY, ny, local(ny, 2026, 5, 4, 9, 0, 0), vec![], Some(local(ny, 2026, 5, 4, 9, 0, 0))),
+            (
+                "second send on the same local day waits for local midnight",
+                &DAILY_AND_WEEKLY,
+                ny,
+                local(ny, 2026, 5, 4, 18, 0, 0),
+                vec![local(ny, 2026, 5, 4, 9, 0, 0)],
+                Some(utc(2026, 5, 5, 4, 0, 0)),
+            ),
+            (
+                "fourth in seven days waits for the oldest send's day + 7",
+                &DAILY_AND_WEEKLY,
+                ny,
+                local(ny, 2026, 5, 10, 12, 0, 0),
+                vec![
+                    local(ny, 2026, 5, 8, 11, 0, 0),
+                    local(ny, 2026, 5, 4, 9, 0, 0),
+                    local(ny, 2026, 5, 6, 10, 0, 0),
+                ],
+                Some(local(ny, 2026, 5, 11, 0, 0, 0)),
+            ),
+            (
+                "sends outside the week are ignored",
+                &DAILY_AND_WEEKLY,
+                ny,
+                local(ny, 2026, 5, 11, 0, 0, 0),
+                vec![
+                    local(ny, 2026, 5, 8, 11, 0, 0),
+                    local(ny, 2026, 5, 4, 9, 0, 0),
+                    local(ny, 2026, 5, 6, 10, 0, 0),
+                ],
+                Some(local(ny, 2026, 5, 11, 0, 0, 0)),
+            ),
+            (
+                "both rules blocking: the later instant wins",
+                &DAILY_AND_WEEKLY,
+                ny,
+                local(ny, 2026, 5, 10, 12, 0, 0),
+                vec![
+                    local(ny, 2026, 5, 10, 8, 0, 0),
+                    local(ny, 2026, 5, 7, 9, 0, 0),
+                    local(ny, 2026, 5, 6, 10, 0, 0),
+                    local(ny, 2026, 5, 4, 9, 0, 0),
+                ],
+                // Counting in the week at 05-10: 05-04, 05-06, 05-07, 05-10 (k=4, L=3):
+                // the 2nd oldest (05-06) must expire, at 05-13 00:00.
+                Some(local(ny, 2026, 5, 13, 0, 0, 0)),
+            ),
+            ("rolling 1 per 3s", &rolling, ny, t0 + ms(1_000), vec![t0], Some(t0 + ms(3_000))),
+            ("rolling 1 per 3s, just before", &rolling, ny, t0 + ms(2_999), vec![t0], Some(t0 + ms(3_000))),
+            ("rolling 1 per 3s, exactly 3s later", &rolling, ny, t0 + ms(3_000), vec![t0], Some(t0 + ms(3_000))),
+            ("limit 0", &zero, ny, t0, vec![], None),
+            (
+                "seven days across the Paris spring-forward end at local midnight",
+                &DAILY_AND_WEEKLY,
+                paris,
+                local(paris, 2026, 3, 28, 12, 0, 0),
+                vec![
+                    local(paris, 2026, 3, 23, 10, 0, 0),
+                    local(paris, 2026, 3, 25, 10, 0, 0),
+                    local(paris, 2026, 3, 27, 10, 0, 0),
+                ],
+                // 2026-03-30 00:00 CEST, 6 days 23 hours after 2026-03-23 00:00 CET.
+                Some(utc(2026, 3, 29, 22, 0, 0)),
+            ),
+            (
+                "send at 23:59:59.999 local blocks only until 00:00:00.000",
+                &DAILY_AND_WEEKLY,
+                paris,
+                local(paris, 2026, 6, 10, 23, 59, 59) + ms(999),
+                vec![local(paris, 2026, 6, 10, 23, 59, 59) + ms(999)],
+                Some(local(paris, 2026, 6, 11, 0, 0, 0)),
+            ),
+            (
+                "send at 00:00:00.000 local blocks the whole day",
+                &DAILY_AND_WEEKLY,
+                paris,
+                local(paris, 2026, 6, 11, 0, 0, 0),
+                vec![local(paris, 2026, 6, 11, 0, 0, 0)],
+                Some(local(paris, 2026, 6, 12, 0, 0, 0)),
+            ),
+            (
+                "Santiago: next day starts at 01:00 after a skipped midnight",
+                &DAILY_AND_WEEKLY,
+                America::Santiago,
+                utc(2022, 9, 11, 2, 0, 0),
+                vec![utc(2022, 9, 10, 15, 0, 0)],
+                Some(utc(2022, 9, 11, 4, 0, 0)),
+            ),
+        ];
+        for (name, rules, tz, now, sends, expected) in cases {
+            let got = earliest_allowed(rules, tz, now, &sends);
+            assert_eq!(got, expected, "{name}");
+            if let Some(t) = got {
+                assert!(t >= now, "{name}");
+                assert!(admits(rules, tz, t, &sends), "{name}: admitted at {t}");
+                assert_eq!(admits(rules, tz, now, &sends), t == now, "{name}");
+                if t > now {
+                    assert!(
+                        !admits(rules, tz, t - ms(1), &sends),
+                        "{name}: refused just before {t}"
+                    );
+                }
+            }
+        }
+        // The DST case is not "oldest send + 7 * 86400 s" nor "its midnight + 7 * 86400 s".
+        let oldest = local(paris, 2026, 3, 23, 10, 0, 0);
+        let got = earliest_allowed(
+            &DAILY_AND_WEEKLY,
+            paris,
+            local(paris, 2026, 3, 28, 12, 0, 0),
+            &[
+                oldest,
+                local(paris, 2026, 3, 25, 10, 0, 0),
+                local(paris, 2026, 3, 27, 10, 0, 0),
+            ],
+        )
+        .unwrap();
+        assert_ne!(got, oldest + Duration::seconds(7 * 86_400));
+        assert_ne!(
+            got,
+            day_start(paris, ymd(2026, 3, 23)) + Duration::seconds(7 * 86_400)
+        );
+    }
+
+    #[test]
+    fn window_parse_and_display() {
+        #[rustfmt::skip]
+        let ok: &[(&str, Window, &str)] = &[
+            ("1d", Window::CalendarDays(1), "1d"),
+            ("7d", Window::CalendarDays(7), "7d"),
+            ("500ms", Window::Rolling(ms(500)), "500ms"),
+            ("1500ms", Window::Rolling(ms(1_500)), "1500ms"),
+            ("30s", Window::Rolling(Duration::seconds(30)), "30s"),
+            ("10m", Window::Rolling(Duration::minutes(10)), "10m"),
+            ("90m", Window::Rolling(Duration::minutes(90)), "90m"),
+            ("24h", Window::Rolling(Duration::hours(24)), "24h"),
+            ("60s", Window::Rolling(Duration::minutes(1)), "1m"),
+            ("3600000ms", Window::Rolling(Duration::hours(1)), "1h"),
+            ("07d", Window::CalendarDays(7), "7d"),
+        ];
+        for &(text, window, shown) in ok {
+            assert_eq!(text.parse::<Window>(), Ok(window), "{text}");
+            assert_eq!(window.to_string(), shown, "{text}");
+            assert_eq!(shown.parse::<Window>(), Ok(window), "{shown}");
+        }
+        #[rustfmt::skip]
+        let bad = [
+            "", "0d", "7", "3w", "-1s", "1.5h", "0ms", "0h", "d", "ms",
+            " 7d", "7d ", "7 d", "+7d", "7D", "1y", "1dd", "4294967296d", "99999999999999999999999s", "9223372036854775807h",
+        ];
+        for text in bad {
+            let err = text.parse::<Window>().expect_err(text);
+            let message = err.to_string();
+            assert!(message.contains(&format!("{text:?}")), "{message}");
+            for form in ["\"1d\"", "\"500ms\"", "\"30s\"", "\"10m\"", "\"24h\""] {
+                assert!(message.contains(form), "{message}");
+            }
+            let _: &dyn std::error::Error = &err;
+        }
+        assert_eq!(
+            "4294967295d".parse::<Window>(),
+            Ok(Window::CalendarDays(u32::MAX))
+        );
+    }
+
+    const ZONES: [Tz; 8] = [
+        Tz::UTC,
+        Europe::Paris,
+        America::Santiago,
+        Asia::Kathmandu,
+        Australia::Lord_Howe,
+        America::Havana,
+        Asia::Beirut,
+        America::New_York,
+    ];
+
+    fn window_choices() -> [Window; 6] {
+        [
+            Window::CalendarDays(1),
+            Window::CalendarDays(2),
+            Window::CalendarDays(7),
+            Window::Rolling(Duration::seconds(3)),
+            Window::Rolling(Duration::minutes(90)),
+            Window::Rolling(Duration::hours(24)),
+        ]
+    }
+
+    /// Counting written independently of `counts`: local dates via
+    /// `with_timezone` and day numbers, rolling windows via instant arithmetic.
+    fn reference_counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> bool {
+        if send > at {
+            return false;
+        }
+        match window {
+            Window::Rolling(d) => send > at - d,
+            Window::CalendarDays(n) => {
+                let day = |t: DateTime<Utc>| t.with_timezone(&tz).date_naive().num_days_from_ce();
+                day(send) + n as i32 > day(at)
+            }
+        }
+    }
+
+    fn reference_admits(
+        rules: &[Rule],
+        tz: Tz,
+        at: DateTime<Utc>,
+        sends: &[DateTime<Utc>],
+    ) -> bool {
+        rules.iter().all(|r| {
+            sends
+                .iter()
+                .filter(|&&s| reference_counts(r.window, tz, at, s))
+                .count()
+                < r.limit as usize
+        })
+    }
+
+    /// A start instant (ms precision) in 2022-2027, biased towards the months
+    /// before DST changes of the zones under test.
+    fn start_instant() -> impl Strategy<Value = DateTime<Utc>> {
+        (
+            2022i32..=2027,
+            prop::sample::select(vec![1u32, 2, 3, 3, 4, 6, 8, 9, 9, 10, 10, 12]),
+            1u32..=28,
+            0i64..86_400_000,
+        )
+            .prop_map(|(y, m, d, ms_of_day)| utc(y, m, d, 0, 0, 0) + ms(ms_of_day))
+    }
+
+    fn rules_strategy() -> impl Strategy<Value = Vec<Rule>> {
+        prop::collection::vec((1u32..=4, 0usize..6), 1..=3).prop_map(|rules| {
+            rules
+                .into_iter()
+                .map(|(limit, w)| Rule {
+                    limit,
+                    window: window_choices()[w],
+                })
+                .collect()
+        })
+    }
+
+    /// Gaps between arrivals: a mix of bursts, hours and days (~30 days in all).
+    fn gaps_strategy() -> impl Strategy<Value = Vec<i64>> {
+        prop::collection::vec(
+            prop_oneof![0i64..5_000, 0i64..7_200_000, 0i64..172_800_000],
+            1..80,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn simulation_respects_caps_and_earliest_allowed_is_exact(
+            zone in 0usize..ZONES.len(),
+            rules in rules_strategy(),
+            start in start_instant(),
+            gaps in gaps_strategy(),
+        ) {
+            let tz = ZONES[zone];
+            let mut sends: Vec<DateTime<Utc>> = Vec::new();
+            let mut a = start;
+            for gap in gaps {
+                a += ms(gap);
+                let admitted = admits(&rules, tz, a, &sends);
+                prop_assert_eq!(admitted, reference_admits(&rules, tz, a, &sends));
+                let r = earliest_allowed(&rules, tz, a, &sends)
+                    .expect("limits are >= 1 so a send is eventually allowed");
+                if admitted {
+                    prop_assert_eq!(r, a);
+                    sends.push(a);
+                } else {
+                    prop_assert!(r > a, "refused at {} but earliest_allowed = {}", a, r);
+                    prop_assert!(admits(&rules, tz, r, &sends), "not admitted at {}", r);
+                    prop_assert!(reference_admits(&rules, tz, r, &sends));
+                    prop_assert!(!admits(&rules, tz, r - ms(1), &sends), "admitted before {}", r);
+                    prop_assert!(!reference_admits(&rules, tz, r - ms(1), &sends));
+                }
+            }
+            // Brute force: at each recorded send, every cap holds including it.
+            for &s in &sends {
+                for rule in &rules {
+                    let n = sends.iter().filter(|&&o| reference_counts(rule.window, tz, s, o)).count();
+                    prop_assert!(n <= rule.limit as usize, "{} sends count at {} for {:?}", n, s, rule);
+                }
+            }
+        }
+
+        #[test]
+        fn earliest_allowed_is_exact_for_arbitrary_history(
+            zone in 0usize..ZONES.len(),
+            rules in rules_strategy(),
+            now in start_instant(),
+            ages in prop::collection::vec(
+                prop_oneof![0i64..10_000, 0i64..86_400_000, 0i64..864_000_000],
+                0..20,
+            ),
+        ) {
+            // Unsorted sends, possibly already over the limits.
+            let tz = ZONES[zone];
+            let sends: Vec<DateTime<Utc>> = ages.iter().map(|&age| now - ms(age)).collect();
+            let r = earliest_allowed(&rules, tz, now, &sends)
+                .expect("limits are >= 1 so a send is eventually allowed");
+            prop_assert!(r >= now);
+            prop_assert!(admits(&rules, tz, r, &sends), "not admitted at {}", r);
+            prop_assert!(reference_admits(&rules, tz, r, &sends));
+            prop_assert_eq!(r == now, admits(&rules, tz, now, &sends));
+            if r > now {
+                prop_assert!(!admits(&rules, tz, r - ms(1), &sends), "admitted before {}", r);
+                prop_assert!(!reference_admits(&rules, tz, r - ms(1), &sends));
+            }
+        }
+
+        #[test]
+        fn counts_agrees_with_window_start_expires_and_reference(
+            zone in 0usize..ZONES.len(),
+            w in 0usize..6,
+            send in start_instant(),
+            delta in prop_oneof![0i64..10_000, 0i64..86_400_000, 0i64..1_000_000_000],
+        ) {
+            let tz = ZONES[zone];
+            let window = window_choices()[w];
+            let at = send + ms(delta);
+            let c = counts(window, tz, at, send);
+            prop_assert_eq!(c, reference_counts(window, tz, at, send));
+            let (bound, inclusive) = window_start(window, tz, at);
+            prop_assert_eq!(c, if inclusive { send >= bound } else { send > bound });
+            prop_assert_eq!(c, at < expires(window, tz, send));
+            prop_assert!(!counts(window, tz, send, at + ms(1)));
+        }
+
+        #[test]
+        fn day_start_is_first_instant_of_the_date(
+            zone in 0usize..ZONES.len(),
+            at in start_instant(),
+            extra_days in 0i64..60,
+        ) {
+            let tz = ZONES[zone];
+            let at = at + Duration::days(extra_days);
+            let date = local_date(tz, at);
+            let start = day_start(tz, date);
+            let next = next_day_start(tz, at);
+            prop_assert!(start <= at && at < next);
+            prop_assert_eq!(local_date(tz, start), date);
+            prop_assert!(local_date(tz, start - ms(1)) < date);
+            prop_assert_eq!(local_date(tz, next), date.succ_opt().unwrap());
+            prop_assert_eq!(local_date(tz, next - ms(1)), date);
+        }
+
+        #[test]
+        fn window_display_round_trips(days in 1u32.., millis in 1i64..=i64::MAX / 1_000_000) {
+            let w = Window::CalendarDays(days);
+            prop_assert_eq!(w.to_string().parse::<Window>(), Ok(w));
+            let w = Window::Rolling(ms(millis));
+            prop_assert_eq!(w.to_string().parse::<Window>(), Ok(w));
+            let w = Window::Rolling(Duration::seconds(millis % 1_000_000_000 + 1));
+            prop_assert_eq!(w.to_string().parse::<Window>(), Ok(w));
+        }
+    }
+}
