@@ -247,7 +247,10 @@ impl Settings {
         ));
         if let Some(path) = file {
             if let Err(e) = std::fs::metadata(path) {
-                return Err(invalid("--config", format!("cannot read {}: {e}", path.display())));
+                return Err(invalid(
+                    "--config",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
             }
             builder = builder.add_source(
                 config::File::from(path)
@@ -297,7 +300,10 @@ impl Settings {
             return Err(invalid("redis.hash_key", "must not be empty"));
         }
         if self.redis.cluster && self.redis.cluster_urls.is_empty() {
-            return Err(invalid("redis.cluster_urls", "cluster = true needs at least one URL"));
+            return Err(invalid(
+                "redis.cluster_urls",
+                "cluster = true needs at least one URL",
+            ));
         }
         if self.redis.reservation_lease.0 < Duration::from_secs(1) {
             return Err(invalid("redis.reservation_lease", "must be at least 1s"));
@@ -312,14 +318,22 @@ impl Settings {
                 .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.http.listen)))?;
         }
         if !self.policies.contains_key("default") {
-            return Err(invalid("policies.default", "a `default` policy is required"));
+            return Err(invalid(
+                "policies.default",
+                "a `default` policy is required",
+            ));
         }
         self.policies()?;
         if self.channels.is_empty() {
             return Err(invalid("channels", "at least one channel is required"));
         }
         for name in self.channels.keys() {
-            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 return Err(invalid(
                     format!("channels.{name}"),
                     "channel names are 1 to 64 characters of a-z, A-Z, 0-9, `_` and `-`",
@@ -335,7 +349,10 @@ impl Settings {
         self.worker.default_timezone.parse::<Tz>().map_err(|_| {
             invalid(
                 "worker.default_timezone",
-                format!("`{}` is not an IANA time zone", self.worker.default_timezone),
+                format!(
+                    "`{}` is not an IANA time zone",
+                    self.worker.default_timezone
+                ),
             )
         })
     }
@@ -392,7 +409,10 @@ impl Settings {
             return Ok(None);
         };
         if rate == 0 {
-            return Err(invalid(key("rate"), "must be at least 1 (leave it out for no limit)"));
+            return Err(invalid(
+                key("rate"),
+                "must be at least 1 (leave it out for no limit)",
+            ));
         }
         let period = c.period.map(|d| d.0).unwrap_or(Duration::from_secs(1));
         if period.is_zero() {
@@ -469,14 +489,23 @@ mod tests {
         let s = Settings::load_with_env(None, env(&[])).unwrap();
         assert_eq!(s.amqp.url, "amqp://guest:guest@127.0.0.1:5672/%2f");
         assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
-        assert_eq!(s.channels.keys().collect::<Vec<_>>(), ["email", "push", "sms"]);
+        assert_eq!(
+            s.channels.keys().collect::<Vec<_>>(),
+            ["email", "push", "sms"]
+        );
         let policies = s.policies().unwrap();
         let default = policies.iter().find(|p| p.name == "default").unwrap();
         assert_eq!(
             default.rules,
             vec![
-                Rule { limit: 1, window: Window::CalendarDays(1) },
-                Rule { limit: 3, window: Window::CalendarDays(7) }
+                Rule {
+                    limit: 1,
+                    window: Window::CalendarDays(1)
+                },
+                Rule {
+                    limit: 3,
+                    window: Window::CalendarDays(7)
+                }
             ]
         );
         let transactional = policies.iter().find(|p| p.name == "transactional").unwrap();
@@ -499,28 +528,55 @@ mod tests {
         assert_eq!(s.amqp.prefetch, 32);
         assert_eq!(
             s.rate("sms").unwrap(),
-            Some(Rate { interval_us: 100_000, burst: 1, cost: 1 })
+            Some(Rate {
+                interval_us: 100_000,
+                burst: 1,
+                cost: 1
+            })
         );
     }
 
     #[test]
     fn bad_values_name_their_key() {
         for (vars, key) in [
-            (vec![("QUOTA_WORKER__WORKER__DEFAULT_TIMEZONE", "Mars/Olympus")], "worker.default_timezone"),
-            (vec![("QUOTA_WORKER__CHANNELS__SMS__RATE", "0")], "channels.sms.rate"),
-            (vec![("QUOTA_WORKER__CHANNELS__SMS__RATE", "5"), ("QUOTA_WORKER__CHANNELS__SMS__BURST", "0")], "channels.sms.burst"),
+            (
+                vec![("QUOTA_WORKER__WORKER__DEFAULT_TIMEZONE", "Mars/Olympus")],
+                "worker.default_timezone",
+            ),
+            (
+                vec![("QUOTA_WORKER__CHANNELS__SMS__RATE", "0")],
+                "channels.sms.rate",
+            ),
+            (
+                vec![
+                    ("QUOTA_WORKER__CHANNELS__SMS__RATE", "5"),
+                    ("QUOTA_WORKER__CHANNELS__SMS__BURST", "0"),
+                ],
+                "channels.sms.burst",
+            ),
             (vec![("QUOTA_WORKER__AMQP__PREFETCH", "0")], "amqp.prefetch"),
-            (vec![("QUOTA_WORKER__REDIS__RESERVATION_LEASE", "1d")], "reservation_lease"),
+            (
+                vec![("QUOTA_WORKER__REDIS__RESERVATION_LEASE", "1d")],
+                "reservation_lease",
+            ),
         ] {
-            let err = Settings::load_with_env(None, env(&vars)).unwrap_err().to_string();
+            let err = Settings::load_with_env(None, env(&vars))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(key), "{err} should name {key}");
         }
     }
 
     #[test]
     fn redaction_hides_passwords() {
-        assert_eq!(redact_url("amqp://guest:secret@host:5672/%2f"), "amqp://guest:***@host:5672/%2f");
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact_url("amqp://guest:secret@host:5672/%2f"),
+            "amqp://guest:***@host:5672/%2f"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         let s = Settings::load_with_env(None, env(&[])).unwrap();
         let shown = s.to_string();
         assert!(!shown.contains("guest:guest"));

@@ -81,10 +81,17 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         )));
     }
     let text = std::str::from_utf8(body).map_err(|e| {
-        Malformed(format!("the body is not UTF-8 (invalid byte at offset {})", e.valid_up_to()))
+        Malformed(format!(
+            "the body is not UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
     })?;
     let wire: Wire<'_> = serde_json::from_str(text).map_err(|e| {
-        let what = if e.is_data() { "not a job" } else { "not valid JSON" };
+        let what = if e.is_data() {
+            "not a job"
+        } else {
+            "not valid JSON"
+        };
         Malformed(format!("the body is {what}: {e}"))
     })?;
     let id = required("id", wire.id, MAX_ID_CHARS)?;
@@ -103,7 +110,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
     let tz = match wire.timezone {
         None => default_tz,
         Some(name) => name.parse::<Tz>().map_err(|_| {
-            Malformed(format!("the field `timezone` is not an IANA time zone: {:?}", truncate(&name)))
+            Malformed(format!(
+                "the field `timezone` is not an IANA time zone: {:?}",
+                truncate(&name)
+            ))
         })?,
     };
     let expires_at = match wire.expires_at {
@@ -147,17 +157,27 @@ mod tests {
 
     #[test]
     fn a_full_job() {
-        let j = ok(r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo",
-            "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00","payload":{"a":[1,2]},"extra":true}"#);
+        let j = ok(
+            r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo",
+            "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00","payload":{"a":[1,2]},"extra":true}"#,
+        );
         assert_eq!(j.id, "j1");
         assert_eq!(j.category, "promo");
         assert_eq!(j.tz, chrono_tz::Asia::Shanghai);
-        assert_eq!(j.expires_at.unwrap().to_rfc3339(), "2026-11-30T16:00:00+00:00");
+        assert_eq!(
+            j.expires_at.unwrap().to_rfc3339(),
+            "2026-11-30T16:00:00+00:00"
+        );
     }
 
     #[test]
     fn defaults_apply() {
-        let j = decode(br#"{"id":"j","recipient":"r","channel":"email"}"#, 100, chrono_tz::Europe::Paris).unwrap();
+        let j = decode(
+            br#"{"id":"j","recipient":"r","channel":"email"}"#,
+            100,
+            chrono_tz::Europe::Paris,
+        )
+        .unwrap();
         assert_eq!(j.category, "default");
         assert_eq!(j.tz, chrono_tz::Europe::Paris);
         assert_eq!(j.expires_at, None);
@@ -172,19 +192,44 @@ mod tests {
 
     #[test]
     fn malformed_cases_say_why() {
-        let long_id = format!(r#"{{"id":"{}","recipient":"r","channel":"sms"}}"#, "i".repeat(10_000));
+        let long_id = format!(
+            r#"{{"id":"{}","recipient":"r","channel":"sms"}}"#,
+            "i".repeat(10_000)
+        );
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"\xff\xfe{}".to_vec(), "not UTF-8"),
             (b"not json".to_vec(), "not valid JSON"),
             (b"[1,2]".to_vec(), "not a job"),
-            (br#"{"recipient":"r","channel":"sms"}"#.to_vec(), "`id` is missing"),
-            (br#"{"id":"","recipient":"r","channel":"sms"}"#.to_vec(), "`id` must be 1 to 128"),
+            (
+                br#"{"recipient":"r","channel":"sms"}"#.to_vec(),
+                "`id` is missing",
+            ),
+            (
+                br#"{"id":"","recipient":"r","channel":"sms"}"#.to_vec(),
+                "`id` must be 1 to 128",
+            ),
             (long_id.into_bytes(), "`id` must be 1 to 128"),
-            (br#"{"id":"a","channel":"sms"}"#.to_vec(), "`recipient` is missing"),
-            (br#"{"id":1,"recipient":"r","channel":"sms"}"#.to_vec(), "not a job"),
-            (br#"{"id":"a","recipient":"r","channel":"sms","timezone":"../../etc/passwd"}"#.to_vec(), "not an IANA"),
-            (br#"{"id":"a","recipient":"r","channel":"sms","expires_at":"tomorrow"}"#.to_vec(), "RFC 3339"),
-            (br#"{"id":"a","id":"b","recipient":"r","channel":"sms"}"#.to_vec(), "duplicate field"),
+            (
+                br#"{"id":"a","channel":"sms"}"#.to_vec(),
+                "`recipient` is missing",
+            ),
+            (
+                br#"{"id":1,"recipient":"r","channel":"sms"}"#.to_vec(),
+                "not a job",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","timezone":"../../etc/passwd"}"#
+                    .to_vec(),
+                "not an IANA",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","expires_at":"tomorrow"}"#.to_vec(),
+                "RFC 3339",
+            ),
+            (
+                br#"{"id":"a","id":"b","recipient":"r","channel":"sms"}"#.to_vec(),
+                "duplicate field",
+            ),
         ];
         for (body, why) in cases {
             let got = bad(&body);
@@ -200,20 +245,35 @@ mod tests {
             "]".repeat(10_000)
         );
         assert_eq!(ok(&deep).id, "a");
-        let deep_id = format!(r#"{{"id":{}{},"recipient":"r","channel":"sms"}}"#, "[".repeat(10_000), "]".repeat(10_000));
+        let deep_id = format!(
+            r#"{{"id":{}{},"recipient":"r","channel":"sms"}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
         assert!(bad(deep_id.as_bytes()).contains("not a job"));
     }
 
     #[test]
     fn oversized_bodies_are_refused_before_parsing() {
         let body = vec![b' '; 11];
-        assert!(decode(&body, 10, Tz::UTC).unwrap_err().0.contains("11 bytes"));
+        assert!(decode(&body, 10, Tz::UTC)
+            .unwrap_err()
+            .0
+            .contains("11 bytes"));
     }
 
     #[test]
     fn extreme_instants_parse() {
-        assert!(ok(r#"{"id":"a","recipient":"r","channel":"sms","expires_at":"9999-12-31T23:59:59Z"}"#).expires_at.is_some());
-        assert!(ok(r#"{"id":"a","recipient":"r","channel":"sms","expires_at":"1970-01-01T00:00:00Z"}"#).expires_at.is_some());
+        assert!(ok(
+            r#"{"id":"a","recipient":"r","channel":"sms","expires_at":"9999-12-31T23:59:59Z"}"#
+        )
+        .expires_at
+        .is_some());
+        assert!(ok(
+            r#"{"id":"a","recipient":"r","channel":"sms","expires_at":"1970-01-01T00:00:00Z"}"#
+        )
+        .expires_at
+        .is_some());
     }
 
     #[test]

@@ -14,7 +14,8 @@
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
-/// Header: how many times the worker has handled this job before.
+/// Header: how many times the worker has handled this job, the handling that
+/// published this copy included.
 pub const ATTEMPT: &str = "x-notify-attempt";
 /// Header: when the worker first saw this job (ms since the epoch).
 pub const FIRST_SEEN: &str = "x-notify-first-seen";
@@ -83,13 +84,21 @@ impl Ladder {
 /// `x-death` family (a message that carries them into a dead-letter cycle can be
 /// dropped silently by the broker), the attempt count raised by one, the first-seen
 /// time kept (or set to `now`), and the instant it waits for.
-pub fn next_headers(original: Option<&FieldTable>, now: DateTime<Utc>, not_before: Option<DateTime<Utc>>) -> FieldTable {
+pub fn next_headers(
+    original: Option<&FieldTable>,
+    now: DateTime<Utc>,
+    not_before: Option<DateTime<Utc>>,
+) -> FieldTable {
     let mut out = FieldTable::default();
     let (attempt, first_seen) = attempt_info(original);
     if let Some(headers) = original {
         for (k, v) in headers.inner() {
             let k_str = k.as_str();
-            if k_str == "x-death" || k_str.starts_with("x-first-death") || k_str.starts_with("x-last-death") || k_str == NOT_BEFORE {
+            if k_str == "x-death"
+                || k_str.starts_with("x-first-death")
+                || k_str.starts_with("x-last-death")
+                || k_str == NOT_BEFORE
+            {
                 continue;
             }
             out.insert(k.clone(), v.clone());
@@ -101,7 +110,10 @@ pub fn next_headers(original: Option<&FieldTable>, now: DateTime<Utc>, not_befor
         AMQPValue::LongLongInt(first_seen.unwrap_or(now.timestamp_millis())),
     );
     if let Some(t) = not_before {
-        out.insert(NOT_BEFORE.into(), AMQPValue::LongLongInt(t.timestamp_millis()));
+        out.insert(
+            NOT_BEFORE.into(),
+            AMQPValue::LongLongInt(t.timestamp_millis()),
+        );
     }
     out
 }
@@ -145,14 +157,23 @@ pub fn dead_headers(original: Option<&FieldTable>, reason: &str, detail: &str) -
     if let Some(headers) = original {
         for (k, v) in headers.inner() {
             let k_str = k.as_str();
-            if k_str == "x-death" || k_str.starts_with("x-first-death") || k_str.starts_with("x-last-death") {
+            if k_str == "x-death"
+                || k_str.starts_with("x-first-death")
+                || k_str.starts_with("x-last-death")
+            {
                 continue;
             }
             out.insert(k.clone(), v.clone());
         }
     }
-    out.insert(ShortString::from(REASON), AMQPValue::LongString(reason.into()));
-    out.insert(ShortString::from(DETAIL), AMQPValue::LongString(detail.into()));
+    out.insert(
+        ShortString::from(REASON),
+        AMQPValue::LongString(reason.into()),
+    );
+    out.insert(
+        ShortString::from(DETAIL),
+        AMQPValue::LongString(detail.into()),
+    );
     out
 }
 
@@ -162,7 +183,10 @@ mod tests {
     use chrono::TimeZone;
 
     fn ladder() -> Ladder {
-        Ladder { prefix: "notify.delay".into(), levels: 20 }
+        Ladder {
+            prefix: "notify.delay".into(),
+            levels: 20,
+        }
     }
 
     #[test]
@@ -176,7 +200,10 @@ mod tests {
 
     #[test]
     fn the_key_spells_the_delay_and_each_level_routes_its_bit() {
-        let l = Ladder { prefix: "d".into(), levels: 5 };
+        let l = Ladder {
+            prefix: "d".into(),
+            levels: 5,
+        };
         assert_eq!(l.routing_key(5), "0.0.1.0.1");
         assert_eq!(l.patterns(4), ("1.#".into(), "0.#".into()));
         assert_eq!(l.patterns(0), ("*.*.*.*.1.#".into(), "*.*.*.*.0.#".into()));
@@ -198,10 +225,16 @@ mod tests {
         let l = ladder();
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         assert_eq!(l.seconds(now, now), 1);
-        assert_eq!(l.seconds(now, now + chrono::Duration::milliseconds(1001)), 2);
+        assert_eq!(
+            l.seconds(now, now + chrono::Duration::milliseconds(1001)),
+            2
+        );
         assert_eq!(l.seconds(now, now + chrono::Duration::seconds(5)), 5);
         assert_eq!(l.seconds(now, now + chrono::Duration::days(6)), 6 * 86_400);
-        assert_eq!(l.seconds(now, now + chrono::Duration::days(60)), l.max_seconds());
+        assert_eq!(
+            l.seconds(now, now + chrono::Duration::days(60)),
+            l.max_seconds()
+        );
     }
 
     #[test]
@@ -209,14 +242,23 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let mut h = FieldTable::default();
         h.insert("x-death".into(), AMQPValue::FieldArray(Default::default()));
-        h.insert("x-first-death-queue".into(), AMQPValue::LongString("q".into()));
+        h.insert(
+            "x-first-death-queue".into(),
+            AMQPValue::LongString("q".into()),
+        );
         h.insert("trace".into(), AMQPValue::LongString("abc".into()));
         let first = next_headers(Some(&h), now, None);
         assert!(!first.contains_key("x-death") && !first.contains_key("x-first-death-queue"));
         assert!(first.contains_key("trace"));
-        assert_eq!(attempt_info(Some(&first)), (1, Some(now.timestamp_millis())));
+        assert_eq!(
+            attempt_info(Some(&first)),
+            (1, Some(now.timestamp_millis()))
+        );
         let later = now + chrono::Duration::hours(1);
         let second = next_headers(Some(&first), later, Some(later));
-        assert_eq!(attempt_info(Some(&second)), (2, Some(now.timestamp_millis())));
+        assert_eq!(
+            attempt_info(Some(&second)),
+            (2, Some(now.timestamp_millis()))
+        );
     }
 }

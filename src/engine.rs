@@ -55,7 +55,9 @@ impl RedisConn {
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout))
                 .set_max_delay(Duration::from_secs(1));
-            Ok(RedisConn::Single(client.get_connection_manager_with_config(config).await?))
+            Ok(RedisConn::Single(
+                client.get_connection_manager_with_config(config).await?,
+            ))
         }
     }
 }
@@ -212,7 +214,8 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
                 let (start, _) = window::window_start(rule.window, tz, now);
                 let expiry = window::expires(rule.window, tz, now).timestamp_millis();
                 plan.calendar_expiry_ms = plan.calendar_expiry_ms.max(expiry);
-                plan.rules.push((rule.limit, start.timestamp_millis().max(1)));
+                plan.rules
+                    .push((rule.limit, start.timestamp_millis().max(1)));
             }
             Window::Rolling(d) => plan.rules.push((rule.limit, -d.num_milliseconds().max(1))),
         }
@@ -226,7 +229,9 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
 }
 
 fn ms(t: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(t).single().unwrap_or(DateTime::<Utc>::MAX_UTC)
+    Utc.timestamp_millis_opt(t)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Serialises the jobs of one channel that wait for its send rate, so that a
@@ -254,7 +259,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("keys", &self.keys).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
     }
 }
 
@@ -273,7 +280,10 @@ impl Engine {
     }
 
     /// Build on an existing connection (tests share one).
-    pub async fn with_connection(conn: RedisConn, settings: &Settings) -> Result<Engine, EngineError> {
+    pub async fn with_connection(
+        conn: RedisConn,
+        settings: &Settings,
+    ) -> Result<Engine, EngineError> {
         let policies = settings
             .policies()
             .expect("settings are validated before use")
@@ -303,7 +313,11 @@ impl Engine {
         };
         let mut conn = engine.conn.clone();
         if let RedisConn::Single(_) = conn {
-            for script in [&engine.admit_script, &engine.rate_script, &engine.refund_script] {
+            for script in [
+                &engine.admit_script,
+                &engine.rate_script,
+                &engine.refund_script,
+            ] {
                 script.load_async(&mut conn).await?;
             }
         }
@@ -357,14 +371,17 @@ impl Engine {
     }
 
     fn observe(&self, redis_now_ms: i64) {
-        self.offset_ms
-            .store(redis_now_ms - Utc::now().timestamp_millis(), Ordering::Relaxed);
+        self.offset_ms.store(
+            redis_now_ms - Utc::now().timestamp_millis(),
+            Ordering::Relaxed,
+        );
     }
 
     /// Move this engine's idea of Redis time (tests simulate a skewed worker clock).
     #[doc(hidden)]
     pub fn skew_clock_for_tests(&self, by: chrono::Duration) {
-        self.offset_ms.fetch_add(by.num_milliseconds(), Ordering::Relaxed);
+        self.offset_ms
+            .fetch_add(by.num_milliseconds(), Ordering::Relaxed);
     }
 
     /// This machine's clock, corrected by the offset last seen from Redis.
@@ -400,13 +417,19 @@ impl Engine {
                 );
                 (a?, Some(b?))
             }
-            _ => (self.call_admit(&key, &member, &policy, req.tz, None).await?, None),
+            _ => (
+                self.call_admit(&key, &member, &policy, req.tz, None)
+                    .await?,
+                None,
+            ),
         };
         let mut reply = first;
         for _ in 0..3 {
             match reply {
                 AdmitReply::Clock(now) => {
-                    reply = self.call_admit(&key, &member, &policy, req.tz, Some(now)).await?
+                    reply = self
+                        .call_admit(&key, &member, &policy, req.tz, Some(now))
+                        .await?
                 }
                 _ => break,
             }
@@ -485,7 +508,9 @@ impl Engine {
                 let reply = self.call_rate(channel, rate, rate.cost).await?;
                 match reply.allowed {
                     1 => return Ok(()),
-                    0 => tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await,
+                    0 => {
+                        tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await
+                    }
                     _ => {
                         return Err(EngineError::CostAboveBurst {
                             channel: channel.to_string(),
@@ -551,7 +576,12 @@ impl Engine {
     }
 
     /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).
-    pub async fn call_rate(&self, channel: &str, rate: Rate, cost: u64) -> Result<RateReply, EngineError> {
+    pub async fn call_rate(
+        &self,
+        channel: &str,
+        rate: Rate,
+        cost: u64,
+    ) -> Result<RateReply, EngineError> {
         let mut conn = self.conn.clone();
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply: Vec<i64> = self
@@ -584,7 +614,11 @@ impl Engine {
         tz: Tz,
         now: Option<i64>,
     ) -> Result<AdmitReply, EngineError> {
-        let plan = plan(&policy.rules, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
+        let plan = plan(
+            &policy.rules,
+            tz,
+            now.map(ms).unwrap_or_else(|| self.redis_now()),
+        );
         let mut inv = self.admit_script.key(key);
         inv.arg(member)
             .arg(plan.valid_from_ms)

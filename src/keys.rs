@@ -13,7 +13,9 @@ pub struct Keys {
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("Keys")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -22,7 +24,10 @@ impl Keys {
     pub fn new(prefix: &str, secret: &str) -> Keys {
         Keys {
             prefix: prefix.to_string(),
-            recipient_key: blake3::derive_key("quota-worker 2026 recipient key names", secret.as_bytes()),
+            recipient_key: blake3::derive_key(
+                "quota-worker 2026 recipient key names",
+                secret.as_bytes(),
+            ),
         }
     }
 
@@ -77,7 +82,10 @@ mod tests {
         let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_string();
         assert_eq!(tag(&a), tag(&b));
         assert_ne!(a, keys.recipient("+33 6 12 34 56 79", "default", None));
-        assert_ne!(a, Keys::new("qw", "other").recipient("+33 6 12 34 56 78", "default", None));
+        assert_ne!(
+            a,
+            Keys::new("qw", "other").recipient("+33 6 12 34 56 78", "default", None)
+        );
         assert_eq!(keys.recipient_tag("x").len(), 16);
     }
 

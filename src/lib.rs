@@ -13,9 +13,12 @@
 //!   recipient) and `lua/rate.lua` (per-channel GCRA), one clock (Redis `TIME`).
 #![warn(missing_docs)]
 
+pub mod broker;
 pub mod config;
 pub mod decode;
 pub mod delay;
 pub mod engine;
 pub mod keys;
+pub mod signals;
 pub mod window;
+pub mod worker;

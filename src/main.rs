@@ -1,1 +1,113 @@
-fn main() {}
+//! `quota-worker`: parse arguments, set up logging, call the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use quota_worker::config::Settings;
+use quota_worker::engine::Engine;
+use quota_worker::worker::Worker;
+use tokio_util::sync::CancellationToken;
+
+/// Per-recipient caps and per-channel send rates for notification jobs on RabbitMQ and Redis.
+#[derive(Parser, Debug)]
+#[command(name = "quota-worker", version, about)]
+struct Cli {
+    /// Configuration file (TOML); environment variables QUOTA_WORKER__SECTION__KEY override it.
+    #[arg(long, global = true, env = "QUOTA_WORKER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Auto)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    /// Human-readable on a terminal, JSON otherwise.
+    Auto,
+    /// Human-readable.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the worker until SIGTERM or SIGINT.
+    Run,
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Validate the configuration and print the effective one, secrets redacted.
+    Check,
+}
+
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let settings = Settings::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => {
+            println!("{settings}");
+            Ok(())
+        }
+        Command::Run => run(settings).await,
+    }
+}
+
+async fn run(settings: Settings) -> anyhow::Result<()> {
+    let engine = Arc::new(Engine::connect(&settings).await.with_context(|| {
+        format!(
+            "connecting to Redis at {}",
+            quota_worker::config::redact_url(&settings.redis.url)
+        )
+    })?);
+    let worker = Arc::new(Worker::new(settings, engine));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(quota_worker::signals::on_terminate(shutdown.clone()));
+    worker.run(shutdown).await?;
+    tracing::info!("stopped");
+    Ok(())
+}

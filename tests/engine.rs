@@ -14,7 +14,13 @@ use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::window;
 
 fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
-    Request { id, recipient, channel: "sms", category: "default", tz }
+    Request {
+        id,
+        recipient,
+        channel: "sms",
+        category: "default",
+        tz,
+    }
 }
 
 async fn engine(s: &Settings) -> Engine {
@@ -22,7 +28,10 @@ async fn engine(s: &Settings) -> Engine {
 }
 
 fn redis() -> redis::Connection {
-    redis::Client::open(common::redis_url()).unwrap().get_connection().unwrap()
+    redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
 }
 
 fn admitted(a: &Admission) -> &quota_worker::engine::Ticket {
@@ -34,7 +43,9 @@ fn admitted(a: &Admission) -> &quota_worker::engine::Ticket {
 
 fn retry_at(a: &Admission) -> DateTime<Utc> {
     match a {
-        Admission::Refused { retry_at: Some(t), .. } => *t,
+        Admission::Refused {
+            retry_at: Some(t), ..
+        } => *t,
         other => panic!("expected refused with a retry time, got {other:?}"),
     }
 }
@@ -45,14 +56,23 @@ async fn second_job_same_local_day_waits_for_the_recipients_next_midnight() {
     let _g = RedisGuard(ns.clone());
     let s = settings(&ns);
     let e = engine(&s).await;
-    for zone in ["Asia/Shanghai", "America/Santiago", "Asia/Kathmandu", "Australia/Lord_Howe"] {
+    for zone in [
+        "Asia/Shanghai",
+        "America/Santiago",
+        "Asia/Kathmandu",
+        "Australia/Lord_Howe",
+    ] {
         let tz: Tz = zone.parse().unwrap();
         let who = format!("user-{zone}");
         let first = e.admit(&req("job-1", &who, tz)).await.unwrap();
         let t = admitted(&first).clone();
         e.commit(&t).await.unwrap();
         let second = e.admit(&req("job-2", &who, tz)).await.unwrap();
-        assert_eq!(retry_at(&second), window::next_day_start(tz, t.admitted_at), "{zone}");
+        assert_eq!(
+            retry_at(&second),
+            window::next_day_start(tz, t.admitted_at),
+            "{zone}"
+        );
     }
 }
 
@@ -94,8 +114,10 @@ async fn rolling_window_retry_is_exact() {
     let ns = unique("rolling");
     let _g = RedisGuard(ns.clone());
     let mut s = settings(&ns);
-    s.policies.get_mut("default").unwrap().rules =
-        vec![RuleSettings { limit: 2, window: "3s".into() }];
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 2,
+        window: "3s".into(),
+    }];
     let e = engine(&s).await;
     let a = e.admit(&req("a", "bob", Tz::UTC)).await.unwrap();
     let first = admitted(&a).admitted_at;
@@ -115,10 +137,15 @@ async fn same_job_twice_is_a_duplicate_after_commit_and_in_flight_before() {
     let again = e.admit(&req("same", "carol", Tz::UTC)).await.unwrap();
     assert_eq!(
         again,
-        Admission::InFlight { retry_at: ticket.admitted_at + chrono::Duration::minutes(2) }
+        Admission::InFlight {
+            retry_at: ticket.admitted_at + chrono::Duration::minutes(2)
+        }
     );
     e.commit(&ticket).await.unwrap();
-    assert_eq!(e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(), Admission::Duplicate);
+    assert_eq!(
+        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
+        Admission::Duplicate
+    );
     // counted once: a different job is refused by the 1-per-day rule, not by 2 sends
     let key = e.keys().recipient("carol", "default", None);
     let n: i64 = redis::cmd("ZCARD").arg(&key).query(&mut redis()).unwrap();
@@ -164,11 +191,15 @@ async fn a_refused_job_leaves_no_trace_in_the_rate() {
     let e = engine(&s).await;
     admitted(&e.admit(&req("1", "frank", Tz::UTC)).await.unwrap());
     let rate_key = e.keys().rate("sms");
-    let tat = |c: &mut redis::Connection| -> i64 { redis::cmd("GET").arg(&rate_key).query(c).unwrap() };
+    let tat =
+        |c: &mut redis::Connection| -> i64 { redis::cmd("GET").arg(&rate_key).query(c).unwrap() };
     let mut c = redis();
     let before = tat(&mut c);
     // refused by the recipient cap: the rate token it took is given back
-    assert!(matches!(e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(), Admission::Refused { .. }));
+    assert!(matches!(
+        e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(),
+        Admission::Refused { .. }
+    ));
     let after = tat(&mut c);
     assert!(after <= before, "rate TAT moved from {before} to {after}");
     // so another recipient still gets the second token of the burst at once
@@ -205,7 +236,11 @@ async fn channel_rate_holds_under_concurrency() {
     let ns = unique("gcra");
     let _g = RedisGuard(ns.clone());
     let s = settings(&ns);
-    let rate = Rate { interval_us: 20_000, burst: 5, cost: 1 }; // 50/s
+    let rate = Rate {
+        interval_us: 20_000,
+        burst: 5,
+        cost: 1,
+    }; // 50/s
     let mut engines = Vec::new();
     for _ in 0..8 {
         engines.push(Arc::new(engine(&s).await));
@@ -229,7 +264,10 @@ async fn channel_rate_holds_under_concurrency() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let ceiling = 5 + (elapsed * 50.0).ceil() as u64;
-    assert!(total <= ceiling, "{total} allowed in {elapsed:.3}s, at most {ceiling}");
+    assert!(
+        total <= ceiling,
+        "{total} allowed in {elapsed:.3}s, at most {ceiling}"
+    );
     assert!(total >= 5, "the burst passes at once");
 }
 
@@ -238,20 +276,36 @@ async fn gcra_replies_and_state_are_exact_integers() {
     let ns = unique("gcra-int");
     let _g = RedisGuard(ns.clone());
     let e = engine(&settings(&ns)).await;
-    let rate = Rate { interval_us: 333_334, burst: 3, cost: 1 };
+    let rate = Rate {
+        interval_us: 333_334,
+        burst: 3,
+        cost: 1,
+    };
     let first = e.call_rate("sms", rate, 1).await.unwrap();
     assert_eq!((first.allowed, first.remaining), (1, 2));
-    let raw: String = redis::cmd("GET").arg(e.keys().rate("sms")).query(&mut redis()).unwrap();
-    assert!(raw.parse::<i64>().is_ok(), "TAT stored as an integer: {raw}");
+    let raw: String = redis::cmd("GET")
+        .arg(e.keys().rate("sms"))
+        .query(&mut redis())
+        .unwrap();
+    assert!(
+        raw.parse::<i64>().is_ok(),
+        "TAT stored as an integer: {raw}"
+    );
     assert_eq!(e.call_rate("sms", rate, 2).await.unwrap().allowed, 1);
     let refused = e.call_rate("sms", rate, 1).await.unwrap();
     assert_eq!(refused.allowed, 0);
-    assert!(refused.retry_after > Duration::ZERO && refused.retry_after <= Duration::from_micros(333_334));
+    assert!(
+        refused.retry_after > Duration::ZERO
+            && refused.retry_after <= Duration::from_micros(333_334)
+    );
     // a cost above the burst is "never", not a retry
     assert_eq!(e.call_rate("sms", rate, 4).await.unwrap().allowed, -1);
     // cost 0 is allowed and writes nothing
     assert_eq!(e.call_rate("other", rate, 0).await.unwrap().allowed, 1);
-    let exists: i64 = redis::cmd("EXISTS").arg(e.keys().rate("other")).query(&mut redis()).unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(e.keys().rate("other"))
+        .query(&mut redis())
+        .unwrap();
     assert_eq!(exists, 0);
 }
 
@@ -277,8 +331,10 @@ async fn idle_recipients_expire_and_three_sends_fit_in_150_bytes() {
     let ns = unique("mem");
     let _g = RedisGuard(ns.clone());
     let mut s = settings(&ns);
-    s.policies.get_mut("default").unwrap().rules =
-        vec![RuleSettings { limit: 3, window: "7d".into() }];
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 3,
+        window: "7d".into(),
+    }];
     s.redis.key_prefix = "q".into();
     let e = engine(&s).await;
     // a recipient that exists only in this test run
@@ -286,11 +342,17 @@ async fn idle_recipients_expire_and_three_sends_fit_in_150_bytes() {
     for i in 0..3 {
         let id = uuid::Uuid::now_v7().to_string();
         let _ = i;
-        e.commit(admitted(&e.admit(&req(&id, &who, Tz::UTC)).await.unwrap())).await.unwrap();
+        e.commit(admitted(&e.admit(&req(&id, &who, Tz::UTC)).await.unwrap()))
+            .await
+            .unwrap();
     }
     let key = e.keys().recipient(&who, "default", None);
     let mut c = redis();
-    let bytes: i64 = redis::cmd("MEMORY").arg("USAGE").arg(&key).query(&mut c).unwrap();
+    let bytes: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&key)
+        .query(&mut c)
+        .unwrap();
     let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
     let _: () = redis::cmd("DEL").arg(&key).query(&mut c).unwrap();
     println!("MEMORY USAGE of a recipient with 3 sends: {bytes} bytes (key {key})");

@@ -56,8 +56,12 @@ pub struct RedisGuard(pub String);
 
 impl Drop for RedisGuard {
     fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(redis_url()) else { return };
-        let Ok(mut conn) = client.get_connection() else { return };
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{}:*", self.0))
             .query(&mut conn)
@@ -66,4 +70,188 @@ impl Drop for RedisGuard {
             let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut conn);
         }
     }
+}
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use quota_worker::broker::{Publisher, Topology};
+use quota_worker::engine::Engine;
+use quota_worker::worker::Worker;
+use tokio_util::sync::CancellationToken;
+
+/// Connect to the test broker.
+pub async fn amqp() -> Connection {
+    Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .expect("rabbitmq at 127.0.0.1:5672")
+}
+
+/// Every queue and exchange name of a test's topology.
+pub fn topology(s: &Settings) -> Topology {
+    Topology {
+        amqp: s.amqp.clone(),
+        channels: s.channels.keys().cloned().collect(),
+    }
+}
+
+/// Deletes a test's queues and exchanges (and Redis keys) when dropped.
+pub struct Cleanup {
+    settings: Settings,
+    _redis: RedisGuard,
+}
+
+impl Cleanup {
+    /// Guard everything `settings` names.
+    pub fn new(settings: &Settings) -> Cleanup {
+        Cleanup {
+            settings: settings.clone(),
+            _redis: RedisGuard(settings.redis.key_prefix.clone()),
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let s = self.settings.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let Ok(conn) =
+                    Connection::connect(&amqp_url(), ConnectionProperties::default()).await
+                else {
+                    return;
+                };
+                let Ok(ch) = conn.create_channel().await else {
+                    return;
+                };
+                let t = topology(&s);
+                for q in t.queues() {
+                    let _ = ch
+                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                        .await;
+                }
+                let ladder = t.ladder();
+                let mut exchanges = vec![
+                    s.amqp.jobs_exchange.clone(),
+                    s.amqp.dispatch_exchange.clone(),
+                    s.amqp.dead_exchange.clone(),
+                ];
+                exchanges.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+                for x in exchanges {
+                    let _ = ch
+                        .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+                        .await;
+                }
+                let _ = conn.close(200, "cleanup".into()).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// A worker for `settings`, its engine connected, its topology declared.
+pub async fn worker(s: &Settings) -> Arc<Worker> {
+    let engine = Arc::new(Engine::connect(s).await.expect("redis"));
+    let w = Arc::new(Worker::new(s.clone(), engine));
+    let conn = amqp().await;
+    w.topology().declare(&conn).await.expect("topology");
+    let _ = conn.close(200, "".into()).await;
+    w
+}
+
+/// Run `worker` in the background until the returned token is cancelled.
+pub async fn spawn_worker(worker: Arc<Worker>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    let w = worker.clone();
+    let handle = tokio::spawn(async move {
+        w.run(t).await.expect("worker run");
+    });
+    for _ in 0..100 {
+        if worker
+            .health
+            .broker
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (token, handle)
+}
+
+/// Publish a job body (confirmed) to the jobs exchange.
+pub async fn publish(conn: &Connection, s: &Settings, body: &[u8]) {
+    publish_with(
+        conn,
+        s,
+        body,
+        BasicProperties::default().with_content_type("application/json".into()),
+    )
+    .await
+}
+
+/// Publish with the given properties.
+pub async fn publish_with(conn: &Connection, s: &Settings, body: &[u8], props: BasicProperties) {
+    let p = Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    p.publish(&s.amqp.jobs_exchange, "", body, props)
+        .await
+        .expect("publish job");
+}
+
+/// Take one message from `queue`, waiting up to `wait` for it (acked).
+pub async fn take(
+    conn: &Connection,
+    queue: &str,
+    wait: Duration,
+) -> Option<lapin::message::BasicGetMessage> {
+    let ch = conn.create_channel().await.unwrap();
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(m) = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            return Some(m);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Number of ready messages in `queue`.
+pub async fn depth(conn: &Connection, queue: &str) -> u32 {
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    q.message_count()
+}
+
+/// A header of a message as text.
+pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
+    let h = props.headers().as_ref()?;
+    let v = h.inner().get(name)?;
+    quota_worker::delay::as_string(v)
+        .or_else(|| quota_worker::delay::as_i64(v).map(|i| i.to_string()))
 }

@@ -1,0 +1,275 @@
+//! Broker plumbing: connecting, declaring the whole topology (idempotently, refusing
+//! to start on a conflicting queue), and publishing with confirms and a deadline.
+
+use std::time::Duration;
+
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::Confirmation;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use crate::config::{AmqpSettings, QueueType};
+use crate::delay::Ladder;
+
+/// A broker failure.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The connection or channel failed.
+    #[error("amqp: {0}")]
+    Amqp(#[from] lapin::Error),
+    /// No answer within the deadline.
+    #[error("{0} timed out after {1:?}")]
+    Timeout(&'static str, Duration),
+    /// A declared queue or exchange exists with other arguments.
+    #[error("cannot declare {what}: {error}. An existing queue or exchange has other arguments; delete it or change the names in [amqp]")]
+    Conflict {
+        /// Which declaration.
+        what: String,
+        /// The broker's words.
+        error: lapin::Error,
+    },
+}
+
+/// Why a publish did not land.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The message could not be routed (mandatory) and came back.
+    #[error("returned by the broker as unroutable")]
+    Returned,
+    /// The broker refused it.
+    #[error("nacked by the broker")]
+    Nacked,
+    /// The broker did not confirm in time.
+    #[error("no confirm within {0:?}")]
+    Timeout(Duration),
+    /// The channel or connection failed.
+    #[error("amqp: {0}")]
+    Amqp(#[from] lapin::Error),
+}
+
+/// Connect with a deadline.
+pub async fn connect(url: &str, name: &str, timeout: Duration) -> Result<Connection, BrokerError> {
+    let props = ConnectionProperties::default().with_connection_name(name.into());
+    tokio::time::timeout(timeout, Connection::connect(url, props))
+        .await
+        .map_err(|_| BrokerError::Timeout("connecting to the broker", timeout))?
+        .map_err(BrokerError::from)
+}
+
+/// Publishes on one confirm-mode channel; every publish waits for its confirm, with
+/// a deadline, and a returned (unroutable) message counts as a failure.
+#[derive(Clone, Debug)]
+pub struct Publisher {
+    channel: Channel,
+    timeout: Duration,
+}
+
+impl Publisher {
+    /// Open a confirm-mode channel on `conn`.
+    pub async fn open(conn: &Connection, timeout: Duration) -> Result<Publisher, BrokerError> {
+        let channel = conn.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Publisher { channel, timeout })
+    }
+
+    /// Publish persistently and mandatorily; Ok only once the broker confirmed it and
+    /// did not return it.
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<(), PublishError> {
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        };
+        let properties = properties.with_delivery_mode(2);
+        let work = async {
+            let confirm = self
+                .channel
+                .basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    options,
+                    body,
+                    properties,
+                )
+                .await?;
+            match confirm.await? {
+                Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+                Confirmation::Ack(Some(_)) => Err(PublishError::Returned),
+                Confirmation::Nack(_) => Err(PublishError::Nacked),
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| PublishError::Timeout(self.timeout))?
+    }
+
+    /// The underlying channel.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+}
+
+/// Every name of the topology, derived from the settings.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// The settings it comes from.
+    pub amqp: AmqpSettings,
+    /// The configured channels.
+    pub channels: Vec<String>,
+}
+
+fn long(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+impl Topology {
+    /// The delay ladder.
+    pub fn ladder(&self) -> Ladder {
+        Ladder {
+            prefix: self.amqp.delay_prefix.clone(),
+            levels: self.amqp.delay_levels,
+        }
+    }
+
+    /// The dispatch queue of `channel`.
+    pub fn dispatch_queue(&self, channel: &str) -> String {
+        format!("{}{channel}", self.amqp.dispatch_queue_prefix)
+    }
+
+    /// Every queue, in the order an operator reads them: jobs, delays, dispatch, dead.
+    pub fn queues(&self) -> Vec<String> {
+        let ladder = self.ladder();
+        let mut q = vec![self.amqp.jobs_queue.clone()];
+        q.extend((0..ladder.levels).map(|n| ladder.queue(n)));
+        q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
+        q.push(self.amqp.dead_queue.clone());
+        q
+    }
+
+    fn queue_args(&self, dead_letter_to: Option<&str>) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self.amqp.queue_type == QueueType::Quorum {
+            args.insert("x-queue-type".into(), long("quorum"));
+        }
+        if let Some(dlx) = dead_letter_to {
+            args.insert("x-dead-letter-exchange".into(), long(dlx));
+            if self.amqp.queue_type == QueueType::Quorum {
+                args.insert("x-dead-letter-strategy".into(), long("at-least-once"));
+                args.insert("x-overflow".into(), long("reject-publish"));
+            }
+        }
+        args
+    }
+
+    /// Declare every exchange, queue and binding. Idempotent; a queue that exists with
+    /// other arguments is a [`BrokerError::Conflict`].
+    pub async fn declare(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let ch = conn.create_channel().await?;
+        let a = &self.amqp;
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let exchange = |name: String, kind: ExchangeKind| {
+            let ch = ch.clone();
+            async move {
+                ch.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default())
+                    .await
+                    .map_err(|error| BrokerError::Conflict {
+                        what: format!("exchange `{name}`"),
+                        error,
+                    })
+            }
+        };
+        let queue = |name: String, args: FieldTable| {
+            let ch = ch.clone();
+            async move {
+                let opts = QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                };
+                ch.queue_declare(name.as_str().into(), opts, args)
+                    .await
+                    .map_err(|error| BrokerError::Conflict {
+                        what: format!("queue `{name}`"),
+                        error,
+                    })
+            }
+        };
+        exchange(a.jobs_exchange.clone(), ExchangeKind::Fanout).await?;
+        exchange(a.dispatch_exchange.clone(), ExchangeKind::Direct).await?;
+        exchange(a.dead_exchange.clone(), ExchangeKind::Fanout).await?;
+
+        queue(a.dead_queue.clone(), self.queue_args(None)).await?;
+        bind(&ch, &a.dead_queue, &a.dead_exchange, "").await?;
+
+        let mut jobs_args = self.queue_args(Some(&a.dead_exchange));
+        if a.queue_type == QueueType::Quorum {
+            jobs_args.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongLongInt(a.delivery_limit as i64),
+            );
+        }
+        queue(a.jobs_queue.clone(), jobs_args).await?;
+        bind(&ch, &a.jobs_queue, &a.jobs_exchange, "").await?;
+
+        for c in &self.channels {
+            let q = self.dispatch_queue(c);
+            queue(q.clone(), self.queue_args(None)).await?;
+            bind(&ch, &q, &a.dispatch_exchange, c).await?;
+        }
+
+        let ladder = self.ladder();
+        for n in 0..ladder.levels {
+            exchange(ladder.exchange(n), ExchangeKind::Topic).await?;
+        }
+        for n in 0..ladder.levels {
+            let next = if n == 0 {
+                a.jobs_exchange.clone()
+            } else {
+                ladder.exchange(n - 1)
+            };
+            let mut args = self.queue_args(Some(&next));
+            args.insert(
+                "x-message-ttl".into(),
+                AMQPValue::LongLongInt((1i64 << n) * 1000),
+            );
+            let q = ladder.queue(n);
+            queue(q.clone(), args).await?;
+            let (to_queue, onwards) = ladder.patterns(n);
+            bind(&ch, &q, &ladder.exchange(n), &to_queue).await?;
+            ch.exchange_bind(
+                next.as_str().into(),
+                ladder.exchange(n).as_str().into(),
+                onwards.as_str().into(),
+                ExchangeBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        }
+        let _ = ch.close(200, "topology declared".into()).await;
+        Ok(())
+    }
+}
+
+async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), BrokerError> {
+    ch.queue_bind(
+        queue.into(),
+        exchange.into(),
+        ShortString::from(key),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,562 @@
+//! The worker: consume jobs, decide, then dispatch, delay or dead-letter each one,
+//! and ack the delivery only once that outcome is confirmed by the broker.
+//!
+//! [`Worker::run`] keeps a session alive (reconnecting with backoff); a session
+//! declares the topology, consumes with a bounded prefetch and runs one task per
+//! delivery. [`Worker::process`] is the one-step entry point: one delivery in, one
+//! confirmed [`Outcome`] out.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+use lapin::BasicProperties;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
+use crate::config::{Action, Settings};
+use crate::decode::{self, Job};
+use crate::delay;
+use crate::engine::{Admission, Engine, EngineError, Request};
+
+/// Why a job went to the dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not a valid job.
+    Malformed,
+    /// Its channel is not configured.
+    UnknownChannel,
+    /// Refused by a cap whose policy drops refused jobs (or can never pass).
+    Capped,
+    /// It could not be sent before its `expires_at`.
+    Expired,
+}
+
+impl Reason {
+    /// The `x-notify-reason` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Malformed => "malformed",
+            Reason::UnknownChannel => "unknown_channel",
+            Reason::Capped => "capped",
+            Reason::Expired => "expired",
+        }
+    }
+}
+
+/// What became of one delivery (its outcome is confirmed by the broker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Published to the dispatch exchange.
+    Dispatched,
+    /// Sent round the delay ladder, back at `until`.
+    Delayed {
+        /// When it comes back to the jobs queue.
+        until: DateTime<Utc>,
+    },
+    /// Already dispatched; acked and counted.
+    Duplicate,
+    /// Published to the dead-letter queue.
+    Dead(Reason),
+}
+
+impl Outcome {
+    fn label(&self) -> (&'static str, &'static str) {
+        match self {
+            Outcome::Dispatched => ("dispatched", ""),
+            Outcome::Delayed { .. } => ("delayed", ""),
+            Outcome::Duplicate => ("duplicate", ""),
+            Outcome::Dead(r) => ("dead", r.as_str()),
+        }
+    }
+}
+
+/// Why a delivery could not be settled (it is handed back to the broker).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Publishing its outcome failed.
+    #[error("publishing the outcome: {0}")]
+    Publish(#[from] PublishError),
+    /// The worker is shutting down while waiting for Redis.
+    #[error("interrupted by shutdown")]
+    Interrupted,
+}
+
+/// Readiness, as `/readyz` reports it.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Connected to the broker with the topology declared.
+    pub broker: AtomicBool,
+    /// The last Redis call succeeded.
+    pub redis: AtomicBool,
+}
+
+impl Health {
+    /// Broker and Redis both usable.
+    pub fn ready(&self) -> bool {
+        self.broker.load(Ordering::Relaxed) && self.redis.load(Ordering::Relaxed)
+    }
+}
+
+/// The running service.
+#[derive(Debug)]
+pub struct Worker {
+    settings: Settings,
+    engine: Arc<Engine>,
+    topology: Topology,
+    default_tz: Tz,
+    /// Readiness flags.
+    pub health: Arc<Health>,
+}
+
+/// A fatal error: the worker cannot start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The topology conflicts with what exists on the broker.
+    #[error(transparent)]
+    Topology(BrokerError),
+}
+
+impl Worker {
+    /// A worker for validated settings and a connected engine.
+    pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
+        let topology = Topology {
+            amqp: settings.amqp.clone(),
+            channels: settings.channels.keys().cloned().collect(),
+        };
+        let default_tz = settings.default_zone().expect("validated");
+        Worker {
+            settings,
+            engine,
+            topology,
+            default_tz,
+            health: Arc::new(Health {
+                broker: AtomicBool::new(false),
+                redis: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// The topology this worker declares.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Run until `shutdown`, reconnecting to the broker whenever the session drops.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            let started = Instant::now();
+            match self.session(&shutdown).await {
+                Ok(()) => return Ok(()),
+                Err(e @ BrokerError::Conflict { .. }) => return Err(WorkerError::Topology(e)),
+                Err(e) => {
+                    self.health.broker.store(false, Ordering::Relaxed);
+                    metrics::counter!("quota_worker_broker_errors_total").increment(1);
+                    if started.elapsed() > Duration::from_secs(30) {
+                        backoff = Duration::from_millis(200);
+                    }
+                    warn!(error = %e, retry_in = ?backoff, "broker session ended; reconnecting");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    metrics::counter!("quota_worker_reconnects_total").increment(1);
+                }
+            }
+        }
+    }
+
+    async fn session(self: &Arc<Self>, shutdown: &CancellationToken) -> Result<(), BrokerError> {
+        let a = &self.settings.amqp;
+        let timeout = a.publish_timeout.0;
+        let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
+        self.topology.declare(&conn).await?;
+        let publisher = Publisher::open(&conn, timeout).await?;
+        let consume = conn.create_channel().await?;
+        consume
+            .basic_qos(a.prefetch, BasicQosOptions::default())
+            .await?;
+        let tag = format!("quota-worker-{}", uuid::Uuid::now_v7());
+        let mut consumer = consume
+            .basic_consume(
+                a.jobs_queue.as_str().into(),
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        self.health.broker.store(true, Ordering::Relaxed);
+        info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
+
+        let tasks = tokio_util::task::TaskTracker::new();
+        let lost = CancellationToken::new();
+        let result = loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                next = consumer.next() => match next {
+                    Some(Ok(delivery)) => {
+                        let worker = self.clone();
+                        let publisher = publisher.clone();
+                        let shutdown = shutdown.clone();
+                        let lost = lost.clone();
+                        tasks.spawn(async move {
+                            metrics::gauge!("quota_worker_in_flight").increment(1.0);
+                            worker.handle(&publisher, delivery, &shutdown, &lost).await;
+                            metrics::gauge!("quota_worker_in_flight").decrement(1.0);
+                        });
+                    }
+                    Some(Err(e)) => break Err(BrokerError::Amqp(e)),
+                    None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
+                },
+            }
+        };
+        tasks.close();
+        if result.is_ok() {
+            info!("shutting down: no new jobs; finishing those in flight");
+            let _ = consume
+                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+                .await;
+            let grace = self.settings.worker.shutdown_grace.0;
+            if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+                warn!(
+                    ?grace,
+                    "grace period over; unfinished jobs go back to the queue"
+                );
+            }
+        } else {
+            lost.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+        }
+        let _ = conn.close(200, "bye".into()).await;
+        result
+    }
+
+    async fn handle(
+        &self,
+        publisher: &Publisher,
+        delivery: Delivery,
+        shutdown: &CancellationToken,
+        lost: &CancellationToken,
+    ) {
+        let span = info_span!(
+            "job",
+            job_id = tracing::field::Empty,
+            tag = delivery.delivery_tag
+        );
+        let started = Instant::now();
+        let result = self
+            .process(publisher, &delivery, shutdown, lost)
+            .instrument(span.clone())
+            .await;
+        let _enter = span.enter();
+        match result {
+            Ok(outcome) => {
+                let (label, reason) = outcome.label();
+                metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
+                metrics::histogram!("quota_worker_job_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                    warn!(error = %e, ?outcome, "ack failed; the broker will deliver the job again and it will be recognised");
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "job handed back to the broker");
+                let _ = delivery
+                    .acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    })
+                    .await;
+            }
+        }
+    }
+
+    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
+    /// The caller acks on Ok and hands the delivery back on Err.
+    pub async fn process(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        shutdown: &CancellationToken,
+        lost: &CancellationToken,
+    ) -> Result<Outcome, ProcessError> {
+        let body = &delivery.data;
+        let headers = delivery.properties.headers().as_ref();
+        let job = match decode::decode(body, self.settings.worker.max_body_bytes, self.default_tz) {
+            Ok(job) => job,
+            Err(m) => {
+                return self
+                    .dead(publisher, delivery, None, Reason::Malformed, &m.0)
+                    .await
+            }
+        };
+        tracing::Span::current().record("job_id", job.id.as_ref());
+        if !self.engine.has_channel(&job.channel) {
+            let detail = format!(
+                "channel `{}` is not configured (configured: {})",
+                job.channel,
+                self.topology.channels.join(", ")
+            );
+            return self
+                .dead(
+                    publisher,
+                    delivery,
+                    Some(&job),
+                    Reason::UnknownChannel,
+                    &detail,
+                )
+                .await;
+        }
+        let now = self.engine.redis_now();
+        if let Some(exp) = job.expires_at {
+            if exp <= now {
+                let detail = format!("it expired at {} before it could be sent", exp.to_rfc3339());
+                return self
+                    .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                    .await;
+            }
+        }
+        let req = Request {
+            id: &job.id,
+            recipient: &job.recipient,
+            channel: &job.channel,
+            category: &job.category,
+            tz: job.tz,
+        };
+        let admission = self.admit(&req, shutdown, lost).await?;
+        match admission {
+            Admission::Admitted(ticket) => {
+                if let Some(exp) = job.expires_at {
+                    if exp <= self.engine.redis_now() {
+                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                            .await?;
+                        let detail = format!(
+                            "it expired at {} while waiting for the channel's send rate",
+                            exp.to_rfc3339()
+                        );
+                        return self
+                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .await;
+                    }
+                }
+                let props = BasicProperties::default()
+                    .with_content_type("application/json".into())
+                    .with_message_id(ShortString::from(job.id.as_ref()))
+                    .with_headers(delay::next_headers(headers, now, None));
+                match publisher
+                    .publish(
+                        &self.settings.amqp.dispatch_exchange,
+                        &job.channel,
+                        body,
+                        props,
+                    )
+                    .await
+                {
+                    Ok(()) => {
+                        self.settle(|| self.engine.commit(&ticket), shutdown, lost)
+                            .await?;
+                        debug!(channel = %job.channel, "dispatched");
+                        Ok(Outcome::Dispatched)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "dispatch failed; giving the quota back");
+                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                            .await?;
+                        match e {
+                            PublishError::Returned | PublishError::Nacked => {
+                                let (attempt, _) = delay::attempt_info(headers);
+                                let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
+                                    .min(chrono::Duration::minutes(5));
+                                self.delay(publisher, delivery, &job, now + wait).await
+                            }
+                            other => Err(other.into()),
+                        }
+                    }
+                }
+            }
+            Admission::Refused {
+                retry_at: None,
+                policy,
+                rule,
+                ..
+            } => {
+                let detail = format!("policy `{policy}` can never admit it ({})", describe(rule));
+                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                    .await
+            }
+            Admission::Refused {
+                action: Action::Drop,
+                policy,
+                rule,
+                retry_at,
+            } => {
+                let detail = format!(
+                    "policy `{policy}` refused it ({}) and drops refused jobs; next allowed {}",
+                    describe(rule),
+                    retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
+                );
+                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                    .await
+            }
+            Admission::Refused {
+                retry_at: Some(at),
+                policy,
+                rule,
+                ..
+            } => {
+                if let Some(exp) = job.expires_at {
+                    if at > exp {
+                        let detail = format!(
+                            "policy `{policy}` ({}) allows it next at {}, after it expires at {}",
+                            describe(rule),
+                            at.to_rfc3339(),
+                            exp.to_rfc3339()
+                        );
+                        return self
+                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .await;
+                    }
+                }
+                self.delay(publisher, delivery, &job, at).await
+            }
+            Admission::InFlight { retry_at } => {
+                self.delay(publisher, delivery, &job, retry_at).await
+            }
+            Admission::Duplicate => {
+                info!("duplicate of a job already dispatched; acked, not sent again");
+                Ok(Outcome::Duplicate)
+            }
+        }
+    }
+
+    /// Ask the engine, waiting out Redis outages (never a decision without Redis).
+    async fn admit(
+        &self,
+        req: &Request<'_>,
+        shutdown: &CancellationToken,
+        lost: &CancellationToken,
+    ) -> Result<Admission, ProcessError> {
+        let started = Instant::now();
+        let admission = self
+            .settle(|| self.engine.admit(req), shutdown, lost)
+            .await?;
+        metrics::histogram!("quota_worker_admission_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(admission)
+    }
+
+    /// Run a Redis operation until it succeeds, backing off while Redis is away.
+    async fn settle<'a, T, F, Fut>(
+        &'a self,
+        op: F,
+        shutdown: &CancellationToken,
+        lost: &CancellationToken,
+    ) -> Result<T, ProcessError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>> + 'a,
+    {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match op().await {
+                Ok(v) => {
+                    self.health.redis.store(true, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => {
+                    self.health.redis.store(false, Ordering::Relaxed);
+                    metrics::counter!("quota_worker_redis_errors_total").increment(1);
+                    warn!(error = %e, retry_in = ?backoff, "redis unavailable; holding the job");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Err(ProcessError::Interrupted),
+                        _ = lost.cancelled() => return Err(ProcessError::Interrupted),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    async fn delay(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        until: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        let ladder = self.topology.ladder();
+        let now = self.engine.redis_now();
+        let seconds = ladder.seconds(now, until);
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()))
+            .with_headers(delay::next_headers(
+                delivery.properties.headers().as_ref(),
+                now,
+                Some(until),
+            ));
+        publisher
+            .publish(
+                &ladder.entry(),
+                &ladder.routing_key(seconds),
+                &delivery.data,
+                props,
+            )
+            .await?;
+        debug!(until = %until.to_rfc3339(), seconds, "delayed");
+        Ok(Outcome::Delayed { until })
+    }
+
+    async fn dead(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        job: Option<&Job<'_>>,
+        reason: Reason,
+        detail: &str,
+    ) -> Result<Outcome, ProcessError> {
+        let mut props = BasicProperties::default()
+            .with_headers(delay::dead_headers(
+                delivery.properties.headers().as_ref(),
+                reason.as_str(),
+                detail,
+            ))
+            .with_timestamp(Utc::now().timestamp().max(0) as u64);
+        if let Some(ct) = delivery.properties.content_type() {
+            props = props.with_content_type(ct.clone());
+        }
+        if let Some(job) = job {
+            props = props.with_message_id(ShortString::from(job.id.as_ref()));
+        } else if let Some(id) = delivery.properties.message_id() {
+            props = props.with_message_id(id.clone());
+        }
+        publisher
+            .publish(&self.settings.amqp.dead_exchange, "", &delivery.data, props)
+            .await?;
+        info!(reason = reason.as_str(), detail, "dead-lettered");
+        Ok(Outcome::Dead(reason))
+    }
+}
+
+fn describe(rule: Option<crate::window::Rule>) -> String {
+    match rule {
+        Some(r) => format!("at most {} per {}", r.limit, r.window),
+        None => "no rule passes".into(),
+    }
+}

@@ -1,0 +1,330 @@
+//! The worker end to end against the machine's RabbitMQ and Redis: every outcome of
+//! the contract, one job at a time through `Worker::process`, and the running loop.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use chrono_tz::Tz;
+use common::*;
+use lapin::options::QueueDeleteOptions;
+use quota_worker::broker::Publisher;
+use quota_worker::config::{RuleSettings, Settings};
+use quota_worker::window;
+use quota_worker::worker::{Outcome, Reason, Worker};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Take the next job from the jobs queue and run it through the worker once.
+async fn step(w: &Worker, conn: &lapin::Connection, s: &Settings) -> Outcome {
+    let m = take(conn, &s.amqp.jobs_queue, WAIT)
+        .await
+        .expect("a job in the jobs queue");
+    let p = Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    w.process(
+        &p,
+        &m.delivery,
+        &CancellationToken::new(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("outcome confirmed")
+}
+
+fn job(id: &str, recipient: &str, extra: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms"{extra},"payload":{{"text":"hi"}}}}"#).into_bytes()
+}
+
+#[tokio::test]
+async fn one_job_is_dispatched_byte_for_byte() {
+    let ns = unique("one");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    let body = br#"{"id":"j-1","recipient":"+15550001","channel":"sms",  "future_field":[1,2],"payload":{"x":1}}"#;
+    publish(&conn, &s, body).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let m = take(&conn, &format!("{ns}.dispatch.sms"), WAIT)
+        .await
+        .expect("dispatched");
+    assert_eq!(m.delivery.data, body.to_vec());
+    assert_eq!(
+        m.delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
+        "j-1"
+    );
+    assert_eq!(m.delivery.properties.delivery_mode(), &Some(2));
+}
+
+#[tokio::test]
+async fn second_job_same_local_day_is_delayed_to_the_recipients_midnight() {
+    let ns = unique("midnight");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    publish(&conn, &s, &job("a", "r1", r#","timezone":"Asia/Shanghai""#)).await;
+    publish(&conn, &s, &job("b", "r1", r#","timezone":"Asia/Shanghai""#)).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let outcome = step(&w, &conn, &s).await;
+    let tz: Tz = "Asia/Shanghai".parse().unwrap();
+    let expected = window::next_day_start(tz, Utc::now());
+    assert_eq!(outcome, Outcome::Delayed { until: expected });
+    // it waits in the ladder, carrying its attempt count and target instant
+    let ladder = quota_worker::broker::Topology {
+        amqp: s.amqp.clone(),
+        channels: vec![],
+    }
+    .ladder();
+    let mut found = None;
+    for n in 0..ladder.levels {
+        if let Some(m) = take(&conn, &ladder.queue(n), Duration::ZERO).await {
+            found = Some(m);
+        }
+    }
+    let m = found.expect("the delayed job sits in a delay queue");
+    assert_eq!(
+        header(&m.delivery.properties, "x-notify-attempt").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        header(&m.delivery.properties, "x-notify-not-before"),
+        Some(expected.timestamp_millis().to_string())
+    );
+}
+
+#[tokio::test]
+async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
+    let ns = unique("fourth");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    let tz: Tz = "America/Santiago".parse().unwrap();
+    let today = window::local_date(tz, Utc::now());
+    let key =
+        quota_worker::keys::Keys::new(&ns, &s.redis.hash_key).recipient("r4", "default", None);
+    let mut r = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut oldest = None;
+    for (i, back) in [5i64, 3, 1].iter().enumerate() {
+        let day = today - chrono::Duration::days(*back);
+        oldest.get_or_insert(day);
+        let at = window::day_start(tz, day) + chrono::Duration::hours(9);
+        let _: () = redis::cmd("ZADD")
+            .arg(&key)
+            .arg(at.timestamp_millis() * 2 + 1)
+            .arg(quota_worker::keys::member(&format!("past-{i}")))
+            .query(&mut r)
+            .unwrap();
+    }
+    publish(
+        &conn,
+        &s,
+        &job("4th", "r4", r#","timezone":"America/Santiago""#),
+    )
+    .await;
+    let expected = window::day_start(tz, oldest.unwrap() + chrono::Duration::days(7));
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: expected }
+    );
+}
+
+#[tokio::test]
+async fn expired_jobs_are_dead_lettered() {
+    let ns = unique("expired");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    // already past
+    publish(
+        &conn,
+        &s,
+        &job("old", "r", r#","expires_at":"1970-01-01T00:00:00Z""#),
+    )
+    .await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::Expired));
+    // allowed again only after it expires
+    let soon = (Utc::now() + chrono::Duration::minutes(1)).to_rfc3339();
+    publish(&conn, &s, &job("first", "r", "")).await;
+    publish(
+        &conn,
+        &s,
+        &job("second", "r", &format!(r#","expires_at":"{soon}""#)),
+    )
+    .await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::Expired));
+    let dead = &format!("{ns}.dead");
+    let m = take(&conn, dead, WAIT).await.unwrap();
+    assert_eq!(
+        header(&m.delivery.properties, "x-notify-reason").as_deref(),
+        Some("expired")
+    );
+    let m = take(&conn, dead, WAIT).await.unwrap();
+    assert_eq!(
+        header(&m.delivery.properties, "x-notify-reason").as_deref(),
+        Some("expired")
+    );
+    assert!(header(&m.delivery.properties, "x-notify-detail")
+        .unwrap()
+        .contains("after it expires"));
+}
+
+#[tokio::test]
+async fn the_same_job_twice_is_a_duplicate() {
+    let ns = unique("dupe");
+    let mut s = settings(&ns);
+    s.policies.get_mut("default").unwrap().rules.clear();
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    publish(&conn, &s, &job("same", "r", "")).await;
+    publish(&conn, &s, &job("same", "r", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Duplicate);
+    assert_eq!(depth(&conn, &format!("{ns}.dispatch.sms")).await, 1);
+    assert_eq!(depth(&conn, &format!("{ns}.dead")).await, 0);
+}
+
+#[tokio::test]
+async fn malformed_and_unknown_channel_jobs_are_dead_lettered_untouched() {
+    let ns = unique("malformed");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"\xff\xfe not utf-8".to_vec(), "malformed"),
+        (b"{not json".to_vec(), "malformed"),
+        (
+            br#"{"recipient":"r","channel":"sms"}"#.to_vec(),
+            "malformed",
+        ),
+        (
+            br#"{"id":"z","recipient":"r","channel":"sms","timezone":"../../etc/passwd"}"#.to_vec(),
+            "malformed",
+        ),
+        (vec![b' '; 300_000], "malformed"),
+        (
+            br#"{"id":"p","recipient":"r","channel":"pigeon"}"#.to_vec(),
+            "unknown_channel",
+        ),
+    ];
+    for (body, _) in &cases {
+        publish(&conn, &s, body).await;
+    }
+    for (body, reason) in &cases {
+        let outcome = step(&w, &conn, &s).await;
+        assert!(matches!(outcome, Outcome::Dead(_)), "{outcome:?}");
+        let m = take(&conn, &format!("{ns}.dead"), WAIT).await.unwrap();
+        assert_eq!(&m.delivery.data, body);
+        assert_eq!(
+            header(&m.delivery.properties, "x-notify-reason").as_deref(),
+            Some(*reason)
+        );
+        assert!(!header(&m.delivery.properties, "x-notify-detail")
+            .unwrap()
+            .is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
+    let ns = unique("returned");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let conn = amqp().await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_delete(
+        format!("{ns}.dispatch.sms").as_str().into(),
+        QueueDeleteOptions::default(),
+    )
+    .await
+    .unwrap();
+    publish(&conn, &s, &job("lost?", "r", "")).await;
+    let outcome = step(&w, &conn, &s).await;
+    assert!(
+        matches!(outcome, Outcome::Delayed { .. }),
+        "retried later: {outcome:?}"
+    );
+    // the quota was given back: the recipient has no recorded send
+    let key = quota_worker::keys::Keys::new(&ns, &s.redis.hash_key).recipient("r", "default", None);
+    let mut r = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let n: i64 = redis::cmd("ZCARD").arg(&key).query(&mut r).unwrap();
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn a_delayed_job_comes_back_and_is_dispatched_on_time() {
+    let ns = unique("ontime");
+    let mut s = settings(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 1,
+        window: "3s".into(),
+    }];
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let conn = amqp().await;
+    publish(&conn, &s, &job("first", "r", "")).await;
+    publish(&conn, &s, &job("second", "r", "")).await;
+    let dispatch = format!("{ns}.dispatch.sms");
+    let first = take(&conn, &dispatch, WAIT)
+        .await
+        .expect("first dispatched");
+    let first_at = Utc::now();
+    let second = take(&conn, &dispatch, Duration::from_secs(15))
+        .await
+        .expect("second comes back");
+    let second_at = Utc::now();
+    assert_eq!(
+        first
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
+        "first"
+    );
+    assert_eq!(
+        second
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
+        "second"
+    );
+    let waited = (second_at - first_at).num_milliseconds();
+    // never early (3 s after the first admission), and back within the ladder's
+    // 1 s rounding plus generous slack for a loaded machine
+    assert!(waited >= 2_900, "dispatched after {waited} ms");
+    assert!(waited <= 6_000, "dispatched after {waited} ms");
+    // handled twice: refused once, then dispatched
+    assert_eq!(
+        header(&second.delivery.properties, "x-notify-attempt").as_deref(),
+        Some("2")
+    );
+    stop.cancel();
+    handle.await.unwrap();
+}
