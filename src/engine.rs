@@ -340,6 +340,11 @@ impl Engine {
         self.calls.load(Ordering::Relaxed)
     }
 
+    fn count_call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("quota_worker_redis_calls_total").increment(1);
+    }
+
     /// The policy a category selects.
     pub fn policy(&self, category: &str) -> &Arc<Policy> {
         self.policies
@@ -356,7 +361,7 @@ impl Engine {
     /// Read Redis `TIME` and remember how far it is from this machine's clock.
     pub async fn sync_clock(&self) -> Result<DateTime<Utc>, EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
         self.observe(now);
@@ -529,7 +534,7 @@ impl Engine {
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let score = ticket.admitted_at.timestamp_millis() * 2 + 1;
         let _: i64 = redis::cmd("ZADD")
             .arg(&ticket.key)
@@ -553,7 +558,7 @@ impl Engine {
 
     async fn release_recipient(&self, ticket: &Ticket) -> Result<(), EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let _: i64 = redis::cmd("ZREM")
             .arg(&ticket.key)
             .arg(&ticket.member)
@@ -564,7 +569,7 @@ impl Engine {
 
     async fn refund(&self, channel: &str, rate: Rate) -> Result<(), EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let _: i64 = self
             .refund_script
             .key(self.keys.rate(channel))
@@ -583,7 +588,7 @@ impl Engine {
         cost: u64,
     ) -> Result<RateReply, EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let reply: Vec<i64> = self
             .rate_script
             .key(self.keys.rate(channel))
@@ -630,7 +635,7 @@ impl Engine {
             inv.arg(*limit).arg(*bound);
         }
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
         if let Some(now) = reply.get(1) {
             self.observe(*now);

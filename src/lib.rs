@@ -13,6 +13,7 @@
 //!   recipient) and `lua/rate.lua` (per-channel GCRA), one clock (Redis `TIME`).
 #![warn(missing_docs)]
 
+pub mod acks;
 pub mod broker;
 pub mod config;
 pub mod decode;

@@ -14,14 +14,13 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use futures_util::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::acks::{Acks, Settle};
 use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
 use crate::config::{Action, Settings};
 use crate::decode::{self, Job};
@@ -204,6 +203,7 @@ impl Worker {
 
         let tasks = tokio_util::task::TaskTracker::new();
         let lost = CancellationToken::new();
+        let (acks, batcher) = Acks::start(consume.clone());
         let result = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
@@ -213,9 +213,10 @@ impl Worker {
                         let publisher = publisher.clone();
                         let shutdown = shutdown.clone();
                         let lost = lost.clone();
+                        let acks = acks.clone();
                         tasks.spawn(async move {
                             metrics::gauge!("quota_worker_in_flight").increment(1.0);
-                            worker.handle(&publisher, delivery, &shutdown, &lost).await;
+                            worker.handle(&publisher, &acks, delivery, &shutdown, &lost).await;
                             metrics::gauge!("quota_worker_in_flight").decrement(1.0);
                         });
                     }
@@ -241,6 +242,8 @@ impl Worker {
             lost.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
         }
+        drop(acks);
+        let _ = tokio::time::timeout(Duration::from_secs(5), batcher).await;
         let _ = conn.close(200, "bye".into()).await;
         result
     }
@@ -248,6 +251,7 @@ impl Worker {
     async fn handle(
         &self,
         publisher: &Publisher,
+        acks: &Acks,
         delivery: Delivery,
         shutdown: &CancellationToken,
         lost: &CancellationToken,
@@ -269,19 +273,11 @@ impl Worker {
                 metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
                 metrics::histogram!("quota_worker_job_seconds")
                     .record(started.elapsed().as_secs_f64());
-                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                    warn!(error = %e, ?outcome, "ack failed; the broker will deliver the job again and it will be recognised");
-                }
+                acks.settle(delivery.delivery_tag, Settle::Ack);
             }
             Err(e) => {
                 warn!(error = %e, "job handed back to the broker");
-                let _ = delivery
-                    .acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..Default::default()
-                    })
-                    .await;
+                acks.settle(delivery.delivery_tag, Settle::Requeue);
             }
         }
     }

@@ -28,17 +28,31 @@ async fn paced_dispatch(workers: usize) {
     let conn = amqp().await;
     // a backlog well beyond what the window drains
     let total = RATE as usize * 14;
-    let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10)).await.unwrap();
+    let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
     for i in 0..total {
-        let body = format!(r#"{{"id":"p-{i}","recipient":"r-{i}","channel":"sms","category":"transactional"}}"#);
-        p.publish(&s.amqp.jobs_exchange, "", body.as_bytes(), lapin::BasicProperties::default())
-            .await
-            .unwrap();
+        let body = format!(
+            r#"{{"id":"p-{i}","recipient":"r-{i}","channel":"sms","category":"transactional"}}"#
+        );
+        p.publish(
+            &s.amqp.jobs_exchange,
+            "",
+            body.as_bytes(),
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap();
     }
     // record when each dispatched job arrives
     let ch = conn.create_channel().await.unwrap();
     let mut consumer = ch
-        .basic_consume(format!("{ns}.dispatch.sms").as_str().into(), "pace-test".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            format!("{ns}.dispatch.sms").as_str().into(),
+            "pace-test".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     let mut arrivals = Vec::new();
@@ -59,10 +73,16 @@ async fn paced_dispatch(workers: usize) {
     }
     // skip the first second (the burst and start-up), then count over the window
     let start = arrivals[0] + Duration::from_secs(1);
-    let n = arrivals.iter().filter(|t| **t >= start && **t < start + WINDOW).count() as f64;
+    let n = arrivals
+        .iter()
+        .filter(|t| **t >= start && **t < start + WINDOW)
+        .count() as f64;
     let expected = RATE as f64 * WINDOW.as_secs_f64();
     println!("{workers} worker(s): {n} dispatched in {WINDOW:?} (rate {RATE}/s => {expected})");
-    assert!((n - expected).abs() <= expected * 0.05, "{n} dispatched, expected {expected} ± 5%");
+    assert!(
+        (n - expected).abs() <= expected * 0.05,
+        "{n} dispatched, expected {expected} ± 5%"
+    );
     // paced, not bounced: nothing went round the delay ladder
     let ladder = topology(&s).ladder();
     for level in 0..ladder.levels {
