@@ -1,8 +1,10 @@
 //! Configuration: one typed struct, read from the built-in defaults
 //! (`config/default.toml`), an optional file, and `QUOTA_WORKER__SECTION__KEY`
 //! environment variables, in that order. [`Settings::load`] validates everything
-//! and names the offending key in its error, so a bad configuration stops the
-//! worker at start.
+//! and names the offending key in its error, and where its value was set (the
+//! file and line, or the variable), so a bad configuration stops the worker at
+//! start with a message that points at the fix. The printed form ([`Settings`]'s
+//! `Display`, what `config check` shows) is TOML with secrets redacted.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -694,7 +696,7 @@ mod tests {
     }
 
     #[test]
-    fn the_environment_wins_over_the_file_in_errors_too() {
+    fn errors_from_the_environment_name_the_variable() {
         let err = Settings::load_with_env(None, env(&[("QUOTA_WORKER__AMQP__PREFETCH", "0")]))
             .unwrap_err();
         assert_eq!(
