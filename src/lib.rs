@@ -5,7 +5,8 @@
 //! until the exact moment it becomes allowed, or dead-letters it with a reason.
 //!
 //! ## A tour, in the order a job flows
-//! - [`config`]: the typed configuration (defaults file, `--config`, environment).
+//! - [`config`]: the typed configuration (defaults file, `--config`, environment);
+//!   errors name the key and the file line or variable that set it.
 //! - [`window`]: pure calendar arithmetic: local days, window starts, the exact
 //!   earliest instant a refused job becomes allowed. No I/O; "now" is a parameter.
 //! - [`keys`]: Redis key names (recipients hashed, one hash slot per recipient).
