@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::Confirmation;
@@ -231,14 +231,20 @@ impl Topology {
 
         let ladder = self.ladder();
         for n in 0..ladder.levels {
-            exchange(ladder.exchange(n), ExchangeKind::Topic).await?;
-        }
-        for n in 0..ladder.levels {
             let next = if n == 0 {
                 a.jobs_exchange.clone()
             } else {
                 ladder.exchange(n - 1)
             };
+            let mut x_args = FieldTable::default();
+            x_args.insert("alternate-exchange".into(), long(&next));
+            let name = ladder.exchange(n);
+            ch.exchange_declare(name.as_str().into(), ExchangeKind::Headers, durable, x_args)
+                .await
+                .map_err(|error| BrokerError::Conflict {
+                    what: format!("exchange `{name}`"),
+                    error,
+                })?;
             let mut args = self.queue_args(Some(&next));
             args.insert(
                 "x-message-ttl".into(),
@@ -246,14 +252,12 @@ impl Topology {
             );
             let q = ladder.queue(n);
             queue(q.clone(), args).await?;
-            let (to_queue, onwards) = ladder.patterns(n);
-            bind(&ch, &q, &ladder.exchange(n), &to_queue).await?;
-            ch.exchange_bind(
-                next.as_str().into(),
-                ladder.exchange(n).as_str().into(),
-                onwards.as_str().into(),
-                ExchangeBindOptions::default(),
-                FieldTable::default(),
+            ch.queue_bind(
+                q.as_str().into(),
+                name.as_str().into(),
+                ShortString::from(""),
+                QueueBindOptions::default(),
+                ladder.binding(n),
             )
             .await?;
         }

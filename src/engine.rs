@@ -533,16 +533,41 @@ impl Engine {
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
+        self.commit_many(std::slice::from_ref(ticket)).await
+    }
+
+    /// [`Engine::commit`] for many tickets: one pipeline on a single node (one round
+    /// trip), concurrent commands on a cluster (their keys live in different slots).
+    pub async fn commit_many(&self, tickets: &[Ticket]) -> Result<(), EngineError> {
+        let zadd = |t: &Ticket| {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(&t.key)
+                .arg("XX")
+                .arg(t.admitted_at.timestamp_millis() * 2 + 1)
+                .arg(&t.member);
+            cmd
+        };
         let mut conn = self.conn.clone();
         self.count_call();
-        let score = ticket.admitted_at.timestamp_millis() * 2 + 1;
-        let _: i64 = redis::cmd("ZADD")
-            .arg(&ticket.key)
-            .arg("XX")
-            .arg(score)
-            .arg(&ticket.member)
-            .query_async(&mut conn)
-            .await?;
+        match &self.conn {
+            RedisConn::Single(_) => {
+                let mut pipe = redis::pipe();
+                for t in tickets {
+                    pipe.add_command(zadd(t)).ignore();
+                }
+                let _: () = pipe.query_async(&mut conn).await?;
+            }
+            RedisConn::Cluster(_) => {
+                let calls = tickets.iter().map(|t| {
+                    let mut conn = conn.clone();
+                    let cmd = zadd(t);
+                    async move { cmd.query_async::<i64>(&mut conn).await }
+                });
+                for result in futures_util::future::join_all(calls).await {
+                    result?;
+                }
+            }
+        }
         Ok(())
     }
 

@@ -16,6 +16,7 @@
 
 pub mod acks;
 pub mod broker;
+pub mod commits;
 pub mod config;
 pub mod decode;
 pub mod delay;

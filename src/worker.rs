@@ -22,6 +22,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::acks::{Acks, Settle};
 use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
+use crate::commits::Commits;
 use crate::config::{Action, Settings};
 use crate::decode::{self, Job};
 use crate::delay;
@@ -90,6 +91,17 @@ pub enum ProcessError {
     Interrupted,
 }
 
+/// What the jobs of one broker session share.
+#[derive(Debug)]
+pub struct Session {
+    /// Confirm-mode publisher for outcomes.
+    pub publisher: Publisher,
+    commits: Commits,
+    /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
+    /// Redis give up and are handed back.
+    pub stop: CancellationToken,
+}
+
 /// Readiness, as `/readyz` reports it.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -143,6 +155,24 @@ impl Worker {
                 redis: AtomicBool::new(true),
             }),
         }
+    }
+
+    /// A session context on `publisher` (for driving [`Worker::process`] one job at a
+    /// time); the returned task commits dispatched jobs until the session is dropped.
+    pub fn session_context(
+        &self,
+        publisher: Publisher,
+        stop: CancellationToken,
+    ) -> (Session, tokio::task::JoinHandle<()>) {
+        let (commits, committer) = Commits::start(self.engine.clone(), stop.clone());
+        (
+            Session {
+                publisher,
+                commits,
+                stop,
+            },
+            committer,
+        )
     }
 
     /// The topology this worker declares.
@@ -202,7 +232,9 @@ impl Worker {
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
 
         let tasks = tokio_util::task::TaskTracker::new();
-        let lost = CancellationToken::new();
+        let stop = shutdown.child_token();
+        let (session, committer) = self.session_context(publisher, stop.clone());
+        let session = Arc::new(session);
         let (acks, batcher) = Acks::start(consume.clone());
         let result = loop {
             tokio::select! {
@@ -210,13 +242,11 @@ impl Worker {
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         let worker = self.clone();
-                        let publisher = publisher.clone();
-                        let shutdown = shutdown.clone();
-                        let lost = lost.clone();
+                        let session = session.clone();
                         let acks = acks.clone();
                         tasks.spawn(async move {
                             metrics::gauge!("quota_worker_in_flight").increment(1.0);
-                            worker.handle(&publisher, &acks, delivery, &shutdown, &lost).await;
+                            worker.handle(&session, &acks, delivery).await;
                             metrics::gauge!("quota_worker_in_flight").decrement(1.0);
                         });
                     }
@@ -239,33 +269,27 @@ impl Worker {
                 );
             }
         } else {
-            lost.cancel();
+            // the connection is gone: jobs waiting for Redis give up, the broker
+            // delivers them again
+            stop.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
         }
         drop(acks);
+        drop(session);
         let _ = tokio::time::timeout(Duration::from_secs(5), batcher).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), committer).await;
         let _ = conn.close(200, "bye".into()).await;
         result
     }
 
-    async fn handle(
-        &self,
-        publisher: &Publisher,
-        acks: &Acks,
-        delivery: Delivery,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
-    ) {
+    async fn handle(&self, s: &Session, acks: &Acks, delivery: Delivery) {
         let span = info_span!(
             "job",
             job_id = tracing::field::Empty,
             tag = delivery.delivery_tag
         );
         let started = Instant::now();
-        let result = self
-            .process(publisher, &delivery, shutdown, lost)
-            .instrument(span.clone())
-            .await;
+        let result = self.process(s, &delivery).instrument(span.clone()).await;
         let _enter = span.enter();
         match result {
             Ok(outcome) => {
@@ -284,20 +308,14 @@ impl Worker {
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
     /// The caller acks on Ok and hands the delivery back on Err.
-    pub async fn process(
-        &self,
-        publisher: &Publisher,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
-    ) -> Result<Outcome, ProcessError> {
+    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
         let body = &delivery.data;
         let headers = delivery.properties.headers().as_ref();
         let job = match decode::decode(body, self.settings.worker.max_body_bytes, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
                 return self
-                    .dead(publisher, delivery, None, Reason::Malformed, &m.0)
+                    .dead(&s.publisher, delivery, None, Reason::Malformed, &m.0)
                     .await
             }
         };
@@ -310,7 +328,7 @@ impl Worker {
             );
             return self
                 .dead(
-                    publisher,
+                    &s.publisher,
                     delivery,
                     Some(&job),
                     Reason::UnknownChannel,
@@ -323,7 +341,7 @@ impl Worker {
             if exp <= now {
                 let detail = format!("it expired at {} before it could be sent", exp.to_rfc3339());
                 return self
-                    .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                    .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                     .await;
             }
         }
@@ -334,19 +352,19 @@ impl Worker {
             category: &job.category,
             tz: job.tz,
         };
-        let admission = self.admit(&req, shutdown, lost).await?;
+        let admission = self.admit(&req, &s.stop).await?;
         match admission {
             Admission::Admitted(ticket) => {
                 if let Some(exp) = job.expires_at {
                     if exp <= self.engine.redis_now() {
-                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                        self.settle(|| self.engine.release(&ticket), &s.stop)
                             .await?;
                         let detail = format!(
                             "it expired at {} while waiting for the channel's send rate",
                             exp.to_rfc3339()
                         );
                         return self
-                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                             .await;
                     }
                 }
@@ -354,7 +372,8 @@ impl Worker {
                     .with_content_type("application/json".into())
                     .with_message_id(ShortString::from(job.id.as_ref()))
                     .with_headers(delay::next_headers(headers, now, None));
-                match publisher
+                match s
+                    .publisher
                     .publish(
                         &self.settings.amqp.dispatch_exchange,
                         &job.channel,
@@ -364,21 +383,20 @@ impl Worker {
                     .await
                 {
                     Ok(()) => {
-                        self.settle(|| self.engine.commit(&ticket), shutdown, lost)
-                            .await?;
+                        s.commits.commit(ticket);
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
                     Err(e) => {
                         warn!(error = %e, "dispatch failed; giving the quota back");
-                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                        self.settle(|| self.engine.release(&ticket), &s.stop)
                             .await?;
                         match e {
                             PublishError::Returned | PublishError::Nacked => {
                                 let (attempt, _) = delay::attempt_info(headers);
                                 let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
                                     .min(chrono::Duration::minutes(5));
-                                self.delay(publisher, delivery, &job, now + wait).await
+                                self.delay(&s.publisher, delivery, &job, now + wait).await
                             }
                             other => Err(other.into()),
                         }
@@ -392,7 +410,7 @@ impl Worker {
                 ..
             } => {
                 let detail = format!("policy `{policy}` can never admit it ({})", describe(rule));
-                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
                     .await
             }
             Admission::Refused {
@@ -406,7 +424,7 @@ impl Worker {
                     describe(rule),
                     retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
                 );
-                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
                     .await
             }
             Admission::Refused {
@@ -424,14 +442,14 @@ impl Worker {
                             exp.to_rfc3339()
                         );
                         return self
-                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                             .await;
                     }
                 }
-                self.delay(publisher, delivery, &job, at).await
+                self.delay(&s.publisher, delivery, &job, at).await
             }
             Admission::InFlight { retry_at } => {
-                self.delay(publisher, delivery, &job, retry_at).await
+                self.delay(&s.publisher, delivery, &job, retry_at).await
             }
             Admission::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
@@ -444,13 +462,10 @@ impl Worker {
     async fn admit(
         &self,
         req: &Request<'_>,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
+        stop: &CancellationToken,
     ) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admission = self
-            .settle(|| self.engine.admit(req), shutdown, lost)
-            .await?;
+        let admission = self.settle(|| self.engine.admit(req), stop).await?;
         metrics::histogram!("quota_worker_admission_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(admission)
@@ -460,8 +475,7 @@ impl Worker {
     async fn settle<'a, T, F, Fut>(
         &'a self,
         op: F,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
+        stop: &CancellationToken,
     ) -> Result<T, ProcessError>
     where
         F: Fn() -> Fut,
@@ -479,8 +493,7 @@ impl Worker {
                     metrics::counter!("quota_worker_redis_errors_total").increment(1);
                     warn!(error = %e, retry_in = ?backoff, "redis unavailable; holding the job");
                     tokio::select! {
-                        _ = shutdown.cancelled() => return Err(ProcessError::Interrupted),
-                        _ = lost.cancelled() => return Err(ProcessError::Interrupted),
+                        _ = stop.cancelled() => return Err(ProcessError::Interrupted),
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -502,18 +515,14 @@ impl Worker {
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()))
-            .with_headers(delay::next_headers(
-                delivery.properties.headers().as_ref(),
-                now,
-                Some(until),
-            ));
+            .with_headers({
+                let mut headers =
+                    delay::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                ladder.mark(&mut headers, seconds);
+                headers
+            });
         publisher
-            .publish(
-                &ladder.entry(),
-                &ladder.routing_key(seconds),
-                &delivery.data,
-                props,
-            )
+            .publish(&ladder.entry(seconds), "", &delivery.data, props)
             .await?;
         debug!(until = %until.to_rfc3339(), seconds, "delayed");
         Ok(Outcome::Delayed { until })
