@@ -5,13 +5,32 @@
 //! until the exact moment it becomes allowed, or dead-letters it with a reason.
 //!
 //! ## A tour, in the order a job flows
+//!
+//! ```text
+//!  producers ──▶ notify.jobs ──▶ decode ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
+//!  (exchange)    (quorum queue)              (Redis)  ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
+//!                                                     └──▶ dead      notify.dead (reason, detail)
+//! ```
+//!
 //! - [`config`]: the typed configuration (defaults file, `--config`, environment);
 //!   errors name the key and the file line or variable that set it.
+//! - [`decode`]: bytes into a [`decode::Job`], or a `malformed` verdict (pure).
 //! - [`window`]: pure calendar arithmetic: local days, window starts, the exact
 //!   earliest instant a refused job becomes allowed. No I/O; "now" is a parameter.
 //! - [`keys`]: Redis key names (recipients hashed, one hash slot per recipient).
-//! - [`engine`]: the Redis side of a decision: `lua/admit.lua` (caps, sorted set per
-//!   recipient) and `lua/rate.lua` (per-channel GCRA), one clock (Redis `TIME`).
+//! - [`engine`]: the decision, the Redis side: `lua/admit.lua` (caps, a sorted set
+//!   per recipient), `lua/rate.lua` and `lua/refund.lua` (per-channel GCRA), one
+//!   clock (Redis `TIME`), pacing when a channel's rate refuses.
+//! - [`delay`]: the delay ladder's names and headers (pure): how a refused job waits
+//!   in RabbitMQ without a plugin.
+//! - [`broker`]: connecting, declaring the topology, publishing with confirms.
+//! - [`worker`]: the consume loop and [`worker::Worker::process`], one delivery to one
+//!   confirmed outcome (dispatched, delayed, duplicate, dead-lettered).
+//! - [`acks`] and [`commits`]: settling deliveries and marking dispatches in batches.
+//! - [`signals`]: SIGTERM/SIGINT into one shutdown token.
+//!
+//! `src/main.rs` only parses arguments and calls into these; `src/bin/bench.rs` is
+//! the benchmark.
 #![warn(missing_docs)]
 
 pub mod acks;
