@@ -172,7 +172,7 @@ pub async fn queue_stats(
 /// One dead letter, as an operator reads it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetter {
-    /// The job id (`message_id`), when it had one.
+    /// The job id: the `message_id`, or else the body's `id` field.
     pub id: Option<String>,
     /// `x-notify-reason` (`malformed`, `unknown_channel`, `capped`, `expired`), or for a
     /// message the broker dead-lettered, the `x-death` reason (e.g. `delivery_limit`).
@@ -235,7 +235,11 @@ impl DeadLetter {
             .or(death.as_ref().and_then(|d| d.time));
         let (attempt, first_seen) = delay::attempt_info(headers);
         DeadLetter {
-            id: props.message_id().as_ref().map(|s| s.as_str().to_string()),
+            id: props
+                .message_id()
+                .as_ref()
+                .map(|s| s.as_str().to_string())
+                .or_else(|| body_id(body)),
             reason,
             detail,
             source,
@@ -248,6 +252,15 @@ impl DeadLetter {
             body: full.then(|| body_json(body)),
         }
     }
+}
+
+/// The `id` field of a JSON body, for messages published without a `message_id`.
+fn body_id(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    serde_json::from_slice::<Id>(body).ok().map(|b| b.id)
 }
 
 struct Death {

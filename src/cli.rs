@@ -564,7 +564,8 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let mut seen = Vec::new();
             let report = letters
                 .walk(&stop, |d| {
-                    if d.properties.message_id().as_ref().map(|s| s.as_str()) == Some(id.as_str()) {
+                    let letter = DeadLetter::read(&d.properties, &d.data, now, false);
+                    if letter.id.as_deref() == Some(id.as_str()) {
                         seen.push(DeadLetter::read(&d.properties, &d.data, now, true));
                     }
                     Step::Keep
