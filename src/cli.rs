@@ -513,11 +513,11 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
     let conn = amqp(settings).await?;
     let topology = topology(settings);
     let letters = DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0);
-    let stop = stop_on_signal();
     let now = Utc::now();
     let queue = &settings.amqp.dead_queue;
     let code = match command {
         DeadCommand::List { reason, json } => {
+            let stop = stop_on_signal();
             let filter = Selection {
                 reasons: reason,
                 ids: vec![],
@@ -561,6 +561,7 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             interrupted_or_ok(&report)
         }
         DeadCommand::Show { id, json } => {
+            let stop = stop_on_signal();
             let mut seen = Vec::new();
             let report = letters
                 .walk(&stop, |d| {
@@ -603,6 +604,7 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             interrupted_or_ok(&report)
         }
         DeadCommand::Replay { selection, json } => {
+            let stop = stop_on_signal();
             let sel = selection.selection();
             let mut replayed = Vec::new();
             let report = letters
@@ -648,6 +650,8 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
                     return Ok(ExitCode::FAILURE);
                 }
             }
+            // after the prompt, so that Ctrl-C at the prompt still quits at once
+            let stop = stop_on_signal();
             let sel = selection.selection();
             let report = letters
                 .walk(&stop, |d| {
