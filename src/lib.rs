@@ -29,18 +29,31 @@
 //! - [`acks`] and [`commits`]: settling deliveries and marking dispatches in batches.
 //! - [`signals`]: SIGTERM/SIGINT into one shutdown token.
 //!
+//!
+//! ## Around the worker
+//! - [`producer`]: [`producer::Producer::publish`], the contract's job as a struct,
+//!   published with confirms (`quota-worker publish` uses it).
+//! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
+//!   recipient's recorded sends (`quota-worker admin ...`).
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`cli`]: the `publish` and `admin` subcommands' arguments and output.
+//!
 //! `src/main.rs` only parses arguments and calls into these; `src/bin/bench.rs` is
 //! the benchmark.
 #![warn(missing_docs)]
 
 pub mod acks;
+pub mod admin;
 pub mod broker;
+pub mod cli;
 pub mod commits;
 pub mod config;
 pub mod decode;
 pub mod delay;
 pub mod engine;
+pub mod http;
 pub mod keys;
+pub mod producer;
 pub mod signals;
 pub mod window;
 pub mod worker;
