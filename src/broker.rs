@@ -210,22 +210,33 @@ impl Topology {
         exchange(a.dispatch_exchange.clone(), ExchangeKind::Direct).await?;
         exchange(a.dead_exchange.clone(), ExchangeKind::Fanout).await?;
 
-        queue(a.dead_queue.clone(), self.queue_args(None)).await?;
+        // Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
+        // unless told otherwise: every queue a consumer reads gets an explicit limit,
+        // and those that can dead-letter send the message to `notify.dead`.
+        let limited = |mut args: FieldTable, limit: u32| {
+            if a.queue_type == QueueType::Quorum {
+                args.insert(
+                    "x-delivery-limit".into(),
+                    AMQPValue::LongLongInt(limit as i64),
+                );
+            }
+            args
+        };
+        queue(
+            a.dead_queue.clone(),
+            limited(self.queue_args(None), i32::MAX as u32),
+        )
+        .await?;
         bind(&ch, &a.dead_queue, &a.dead_exchange, "").await?;
 
-        let mut jobs_args = self.queue_args(Some(&a.dead_exchange));
-        if a.queue_type == QueueType::Quorum {
-            jobs_args.insert(
-                "x-delivery-limit".into(),
-                AMQPValue::LongLongInt(a.delivery_limit as i64),
-            );
-        }
+        let jobs_args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
         queue(a.jobs_queue.clone(), jobs_args).await?;
         bind(&ch, &a.jobs_queue, &a.jobs_exchange, "").await?;
 
         for c in &self.channels {
             let q = self.dispatch_queue(c);
-            queue(q.clone(), self.queue_args(None)).await?;
+            let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+            queue(q.clone(), args).await?;
             bind(&ch, &q, &a.dispatch_exchange, c).await?;
         }
 

@@ -41,7 +41,8 @@ pub enum HttpError {
 /// Upper bounds (seconds) of the admission latency histogram: one Redis round trip
 /// is well under a millisecond on a LAN; pacing waits can take seconds.
 pub const ADMISSION_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Upper bounds (seconds) of the whole-job latency histogram.

@@ -182,6 +182,9 @@ impl Worker {
 
     /// Run until `shutdown`, reconnecting to the broker whenever the session drops.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            self.clone().watch_redis(shutdown.clone()),
+        ));
         let mut backoff = Duration::from_millis(200);
         loop {
             if shutdown.is_cancelled() {
@@ -205,6 +208,27 @@ impl Worker {
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                     metrics::counter!("quota_worker_reconnects_total").increment(1);
                 }
+            }
+        }
+    }
+
+    /// Keep `health.redis` current even while no job is asking Redis anything.
+    async fn watch_redis(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let up = matches!(
+                tokio::time::timeout(Duration::from_secs(1), self.engine.ping()).await,
+                Ok(Ok(()))
+            );
+            if self.health.redis.swap(up, Ordering::Relaxed) != up {
+                if up {
+                    info!("redis is reachable");
+                } else {
+                    warn!("redis is unreachable");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
     }
@@ -278,6 +302,13 @@ impl Worker {
         drop(session);
         let _ = tokio::time::timeout(Duration::from_secs(5), batcher).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), committer).await;
+        // one round trip on the channel, so the broker has applied the last acks
+        // before the channel closes (quorum queues can lose acks sent just before)
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            consume.basic_qos(a.prefetch, BasicQosOptions::default()),
+        )
+        .await;
         let _ = conn.close(200, "bye".into()).await;
         result
     }

@@ -55,7 +55,8 @@ struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     recipients: Option<usize>,
-    /// Steps to run (comma-separated: ceiling, engine, a, b, c, memory).
+    /// Steps to run (comma-separated: engine, a, b, c, latency, memory); each mix and
+    /// the latency step measure their own ceiling right before.
     #[arg(
         long,
         default_value = "ceiling,engine,a,b,c,memory",
@@ -82,6 +83,7 @@ struct MixResult {
     jobs: usize,
     seconds: f64,
     jobs_per_sec: f64,
+    ceiling_jobs_per_sec: f64,
     ratio_to_ceiling: f64,
     outcomes: HashMap<String, u64>,
     admission_p50_ms: Option<f64>,
@@ -90,6 +92,16 @@ struct MixResult {
     redis_calls_per_job: Option<f64>,
     peak_rss_mib: f64,
     rss_curve_mib: Vec<(f64, f64)>,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+struct Latency {
+    offered_jobs_per_sec: f64,
+    seconds: u64,
+    jobs: u64,
+    admission_p50_ms: Option<f64>,
+    admission_p99_ms: Option<f64>,
+    admission_p999_ms: Option<f64>,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -103,6 +115,7 @@ struct Report {
     engine_ratio: Option<f64>,
     engine_redis_calls_per_admission: f64,
     mixes: Vec<MixResult>,
+    latency: Option<Latency>,
     memory_recipients: usize,
     memory_bytes_per_recipient: f64,
     memory_usage_one_recipient: i64,
@@ -186,12 +199,6 @@ async fn run(args: Args) -> Result<()> {
     };
 
     let step = |name: &str| args.steps.iter().any(|s| s == name);
-    if step("ceiling") {
-        eprintln!("[1/4] ceiling: pass-through of {jobs} persistent messages");
-        let s = base_settings(&args, &format!("{run_id}c"))?;
-        report.ceiling_jobs_per_sec = ceiling(&conn, &s, jobs).await?;
-        eprintln!("      {:.0} msgs/s", report.ceiling_jobs_per_sec);
-    }
 
     if step("engine") {
         eprintln!("[2/4] engine: admissions through Redis");
@@ -216,14 +223,40 @@ async fn run(args: Args) -> Result<()> {
         if !step(&mix[..1]) {
             continue;
         }
+        // the ceiling right before each mix, so both see the same machine
+        let c = base_settings(&args, &format!("{run_id}c{i}"))?;
+        let ceiling = ceiling(&conn, &c, jobs).await?;
         let s = base_settings(&args, &format!("{run_id}m{i}"))?;
         let mut r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
-        r.ratio_to_ceiling = r.jobs_per_sec / report.ceiling_jobs_per_sec;
+        r.ceiling_jobs_per_sec = ceiling;
+        r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
         eprintln!(
-            "      {mix}: {:.0} jobs/s ({:.2} of ceiling)",
+            "      {mix}: {:.0} jobs/s, ceiling {ceiling:.0} msgs/s ({:.2} of it)",
             r.jobs_per_sec, r.ratio_to_ceiling
         );
         report.mixes.push(r);
+        cleanup(&conn, &s).await;
+    }
+    if !report.mixes.is_empty() {
+        report.ceiling_jobs_per_sec = report
+            .mixes
+            .iter()
+            .map(|m| m.ceiling_jobs_per_sec)
+            .sum::<f64>()
+            / report.mixes.len() as f64;
+    }
+
+    if step("latency") {
+        let c = base_settings(&args, &format!("{run_id}lc"))?;
+        let ceiling = ceiling(&conn, &c, jobs).await?;
+        let rate = std::env::var("QW_BENCH_RATE")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(ceiling / 2.0);
+        let secs = if args.quick { 10 } else { 30 };
+        eprintln!("[3b] latency: {rate:.0} jobs/s (half the ceiling of {ceiling:.0}) for {secs} s");
+        let s = base_settings(&args, &format!("{run_id}l"))?;
+        report.latency = Some(latency(&conn, &s, &worker_bin, rate, secs).await?);
         cleanup(&conn, &s).await;
     }
 
@@ -577,6 +610,7 @@ async fn run_mix(
         jobs: n,
         seconds: secs,
         jobs_per_sec: n as f64 / secs,
+        ceiling_jobs_per_sec: 0.0,
         ratio_to_ceiling: 0.0,
         outcomes,
         admission_p50_ms: q.get("0.5").map(|v| v * 1e3),
@@ -605,6 +639,89 @@ async fn settled_by_queues(conn: &Connection, t: &Topology) -> Result<u64> {
     }
     let _ = ch.close(200, "".into()).await;
     Ok(total)
+}
+
+/// Admission latency with jobs arriving at `rate` per second (no backlog).
+async fn latency(
+    conn: &Connection,
+    s: &Settings,
+    bin: &Path,
+    rate: f64,
+    secs: u64,
+) -> Result<Latency> {
+    let topology = Topology {
+        amqp: s.amqp.clone(),
+        channels: s.channels.keys().cloned().collect(),
+    };
+    topology.declare(conn).await?;
+    let port = free_port()?;
+    let mut child = Command::new(bin)
+        .arg("run")
+        .envs(worker_env(s, port))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the worker")?;
+    for _ in 0..100 {
+        if scrape(port).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let ticks_per_sec = 1000u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / ticks_per_sec));
+    let mut sent = 0u64;
+    let started = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    while started.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into());
+        while sent < due {
+            let body = format!(
+                r#"{{"id":"l{sent}","recipient":"lat{sent}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
+            );
+            pending.push(
+                ch.basic_publish(
+                    s.amqp.jobs_exchange.as_str().into(),
+                    "".into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    props.clone(),
+                )
+                .await?,
+            );
+            sent += 1;
+        }
+        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
+            r?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    // let the last jobs through
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = scrape(port).unwrap_or_default();
+        if outcome_counts(&metrics).values().sum::<u64>() >= sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(&mut child);
+    let q = quantiles(&metrics, "quota_worker_admission_seconds");
+    Ok(Latency {
+        offered_jobs_per_sec: rate,
+        seconds: secs,
+        jobs: sent,
+        admission_p50_ms: q.get("0.5").map(|v| v * 1e3),
+        admission_p99_ms: q.get("0.99").map(|v| v * 1e3),
+        admission_p999_ms: q.get("0.999").map(|v| v * 1e3),
+    })
 }
 
 fn stop(child: &mut Child) {
@@ -673,7 +790,47 @@ fn outcome_counts(metrics: &str) -> HashMap<String, u64> {
     out
 }
 
+/// Quantiles of a histogram or summary in Prometheus text. For a histogram, the
+/// quantile is interpolated linearly inside its bucket, as Prometheus's
+/// `histogram_quantile` does.
 fn quantiles(metrics: &str, name: &str) -> HashMap<String, f64> {
+    let mut buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    if !buckets.is_empty() {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+        let mut out = HashMap::new();
+        for q in ["0.5", "0.99", "0.999"] {
+            let target = q.parse::<f64>().unwrap() * total;
+            let mut lower = (0.0, 0.0);
+            for &(le, count) in &buckets {
+                if count >= target && total > 0.0 {
+                    let upper = if le.is_finite() { le } else { lower.0 };
+                    let span = count - lower.1;
+                    let frac = if span > 0.0 {
+                        (target - lower.1) / span
+                    } else {
+                        1.0
+                    };
+                    out.insert(q.to_string(), lower.0 + (upper - lower.0) * frac);
+                    break;
+                }
+                lower = (le, count);
+            }
+        }
+        return out;
+    }
     metrics
         .lines()
         .filter(|l| l.starts_with(&format!("{name}{{quantile=\"")))
@@ -814,7 +971,7 @@ fn fmt_ms(v: Option<f64>) -> String {
 fn print_table(r: &Report) {
     println!("\nmachine: {}", r.machine);
     println!(
-        "ceiling (pass-through, quorum, confirms): {:.0} msgs/s",
+        "ceiling (pass-through, quorum, confirms), mean of the paired runs: {:.0} msgs/s",
         r.ceiling_jobs_per_sec
     );
     println!(
@@ -824,16 +981,17 @@ fn print_table(r: &Report) {
         r.redis_benchmark_evalsha_per_sec.map(|v| format!("{v:.0}/s")).unwrap_or_else(|| "n/a".into()),
         r.engine_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
     );
-    println!("\n| mix | jobs | jobs/s | x ceiling | p50 ms | p99 ms | p99.9 ms | Redis calls/job | peak RSS MiB | outcomes |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| mix | jobs | jobs/s | ceiling msgs/s | x ceiling | p50 ms | p99 ms | p99.9 ms | Redis calls/job | peak RSS MiB | outcomes |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for m in &r.mixes {
         let mut o: Vec<_> = m.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
         o.sort();
         println!(
-            "| {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {:.1} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {:.1} | {} |",
             m.name,
             m.jobs,
             m.jobs_per_sec,
+            m.ceiling_jobs_per_sec,
             m.ratio_to_ceiling,
             fmt_ms(m.admission_p50_ms),
             fmt_ms(m.admission_p99_ms),
@@ -843,6 +1001,17 @@ fn print_table(r: &Report) {
                 .unwrap_or_else(|| "n/a".into()),
             m.peak_rss_mib,
             o.join(", ")
+        );
+    }
+    if let Some(l) = &r.latency {
+        println!(
+            "\nadmission latency at {:.0} jobs/s (half the ceiling), {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
+            l.offered_jobs_per_sec,
+            l.jobs,
+            l.seconds,
+            fmt_ms(l.admission_p50_ms),
+            fmt_ms(l.admission_p99_ms),
+            fmt_ms(l.admission_p999_ms)
         );
     }
     println!(
