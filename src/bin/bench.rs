@@ -92,6 +92,10 @@ struct MixResult {
     redis_calls_per_job: Option<f64>,
     peak_rss_mib: f64,
     rss_curve_mib: Vec<(f64, f64)>,
+    /// CPU microseconds per job: broker, Redis, worker.
+    cpu_us_per_job: [f64; 3],
+    /// CPU microseconds per message in the paired ceiling: broker, Redis, client.
+    ceiling_cpu_us_per_msg: [f64; 3],
 }
 
 #[derive(Serialize, Debug, Clone, Default)]
@@ -225,10 +229,11 @@ async fn run(args: Args) -> Result<()> {
         }
         // the ceiling right before each mix, so both see the same machine
         let c = base_settings(&args, &format!("{run_id}c{i}"))?;
-        let ceiling = ceiling(&conn, &c, jobs).await?;
+        let (ceiling, ceiling_cpu) = ceiling(&conn, &c, jobs).await?;
         let s = base_settings(&args, &format!("{run_id}m{i}"))?;
         let mut r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
         r.ceiling_jobs_per_sec = ceiling;
+        r.ceiling_cpu_us_per_msg = ceiling_cpu;
         r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
         eprintln!(
             "      {mix}: {:.0} jobs/s, ceiling {ceiling:.0} msgs/s ({:.2} of it)",
@@ -248,7 +253,7 @@ async fn run(args: Args) -> Result<()> {
 
     if step("latency") {
         let c = base_settings(&args, &format!("{run_id}lc"))?;
-        let ceiling = ceiling(&conn, &c, jobs).await?;
+        let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
         let rate = std::env::var("QW_BENCH_RATE")
             .ok()
             .and_then(|r| r.parse().ok())
@@ -336,7 +341,7 @@ async fn preload(
 }
 
 /// The broker's own ceiling: consume, publish with confirm, ack — no decision.
-async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<f64> {
+async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64; 3])> {
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     let (src, dst) = (
@@ -377,6 +382,7 @@ async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<f64> {
         )
         .await?;
     let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_snapshot();
     let started = Instant::now();
     let tasks = tokio_util::task::TaskTracker::new();
     let mut taken = 0;
@@ -406,12 +412,14 @@ async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<f64> {
     tasks.close();
     tasks.wait().await;
     let secs = started.elapsed().as_secs_f64();
+    let cpu_after = cpu_snapshot();
+    let cpu: [f64; 3] = std::array::from_fn(|i| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64);
     for q in [&src, &dst] {
         let _ = ch
             .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
             .await;
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / secs)
+    Ok((done.load(Ordering::Relaxed) as f64 / secs, cpu))
 }
 
 /// `redis-benchmark` running the admission script by EVALSHA (50 clients).
@@ -556,6 +564,7 @@ async fn run_mix(
     preload(&ch, &s.amqp.jobs_exchange, "", job_bodies(mix, n)).await?;
 
     let port = free_port()?;
+    let cpu_before = cpu_snapshot();
     let mut child = Command::new(bin)
         .arg("run")
         .envs(worker_env(s, port))
@@ -601,6 +610,10 @@ async fn run_mix(
     .await;
     let secs = started.elapsed().as_secs_f64();
     let peak = rss_mib(child.id(), "VmHWM").unwrap_or(0.0);
+    let cpu_after = cpu_snapshot();
+    let worker_cpu = cpu_secs(child.id()).unwrap_or(0.0);
+    let per_job = |i: usize| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64;
+    let cpu_us_per_job = [per_job(0), per_job(1), worker_cpu * 1e6 / n as f64];
     stop(&mut child);
     let metrics = result?;
     let q = quantiles(&metrics, "quota_worker_admission_seconds");
@@ -619,6 +632,8 @@ async fn run_mix(
         redis_calls_per_job: calls.map(|c| c / n as f64),
         peak_rss_mib: peak,
         rss_curve_mib: rss_curve,
+        cpu_us_per_job,
+        ceiling_cpu_us_per_msg: [0.0; 3],
     })
 }
 
@@ -737,6 +752,27 @@ fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// CPU seconds used so far by the broker, Redis and this process.
+fn cpu_snapshot() -> [f64; 3] {
+    let pid_of = |name: &str| -> Option<u32> {
+        let out = Command::new("pgrep").arg("-o").arg(name).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    [
+        pid_of("beam.smp").and_then(cpu_secs).unwrap_or(0.0),
+        pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        cpu_secs(std::process::id()).unwrap_or(0.0),
+    ]
 }
 
 fn free_port() -> Result<u16> {
@@ -1003,6 +1039,17 @@ fn print_table(r: &Report) {
             o.join(", ")
         );
     }
+    println!("\nCPU per job in microseconds (broker / Redis / worker), against the paired ceiling (broker / Redis / pass-through client):");
+    for m in &r.mixes {
+        let [b, rd, w] = m.cpu_us_per_job;
+        let [cb, cr, cc] = m.ceiling_cpu_us_per_msg;
+        println!(
+            "  {}: {b:.0} / {rd:.0} / {w:.0} = {:.0}; ceiling {cb:.0} / {cr:.0} / {cc:.0} = {:.0}",
+            m.name,
+            b + rd + w,
+            cb + cr + cc
+        );
+    }
     if let Some(l) = &r.latency {
         println!(
             "\nadmission latency at {:.0} jobs/s (half the ceiling), {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
@@ -1022,9 +1069,10 @@ fn print_table(r: &Report) {
 
 fn plot(r: &Report, path: &Path) -> Result<()> {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (960, 420)).into_drawing_area();
+    let root = SVGBackend::new(path, (1440, 420)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (left, right) = root.split_horizontally(480);
+    let (left, rest) = root.split_horizontally(480);
+    let (right, memory) = rest.split_horizontally(480);
     let mut bars: Vec<(String, f64)> = vec![("ceiling".into(), r.ceiling_jobs_per_sec)];
     bars.extend(r.mixes.iter().map(|m| (m.name.clone(), m.jobs_per_sec)));
     let top = bars.iter().map(|b| b.1).fold(1.0, f64::max) * 1.15;
@@ -1087,6 +1135,37 @@ fn plot(r: &Report, path: &Path) -> Result<()> {
             ("sans-serif", 12),
         )))?;
     }
+    let secs = r
+        .mixes
+        .iter()
+        .flat_map(|m| m.rss_curve_mib.last().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let mib = r
+        .mixes
+        .iter()
+        .flat_map(|m| m.rss_curve_mib.iter().map(|p| p.1))
+        .fold(8.0, f64::max)
+        * 1.2;
+    let mut chart = ChartBuilder::on(&memory)
+        .caption("Worker RSS (MiB) while draining", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..secs, 0f64..mib)?;
+    chart.configure_mesh().x_desc("seconds").draw()?;
+    let palette = [BLUE, RED, GREEN, BLACK];
+    for (i, m) in r.mixes.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        chart
+            .draw_series(LineSeries::new(m.rss_curve_mib.iter().copied(), color))?
+            .label(m.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
