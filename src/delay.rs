@@ -8,7 +8,7 @@
 //! Exchange `x<n>` sends a message carrying bit n to queue `2^n s`; any other message
 //! goes on to its alternate exchange `x<n-1>`. Each queue dead-letters to the next
 //! exchange down, and level 0 (queue and alternate exchange) to the jobs exchange.
-//! A delayed job is published to the exchange of its highest bit. Every queue holds
+//! A delayed job is published straight to the queue of its highest bit. Every queue holds
 //! one TTL only, so a message never waits behind a longer one (no head-of-line
 //! blocking), and a delay costs at most one hop per level. (A headers exchange with
 //! one binding matches in constant time; a topic exchange would walk a trie of
@@ -49,10 +49,11 @@ impl Ladder {
         format!("{}.{}s", self.prefix, 1u64 << n)
     }
 
-    /// Where a job delayed by `seconds` is published: the exchange of its highest bit.
+    /// Where a job delayed by `seconds` is published: straight to the queue of its
+    /// highest bit (through the default exchange, so the broker routes nothing).
     pub fn entry(&self, seconds: u64) -> String {
         let top = 63 - seconds.max(1).leading_zeros();
-        self.exchange(top.min(self.levels - 1))
+        self.queue(top.min(self.levels - 1))
     }
 
     /// The longest delay one pass through the ladder holds, in seconds.
@@ -211,8 +212,8 @@ mod tests {
         let l = ladder();
         assert_eq!(l.queue(0), "notify.delay.1s");
         assert_eq!(l.queue(19), "notify.delay.524288s");
-        assert_eq!(l.entry(5), "notify.delay.x2");
-        assert_eq!(l.entry(l.max_seconds()), "notify.delay.x19");
+        assert_eq!(l.entry(5), "notify.delay.4s");
+        assert_eq!(l.entry(l.max_seconds()), "notify.delay.524288s");
         assert!(l.max_seconds() > 8 * 86_400);
     }
 

@@ -553,7 +553,7 @@ impl Worker {
                 headers
             });
         publisher
-            .publish(&ladder.entry(seconds), "", &delivery.data, props)
+            .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
         debug!(until = %until.to_rfc3339(), seconds, "delayed");
         Ok(Outcome::Delayed { until })

@@ -329,7 +329,7 @@ async fn the_ladder_holds_each_delay_exactly_without_head_of_line_blocking() {
         let props = lapin::BasicProperties::default()
             .with_message_id(secs.to_string().into())
             .with_headers(headers);
-        p.publish(&ladder.entry(secs), "", b"{}", props)
+        p.publish("", &ladder.entry(secs), b"{}", props)
             .await
             .unwrap();
     }

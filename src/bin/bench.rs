@@ -59,7 +59,7 @@ struct Args {
     /// the latency step measure their own ceiling right before.
     #[arg(
         long,
-        default_value = "ceiling,engine,a,b,c,memory",
+        default_value = "engine,a,b,c,latency,memory",
         value_delimiter = ','
     )]
     steps: Vec<String>,
