@@ -255,6 +255,11 @@ pub struct Engine {
     refund_script: Script,
     offset_ms: AtomicI64,
     calls: AtomicU64,
+    /// Reservations this engine recorded for admissions that then failed (Redis went
+    /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
+    /// reserved_at ms. The retry of the same job takes its own reservation back
+    /// instead of waiting out the lease as if another worker held it.
+    orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -310,6 +315,7 @@ impl Engine {
             refund_script: Script::new(REFUND_LUA),
             offset_ms: AtomicI64::new(0),
             calls: AtomicU64::new(0),
+            orphans: Default::default(),
         };
         let mut conn = engine.conn.clone();
         if let RedisConn::Single(_) = conn {
@@ -415,7 +421,16 @@ impl Engine {
                     self.call_admit(&key, &member, &policy, req.tz, None),
                     self.call_rate(req.channel, r, r.cost)
                 );
-                (a?, Some(b?))
+                let a = a?;
+                match b {
+                    Ok(b) => (a, Some(b)),
+                    Err(e) => {
+                        if let AdmitReply::Admitted(at) = a {
+                            self.orphan(&key, &member, at);
+                        }
+                        return Err(e);
+                    }
+                }
             }
             _ => (
                 self.call_admit(&key, &member, &policy, req.tz, None)
@@ -432,6 +447,11 @@ impl Engine {
                         .await?
                 }
                 _ => break,
+            }
+        }
+        if let AdmitReply::InFlight(at) = reply {
+            if self.adopt(&key, &member, at) {
+                reply = AdmitReply::Admitted(at);
             }
         }
         let took_rate = matches!(rate_reply, Some(r) if r.allowed == 1);
@@ -485,7 +505,9 @@ impl Engine {
                 }
                 if let Err(e) = self.pace(req.channel, r, pacer).await {
                     if let Admission::Admitted(ticket) = &admission {
-                        let _ = self.release_recipient(ticket).await;
+                        if self.release_recipient(ticket).await.is_err() {
+                            self.keep_reservation(ticket);
+                        }
                     }
                     return Err(e);
                 }
@@ -524,6 +546,38 @@ impl Engine {
         .await;
         pacer.waiting.fetch_sub(1, Ordering::Relaxed);
         result
+    }
+
+    /// Keep an admission's reservation (its send stays counted) when the job's fate
+    /// is unknown, e.g. its dispatch was sent but never confirmed: if this worker
+    /// sees the job again it takes the reservation back at once; any other worker
+    /// waits out the lease. Either way the recipient's slot is never freed for
+    /// another job while the first may have been sent.
+    pub fn keep_reservation(&self, ticket: &Ticket) {
+        self.orphan(
+            &ticket.key,
+            &ticket.member,
+            ticket.admitted_at.timestamp_millis(),
+        );
+    }
+
+    fn orphan(&self, key: &str, member: &[u8], reserved_at: i64) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        let lapsed = reserved_at - self.lease_ms;
+        orphans.retain(|_, at| *at > lapsed);
+        orphans.insert((key.to_string(), member.to_vec()), reserved_at);
+    }
+
+    /// Whether the reservation made at `reserved_at` is one of ours (then forget it).
+    fn adopt(&self, key: &str, member: &[u8], reserved_at: i64) -> bool {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        let id = (key.to_string(), member.to_vec());
+        if orphans.get(&id) == Some(&reserved_at) {
+            orphans.remove(&id);
+            true
+        } else {
+            false
+        }
     }
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.

@@ -373,19 +373,23 @@ impl Worker {
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
-                    Err(e) => {
-                        warn!(error = %e, "dispatch failed; giving the quota back");
+                    Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
+                        warn!(error = %e, "dispatch refused by the broker; giving the quota back");
                         self.settle(|| self.engine.release(&ticket), shutdown, lost)
                             .await?;
-                        match e {
-                            PublishError::Returned | PublishError::Nacked => {
-                                let (attempt, _) = delay::attempt_info(headers);
-                                let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
-                                    .min(chrono::Duration::minutes(5));
-                                self.delay(publisher, delivery, &job, now + wait).await
-                            }
-                            other => Err(other.into()),
-                        }
+                        let (attempt, _) = delay::attempt_info(headers);
+                        let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
+                            .min(chrono::Duration::minutes(5));
+                        self.delay(publisher, delivery, &job, now + wait).await
+                    }
+                    Err(e) => {
+                        // No confirm in time, or the connection dropped: the dispatch
+                        // may have been delivered. Keep its reservation so the
+                        // recipient's slot is not given to another job; the retry
+                        // of this job takes it back (see Engine::keep_reservation).
+                        warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
+                        self.engine.keep_reservation(&ticket);
+                        Err(e.into())
                     }
                 }
             }

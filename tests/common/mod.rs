@@ -255,3 +255,7 @@ pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
     quota_worker::delay::as_string(v)
         .or_else(|| quota_worker::delay::as_i64(v).map(|i| i.to_string()))
 }
+
+pub mod audit;
+pub mod procs;
+pub mod reliability;
