@@ -317,15 +317,15 @@ impl Engine {
             calls: AtomicU64::new(0),
             orphans: Default::default(),
         };
+        // On a cluster, SCRIPT LOAD goes to every node; a node that loses them later
+        // (restart, failover) answers NOSCRIPT and the call loads them again.
         let mut conn = engine.conn.clone();
-        if let RedisConn::Single(_) = conn {
-            for script in [
-                &engine.admit_script,
-                &engine.rate_script,
-                &engine.refund_script,
-            ] {
-                script.load_async(&mut conn).await?;
-            }
+        for script in [
+            &engine.admit_script,
+            &engine.rate_script,
+            &engine.refund_script,
+        ] {
+            script.load_async(&mut conn).await?;
         }
         engine.sync_clock().await?;
         Ok(engine)

@@ -744,3 +744,373 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         "reconnected {max_recovery:.1}s after the broker was back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_one_queue_hold_the_caps_exactly() {
+    let _heavy = heavy();
+    let (n, limit, recipients, workers) = (1_000usize, 5usize, 10usize, 4usize);
+    let ns = unique("four");
+    let mut s = settings(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: limit as u32,
+        window: "1d".into(),
+    }];
+    let _c = Cleanup::new(&s);
+    let dir = procs::temp_dir("four");
+    declare(&s).await;
+    let conn = amqp().await;
+    let zone = noon_zone();
+    let jobs: Vec<Published> = (0..n)
+        .map(|i| {
+            let id = format!("{ns}-{i}");
+            let r = format!("shared-{}", i % recipients);
+            let body = audit::job_body(&id, &r, "sms", "default", &zone);
+            Published {
+                id,
+                recipient: r,
+                body,
+            }
+        })
+        .collect();
+    let mut procs: Vec<WorkerProc> = (0..workers)
+        .map(|i| WorkerProc::spawn(&s, &dir, &i.to_string()))
+        .collect();
+    wait_consumers(
+        &conn,
+        &s.amqp.jobs_queue,
+        workers as u32,
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("four consumers");
+    let started = Instant::now();
+    publish_all(&conn, &s, &jobs).await;
+    let done = settle_down(&conn, &s, limit * recipients, 0, Duration::from_secs(120)).await;
+    let elapsed = started.elapsed();
+    for p in &procs {
+        p.term();
+    }
+    for p in procs.iter_mut() {
+        assert!(p
+            .wait(Duration::from_secs(30))
+            .map(|s| s.success())
+            .unwrap_or(false));
+    }
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    eprintln!("{}", a.summary(&jobs));
+    let per = a.dispatched_per_recipient(&jobs);
+    let keys = quota_worker::keys::Keys::new(&s.redis.key_prefix, &s.redis.hash_key);
+    let mut r = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut violations = Vec::new();
+    for i in 0..recipients {
+        let who = format!("shared-{i}");
+        let sent = per.get(&who).copied().unwrap_or(0);
+        let recorded = audit::recorded(&mut r, &keys.recipient(&who, "default", None)).await;
+        let committed = recorded.iter().filter(|(_, c, _)| *c).count();
+        if sent != limit || recorded.len() != limit || committed != limit {
+            violations.push(format!(
+                "{who}: {sent} dispatched, {} recorded ({committed} committed); cap {limit}",
+                recorded.len()
+            ));
+        }
+    }
+    let lost = a.lost(&jobs);
+    record(json!({
+        "scenario": "four_workers",
+        "test": "tests/faults.rs: four_workers_one_queue_hold_the_caps_exactly",
+        "jobs": n,
+        "workers": workers,
+        "recipients": recipients,
+        "cap": format!("{limit} per local day"),
+        "dispatched": a.dispatched.len(),
+        "waiting": a.waiting.len(),
+        "lost": lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "violations": violations.len(),
+        "elapsed_seconds": elapsed.as_secs_f64(),
+    }));
+    assert!(done, "did not settle: {}", a.summary(&jobs));
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(a.dispatched.len(), limit * recipients);
+    assert_eq!(a.waiting.len(), n - limit * recipients);
+    assert_eq!(a.duplicate_dispatches(), 0);
+}
+
+/// SIGTERM with a backlog: the worker stops consuming, finishes what it holds (or,
+/// when the grace period is shorter than that, hands it back) and exits 0 within
+/// the grace period; a fresh worker then finishes the run and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing() {
+    let _heavy = heavy();
+    let mut figures = Vec::new();
+    // (rate per second, grace): the first drains its in-flight jobs in time
+    // (256 at 200/s), the second cannot (256 at 20/s in 3 s) and hands them back
+    for (rate, grace) in [(200u64, 10u64), (20, 3)] {
+        let n = 1_500;
+        let ns = unique("sigterm");
+        let mut s = fault_settings(&ns, rate);
+        s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
+        let _c = Cleanup::new(&s);
+        let dir = procs::temp_dir("sigterm");
+        declare(&s).await;
+        let mix = Mix::new(&ns, n, &noon_zone());
+        let conn = amqp().await;
+        publish_all(&conn, &s, &mix.jobs).await;
+        let dispatch = topology(&s).dispatch_queue("sms");
+        let mut w = WorkerProc::spawn(&s, &dir, "0");
+        let started = Instant::now();
+        while depth(&conn, &dispatch).await.unwrap_or(0) < 40 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no progress:\n{}",
+                w.tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let termed = Instant::now();
+        w.term();
+        let status = w.wait(Duration::from_secs(grace + 30));
+        let took = termed.elapsed();
+        let in_queue = depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(0);
+        // a fresh, unpaced worker finishes the run
+        let mut finish = s.clone();
+        finish.channels.get_mut("sms").unwrap().rate = Some(1_000);
+        let fdir = procs::temp_dir("sigterm-finish");
+        let mut f = WorkerProc::spawn(&finish, &fdir, "finish");
+        let done = settle_down(
+            &conn,
+            &s,
+            mix.expected_dispatched(),
+            mix.count(Kind::Malformed),
+            Duration::from_secs(120),
+        )
+        .await;
+        f.term();
+        assert!(f
+            .wait(Duration::from_secs(30))
+            .map(|s| s.success())
+            .unwrap_or(false));
+        let a = Audit::collect(&conn, &s, &mix.jobs).await;
+        eprintln!(
+            "rate {rate}/s, grace {grace}s: exit {status:?} after {took:?}; {}",
+            a.summary(&mix.jobs)
+        );
+        let lost = a.lost(&mix.jobs);
+        let violations = check_caps(&s, &mix, &a).await;
+        figures.push(json!({
+            "rate_per_second": rate,
+            "grace_seconds": grace,
+            "exit_code": status.and_then(|s| s.code()),
+            "exit_seconds": took.as_secs_f64(),
+            "handed_back": in_queue,
+            "lost": lost.len(),
+            "duplicates": a.duplicate_dispatches(),
+            "violations": violations.len(),
+        }));
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "exit status:\n{}",
+            w.tail(20)
+        );
+        assert!(
+            took < Duration::from_secs(grace) + Duration::from_millis(1500),
+            "took {took:?} for a grace of {grace}s"
+        );
+        assert!(done, "did not settle: {}", a.summary(&mix.jobs));
+        assert!(lost.is_empty(), "lost: {lost:?}");
+        assert!(violations.is_empty(), "{violations:#?}");
+        assert_eq!(a.duplicate_dispatches(), 0);
+    }
+    let worst = figures
+        .iter()
+        .map(|f| f["exit_seconds"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    record(json!({
+        "scenario": "sigterm",
+        "test": "tests/faults.rs: sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing",
+        "jobs": 1_500 * figures.len(),
+        "faults": figures.len(),
+        "fault": "SIGTERM with a paced backlog (grace long enough to drain; grace too short)",
+        "lost": figures.iter().map(|f| f["lost"].as_u64().unwrap()).sum::<u64>(),
+        "duplicates": figures.iter().map(|f| f["duplicates"].as_u64().unwrap()).sum::<u64>(),
+        "violations": figures.iter().map(|f| f["violations"].as_u64().unwrap()).sum::<u64>(),
+        "recovery_seconds": worst,
+        "runs": figures,
+    }));
+}
+
+fn x_death(entries: &[(&str, &str)]) -> lapin::types::FieldTable {
+    use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
+    let mut deaths = Vec::new();
+    for (queue, exchange) in entries {
+        let mut t = FieldTable::default();
+        t.insert("count".into(), AMQPValue::LongLongInt(3));
+        t.insert(
+            "reason".into(),
+            AMQPValue::LongString(LongString::from("expired")),
+        );
+        t.insert(
+            "queue".into(),
+            AMQPValue::LongString(LongString::from(*queue)),
+        );
+        t.insert(
+            "exchange".into(),
+            AMQPValue::LongString(LongString::from(*exchange)),
+        );
+        t.insert(
+            "time".into(),
+            AMQPValue::Timestamp(chrono::Utc::now().timestamp() as u64),
+        );
+        t.insert(
+            "routing-keys".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongString(
+                LongString::from("#"),
+            )])),
+        );
+        deaths.push(AMQPValue::FieldTable(t));
+    }
+    let mut h = FieldTable::default();
+    h.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(deaths)),
+    );
+    h.insert(
+        "x-first-death-queue".into(),
+        AMQPValue::LongString(LongString::from(entries[0].0)),
+    );
+    h.insert(
+        "x-first-death-reason".into(),
+        AMQPValue::LongString(LongString::from("expired")),
+    );
+    h.insert(
+        "x-first-death-exchange".into(),
+        AMQPValue::LongString(LongString::from(entries[0].1)),
+    );
+    h.insert(
+        "trace-id".into(),
+        AMQPValue::LongString(LongString::from("kept")),
+    );
+    h
+}
+
+/// A job republished by hand with the `x-death` headers of an earlier trip through
+/// the delay ladder: refused by its recipient's cap, it goes round the ladder again
+/// and must come back (the worker strips the broker's headers when it delays, so
+/// the broker's dead-letter cycle detection has nothing to match). A control copy
+/// sent round the ladder with its `x-death` kept shows what the broker does
+/// without the stripping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
+    let _heavy = heavy();
+    let ns = unique("xdeath");
+    let mut s = fault_settings(&ns, 1_000);
+    s.policies.insert("rolling".into(), policy(&[(1, "2s")]));
+    let _c = Cleanup::new(&s);
+    declare(&s).await;
+    let t = topology(&s);
+    let ladder = t.ladder();
+    let mut every: Vec<(String, String)> = (0..ladder.levels)
+        .map(|n| (ladder.queue(n), ladder.exchange(n)))
+        .collect();
+    every.push((s.amqp.jobs_queue.clone(), s.amqp.jobs_exchange.clone()));
+    let every: Vec<(&str, &str)> = every
+        .iter()
+        .map(|(q, x)| (q.as_str(), x.as_str()))
+        .collect();
+    let conn = amqp().await;
+    let zone = noon_zone();
+
+    // control: straight into the ladder for 1 s with x-death kept, no worker running
+    let control = audit::job_body(&format!("{ns}-control"), "c", "sms", "transactional", &zone);
+    let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    p.publish(
+        &ladder.entry(),
+        &ladder.routing_key(1),
+        &control,
+        lapin::BasicProperties::default()
+            .with_message_id(format!("{ns}-control").as_str().into())
+            .with_headers(x_death(&every)),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let control_back = audit::drain(&conn, &s.amqp.jobs_queue).await.len();
+    let control_still_waiting = depth(&conn, &ladder.queue(0)).await.unwrap_or(0);
+
+    // the scenario: the recipient is at its cap; the republished job is refused,
+    // delayed about 2 s, and must come back and be dispatched
+    let first = Published {
+        id: format!("{ns}-first"),
+        recipient: "x".into(),
+        body: audit::job_body(&format!("{ns}-first"), "x", "sms", "rolling", &zone),
+    };
+    let stale = Published {
+        id: format!("{ns}-stale"),
+        recipient: "x".into(),
+        body: audit::job_body(&format!("{ns}-stale"), "x", "sms", "rolling", &zone),
+    };
+    let w = worker(&s).await;
+    let (stop, handle) = spawn_worker(w).await;
+    publish_all(&conn, &s, std::slice::from_ref(&first)).await;
+    let mut h = x_death(&every);
+    h.insert(
+        quota_worker::delay::ATTEMPT.into(),
+        lapin::types::AMQPValue::LongLongInt(7),
+    );
+    publish_with(
+        &conn,
+        &s,
+        &stale.body,
+        lapin::BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(stale.id.as_str().into())
+            .with_headers(h),
+    )
+    .await;
+    let dispatch = t.dispatch_queue("sms");
+    let started = Instant::now();
+    while depth(&conn, &dispatch).await.unwrap_or(0) < 2
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let back_after = started.elapsed();
+    stop.cancel();
+    handle.await.unwrap();
+    let jobs = vec![first, stale.clone()];
+    let dispatched = audit::drain(&conn, &dispatch).await;
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    let stale_copy = dispatched.iter().find(|m| m.id == stale.id);
+    record(json!({
+        "scenario": "stale_x_death",
+        "test": "tests/faults.rs: stale_x_death_headers_do_not_get_a_delayed_job_dropped",
+        "jobs": 2,
+        "lost": (stale_copy.is_none() && a.lost(&jobs).contains(&stale.id)) as u32,
+        "duplicates": dispatched.len().saturating_sub(2),
+        "violations": 0,
+        "stale_job_dispatched_after_seconds": back_after.as_secs_f64(),
+        "control_with_x_death_kept_came_back": control_back > 0,
+        "control_still_in_ladder": control_still_waiting,
+    }));
+    eprintln!("control copy with x-death kept: came back {control_back}, still waiting {control_still_waiting}");
+    let stale_copy = stale_copy.expect("the job with stale x-death headers was dispatched");
+    assert_eq!(dispatched.len(), 2, "{dispatched:?}");
+    let h = stale_copy.props.headers().as_ref().unwrap();
+    assert!(!h.contains_key("x-death") && !h.contains_key("x-first-death-queue"));
+    assert_eq!(
+        header(&stale_copy.props, "trace-id").as_deref(),
+        Some("kept")
+    );
+    assert_eq!(
+        header(&stale_copy.props, "x-notify-attempt").as_deref(),
+        Some("9")
+    );
+}
