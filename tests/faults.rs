@@ -262,21 +262,32 @@ async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String> {
 
 /// For each duplicated dispatch, whether a crash explains it: its first copy was
 /// among the last `window` messages dispatched before a kill.
-fn explain_duplicates(a: &Audit, kill_depths: &[usize], window: usize) -> (usize, Vec<String>) {
+/// Also returns the largest distance (in messages) between a duplicate's first copy
+/// and the kill that explains it.
+fn explain_duplicates(
+    a: &Audit,
+    kill_depths: &[usize],
+    window: usize,
+) -> (usize, usize, Vec<String>) {
     let mut explained = 0;
+    let mut farthest = 0;
     let mut unexplained = Vec::new();
     for (id, positions) in a.duplicated_ids() {
         let first = positions[0];
-        if kill_depths
+        match kill_depths
             .iter()
-            .any(|&d| first < d && d - first <= window)
+            .filter(|&&d| first < d && d - first <= window)
+            .map(|&d| d - first)
+            .min()
         {
-            explained += positions.len() - 1;
-        } else {
-            unexplained.push(format!("{id} at positions {positions:?}"));
+            Some(distance) => {
+                explained += positions.len() - 1;
+                farthest = farthest.max(distance);
+            }
+            None => unexplained.push(format!("{id} at positions {positions:?}")),
         }
     }
-    (explained, unexplained)
+    (explained, farthest, unexplained)
 }
 
 async fn wait_consumers(
@@ -363,7 +374,8 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     let lost = a.lost(&mix.jobs);
     let twice = a.in_two_places();
     let violations = check_caps(&s, &mix, &a).await;
-    let (explained, unexplained) = explain_duplicates(&a, &kill_depths, s.amqp.prefetch as usize);
+    let (explained, farthest, unexplained) =
+        explain_duplicates(&a, &kill_depths, s.amqp.prefetch as usize);
     let wrong_dead: Vec<_> = a
         .dead
         .iter()
@@ -382,6 +394,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         "lost": lost.len(),
         "duplicates": a.duplicate_dispatches(),
         "duplicates_explained": explained,
+        "duplicate_farthest_before_kill": farthest,
         "duplicate_waiting_copies": a.duplicate_waiting(),
         "duplicate_dead_letters": a.duplicate_dead(),
         "violations": violations.len(),
@@ -907,7 +920,7 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
             "grace_seconds": grace,
             "exit_code": status.and_then(|s| s.code()),
             "exit_seconds": took.as_secs_f64(),
-            "handed_back": in_queue,
+            "jobs_queue_after_exit": in_queue,
             "lost": lost.len(),
             "duplicates": a.duplicate_dispatches(),
             "violations": violations.len(),

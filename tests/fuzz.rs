@@ -75,6 +75,7 @@ impl Tally {
             "malformed": self.malformed.load(Ordering::Relaxed),
             "panics": 0,
             "cases_per_property": cases(),
+            "mode": if cases() > 10_000 { "long" } else { "quick" },
         }));
     }
 }
