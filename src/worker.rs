@@ -183,22 +183,34 @@ impl Worker {
     async fn session(self: &Arc<Self>, shutdown: &CancellationToken) -> Result<(), BrokerError> {
         let a = &self.settings.amqp;
         let timeout = a.publish_timeout.0;
-        let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
-        self.topology.declare(&conn).await?;
-        let publisher = Publisher::open(&conn, timeout).await?;
-        let consume = conn.create_channel().await?;
-        consume
-            .basic_qos(a.prefetch, BasicQosOptions::default())
-            .await?;
         let tag = format!("quota-worker-{}", uuid::Uuid::now_v7());
-        let mut consumer = consume
-            .basic_consume(
-                a.jobs_queue.as_str().into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        // Connecting, declaring and subscribing, bounded (a broker that accepts the
+        // connection but never answers must not stall the worker) and cut short by
+        // shutdown.
+        let setup = async {
+            let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
+            self.topology.declare(&conn).await?;
+            let publisher = Publisher::open(&conn, timeout).await?;
+            let consume = conn.create_channel().await?;
+            consume
+                .basic_qos(a.prefetch, BasicQosOptions::default())
+                .await?;
+            let consumer = consume
+                .basic_consume(
+                    a.jobs_queue.as_str().into(),
+                    tag.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            Ok::<_, BrokerError>((conn, publisher, consume, consumer))
+        };
+        let limit = timeout * 3;
+        let (conn, publisher, consume, mut consumer) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            setup = tokio::time::timeout(limit, setup) => setup
+                .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
+        };
         self.health.broker.store(true, Ordering::Relaxed);
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
 
@@ -225,23 +237,34 @@ impl Worker {
             }
         };
         tasks.close();
+        // Every broker call from here on has a deadline: a broker that stopped
+        // answering (hung, partitioned) must not hold the shutdown past its grace
+        // period, nor a reconnect, until lapin's heartbeat gives up on it (minutes).
+        let mut close_by = tokio::time::Instant::now() + Duration::from_secs(1);
         if result.is_ok() {
             info!("shutting down: no new jobs; finishing those in flight");
-            let _ = consume
-                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-                .await;
             let grace = self.settings.worker.shutdown_grace.0;
-            if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            let deadline = tokio::time::Instant::now() + grace;
+            let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
+            let _ = tokio::time::timeout_at(deadline, cancel).await;
+            if tokio::time::timeout_at(deadline, tasks.wait())
+                .await
+                .is_err()
+            {
                 warn!(
                     ?grace,
                     "grace period over; unfinished jobs go back to the queue"
                 );
             }
+            close_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(200));
         } else {
             lost.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
         }
-        let _ = conn.close(200, "bye".into()).await;
+        let close = conn.close(200, "bye".into());
+        if tokio::time::timeout_at(close_by, close).await.is_err() {
+            warn!("the broker did not answer the connection close; leaving it");
+        }
         result
     }
 

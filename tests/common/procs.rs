@@ -466,6 +466,21 @@ impl RabbitNode {
         }
     }
 
+    /// Freeze it (SIGSTOP to its process group): connections stay open, nothing
+    /// answers, as with a hung broker or a network partition.
+    pub fn freeze(&self) {
+        if let Some(c) = &self.child {
+            signal(&format!("-{}", c.id()), "STOP");
+        }
+    }
+
+    /// Undo [`RabbitNode::freeze`].
+    pub fn thaw(&self) {
+        if let Some(c) = &self.child {
+            signal(&format!("-{}", c.id()), "CONT");
+        }
+    }
+
     /// Kill it with SIGKILL (the whole process group).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

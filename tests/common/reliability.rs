@@ -97,6 +97,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "RabbitMQ restarted under the worker (a private node)",
     ),
     (
+        "broker_hang",
+        "RabbitMQ hanging (SIGSTOP of the node), then SIGTERM while it hangs",
+    ),
+    (
         "redis_outage",
         "Redis stopped during a run, then back with its data",
     ),
@@ -202,6 +206,23 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             cell(&v["recovery_seconds"]), cell(&v["lost"]), cell(&v["duplicates"]),
         ));
     }
+    for v in get("broker_hang") {
+        if v["skipped"].is_string() {
+            continue;
+        }
+        o.push_str(&format!(
+            "- **Broker hang** ({} form): the node frozen for {} s (connections open, nothing answering). \
+             Dispatching went on {} s after it woke up, on the same connection. {} duplicate dispatches over the \
+             two hangs: every dispatch sent during a hang (up to `amqp.prefetch` = {} per hang) outlived its {} s \
+             confirm deadline, so its job was handed back and sent again while the broker had the first copy; \
+             {} lost, {} cap violations. SIGTERM while the broker hung, grace {} s: exit codes {}, after {} s \
+             (session running) and {} s (still connecting).\n",
+            cell(&v["mode"]), cell(&v["hang_seconds"]), cell(&v["recovery_seconds"]), cell(&v["duplicates"]),
+            cell(&v["prefetch"]), cell(&v["publish_timeout_seconds"]), cell(&v["lost"]), cell(&v["violations"]),
+            cell(&v["grace_seconds"]), cell(&v["sigterm_exit_codes"]), cell(&v["sigterm_exit_seconds_running"]),
+            cell(&v["sigterm_exit_seconds_connecting"]),
+        ));
+    }
     for v in get("redis_outage") {
         o.push_str(&format!(
             "- **Redis outage** ({} form): {}. `Health.redis` turned false {} s after the stop (readiness during \
@@ -299,8 +320,8 @@ generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the w
 | **Caps are never exceeded.** No recipient gets more distinct jobs than a cap allows, with any number of workers. | `lua/admit.lua` checks every rule and records the send atomically, on the recipient's own sorted set (one hash slot, so also on a cluster). The send counts from admission (a *reservation*) until dispatch is confirmed (*commit*); a dispatch refused by the broker gives it back; a dispatch whose fate is unknown (no confirm, connection lost) keeps it. | `faults.rs`: `four_workers_…`, and the cap audit of every scenario; `engine.rs` and `cluster.rs`: 200 concurrent admissions admit one |
 | **Duplicates only in the named crash window.** A job is dispatched twice only when a crash (or a lost connection) falls between its dispatch publish leaving the worker and its commit in Redis. | A committed job is recognised by id (`duplicate`: acked, not sent again) for the dedupe window. A job reserved but not committed is *in flight*: another worker waits until the reservation lease lapses, then admits it again; that second dispatch is a duplicate if the first one had reached the broker. Both copies carry the same `message_id` (the job id): senders deduplicate on it. | `faults.rs`: `kill_9_…` counts them and checks each against the kill that caused it |
 | **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with backoff (`settle`), holding the job; prefetch bounds what is held. `Health.redis` (behind `/readyz`) turns false on the first failed call. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
-| **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with backoff (at most 2 s between attempts). | Every publish and confirm wait has a deadline (`amqp.publish_timeout`); the consumer stream ending or failing ends the session. | `faults.rs`: `broker_restart_…` |
-| **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0. | One cancellation token; in-flight tasks tracked and awaited with a timeout. | `faults.rs`: `sigterm_…` |
+| **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with backoff (at most 2 s between attempts). | Every publish and confirm wait has a deadline (`amqp.publish_timeout`), and so do connecting, declaring and subscribing; the consumer stream ending or failing ends the session. | `faults.rs`: `broker_restart_…`, `broker_hang_…` |
+| **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
 | **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
 | **Runs unchanged on Redis Cluster.** | One hash slot per recipient; scripts loaded on every node at start and again on `NOSCRIPT`. | `cluster.rs` |
 
@@ -310,6 +331,7 @@ generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the w
 |---|---|---|
 | Worker killed (`kill -9`, OOM, node loss) | Nothing to do: its unacked deliveries return to the queue. Jobs it had admitted but not dispatched are *in flight* for `redis.reservation_lease` (default 2 min), then admitted again. | Some jobs arrive up to one lease late; jobs that were being sent at that instant may arrive twice (same `message_id`). |
 | Broker restarts or the connection drops | The session ends; publishes waiting for a confirm fail (their reservations are kept); deliveries go back to the queue; the worker reconnects with backoff and declares its topology again. | A pause; then processing resumes within seconds of the broker being back. |
+| Broker hangs (frozen, partitioned: the connection stays open, nothing answers) | Each publish gives up after `amqp.publish_timeout` and its job is handed back with its reservation kept; connecting and declaring are bounded too (3 × `publish_timeout`); shutdown never waits past its grace period. If the broker wakes within lapin's heartbeat limit the same connection goes on, else the worker reconnects. | Dispatches sent during the hang arrive when it ends, and their jobs are sent again: up to `amqp.prefetch` duplicates per worker and hang (same `message_id`). A smaller prefetch bounds them. |
 | Redis unreachable | Every job in flight waits (retrying with backoff up to 1 s); no new decisions; readiness false. | Dispatch stops; nothing is dead-lettered; it resumes within a couple of seconds of Redis returning. |
 | Redis loses its data (restart without persistence, failover to a lagging replica) | Not detectable by the worker. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates. Run Redis with AOF (`appendonly yes`) if that matters. |
 | A dispatch is returned (no queue bound) or nacked | The quota is given back and the job delayed (5 s, doubling per attempt, at most 5 min). | The job is retried, never acked as sent. |
