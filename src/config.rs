@@ -404,6 +404,13 @@ impl Settings {
                 return Err(invalid(key, "must be 1 to 200 characters"));
             }
         }
+        // the prefix plus a channel name (up to 64) must fit AMQP's 255-byte names
+        if self.amqp.dispatch_queue_prefix.len() > 191 {
+            return Err(invalid(
+                "amqp.dispatch_queue_prefix",
+                "must be at most 191 characters",
+            ));
+        }
         if self.redis.key_prefix.contains(['{', '}']) {
             return Err(invalid("redis.key_prefix", "must not contain `{` or `}`"));
         }
@@ -539,7 +546,25 @@ impl Settings {
                 format!("a cost of {} can never pass a burst of {burst}", c.cost),
             ));
         }
+        // Redis's Lua numbers are doubles, exact to 2^53 µs (about 285 years, of
+        // which the current time takes 56): keep the bucket well inside that.
+        const MAX_BUCKET_US: u64 = 100 * 366 * 86_400 * 1_000_000;
+        if period.as_micros() > MAX_BUCKET_US as u128 {
+            return Err(invalid(key("period"), "must be at most 100 years"));
+        }
         let interval_us = (period.as_micros() as u64).div_ceil(rate).max(1);
+        if interval_us
+            .checked_mul(burst)
+            .is_none_or(|bucket| bucket > MAX_BUCKET_US)
+        {
+            return Err(invalid(
+                key("burst"),
+                format!(
+                    "a burst of {burst} at one per {interval_us} µs is a bucket of over 100 years, \
+                     more than Redis's Lua numbers hold exactly"
+                ),
+            ));
+        }
         Ok(Some(Rate {
             interval_us,
             burst,

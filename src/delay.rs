@@ -126,7 +126,11 @@ pub fn next_headers(
             out.insert(k.clone(), v.clone());
         }
     }
-    out.insert(ATTEMPT.into(), AMQPValue::LongLongInt(attempt as i64 + 1));
+    // saturating: the header comes from outside (a producer may set any value)
+    out.insert(
+        ATTEMPT.into(),
+        AMQPValue::LongLongInt((attempt as i64).saturating_add(1)),
+    );
     out.insert(
         FIRST_SEEN.into(),
         AMQPValue::LongLongInt(first_seen.unwrap_or(now.timestamp_millis())),

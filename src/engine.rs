@@ -255,6 +255,11 @@ pub struct Engine {
     refund_script: Script,
     offset_ms: AtomicI64,
     calls: AtomicU64,
+    /// Reservations this engine recorded for admissions that then failed (Redis went
+    /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
+    /// reserved_at ms. The retry of the same job takes its own reservation back
+    /// instead of waiting out the lease as if another worker held it.
+    orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -310,16 +315,17 @@ impl Engine {
             refund_script: Script::new(REFUND_LUA),
             offset_ms: AtomicI64::new(0),
             calls: AtomicU64::new(0),
+            orphans: Default::default(),
         };
+        // On a cluster, SCRIPT LOAD goes to every node; a node that loses them later
+        // (restart, failover) answers NOSCRIPT and the call loads them again.
         let mut conn = engine.conn.clone();
-        if let RedisConn::Single(_) = conn {
-            for script in [
-                &engine.admit_script,
-                &engine.rate_script,
-                &engine.refund_script,
-            ] {
-                script.load_async(&mut conn).await?;
-            }
+        for script in [
+            &engine.admit_script,
+            &engine.rate_script,
+            &engine.refund_script,
+        ] {
+            script.load_async(&mut conn).await?;
         }
         engine.sync_clock().await?;
         Ok(engine)
@@ -420,7 +426,16 @@ impl Engine {
                     self.call_admit(&key, &member, &policy, req.tz, None),
                     self.call_rate(req.channel, r, r.cost)
                 );
-                (a?, Some(b?))
+                let a = a?;
+                match b {
+                    Ok(b) => (a, Some(b)),
+                    Err(e) => {
+                        if let AdmitReply::Admitted(at) = a {
+                            self.orphan(&key, &member, at);
+                        }
+                        return Err(e);
+                    }
+                }
             }
             _ => (
                 self.call_admit(&key, &member, &policy, req.tz, None)
@@ -437,6 +452,11 @@ impl Engine {
                         .await?
                 }
                 _ => break,
+            }
+        }
+        if let AdmitReply::InFlight(at) = reply {
+            if self.adopt(&key, &member, at) {
+                reply = AdmitReply::Admitted(at);
             }
         }
         let took_rate = matches!(rate_reply, Some(r) if r.allowed == 1);
@@ -490,7 +510,9 @@ impl Engine {
                 }
                 if let Err(e) = self.pace(req.channel, r, pacer).await {
                     if let Admission::Admitted(ticket) = &admission {
-                        let _ = self.release_recipient(ticket).await;
+                        if self.release_recipient(ticket).await.is_err() {
+                            self.keep_reservation(ticket);
+                        }
                     }
                     return Err(e);
                 }
@@ -529,6 +551,38 @@ impl Engine {
         .await;
         pacer.waiting.fetch_sub(1, Ordering::Relaxed);
         result
+    }
+
+    /// Keep an admission's reservation (its send stays counted) when the job's fate
+    /// is unknown, e.g. its dispatch was sent but never confirmed: if this worker
+    /// sees the job again it takes the reservation back at once; any other worker
+    /// waits out the lease. Either way the recipient's slot is never freed for
+    /// another job while the first may have been sent.
+    pub fn keep_reservation(&self, ticket: &Ticket) {
+        self.orphan(
+            &ticket.key,
+            &ticket.member,
+            ticket.admitted_at.timestamp_millis(),
+        );
+    }
+
+    fn orphan(&self, key: &str, member: &[u8], reserved_at: i64) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        let lapsed = reserved_at - self.lease_ms;
+        orphans.retain(|_, at| *at > lapsed);
+        orphans.insert((key.to_string(), member.to_vec()), reserved_at);
+    }
+
+    /// Whether the reservation made at `reserved_at` is one of ours (then forget it).
+    fn adopt(&self, key: &str, member: &[u8], reserved_at: i64) -> bool {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        let id = (key.to_string(), member.to_vec());
+        if orphans.get(&id) == Some(&reserved_at) {
+            orphans.remove(&id);
+            true
+        } else {
+            false
+        }
     }
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.

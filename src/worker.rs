@@ -236,22 +236,34 @@ impl Worker {
     async fn session(self: &Arc<Self>, shutdown: &CancellationToken) -> Result<(), BrokerError> {
         let a = &self.settings.amqp;
         let timeout = a.publish_timeout.0;
-        let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
-        self.topology.declare(&conn).await?;
-        let publisher = Publisher::open(&conn, timeout).await?;
-        let consume = conn.create_channel().await?;
-        consume
-            .basic_qos(a.prefetch, BasicQosOptions::default())
-            .await?;
         let tag = format!("quota-worker-{}", uuid::Uuid::now_v7());
-        let mut consumer = consume
-            .basic_consume(
-                a.jobs_queue.as_str().into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        // Connecting, declaring and subscribing, bounded (a broker that accepts the
+        // connection but never answers must not stall the worker) and cut short by
+        // shutdown.
+        let setup = async {
+            let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
+            self.topology.declare(&conn).await?;
+            let publisher = Publisher::open(&conn, timeout).await?;
+            let consume = conn.create_channel().await?;
+            consume
+                .basic_qos(a.prefetch, BasicQosOptions::default())
+                .await?;
+            let consumer = consume
+                .basic_consume(
+                    a.jobs_queue.as_str().into(),
+                    tag.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            Ok::<_, BrokerError>((conn, publisher, consume, consumer))
+        };
+        let limit = timeout * 3;
+        let (conn, publisher, consume, mut consumer) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            setup = tokio::time::timeout(limit, setup) => setup
+                .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
+        };
         self.health.broker.store(true, Ordering::Relaxed);
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
 
@@ -280,18 +292,26 @@ impl Worker {
             }
         };
         tasks.close();
+        // Every broker call from here on has a deadline: a broker that stopped
+        // answering (hung, partitioned) must not hold the shutdown past its grace
+        // period, nor a reconnect, until lapin's heartbeat gives up on it (minutes).
+        let mut close_by = tokio::time::Instant::now() + Duration::from_secs(1);
         if result.is_ok() {
             info!("shutting down: no new jobs; finishing those in flight");
-            let _ = consume
-                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-                .await;
             let grace = self.settings.worker.shutdown_grace.0;
-            if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            let deadline = tokio::time::Instant::now() + grace;
+            let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
+            let _ = tokio::time::timeout_at(deadline, cancel).await;
+            if tokio::time::timeout_at(deadline, tasks.wait())
+                .await
+                .is_err()
+            {
                 warn!(
                     ?grace,
                     "grace period over; unfinished jobs go back to the queue"
                 );
             }
+            close_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(200));
         } else {
             // the connection is gone: jobs waiting for Redis give up, the broker
             // delivers them again
@@ -309,7 +329,16 @@ impl Worker {
             consume.basic_qos(a.prefetch, BasicQosOptions::default()),
         )
         .await;
-        let _ = conn.close(200, "bye".into()).await;
+        let close = conn.close(200, "bye".into());
+        if tokio::time::timeout_at(
+            close_by.max(tokio::time::Instant::now() + Duration::from_millis(200)),
+            close,
+        )
+        .await
+        .is_err()
+        {
+            warn!("the broker did not answer the connection close; leaving it");
+        }
         result
     }
 
@@ -418,19 +447,23 @@ impl Worker {
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
-                    Err(e) => {
-                        warn!(error = %e, "dispatch failed; giving the quota back");
+                    Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
+                        warn!(error = %e, "dispatch refused by the broker; giving the quota back");
                         self.settle(|| self.engine.release(&ticket), &s.stop)
                             .await?;
-                        match e {
-                            PublishError::Returned | PublishError::Nacked => {
-                                let (attempt, _) = delay::attempt_info(headers);
-                                let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
-                                    .min(chrono::Duration::minutes(5));
-                                self.delay(&s.publisher, delivery, &job, now + wait).await
-                            }
-                            other => Err(other.into()),
-                        }
+                        let (attempt, _) = delay::attempt_info(headers);
+                        let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
+                            .min(chrono::Duration::minutes(5));
+                        self.delay(&s.publisher, delivery, &job, now + wait).await
+                    }
+                    Err(e) => {
+                        // No confirm in time, or the connection dropped: the dispatch
+                        // may have been delivered. Keep its reservation so the
+                        // recipient's slot is not given to another job; the retry
+                        // of this job takes it back (see Engine::keep_reservation).
+                        warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
+                        self.engine.keep_reservation(&ticket);
+                        Err(e.into())
                     }
                 }
             }

@@ -274,3 +274,7 @@ pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::
     committer.await.unwrap();
     outcome
 }
+
+pub mod audit;
+pub mod procs;
+pub mod reliability;

@@ -1,0 +1,411 @@
+//! The engine and the worker against a Redis Cluster: a local three-master cluster
+//! started from the machine's `redis-server` (cluster mode, no persistence, free
+//! loopback ports, temp dirs), shared by every test of this binary and killed when
+//! the binary exits. Each test keeps its own key prefix.
+//!
+//! These repeat the key scenarios of `tests/engine.rs` (caps, exact retry times,
+//! duplicates, release, the GCRA rate, concurrent admissions) and one end-to-end run
+//! of the worker, with `redis.cluster = true`.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use common::audit::{self, noon_zone, publish_all, Audit, Published};
+use common::procs::RedisCluster;
+use common::reliability::record;
+use common::*;
+use quota_worker::config::{Rate, RuleSettings, Settings};
+use quota_worker::engine::{Admission, Engine, RedisConn, Request};
+use quota_worker::window;
+use serde_json::json;
+
+static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+
+/// The two tests that flush the scripts on every node run one at a time.
+static SCRIPTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn cluster() -> &'static RedisCluster {
+    CLUSTER.get_or_init(RedisCluster::start)
+}
+
+/// Settings for one test: unique names, Redis Cluster.
+fn cluster_settings(ns: &str) -> Settings {
+    let mut s = settings(ns);
+    s.redis.cluster = true;
+    s.redis.cluster_urls = cluster().urls();
+    s.redis.url = "redis://127.0.0.1:1".into(); // must not be used
+    s
+}
+
+/// Deletes the test's keys on every node when dropped.
+struct ClusterKeys(String);
+
+impl Drop for ClusterKeys {
+    fn drop(&mut self) {
+        cluster().delete_prefix(&self.0);
+    }
+}
+
+async fn engine(s: &Settings) -> Engine {
+    Engine::connect(s).await.expect("redis cluster")
+}
+
+fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
+    Request {
+        id,
+        recipient,
+        channel: "sms",
+        category: "default",
+        tz,
+    }
+}
+
+fn admitted(a: &Admission) -> &quota_worker::engine::Ticket {
+    match a {
+        Admission::Admitted(t) => t,
+        other => panic!("expected admitted, got {other:?}"),
+    }
+}
+
+fn retry_at(a: &Admission) -> DateTime<Utc> {
+    match a {
+        Admission::Refused {
+            retry_at: Some(t), ..
+        } => *t,
+        other => panic!("expected refused with a retry time, got {other:?}"),
+    }
+}
+
+async fn zcard(conn: &mut RedisConn, key: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_connection_is_a_cluster_connection() {
+    let ns = unique("c-kind");
+    let e = engine(&cluster_settings(&ns)).await;
+    assert!(matches!(e.connection(), RedisConn::Cluster(_)));
+    e.ping().await.unwrap();
+    e.sync_clock().await.unwrap();
+}
+
+#[tokio::test]
+async fn second_job_same_local_day_waits_for_the_recipients_next_midnight() {
+    let ns = unique("c-day");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    for zone in ["Asia/Shanghai", "America/Santiago", "Asia/Kathmandu"] {
+        let tz: Tz = zone.parse().unwrap();
+        let who = format!("user-{zone}");
+        let t = admitted(&e.admit(&req("job-1", &who, tz)).await.unwrap()).clone();
+        e.commit(&t).await.unwrap();
+        let second = e.admit(&req("job-2", &who, tz)).await.unwrap();
+        assert_eq!(
+            retry_at(&second),
+            window::next_day_start(tz, t.admitted_at),
+            "{zone}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rolling_window_retry_is_exact() {
+    let ns = unique("c-rolling");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 2,
+        window: "3s".into(),
+    }];
+    let e = engine(&s).await;
+    let first = admitted(&e.admit(&req("a", "bob", Tz::UTC)).await.unwrap()).admitted_at;
+    admitted(&e.admit(&req("b", "bob", Tz::UTC)).await.unwrap());
+    let refused = e.admit(&req("c", "bob", Tz::UTC)).await.unwrap();
+    assert_eq!(retry_at(&refused), first + chrono::Duration::seconds(3));
+}
+
+#[tokio::test]
+async fn same_job_twice_is_in_flight_then_a_duplicate_and_counts_once() {
+    let ns = unique("c-dup");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    let ticket = admitted(&e.admit(&req("same", "carol", Tz::UTC)).await.unwrap()).clone();
+    assert!(matches!(
+        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
+        Admission::InFlight { .. }
+    ));
+    e.commit(&ticket).await.unwrap();
+    assert_eq!(
+        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
+        Admission::Duplicate
+    );
+    let key = e.keys().recipient("carol", "default", None);
+    assert_eq!(zcard(&mut e.connection(), &key).await, 1);
+}
+
+#[tokio::test]
+async fn release_gives_the_quota_back() {
+    let ns = unique("c-release");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    let a = e.admit(&req("x", "erin", Tz::UTC)).await.unwrap();
+    e.release(admitted(&a)).await.unwrap();
+    admitted(&e.admit(&req("y", "erin", Tz::UTC)).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_rate_is_exact_and_a_refused_job_leaves_no_trace_in_it() {
+    let ns = unique("c-gcra");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(1);
+    sms.period = Some(quota_worker::config::Dur(Duration::from_secs(3600)));
+    sms.burst = Some(2);
+    let e = engine(&s).await;
+    let mut c = e.connection();
+    admitted(&e.admit(&req("1", "frank", Tz::UTC)).await.unwrap());
+    let rate_key = e.keys().rate("sms");
+    let before: i64 = redis::cmd("GET")
+        .arg(&rate_key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(matches!(
+        e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(),
+        Admission::Refused { .. }
+    ));
+    let after: i64 = redis::cmd("GET")
+        .arg(&rate_key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(after <= before, "rate TAT moved from {before} to {after}");
+    admitted(&e.admit(&req("3", "grace", Tz::UTC)).await.unwrap());
+
+    let rate = Rate {
+        interval_us: 333_334,
+        burst: 3,
+        cost: 1,
+    };
+    let first = e.call_rate("other", rate, 1).await.unwrap();
+    assert_eq!((first.allowed, first.remaining), (1, 2));
+    assert_eq!(e.call_rate("other", rate, 2).await.unwrap().allowed, 1);
+    assert_eq!(e.call_rate("other", rate, 1).await.unwrap().allowed, 0);
+    assert_eq!(e.call_rate("other", rate, 4).await.unwrap().allowed, -1);
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_admissions_over_eight_connections_admit_one() {
+    let ns = unique("c-race");
+    let _k = ClusterKeys(ns.clone());
+    let s = cluster_settings(&ns);
+    let mut engines = Vec::new();
+    for _ in 0..8 {
+        engines.push(Arc::new(engine(&s).await));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let e = engines[i % 8].clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("job-{i}");
+            matches!(
+                e.admit(&req(&id, "hot", Tz::UTC)).await.unwrap(),
+                Admission::Admitted(_)
+            )
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.unwrap() as usize;
+    }
+    assert_eq!(n, 1, "1 per calendar day");
+}
+
+#[tokio::test]
+async fn channel_rate_holds_under_concurrency() {
+    let ns = unique("c-gcra-load");
+    let _k = ClusterKeys(ns.clone());
+    let s = cluster_settings(&ns);
+    let rate = Rate {
+        interval_us: 20_000,
+        burst: 5,
+        cost: 1,
+    };
+    let mut engines = Vec::new();
+    for _ in 0..4 {
+        engines.push(Arc::new(engine(&s).await));
+    }
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for e in engines {
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0u64;
+            while started.elapsed() < Duration::from_millis(1000) {
+                if e.call_rate("sms", rate, 1).await.unwrap().allowed == 1 {
+                    allowed += 1;
+                }
+            }
+            allowed
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ceiling = 5 + (elapsed * 50.0).ceil() as u64;
+    assert!(
+        total <= ceiling,
+        "{total} allowed in {elapsed:.3}s, at most {ceiling}"
+    );
+    assert!(total >= 5);
+}
+
+/// A node that lost its scripts (restart, failover, `SCRIPT FLUSH`) answers
+/// NOSCRIPT; the engine loads the script on every node and goes on.
+#[tokio::test]
+async fn scripts_flushed_on_every_node_are_loaded_again() {
+    let _one = SCRIPTS.lock().await;
+    let ns = unique("c-noscript");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    admitted(&e.admit(&req("a", "ivan", Tz::UTC)).await.unwrap());
+    let _: Vec<String> = cluster().each(&redis::cmd("SCRIPT").arg("FLUSH").clone());
+    for i in 0..20 {
+        let id = format!("after-{i}");
+        let who = format!("who-{i}");
+        admitted(&e.admit(&req(&id, &who, Tz::UTC)).await.unwrap());
+    }
+    // and the scripts are on every node again (loaded where they were needed)
+    let sha = redis::Script::new(quota_worker::engine::ADMIT_LUA)
+        .get_hash()
+        .to_string();
+    let exists: Vec<Vec<i64>> =
+        cluster().each(&redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).clone());
+    assert!(exists.iter().all(|v| v == &vec![1]), "{exists:?}");
+}
+
+/// Recipients land on every master (one hash slot per recipient), so these tests
+/// exercise routing to all three nodes.
+#[tokio::test]
+async fn recipients_spread_over_the_three_masters() {
+    let ns = unique("c-spread");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    for i in 0..60 {
+        let id = format!("j-{i}");
+        let who = format!("r-{i}");
+        e.commit(admitted(&e.admit(&req(&id, &who, Tz::UTC)).await.unwrap()))
+            .await
+            .unwrap();
+    }
+    let per_node: Vec<Vec<String>> =
+        cluster().each(&redis::cmd("KEYS").arg(format!("{ns}:*")).clone());
+    let counts: Vec<usize> = per_node.iter().map(|k| k.len()).collect();
+    assert_eq!(counts.iter().sum::<usize>(), 60, "{counts:?}");
+    assert!(counts.iter().all(|&n| n > 0), "keys per node: {counts:?}");
+}
+
+/// The worker end to end on the cluster: dispatch, a cap delay to the recipient's
+/// midnight, a duplicate, a malformed job, and 200 jobs for 20 recipients under a
+/// one-per-day cap (exactly one each dispatched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_runs_unchanged_on_the_cluster() {
+    let ns = unique("c-pipeline");
+    let _k = ClusterKeys(ns.clone());
+    let s = cluster_settings(&ns);
+    let _c = Cleanup::new(&s);
+    let zone = noon_zone();
+    let w = worker(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let conn = amqp().await;
+    let mut jobs = Vec::new();
+    for i in 0..200 {
+        let id = format!("{ns}-{i}");
+        let r = format!("r{}", i % 20);
+        jobs.push(Published {
+            body: audit::job_body(&id, &r, "sms", "default", &zone),
+            id,
+            recipient: r,
+        });
+    }
+    jobs.push(Published {
+        id: format!("{ns}-bad"),
+        recipient: String::new(),
+        body: b"{\"id\":\"x\"".to_vec(),
+    });
+    publish_all(&conn, &s, &jobs).await;
+    // a second copy of a job: a duplicate once the first is dispatched
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    publish_all(&conn, &s, &jobs[..1]).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let started = std::time::Instant::now();
+    loop {
+        let d = audit::depth(&conn, &dispatch).await.unwrap_or(0);
+        let j = audit::depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(1);
+        let x = audit::depth(&conn, &s.amqp.dead_queue).await.unwrap_or(0);
+        if (d >= 20 && j == 0 && x >= 1) || started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    handle.await.unwrap();
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    eprintln!("{}", a.summary(&jobs));
+    assert!(a.lost(&jobs).is_empty());
+    assert!(a.in_two_places().is_empty());
+    assert_eq!(a.dispatched.len(), 20);
+    assert_eq!(
+        a.duplicate_dispatches(),
+        0,
+        "the second copy is a duplicate"
+    );
+    assert!(a.dispatched_per_recipient(&jobs).values().all(|&n| n == 1));
+    assert_eq!(a.waiting.len(), 180);
+    assert_eq!(
+        a.dead.get(&format!("{ns}-bad")),
+        Some(&vec!["malformed".to_string()])
+    );
+    record(json!({
+        "scenario": "redis_cluster",
+        "test": "tests/cluster.rs (engine scenarios and the_worker_runs_unchanged_on_the_cluster)",
+        "jobs": jobs.len() + 1,
+        "nodes": 3,
+        "dispatched": a.dispatched.len(),
+        "waiting": a.waiting.len(),
+        "lost": a.lost(&jobs).len(),
+        "duplicates": a.duplicate_dispatches(),
+        "violations": a.dispatched_per_recipient(&jobs).values().filter(|&&n| n > 1).count(),
+    }));
+}
+
+/// At start the engine loads its scripts on every master, as on a single node
+/// (run alone to see it: other tests of this binary load them on first use too).
+#[tokio::test]
+async fn the_scripts_are_loaded_on_every_node_at_start() {
+    let _one = SCRIPTS.lock().await;
+    let ns = unique("c-load");
+    let _: Vec<String> = cluster().each(&redis::cmd("SCRIPT").arg("FLUSH").clone());
+    let _e = engine(&cluster_settings(&ns)).await;
+    for lua in [
+        quota_worker::engine::ADMIT_LUA,
+        quota_worker::engine::RATE_LUA,
+        quota_worker::engine::REFUND_LUA,
+    ] {
+        let sha = redis::Script::new(lua).get_hash().to_string();
+        let exists: Vec<Vec<i64>> =
+            cluster().each(&redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).clone());
+        assert!(exists.iter().all(|v| v == &vec![1]), "{exists:?}");
+    }
+}

@@ -1,0 +1,664 @@
+//! Processes a test starts and must not leave behind: a private `redis-server`, a
+//! three-master Redis Cluster, a private RabbitMQ node, and the worker binary.
+//!
+//! Every process is killed when its handle drops. Because a handle kept in a static
+//! (the shared cluster) never drops, and a test process can itself be killed, each
+//! process also gets a watchdog: a tiny `sh` loop that kills it (by pid or process
+//! group, nothing broader) once the test process is gone. Temp dirs get one too.
+#![allow(dead_code)]
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use quota_worker::config::Settings;
+
+/// A fresh directory under the system temp dir, removed once the test process exits.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(super::unique(name));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 1; done; case "$2" in */qwt-*) rm -rf -- "$2";; esac"#;
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("qw-dir-watchdog")
+        .arg(std::process::id().to_string())
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    dir
+}
+
+/// Kill `pid` (or its process group) once this test process has exited, unless it
+/// has exited first. `comm` guards against a recycled pid.
+fn watchdog(pid: u32, group: bool, comm: &str) {
+    let script = r#"
+t=$1; c=$2; g=$3; comm=$4
+while kill -0 "$t" 2>/dev/null; do
+  if [ "$g" = 1 ]; then kill -0 -- "-$c" 2>/dev/null || exit 0
+  else kill -0 "$c" 2>/dev/null || exit 0; fi
+  sleep 0.5
+done
+if [ "$g" = 1 ]; then kill -9 -- "-$c" 2>/dev/null
+elif [ "$(cat /proc/$c/comm 2>/dev/null)" = "$comm" ]; then kill -9 "$c" 2>/dev/null; fi
+"#;
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("qw-watchdog")
+        .arg(std::process::id().to_string())
+        .arg(pid.to_string())
+        .arg(if group { "1" } else { "0" })
+        .arg(comm)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+}
+
+/// Send `signal` (e.g. "TERM", "KILL", "STOP", "CONT") to one pid, or to a process
+/// group when `pid` is given negative as text.
+pub fn signal(target: &str, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(target)
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A loopback port nobody listens on (and, with `plus`, `port + plus` as well).
+pub fn free_port(plus: Option<u16>) -> u16 {
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().unwrap().port();
+        let Some(off) = plus else { return port };
+        if port.checked_add(off).is_none() {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + off)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair");
+}
+
+/// Whether something accepts TCP connections on `port`.
+pub fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Redis
+
+/// A private `redis-server` on a loopback port, in its own temp dir. Its data
+/// survives [`RedisServer::stop`] + [`RedisServer::start`] (it saves on shutdown and
+/// loads `dump.rdb` at start), as a Redis with persistence would.
+pub struct RedisServer {
+    /// Its port.
+    pub port: u16,
+    dir: PathBuf,
+    cluster: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Start a single node (`cluster = false`) or a cluster-enabled empty node.
+    pub fn new(cluster: bool) -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port(cluster.then_some(10_000));
+            let mut r = RedisServer {
+                port,
+                dir: temp_dir(&format!("redis-{port}")),
+                cluster,
+                child: None,
+            };
+            if r.start().is_ok() {
+                return r;
+            }
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Start (again) on the same port and dir; Ok once it answers PING.
+    pub fn start(&mut self) -> Result<(), String> {
+        let d = self.dir.to_str().unwrap();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir", d])
+            .args(["--dbfilename", "dump.rdb", "--daemonize", "no"])
+            .args(["--logfile", &format!("{d}/redis.log")]);
+        if self.cluster {
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("{d}/nodes.conf")])
+                .args(["--cluster-node-timeout", "5000"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?;
+        watchdog(child.id(), false, "redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err("redis-server exited".into());
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        Err("redis-server did not answer".into())
+    }
+
+    /// Whether it answers PING.
+    pub fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut c).is_ok()
+    }
+
+    /// A plain connection to this node.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// Stop it, saving its data (SHUTDOWN SAVE), and wait for the process to exit.
+    pub fn stop(&mut self) {
+        if let Ok(client) = redis::Client::open(self.url()) {
+            if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_secs(2)) {
+                let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut c);
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            if wait_child(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A local Redis Cluster: three masters, no replicas, no persistence.
+pub struct RedisCluster {
+    /// Its nodes.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Start three cluster-enabled nodes, create the cluster and wait until every
+    /// node reports `cluster_state:ok` and knows all 16384 slots.
+    pub fn start() -> RedisCluster {
+        let started = Instant::now();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::new(true)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if cluster.ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster never reached cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "redis cluster {:?} ready in {:.1}s",
+            addrs,
+            started.elapsed().as_secs_f64()
+        );
+        cluster
+    }
+
+    fn ok(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            let mut c = n.connection();
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut c)
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_slots_ok:16384")
+                && info.contains("cluster_known_nodes:3")
+        })
+    }
+
+    /// Seed URLs for `redis.cluster_urls`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// Run `cmd` on every node (e.g. `SCRIPT FLUSH`, or `KEYS` for cleanup).
+    pub fn each<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Vec<T> {
+        self.nodes
+            .iter()
+            .map(|n| cmd.query(&mut n.connection()).expect("cluster node"))
+            .collect()
+    }
+
+    /// Delete every key starting with `prefix:` on every node.
+    pub fn delete_prefix(&self, prefix: &str) {
+        for n in &self.nodes {
+            let mut c = n.connection();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}:*"))
+                .query(&mut c)
+                .unwrap_or_default();
+            for k in keys {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut c);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// RabbitMQ
+
+const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+const RABBITMQCTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";
+
+/// A private RabbitMQ node (its own name, ports, data and log dirs, no plugins), so a
+/// test can stop and restart a broker without touching the shared one.
+pub struct RabbitNode {
+    /// AMQP port.
+    pub port: u16,
+    dist_port: u16,
+    /// Erlang node name.
+    pub name: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RabbitNode {
+    /// Whether this machine has the RabbitMQ scripts to start a node.
+    pub fn available() -> bool {
+        Path::new(RABBITMQ_SERVER).exists() && Path::new(RABBITMQCTL).exists()
+    }
+
+    /// Prepare (not start) a node.
+    pub fn new() -> RabbitNode {
+        let port = free_port(None);
+        let dist_port = free_port(None);
+        let dir = temp_dir("rabbit");
+        let name = format!("qwfault{}x{port}@localhost", std::process::id());
+        fs::write(
+            dir.join("rabbitmq.conf"),
+            format!("listeners.tcp.local = 127.0.0.1:{port}\nloopback_users = none\n"),
+        )
+        .unwrap();
+        fs::write(dir.join("rabbitmq-env.conf"), "").unwrap();
+        fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        RabbitNode {
+            port,
+            dist_port,
+            name,
+            dir,
+            child: None,
+        }
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        let d = &self.dir;
+        cmd.env("HOME", d)
+            .env("RABBITMQ_NODENAME", &self.name)
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", d.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", d.join("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", d.join("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", d.join("rabbitmq.conf"))
+            .env("RABBITMQ_CONF_ENV_FILE", d.join("rabbitmq-env.conf"))
+            .env("RABBITMQ_PID_FILE", d.join("pid"))
+            .env("ERL_EPMD_ADDRESS", "127.0.0.1");
+    }
+
+    /// Its AMQP URL.
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    /// Start it (again); returns once an AMQP connection succeeds.
+    pub async fn start(&mut self) -> Duration {
+        let started = Instant::now();
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.out"))
+            .unwrap();
+        let mut cmd = Command::new(RABBITMQ_SERVER);
+        self.env(&mut cmd);
+        let child = cmd
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .expect("rabbitmq-server");
+        watchdog(child.id(), true, "");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "rabbitmq node exited with {status}; see {}",
+                    self.dir.join("server.out").display()
+                );
+            }
+            if port_open(self.port) {
+                let url = self.url();
+                let connect =
+                    lapin::Connection::connect(&url, lapin::ConnectionProperties::default());
+                if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(5), connect).await {
+                    let _ = c.close(200, "probe".into()).await;
+                    return started.elapsed();
+                }
+            }
+            assert!(Instant::now() < deadline, "rabbitmq node did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stop it cleanly (`rabbitmqctl stop`), killing it if that fails.
+    pub fn stop(&mut self) {
+        let mut cmd = Command::new(RABBITMQCTL);
+        self.env(&mut cmd);
+        let _ = cmd
+            .args(["-n", &self.name, "stop"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut child) = self.child.take() {
+            if wait_child(&mut child, Duration::from_secs(30)).is_none() {
+                signal(&format!("-{}", child.id()), "KILL");
+                let _ = child.wait();
+            }
+            // the group may outlive its leader for a moment
+            let pgid = format!("-{}", child.id());
+            for _ in 0..100 {
+                let alive = Command::new("kill")
+                    .args(["-0", "--", &pgid])
+                    .stderr(Stdio::null())
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false);
+                if !alive {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            signal(&pgid, "KILL");
+        }
+    }
+
+    /// Freeze it (SIGSTOP to its process group): connections stay open, nothing
+    /// answers, as with a hung broker or a network partition.
+    pub fn freeze(&self) {
+        if let Some(c) = &self.child {
+            signal(&format!("-{}", c.id()), "STOP");
+        }
+    }
+
+    /// Undo [`RabbitNode::freeze`].
+    pub fn thaw(&self) {
+        if let Some(c) = &self.child {
+            signal(&format!("-{}", c.id()), "CONT");
+        }
+    }
+
+    /// Kill it with SIGKILL (the whole process group).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&format!("-{}", child.id()), "KILL");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RabbitNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The worker binary
+
+/// `quota-worker run` as a child process, configured for one test's names.
+pub struct WorkerProc {
+    child: Option<Child>,
+    /// Its log (JSON lines on stderr).
+    pub log: PathBuf,
+    /// When it was started.
+    pub started: Instant,
+}
+
+/// The environment that gives `quota-worker run` the scalar sections of `s`
+/// (`QUOTA_WORKER__AMQP__JOBS_QUEUE=...`), HTTP off.
+pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
+    let v = serde_json::to_value(s).unwrap();
+    let mut env = Vec::new();
+    for section in ["amqp", "redis", "worker", "http"] {
+        for (k, v) in v[section].as_object().unwrap() {
+            let text = match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .map(|x| x.as_str().unwrap_or_default().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            if v.is_array() && text.is_empty() {
+                continue;
+            }
+            env.push((
+                format!(
+                    "QUOTA_WORKER__{}__{}",
+                    section.to_uppercase(),
+                    k.to_uppercase()
+                ),
+                text,
+            ));
+        }
+    }
+    env.retain(|(k, _)| k != "QUOTA_WORKER__HTTP__ENABLED");
+    env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "false".into()));
+    env
+}
+
+/// The `[policies.*]` and `[channels.*]` tables of `s` as TOML.
+pub fn worker_toml(s: &Settings) -> String {
+    let mut out = String::new();
+    for (name, p) in &s.policies {
+        out.push_str(&format!("[policies.{name}]\nrules = ["));
+        let rules: Vec<String> = p
+            .rules
+            .iter()
+            .map(|r| format!("{{ limit = {}, window = \"{}\" }}", r.limit, r.window))
+            .collect();
+        out.push_str(&rules.join(", "));
+        let v = serde_json::to_value(p).unwrap();
+        out.push_str(&format!(
+            "]\nscope = {}\naction = {}\n\n",
+            v["scope"], v["action"]
+        ));
+    }
+    for (name, c) in &s.channels {
+        out.push_str(&format!("[channels.{name}]\n"));
+        if let Some(rate) = c.rate {
+            out.push_str(&format!("rate = {rate}\n"));
+        }
+        if let Some(p) = c.period {
+            out.push_str(&format!(
+                "period = \"{}\"\n",
+                serde_json::to_value(p).unwrap().as_str().unwrap()
+            ));
+        }
+        if let Some(b) = c.burst {
+            out.push_str(&format!("burst = {b}\n"));
+        }
+        out.push_str(&format!("cost = {}\n\n", c.cost));
+    }
+    out
+}
+
+impl WorkerProc {
+    /// Start `quota-worker run` for `s`; `dir` holds its config file and log.
+    pub fn spawn(s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
+        let config = dir.join("worker.toml");
+        if !config.exists() {
+            fs::write(&config, worker_toml(s)).unwrap();
+        }
+        let log = dir.join(format!("worker-{tag}.log"));
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_quota-worker"))
+            .args(["--log-format", "json", "--config"])
+            .arg(&config)
+            .arg("run")
+            .envs(worker_env(s))
+            .env(
+                "RUST_LOG",
+                std::env::var("QW_WORKER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .process_group(0)
+            .spawn()
+            .expect("quota-worker binary");
+        watchdog(child.id(), false, "quota-worker");
+        WorkerProc {
+            child: Some(child),
+            log,
+            started: Instant::now(),
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM (graceful shutdown).
+    pub fn term(&self) {
+        if let Some(c) = &self.child {
+            signal(&c.id().to_string(), "TERM");
+        }
+    }
+
+    /// Wait for it to exit.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let status = wait_child(self.child.as_mut()?, timeout)?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The last `n` lines of its log, for failure messages.
+    pub fn tail(&self, n: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,401 @@
+//! Figures for RELIABILITY.md. Each scenario records what it measured in
+//! `target/reliability/<scenario>.json`; with `QW_WRITE_RELIABILITY=1` every record
+//! also re-renders `RELIABILITY.md` at the crate root from all the records present,
+//! so the document's figures are written by the suite, never typed by hand.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+static WRITING: Mutex<()> = Mutex::new(());
+
+fn results_dir() -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("reliability")
+}
+
+/// Whether the long forms run (`QW_FAULTS_LONG=1`).
+pub fn long() -> bool {
+    std::env::var("QW_FAULTS_LONG")
+        .map(|v| v == "1")
+        .unwrap_or(false)
+}
+
+/// Record one scenario's figures (a JSON object with at least `scenario`).
+pub fn record(mut figures: Value) {
+    let _g = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    let name = figures["scenario"].as_str().expect("scenario").to_string();
+    if figures["mode"].is_null() {
+        figures["mode"] = json!(if long() { "long" } else { "quick" });
+    }
+    let mode = figures["mode"].as_str().unwrap().to_string();
+    figures["at"] = json!(chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string());
+    let dir = results_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(
+        dir.join(format!("{name}.{mode}.json")),
+        serde_json::to_string_pretty(&figures).unwrap(),
+    );
+    eprintln!("figures: {figures}");
+    if std::env::var("QW_WRITE_RELIABILITY")
+        .map(|v| v == "1")
+        .unwrap_or(false)
+    {
+        let doc = render(&load());
+        let _ = std::fs::write(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md"),
+            doc,
+        );
+    }
+}
+
+/// Every record present, by `scenario.mode`.
+pub fn load() -> std::collections::BTreeMap<String, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(results_dir()) {
+        for e in entries.flatten() {
+            if let Ok(text) = std::fs::read_to_string(e.path()) {
+                if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                    if let (Some(name), Some(mode)) = (v["scenario"].as_str(), v["mode"].as_str()) {
+                        out.insert(format!("{name}.{mode}"), v);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "–".into(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                format!("{f:.2}")
+            } else if let Some(i) = n.as_u64().filter(|i| *i >= 10_000) {
+                // 1,000,000
+                let digits = i.to_string();
+                let mut out = String::new();
+                for (k, c) in digits.chars().enumerate() {
+                    if k > 0 && (digits.len() - k) % 3 == 0 {
+                        out.push(',');
+                    }
+                    out.push(c);
+                }
+                out
+            } else {
+                n.to_string()
+            }
+        }
+        Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// The scenarios, in the order the document lists them: (name, what it shows).
+const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "kill9",
+        "`kill -9` of the worker at random moments, restarted each time",
+    ),
+    (
+        "broker_restart",
+        "RabbitMQ restarted under the worker (a private node)",
+    ),
+    (
+        "broker_hang",
+        "RabbitMQ hanging (SIGSTOP of the node), then SIGTERM while it hangs",
+    ),
+    (
+        "redis_outage",
+        "Redis stopped during a run, then back with its data",
+    ),
+    (
+        "four_workers",
+        "Four worker processes on one queue, 1,000 jobs for 10 recipients at once",
+    ),
+    (
+        "sigterm",
+        "SIGTERM under load (grace long enough; grace too short)",
+    ),
+    (
+        "stale_x_death",
+        "A job republished by hand with stale `x-death` headers",
+    ),
+    (
+        "bad_input_end_to_end",
+        "Hand-written bad inputs through the running worker",
+    ),
+    (
+        "redis_cluster",
+        "The worker on a three-master Redis Cluster",
+    ),
+];
+
+const FUZZ: &[&str] = &[
+    "random_bytes",
+    "random_json_structures",
+    "mutated_valid_jobs",
+    "job_shaped_bodies_with_nasty_fields",
+    "header_handling",
+];
+
+/// Render the whole document from the records.
+pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
+    let get = |name: &str| -> Vec<&Value> {
+        ["long", "quick"]
+            .iter()
+            .filter_map(|m| records.get(&format!("{name}.{m}")))
+            .collect()
+    };
+    let mut o = String::new();
+    o.push_str(HEAD);
+
+    o.push_str("\n## Figures\n\n");
+    o.push_str("Written by the suite (`QW_WRITE_RELIABILITY=1`, see the end), one row per scenario and form. ");
+    o.push_str("*Lost*: published ids found nowhere at the audit. *Duplicates*: extra dispatched copies of one id. ");
+    o.push_str("*Cap violations*: recipients with more distinct jobs dispatched, or sends recorded, than a cap allows, ");
+    o.push_str("and dispatched jobs without a committed record. *Recovery*: seconds from the fault's end to work resuming ");
+    o.push_str("(restart to consuming, broker back to consuming, Redis back to the next dispatch, SIGTERM to exit).\n\n");
+    o.push_str("| Scenario | Form | Jobs | Faults | Lost | Duplicates | Cap violations | Recovery (s) | Run |\n");
+    o.push_str("|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+    for (name, title) in SCENARIOS {
+        let rows = get(name);
+        if rows.is_empty() {
+            o.push_str(&format!("| {title} | not run | | | | | | | |\n"));
+        }
+        for v in rows {
+            if let Some(why) = v["skipped"].as_str() {
+                o.push_str(&format!(
+                    "| {title} | skipped: {why} | | | | | | | {} |\n",
+                    cell(&v["at"])
+                ));
+                continue;
+            }
+            o.push_str(&format!(
+                "| {title} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                cell(&v["mode"]),
+                cell(&v["jobs"]),
+                cell(&v["faults"]),
+                cell(&v["lost"]),
+                cell(&v["duplicates"]),
+                cell(&v["violations"]),
+                cell(&v["recovery_seconds"]),
+                cell(&v["at"]),
+            ));
+        }
+    }
+
+    o.push_str("\n### Details\n\n");
+    for v in get("kill9") {
+        o.push_str(&format!(
+            "- **kill -9** ({} form, seed printed by the test): {} jobs at {} dispatches/s, {} kills over {} s; \
+             {} dispatched, {} still waiting (capped until the recipient's midnight), {} dead-lettered `malformed` \
+             (as published). {} duplicate dispatches, every one explained by a kill: its first copy was among the last \
+             {} messages dispatched before that kill (sent, not yet confirmed and recorded). {} extra copies waiting \
+             and {} extra dead letters (an outcome confirmed, the kill before the ack; harmless: the copy is recognised \
+             when it comes back). Longest restart-to-consuming: {} s. Whole run: {} s.\n",
+            cell(&v["mode"]), cell(&v["jobs"]), cell(&v["rate_per_second"]), cell(&v["faults"]),
+            cell(&v["kills_over_seconds"]), cell(&v["dispatched"]), cell(&v["waiting"]), cell(&v["dead"]),
+            cell(&v["duplicates"]), cell(&v["duplicate_farthest_before_kill"]), cell(&v["duplicate_waiting_copies"]),
+            cell(&v["duplicate_dead_letters"]), cell(&v["recovery_seconds"]), cell(&v["elapsed_seconds"]),
+        ));
+    }
+    for v in get("broker_restart") {
+        if v["skipped"].is_string() {
+            continue;
+        }
+        o.push_str(&format!(
+            "- **Broker restart** ({} form): {}. The broker was away {} s each time (its boot takes {} s here); \
+             the worker was consuming again {} s after the broker accepted connections. {} lost, {} duplicates.\n",
+            cell(&v["mode"]), cell(&v["fault"]), cell(&v["broker_down_seconds"]), cell(&v["broker_boot_seconds"]),
+            cell(&v["recovery_seconds"]), cell(&v["lost"]), cell(&v["duplicates"]),
+        ));
+    }
+    for v in get("broker_hang") {
+        if v["skipped"].is_string() {
+            continue;
+        }
+        o.push_str(&format!(
+            "- **Broker hang** ({} form): the node frozen for {} s (connections open, nothing answering). \
+             Dispatching went on {} s after it woke up, on the same connection. {} duplicate dispatches over the \
+             two hangs: every dispatch sent during a hang (up to `amqp.prefetch` = {} per hang) outlived its {} s \
+             confirm deadline, so its job was handed back and sent again while the broker had the first copy; \
+             {} lost, {} cap violations. SIGTERM while the broker hung, grace {} s: exit codes {}, after {} s \
+             (session running) and {} s (still connecting).\n",
+            cell(&v["mode"]), cell(&v["hang_seconds"]), cell(&v["recovery_seconds"]), cell(&v["duplicates"]),
+            cell(&v["prefetch"]), cell(&v["publish_timeout_seconds"]), cell(&v["lost"]), cell(&v["violations"]),
+            cell(&v["grace_seconds"]), cell(&v["sigterm_exit_codes"]), cell(&v["sigterm_exit_seconds_running"]),
+            cell(&v["sigterm_exit_seconds_connecting"]),
+        ));
+    }
+    for v in get("redis_outage") {
+        o.push_str(&format!(
+            "- **Redis outage** ({} form): {}. `Health.redis` turned false {} s after the stop (readiness during \
+             the outage: {}); jobs dispatched while Redis was away (after the first second, which lets decisions \
+             already taken finish): {}; dead-lettered because of it: {}. After Redis returned the next dispatch came \
+             {} s later and `Health.redis` was true again after {} s.\n",
+            cell(&v["mode"]), cell(&v["fault"]), cell(&v["health_noticed_seconds"]), cell(&v["ready_during_outage"]),
+            cell(&v["dispatched_during_outage"]), cell(&v["dead_lettered_not_malformed"]), cell(&v["recovery_seconds"]),
+            cell(&v["health_back_seconds"]),
+        ));
+    }
+    for v in get("four_workers") {
+        o.push_str(&format!(
+            "- **Four workers** ({} form): {} jobs, {} recipients, cap {}: {} dispatched (exactly the cap for each \
+             recipient, and exactly that many sends recorded in Redis), {} waiting, settled in {} s.\n",
+            cell(&v["mode"]), cell(&v["jobs"]), cell(&v["recipients"]), cell(&v["cap"]), cell(&v["dispatched"]),
+            cell(&v["waiting"]), cell(&v["elapsed_seconds"]),
+        ));
+    }
+    for v in get("sigterm") {
+        if let Some(runs) = v["runs"].as_array() {
+            for r in runs {
+                o.push_str(&format!(
+                    "- **SIGTERM** ({} form): paced at {}/s with a grace of {} s: exit code {} after {} s; \
+                     {} lost, {} duplicates.\n",
+                    cell(&v["mode"]), cell(&r["rate_per_second"]), cell(&r["grace_seconds"]), cell(&r["exit_code"]),
+                    cell(&r["exit_seconds"]), cell(&r["lost"]), cell(&r["duplicates"]),
+                ));
+            }
+        }
+    }
+    for v in get("stale_x_death") {
+        o.push_str(&format!(
+            "- **Stale `x-death`** ({} form): the republished job was delayed by its cap and dispatched {} s later. \
+             Control: a copy sent round the delay ladder *with* its `x-death` kept came back: {} (false means the \
+             broker's dead-letter cycle detection dropped it silently; this is what the worker's stripping prevents).\n",
+            cell(&v["mode"]), cell(&v["stale_job_dispatched_after_seconds"]),
+            cell(&v["control_with_x_death_kept_came_back"]),
+        ));
+    }
+    for v in get("bad_input_end_to_end") {
+        let cases: Vec<String> = v["cases"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| format!("`{}` → {}", cell(&c["case"]), cell(&c["expected"])))
+                    .collect()
+            })
+            .unwrap_or_default();
+        o.push_str(&format!(
+            "- **Bad input end to end** ({} form), each found exactly once with that outcome: {}.\n",
+            cell(&v["mode"]),
+            cases.join("; ")
+        ));
+    }
+
+    o.push_str("\n### Fuzzing (proptest)\n\n| Property | Form | Inputs | Jobs | Malformed (with a reason) | Panics | Run |\n|---|---|---:|---:|---:|---:|---|\n");
+    for name in FUZZ {
+        for v in get(&format!("fuzz_{name}")) {
+            let (jobs, bad) = if *name == "header_handling" {
+                ("n/a".to_string(), "n/a".to_string())
+            } else {
+                (cell(&v["jobs"]), cell(&v["malformed"]))
+            };
+            o.push_str(&format!(
+                "| `{name}` | {} ({} cases) | {} | {} | {} | {} | {} |\n",
+                cell(&v["mode"]),
+                cell(&v["cases_per_property"]),
+                cell(&v["inputs"]),
+                jobs,
+                bad,
+                cell(&v["panics"]),
+                cell(&v["at"]),
+            ));
+        }
+    }
+    o.push_str(TAIL);
+    o
+}
+
+const HEAD: &str = r#"# Reliability
+
+<!-- Generated by the test suite (tests/common/reliability.rs); do not edit by hand.
+     Regenerate: QW_WRITE_RELIABILITY=1 cargo test --test faults --test fuzz --test cluster -->
+
+What `quota-worker` promises, what each promise rests on, and the test that checks it.
+The figures below come from the last run of the fault suite on the machine that
+generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the worker).
+
+## Guarantees
+
+| Guarantee | How | Proven by |
+|---|---|---|
+| **At-least-once delivery.** Every job ends dispatched, delayed (waiting in the delay ladder) or dead-lettered with a reason; none is lost, whatever crashes. | A delivery is acked only after its outcome's publish is confirmed (`mandatory`, persistent, publisher confirms with a timeout); anything unacked goes back to the queue when the worker's connection drops. Quorum queues with `x-dead-letter-strategy=at-least-once` and `x-overflow=reject-publish` move delayed jobs between delay levels without loss; the jobs queue has an explicit `x-delivery-limit` and dead-letter target, so no broker version drops a job. | `faults.rs`: `kill_9_…`, `broker_restart_…`, `redis_outage_…`, `sigterm_…`, `stale_x_death_…`; `pipeline.rs` |
+| **Caps are never exceeded.** No recipient gets more distinct jobs than a cap allows, with any number of workers. | `lua/admit.lua` checks every rule and records the send atomically, on the recipient's own sorted set (one hash slot, so also on a cluster). The send counts from admission (a *reservation*) until dispatch is confirmed (*commit*); a dispatch refused by the broker gives it back; a dispatch whose fate is unknown (no confirm, connection lost) keeps it. | `faults.rs`: `four_workers_…`, and the cap audit of every scenario; `engine.rs` and `cluster.rs`: 200 concurrent admissions admit one |
+| **Duplicates only in the named crash window.** A job is dispatched twice only when a crash (or a lost connection) falls between its dispatch publish leaving the worker and its commit in Redis. | A committed job is recognised by id (`duplicate`: acked, not sent again) for the dedupe window. A job reserved but not committed is *in flight*: another worker waits until the reservation lease lapses, then admits it again; that second dispatch is a duplicate if the first one had reached the broker. Both copies carry the same `message_id` (the job id): senders deduplicate on it. | `faults.rs`: `kill_9_…` counts them and checks each against the kill that caused it |
+| **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with backoff (`settle`), holding the job; prefetch bounds what is held. `Health.redis` (behind `/readyz`) turns false on the first failed call. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
+| **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with backoff (at most 2 s between attempts). | Every publish and confirm wait has a deadline (`amqp.publish_timeout`), and so do connecting, declaring and subscribing; the consumer stream ending or failing ends the session. | `faults.rs`: `broker_restart_…`, `broker_hang_…` |
+| **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
+| **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
+| **Runs unchanged on Redis Cluster.** | One hash slot per recipient; scripts loaded on every node at start and again on `NOSCRIPT`. | `cluster.rs` |
+
+## What happens on each fault
+
+| Fault | What the worker does | What you see |
+|---|---|---|
+| Worker killed (`kill -9`, OOM, node loss) | Nothing to do: its unacked deliveries return to the queue. Jobs it had admitted but not dispatched are *in flight* for `redis.reservation_lease` (default 2 min), then admitted again. | Some jobs arrive up to one lease late; jobs that were being sent at that instant may arrive twice (same `message_id`). |
+| Broker restarts or the connection drops | The session ends; publishes waiting for a confirm fail (their reservations are kept); deliveries go back to the queue; the worker reconnects with backoff and declares its topology again. | A pause; then processing resumes within seconds of the broker being back. |
+| Broker hangs (frozen, partitioned: the connection stays open, nothing answers) | Each publish gives up after `amqp.publish_timeout` and its job is handed back with its reservation kept; connecting and declaring are bounded too (3 × `publish_timeout`); shutdown never waits past its grace period. If the broker wakes within lapin's heartbeat limit the same connection goes on, else the worker reconnects. | Dispatches sent during the hang arrive when it ends, and their jobs are sent again: up to `amqp.prefetch` duplicates per worker and hang (same `message_id`). A smaller prefetch bounds them. |
+| Redis unreachable | Every job in flight waits (retrying with backoff up to 1 s); no new decisions; readiness false. | Dispatch stops; nothing is dead-lettered; it resumes within a couple of seconds of Redis returning. |
+| Redis loses its data (restart without persistence, failover to a lagging replica) | Not detectable by the worker. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates. Run Redis with AOF (`appendonly yes`) if that matters. |
+| A dispatch is returned (no queue bound) or nacked | The quota is given back and the job delayed (5 s, doubling per attempt, at most 5 min). | The job is retried, never acked as sent. |
+| SIGTERM | Stop consuming, finish in-flight jobs within the grace period, hand back the rest, exit 0. | Jobs still waiting for the channel's rate when the grace period ends go back to the queue and, being reserved, wait out the lease on the next worker. |
+| A malformed, oversized or hostile message | Dead-lettered `malformed` once, with a reason. | It is in `notify.dead` with `x-notify-reason` and `x-notify-detail`. |
+| A message republished by hand with the broker's `x-death` headers | The worker drops the `x-death` family whenever it publishes a job onwards. | The job goes round the delay ladder normally (the broker would otherwise drop it silently as a dead-letter cycle). |
+"#;
+
+const TAIL: &str = r#"
+## Running N workers, and a RabbitMQ cluster
+
+- **N workers.** Start as many `quota-worker run` processes as you like with the same
+  configuration; they share one jobs queue (each with `amqp.prefetch` deliveries in
+  flight) and one Redis. Caps and channel rates are global: they live in Redis, so the
+  number of workers changes neither. The four-worker scenario above checks it.
+- **RabbitMQ cluster.** Keep `amqp.queue_type = "quorum"` (the default): the jobs, delay and
+  dispatch queues are then Raft-replicated, and a publish is confirmed only once a majority
+  of the nodes has it, so a confirmed outcome survives the loss of a minority of nodes.
+  Point `amqp.url` at a load balancer or DNS name in front of the nodes: when a node goes,
+  the worker's session ends and it reconnects (to another node) by itself. The delay ladder
+  relies on at-least-once dead-lettering (RabbitMQ ≥ 3.10 quorum queues): a message moves to
+  the next level only once the next queue has confirmed it. On RabbitMQ 4.x the worker's
+  explicit `x-delivery-limit` (1000) and dead-letter target replace the new default limit
+  of 20, so a job that keeps failing is dead-lettered, never dropped.
+- **Redis.** A single node (with AOF persistence for the caps to survive a restart) or a
+  Redis Cluster (`redis.cluster = true`, `redis.cluster_urls`); every key of a recipient
+  shares one hash slot, and a channel's rate key has its own.
+
+What each guarantee rests on:
+
+| Guarantee | Rests on |
+|---|---|
+| At-least-once delivery | Manual acks after confirmed publishes; quorum queues (durable, replicated); at-least-once dead-lettering between delay levels; every queue the worker publishes to being bound (`mandatory` returns are retried). |
+| Caps never exceeded | Redis executing each script atomically; Redis keeping its data; the reservation lease being longer than any worker takes between admission and commit (default 2 min). |
+| Duplicates only in the crash window | Senders deduplicating on `message_id` if they must never send twice; the dedupe window (default 24 h) being longer than the longest time a job can take to come back. |
+| Redis outages held | The bounded prefetch (jobs held in memory while waiting). |
+| Delays on time, no head-of-line blocking | One TTL per delay queue (the binary ladder), and the jobs queue not being backlogged. |
+
+## Running the suite
+
+| What | Command | Time here |
+|---|---|---|
+| Everything, quick forms (CI) | `cargo test` | under 4 min once built |
+| Fault suite, quick | `cargo test --test faults` | about 3 min |
+| Fault suite, long (20,000 jobs and 20 kills, a 30 s Redis outage and a 30 s broker hang, two broker restarts, the second a SIGKILL) | `QW_FAULTS_LONG=1 cargo test --release --test faults` | about 5 min, after a release build (about 10 min on two cores) |
+| Fuzzing, 1,000,000 cases per property (8 million inputs) | `QW_FUZZ_CASES=1000000 cargo test --release --test fuzz` | about 5 min |
+| Replay the kill times of a run | `QW_FAULTS_SEED=<seed printed by the test> cargo test --test faults kill_9` | |
+| Regenerate this file | `QW_WRITE_RELIABILITY=1 cargo test --test faults --test fuzz --test cluster` (add the long forms to include them) | |
+
+Figures are kept per scenario and form in `target/reliability/*.json`; a quick run does not
+overwrite a long run's figures. The broker-restart scenario starts its own RabbitMQ node
+(from `/usr/lib/rabbitmq/bin`, on free ports, in a temp dir) and is recorded as skipped
+where that is missing; the Redis outage uses its own `redis-server`; the cluster tests start
+a three-master cluster. Nothing touches the shared RabbitMQ or Redis beyond each test's own
+queue names and key prefix.
+"#;
