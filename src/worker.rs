@@ -318,25 +318,21 @@ impl Worker {
             stop.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
         }
+        // everything after the grace period shares one deadline
+        let close_by = close_by.max(tokio::time::Instant::now() + Duration::from_millis(200));
         drop(acks);
         drop(session);
-        let _ = tokio::time::timeout(Duration::from_secs(5), batcher).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), committer).await;
+        let _ = tokio::time::timeout_at(close_by, batcher).await;
+        let _ = tokio::time::timeout_at(close_by, committer).await;
         // one round trip on the channel, so the broker has applied the last acks
         // before the channel closes (quorum queues can lose acks sent just before)
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
+        let _ = tokio::time::timeout_at(
+            close_by,
             consume.basic_qos(a.prefetch, BasicQosOptions::default()),
         )
         .await;
         let close = conn.close(200, "bye".into());
-        if tokio::time::timeout_at(
-            close_by.max(tokio::time::Instant::now() + Duration::from_millis(200)),
-            close,
-        )
-        .await
-        .is_err()
-        {
+        if tokio::time::timeout_at(close_by, close).await.is_err() {
             warn!("the broker did not answer the connection close; leaving it");
         }
         result
