@@ -346,8 +346,9 @@ impl Worker {
         );
         let started = Instant::now();
         let result = self.process(s, &delivery).instrument(span.clone()).await;
-        let _enter = span.enter();
-        match result {
+        // `in_scope`, never a guard from `span.enter()` that could outlive an await
+        // and leak the span into other tasks on this thread
+        span.in_scope(|| match result {
             Ok(outcome) => {
                 let (label, reason) = outcome.label();
                 metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
@@ -359,7 +360,7 @@ impl Worker {
                 warn!(error = %e, "job handed back to the broker");
                 acks.settle(delivery.delivery_tag, Settle::Requeue);
             }
-        }
+        });
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
