@@ -285,28 +285,35 @@ impl Worker {
             .process(publisher, &delivery, shutdown, lost)
             .instrument(span.clone())
             .await;
-        let _enter = span.enter();
-        match result {
-            Ok(outcome) => {
-                let (label, reason) = outcome.label();
-                metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
-                metrics::histogram!("quota_worker_job_seconds")
-                    .record(started.elapsed().as_secs_f64());
-                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                    warn!(error = %e, ?outcome, "ack failed; the broker will deliver the job again and it will be recognised");
+        // Instrumented, never `span.enter()`: a guard held across the ack's await
+        // leaks the span into other tasks on this thread, and tracing-subscriber
+        // then panics in a later task's `info_span!` ("tried to clone a span that
+        // already closed"), killing that task before it settles its delivery.
+        async {
+            match result {
+                Ok(outcome) => {
+                    let (label, reason) = outcome.label();
+                    metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
+                    metrics::histogram!("quota_worker_job_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                        warn!(error = %e, ?outcome, "ack failed; the broker will deliver the job again and it will be recognised");
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "job handed back to the broker");
+                    let _ = delivery
+                        .acker
+                        .nack(BasicNackOptions {
+                            requeue: true,
+                            ..Default::default()
+                        })
+                        .await;
                 }
             }
-            Err(e) => {
-                warn!(error = %e, "job handed back to the broker");
-                let _ = delivery
-                    .acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..Default::default()
-                    })
-                    .await;
-            }
         }
+        .instrument(span)
+        .await
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
