@@ -25,10 +25,23 @@ local key = KEYS[1]
 local member = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local has_rules = #ARGV > 6
 
-local existing = redis.call('ZSCORE', key, member)
+-- With rules, one ZRANGE reads every remembered send (the key is trimmed to the
+-- longest window, so it is short) and answers the duplicate check too.
+local entries = {}
+local existing
+if has_rules then
+  entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    if entries[i] == member then existing = tonumber(entries[i + 1]) end
+  end
+else
+  existing = redis.call('ZSCORE', key, member)
+  if existing then existing = tonumber(existing) end
+end
+
 if existing then
-  existing = tonumber(existing)
   if existing % 2 == 1 then
     return {2, now}
   end
@@ -60,23 +73,31 @@ for i = 7, #ARGV, 2 do
   if start < cutoff then cutoff = start end
 end
 
-redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.0f', cutoff * 2))
-
-if #limits > 0 then
-  local scores = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local refused = false
-  for r = 1, #limits do
-    local start2, count = starts[r] * 2, 0
-    for i = 2, #scores, 2 do
-      if tonumber(scores[i]) >= start2 then count = count + 1 end
-    end
-    if count >= limits[r] then refused = true break end
+-- forget what no rule and no duplicate check needs any more
+local cutoff2 = cutoff * 2
+local stale = not has_rules
+local times = {}
+for i = 2, #entries, 2 do
+  local s = tonumber(entries[i])
+  if s < cutoff2 then
+    stale = true
+  elseif entries[i - 1] ~= member then
+    times[#times + 1] = s
   end
-  if refused then
+end
+if stale then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.0f', cutoff2))
+end
+
+for r = 1, #limits do
+  local start2, count = starts[r] * 2, 0
+  for i = 1, #times do
+    if times[i] >= start2 then count = count + 1 end
+  end
+  if count >= limits[r] then
     local reply = {0, now}
-    for i = 2, #scores, 2 do
-      local s = tonumber(scores[i])
-      reply[#reply + 1] = (s - s % 2) / 2
+    for i = 1, #times do
+      reply[#reply + 1] = (times[i] - times[i] % 2) / 2
     end
     return reply
   end

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::Confirmation;
@@ -210,35 +210,52 @@ impl Topology {
         exchange(a.dispatch_exchange.clone(), ExchangeKind::Direct).await?;
         exchange(a.dead_exchange.clone(), ExchangeKind::Fanout).await?;
 
-        queue(a.dead_queue.clone(), self.queue_args(None)).await?;
+        // Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
+        // unless told otherwise: every queue a consumer reads gets an explicit limit,
+        // and those that can dead-letter send the message to `notify.dead`.
+        let limited = |mut args: FieldTable, limit: u32| {
+            if a.queue_type == QueueType::Quorum {
+                args.insert(
+                    "x-delivery-limit".into(),
+                    AMQPValue::LongLongInt(limit as i64),
+                );
+            }
+            args
+        };
+        queue(
+            a.dead_queue.clone(),
+            limited(self.queue_args(None), i32::MAX as u32),
+        )
+        .await?;
         bind(&ch, &a.dead_queue, &a.dead_exchange, "").await?;
 
-        let mut jobs_args = self.queue_args(Some(&a.dead_exchange));
-        if a.queue_type == QueueType::Quorum {
-            jobs_args.insert(
-                "x-delivery-limit".into(),
-                AMQPValue::LongLongInt(a.delivery_limit as i64),
-            );
-        }
+        let jobs_args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
         queue(a.jobs_queue.clone(), jobs_args).await?;
         bind(&ch, &a.jobs_queue, &a.jobs_exchange, "").await?;
 
         for c in &self.channels {
             let q = self.dispatch_queue(c);
-            queue(q.clone(), self.queue_args(None)).await?;
+            let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+            queue(q.clone(), args).await?;
             bind(&ch, &q, &a.dispatch_exchange, c).await?;
         }
 
         let ladder = self.ladder();
-        for n in 0..ladder.levels {
-            exchange(ladder.exchange(n), ExchangeKind::Topic).await?;
-        }
         for n in 0..ladder.levels {
             let next = if n == 0 {
                 a.jobs_exchange.clone()
             } else {
                 ladder.exchange(n - 1)
             };
+            let mut x_args = FieldTable::default();
+            x_args.insert("alternate-exchange".into(), long(&next));
+            let name = ladder.exchange(n);
+            ch.exchange_declare(name.as_str().into(), ExchangeKind::Headers, durable, x_args)
+                .await
+                .map_err(|error| BrokerError::Conflict {
+                    what: format!("exchange `{name}`"),
+                    error,
+                })?;
             let mut args = self.queue_args(Some(&next));
             args.insert(
                 "x-message-ttl".into(),
@@ -246,14 +263,12 @@ impl Topology {
             );
             let q = ladder.queue(n);
             queue(q.clone(), args).await?;
-            let (to_queue, onwards) = ladder.patterns(n);
-            bind(&ch, &q, &ladder.exchange(n), &to_queue).await?;
-            ch.exchange_bind(
-                next.as_str().into(),
-                ladder.exchange(n).as_str().into(),
-                onwards.as_str().into(),
-                ExchangeBindOptions::default(),
-                FieldTable::default(),
+            ch.queue_bind(
+                q.as_str().into(),
+                name.as_str().into(),
+                ShortString::from(""),
+                QueueBindOptions::default(),
+                ladder.binding(n),
             )
             .await?;
         }

@@ -1,12 +1,14 @@
 //! Configuration: one typed struct, read from the built-in defaults
 //! (`config/default.toml`), an optional file, and `QUOTA_WORKER__SECTION__KEY`
 //! environment variables, in that order. [`Settings::load`] validates everything
-//! and names the offending key in its error, so a bad configuration stops the
-//! worker at start.
+//! and names the offending key in its error, and where its value was set (the
+//! file and line, or the variable), so a bad configuration stops the worker at
+//! start with a message that points at the fix. The printed form ([`Settings`]'s
+//! `Display`, what `config check` shows) is TOML with secrets redacted.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -15,6 +17,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::window::{Rule, Window};
 
+mod locate;
+pub use locate::Origin;
+
 /// The built-in defaults: the commented file shipped in `config/default.toml`.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
@@ -22,11 +27,43 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 pub const ENV_PREFIX: &str = "QUOTA_WORKER";
 
 /// A configuration that could not be read or is not valid.
+///
+/// Errors about one key name it (dotted, e.g. `channels.sms.rate`) and, wrapped in
+/// [`ConfigError::At`], where its value was set: the line of the `--config` file,
+/// the environment variable, or the line of the built-in defaults.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file or an environment variable could not be read or parsed.
-    #[error("{0}")]
+    /// The file given with `--config` could not be read.
+    #[error("cannot read configuration file {}: {cause}", path.display())]
+    Unreadable {
+        /// The file as given.
+        path: PathBuf,
+        /// Why (missing, a directory, not UTF-8, permissions).
+        cause: std::io::Error,
+    },
+    /// The file given with `--config` is not valid TOML.
+    #[error("{}:{line}:{column}: not valid TOML: {message}", path.display())]
+    Syntax {
+        /// The file as given.
+        path: PathBuf,
+        /// Line of the error (1-based).
+        line: usize,
+        /// Column of the error (1-based, in characters).
+        column: usize,
+        /// What the TOML parser expected.
+        message: String,
+    },
+    /// An environment variable could not be read, or the sources not merged.
+    #[error(transparent)]
     Read(#[from] config::ConfigError),
+    /// A key that is not part of the configuration.
+    #[error("unknown key `{key}`: {reason}")]
+    Unknown {
+        /// Dotted path of the key.
+        key: String,
+        /// The keys allowed there.
+        reason: String,
+    },
     /// A value was read but is not acceptable.
     #[error("invalid value for `{key}`: {reason}")]
     Invalid {
@@ -35,6 +72,71 @@ pub enum ConfigError {
         /// Why it is refused.
         reason: String,
     },
+    /// An error about one key, with where that key was set.
+    #[error("{origin}: {error}")]
+    At {
+        /// The file line, environment variable or default that set the key.
+        origin: Origin,
+        /// The error.
+        error: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// The dotted key the error is about, if it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Unknown { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::At { error, .. } => error.key(),
+            _ => None,
+        }
+    }
+
+    /// Where the key the error is about was set, when known.
+    pub fn origin(&self) -> Option<&Origin> {
+        match self {
+            ConfigError::At { origin, .. } => Some(origin),
+            _ => None,
+        }
+    }
+}
+
+/// A deserialization error, named by the path serde was at.
+fn from_serde(e: serde_path_to_error::Error<config::ConfigError>) -> ConfigError {
+    let key = e.path().to_string();
+    if key == "." {
+        return ConfigError::Read(e.into_inner());
+    }
+    // A missing field: the `config` crate names it by its whole path, glued to
+    // the path of its table (`policies.x.rules[0]window`).
+    if let config::ConfigError::NotFound(full) = e.inner() {
+        let field = full.strip_prefix(key.as_str()).unwrap_or(full);
+        let field = field.trim_start_matches('.');
+        return ConfigError::Invalid {
+            key: format!("{key}.{field}"),
+            reason: "required, and not set (it has no default)".into(),
+        };
+    }
+    let reason = core_message(e.inner());
+    if reason.starts_with("unknown field") {
+        ConfigError::Unknown { key, reason }
+    } else {
+        ConfigError::Invalid { key, reason }
+    }
+}
+
+/// The `config` crate's message without the key and origin it appends (the path
+/// from serde names the key; [`Origin`] says where it was set).
+fn core_message(e: &config::ConfigError) -> String {
+    match e {
+        config::ConfigError::Type {
+            unexpected,
+            expected,
+            ..
+        } => format!("invalid type: {unexpected}, expected {expected}"),
+        config::ConfigError::At { error, .. } => core_message(error),
+        other => other.to_string(),
+    }
 }
 
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -241,30 +343,39 @@ impl Settings {
         file: Option<&Path>,
         env: config::Environment,
     ) -> Result<Settings, ConfigError> {
-        let mut builder = config::Config::builder().add_source(config::File::from_str(
-            DEFAULT_TOML,
-            config::FileFormat::Toml,
-        ));
-        if let Some(path) = file {
-            if let Err(e) = std::fs::metadata(path) {
-                return Err(invalid(
-                    "--config",
-                    format!("cannot read {}: {e}", path.display()),
-                ));
-            }
-            builder = builder.add_source(
-                config::File::from(path)
-                    .format(config::FileFormat::Toml)
-                    .required(true),
-            );
-        }
+        use config::Source;
+        let text =
+            match file {
+                Some(path) => Some(std::fs::read_to_string(path).map_err(|cause| {
+                    ConfigError::Unreadable {
+                        path: path.to_path_buf(),
+                        cause,
+                    }
+                })?),
+                None => None,
+            };
         let env = env
             .separator("__")
             .prefix_separator("__")
             .try_parsing(true)
             .list_separator(",")
             .with_list_parse_key("redis.cluster_urls");
-        let settings: Settings = builder.add_source(env).build()?.try_deserialize()?;
+        let env_keys = env.collect()?.into_keys();
+        let sources = locate::Sources::new(file.zip(text.as_deref()), env_keys)?;
+        Self::merge(text.as_deref(), env).map_err(|e| sources.attach(e))
+    }
+
+    /// Defaults, then the file's text, then the environment; deserialized and validated.
+    fn merge(file: Option<&str>, env: config::Environment) -> Result<Settings, ConfigError> {
+        let mut builder = config::Config::builder().add_source(config::File::from_str(
+            DEFAULT_TOML,
+            config::FileFormat::Toml,
+        ));
+        if let Some(text) = file {
+            builder = builder.add_source(config::File::from_str(text, config::FileFormat::Toml));
+        }
+        let merged = builder.add_source(env).build()?;
+        let settings: Settings = serde_path_to_error::deserialize(merged).map_err(from_serde)?;
         settings.validate()?;
         Ok(settings)
     }
@@ -486,15 +597,13 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The effective configuration as TOML, secrets redacted (what `config check` prints).
+/// The output is itself a valid configuration file.
 impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = toml_like(&serde_json::to_value(self.redacted()).map_err(|_| fmt::Error)?);
+        let text = toml::to_string_pretty(&self.redacted()).map_err(|_| fmt::Error)?;
         f.write_str(&text)
     }
-}
-
-fn toml_like(v: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -590,6 +699,50 @@ mod tests {
                 .to_string();
             assert!(err.contains(key), "{err} should name {key}");
         }
+    }
+
+    #[test]
+    fn errors_in_a_file_carry_its_path_and_line() {
+        let path = std::env::temp_dir().join(format!("qw-config-{}.toml", std::process::id()));
+        std::fs::write(&path, "[amqp]\nprefetch = 8\n\n[channels.sms]\nrate = 0\n").unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[])).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(err.key(), Some("channels.sms.rate"));
+        assert_eq!(
+            err.origin(),
+            Some(&Origin::File {
+                path: path.clone(),
+                line: 5
+            })
+        );
+        assert!(err
+            .to_string()
+            .starts_with(&format!("{}:5: ", path.display())));
+    }
+
+    #[test]
+    fn errors_from_the_environment_name_the_variable() {
+        let err = Settings::load_with_env(None, env(&[("QUOTA_WORKER__AMQP__PREFETCH", "0")]))
+            .unwrap_err();
+        assert_eq!(
+            err.origin(),
+            Some(&Origin::Env {
+                var: "QUOTA_WORKER__AMQP__PREFETCH".into()
+            })
+        );
+    }
+
+    #[test]
+    fn display_is_a_valid_configuration_file() {
+        let s = Settings::load_with_env(None, env(&[])).unwrap();
+        let text = s.to_string();
+        let path = std::env::temp_dir().join(format!("qw-display-{}.toml", std::process::id()));
+        std::fs::write(&path, &text).unwrap();
+        let again = Settings::load_with_env(Some(&path), env(&[]));
+        std::fs::remove_file(&path).unwrap();
+        let again = again.unwrap();
+        assert_eq!(again.to_string(), text);
+        assert_eq!(again.amqp.url, "amqp://guest:***@127.0.0.1:5672/%2f");
     }
 
     #[test]

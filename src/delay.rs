@@ -3,13 +3,16 @@
 //!
 //! ## The ladder
 //! Level `n` (0 ≤ n < levels) is a queue `<prefix>.<2^n>s` whose messages expire after
-//! exactly 2^n seconds, and a topic exchange `<prefix>.x<n>`. A delay of D seconds is
-//! written in binary as the routing key, one word per level from the highest down
-//! (`0.0.1.0.1` is 5 s with 5 levels). Exchange `x<n>` sends a key whose word for
-//! level n is `1` to queue `2^n s`, and a `0` on to exchange `x<n-1>`; each queue
-//! dead-letters (keeping the key) to the next exchange down, and level 0 to the jobs
-//! exchange. Every queue holds one TTL only, so a message never waits behind a longer
-//! one (no head-of-line blocking), and a delay costs at most one hop per level.
+//! exactly 2^n seconds, and a headers exchange `<prefix>.x<n>`. A delay of D seconds
+//! is written in binary as message headers `notify-delay-<n>: "1"`, one per set bit.
+//! Exchange `x<n>` sends a message carrying bit n to queue `2^n s`; any other message
+//! goes on to its alternate exchange `x<n-1>`. Each queue dead-letters to the next
+//! exchange down, and level 0 (queue and alternate exchange) to the jobs exchange.
+//! A delayed job is published straight to the queue of its highest bit. Every queue holds
+//! one TTL only, so a message never waits behind a longer one (no head-of-line
+//! blocking), and a delay costs at most one hop per level. (A headers exchange with
+//! one binding matches in constant time; a topic exchange would walk a trie of
+//! `levels` words at every level, which made the broker the bottleneck.)
 
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -46,9 +49,11 @@ impl Ladder {
         format!("{}.{}s", self.prefix, 1u64 << n)
     }
 
-    /// Where a delayed job is published: the top level's exchange.
-    pub fn entry(&self) -> String {
-        self.exchange(self.levels - 1)
+    /// Where a job delayed by `seconds` is published: straight to the queue of its
+    /// highest bit (through the default exchange, so the broker routes nothing).
+    pub fn entry(&self, seconds: u64) -> String {
+        let top = 63 - seconds.max(1).leading_zeros();
+        self.queue(top.min(self.levels - 1))
     }
 
     /// The longest delay one pass through the ladder holds, in seconds.
@@ -64,24 +69,46 @@ impl Ladder {
         ms.div_ceil(1000).clamp(1, self.max_seconds())
     }
 
-    /// The routing key that spells `seconds` in binary, highest level first.
-    pub fn routing_key(&self, seconds: u64) -> String {
+    /// The levels whose bit is set in `seconds`, highest first.
+    pub fn bits(&self, seconds: u64) -> impl Iterator<Item = u32> {
         (0..self.levels)
             .rev()
-            .map(|n| if seconds >> n & 1 == 1 { "1" } else { "0" })
-            .collect::<Vec<_>>()
-            .join(".")
+            .filter(move |n| seconds >> n & 1 == 1)
     }
 
-    /// The binding patterns of level `n`: (to its queue, on to the next level down).
-    pub fn patterns(&self, n: u32) -> (String, String) {
-        let skip = "*.".repeat((self.levels - 1 - n) as usize);
-        (format!("{skip}1.#"), format!("{skip}0.#"))
+    /// Add the headers that spell `seconds` to `headers`.
+    pub fn mark(&self, headers: &mut FieldTable, seconds: u64) {
+        for n in self.bits(seconds) {
+            headers.insert(bit_header(n).into(), AMQPValue::LongString("1".into()));
+        }
+    }
+
+    /// The binding arguments of level `n`'s queue to its exchange.
+    pub fn binding(&self, n: u32) -> FieldTable {
+        let mut args = FieldTable::default();
+        args.insert("x-match".into(), AMQPValue::LongString("all".into()));
+        args.insert(bit_header(n).into(), AMQPValue::LongString("1".into()));
+        args
     }
 }
 
-/// Headers for a job sent round again: the original headers without the broker's
-/// `x-death` family (a message that carries them into a dead-letter cycle can be
+/// Prefix of the headers that spell a delay (no `x-`: headers exchanges ignore
+/// binding arguments that start with it).
+pub const BIT_PREFIX: &str = "notify-delay-";
+
+fn bit_header(n: u32) -> String {
+    format!("{BIT_PREFIX}{n}")
+}
+
+fn internal(name: &str) -> bool {
+    name == "x-death"
+        || name.starts_with("x-first-death")
+        || name.starts_with("x-last-death")
+        || name.starts_with(BIT_PREFIX)
+}
+
+/// Headers for a job sent round again: the original headers without the ladder's
+/// bits and the broker's `x-death` family (a message that carries them into a dead-letter cycle can be
 /// dropped silently by the broker), the attempt count raised by one, the first-seen
 /// time kept (or set to `now`), and the instant it waits for.
 pub fn next_headers(
@@ -93,12 +120,7 @@ pub fn next_headers(
     let (attempt, first_seen) = attempt_info(original);
     if let Some(headers) = original {
         for (k, v) in headers.inner() {
-            let k_str = k.as_str();
-            if k_str == "x-death"
-                || k_str.starts_with("x-first-death")
-                || k_str.starts_with("x-last-death")
-                || k_str == NOT_BEFORE
-            {
+            if internal(k.as_str()) || k.as_str() == NOT_BEFORE {
                 continue;
             }
             out.insert(k.clone(), v.clone());
@@ -160,11 +182,7 @@ pub fn dead_headers(original: Option<&FieldTable>, reason: &str, detail: &str) -
     let mut out = FieldTable::default();
     if let Some(headers) = original {
         for (k, v) in headers.inner() {
-            let k_str = k.as_str();
-            if k_str == "x-death"
-                || k_str.starts_with("x-first-death")
-                || k_str.starts_with("x-last-death")
-            {
+            if internal(k.as_str()) {
                 continue;
             }
             out.insert(k.clone(), v.clone());
@@ -198,30 +216,46 @@ mod tests {
         let l = ladder();
         assert_eq!(l.queue(0), "notify.delay.1s");
         assert_eq!(l.queue(19), "notify.delay.524288s");
-        assert_eq!(l.entry(), "notify.delay.x19");
+        assert_eq!(l.entry(5), "notify.delay.4s");
+        assert_eq!(l.entry(l.max_seconds()), "notify.delay.524288s");
         assert!(l.max_seconds() > 8 * 86_400);
     }
 
     #[test]
-    fn the_key_spells_the_delay_and_each_level_routes_its_bit() {
+    fn the_headers_spell_the_delay_and_each_level_matches_its_bit() {
         let l = Ladder {
             prefix: "d".into(),
             levels: 5,
         };
-        assert_eq!(l.routing_key(5), "0.0.1.0.1");
-        assert_eq!(l.patterns(4), ("1.#".into(), "0.#".into()));
-        assert_eq!(l.patterns(0), ("*.*.*.*.1.#".into(), "*.*.*.*.0.#".into()));
-        // every delay is the sum of the queues its key visits
+        assert_eq!(l.bits(5).collect::<Vec<_>>(), vec![2, 0]);
         for secs in 1..=l.max_seconds() {
-            let key = l.routing_key(secs);
-            let total: u64 = key
-                .split('.')
-                .enumerate()
-                .filter(|(_, w)| *w == "1")
-                .map(|(i, _)| 1u64 << (l.levels as usize - 1 - i))
+            let mut h = FieldTable::default();
+            l.mark(&mut h, secs);
+            // the queues a message visits, as the exchanges route it
+            let total: u64 = (0..l.levels)
+                .filter(|n| {
+                    l.binding(*n)
+                        .inner()
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != "x-match")
+                        .all(|(k, v)| h.inner().get(k.as_str()) == Some(v))
+                })
+                .map(|n| 1u64 << n)
                 .sum();
             assert_eq!(total, secs);
         }
+        // a job sent round again drops the bits of its last delay
+        let mut h = FieldTable::default();
+        l.mark(&mut h, 7);
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        assert!(!next_headers(Some(&h), now, None)
+            .inner()
+            .keys()
+            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
+        assert!(!dead_headers(Some(&h), "capped", "d")
+            .inner()
+            .keys()
+            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
     }
 
     #[test]

@@ -346,6 +346,11 @@ impl Engine {
         self.calls.load(Ordering::Relaxed)
     }
 
+    fn count_call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("quota_worker_redis_calls_total").increment(1);
+    }
+
     /// The policy a category selects.
     pub fn policy(&self, category: &str) -> &Arc<Policy> {
         self.policies
@@ -362,7 +367,7 @@ impl Engine {
     /// Read Redis `TIME` and remember how far it is from this machine's clock.
     pub async fn sync_clock(&self) -> Result<DateTime<Utc>, EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
         self.observe(now);
@@ -582,16 +587,41 @@ impl Engine {
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
+        self.commit_many(std::slice::from_ref(ticket)).await
+    }
+
+    /// [`Engine::commit`] for many tickets: one pipeline on a single node (one round
+    /// trip), concurrent commands on a cluster (their keys live in different slots).
+    pub async fn commit_many(&self, tickets: &[Ticket]) -> Result<(), EngineError> {
+        let zadd = |t: &Ticket| {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(&t.key)
+                .arg("XX")
+                .arg(t.admitted_at.timestamp_millis() * 2 + 1)
+                .arg(&t.member);
+            cmd
+        };
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let score = ticket.admitted_at.timestamp_millis() * 2 + 1;
-        let _: i64 = redis::cmd("ZADD")
-            .arg(&ticket.key)
-            .arg("XX")
-            .arg(score)
-            .arg(&ticket.member)
-            .query_async(&mut conn)
-            .await?;
+        self.count_call();
+        match &self.conn {
+            RedisConn::Single(_) => {
+                let mut pipe = redis::pipe();
+                for t in tickets {
+                    pipe.add_command(zadd(t)).ignore();
+                }
+                let _: () = pipe.query_async(&mut conn).await?;
+            }
+            RedisConn::Cluster(_) => {
+                let calls = tickets.iter().map(|t| {
+                    let mut conn = conn.clone();
+                    let cmd = zadd(t);
+                    async move { cmd.query_async::<i64>(&mut conn).await }
+                });
+                for result in futures_util::future::join_all(calls).await {
+                    result?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -607,7 +637,7 @@ impl Engine {
 
     async fn release_recipient(&self, ticket: &Ticket) -> Result<(), EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let _: i64 = redis::cmd("ZREM")
             .arg(&ticket.key)
             .arg(&ticket.member)
@@ -618,7 +648,7 @@ impl Engine {
 
     async fn refund(&self, channel: &str, rate: Rate) -> Result<(), EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let _: i64 = self
             .refund_script
             .key(self.keys.rate(channel))
@@ -637,7 +667,7 @@ impl Engine {
         cost: u64,
     ) -> Result<RateReply, EngineError> {
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let reply: Vec<i64> = self
             .rate_script
             .key(self.keys.rate(channel))
@@ -684,7 +714,7 @@ impl Engine {
             inv.arg(*limit).arg(*bound);
         }
         let mut conn = self.conn.clone();
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.count_call();
         let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
         if let Some(now) = reply.get(1) {
             self.observe(*now);

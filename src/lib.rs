@@ -5,20 +5,55 @@
 //! until the exact moment it becomes allowed, or dead-letters it with a reason.
 //!
 //! ## A tour, in the order a job flows
-//! - [`config`]: the typed configuration (defaults file, `--config`, environment).
+//!
+//! ```text
+//!  producers ──▶ notify.jobs ──▶ decode ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
+//!  (exchange)    (quorum queue)              (Redis)  ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
+//!                                                     └──▶ dead      notify.dead (reason, detail)
+//! ```
+//!
+//! - [`config`]: the typed configuration (defaults file, `--config`, environment);
+//!   errors name the key and the file line or variable that set it.
+//! - [`decode`]: bytes into a [`decode::Job`], or a `malformed` verdict (pure).
 //! - [`window`]: pure calendar arithmetic: local days, window starts, the exact
 //!   earliest instant a refused job becomes allowed. No I/O; "now" is a parameter.
 //! - [`keys`]: Redis key names (recipients hashed, one hash slot per recipient).
-//! - [`engine`]: the Redis side of a decision: `lua/admit.lua` (caps, sorted set per
-//!   recipient) and `lua/rate.lua` (per-channel GCRA), one clock (Redis `TIME`).
+//! - [`engine`]: the decision, the Redis side: `lua/admit.lua` (caps, a sorted set
+//!   per recipient), `lua/rate.lua` and `lua/refund.lua` (per-channel GCRA), one
+//!   clock (Redis `TIME`), pacing when a channel's rate refuses.
+//! - [`delay`]: the delay ladder's names and headers (pure): how a refused job waits
+//!   in RabbitMQ without a plugin.
+//! - [`broker`]: connecting, declaring the topology, publishing with confirms.
+//! - [`worker`]: the consume loop and [`worker::Worker::process`], one delivery to one
+//!   confirmed outcome (dispatched, delayed, duplicate, dead-lettered).
+//! - [`acks`] and [`commits`]: settling deliveries and marking dispatches in batches.
+//! - [`signals`]: SIGTERM/SIGINT into one shutdown token.
+//!
+//!
+//! ## Around the worker
+//! - [`producer`]: [`producer::Producer::publish`], the contract's job as a struct,
+//!   published with confirms (`quota-worker publish` uses it).
+//! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
+//!   recipient's recorded sends (`quota-worker admin ...`).
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`cli`]: the `publish` and `admin` subcommands' arguments and output.
+//!
+//! `src/main.rs` only parses arguments and calls into these; `src/bin/bench.rs` is
+//! the benchmark.
 #![warn(missing_docs)]
 
+pub mod acks;
+pub mod admin;
 pub mod broker;
+pub mod cli;
+pub mod commits;
 pub mod config;
 pub mod decode;
 pub mod delay;
 pub mod engine;
+pub mod http;
 pub mod keys;
+pub mod producer;
 pub mod signals;
 pub mod window;
 pub mod worker;

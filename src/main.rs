@@ -37,8 +37,19 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the worker until SIGTERM or SIGINT.
-    Run,
+    /// Run the worker until SIGTERM or SIGINT (and serve /metrics, /healthz, /readyz).
+    Run {
+        /// Do not serve HTTP (same as http.enabled = false).
+        #[arg(long)]
+        no_http: bool,
+    },
+    /// Publish jobs: one from flags, or JSON lines from stdin; prints their ids.
+    Publish(quota_worker::cli::PublishArgs),
+    /// Inspect and repair: queues, dead letters, recipients.
+    Admin {
+        #[command(subcommand)]
+        command: quota_worker::cli::AdminCommand,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -76,7 +87,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     match runtime.block_on(dispatch(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -84,16 +95,21 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<()> {
-    let settings = Settings::load(cli.config.as_deref())?;
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check,
         } => {
             println!("{settings}");
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Run => run(settings).await,
+        Command::Run { no_http } => {
+            settings.http.enabled &= !no_http;
+            run(settings).await.map(|()| ExitCode::SUCCESS)
+        }
+        Command::Publish(args) => quota_worker::cli::publish(&settings, args).await,
+        Command::Admin { command } => quota_worker::cli::admin(&settings, command).await,
     }
 }
 
@@ -104,10 +120,16 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             quota_worker::config::redact_url(&settings.redis.url)
         )
     })?);
-    let worker = Arc::new(Worker::new(settings, engine));
     let shutdown = CancellationToken::new();
+    let worker = Arc::new(Worker::new(settings.clone(), engine));
+    let http =
+        quota_worker::http::start(&settings, worker.health.clone(), shutdown.clone()).await?;
     tokio::spawn(quota_worker::signals::on_terminate(shutdown.clone()));
-    worker.run(shutdown).await?;
+    worker.run(shutdown.clone()).await?;
+    shutdown.cancel();
+    if let Some(http) = http {
+        let _ = http.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -14,15 +14,15 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use futures_util::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::acks::{Acks, Settle};
 use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
+use crate::commits::Commits;
 use crate::config::{Action, Settings};
 use crate::decode::{self, Job};
 use crate::delay;
@@ -91,6 +91,17 @@ pub enum ProcessError {
     Interrupted,
 }
 
+/// What the jobs of one broker session share.
+#[derive(Debug)]
+pub struct Session {
+    /// Confirm-mode publisher for outcomes.
+    pub publisher: Publisher,
+    commits: Commits,
+    /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
+    /// Redis give up and are handed back.
+    pub stop: CancellationToken,
+}
+
 /// Readiness, as `/readyz` reports it.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -146,6 +157,24 @@ impl Worker {
         }
     }
 
+    /// A session context on `publisher` (for driving [`Worker::process`] one job at a
+    /// time); the returned task commits dispatched jobs until the session is dropped.
+    pub fn session_context(
+        &self,
+        publisher: Publisher,
+        stop: CancellationToken,
+    ) -> (Session, tokio::task::JoinHandle<()>) {
+        let (commits, committer) = Commits::start(self.engine.clone(), stop.clone());
+        (
+            Session {
+                publisher,
+                commits,
+                stop,
+            },
+            committer,
+        )
+    }
+
     /// The topology this worker declares.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -153,6 +182,9 @@ impl Worker {
 
     /// Run until `shutdown`, reconnecting to the broker whenever the session drops.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            self.clone().watch_redis(shutdown.clone()),
+        ));
         let mut backoff = Duration::from_millis(200);
         loop {
             if shutdown.is_cancelled() {
@@ -176,6 +208,27 @@ impl Worker {
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                     metrics::counter!("quota_worker_reconnects_total").increment(1);
                 }
+            }
+        }
+    }
+
+    /// Keep `health.redis` current even while no job is asking Redis anything.
+    async fn watch_redis(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let up = matches!(
+                tokio::time::timeout(Duration::from_secs(1), self.engine.ping()).await,
+                Ok(Ok(()))
+            );
+            if self.health.redis.swap(up, Ordering::Relaxed) != up {
+                if up {
+                    info!("redis is reachable");
+                } else {
+                    warn!("redis is unreachable");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
     }
@@ -215,19 +268,21 @@ impl Worker {
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
 
         let tasks = tokio_util::task::TaskTracker::new();
-        let lost = CancellationToken::new();
+        let stop = shutdown.child_token();
+        let (session, committer) = self.session_context(publisher, stop.clone());
+        let session = Arc::new(session);
+        let (acks, batcher) = Acks::start(consume.clone());
         let result = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         let worker = self.clone();
-                        let publisher = publisher.clone();
-                        let shutdown = shutdown.clone();
-                        let lost = lost.clone();
+                        let session = session.clone();
+                        let acks = acks.clone();
                         tasks.spawn(async move {
                             metrics::gauge!("quota_worker_in_flight").increment(1.0);
-                            worker.handle(&publisher, delivery, &shutdown, &lost).await;
+                            worker.handle(&session, &acks, delivery).await;
                             metrics::gauge!("quota_worker_in_flight").decrement(1.0);
                         });
                     }
@@ -258,9 +313,24 @@ impl Worker {
             }
             close_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(200));
         } else {
-            lost.cancel();
+            // the connection is gone: jobs waiting for Redis give up, the broker
+            // delivers them again
+            stop.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
         }
+        // everything after the grace period shares one deadline
+        let close_by = close_by.max(tokio::time::Instant::now() + Duration::from_millis(200));
+        drop(acks);
+        drop(session);
+        let _ = tokio::time::timeout_at(close_by, batcher).await;
+        let _ = tokio::time::timeout_at(close_by, committer).await;
+        // one round trip on the channel, so the broker has applied the last acks
+        // before the channel closes (quorum queues can lose acks sent just before)
+        let _ = tokio::time::timeout_at(
+            close_by,
+            consume.basic_qos(a.prefetch, BasicQosOptions::default()),
+        )
+        .await;
         let close = conn.close(200, "bye".into());
         if tokio::time::timeout_at(close_by, close).await.is_err() {
             warn!("the broker did not answer the connection close; leaving it");
@@ -268,70 +338,43 @@ impl Worker {
         result
     }
 
-    async fn handle(
-        &self,
-        publisher: &Publisher,
-        delivery: Delivery,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
-    ) {
+    async fn handle(&self, s: &Session, acks: &Acks, delivery: Delivery) {
         let span = info_span!(
             "job",
             job_id = tracing::field::Empty,
             tag = delivery.delivery_tag
         );
         let started = Instant::now();
-        let result = self
-            .process(publisher, &delivery, shutdown, lost)
-            .instrument(span.clone())
-            .await;
-        // Instrumented, never `span.enter()`: a guard held across the ack's await
-        // leaks the span into other tasks on this thread, and tracing-subscriber
-        // then panics in a later task's `info_span!` ("tried to clone a span that
-        // already closed"), killing that task before it settles its delivery.
-        async {
-            match result {
-                Ok(outcome) => {
-                    let (label, reason) = outcome.label();
-                    metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
-                    metrics::histogram!("quota_worker_job_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                        warn!(error = %e, ?outcome, "ack failed; the broker will deliver the job again and it will be recognised");
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "job handed back to the broker");
-                    let _ = delivery
-                        .acker
-                        .nack(BasicNackOptions {
-                            requeue: true,
-                            ..Default::default()
-                        })
-                        .await;
-                }
+        let result = self.process(s, &delivery).instrument(span.clone()).await;
+        // In a closure, never `span.enter()` across an await: a guard held over an
+        // await leaks the span into other tasks, and tracing-subscriber then panics
+        // in a later task's `info_span!` ("tried to clone a span that already
+        // closed"), killing that task before it settles its delivery.
+        span.in_scope(|| match result {
+            Ok(outcome) => {
+                let (label, reason) = outcome.label();
+                metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
+                metrics::histogram!("quota_worker_job_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                acks.settle(delivery.delivery_tag, Settle::Ack);
             }
-        }
-        .instrument(span)
-        .await
+            Err(e) => {
+                warn!(error = %e, "job handed back to the broker");
+                acks.settle(delivery.delivery_tag, Settle::Requeue);
+            }
+        })
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
     /// The caller acks on Ok and hands the delivery back on Err.
-    pub async fn process(
-        &self,
-        publisher: &Publisher,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
-    ) -> Result<Outcome, ProcessError> {
+    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
         let body = &delivery.data;
         let headers = delivery.properties.headers().as_ref();
         let job = match decode::decode(body, self.settings.worker.max_body_bytes, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
                 return self
-                    .dead(publisher, delivery, None, Reason::Malformed, &m.0)
+                    .dead(&s.publisher, delivery, None, Reason::Malformed, &m.0)
                     .await
             }
         };
@@ -344,7 +387,7 @@ impl Worker {
             );
             return self
                 .dead(
-                    publisher,
+                    &s.publisher,
                     delivery,
                     Some(&job),
                     Reason::UnknownChannel,
@@ -357,7 +400,7 @@ impl Worker {
             if exp <= now {
                 let detail = format!("it expired at {} before it could be sent", exp.to_rfc3339());
                 return self
-                    .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                    .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                     .await;
             }
         }
@@ -368,19 +411,19 @@ impl Worker {
             category: &job.category,
             tz: job.tz,
         };
-        let admission = self.admit(&req, shutdown, lost).await?;
+        let admission = self.admit(&req, &s.stop).await?;
         match admission {
             Admission::Admitted(ticket) => {
                 if let Some(exp) = job.expires_at {
                     if exp <= self.engine.redis_now() {
-                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                        self.settle(|| self.engine.release(&ticket), &s.stop)
                             .await?;
                         let detail = format!(
                             "it expired at {} while waiting for the channel's send rate",
                             exp.to_rfc3339()
                         );
                         return self
-                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                             .await;
                     }
                 }
@@ -388,7 +431,8 @@ impl Worker {
                     .with_content_type("application/json".into())
                     .with_message_id(ShortString::from(job.id.as_ref()))
                     .with_headers(delay::next_headers(headers, now, None));
-                match publisher
+                match s
+                    .publisher
                     .publish(
                         &self.settings.amqp.dispatch_exchange,
                         &job.channel,
@@ -398,19 +442,18 @@ impl Worker {
                     .await
                 {
                     Ok(()) => {
-                        self.settle(|| self.engine.commit(&ticket), shutdown, lost)
-                            .await?;
+                        s.commits.commit(ticket);
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
                     Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
                         warn!(error = %e, "dispatch refused by the broker; giving the quota back");
-                        self.settle(|| self.engine.release(&ticket), shutdown, lost)
+                        self.settle(|| self.engine.release(&ticket), &s.stop)
                             .await?;
                         let (attempt, _) = delay::attempt_info(headers);
                         let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
                             .min(chrono::Duration::minutes(5));
-                        self.delay(publisher, delivery, &job, now + wait).await
+                        self.delay(&s.publisher, delivery, &job, now + wait).await
                     }
                     Err(e) => {
                         // No confirm in time, or the connection dropped: the dispatch
@@ -430,7 +473,7 @@ impl Worker {
                 ..
             } => {
                 let detail = format!("policy `{policy}` can never admit it ({})", describe(rule));
-                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
                     .await
             }
             Admission::Refused {
@@ -444,7 +487,7 @@ impl Worker {
                     describe(rule),
                     retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
                 );
-                self.dead(publisher, delivery, Some(&job), Reason::Capped, &detail)
+                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
                     .await
             }
             Admission::Refused {
@@ -462,14 +505,14 @@ impl Worker {
                             exp.to_rfc3339()
                         );
                         return self
-                            .dead(publisher, delivery, Some(&job), Reason::Expired, &detail)
+                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
                             .await;
                     }
                 }
-                self.delay(publisher, delivery, &job, at).await
+                self.delay(&s.publisher, delivery, &job, at).await
             }
             Admission::InFlight { retry_at } => {
-                self.delay(publisher, delivery, &job, retry_at).await
+                self.delay(&s.publisher, delivery, &job, retry_at).await
             }
             Admission::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
@@ -482,13 +525,10 @@ impl Worker {
     async fn admit(
         &self,
         req: &Request<'_>,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
+        stop: &CancellationToken,
     ) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admission = self
-            .settle(|| self.engine.admit(req), shutdown, lost)
-            .await?;
+        let admission = self.settle(|| self.engine.admit(req), stop).await?;
         metrics::histogram!("quota_worker_admission_seconds")
             .record(started.elapsed().as_secs_f64());
         Ok(admission)
@@ -498,8 +538,7 @@ impl Worker {
     async fn settle<'a, T, F, Fut>(
         &'a self,
         op: F,
-        shutdown: &CancellationToken,
-        lost: &CancellationToken,
+        stop: &CancellationToken,
     ) -> Result<T, ProcessError>
     where
         F: Fn() -> Fut,
@@ -517,8 +556,7 @@ impl Worker {
                     metrics::counter!("quota_worker_redis_errors_total").increment(1);
                     warn!(error = %e, retry_in = ?backoff, "redis unavailable; holding the job");
                     tokio::select! {
-                        _ = shutdown.cancelled() => return Err(ProcessError::Interrupted),
-                        _ = lost.cancelled() => return Err(ProcessError::Interrupted),
+                        _ = stop.cancelled() => return Err(ProcessError::Interrupted),
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -540,18 +578,14 @@ impl Worker {
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()))
-            .with_headers(delay::next_headers(
-                delivery.properties.headers().as_ref(),
-                now,
-                Some(until),
-            ));
+            .with_headers({
+                let mut headers =
+                    delay::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                ladder.mark(&mut headers, seconds);
+                headers
+            });
         publisher
-            .publish(
-                &ladder.entry(),
-                &ladder.routing_key(seconds),
-                &delivery.data,
-                props,
-            )
+            .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
         debug!(until = %until.to_rfc3339(), seconds, "delayed");
         Ok(Outcome::Delayed { until })

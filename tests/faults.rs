@@ -471,6 +471,30 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     assert_eq!(a.dispatched.len(), mix.expected_dispatched());
 }
 
+/// GET `path` on `addr` (HTTP/1.0, no client library): (status, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut c) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let _ = c
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+        .await;
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text).await;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
     let _heavy = heavy().await;
@@ -491,6 +515,14 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
 
     let w = worker(&s).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
+    // the worker's /readyz, served for this in-process worker's health
+    let listener = quota_worker::http::bind("127.0.0.1:0").await.unwrap();
+    let http = listener.local_addr().unwrap();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::router(None, w.health.clone()),
+        stop.clone(),
+    ));
     let started = Instant::now();
     while depth(&conn, &dispatch).await.unwrap_or(0) < 200 {
         assert!(
@@ -518,6 +550,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
     let before_return = depth(&conn, &dispatch).await.unwrap_or(0);
     let dead_during = depth(&conn, &s.amqp.dead_queue).await.unwrap_or(0);
     let ready_during = w.health.ready();
+    let readyz_during = http_get(http, "/readyz").await;
 
     redis.start().expect("redis restarts");
     let up_at = Instant::now();
@@ -527,7 +560,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > before_return {
             resumed = Some(up_at.elapsed());
         }
-        if healthy.is_none() && w.health.redis.load(Ordering::Relaxed) {
+        if healthy.is_none() && http_get(http, "/readyz").await.0 == 200 {
             healthy = Some(up_at.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -568,6 +601,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         "dead_lettered_not_malformed": dead_not_malformed,
         "health_noticed_seconds": noticed.map(|d| d.as_secs_f64()),
         "ready_during_outage": ready_during,
+        "readyz_during_outage": format!("{} {}", readyz_during.0, readyz_during.1.trim().replace('\n', " / ")),
         "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
         "health_back_seconds": healthy.map(|d| d.as_secs_f64()),
         "dead_during_outage": dead_during,
@@ -583,6 +617,16 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
     );
     assert!(noticed.is_some(), "Health.redis never reported the outage");
     assert!(!ready_during, "ready while Redis was down");
+    assert_eq!(
+        readyz_during.0, 503,
+        "/readyz during the outage: {readyz_during:?}"
+    );
+    assert!(readyz_during.1.contains("redis: down"), "{readyz_during:?}");
+    let healthy = healthy.expect("/readyz never came back to 200");
+    assert!(
+        healthy < Duration::from_secs(5),
+        "/readyz ready {healthy:?} after Redis returned"
+    );
     let resumed = resumed.expect("processing never resumed");
     assert!(
         resumed < Duration::from_secs(5),
@@ -1127,13 +1171,15 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10))
         .await
         .unwrap();
+    let mut headers = x_death(&every);
+    ladder.mark(&mut headers, 1);
     p.publish(
-        &ladder.entry(),
-        &ladder.routing_key(1),
+        "",
+        &ladder.entry(1),
         &control,
         lapin::BasicProperties::default()
             .with_message_id(format!("{ns}-control").as_str().into())
-            .with_headers(x_death(&every)),
+            .with_headers(headers),
     )
     .await
     .unwrap();
@@ -1161,6 +1207,9 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
         quota_worker::delay::ATTEMPT.into(),
         lapin::types::AMQPValue::LongLongInt(7),
     );
+    // and a stale routing bit of the delay ladder: kept, it would send the job to
+    // the 2^19 s (six-day) queue instead of a 2 s wait
+    ladder.mark(&mut h, 1 << 19);
     publish_with(
         &conn,
         &s,
@@ -1201,6 +1250,10 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     assert_eq!(dispatched.len(), 2, "{dispatched:?}");
     let h = stale_copy.props.headers().as_ref().unwrap();
     assert!(!h.contains_key("x-death") && !h.contains_key("x-first-death-queue"));
+    assert!(h
+        .inner()
+        .keys()
+        .all(|k| !k.as_str().starts_with(quota_worker::delay::BIT_PREFIX)));
     assert_eq!(
         header(&stale_copy.props, "trace-id").as_deref(),
         Some("kept")

@@ -10,30 +10,11 @@ use chrono_tz::Tz;
 use common::*;
 use lapin::options::QueueDeleteOptions;
 use quota_worker::broker::Publisher;
-use quota_worker::config::{RuleSettings, Settings};
+use quota_worker::config::RuleSettings;
 use quota_worker::window;
-use quota_worker::worker::{Outcome, Reason, Worker};
-use tokio_util::sync::CancellationToken;
+use quota_worker::worker::{Outcome, Reason};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// Take the next job from the jobs queue and run it through the worker once.
-async fn step(w: &Worker, conn: &lapin::Connection, s: &Settings) -> Outcome {
-    let m = take(conn, &s.amqp.jobs_queue, WAIT)
-        .await
-        .expect("a job in the jobs queue");
-    let p = Publisher::open(conn, Duration::from_secs(10))
-        .await
-        .unwrap();
-    w.process(
-        &p,
-        &m.delivery,
-        &CancellationToken::new(),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("outcome confirmed")
-}
 
 fn job(id: &str, recipient: &str, extra: &str) -> Vec<u8> {
     format!(r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms"{extra},"payload":{{"text":"hi"}}}}"#).into_bytes()
@@ -327,4 +308,57 @@ async fn a_delayed_job_comes_back_and_is_dispatched_on_time() {
     );
     stop.cancel();
     handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_ladder_holds_each_delay_exactly_without_head_of_line_blocking() {
+    let ns = unique("ladder");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let _w = worker(&s).await; // declares the topology
+    let conn = amqp().await;
+    let ladder = topology(&s).ladder();
+    let p = Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    // a long delay first, then short ones: the short ones must not wait behind it
+    let sent = std::time::Instant::now();
+    for secs in [600u64, 4, 1, 3] {
+        let mut headers = lapin::types::FieldTable::default();
+        ladder.mark(&mut headers, secs);
+        let props = lapin::BasicProperties::default()
+            .with_message_id(secs.to_string().into())
+            .with_headers(headers);
+        p.publish("", &ladder.entry(secs), b"{}", props)
+            .await
+            .unwrap();
+    }
+    let mut back = Vec::new();
+    while back.len() < 3 {
+        let m = take(&conn, &s.amqp.jobs_queue, Duration::from_secs(8))
+            .await
+            .expect("short delays come back");
+        let secs: u64 = m
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .parse()
+            .unwrap();
+        let waited = sent.elapsed();
+        assert!(
+            waited >= Duration::from_secs(secs),
+            "{secs}s delay back after {waited:?}"
+        );
+        assert!(
+            waited <= Duration::from_secs(secs) + Duration::from_millis(1500),
+            "{secs}s delay back after {waited:?}"
+        );
+        back.push(secs);
+    }
+    assert_eq!(back, vec![1, 3, 4]);
+    // the 10-minute one still waits, in the 512 s queue (its highest bit)
+    assert_eq!(depth(&conn, &ladder.queue(9)).await, 1);
 }

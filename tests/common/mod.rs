@@ -256,6 +256,25 @@ pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
         .or_else(|| quota_worker::delay::as_i64(v).map(|i| i.to_string()))
 }
 
+/// Take the next job from the jobs queue and run it through the worker once
+/// (`Worker::process`, the one-step entry point).
+pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::worker::Outcome {
+    let m = take(conn, &s.amqp.jobs_queue, Duration::from_secs(10))
+        .await
+        .expect("a job in the jobs queue");
+    let p = Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (session, committer) = w.session_context(p, CancellationToken::new());
+    let outcome = w
+        .process(&session, &m.delivery)
+        .await
+        .expect("outcome confirmed");
+    drop(session);
+    committer.await.unwrap();
+    outcome
+}
+
 pub mod audit;
 pub mod procs;
 pub mod reliability;

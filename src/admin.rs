@@ -1,0 +1,1124 @@
+//! Admin: what an operator reads and repairs. Queue depths, dead letters (read,
+//! replay, purge) and a recipient's recorded sends. Returns data; `cli` prints it.
+//!
+//! ## Reading dead letters without losing them
+//! AMQP has no way to browse a queue. Taking a message and handing it back
+//! (`basic.nack` with requeue, or closing the channel unacked) counts as a delivery:
+//! on this broker (3.10, quorum queues) each such read raises the message's
+//! `x-delivery-count` (checked: basic.get + nack, consume + close, basic.get + close
+//! all do), and a quorum queue with a delivery limit (RabbitMQ 4 gives every quorum
+//! queue a limit of 20 by default) drops a message past it. Listing the dead letters
+//! twenty times would then delete them.
+//!
+//! So a walk *rotates* the queue instead: it counts the messages there at the start
+//! (N), consumes them with manual acks, and for each one either publishes a fresh copy
+//! (same body, same properties) to the tail of the dead-letter queue, or replays it to
+//! the jobs exchange, or drops it; the original is acked only once that publish is
+//! confirmed. After N steps every kept message is back, in the same order, with a
+//! delivery count of zero, and nothing was handed back. The prefetch P = min(N, 256)
+//! pipelines the reads (about 2,000 messages a second here); the last P acks are
+//! held until the consumer is cancelled, so the broker never has the credit to
+//! deliver one of the copies (see [`DeadLetters::walk`]).
+//!
+//! If the command is interrupted (SIGINT/SIGTERM stop it between two messages; a
+//! crash at any point), nothing is lost: messages already delivered but not visited
+//! are copied to the tail untouched (they move behind the others), and at worst, after
+//! a crash, a message whose copy was confirmed but whose original was not yet acked is
+//! there twice. Messages that arrive during a walk land among the copies, in arrival
+//! order. Run one walk at a time per dead-letter queue, and nothing else should
+//! consume it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Confirmation, Connection, PublisherConfirm};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{BrokerError, PublishError, Topology};
+use crate::config::{Policy, Scope, Settings};
+use crate::delay;
+use crate::engine::{Engine, EngineError};
+use crate::keys;
+use crate::window;
+
+/// The import script, `lua/record.lua`.
+pub const RECORD_LUA: &str = include_str!("../lua/record.lua");
+
+/// What an admin command could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The broker failed.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// Redis failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The dead-letter queue is not there.
+    #[error("the dead-letter queue `{0}` does not exist (the worker declares it at start)")]
+    NoDeadQueue(String),
+    /// A copy or a replay was not confirmed; the walk stopped and the message stays.
+    #[error("{what} was not confirmed ({source}); the dead letter stays in the queue")]
+    Publish {
+        /// What was being published.
+        what: String,
+        /// Why it failed.
+        source: PublishError,
+    },
+    /// The request does not make sense.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<lapin::Error> for AdminError {
+    fn from(e: lapin::Error) -> Self {
+        AdminError::Broker(BrokerError::Amqp(e))
+    }
+}
+
+impl From<redis::RedisError> for AdminError {
+    fn from(e: redis::RedisError) -> Self {
+        AdminError::Engine(EngineError::Redis(e))
+    }
+}
+
+fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.kind().get_id() == 404)
+}
+
+// ---------------------------------------------------------------------------------
+// Queues
+
+/// One queue of the topology, as the broker sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStat {
+    /// Queue name.
+    pub name: String,
+    /// What it is for: `jobs`, `delay`, `dispatch` or `dead`.
+    pub role: &'static str,
+    /// The delay level's seconds or the dispatch queue's channel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Whether the queue exists.
+    pub exists: bool,
+    /// Messages ready for delivery (not counting unacked ones); `None` when missing.
+    pub ready: Option<u32>,
+    /// Consumers attached; `None` when missing.
+    pub consumers: Option<u32>,
+}
+
+/// Every queue of the topology, in the order jobs flow: jobs, delay levels,
+/// dispatch queues, dead letters. A missing queue is reported, not an error.
+pub async fn queue_stats(
+    conn: &Connection,
+    topology: &Topology,
+) -> Result<Vec<QueueStat>, AdminError> {
+    let ladder = topology.ladder();
+    let mut wanted: Vec<(String, &'static str, Option<String>)> =
+        vec![(topology.amqp.jobs_queue.clone(), "jobs", None)];
+    wanted.extend(
+        (0..ladder.levels).map(|n| (ladder.queue(n), "delay", Some(format!("{}s", 1u64 << n)))),
+    );
+    wanted.extend(
+        topology
+            .channels
+            .iter()
+            .map(|c| (topology.dispatch_queue(c), "dispatch", Some(c.clone()))),
+    );
+    wanted.push((topology.amqp.dead_queue.clone(), "dead", None));
+
+    let mut ch = conn.create_channel().await?;
+    let mut out = Vec::with_capacity(wanted.len());
+    for (name, role, detail) in wanted {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match ch
+            .queue_declare(name.as_str().into(), passive, FieldTable::default())
+            .await
+        {
+            Ok(q) => out.push(QueueStat {
+                name,
+                role,
+                detail,
+                exists: true,
+                ready: Some(q.message_count()),
+                consumers: Some(q.consumer_count()),
+            }),
+            Err(e) if is_not_found(&e) => {
+                // the broker closes the channel on a failed passive declare
+                ch = conn.create_channel().await?;
+                out.push(QueueStat {
+                    name,
+                    role,
+                    detail,
+                    exists: false,
+                    ready: None,
+                    consumers: None,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let _ = ch.close(200, "queues read".into()).await;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------
+// Dead letters
+
+/// One dead letter, as an operator reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetter {
+    /// The job id: the `message_id`, or else the body's `id` field.
+    pub id: Option<String>,
+    /// `x-notify-reason` (`malformed`, `unknown_channel`, `capped`, `expired`), or for a
+    /// message the broker dead-lettered, the `x-death` reason (e.g. `delivery_limit`).
+    pub reason: String,
+    /// `x-notify-detail`, or a sentence built from `x-death`.
+    pub detail: String,
+    /// `worker` (published by the worker) or `broker` (dead-lettered by RabbitMQ).
+    pub source: &'static str,
+    /// When it was dead-lettered, when known.
+    pub dead_at: Option<DateTime<Utc>>,
+    /// Seconds since then.
+    pub age_seconds: Option<i64>,
+    /// Times the worker handled the job (`x-notify-attempt`).
+    pub attempts: Option<i64>,
+    /// When the worker first saw the job (`x-notify-first-seen`).
+    pub first_seen: Option<DateTime<Utc>>,
+    /// Body size in bytes.
+    pub bytes: usize,
+    /// Every header and property, for `show`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub properties: Option<Value>,
+    /// The body (as JSON when it is JSON, else as text), for `show`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+}
+
+impl DeadLetter {
+    /// Read a dead letter's properties and body; `full` keeps headers and body.
+    pub fn read(props: &BasicProperties, body: &[u8], now: DateTime<Utc>, full: bool) -> Self {
+        let headers = props.headers().as_ref();
+        let header = |name: &str| headers.and_then(|h| h.inner().get(name));
+        let death = header("x-death").and_then(first_death);
+        let (reason, detail, source) = match header(delay::REASON).and_then(delay::as_string) {
+            Some(reason) => (
+                reason,
+                header(delay::DETAIL)
+                    .and_then(delay::as_string)
+                    .unwrap_or_default(),
+                "worker",
+            ),
+            None => match &death {
+                Some(d) => (
+                    d.reason.clone(),
+                    format!(
+                        "dead-lettered by the broker from queue `{}` ({}, {} time(s))",
+                        d.queue, d.reason, d.count
+                    ),
+                    "broker",
+                ),
+                None => (
+                    "unknown".to_string(),
+                    "no x-notify-reason and no x-death header".to_string(),
+                    "unknown",
+                ),
+            },
+        };
+        let dead_at = props
+            .timestamp()
+            .and_then(|s| Utc.timestamp_opt(s as i64, 0).single())
+            .or(death.as_ref().and_then(|d| d.time));
+        let (attempt, first_seen) = delay::attempt_info(headers);
+        DeadLetter {
+            id: props
+                .message_id()
+                .as_ref()
+                .map(|s| s.as_str().to_string())
+                .or_else(|| body_id(body)),
+            reason,
+            detail,
+            source,
+            dead_at,
+            age_seconds: dead_at.map(|t| (now - t).num_seconds().max(0)),
+            attempts: (attempt > 0).then_some(attempt as i64),
+            first_seen: first_seen.and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+            bytes: body.len(),
+            properties: full.then(|| properties_json(props)),
+            body: full.then(|| body_json(body)),
+        }
+    }
+}
+
+/// The `id` field of a JSON body, for messages published without a `message_id`.
+fn body_id(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    serde_json::from_slice::<Id>(body).ok().map(|b| b.id)
+}
+
+struct Death {
+    reason: String,
+    queue: String,
+    count: i64,
+    time: Option<DateTime<Utc>>,
+}
+
+fn first_death(v: &AMQPValue) -> Option<Death> {
+    let AMQPValue::FieldArray(deaths) = v else {
+        return None;
+    };
+    let AMQPValue::FieldTable(t) = deaths.as_slice().first()? else {
+        return None;
+    };
+    let get = |k: &str| t.inner().get(k);
+    Some(Death {
+        reason: get("reason")
+            .and_then(delay::as_string)
+            .unwrap_or_else(|| "unknown".into()),
+        queue: get("queue").and_then(delay::as_string).unwrap_or_default(),
+        count: get("count").and_then(delay::as_i64).unwrap_or(1),
+        time: get("time")
+            .and_then(delay::as_i64)
+            .and_then(|s| Utc.timestamp_opt(s, 0).single()),
+    })
+}
+
+/// An AMQP field value as JSON.
+pub fn amqp_json(v: &AMQPValue) -> Value {
+    match v {
+        AMQPValue::Boolean(b) => json!(b),
+        AMQPValue::ShortShortInt(x) => json!(x),
+        AMQPValue::ShortShortUInt(x) => json!(x),
+        AMQPValue::ShortInt(x) => json!(x),
+        AMQPValue::ShortUInt(x) => json!(x),
+        AMQPValue::LongInt(x) => json!(x),
+        AMQPValue::LongUInt(x) => json!(x),
+        AMQPValue::LongLongInt(x) => json!(x),
+        AMQPValue::Float(x) => json!(x),
+        AMQPValue::Double(x) => json!(x),
+        AMQPValue::DecimalValue(d) => json!(format!("{}e-{}", d.value, d.scale)),
+        AMQPValue::ShortString(s) => json!(s.as_str()),
+        AMQPValue::LongString(s) => json!(String::from_utf8_lossy(s.as_bytes())),
+        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(amqp_json).collect()),
+        AMQPValue::Timestamp(t) => json!(Utc
+            .timestamp_opt(*t as i64, 0)
+            .single()
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| t.to_string())),
+        AMQPValue::FieldTable(t) => table_json(t),
+        AMQPValue::ByteArray(b) => json!(String::from_utf8_lossy(b.as_slice())),
+        AMQPValue::Void => Value::Null,
+    }
+}
+
+fn table_json(t: &FieldTable) -> Value {
+    Value::Object(
+        t.inner()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), amqp_json(v)))
+            .collect(),
+    )
+}
+
+fn properties_json(p: &BasicProperties) -> Value {
+    let s = |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_string());
+    json!({
+        "message_id": s(p.message_id()),
+        "content_type": s(p.content_type()),
+        "delivery_mode": p.delivery_mode(),
+        "timestamp": p.timestamp(),
+        "headers": p.headers().as_ref().map(table_json).unwrap_or(Value::Null),
+    })
+}
+
+fn body_json(body: &[u8]) -> Value {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => v,
+        Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()),
+    }
+}
+
+/// Which dead letters a command applies to. Empty lists match everything; given
+/// lists must all match (a reason from `reasons` and an id from `ids`).
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Reasons to match.
+    pub reasons: Vec<String>,
+    /// Job ids to match.
+    pub ids: Vec<String>,
+}
+
+impl Selection {
+    /// Whether `d` is selected.
+    pub fn matches(&self, d: &DeadLetter) -> bool {
+        (self.reasons.is_empty() || self.reasons.contains(&d.reason))
+            && (self.ids.is_empty() || d.id.as_ref().is_some_and(|id| self.ids.contains(id)))
+    }
+
+    /// Whether every dead letter is selected.
+    pub fn is_all(&self) -> bool {
+        self.reasons.is_empty() && self.ids.is_empty()
+    }
+}
+
+/// What a walk does with one dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Put a fresh copy back at the tail of the dead-letter queue.
+    Keep,
+    /// Publish it to the jobs exchange, without its dead-letter headers.
+    Replay,
+    /// Remove it.
+    Drop,
+}
+
+/// What a walk did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WalkReport {
+    /// Messages in the queue when the walk started.
+    pub found: u32,
+    /// Messages visited.
+    pub visited: u32,
+    /// Put back.
+    pub kept: u32,
+    /// Replayed to the jobs exchange.
+    pub replayed: u32,
+    /// Removed.
+    pub dropped: u32,
+    /// Stopped early by a signal (everything not visited is untouched).
+    pub interrupted: bool,
+}
+
+/// Publishes awaiting their confirm, at most this many at once.
+const WINDOW: usize = 64;
+
+/// Largest prefetch of a walk.
+pub const MAX_PREFETCH: u16 = 256;
+
+/// With no delivery for this long, the queue holds fewer messages than were counted
+/// (something else consumed them): the walk ends.
+const IDLE: Duration = Duration::from_secs(5);
+
+/// The dead-letter queue, walked as the module docs describe.
+#[derive(Debug)]
+pub struct DeadLetters<'a> {
+    conn: &'a Connection,
+    topology: &'a Topology,
+    timeout: Duration,
+    prefetch: u16,
+}
+
+struct Pending {
+    confirm: PublisherConfirm,
+    delivery: Delivery,
+    what: String,
+}
+
+/// Acks with a budget: only the first `free` deliveries are acked as they settle;
+/// the rest are held until the consumer is cancelled, so the broker never has credit
+/// to deliver a message beyond the ones counted at the start (our own copies).
+struct Acks {
+    free: u32,
+    done: u32,
+    held: Vec<Delivery>,
+}
+
+impl Acks {
+    async fn ack(&mut self, delivery: Delivery) -> Result<(), AdminError> {
+        if self.done < self.free {
+            self.done += 1;
+            delivery.acker.ack(BasicAckOptions::default()).await?;
+        } else {
+            self.held.push(delivery);
+        }
+        Ok(())
+    }
+}
+
+async fn hand_back(delivery: Delivery) {
+    let _ = delivery
+        .acker
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await;
+}
+
+impl<'a> DeadLetters<'a> {
+    /// Walk `topology`'s dead-letter queue over `conn`; every confirm waits at most `timeout`.
+    pub fn new(conn: &'a Connection, topology: &'a Topology, timeout: Duration) -> Self {
+        DeadLetters {
+            conn,
+            topology,
+            timeout,
+            prefetch: MAX_PREFETCH,
+        }
+    }
+
+    /// Use another prefetch (at least 1; tests use small ones).
+    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch.max(1);
+        self
+    }
+
+    /// Messages ready in the queue now.
+    pub async fn count(&self) -> Result<u32, AdminError> {
+        let queue = &self.topology.amqp.dead_queue;
+        let ch = self.conn.create_channel().await?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let q = ch
+            .queue_declare(queue.as_str().into(), passive, FieldTable::default())
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    AdminError::NoDeadQueue(queue.clone())
+                } else {
+                    e.into()
+                }
+            })?;
+        let _ = ch.close(200, "counted".into()).await;
+        Ok(q.message_count())
+    }
+
+    /// Visit every message present at the start once, in queue order, and do with it
+    /// what `decide` says. Stops between two messages when `stop` is cancelled.
+    ///
+    /// The messages are consumed with a prefetch of P = min(N, 256) and manual acks.
+    /// A kept, replayed or dropped message is acked once its publish is confirmed, but
+    /// only the first N - P of them right away: the last P acks wait until the
+    /// consumer is cancelled. At most P deliveries are ever unacked, so the broker can
+    /// deliver exactly the N messages counted and never one of the copies behind them.
+    pub async fn walk<F>(
+        &self,
+        stop: &CancellationToken,
+        mut decide: F,
+    ) -> Result<WalkReport, AdminError>
+    where
+        F: FnMut(&Delivery) -> Step,
+    {
+        let found = self.count().await?;
+        let mut report = WalkReport {
+            found,
+            ..Default::default()
+        };
+        if found == 0 {
+            return Ok(report);
+        }
+        let prefetch = (self.prefetch as u32).min(found);
+        let mut acks = Acks {
+            free: found - prefetch,
+            done: 0,
+            held: Vec::new(),
+        };
+        let dead_queue = self.topology.amqp.dead_queue.as_str();
+        let consume = self.conn.create_channel().await?;
+        consume
+            .basic_qos(prefetch as u16, BasicQosOptions::default())
+            .await?;
+        let publish = self.conn.create_channel().await?;
+        publish
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let tag = format!("quota-worker-admin-{}", uuid::Uuid::now_v7());
+        let mut consumer = consume
+            .basic_consume(
+                dead_queue.into(),
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut failure = None;
+        while report.visited < found {
+            let next = tokio::select! {
+                biased;
+                _ = stop.cancelled() => {
+                    report.interrupted = true;
+                    break;
+                }
+                next = tokio::time::timeout(IDLE, consumer.next()) => next,
+            };
+            let delivery = match next {
+                Ok(Some(Ok(delivery))) => delivery,
+                Ok(Some(Err(e))) => {
+                    failure = Some(e.into());
+                    break;
+                }
+                // cancelled by the broker, or nothing more to deliver
+                Ok(None) | Err(_) => break,
+            };
+            report.visited += 1;
+            let step = decide(&delivery);
+            if let Err(e) = self
+                .apply(
+                    step,
+                    delivery,
+                    &publish,
+                    &mut pending,
+                    &mut acks,
+                    &mut report,
+                )
+                .await
+            {
+                failure = Some(e);
+                break;
+            }
+        }
+        let _ = consume
+            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .await;
+        // Delivered but not visited (interrupted): put back at the tail, untouched,
+        // rather than handed back (which would raise their delivery count).
+        while let Ok(Some(Ok(delivery))) =
+            tokio::time::timeout(Duration::from_millis(200), consumer.next()).await
+        {
+            if failure.is_some() {
+                hand_back(delivery).await;
+                continue;
+            }
+            if let Err(e) = self
+                .apply(
+                    Step::Keep,
+                    delivery,
+                    &publish,
+                    &mut pending,
+                    &mut acks,
+                    &mut report,
+                )
+                .await
+            {
+                failure = Some(e);
+            }
+        }
+        while let Some(p) = pending.pop_front() {
+            if let Err(e) = self.settle(p, &mut acks).await {
+                failure.get_or_insert(e);
+            }
+        }
+        // The held acks go as one multiple ack, then a round trip on the channel
+        // before it closes: acks still in flight when a channel closes can be lost
+        // by quorum queues (seen on 3.10 under load), and the message would come back.
+        if let Some(last) = acks.held.iter().map(|d| d.delivery_tag).max() {
+            consume
+                .basic_ack(last, BasicAckOptions { multiple: true })
+                .await?;
+        }
+        consume
+            .basic_qos(prefetch as u16, BasicQosOptions::default())
+            .await?;
+        let _ = publish.close(200, "walk done".into()).await;
+        let _ = consume.close(200, "walk done".into()).await;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    async fn apply(
+        &self,
+        step: Step,
+        delivery: Delivery,
+        publish: &lapin::Channel,
+        pending: &mut VecDeque<Pending>,
+        acks: &mut Acks,
+        report: &mut WalkReport,
+    ) -> Result<(), AdminError> {
+        let dead_queue = self.topology.amqp.dead_queue.as_str();
+        let (exchange, routing_key, props, what) = match step {
+            Step::Drop => {
+                report.dropped += 1;
+                return acks.ack(delivery).await;
+            }
+            Step::Keep => {
+                report.kept += 1;
+                (
+                    "",
+                    dead_queue,
+                    keep_properties(&delivery.properties),
+                    "the copy of a kept dead letter".to_string(),
+                )
+            }
+            Step::Replay => {
+                report.replayed += 1;
+                (
+                    self.topology.amqp.jobs_exchange.as_str(),
+                    "",
+                    replay_properties(&delivery.properties),
+                    format!(
+                        "the replay of `{}`",
+                        delivery
+                            .properties
+                            .message_id()
+                            .as_ref()
+                            .map(|s| s.as_str())
+                            .unwrap_or("(no id)")
+                    ),
+                )
+            }
+        };
+        let confirm = match publish
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                &delivery.data,
+                props.with_delivery_mode(2),
+            )
+            .await
+        {
+            Ok(confirm) => confirm,
+            Err(e) => {
+                hand_back(delivery).await;
+                return Err(e.into());
+            }
+        };
+        pending.push_back(Pending {
+            confirm,
+            delivery,
+            what,
+        });
+        // keep fewer publishes unsettled than the prefetch, so acks keep flowing
+        if pending.len() >= WINDOW.min(self.prefetch as usize - 1).max(1) {
+            let oldest = pending.pop_front().expect("not empty");
+            self.settle(oldest, acks).await?;
+        }
+        Ok(())
+    }
+
+    /// Wait for a publish's confirm, then ack its original; on failure hand the
+    /// original back (it stays in the queue).
+    async fn settle(&self, p: Pending, acks: &mut Acks) -> Result<(), AdminError> {
+        let outcome = match tokio::time::timeout(self.timeout, p.confirm).await {
+            Err(_) => Err(PublishError::Timeout(self.timeout)),
+            Ok(Err(e)) => Err(PublishError::Amqp(e)),
+            Ok(Ok(Confirmation::Ack(None) | Confirmation::NotRequested)) => Ok(()),
+            Ok(Ok(Confirmation::Ack(Some(_)))) => Err(PublishError::Returned),
+            Ok(Ok(Confirmation::Nack(_))) => Err(PublishError::Nacked),
+        };
+        match outcome {
+            Ok(()) => acks.ack(p.delivery).await,
+            Err(source) => {
+                hand_back(p.delivery).await;
+                Err(AdminError::Publish {
+                    what: p.what,
+                    source,
+                })
+            }
+        }
+    }
+}
+
+fn filtered_headers(props: &BasicProperties, drop: impl Fn(&str) -> bool) -> FieldTable {
+    let mut out = FieldTable::default();
+    if let Some(h) = props.headers() {
+        for (k, v) in h.inner() {
+            if !drop(k.as_str()) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// A kept copy: everything as it was, less the broker's per-delivery count.
+fn keep_properties(props: &BasicProperties) -> BasicProperties {
+    let headers = filtered_headers(props, |k| k == "x-delivery-count");
+    props.clone().with_headers(headers)
+}
+
+/// A replayed job: its id, content type and own headers (attempt count, first seen),
+/// without the dead-letter reason and detail, and without the broker's `x-death`
+/// family (a message carrying those into a dead-letter cycle can be dropped).
+pub fn replay_properties(props: &BasicProperties) -> BasicProperties {
+    let headers = filtered_headers(props, |k| {
+        k == delay::REASON
+            || k == delay::DETAIL
+            || k == "x-death"
+            || k == "x-delivery-count"
+            || k.starts_with("x-first-death")
+            || k.starts_with("x-last-death")
+    });
+    let mut out = BasicProperties::default()
+        .with_headers(headers)
+        .with_timestamp(Utc::now().timestamp().max(0) as u64);
+    if let Some(id) = props.message_id() {
+        out = out.with_message_id(id.clone());
+    }
+    if let Some(ct) = props.content_type() {
+        out = out.with_content_type(ct.clone());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// Recipients
+
+/// One recorded send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Send {
+    /// The member: first bytes of the job id's hash, hex.
+    pub member: String,
+    /// When it was admitted (UTC).
+    pub at: DateTime<Utc>,
+    /// The same instant in the recipient's zone.
+    pub at_local: String,
+    /// `committed` (dispatch confirmed) or `reserved` (dispatch in progress).
+    pub state: &'static str,
+    /// Whether it counts toward at least one rule now (otherwise it is only
+    /// remembered to recognise a duplicate).
+    pub counting: bool,
+}
+
+/// One rule of a policy, now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleStatus {
+    /// The window as written (`1d`, `7d`, `30s`).
+    pub window: String,
+    /// The limit.
+    pub limit: u32,
+    /// Sends counting now.
+    pub count: u32,
+    /// Where the window starts now (UTC).
+    pub window_start: DateTime<Utc>,
+    /// Whether one more send would be refused by this rule.
+    pub full: bool,
+}
+
+/// The next instant a send is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextAllowed {
+    /// In UTC.
+    pub utc: DateTime<Utc>,
+    /// In the recipient's zone.
+    pub local: String,
+    /// Whether that is now.
+    pub now: bool,
+}
+
+/// A recipient's sends under one policy (and channel, for per-channel policies).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyStatus {
+    /// Policy name.
+    pub policy: String,
+    /// The channel, for a policy that counts per channel.
+    pub channel: Option<String>,
+    /// `delay` or `drop`.
+    pub action: String,
+    /// The Redis key.
+    pub key: String,
+    /// When the key expires (UTC), if it exists and has an expiry.
+    pub key_expires_at: Option<DateTime<Utc>>,
+    /// Every send remembered, oldest first.
+    pub sends: Vec<Send>,
+    /// Each rule.
+    pub rules: Vec<RuleStatus>,
+    /// The next allowed instant; `None`: never (a limit of 0).
+    pub next_allowed: Option<NextAllowed>,
+}
+
+/// What `admin recipient` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecipientStatus {
+    /// The recipient's hash tag (the recipient itself is never stored).
+    pub recipient_tag: String,
+    /// The zone used for calendar windows.
+    pub timezone: String,
+    /// Redis time.
+    pub now: DateTime<Utc>,
+    /// One entry per policy (and channel).
+    pub policies: Vec<PolicyStatus>,
+}
+
+/// Which keys of a recipient a command looks at.
+#[derive(Debug, Clone)]
+pub struct RecipientQuery<'a> {
+    /// The recipient, as producers write it.
+    pub recipient: &'a str,
+    /// Only the policy this category selects (unknown ones select `default`).
+    pub category: Option<&'a str>,
+    /// Only this channel, for per-channel policies.
+    pub channel: Option<&'a str>,
+    /// The recipient's zone.
+    pub tz: Tz,
+}
+
+/// Reads and edits a recipient's recorded sends.
+#[derive(Debug)]
+pub struct Recipients<'a> {
+    engine: &'a Engine,
+    settings: &'a Settings,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn ms(t: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(t)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+impl<'a> Recipients<'a> {
+    /// Over a connected engine and its settings.
+    pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
+        Recipients { engine, settings }
+    }
+
+    fn check_channel(&self, channel: Option<&str>) -> Result<(), AdminError> {
+        match channel {
+            Some(c) if !self.settings.channels.contains_key(c) => Err(AdminError::Invalid(
+                format!("channel `{c}` is not configured"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The (policy, channel) pairs a query covers.
+    fn targets(&self, q: &RecipientQuery<'_>) -> Result<Vec<(Policy, Option<String>)>, AdminError> {
+        self.check_channel(q.channel)?;
+        let policies: Vec<Policy> = match q.category {
+            Some(c) => vec![(**self.engine.policy(c)).clone()],
+            None => self
+                .settings
+                .policies()
+                .map_err(|e| AdminError::Invalid(e.to_string()))?,
+        };
+        let mut out = Vec::new();
+        for p in policies {
+            match (p.scope, q.channel) {
+                (Scope::Recipient, _) => out.push((p, None)),
+                (Scope::Channel, Some(c)) => out.push((p, Some(c.to_string()))),
+                (Scope::Channel, None) => {
+                    for c in self.settings.channels.keys() {
+                        out.push((p.clone(), Some(c.clone())));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The recorded sends, each rule's count and limit, and the next allowed instant,
+    /// per policy, at Redis time.
+    pub async fn status(&self, q: &RecipientQuery<'_>) -> Result<RecipientStatus, AdminError> {
+        let targets = self.targets(q)?;
+        let now = self.engine.sync_clock().await?;
+        let keys = self.engine.keys();
+        let mut conn = self.engine.connection();
+        let mut policies = Vec::new();
+        for (policy, channel) in targets {
+            let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
+            let (members, pttl): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
+                .cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+            let mut sends: Vec<(Vec<u8>, i64)> = members
+                .into_iter()
+                .map(|(m, score)| (m, score.round() as i64))
+                .collect();
+            sends.sort_by_key(|(_, score)| *score);
+            let instants: Vec<DateTime<Utc>> =
+                sends.iter().map(|(_, s)| ms(s.div_euclid(2))).collect();
+            let rules = policy
+                .rules
+                .iter()
+                .map(|rule| {
+                    let count = instants
+                        .iter()
+                        .filter(|&&t| window::counts(rule.window, q.tz, now, t))
+                        .count() as u32;
+                    RuleStatus {
+                        window: rule.window.to_string(),
+                        limit: rule.limit,
+                        count,
+                        window_start: window::window_start(rule.window, q.tz, now).0,
+                        full: count >= rule.limit,
+                    }
+                })
+                .collect();
+            let next_allowed =
+                window::earliest_allowed(&policy.rules, q.tz, now, &instants).map(|t| {
+                    NextAllowed {
+                        utc: t,
+                        local: t.with_timezone(&q.tz).to_rfc3339(),
+                        now: t <= now,
+                    }
+                });
+            policies.push(PolicyStatus {
+                policy: policy.name.clone(),
+                channel,
+                action: format!("{:?}", policy.action).to_lowercase(),
+                key,
+                key_expires_at: (pttl >= 0).then(|| now + chrono::Duration::milliseconds(pttl)),
+                sends: sends
+                    .iter()
+                    .zip(&instants)
+                    .map(|((member, score), &at)| Send {
+                        member: hex(member),
+                        at,
+                        at_local: at.with_timezone(&q.tz).to_rfc3339(),
+                        state: if score.rem_euclid(2) == 1 {
+                            "committed"
+                        } else {
+                            "reserved"
+                        },
+                        counting: policy
+                            .rules
+                            .iter()
+                            .any(|r| window::counts(r.window, q.tz, now, at)),
+                    })
+                    .collect(),
+                rules,
+                next_allowed,
+            });
+        }
+        Ok(RecipientStatus {
+            recipient_tag: keys.recipient_tag(q.recipient),
+            timezone: q.tz.name().to_string(),
+            now,
+            policies,
+        })
+    }
+
+    /// Import a past send at `at` (committed, under job id `id`), so the caps hold
+    /// from day one; the key's expiry is raised to cover it. A job with the same id
+    /// arriving later is a duplicate.
+    pub async fn record(
+        &self,
+        q: &RecipientQuery<'_>,
+        at: DateTime<Utc>,
+        id: &str,
+    ) -> Result<Recorded, AdminError> {
+        self.check_channel(q.channel)?;
+        let policy = self.engine.policy(q.category.unwrap_or("default")).clone();
+        let channel = match (policy.scope, q.channel) {
+            (Scope::Recipient, _) => None,
+            (Scope::Channel, Some(c)) => Some(c),
+            (Scope::Channel, None) => {
+                return Err(AdminError::Invalid(format!(
+                    "policy `{}` counts per channel: pass --channel",
+                    policy.name
+                )))
+            }
+        };
+        let now = self.engine.sync_clock().await?;
+        if at > now {
+            return Err(AdminError::Invalid(format!(
+                "{} is in the future (Redis time is {}): only past sends can be recorded",
+                at.to_rfc3339(),
+                now.to_rfc3339()
+            )));
+        }
+        let at = ms(at.timestamp_millis());
+        let dedupe = chrono::Duration::from_std(self.settings.redis.dedupe_window.0)
+            .unwrap_or(chrono::Duration::days(1));
+        let mut until = at + dedupe;
+        for rule in &policy.rules {
+            until = until.max(window::expires(rule.window, q.tz, at));
+        }
+        if until <= now {
+            return Err(AdminError::Invalid(format!(
+                "a send at {} no longer counts for any rule of policy `{}` and is older than the dedupe window: nothing to record",
+                at.to_rfc3339(),
+                policy.name
+            )));
+        }
+        let key = self
+            .engine
+            .keys()
+            .recipient(q.recipient, &policy.name, channel);
+        let mut conn = self.engine.connection();
+        let reply: Vec<i64> = redis::Script::new(RECORD_LUA)
+            .key(&key)
+            .arg(keys::member(id))
+            .arg(at.timestamp_millis() * 2 + 1)
+            .arg(until.timestamp_millis())
+            .invoke_async(&mut conn)
+            .await?;
+        let [added, expire] = reply[..] else {
+            return Err(AdminError::Engine(EngineError::Reply {
+                script: "record.lua",
+                reply,
+            }));
+        };
+        Ok(Recorded {
+            policy: policy.name.clone(),
+            channel: channel.map(str::to_string),
+            id: id.to_string(),
+            at,
+            key,
+            added: added == 1,
+            key_expires_at: (expire >= 0).then(|| ms(expire)),
+        })
+    }
+
+    /// Delete every key of the recipient: all policies, and every channel of the
+    /// per-channel ones. Returns how many keys existed.
+    pub async fn reset(&self, recipient: &str) -> Result<u32, AdminError> {
+        let keys = self.engine.keys();
+        let mut names = Vec::new();
+        for p in self
+            .settings
+            .policies()
+            .map_err(|e| AdminError::Invalid(e.to_string()))?
+        {
+            names.push(keys.recipient(recipient, &p.name, None));
+            for c in self.settings.channels.keys() {
+                names.push(keys.recipient(recipient, &p.name, Some(c)));
+            }
+        }
+        let mut conn = self.engine.connection();
+        let deleted: u32 = redis::cmd("DEL").arg(&names).query_async(&mut conn).await?;
+        Ok(deleted)
+    }
+}
+
+/// What `record` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Recorded {
+    /// The policy it counts under.
+    pub policy: String,
+    /// The channel, for a per-channel policy.
+    pub channel: Option<String>,
+    /// The job id it was recorded under.
+    pub id: String,
+    /// When the send happened.
+    pub at: DateTime<Utc>,
+    /// The Redis key.
+    pub key: String,
+    /// False when this id was already recorded (nothing changed).
+    pub added: bool,
+    /// The key's expiry afterwards.
+    pub key_expires_at: Option<DateTime<Utc>>,
+}

@@ -1,0 +1,1171 @@
+//! `bench`: throughput, latency and memory of the worker against the broker's own
+//! ceiling, measured in one run on one machine.
+//!
+//! ```text
+//! cargo build --release --bins && target/release/bench --quick
+//! ```
+//!
+//! Steps, each on a fresh set of queues and keys:
+//! 1. **ceiling**: a minimal pass-through with the worker's broker settings (quorum
+//!    queues, persistent messages, publisher confirms, manual acks after the confirm,
+//!    the same prefetch); no Redis.
+//! 2. **engine**: `redis-benchmark` running `lua/admit.lua` by EVALSHA, then the
+//!    engine's own admissions with many in flight, on the same Redis.
+//! 3. **mixes** (a) all allowed, (b) Zipf-skewed recipients (many capped and
+//!    delayed), (c) all malformed: the real `quota-worker run` binary drains a
+//!    preloaded backlog; its `/metrics` gives latency and Redis calls, `/proc` its RSS.
+//! 4. **memory**: Redis `used_memory` growth per recipient holding three sends.
+//!
+//! Results: a table on stdout, `<out>/bench.json` and `<out>/bench.svg`.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use quota_worker::broker::Topology;
+use quota_worker::config::{RuleSettings, Settings};
+use quota_worker::engine::{Engine, Request};
+use rand::SeedableRng;
+use rand_distr::Distribution;
+use serde::Serialize;
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmark quota-worker against the broker's own ceiling")]
+struct Args {
+    /// A short run (under a minute) for CI.
+    #[arg(long)]
+    quick: bool,
+    /// Jobs per mix (default 20,000 quick, 200,000 full).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
+    #[arg(long)]
+    recipients: Option<usize>,
+    /// Steps to run (comma-separated: engine, a, b, c, latency, memory); each mix and
+    /// the latency step measure their own ceiling right before.
+    #[arg(
+        long,
+        default_value = "engine,a,b,c,latency,memory",
+        value_delimiter = ','
+    )]
+    steps: Vec<String>,
+    /// Where to write bench.json and bench.svg.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// The worker binary (default: `quota-worker` next to this one).
+    #[arg(long)]
+    worker: Option<PathBuf>,
+    /// AMQP URL.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    amqp: String,
+    /// Redis URL.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+struct MixResult {
+    name: String,
+    jobs: usize,
+    seconds: f64,
+    jobs_per_sec: f64,
+    ceiling_jobs_per_sec: f64,
+    ratio_to_ceiling: f64,
+    outcomes: HashMap<String, u64>,
+    admission_p50_ms: Option<f64>,
+    admission_p99_ms: Option<f64>,
+    admission_p999_ms: Option<f64>,
+    redis_calls_per_job: Option<f64>,
+    peak_rss_mib: f64,
+    rss_curve_mib: Vec<(f64, f64)>,
+    /// CPU microseconds per job: broker, Redis, worker.
+    cpu_us_per_job: [f64; 3],
+    /// CPU microseconds per message in the paired ceiling: broker, Redis, client.
+    ceiling_cpu_us_per_msg: [f64; 3],
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+struct Latency {
+    offered_jobs_per_sec: f64,
+    seconds: u64,
+    jobs: u64,
+    admission_p50_ms: Option<f64>,
+    admission_p99_ms: Option<f64>,
+    admission_p999_ms: Option<f64>,
+}
+
+#[derive(Serialize, Debug, Default)]
+struct Report {
+    machine: String,
+    quick: bool,
+    jobs_per_mix: usize,
+    ceiling_jobs_per_sec: f64,
+    redis_benchmark_evalsha_per_sec: Option<f64>,
+    engine_admissions_per_sec: f64,
+    engine_ratio: Option<f64>,
+    engine_redis_calls_per_admission: f64,
+    mixes: Vec<MixResult>,
+    latency: Option<Latency>,
+    memory_recipients: usize,
+    memory_bytes_per_recipient: f64,
+    memory_usage_one_recipient: i64,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+fn base_settings(args: &Args, ns: &str) -> Result<Settings> {
+    let env = config::Environment::default().source(Some(HashMap::new()));
+    let mut s = Settings::load_with_env(None, env)?;
+    s.amqp.url = args.amqp.clone();
+    s.redis.url = args.redis.clone();
+    s.redis.key_prefix = ns.into();
+    s.amqp.jobs_exchange = format!("{ns}.jobs");
+    s.amqp.jobs_queue = format!("{ns}.jobs");
+    s.amqp.dispatch_exchange = format!("{ns}.dispatch");
+    s.amqp.dispatch_queue_prefix = format!("{ns}.dispatch.");
+    s.amqp.dead_exchange = format!("{ns}.dead");
+    s.amqp.dead_queue = format!("{ns}.dead");
+    s.amqp.delay_prefix = format!("{ns}.delay");
+    Ok(s)
+}
+
+fn worker_env(s: &Settings, port: u16) -> Vec<(String, String)> {
+    let a = &s.amqp;
+    [
+        ("AMQP__URL", a.url.clone()),
+        ("AMQP__JOBS_EXCHANGE", a.jobs_exchange.clone()),
+        ("AMQP__JOBS_QUEUE", a.jobs_queue.clone()),
+        ("AMQP__DISPATCH_EXCHANGE", a.dispatch_exchange.clone()),
+        (
+            "AMQP__DISPATCH_QUEUE_PREFIX",
+            a.dispatch_queue_prefix.clone(),
+        ),
+        ("AMQP__DEAD_EXCHANGE", a.dead_exchange.clone()),
+        ("AMQP__DEAD_QUEUE", a.dead_queue.clone()),
+        ("AMQP__DELAY_PREFIX", a.delay_prefix.clone()),
+        ("REDIS__URL", s.redis.url.clone()),
+        ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
+        ("HTTP__ENABLED", "true".into()),
+        ("HTTP__LISTEN", format!("127.0.0.1:{port}")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("QUOTA_WORKER__{k}"), v))
+    .collect()
+}
+
+async fn run(args: Args) -> Result<()> {
+    let jobs = args
+        .jobs
+        .unwrap_or(if args.quick { 20_000 } else { 200_000 });
+    let recipients = args
+        .recipients
+        .unwrap_or(if args.quick { 10_000 } else { 1_000_000 });
+    let worker_bin = match &args.worker {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("quota-worker"),
+    };
+    if !worker_bin.exists() {
+        bail!(
+            "{} not found: build it first (cargo build --release --bins)",
+            worker_bin.display()
+        );
+    }
+    std::fs::create_dir_all(&args.out)?;
+    let run_id = format!("bench{}", std::process::id());
+    let conn = Connection::connect(&args.amqp, ConnectionProperties::default())
+        .await
+        .context("connecting to RabbitMQ")?;
+    let mut report = Report {
+        machine: machine(),
+        quick: args.quick,
+        jobs_per_mix: jobs,
+        ..Default::default()
+    };
+
+    let step = |name: &str| args.steps.iter().any(|s| s == name);
+
+    if step("engine") {
+        eprintln!("[2/4] engine: admissions through Redis");
+        let s = base_settings(&args, &format!("{run_id}e"))?;
+        report.redis_benchmark_evalsha_per_sec = redis_benchmark(&s, jobs.min(100_000)).ok();
+        let (rate, calls) = engine_admissions(&s, jobs.min(100_000)).await?;
+        report.engine_admissions_per_sec = rate;
+        report.engine_redis_calls_per_admission = calls;
+        report.engine_ratio = report.redis_benchmark_evalsha_per_sec.map(|b| rate / b);
+        eprintln!(
+            "      engine {:.0}/s, redis-benchmark EVALSHA {:?}/s",
+            rate, report.redis_benchmark_evalsha_per_sec
+        );
+        delete_keys(&s.redis.url, &s.redis.key_prefix)?;
+    }
+
+    eprintln!("[3/4] worker mixes");
+    for (i, mix) in ["a-allowed", "b-zipf", "c-malformed"]
+        .into_iter()
+        .enumerate()
+    {
+        if !step(&mix[..1]) {
+            continue;
+        }
+        // the ceiling right before each mix, so both see the same machine
+        let c = base_settings(&args, &format!("{run_id}c{i}"))?;
+        let (ceiling, ceiling_cpu) = ceiling(&conn, &c, jobs).await?;
+        let s = base_settings(&args, &format!("{run_id}m{i}"))?;
+        let mut r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
+        r.ceiling_jobs_per_sec = ceiling;
+        r.ceiling_cpu_us_per_msg = ceiling_cpu;
+        r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
+        eprintln!(
+            "      {mix}: {:.0} jobs/s, ceiling {ceiling:.0} msgs/s ({:.2} of it)",
+            r.jobs_per_sec, r.ratio_to_ceiling
+        );
+        report.mixes.push(r);
+        cleanup(&conn, &s).await;
+    }
+    if !report.mixes.is_empty() {
+        report.ceiling_jobs_per_sec = report
+            .mixes
+            .iter()
+            .map(|m| m.ceiling_jobs_per_sec)
+            .sum::<f64>()
+            / report.mixes.len() as f64;
+    }
+
+    if step("latency") {
+        let c = base_settings(&args, &format!("{run_id}lc"))?;
+        let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
+        let rate = std::env::var("QW_BENCH_RATE")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(ceiling / 2.0);
+        let secs = if args.quick { 10 } else { 30 };
+        eprintln!("[3b] latency: {rate:.0} jobs/s (half the ceiling of {ceiling:.0}) for {secs} s");
+        let s = base_settings(&args, &format!("{run_id}l"))?;
+        report.latency = Some(latency(&conn, &s, &worker_bin, rate, secs).await?);
+        cleanup(&conn, &s).await;
+    }
+
+    if step("memory") {
+        eprintln!("[4/4] memory: {recipients} recipients with three sends each");
+        // the default key prefix's length, so MEMORY USAGE is what a user sees
+        let s = base_settings(&args, "qb")?;
+        let (per, one) = memory(&s, recipients).await?;
+        report.memory_recipients = recipients;
+        report.memory_bytes_per_recipient = per;
+        report.memory_usage_one_recipient = one;
+        delete_keys(&s.redis.url, &s.redis.key_prefix)?;
+    }
+
+    print_table(&report);
+    std::fs::write(
+        args.out.join("bench.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    plot(&report, &args.out.join("bench.svg"))?;
+    eprintln!("wrote {0}/bench.json and {0}/bench.svg", args.out.display());
+    let _ = conn.close(200, "bye".into()).await;
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!("{cpus} cores, {model}")
+}
+
+fn quorum() -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    t
+}
+
+async fn preload(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    bodies: impl Iterator<Item = Vec<u8>>,
+) -> Result<()> {
+    let mut pending = FuturesUnordered::new();
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into());
+    for body in bodies {
+        let c = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.clone(),
+            )
+            .await?;
+        pending.push(c);
+        while pending.len() >= 2_000 {
+            pending.next().await.transpose()?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    Ok(())
+}
+
+/// The broker's own ceiling: consume, publish with confirm, ack — no decision.
+async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64; 3])> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let (src, dst) = (
+        format!("{}.src", s.amqp.jobs_queue),
+        format!("{}.dst", s.amqp.jobs_queue),
+    );
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    for q in [&src, &dst] {
+        ch.queue_declare(q.as_str().into(), durable, quorum())
+            .await?;
+    }
+    preload(
+        &ch,
+        "",
+        &src,
+        (0..n)
+            .map(|i| format!(r#"{{"id":"c{i}","recipient":"r{i}","channel":"sms"}}"#).into_bytes()),
+    )
+    .await?;
+
+    let consume = conn.create_channel().await?;
+    consume
+        .basic_qos(s.amqp.prefetch, BasicQosOptions::default())
+        .await?;
+    let publish = conn.create_channel().await?;
+    publish
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    let mut consumer = consume
+        .basic_consume(
+            src.as_str().into(),
+            "ceiling".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_snapshot();
+    let started = Instant::now();
+    let tasks = tokio_util::task::TaskTracker::new();
+    let mut taken = 0;
+    while taken < n {
+        let d = consumer.next().await.context("consumer ended")??;
+        taken += 1;
+        let publish = publish.clone();
+        let dst = dst.clone();
+        let done = done.clone();
+        tasks.spawn(async move {
+            let props = BasicProperties::default().with_delivery_mode(2);
+            let opts = BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            };
+            let c = publish
+                .basic_publish("".into(), dst.as_str().into(), opts, &d.data, props)
+                .await;
+            if let Ok(c) = c {
+                if c.await.is_ok() {
+                    let _ = d.ack(BasicAckOptions::default()).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    tasks.close();
+    tasks.wait().await;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_after = cpu_snapshot();
+    let cpu: [f64; 3] = std::array::from_fn(|i| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64);
+    for q in [&src, &dst] {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    Ok((done.load(Ordering::Relaxed) as f64 / secs, cpu))
+}
+
+/// `redis-benchmark` running the admission script by EVALSHA (50 clients).
+fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
+    let client = redis::Client::open(s.redis.url.as_str())?;
+    let mut c = client.get_connection()?;
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(quota_worker::engine::ADMIT_LUA)
+        .query(&mut c)?;
+    let url = url_host_port(&s.redis.url);
+    let key = format!("{}:{{bench__rand_int__}}:default", s.redis.key_prefix);
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            &url.0,
+            "-p",
+            &url.1,
+            "-n",
+            &n.to_string(),
+            "-c",
+            "50",
+            "-r",
+            "1000000",
+            "-q",
+        ])
+        .args([
+            "EVALSHA",
+            &sha,
+            "1",
+            &key,
+            "m__rand_int__",
+            "0",
+            "9007199254740991",
+            "120000",
+            "86400000",
+            "0",
+            "3",
+            "-86400000",
+        ])
+        .output()
+        .context("running redis-benchmark")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "EVALSHA ...: 41152.26 requests per second, p50=..."
+    let rate = text
+        .split("requests per second")
+        .next()
+        .and_then(|head| head.rsplit(' ').find(|w| !w.is_empty()))
+        .and_then(|w| w.trim().parse::<f64>().ok())
+        .with_context(|| format!("unexpected redis-benchmark output: {text}"))?;
+    Ok(rate)
+}
+
+fn url_host_port(url: &str) -> (String, String) {
+    let rest = url.trim_start_matches("redis://");
+    let hostport = rest
+        .rsplit('@')
+        .next()
+        .unwrap_or(rest)
+        .split('/')
+        .next()
+        .unwrap_or(rest);
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_string(), p.to_string()),
+        None => (hostport.to_string(), "6379".into()),
+    }
+}
+
+/// The engine's admissions per second with 256 in flight (distinct recipients, a
+/// rolling rule so every admission runs the whole script).
+async fn engine_admissions(s: &Settings, n: usize) -> Result<(f64, f64)> {
+    let mut s = s.clone();
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 3,
+        window: "24h".into(),
+    }];
+    let engine = Arc::new(Engine::connect(&s).await?);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let calls_before = engine.calls();
+    let mut tasks = Vec::new();
+    for _ in 0..256 {
+        let engine = engine.clone();
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= n {
+                    break;
+                }
+                let (id, who) = (format!("e{i}"), format!("r{i}"));
+                let req = Request {
+                    id: &id,
+                    recipient: &who,
+                    channel: "sms",
+                    category: "default",
+                    tz: chrono_tz::UTC,
+                };
+                engine.admit(&req).await.expect("admit");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok((
+        n as f64 / secs,
+        (engine.calls() - calls_before) as f64 / n as f64,
+    ))
+}
+
+fn job_bodies(mix: &str, n: usize) -> Box<dyn Iterator<Item = Vec<u8>>> {
+    match mix {
+        "a-allowed" => Box::new((0..n).map(|i| format!(r#"{{"id":"a{i}","recipient":"user{i}@example.com","channel":"sms","timezone":"Europe/Paris","payload":{{"text":"Your code is {i}"}}}}"#).into_bytes())),
+        "b-zipf" => {
+            let zipf = rand_distr::Zipf::new(100_000.0, 1.1).expect("zipf");
+            let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+            Box::new((0..n).map(move |i| {
+                let who = zipf.sample(&mut rng) as u64;
+                format!(r#"{{"id":"b{i}","recipient":"user{who}@example.com","channel":"sms","timezone":"Asia/Shanghai","payload":{{"text":"news {i}"}}}}"#).into_bytes()
+            }))
+        }
+        _ => Box::new((0..n).map(|i| format!(r#"{{"id":"c{i}","channel":"sms","payload":"no recipient"}}"#).into_bytes())),
+    }
+}
+
+async fn run_mix(
+    conn: &Connection,
+    s: &Settings,
+    bin: &Path,
+    mix: &str,
+    n: usize,
+) -> Result<MixResult> {
+    let topology = Topology {
+        amqp: s.amqp.clone(),
+        channels: s.channels.keys().cloned().collect(),
+    };
+    topology.declare(conn).await?;
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    preload(&ch, &s.amqp.jobs_exchange, "", job_bodies(mix, n)).await?;
+
+    let port = free_port()?;
+    let cpu_before = cpu_snapshot();
+    let mut child = Command::new(bin)
+        .arg("run")
+        .envs(worker_env(s, port))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the worker")?;
+    let started = Instant::now();
+    let mut rss_curve = Vec::new();
+    let mut outcomes = HashMap::new();
+    let result = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(rss) = rss_mib(child.id(), "VmRSS") {
+                rss_curve.push((started.elapsed().as_secs_f64(), rss));
+            }
+            match scrape(port) {
+                Ok(metrics) if metrics.contains("quota_worker_jobs_total") => {
+                    outcomes = outcome_counts(&metrics);
+                    if outcomes.values().sum::<u64>() >= n as u64 {
+                        return Ok(metrics);
+                    }
+                }
+                _ => {
+                    // no metrics endpoint: count where the jobs went
+                    let settled = settled_by_queues(conn, &topology).await?;
+                    if settled >= n as u64 {
+                        outcomes =
+                            HashMap::from([("settled (by queue depth)".to_string(), settled)]);
+                        return Ok(String::new());
+                    }
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("the worker exited early: {status}");
+            }
+            if started.elapsed() > Duration::from_secs(1800) {
+                bail!("the mix did not finish in 30 minutes");
+            }
+        }
+    }
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    let peak = rss_mib(child.id(), "VmHWM").unwrap_or(0.0);
+    let cpu_after = cpu_snapshot();
+    let worker_cpu = cpu_secs(child.id()).unwrap_or(0.0);
+    let per_job = |i: usize| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64;
+    let cpu_us_per_job = [per_job(0), per_job(1), worker_cpu * 1e6 / n as f64];
+    stop(&mut child);
+    let metrics = result?;
+    let q = quantiles(&metrics, "quota_worker_admission_seconds");
+    let calls = metric_sum(&metrics, "quota_worker_redis_calls_total");
+    Ok(MixResult {
+        name: mix.into(),
+        jobs: n,
+        seconds: secs,
+        jobs_per_sec: n as f64 / secs,
+        ceiling_jobs_per_sec: 0.0,
+        ratio_to_ceiling: 0.0,
+        outcomes,
+        admission_p50_ms: q.get("0.5").map(|v| v * 1e3),
+        admission_p99_ms: q.get("0.99").map(|v| v * 1e3),
+        admission_p999_ms: q.get("0.999").map(|v| v * 1e3),
+        redis_calls_per_job: calls.map(|c| c / n as f64),
+        peak_rss_mib: peak,
+        rss_curve_mib: rss_curve,
+        cpu_us_per_job,
+        ceiling_cpu_us_per_msg: [0.0; 3],
+    })
+}
+
+async fn settled_by_queues(conn: &Connection, t: &Topology) -> Result<u64> {
+    let ch = conn.create_channel().await?;
+    let mut total = 0u64;
+    for q in t.queues().iter().filter(|q| **q != t.amqp.jobs_queue) {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        if let Ok(info) = ch
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+        {
+            total += info.message_count() as u64;
+        }
+    }
+    let _ = ch.close(200, "".into()).await;
+    Ok(total)
+}
+
+/// Admission latency with jobs arriving at `rate` per second (no backlog).
+async fn latency(
+    conn: &Connection,
+    s: &Settings,
+    bin: &Path,
+    rate: f64,
+    secs: u64,
+) -> Result<Latency> {
+    let topology = Topology {
+        amqp: s.amqp.clone(),
+        channels: s.channels.keys().cloned().collect(),
+    };
+    topology.declare(conn).await?;
+    let port = free_port()?;
+    let mut child = Command::new(bin)
+        .arg("run")
+        .envs(worker_env(s, port))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the worker")?;
+    for _ in 0..100 {
+        if scrape(port).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let ticks_per_sec = 1000u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / ticks_per_sec));
+    let mut sent = 0u64;
+    let started = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    while started.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into());
+        while sent < due {
+            let body = format!(
+                r#"{{"id":"l{sent}","recipient":"lat{sent}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
+            );
+            pending.push(
+                ch.basic_publish(
+                    s.amqp.jobs_exchange.as_str().into(),
+                    "".into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    props.clone(),
+                )
+                .await?,
+            );
+            sent += 1;
+        }
+        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
+            r?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    // let the last jobs through
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = scrape(port).unwrap_or_default();
+        if outcome_counts(&metrics).values().sum::<u64>() >= sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(&mut child);
+    let q = quantiles(&metrics, "quota_worker_admission_seconds");
+    Ok(Latency {
+        offered_jobs_per_sec: rate,
+        seconds: secs,
+        jobs: sent,
+        admission_p50_ms: q.get("0.5").map(|v| v * 1e3),
+        admission_p99_ms: q.get("0.99").map(|v| v * 1e3),
+        admission_p999_ms: q.get("0.999").map(|v| v * 1e3),
+    })
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    for _ in 0..100 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// CPU seconds used so far by the broker, Redis and this process.
+fn cpu_snapshot() -> [f64; 3] {
+    let pid_of = |name: &str| -> Option<u32> {
+        let out = Command::new("pgrep").arg("-o").arg(name).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    [
+        pid_of("beam.smp").and_then(cpu_secs).unwrap_or(0.0),
+        pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        cpu_secs(std::process::id()).unwrap_or(0.0),
+    ]
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn rss_mib(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn scrape(port: u16) -> Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+fn outcome_counts(metrics: &str) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("quota_worker_jobs_total{"))
+    {
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (outcome, reason) = (label("outcome"), label("reason"));
+        let key = if reason.is_empty() {
+            outcome
+        } else {
+            format!("{outcome}:{reason}")
+        };
+        let v: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(key).or_insert(0) += v as u64;
+    }
+    out
+}
+
+/// Quantiles of a histogram or summary in Prometheus text. For a histogram, the
+/// quantile is interpolated linearly inside its bucket, as Prometheus's
+/// `histogram_quantile` does.
+fn quantiles(metrics: &str, name: &str) -> HashMap<String, f64> {
+    let mut buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    if !buckets.is_empty() {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+        let mut out = HashMap::new();
+        for q in ["0.5", "0.99", "0.999"] {
+            let target = q.parse::<f64>().unwrap() * total;
+            let mut lower = (0.0, 0.0);
+            for &(le, count) in &buckets {
+                if count >= target && total > 0.0 {
+                    let upper = if le.is_finite() { le } else { lower.0 };
+                    let span = count - lower.1;
+                    let frac = if span > 0.0 {
+                        (target - lower.1) / span
+                    } else {
+                        1.0
+                    };
+                    out.insert(q.to_string(), lower.0 + (upper - lower.0) * frac);
+                    break;
+                }
+                lower = (le, count);
+            }
+        }
+        return out;
+    }
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{quantile=\"")))
+        .filter_map(|l| {
+            let q = l
+                .split("quantile=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_string();
+            let v = l.rsplit(' ').next()?.parse().ok()?;
+            Some((q, v))
+        })
+        .collect()
+}
+
+fn metric_sum(metrics: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Redis memory per recipient holding three sends, at scale.
+async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
+    let mut s = s.clone();
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 3,
+        window: "7d".into(),
+    }];
+    let engine = Arc::new(Engine::connect(&s).await?);
+    let client = redis::Client::open(s.redis.url.as_str())?;
+    let mut c = client.get_connection()?;
+    let used = |c: &mut redis::Connection| -> Result<i64> {
+        let info: String = redis::cmd("INFO").arg("memory").query(c)?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .context("used_memory")
+    };
+    let before = used(&mut c)?;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..256 {
+        let engine = engine.clone();
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= n * 3 {
+                    break;
+                }
+                let (id, who) = (
+                    uuid::Uuid::now_v7().to_string(),
+                    format!("user{}@example.com", i % n),
+                );
+                let req = Request {
+                    id: &id,
+                    recipient: &who,
+                    channel: "sms",
+                    category: "default",
+                    tz: chrono_tz::UTC,
+                };
+                if let quota_worker::engine::Admission::Admitted(t) =
+                    engine.admit(&req).await.expect("admit")
+                {
+                    engine.commit(&t).await.expect("commit");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let after = used(&mut c)?;
+    let key = engine
+        .keys()
+        .recipient("user0@example.com", "default", None);
+    let one: i64 = redis::cmd("MEMORY").arg("USAGE").arg(&key).query(&mut c)?;
+    Ok(((after - before) as f64 / n as f64, one))
+}
+
+fn delete_keys(url: &str, prefix: &str) -> Result<()> {
+    let client = redis::Client::open(url)?;
+    let mut c = client.get_connection()?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(10_000)
+            .query(&mut c)?;
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("UNLINK").arg(&keys).query(&mut c)?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+async fn cleanup(conn: &Connection, s: &Settings) {
+    let t = Topology {
+        amqp: s.amqp.clone(),
+        channels: s.channels.keys().cloned().collect(),
+    };
+    if let Ok(ch) = conn.create_channel().await {
+        for q in t.queues() {
+            let _ = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        let ladder = t.ladder();
+        let mut xs = vec![
+            s.amqp.jobs_exchange.clone(),
+            s.amqp.dispatch_exchange.clone(),
+            s.amqp.dead_exchange.clone(),
+        ];
+        xs.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+        for x in xs {
+            let _ = ch
+                .exchange_delete(x.as_str().into(), Default::default())
+                .await;
+        }
+    }
+    let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
+}
+
+fn fmt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into())
+}
+
+fn print_table(r: &Report) {
+    println!("\nmachine: {}", r.machine);
+    println!(
+        "ceiling (pass-through, quorum, confirms), mean of the paired runs: {:.0} msgs/s",
+        r.ceiling_jobs_per_sec
+    );
+    println!(
+        "engine: {:.0} admissions/s ({:.2} Redis calls each); redis-benchmark EVALSHA admit.lua: {}; ratio {}",
+        r.engine_admissions_per_sec,
+        r.engine_redis_calls_per_admission,
+        r.redis_benchmark_evalsha_per_sec.map(|v| format!("{v:.0}/s")).unwrap_or_else(|| "n/a".into()),
+        r.engine_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
+    );
+    println!("\n| mix | jobs | jobs/s | ceiling msgs/s | x ceiling | p50 ms | p99 ms | p99.9 ms | Redis calls/job | peak RSS MiB | outcomes |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for m in &r.mixes {
+        let mut o: Vec<_> = m.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        o.sort();
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {:.1} | {} |",
+            m.name,
+            m.jobs,
+            m.jobs_per_sec,
+            m.ceiling_jobs_per_sec,
+            m.ratio_to_ceiling,
+            fmt_ms(m.admission_p50_ms),
+            fmt_ms(m.admission_p99_ms),
+            fmt_ms(m.admission_p999_ms),
+            m.redis_calls_per_job
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "n/a".into()),
+            m.peak_rss_mib,
+            o.join(", ")
+        );
+    }
+    println!("\nCPU per job in microseconds (broker / Redis / worker), against the paired ceiling (broker / Redis / pass-through client):");
+    for m in &r.mixes {
+        let [b, rd, w] = m.cpu_us_per_job;
+        let [cb, cr, cc] = m.ceiling_cpu_us_per_msg;
+        println!(
+            "  {}: {b:.0} / {rd:.0} / {w:.0} = {:.0}; ceiling {cb:.0} / {cr:.0} / {cc:.0} = {:.0}",
+            m.name,
+            b + rd + w,
+            cb + cr + cc
+        );
+    }
+    if let Some(l) = &r.latency {
+        println!(
+            "\nadmission latency at {:.0} jobs/s (half the ceiling), {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
+            l.offered_jobs_per_sec,
+            l.jobs,
+            l.seconds,
+            fmt_ms(l.admission_p50_ms),
+            fmt_ms(l.admission_p99_ms),
+            fmt_ms(l.admission_p999_ms)
+        );
+    }
+    println!(
+        "\nRedis memory: {:.1} bytes per recipient with 3 sends ({} recipients); MEMORY USAGE of one: {} bytes",
+        r.memory_bytes_per_recipient, r.memory_recipients, r.memory_usage_one_recipient
+    );
+}
+
+fn plot(r: &Report, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1440, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, rest) = root.split_horizontally(480);
+    let (right, memory) = rest.split_horizontally(480);
+    let mut bars: Vec<(String, f64)> = vec![("ceiling".into(), r.ceiling_jobs_per_sec)];
+    bars.extend(r.mixes.iter().map(|m| (m.name.clone(), m.jobs_per_sec)));
+    let top = bars.iter().map(|b| b.1).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&left)
+        .caption("Throughput (jobs/s)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..bars.len() as f64, 0f64..top)?;
+    chart.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
+    for (i, (name, v)) in bars.iter().enumerate() {
+        let x = i as f64;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(x + 0.15, 0.0), (x + 0.85, *v)],
+            BLUE.mix(0.6).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("{name}: {v:.0}"),
+            (x + 0.1, v + top * 0.03),
+            ("sans-serif", 12),
+        )))?;
+    }
+    let lat: Vec<(String, [f64; 3])> = r
+        .mixes
+        .iter()
+        .map(|m| {
+            (
+                m.name.clone(),
+                [
+                    m.admission_p50_ms.unwrap_or(0.0),
+                    m.admission_p99_ms.unwrap_or(0.0),
+                    m.admission_p999_ms.unwrap_or(0.0),
+                ],
+            )
+        })
+        .collect();
+    let top = lat.iter().flat_map(|l| l.1).fold(0.1, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(&right)
+        .caption(
+            "Admission latency (ms): p50, p99, p99.9",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..lat.len().max(1) as f64, 0f64..top)?;
+    chart.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
+    let colors = [GREEN, RED, BLACK];
+    for (i, (name, qs)) in lat.iter().enumerate() {
+        for (j, v) in qs.iter().enumerate() {
+            let x = i as f64 + 0.1 + j as f64 * 0.27;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x, 0.0), (x + 0.25, *v)],
+                colors[j].mix(0.6).filled(),
+            )))?;
+        }
+        chart.draw_series(std::iter::once(Text::new(
+            name.clone(),
+            (i as f64 + 0.1, top * 0.95),
+            ("sans-serif", 12),
+        )))?;
+    }
+    let secs = r
+        .mixes
+        .iter()
+        .flat_map(|m| m.rss_curve_mib.last().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let mib = r
+        .mixes
+        .iter()
+        .flat_map(|m| m.rss_curve_mib.iter().map(|p| p.1))
+        .fold(8.0, f64::max)
+        * 1.2;
+    let mut chart = ChartBuilder::on(&memory)
+        .caption("Worker RSS (MiB) while draining", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..secs, 0f64..mib)?;
+    chart.configure_mesh().x_desc("seconds").draw()?;
+    let palette = [BLUE, RED, GREEN, BLACK];
+    for (i, m) in r.mixes.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        chart
+            .draw_series(LineSeries::new(m.rss_curve_mib.iter().copied(), color))?
+            .label(m.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

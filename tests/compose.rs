@@ -1,0 +1,576 @@
+//! There is no Docker engine where these tests run, so `docker-compose.yml` and the
+//! `Dockerfile` are checked as data: the fields compose needs are there, and the
+//! worker's configuration, the compose environment and the image agree.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use quota_worker::config::{Settings, ENV_PREFIX};
+use serde_norway::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn compose() -> Value {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("docker-compose.yml"))
+        .expect("docker-compose.yml at the root");
+    serde_norway::from_str(&text).expect("docker-compose.yml is YAML")
+}
+
+fn service<'a>(compose: &'a Value, name: &str) -> &'a Value {
+    compose
+        .get("services")
+        .and_then(|s| s.get(name))
+        .unwrap_or_else(|| panic!("no service `{name}`"))
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => panic!("expected a scalar, got {other:?}"),
+    }
+}
+
+/// A service's environment, as a map (compose also allows a list of `K=V`).
+fn environment(service: &Value) -> BTreeMap<String, String> {
+    match service.get("environment") {
+        None => BTreeMap::new(),
+        Some(Value::Mapping(m)) => m.iter().map(|(k, v)| (text(k), text(v))).collect(),
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .map(|i| {
+                let i = text(i);
+                let (k, v) = i.split_once('=').expect("K=V");
+                (k.to_string(), v.to_string())
+            })
+            .collect(),
+        Some(other) => panic!("environment must be a map or a list, got {other:?}"),
+    }
+}
+
+/// `(host, container)` ports a service publishes (short syntax `"HOST:CONTAINER"`).
+fn ports(service: &Value) -> Vec<(u16, u16)> {
+    let Some(Value::Sequence(items)) = service.get("ports") else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|p| {
+            let p = text(p);
+            let parts: Vec<&str> = p.split(':').collect();
+            let (host, container) = match parts.as_slice() {
+                [c] => (*c, *c),
+                [h, c] => (*h, *c),
+                [_ip, h, c] => (*h, *c),
+                _ => panic!("port `{p}`"),
+            };
+            (host.parse().unwrap(), container.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `scheme://user:password@host:port/rest`, split.
+#[derive(Debug, PartialEq)]
+struct Url {
+    scheme: String,
+    user: Option<String>,
+    password: Option<String>,
+    host: String,
+    port: u16,
+}
+
+fn url(u: &str, default_port: u16) -> Url {
+    let (scheme, rest) = u.split_once("://").expect("scheme://");
+    let authority = rest.split('/').next().unwrap();
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((ui, hp)) => (Some(ui), hp),
+        None => (None, authority),
+    };
+    let (user, password) = match userinfo {
+        Some(ui) => match ui.split_once(':') {
+            Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
+            None => (Some(ui.to_string()), None),
+        },
+        None => (None, None),
+    };
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_string(), p.parse().expect("port")),
+        None => (hostport.to_string(), default_port),
+    };
+    Url {
+        scheme: scheme.to_string(),
+        user,
+        password,
+        host,
+        port,
+    }
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.parse::<std::net::SocketAddr>()
+        .unwrap_or_else(|e| panic!("`{addr}`: {e}"))
+        .port()
+}
+
+fn load(vars: &BTreeMap<String, String>) -> Settings {
+    let map: HashMap<String, String> = vars.clone().into_iter().collect();
+    let env = config::Environment::with_prefix(ENV_PREFIX).source(Some(map));
+    Settings::load_with_env(None, env)
+        .unwrap_or_else(|e| panic!("settings with {vars:?} do not load: {e}"))
+}
+
+fn defaults() -> Settings {
+    load(&BTreeMap::new())
+}
+
+/// Every `QUOTA_WORKER__...` variable names a real key and its value takes effect:
+/// load the settings with them, then find each value at its key.
+fn assert_env_takes_effect(vars: &BTreeMap<String, String>, place: &str) {
+    let ours: BTreeMap<String, String> = vars
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert!(!ours.is_empty(), "{place} sets no {ENV_PREFIX}__ variable");
+    let effective = serde_json::to_value(load(&ours)).unwrap();
+    for (var, value) in &ours {
+        let path = var[ENV_PREFIX.len() + 2..].to_lowercase();
+        let mut at = &effective;
+        for step in path.split("__") {
+            at = at.get(step).unwrap_or_else(|| {
+                panic!("{place}: {var} names no configuration key (no `{step}` in `{path}`)")
+            });
+        }
+        let shown = match at {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(items) => items
+                .iter()
+                .map(|i| i.as_str().map(String::from).unwrap_or(i.to_string()))
+                .collect::<Vec<_>>()
+                .join(","),
+            other => other.to_string(),
+        };
+        assert_eq!(&shown, value, "{place}: {var} did not take effect");
+    }
+}
+
+#[test]
+fn every_service_has_an_image_or_a_build_and_a_health_check() {
+    let c = compose();
+    let Some(Value::Mapping(services)) = c.get("services") else {
+        panic!("no services");
+    };
+    let names: Vec<String> = services.keys().map(text).collect();
+    for name in ["rabbitmq", "redis", "worker"] {
+        assert!(names.iter().any(|n| n == name), "service `{name}` missing");
+    }
+    // Keys compose knows (the ones a typo would most likely be meant as); a misspelt
+    // key such as `healtcheck` would otherwise be noticed only by `docker compose`.
+    let known = [
+        "build",
+        "image",
+        "command",
+        "entrypoint",
+        "environment",
+        "env_file",
+        "ports",
+        "expose",
+        "healthcheck",
+        "depends_on",
+        "restart",
+        "stop_grace_period",
+        "stop_signal",
+        "volumes",
+        "networks",
+        "init",
+        "user",
+        "container_name",
+        "labels",
+        "profiles",
+    ];
+    for name in &names {
+        let s = service(&c, name);
+        let Value::Mapping(m) = s else {
+            panic!("service `{name}` is not a map")
+        };
+        for k in m.keys().map(text) {
+            assert!(known.contains(&k.as_str()), "service `{name}`: key `{k}`");
+        }
+        assert!(
+            s.get("image").is_some() || s.get("build").is_some(),
+            "service `{name}` has neither image nor build"
+        );
+        let test = s
+            .get("healthcheck")
+            .and_then(|h| h.get("test"))
+            .unwrap_or_else(|| panic!("service `{name}` has no healthcheck.test"));
+        let Value::Sequence(test) = test else {
+            panic!("service `{name}`: healthcheck.test should be a list")
+        };
+        let first = text(&test[0]);
+        assert!(
+            first == "CMD" || first == "CMD-SHELL",
+            "service `{name}`: healthcheck.test starts with CMD or CMD-SHELL"
+        );
+        assert!(
+            test.len() >= 2,
+            "service `{name}`: healthcheck runs nothing"
+        );
+        assert!(
+            s.get("restart").is_some(),
+            "service `{name}` has no restart"
+        );
+    }
+    let top: Vec<String> = match &c {
+        Value::Mapping(m) => m.keys().map(text).collect(),
+        _ => panic!("compose file is not a map"),
+    };
+    for k in top {
+        assert!(
+            ["name", "services", "volumes", "networks", "configs", "secrets"].contains(&k.as_str()),
+            "top-level key `{k}`"
+        );
+    }
+}
+
+#[test]
+fn the_dependencies_are_the_ones_the_compose_file_expects() {
+    let c = compose();
+    let rabbit = service(&c, "rabbitmq");
+    let image = text(rabbit.get("image").unwrap());
+    assert!(
+        image.starts_with("rabbitmq:") && image.ends_with("-management"),
+        "RabbitMQ with its management UI, got {image}"
+    );
+    let test: Vec<String> = match rabbit.get("healthcheck").and_then(|h| h.get("test")) {
+        Some(Value::Sequence(t)) => t.iter().map(text).collect(),
+        _ => panic!("rabbitmq healthcheck"),
+    };
+    assert_eq!(test, ["CMD", "rabbitmq-diagnostics", "-q", "ping"]);
+
+    let redis = service(&c, "redis");
+    assert!(text(redis.get("image").unwrap()).starts_with("redis:7"));
+    let command: Vec<String> = match redis.get("command") {
+        Some(Value::Sequence(t)) => t.iter().map(text).collect(),
+        _ => panic!("redis command as a list"),
+    };
+    let after = |flag: &str| {
+        let i = command.iter().position(|c| c == flag);
+        i.and_then(|i| command.get(i + 1)).map(String::as_str)
+    };
+    assert_eq!(after("--save"), Some(""), "no snapshots: {command:?}");
+    assert_eq!(after("--appendonly"), Some("no"), "no AOF: {command:?}");
+    let test: Vec<String> = match redis.get("healthcheck").and_then(|h| h.get("test")) {
+        Some(Value::Sequence(t)) => t.iter().map(text).collect(),
+        _ => panic!("redis healthcheck"),
+    };
+    assert_eq!(test, ["CMD", "redis-cli", "ping"]);
+}
+
+#[test]
+fn the_worker_waits_for_healthy_dependencies() {
+    let c = compose();
+    let worker = service(&c, "worker");
+    assert_eq!(text(worker.get("build").unwrap()), ".");
+    let depends = worker.get("depends_on").expect("worker depends_on");
+    for dep in ["rabbitmq", "redis"] {
+        let condition = depends
+            .get(dep)
+            .and_then(|d| d.get("condition"))
+            .unwrap_or_else(|| panic!("worker depends_on {dep} with a condition"));
+        assert_eq!(text(condition), "service_healthy", "{dep}");
+    }
+}
+
+#[test]
+fn the_worker_environment_names_real_keys() {
+    let c = compose();
+    let env = environment(service(&c, "worker"));
+    for var in [
+        "QUOTA_WORKER__AMQP__URL",
+        "QUOTA_WORKER__REDIS__URL",
+        "QUOTA_WORKER__HTTP__LISTEN",
+    ] {
+        assert!(env.contains_key(var), "worker sets {var}");
+    }
+    assert_env_takes_effect(&env, "docker-compose.yml");
+}
+
+#[test]
+fn a_misspelt_variable_would_be_caught() {
+    // The check above relies on unknown keys failing to load.
+    let vars = BTreeMap::from([(
+        "QUOTA_WORKER__HTTP__LISTEN_ADDR".to_string(),
+        "0.0.0.0:1".to_string(),
+    )]);
+    let env = config::Environment::with_prefix(ENV_PREFIX)
+        .source(Some(vars.into_iter().collect::<HashMap<_, _>>()));
+    let err = Settings::load_with_env(None, env).unwrap_err().to_string();
+    assert!(err.contains("http.listen_addr"), "{err}");
+}
+
+#[test]
+fn the_urls_point_at_the_compose_services_with_their_credentials() {
+    let c = compose();
+    let env = environment(service(&c, "worker"));
+    let rabbit = service(&c, "rabbitmq");
+    let rabbit_env = environment(rabbit);
+
+    let amqp = url(&env["QUOTA_WORKER__AMQP__URL"], 5672);
+    assert_eq!(amqp.scheme, "amqp");
+    assert_eq!(amqp.host, "rabbitmq", "the AMQP URL names the service");
+    assert_eq!(
+        amqp.user.as_deref(),
+        rabbit_env.get("RABBITMQ_DEFAULT_USER").map(|s| s.as_str())
+    );
+    assert_eq!(
+        amqp.password.as_deref(),
+        rabbit_env.get("RABBITMQ_DEFAULT_PASS").map(|s| s.as_str())
+    );
+    assert_ne!(
+        amqp.user.as_deref(),
+        Some("guest"),
+        "RabbitMQ refuses `guest` from another container"
+    );
+    assert!(
+        ports(rabbit).iter().any(|(_, c)| *c == amqp.port),
+        "rabbitmq serves the URL's port {}",
+        amqp.port
+    );
+
+    let redis_url = url(&env["QUOTA_WORKER__REDIS__URL"], 6379);
+    assert_eq!(redis_url.scheme, "redis");
+    assert_eq!(redis_url.host, "redis", "the Redis URL names the service");
+    assert!(
+        ports(service(&c, "redis"))
+            .iter()
+            .any(|(_, c)| *c == redis_url.port),
+        "redis serves the URL's port {}",
+        redis_url.port
+    );
+}
+
+#[test]
+fn the_published_ports_match_the_configuration() {
+    let c = compose();
+    let d = defaults();
+
+    // The worker listens on all interfaces in its container, on the port it publishes,
+    // and the host port is the documented default (so http://127.0.0.1:9464 works).
+    let worker = service(&c, "worker");
+    let listen = &environment(worker)["QUOTA_WORKER__HTTP__LISTEN"];
+    let addr: std::net::SocketAddr = listen.parse().unwrap();
+    assert!(
+        addr.ip().is_unspecified(),
+        "{listen} is reachable from outside"
+    );
+    let default_port = port_of(&d.http.listen);
+    assert!(
+        ports(worker).contains(&(default_port, addr.port())),
+        "worker publishes {default_port}:{}, has {:?}",
+        addr.port(),
+        ports(worker)
+    );
+
+    // The brokers' host ports are the worker's defaults, so the CLI on the host
+    // reaches the stack with no configuration but the AMQP user.
+    let amqp_default = url(&d.amqp.url, 5672);
+    assert!(ports(service(&c, "rabbitmq")).contains(&(amqp_default.port, 5672)));
+    assert!(ports(service(&c, "rabbitmq"))
+        .iter()
+        .any(|(_, c)| *c == 15672));
+    let redis_default = url(&d.redis.url, 6379);
+    assert!(ports(service(&c, "redis")).contains(&(redis_default.port, 6379)));
+}
+
+/// `"30s"`, `"1m30s"`, `"500ms"` in compose's duration format.
+fn compose_duration(s: &str) -> std::time::Duration {
+    let mut total = std::time::Duration::ZERO;
+    let mut number = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if ch.is_ascii_digit() {
+            number.push(ch);
+            continue;
+        }
+        let n: u64 = number.parse().expect("number before unit");
+        number.clear();
+        let unit = match (ch, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                "ms"
+            }
+            ('h', _) => "h",
+            ('m', _) => "m",
+            ('s', _) => "s",
+            _ => panic!("duration `{s}`"),
+        };
+        total += match unit {
+            "ms" => std::time::Duration::from_millis(n),
+            "s" => std::time::Duration::from_secs(n),
+            "m" => std::time::Duration::from_secs(60 * n),
+            _ => std::time::Duration::from_secs(3600 * n),
+        };
+    }
+    assert!(number.is_empty(), "duration `{s}` has no unit");
+    total
+}
+
+#[test]
+fn the_worker_gets_time_to_finish_its_jobs_on_stop() {
+    let c = compose();
+    let grace = compose_duration(&text(
+        service(&c, "worker")
+            .get("stop_grace_period")
+            .expect("worker stop_grace_period"),
+    ));
+    let shutdown = defaults().worker.shutdown_grace.0;
+    assert!(
+        grace > shutdown,
+        "stop_grace_period {grace:?} must exceed worker.shutdown_grace {shutdown:?}"
+    );
+}
+
+/// The Dockerfile's instructions, continuation lines joined, comments dropped, and
+/// grouped by stage (`FROM` starts one).
+fn dockerfile_stages() -> Vec<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("Dockerfile")).expect("Dockerfile");
+    let mut stages: Vec<Vec<(String, String)>> = Vec::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') || (trimmed.is_empty() && pending.is_empty()) {
+            continue;
+        }
+        if let Some(head) = trimmed.strip_suffix('\\') {
+            pending.push_str(head);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(trimmed);
+        let instruction = std::mem::take(&mut pending);
+        let (keyword, rest) = instruction
+            .split_once(char::is_whitespace)
+            .unwrap_or((&instruction, ""));
+        let keyword = keyword.to_uppercase();
+        if keyword == "FROM" {
+            stages.push(Vec::new());
+        }
+        stages
+            .last_mut()
+            .expect("the Dockerfile starts with FROM")
+            .push((keyword, rest.trim().to_string()));
+    }
+    stages
+}
+
+fn instructions<'a>(stage: &'a [(String, String)], keyword: &str) -> Vec<&'a str> {
+    stage
+        .iter()
+        .filter(|(k, _)| k == keyword)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+#[test]
+fn the_dockerfile_runs_the_binary_on_the_published_port() {
+    let stages = dockerfile_stages();
+    assert!(stages.len() >= 2, "a multi-stage build");
+    let last = stages.last().unwrap();
+
+    assert_eq!(instructions(last, "ENTRYPOINT"), [r#"["quota-worker"]"#]);
+    assert_eq!(instructions(last, "CMD"), [r#"["run"]"#]);
+    assert!(
+        instructions(last, "COPY")
+            .iter()
+            .any(|c| c.starts_with("--from=") && c.ends_with("/usr/local/bin/quota-worker")),
+        "the final stage copies the binary onto PATH"
+    );
+    let builder = &stages[0];
+    assert!(
+        instructions(builder, "RUN")
+            .iter()
+            .any(|r| r.contains("cargo build --release --locked")),
+        "the builder builds the locked release"
+    );
+
+    let user = instructions(last, "USER");
+    let user = user.last().expect("the final stage sets USER");
+    assert!(
+        !["root", "0"].contains(&user.split(':').next().unwrap()),
+        "runs as {user}"
+    );
+
+    let c = compose();
+    let worker = service(&c, "worker");
+    let exposed: Vec<u16> = instructions(last, "EXPOSE")
+        .iter()
+        .flat_map(|e| e.split_whitespace())
+        .map(|p| p.trim_end_matches("/tcp").parse().unwrap())
+        .collect();
+    for (_, container) in ports(worker) {
+        assert!(exposed.contains(&container), "EXPOSE {container}");
+    }
+
+    // The image's own environment names real keys, and agrees with compose.
+    let image_env: BTreeMap<String, String> = instructions(last, "ENV")
+        .iter()
+        .map(|e| {
+            let (k, v) = e.split_once('=').expect("ENV K=V");
+            (k.to_string(), v.trim_matches('"').to_string())
+        })
+        .collect();
+    assert_env_takes_effect(&image_env, "Dockerfile");
+    for (k, v) in &image_env {
+        if let Some(theirs) = environment(worker).get(k) {
+            assert_eq!(theirs, v, "{k} differs between Dockerfile and compose");
+        }
+    }
+
+    // The health check's tool is installed in the runtime image.
+    let test: Vec<String> = match worker.get("healthcheck").and_then(|h| h.get("test")) {
+        Some(Value::Sequence(t)) => t.iter().map(text).collect(),
+        _ => panic!("worker healthcheck"),
+    };
+    let tool = &test[1];
+    assert!(
+        tool == "quota-worker"
+            || instructions(last, "RUN")
+                .iter()
+                .any(|r| r.contains("apt-get install") && r.split_whitespace().any(|w| w == tool)),
+        "the runtime image installs `{tool}`"
+    );
+    assert!(
+        test.iter().any(|t| t.ends_with(&format!(
+            ":{}/healthz",
+            port_of(&environment(worker)["QUOTA_WORKER__HTTP__LISTEN"])
+        ))),
+        "the health check asks /healthz on the worker's port: {test:?}"
+    );
+}
+
+#[test]
+fn the_build_context_holds_what_the_build_needs() {
+    let ignore =
+        std::fs::read_to_string(Path::new(ROOT).join(".dockerignore")).expect(".dockerignore");
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_start_matches('/').trim_end_matches('/'))
+        .collect();
+    assert!(
+        patterns.contains(&"target"),
+        "target/ stays out of the context"
+    );
+    // Everything `include_str!` and cargo read at build time stays in.
+    for needed in ["Cargo.toml", "Cargo.lock", "src", "config", "lua"] {
+        assert!(
+            !patterns
+                .iter()
+                .any(|p| *p == needed || *p == "*" || *p == "**"),
+            ".dockerignore excludes {needed}"
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! HTTP: the router in-process, and `quota-worker run` serving /metrics and /readyz.
+
+mod common;
+mod support;
+
+use std::process::{Child, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use quota_worker::worker::Health;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// GET `path` on `addr`: (status, body), or `None` when nothing listens.
+async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn readiness_follows_health_and_metrics_render() {
+    let (recorder, handle) = quota_worker::http::local_recorder().unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        metrics::counter!("quota_worker_jobs_total", "outcome" => "dispatched", "reason" => "")
+            .increment(3);
+        metrics::histogram!("quota_worker_admission_seconds").record(0.002);
+    });
+    let health = Arc::new(Health::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::router(Some(handle), health.clone()),
+        stop.clone(),
+    ));
+
+    assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+    let (status, body) = get(&addr, "/readyz").await.unwrap();
+    assert_eq!(status, 503);
+    assert!(
+        body.contains("broker: down") && body.contains("redis: down"),
+        "{body}"
+    );
+    health.broker.store(true, Ordering::Relaxed);
+    let (status, body) = get(&addr, "/readyz").await.unwrap();
+    assert_eq!(status, 503);
+    assert!(
+        body.contains("broker: up") && body.contains("redis: down"),
+        "{body}"
+    );
+    health.redis.store(true, Ordering::Relaxed);
+    assert_eq!(
+        get(&addr, "/readyz").await.unwrap(),
+        (200, "ready\nbroker: up\nredis: up\n".into())
+    );
+
+    let (status, body) = get(&addr, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 3"#),
+        "{body}"
+    );
+    // a histogram with the configured buckets, not a summary
+    assert!(
+        body.contains(r#"quota_worker_admission_seconds_bucket{le="0.0025"} 1"#),
+        "{body}"
+    );
+    assert_eq!(get(&addr, "/nope").await.unwrap().0, 404);
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// Kills the child if the test fails before it stops it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn run_serves_metrics_and_readiness_and_stops_on_sigterm() {
+    let ns = unique("http");
+    let mut s = settings(&ns);
+    s.http.enabled = true;
+    s.http.listen = format!("127.0.0.1:{}", free_port());
+    let _c = Cleanup::new(&s);
+    let addr = s.http.listen.clone();
+    let mut running = Running(Some(
+        qw(&s, &["run"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+
+    wait_for("/readyz 200", Duration::from_secs(30), || async {
+        matches!(get(&addr, "/readyz").await, Some((200, _)))
+    })
+    .await;
+    assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+
+    let conn = amqp().await;
+    publish(
+        &conn,
+        &s,
+        br#"{"id":"m-1","recipient":"r","channel":"sms"}"#,
+    )
+    .await;
+    let dispatched = r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 1"#;
+    wait_for("the job in /metrics", Duration::from_secs(15), || async {
+        get(&addr, "/metrics")
+            .await
+            .is_some_and(|(_, body)| body.contains(dispatched))
+    })
+    .await;
+    let metrics = get(&addr, "/metrics").await.unwrap().1;
+    for expected in [
+        "# TYPE quota_worker_jobs_total counter",
+        "# TYPE quota_worker_admission_seconds histogram",
+        "quota_worker_admission_seconds_bucket{le=\"0.001\"}",
+        "quota_worker_redis_errors_total 0",
+        "quota_worker_in_flight 0",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in\n{metrics}");
+    }
+
+    // SIGTERM: exit 0, and the port is released
+    let child = running.0.as_mut().unwrap();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    running.0 = None;
+    assert!(get(&addr, "/healthz").await.is_none());
+}
+
+#[tokio::test]
+async fn run_no_http_serves_nothing() {
+    let ns = unique("nohttp");
+    let mut s = settings(&ns);
+    s.http.enabled = true;
+    s.http.listen = format!("127.0.0.1:{}", free_port());
+    let _c = Cleanup::new(&s);
+    let _running = Running(Some(
+        qw(&s, &["run", "--no-http"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let conn = amqp().await;
+    let jobs = s.amqp.jobs_queue.clone();
+    wait_for("the worker consuming", Duration::from_secs(30), || {
+        let conn = &conn;
+        let jobs = jobs.clone();
+        async move {
+            let Ok(ch) = conn.create_channel().await else {
+                return false;
+            };
+            let passive = lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            match ch
+                .queue_declare(jobs.as_str().into(), passive, Default::default())
+                .await
+            {
+                Ok(q) => q.consumer_count() > 0,
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(get(&s.http.listen, "/healthz").await.is_none());
+}
