@@ -195,7 +195,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             if let Some(why) = v["skipped"].as_str() {
                 o.push_str(&format!(
                     "| {title} | skipped: {why} | | | | | | | {} |\n",
-                    cell(&v["at"])
+                    run(v)
                 ));
                 continue;
             }
@@ -328,7 +328,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
                 jobs,
                 bad,
                 cell(&v["panics"]),
-                cell(&v["at"]),
+                run(v),
             ));
         }
     }
