@@ -346,8 +346,10 @@ impl Worker {
         );
         let started = Instant::now();
         let result = self.process(s, &delivery).instrument(span.clone()).await;
-        // `in_scope`, never a guard from `span.enter()` that could outlive an await
-        // and leak the span into other tasks on this thread
+        // In a closure, never `span.enter()` across an await: a guard held over an
+        // await leaks the span into other tasks, and tracing-subscriber then panics
+        // in a later task's `info_span!` ("tried to clone a span that already
+        // closed"), killing that task before it settles its delivery.
         span.in_scope(|| match result {
             Ok(outcome) => {
                 let (label, reason) = outcome.label();

@@ -20,7 +20,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::audit::{self, depth, noon_zone, publish_all, Audit, Published, Rng};
@@ -31,10 +31,10 @@ use quota_worker::config::{ChannelSettings, Dur, PolicySettings, RuleSettings, S
 use serde_json::json;
 
 /// Scenarios load the machine; run them one at a time.
-static HEAVY: Mutex<()> = Mutex::new(());
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn heavy() -> MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
 }
 
 fn policy(rules: &[(u32, &str)]) -> PolicySettings {
@@ -174,6 +174,7 @@ async fn settle_down(
     let ladder = t.ladder();
     let deadline = Instant::now() + timeout;
     let mut calm = 0;
+    let mut last = String::new();
     while Instant::now() < deadline {
         let d = depth(conn, &t.dispatch_queue("sms")).await.unwrap_or(0) as usize;
         let x = depth(conn, &s.amqp.dead_queue).await.unwrap_or(0) as usize;
@@ -182,6 +183,9 @@ async fn settle_down(
         for n in 0..5 {
             short += depth(conn, &ladder.queue(n)).await.unwrap_or(1);
         }
+        last = format!(
+            "dispatch {d}/{dispatched}, dead {x}/{dead}, jobs queue {j}, short delays {short}"
+        );
         if d >= dispatched && x >= dead && j == 0 && short == 0 {
             calm += 1;
             if calm >= 3 {
@@ -192,7 +196,41 @@ async fn settle_down(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    eprintln!("did not settle in {timeout:?}: {last}");
     false
+}
+
+/// Panics reported in the logs of every worker process a scenario ran (`dir` holds
+/// them). A panicking task never settles its delivery, so there must be none.
+fn worker_panics(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.starts_with("worker-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("panicked at")) {
+            out.push(format!("{name}: {line}"));
+        }
+    }
+    out
+}
+
+/// After a run that did not settle: the jobs found where they should not be, and
+/// what the worker's log says about them.
+fn explain_stuck(a: &Audit, mix: &Mix, w: &WorkerProc) {
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    for (id, queues) in &a.waiting_in {
+        let kind = mix.kinds.get(id);
+        if kind == Some(&Kind::Daily) && queues.iter().all(|q| !q.ends_with(".jobs")) {
+            continue;
+        }
+        eprintln!("stuck: {id} ({kind:?}) found in {queues:?}; its log lines:");
+        for line in log.lines().filter(|l| l.contains(&format!("\"{id}\""))) {
+            eprintln!("    {}", &line[..line.len().min(400)]);
+        }
+    }
 }
 
 /// Cap and record checks for a mix, after the audit. Returns the violations, each a
@@ -311,7 +349,7 @@ async fn wait_consumers(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let (n, kills, rate) = if long() {
         (20_000, 20, 600)
     } else {
@@ -388,8 +426,10 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         .map(|(id, r)| format!("{id}: {r:?}"))
         .collect();
     let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
+    let panics = worker_panics(&dir);
     record(json!({
         "scenario": "kill9",
+        "worker_panics": panics.len(),
         "test": "tests/faults.rs: kill_9_at_random_moments_loses_nothing_and_breaks_no_cap",
         "jobs": n,
         "faults": kills,
@@ -409,6 +449,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         "kills_over_seconds": kills_done_at.as_secs_f64(),
         "rate_per_second": rate,
     }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
     assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
     assert!(
         lost.is_empty(),
@@ -430,9 +471,33 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     assert_eq!(a.dispatched.len(), mix.expected_dispatched());
 }
 
+/// GET `path` on `addr` (HTTP/1.0, no client library): (status, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut c) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let _ = c
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+        .await;
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text).await;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let outage = Duration::from_secs(if long() { 30 } else { 8 });
     let n = if long() { 6_000 } else { 1_500 };
     let mut redis = procs::RedisServer::new(false);
@@ -450,6 +515,14 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
 
     let w = worker(&s).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
+    // the worker's /readyz, served for this in-process worker's health
+    let listener = quota_worker::http::bind("127.0.0.1:0").await.unwrap();
+    let http = listener.local_addr().unwrap();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::router(None, w.health.clone()),
+        stop.clone(),
+    ));
     let started = Instant::now();
     while depth(&conn, &dispatch).await.unwrap_or(0) < 200 {
         assert!(
@@ -477,6 +550,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
     let before_return = depth(&conn, &dispatch).await.unwrap_or(0);
     let dead_during = depth(&conn, &s.amqp.dead_queue).await.unwrap_or(0);
     let ready_during = w.health.ready();
+    let readyz_during = http_get(http, "/readyz").await;
 
     redis.start().expect("redis restarts");
     let up_at = Instant::now();
@@ -486,7 +560,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > before_return {
             resumed = Some(up_at.elapsed());
         }
-        if healthy.is_none() && w.health.redis.load(Ordering::Relaxed) {
+        if healthy.is_none() && http_get(http, "/readyz").await.0 == 200 {
             healthy = Some(up_at.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -527,6 +601,7 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         "dead_lettered_not_malformed": dead_not_malformed,
         "health_noticed_seconds": noticed.map(|d| d.as_secs_f64()),
         "ready_during_outage": ready_during,
+        "readyz_during_outage": format!("{} {}", readyz_during.0, readyz_during.1.trim().replace('\n', " / ")),
         "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
         "health_back_seconds": healthy.map(|d| d.as_secs_f64()),
         "dead_during_outage": dead_during,
@@ -542,6 +617,16 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
     );
     assert!(noticed.is_some(), "Health.redis never reported the outage");
     assert!(!ready_during, "ready while Redis was down");
+    assert_eq!(
+        readyz_during.0, 503,
+        "/readyz during the outage: {readyz_during:?}"
+    );
+    assert!(readyz_during.1.contains("redis: down"), "{readyz_during:?}");
+    let healthy = healthy.expect("/readyz never came back to 200");
+    assert!(
+        healthy < Duration::from_secs(5),
+        "/readyz ready {healthy:?} after Redis returned"
+    );
     let resumed = resumed.expect("processing never resumed");
     assert!(
         resumed < Duration::from_secs(5),
@@ -678,7 +763,7 @@ impl Drop for Thaw<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let Some(mut guard) = private_node().await else {
         record(
             json!({"scenario": "broker_restart", "skipped": "no rabbitmq-server on this machine"}),
@@ -752,12 +837,17 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     let status = w.wait(Duration::from_secs(30));
     let a = Audit::collect(&conn, &s, &mix.jobs).await;
     eprintln!("{}", a.summary(&mix.jobs));
+    if !done {
+        explain_stuck(&a, &mix, &w);
+    }
     let lost = a.lost(&mix.jobs);
     let twice = a.in_two_places();
     let violations = check_caps(&s, &mix, &a).await;
     let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
+    let panics = worker_panics(&dir);
     record(json!({
         "scenario": "broker_restart",
+        "worker_panics": panics.len(),
         "test": "tests/faults.rs: broker_restart_the_worker_reconnects_by_itself_and_loses_nothing",
         "jobs": n,
         "faults": restarts.len(),
@@ -772,6 +862,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         "recovery_seconds": max_recovery,
         "elapsed_seconds": elapsed.as_secs_f64(),
     }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
     drop(conn);
     assert!(
         status.map(|s| s.success()).unwrap_or(false),
@@ -790,7 +881,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_one_queue_hold_the_caps_exactly() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let (n, limit, recipients, workers) = (1_000usize, 5usize, 10usize, 4usize);
     let ns = unique("four");
     let mut s = settings(&ns);
@@ -862,8 +953,10 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
         }
     }
     let lost = a.lost(&jobs);
+    let panics = worker_panics(&dir);
     record(json!({
         "scenario": "four_workers",
+        "worker_panics": panics.len(),
         "test": "tests/faults.rs: four_workers_one_queue_hold_the_caps_exactly",
         "jobs": n,
         "workers": workers,
@@ -876,6 +969,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
         "violations": violations.len(),
         "elapsed_seconds": elapsed.as_secs_f64(),
     }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
     assert!(done, "did not settle: {}", a.summary(&jobs));
     assert!(lost.is_empty(), "lost: {lost:?}");
     assert!(violations.is_empty(), "{violations:#?}");
@@ -889,7 +983,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
 /// the grace period; a fresh worker then finishes the run and nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let mut figures = Vec::new();
     // (rate per second, grace): the first drains its in-flight jobs in time
     // (256 at 200/s), the second cannot (256 at 20/s in 3 s) and hands them back
@@ -945,6 +1039,9 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         );
         let lost = a.lost(&mix.jobs);
         let violations = check_caps(&s, &mix, &a).await;
+        let mut panics = worker_panics(&dir);
+        panics.extend(worker_panics(&fdir));
+        assert!(panics.is_empty(), "worker panics: {panics:#?}");
         figures.push(json!({
             "rate_per_second": rate,
             "grace_seconds": grace,
@@ -1050,7 +1147,7 @@ fn x_death(entries: &[(&str, &str)]) -> lapin::types::FieldTable {
 /// without the stripping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let ns = unique("xdeath");
     let mut s = fault_settings(&ns, 1_000);
     s.policies.insert("rolling".into(), policy(&[(1, "2s")]));
@@ -1110,6 +1207,9 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
         quota_worker::delay::ATTEMPT.into(),
         lapin::types::AMQPValue::LongLongInt(7),
     );
+    // and a stale routing bit of the delay ladder: kept, it would send the job to
+    // the 2^19 s (six-day) queue instead of a 2 s wait
+    ladder.mark(&mut h, 1 << 19);
     publish_with(
         &conn,
         &s,
@@ -1150,6 +1250,10 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     assert_eq!(dispatched.len(), 2, "{dispatched:?}");
     let h = stale_copy.props.headers().as_ref().unwrap();
     assert!(!h.contains_key("x-death") && !h.contains_key("x-first-death-queue"));
+    assert!(h
+        .inner()
+        .keys()
+        .all(|k| !k.as_str().starts_with(quota_worker::delay::BIT_PREFIX)));
     assert_eq!(
         header(&stale_copy.props, "trace-id").as_deref(),
         Some("kept")
@@ -1170,7 +1274,7 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
 /// after it are dispatched again (the named window: sent, not recorded); counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
-    let _heavy = heavy();
+    let _heavy = heavy().await;
     let Some(guard) = private_node().await else {
         record(json!({"scenario": "broker_hang", "skipped": "no rabbitmq-server on this machine"}));
         return;
@@ -1261,8 +1365,10 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     let lost = a.lost(&mix.jobs);
     let twice = a.in_two_places();
     let violations = check_caps(&s, &mix, &a).await;
+    let panics = worker_panics(&dir);
     record(json!({
         "scenario": "broker_hang",
+        "worker_panics": panics.len(),
         "test": "tests/faults.rs: broker_hang_every_wait_has_a_deadline_and_nothing_is_lost",
         "jobs": n,
         "faults": 2,
@@ -1281,6 +1387,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
         "sigterm_exit_seconds_connecting": exit_connecting.as_secs_f64(),
         "sigterm_exit_codes": [status.and_then(|s| s.code()), status_connecting.and_then(|s| s.code())],
     }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
     let _ = conn.close(200, "".into()).await;
     assert!(
         resumed.is_some_and(|d| d < Duration::from_secs(10)),

@@ -339,6 +339,7 @@ fn header_key() -> impl Strategy<Value = String> {
         Just(NOT_BEFORE.to_string()),
         Just(REASON.to_string()),
         Just(DETAIL.to_string()),
+        (0u32..24).prop_map(|n| format!("{}{n}", delay::BIT_PREFIX)),
         "[a-zA-Z0-9_-]{1,16}",
         "[\\PC]{0,10}",
     ]
@@ -359,8 +360,13 @@ fn headers() -> impl Strategy<Value = Option<FieldTable>> {
     )
 }
 
-fn is_death(k: &str) -> bool {
-    k == "x-death" || k.starts_with("x-first-death") || k.starts_with("x-last-death")
+/// Headers that must never travel on: the broker's `x-death` family and the delay
+/// ladder's routing bits.
+fn is_internal(k: &str) -> bool {
+    k == "x-death"
+        || k.starts_with("x-first-death")
+        || k.starts_with("x-last-death")
+        || k.starts_with(delay::BIT_PREFIX)
 }
 
 // ---------------------------------------------------------------------------------
@@ -413,8 +419,8 @@ proptest! {
         let nb = not_before.map(|t| Utc.timestamp_millis_opt(t).unwrap());
         let (attempt, first) = delay::attempt_info(h.as_ref());
         let next = delay::next_headers(h.as_ref(), now, nb);
-        // the broker's x-death family never travels on
-        prop_assert!(next.inner().keys().all(|k| !is_death(k.as_str())));
+        // the broker's x-death family and stale ladder bits never travel on
+        prop_assert!(next.inner().keys().all(|k| !is_internal(k.as_str())));
         // the attempt count goes up by one (and does not overflow)
         let (attempt2, first2) = delay::attempt_info(Some(&next));
         prop_assert_eq!(attempt2, (attempt as i64).saturating_add(1).max(0) as u64);
@@ -427,13 +433,13 @@ proptest! {
         if let Some(h) = &h {
             for (k, v) in h.inner() {
                 let k = k.as_str();
-                if !is_death(k) && k != ATTEMPT && k != FIRST_SEEN && k != NOT_BEFORE {
+                if !is_internal(k) && k != ATTEMPT && k != FIRST_SEEN && k != NOT_BEFORE {
                     prop_assert_eq!(next.inner().get(k), Some(v));
                 }
             }
         }
         let dead = delay::dead_headers(h.as_ref(), reason, &detail);
-        prop_assert!(dead.inner().keys().all(|k| !is_death(k.as_str())));
+        prop_assert!(dead.inner().keys().all(|k| !is_internal(k.as_str())));
         prop_assert_eq!(dead.inner().get(REASON).and_then(delay::as_string), Some(reason.to_string()));
         prop_assert_eq!(dead.inner().get(DETAIL).and_then(delay::as_string), Some(detail.clone()));
         HEADERS.jobs.fetch_add(1, Ordering::Relaxed);

@@ -143,23 +143,21 @@ pub async fn drain(conn: &Connection, queue: &str) -> Vec<Taken> {
         )
         .await
         .unwrap();
-    loop {
-        match tokio::time::timeout(Duration::from_secs(2), consumer.next()).await {
-            Ok(Some(Ok(d))) => out.push(Taken {
-                id: d
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|m| m.as_str().to_string())
-                    .unwrap_or_default(),
-                reason: super::header(&d.properties, "x-notify-reason"),
-                body: d.data,
-                props: d.properties,
-            }),
-            // nothing more within 2 s: the queue is empty (messages arriving later,
-            // e.g. from a lower delay level, are taken by the next drain)
-            _ => break,
-        }
+    // until nothing more comes within 2 s: the queue is empty (messages arriving
+    // later, e.g. from a lower delay level, are taken by the next drain)
+    while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(2), consumer.next()).await
+    {
+        out.push(Taken {
+            id: d
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default(),
+            reason: super::header(&d.properties, "x-notify-reason"),
+            body: d.data,
+            props: d.properties,
+        });
     }
     let _ = ch.close(200, "drained".into()).await;
     out
@@ -172,6 +170,8 @@ pub struct Audit {
     pub dispatched: BTreeMap<String, Vec<usize>>,
     /// id -> copies waiting (delay ladder or back in the jobs queue).
     pub waiting: BTreeMap<String, usize>,
+    /// id -> the queues its waiting copies were found in.
+    pub waiting_in: BTreeMap<String, Vec<String>>,
     /// id -> reasons of its dead letters.
     pub dead: BTreeMap<String, Vec<String>>,
     /// ids found that the test never published.
@@ -211,6 +211,10 @@ impl Audit {
         for q in waiting_queues {
             for m in drain(conn, &q).await {
                 *a.waiting.entry(m.id.clone()).or_default() += 1;
+                a.waiting_in
+                    .entry(m.id.clone())
+                    .or_default()
+                    .push(q.clone());
                 if !known.contains(m.id.as_str()) {
                     a.strangers.insert(m.id);
                 }

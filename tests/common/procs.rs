@@ -16,10 +16,15 @@ use std::time::{Duration, Instant};
 
 use quota_worker::config::Settings;
 
-/// A fresh directory under the system temp dir, removed once the test process exits.
+/// A fresh directory under the system temp dir, removed once the test process exits
+/// (kept with `QW_KEEP_TMP=1`, e.g. to read the worker logs of a failed scenario).
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(super::unique(name));
     fs::create_dir_all(&dir).expect("temp dir");
+    if std::env::var("QW_KEEP_TMP").is_ok_and(|v| v == "1") {
+        eprintln!("keeping {}", dir.display());
+        return dir;
+    }
     let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 1; done; case "$2" in */qwt-*) rm -rf -- "$2";; esac"#;
     let _ = Command::new("sh")
         .arg("-c")
@@ -36,16 +41,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// Kill `pid` (or its process group) once this test process has exited, unless it
-/// has exited first. `comm` guards against a recycled pid.
+/// has exited first. `comm` guards against a recycled pid. (`sh` may be dash, whose
+/// `kill` takes a negative pid for a group but no `--`.)
 fn watchdog(pid: u32, group: bool, comm: &str) {
     let script = r#"
 t=$1; c=$2; g=$3; comm=$4
 while kill -0 "$t" 2>/dev/null; do
-  if [ "$g" = 1 ]; then kill -0 -- "-$c" 2>/dev/null || exit 0
+  if [ "$g" = 1 ]; then kill -0 "-$c" 2>/dev/null || exit 0
   else kill -0 "$c" 2>/dev/null || exit 0; fi
   sleep 0.5
 done
-if [ "$g" = 1 ]; then kill -9 -- "-$c" 2>/dev/null
+if [ "$g" = 1 ]; then kill -9 "-$c" 2>/dev/null
 elif [ "$(cat /proc/$c/comm 2>/dev/null)" = "$comm" ]; then kill -9 "$c" 2>/dev/null; fi
 "#;
     let _ = Command::new("sh")

@@ -34,6 +34,20 @@ pub fn record(mut figures: Value) {
     }
     let mode = figures["mode"].as_str().unwrap().to_string();
     figures["at"] = json!(chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string());
+    // the code measured: the commit, `-dirty` with uncommitted changes
+    let commit = std::process::Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "describe",
+            "--always",
+            "--dirty",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    figures["commit"] = json!(commit);
     let dir = results_dir();
     let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::write(
@@ -145,6 +159,14 @@ const FUZZ: &[&str] = &[
     "header_handling",
 ];
 
+/// When a record was made, and on which commit.
+fn run(v: &Value) -> String {
+    match v["commit"].as_str() {
+        Some(c) => format!("{} (`{c}`)", cell(&v["at"])),
+        None => cell(&v["at"]),
+    }
+}
+
 /// Render the whole document from the records.
 pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
     let get = |name: &str| -> Vec<&Value> {
@@ -173,7 +195,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             if let Some(why) = v["skipped"].as_str() {
                 o.push_str(&format!(
                     "| {title} | skipped: {why} | | | | | | | {} |\n",
-                    cell(&v["at"])
+                    run(v)
                 ));
                 continue;
             }
@@ -186,7 +208,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
                 cell(&v["duplicates"]),
                 cell(&v["violations"]),
                 cell(&v["recovery_seconds"]),
-                cell(&v["at"]),
+                run(v),
             ));
         }
     }
@@ -236,11 +258,11 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
     }
     for v in get("redis_outage") {
         o.push_str(&format!(
-            "- **Redis outage** ({} form): {}. `Health.redis` turned false {} s after the stop (readiness during \
-             the outage: {}); jobs dispatched while Redis was away (after the first second, which lets decisions \
-             already taken finish): {}; dead-lettered because of it: {}. After Redis returned the next dispatch came \
-             {} s later and `Health.redis` was true again after {} s.\n",
-            cell(&v["mode"]), cell(&v["fault"]), cell(&v["health_noticed_seconds"]), cell(&v["ready_during_outage"]),
+            "- **Redis outage** ({} form): {}. `Health.redis` turned false {} s after the stop; `/readyz` during \
+             the outage answered `{}`. Jobs dispatched while Redis was away (after the first second, which lets \
+             decisions already taken finish): {}; dead-lettered because of it: {}. After Redis returned the next \
+             dispatch came {} s later and `/readyz` answered 200 again after {} s.\n",
+            cell(&v["mode"]), cell(&v["fault"]), cell(&v["health_noticed_seconds"]), cell(&v["readyz_during_outage"]),
             cell(&v["dispatched_during_outage"]), cell(&v["dead_lettered_not_malformed"]), cell(&v["recovery_seconds"]),
             cell(&v["health_back_seconds"]),
         ));
@@ -306,7 +328,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
                 jobs,
                 bad,
                 cell(&v["panics"]),
-                cell(&v["at"]),
+                run(v),
             ));
         }
     }
@@ -320,8 +342,9 @@ const HEAD: &str = r#"# Reliability
      Regenerate: QW_WRITE_RELIABILITY=1 cargo test --test faults --test fuzz --test cluster -->
 
 What `quota-worker` promises, what each promise rests on, and the test that checks it.
-The figures below come from the last run of the fault suite on the machine that
-generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the worker).
+The figures below come from the last run of each scenario on the machine that
+generated this file (RabbitMQ 3.10, Redis 7.0, two cores; quick forms on a debug
+build, long forms on a release build); each row names the commit it measured.
 
 ## Guarantees
 
@@ -330,7 +353,7 @@ generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the w
 | **At-least-once delivery.** Every job ends dispatched, delayed (waiting in the delay ladder) or dead-lettered with a reason; none is lost, whatever crashes. | A delivery is acked only after its outcome's publish is confirmed (`mandatory`, persistent, publisher confirms with a timeout); anything unacked goes back to the queue when the worker's connection drops. Quorum queues with `x-dead-letter-strategy=at-least-once` and `x-overflow=reject-publish` move delayed jobs between delay levels without loss; the jobs queue has an explicit `x-delivery-limit` and dead-letter target, so no broker version drops a job. | `faults.rs`: `kill_9_…`, `broker_restart_…`, `redis_outage_…`, `sigterm_…`, `stale_x_death_…`; `pipeline.rs` |
 | **Caps are never exceeded.** No recipient gets more distinct jobs than a cap allows, with any number of workers. | `lua/admit.lua` checks every rule and records the send atomically, on the recipient's own sorted set (one hash slot, so also on a cluster). The send counts from admission (a *reservation*) until dispatch is confirmed (*commit*); a dispatch refused by the broker gives it back; a dispatch whose fate is unknown (no confirm, connection lost) keeps it. | `faults.rs`: `four_workers_…`, and the cap audit of every scenario; `engine.rs` and `cluster.rs`: 200 concurrent admissions admit one |
 | **Duplicates only in the named crash window.** A job is dispatched twice only when a crash (or a lost connection) falls between its dispatch publish leaving the worker and its commit in Redis. | A committed job is recognised by id (`duplicate`: acked, not sent again) for the dedupe window. A job reserved but not committed is *in flight*: another worker waits until the reservation lease lapses, then admits it again; that second dispatch is a duplicate if the first one had reached the broker. Both copies carry the same `message_id` (the job id): senders deduplicate on it. | `faults.rs`: `kill_9_…` counts them and checks each against the kill that caused it |
-| **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with backoff (`settle`), holding the job; prefetch bounds what is held. `Health.redis` (behind `/readyz`) turns false on the first failed call. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
+| **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with backoff (`settle`), holding the job; prefetch bounds what is held. `/readyz` answers 503 (`Health.redis` false) from the first failed call, and a watcher pings Redis every second so it is current while idle too. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
 | **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with backoff (at most 2 s between attempts). | Every publish and confirm wait has a deadline (`amqp.publish_timeout`), and so do connecting, declaring and subscribing; the consumer stream ending or failing ends the session. | `faults.rs`: `broker_restart_…`, `broker_hang_…` |
 | **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
 | **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
@@ -348,7 +371,7 @@ generated this file (RabbitMQ 3.10, Redis 7.0, two cores, a debug build of the w
 | A dispatch is returned (no queue bound) or nacked | The quota is given back and the job delayed (5 s, doubling per attempt, at most 5 min). | The job is retried, never acked as sent. |
 | SIGTERM | Stop consuming, finish in-flight jobs within the grace period, hand back the rest, exit 0. | Jobs still waiting for the channel's rate when the grace period ends go back to the queue and, being reserved, wait out the lease on the next worker. |
 | A malformed, oversized or hostile message | Dead-lettered `malformed` once, with a reason. | It is in `notify.dead` with `x-notify-reason` and `x-notify-detail`. |
-| A message republished by hand with the broker's `x-death` headers | The worker drops the `x-death` family whenever it publishes a job onwards. | The job goes round the delay ladder normally (the broker would otherwise drop it silently as a dead-letter cycle). |
+| A message republished by hand with the broker's `x-death` headers or the ladder's `notify-delay-*` bits | The worker drops both whenever it publishes a job onwards. | The job goes round the delay ladder normally (with `x-death` kept the broker would drop it silently as a dead-letter cycle; with stale bits it would wait in the wrong queues). |
 "#;
 
 const TAIL: &str = r#"
