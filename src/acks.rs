@@ -135,58 +135,36 @@ async fn run(channel: Channel, mut rx: mpsc::UnboundedReceiver<(u64, Settle)>) {
             ledger.finish(tag, settle, now);
         }
         for frame in ledger.frames(now) {
-            let result = match frame {
-                Frame::AckUpTo(tag) => {
-                    channel
-                        .basic_ack(tag, BasicAckOptions { multiple: true })
-                        .await
-                }
-                Frame::AckOne(tag) => {
-                    channel
-                        .basic_ack(tag, BasicAckOptions { multiple: false })
-                        .await
-                }
-                Frame::Requeue(tag) => {
-                    channel
-                        .basic_nack(
-                            tag,
-                            BasicNackOptions {
-                                multiple: false,
-                                requeue: true,
-                            },
-                        )
-                        .await
-                }
-            };
-            if let Err(e) = result {
-                tracing::warn!(error = %e, ?frame, "settling failed; the broker will deliver those jobs again and they will be recognised");
-            }
+            send(&channel, frame).await;
         }
     }
     for frame in ledger.frames(Instant::now() + HOLD) {
-        let _ = match frame {
-            Frame::AckUpTo(tag) => {
-                channel
-                    .basic_ack(tag, BasicAckOptions { multiple: true })
-                    .await
-            }
-            Frame::AckOne(tag) => {
-                channel
-                    .basic_ack(tag, BasicAckOptions { multiple: false })
-                    .await
-            }
-            Frame::Requeue(tag) => {
-                channel
-                    .basic_nack(
-                        tag,
-                        BasicNackOptions {
-                            multiple: false,
-                            requeue: true,
-                        },
-                    )
-                    .await
-            }
-        };
+        send(&channel, frame).await;
+    }
+}
+
+async fn send(channel: &Channel, frame: Frame) {
+    let result = match frame {
+        Frame::AckUpTo(tag) => {
+            channel
+                .basic_ack(tag, BasicAckOptions { multiple: true })
+                .await
+        }
+        Frame::AckOne(tag) => {
+            channel
+                .basic_ack(tag, BasicAckOptions { multiple: false })
+                .await
+        }
+        Frame::Requeue(tag) => {
+            let options = BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            };
+            channel.basic_nack(tag, options).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, ?frame, "settling failed; the broker will deliver those jobs again and they will be recognised");
     }
 }
 
