@@ -11,7 +11,8 @@
 //! a 30 s Redis outage, a 30 s broker hang, two broker restarts, the second a
 //! SIGKILL). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
 //! replays the random kill times; `QW_WORKER_LOG` sets the worker processes'
-//! `RUST_LOG` (their logs are in the scenario's temp dir).
+//! `RUST_LOG` (their logs are in the scenario's temp dir, kept with `QW_KEEP_TMP=1`).
+//! Any panic in a worker process's log fails the scenario.
 //! The broker scenarios start their own RabbitMQ node (never the shared one) and are
 //! skipped (and recorded as skipped) where `/usr/lib/rabbitmq/bin/rabbitmq-server`
 //! is missing; the Redis outage starts its own `redis-server`.
