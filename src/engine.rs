@@ -26,6 +26,7 @@ use chrono_tz::Tz;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
+use crate::batch::{AdmitArgs, Admitter, Caller};
 use crate::config::{Action, Policy, Rate, Scope, Settings};
 use crate::keys::{self, Keys};
 use crate::window::{self, Rule, Window};
@@ -96,6 +97,10 @@ pub enum EngineError {
     /// Redis is unreachable or answered with an error: the world is broken, not the job.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// A batched admission call failed as a whole (the first job of the batch got
+    /// the original error).
+    #[error("redis (batched admission): {0}")]
+    Batch(String),
     /// A script answered something it never should.
     #[error("unexpected reply from {script}: {reply:?}")]
     Reply {
@@ -249,12 +254,11 @@ pub struct Engine {
     policies: HashMap<String, Arc<Policy>>,
     rates: HashMap<String, (Option<Rate>, Pacer)>,
     lease_ms: i64,
-    dedupe_ms: i64,
-    admit_script: Script,
+    admitter: Admitter,
     rate_script: Script,
     refund_script: Script,
     offset_ms: AtomicI64,
-    calls: AtomicU64,
+    calls: Arc<AtomicU64>,
     /// Reservations this engine recorded for admissions that then failed (Redis went
     /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
     /// reserved_at ms. The retry of the same job takes its own reservation back
@@ -303,30 +307,36 @@ impl Engine {
                 (c.clone(), (rate, Pacer::default()))
             })
             .collect();
+        let lease_ms = settings.redis.reservation_lease.0.as_millis() as i64;
+        let calls = Arc::new(AtomicU64::new(0));
+        let admit_script = Script::new(ADMIT_LUA);
+        let (rate_script, refund_script) = (Script::new(RATE_LUA), Script::new(REFUND_LUA));
+        // On a cluster, SCRIPT LOAD goes to every node; a node that loses them later
+        // (restart, failover) answers NOSCRIPT and the call loads them again.
+        let mut load = conn.clone();
+        for script in [&admit_script, &rate_script, &refund_script] {
+            script.load_async(&mut load).await?;
+        }
+        let admitter = Admitter::start(Caller {
+            conn: conn.clone(),
+            script: admit_script,
+            lease_ms,
+            dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
+            calls: calls.clone(),
+        });
         let engine = Engine {
             conn,
             keys: Keys::new(&settings.redis.key_prefix, &settings.redis.hash_key),
             policies,
             rates,
-            lease_ms: settings.redis.reservation_lease.0.as_millis() as i64,
-            dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
-            admit_script: Script::new(ADMIT_LUA),
-            rate_script: Script::new(RATE_LUA),
-            refund_script: Script::new(REFUND_LUA),
+            lease_ms,
+            admitter,
+            rate_script,
+            refund_script,
             offset_ms: AtomicI64::new(0),
-            calls: AtomicU64::new(0),
+            calls,
             orphans: Default::default(),
         };
-        // On a cluster, SCRIPT LOAD goes to every node; a node that loses them later
-        // (restart, failover) answers NOSCRIPT and the call loads them again.
-        let mut conn = engine.conn.clone();
-        for script in [
-            &engine.admit_script,
-            &engine.rate_script,
-            &engine.refund_script,
-        ] {
-            script.load_async(&mut conn).await?;
-        }
         engine.sync_clock().await?;
         Ok(engine)
     }
@@ -703,19 +713,14 @@ impl Engine {
             tz,
             now.map(ms).unwrap_or_else(|| self.redis_now()),
         );
-        let mut inv = self.admit_script.key(key);
-        inv.arg(member)
-            .arg(plan.valid_from_ms)
-            .arg(plan.valid_until_ms)
-            .arg(self.lease_ms)
-            .arg(self.dedupe_ms)
-            .arg(plan.calendar_expiry_ms);
-        for (limit, bound) in &plan.rules {
-            inv.arg(*limit).arg(*bound);
-        }
-        let mut conn = self.conn.clone();
-        self.count_call();
-        let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        let reply = self
+            .admitter
+            .admit(AdmitArgs {
+                key: key.to_string(),
+                member: member.to_vec(),
+                plan,
+            })
+            .await?;
         if let Some(now) = reply.get(1) {
             self.observe(*now);
         }

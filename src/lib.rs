@@ -21,6 +21,7 @@
 //! - [`engine`]: the decision, the Redis side: `lua/admit.lua` (caps, a sorted set
 //!   per recipient), `lua/rate.lua` and `lua/refund.lua` (per-channel GCRA), one
 //!   clock (Redis `TIME`), pacing when a channel's rate refuses.
+//! - [`batch`]: the admissions waiting at one moment go to Redis as one script call.
 //! - [`delay`]: the delay ladder's names and headers (pure): how a refused job waits
 //!   in RabbitMQ without a plugin.
 //! - [`broker`]: connecting, declaring the topology, publishing with confirms.
@@ -44,6 +45,7 @@
 
 pub mod acks;
 pub mod admin;
+pub mod batch;
 pub mod broker;
 pub mod cli;
 pub mod commits;

@@ -359,3 +359,75 @@ async fn idle_recipients_expire_and_three_sends_fit_in_150_bytes() {
     assert!(bytes <= 150, "{bytes} bytes");
     assert!(pttl > 0 && pttl <= 8 * 86_400_000, "pttl {pttl}");
 }
+
+/// Admissions waiting at the same moment share one script call, and each is decided
+/// as if it had come alone: a burst of 300 jobs, half of them second jobs of the
+/// same recipients, admits exactly one per recipient in far fewer calls than jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_decided_in_batches_with_each_job_seeing_the_ones_before() {
+    let ns = unique("batch");
+    let _g = RedisGuard(ns.clone());
+    let s = settings(&ns);
+    let e = Arc::new(engine(&s).await);
+    let before = e.calls();
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let e = e.clone();
+            tokio::spawn(async move {
+                let (id, who) = (format!("job-{i}"), format!("who-{}", i % 150));
+                e.admit(&req(&id, &who, Tz::UTC)).await.unwrap()
+            })
+        })
+        .collect();
+    let mut admitted_per = std::collections::HashMap::<usize, usize>::new();
+    let mut refused = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Admission::Admitted(_) => *admitted_per.entry(i % 150).or_default() += 1,
+            Admission::Refused { .. } => refused += 1,
+            other => panic!("job {i}: {other:?}"),
+        }
+    }
+    assert_eq!(admitted_per.len(), 150, "every recipient got one");
+    assert!(admitted_per.values().all(|&n| n == 1), "{admitted_per:?}");
+    assert_eq!(refused, 150);
+    let calls = e.calls() - before;
+    assert!(calls < 300, "{calls} calls for 300 admissions: not batched");
+}
+
+/// A recipient key that holds another type fails that job alone; the jobs batched
+/// with it are decided normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_key_fails_its_own_job_only() {
+    let ns = unique("badkey");
+    let _g = RedisGuard(ns.clone());
+    let s = settings(&ns);
+    let e = Arc::new(engine(&s).await);
+    let bad = e.keys().recipient("broken", "default", None);
+    let _: () = redis::cmd("SET")
+        .arg(&bad)
+        .arg("not a sorted set")
+        .query(&mut redis())
+        .unwrap();
+    for round in 0..5 {
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let e = e.clone();
+                tokio::spawn(async move {
+                    let id = format!("r{round}-{i}");
+                    let who = if i == 20 { "broken".to_string() } else { format!("ok-{round}-{i}") };
+                    e.admit(&req(&id, &who, Tz::UTC)).await
+                })
+            })
+            .collect();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let result = t.await.unwrap();
+            if i == 20 {
+                let err = result.expect_err("the broken key's job fails");
+                assert!(err.to_string().contains("admit.lua"), "{err}");
+            } else {
+                admitted(&result.unwrap());
+            }
+        }
+    }
+}

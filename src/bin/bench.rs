@@ -451,12 +451,13 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
             &sha,
             "1",
             &key,
+            "120000",
+            "86400000",
             "m__rand_int__",
             "0",
             "9007199254740991",
-            "120000",
-            "86400000",
             "0",
+            "1",
             "3",
             "-86400000",
         ])
@@ -573,12 +574,14 @@ async fn run_mix(
         .stderr(Stdio::null())
         .spawn()
         .context("starting the worker")?;
+    // the clock starts when the worker consumes (its start-up is not throughput)
+    wait_ready(port, &mut child).await?;
     let started = Instant::now();
     let mut rss_curve = Vec::new();
     let mut outcomes = HashMap::new();
     let result = async {
         loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             if let Some(rss) = rss_mib(child.id(), "VmRSS") {
                 rss_curve.push((started.elapsed().as_secs_f64(), rss));
             }
@@ -678,12 +681,7 @@ async fn latency(
         .stderr(Stdio::null())
         .spawn()
         .context("starting the worker")?;
-    for _ in 0..100 {
-        if scrape(port).is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(port, &mut child).await?;
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     let ticks_per_sec = 1000u64;
@@ -728,6 +726,9 @@ async fn latency(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop(&mut child);
+    if let Ok(dir) = std::env::var("QW_BENCH_METRICS_DIR") {
+        let _ = std::fs::write(Path::new(&dir).join("latency-metrics.txt"), &metrics);
+    }
     let q = quantiles(&metrics, "quota_worker_admission_seconds");
     Ok(Latency {
         offered_jobs_per_sec: rate,
@@ -788,10 +789,29 @@ fn rss_mib(pid: u32, field: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Wait until the worker's `/readyz` answers 200: it is connected and consuming.
+async fn wait_ready(port: u16, child: &mut Child) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if get(port, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")) {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the worker exited before it was ready: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    bail!("the worker was not ready within 30 s")
+}
+
 fn scrape(port: u16) -> Result<String> {
+    get(port, "/metrics")
+}
+
+fn get(port: u16, path: &str) -> Result<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     Ok(text)
