@@ -67,6 +67,9 @@ struct Args {
     /// reported, and every round's ratio is listed (default 1 quick, 3 full).
     #[arg(long)]
     rounds: Option<usize>,
+    /// Prefetch for the ceiling and the worker alike (default: the worker's default).
+    #[arg(long)]
+    prefetch: Option<u16>,
     /// Where to write bench.json and bench.svg.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -152,6 +155,9 @@ fn base_settings(args: &Args, ns: &str) -> Result<Settings> {
     s.amqp.dead_exchange = format!("{ns}.dead");
     s.amqp.dead_queue = format!("{ns}.dead");
     s.amqp.delay_prefix = format!("{ns}.delay");
+    if let Some(p) = args.prefetch {
+        s.amqp.prefetch = p;
+    }
     Ok(s)
 }
 
@@ -169,6 +175,7 @@ fn worker_env(s: &Settings, port: u16) -> Vec<(String, String)> {
         ("AMQP__DEAD_EXCHANGE", a.dead_exchange.clone()),
         ("AMQP__DEAD_QUEUE", a.dead_queue.clone()),
         ("AMQP__DELAY_PREFIX", a.delay_prefix.clone()),
+        ("AMQP__PREFETCH", a.prefetch.to_string()),
         ("REDIS__URL", s.redis.url.clone()),
         ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
         ("HTTP__ENABLED", "true".into()),
