@@ -5,6 +5,8 @@
 //! rate). When the channel is not pacing, both go out at once on the multiplexed
 //! connection, so the allow path costs one round trip; the dispatch is then
 //! confirmed with [`Engine::commit`] (or undone with [`Engine::release`]).
+//! Admissions that wait at the same moment share one `admit.lua` call (module
+//! [`crate::batch`]) on a single node.
 //!
 //! ## One clock
 //! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar
