@@ -243,11 +243,37 @@ async fn run(args: Args) -> Result<()> {
         }
         let mut done = Vec::new();
         for round in 0..rounds {
-            // the ceiling right before each mix, so both see the same machine
-            let c = base_settings(&args, &format!("{run_id}c{i}r{round}"))?;
-            let (ceiling, ceiling_cpu) = ceiling(&conn, &c, jobs).await?;
-            let s = base_settings(&args, &format!("{run_id}m{i}r{round}"))?;
-            let mut r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
+            // the ceiling right before each mix, so both see the same machine; a
+            // round the broker breaks off (RabbitMQ 3.10's segment writer can crash
+            // while a deleted quorum queue's segments are truncated, closing every
+            // connection) is run again once, on a new connection
+            let mut attempt = 0;
+            let (s, mut r, ceiling, ceiling_cpu) = loop {
+                let c = base_settings(&args, &format!("{run_id}c{i}r{round}a{attempt}"))?;
+                let s = base_settings(&args, &format!("{run_id}m{i}r{round}a{attempt}"))?;
+                let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
+                let result = async {
+                    let (ceiling, cpu) = ceiling(&conn, &c, jobs).await?;
+                    let r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
+                    Ok::<_, anyhow::Error>((r, ceiling, cpu))
+                }
+                .await;
+                match result {
+                    Ok((r, ceiling, cpu)) => {
+                        let _ = conn.close(200, "bye".into()).await;
+                        break (s, r, ceiling, cpu);
+                    }
+                    Err(e) if attempt == 0 => {
+                        eprintln!("      round broken off ({e:#}); running it again");
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
+                        cleanup(&conn, &c).await;
+                        cleanup(&conn, &s).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
             r.ceiling_jobs_per_sec = ceiling;
             r.ceiling_cpu_us_per_msg = ceiling_cpu;
             r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
@@ -257,6 +283,7 @@ async fn run(args: Args) -> Result<()> {
                 r.jobs_per_sec,
                 r.ratio_to_ceiling
             );
+            let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
             cleanup(&conn, &s).await;
             done.push(r);
         }
@@ -276,6 +303,7 @@ async fn run(args: Args) -> Result<()> {
     }
 
     if step("latency") {
+        let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
         let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
         let rate = std::env::var("QW_BENCH_RATE")
