@@ -152,7 +152,10 @@ impl Caller {
     }
 }
 
-async fn run(caller: Arc<Caller>, mut rx: mpsc::UnboundedReceiver<(AdmitArgs, oneshot::Sender<Reply>)>) {
+async fn run(
+    caller: Arc<Caller>,
+    mut rx: mpsc::UnboundedReceiver<(AdmitArgs, oneshot::Sender<Reply>)>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {

@@ -415,7 +415,11 @@ async fn a_broken_key_fails_its_own_job_only() {
                 let e = e.clone();
                 tokio::spawn(async move {
                     let id = format!("r{round}-{i}");
-                    let who = if i == 20 { "broken".to_string() } else { format!("ok-{round}-{i}") };
+                    let who = if i == 20 {
+                        "broken".to_string()
+                    } else {
+                        format!("ok-{round}-{i}")
+                    };
                     e.admit(&req(&id, &who, Tz::UTC)).await
                 })
             })

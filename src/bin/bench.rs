@@ -267,7 +267,8 @@ async fn run(args: Args) -> Result<()> {
                         eprintln!("      round broken off ({e:#}); running it again");
                         attempt += 1;
                         tokio::time::sleep(Duration::from_secs(5)).await;
-                        let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
+                        let conn = Connection::connect(&args.amqp, ConnectionProperties::default())
+                            .await?;
                         cleanup(&conn, &c).await;
                         cleanup(&conn, &s).await;
                     }
@@ -846,7 +847,9 @@ fn rss_mib(pid: u32, field: &str) -> Option<f64> {
 async fn wait_ready(port: u16, child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if get(port, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")) {
+        if get(port, "/readyz")
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+        {
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
@@ -986,7 +989,10 @@ async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
     // their memory would be counted against this step
     for _ in 0..300 {
         let info: String = redis::cmd("INFO").arg("memory").query(&mut c)?;
-        if info.lines().any(|l| l.trim() == "lazyfree_pending_objects:0") {
+        if info
+            .lines()
+            .any(|l| l.trim() == "lazyfree_pending_objects:0")
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
