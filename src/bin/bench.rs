@@ -472,6 +472,10 @@ async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64
             .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
             .await;
     }
+    // RabbitMQ 3.10's segment writer can crash (closing every connection) when it
+    // truncates the segments of a quorum queue deleted a moment ago; give it time to
+    // finish with large queues before the next step
+    tokio::time::sleep(Duration::from_millis((n as u64 / 100).min(10_000))).await;
     Ok((done.load(Ordering::Relaxed) as f64 / secs, cpu))
 }
 
