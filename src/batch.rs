@@ -14,7 +14,7 @@
 //! one. On a Redis Cluster the jobs of one call would live in different hash slots,
 //! so there every admission is a call of its own.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use redis::Script;
@@ -112,8 +112,7 @@ impl Caller {
                 inv.arg(*limit).arg(*bound);
             }
         }
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("quota_worker_redis_calls_total").increment(1);
+        crate::engine::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let replies: Vec<Vec<i64>> = inv.invoke_async(&mut conn).await?;
         if replies.len() != jobs.len() {

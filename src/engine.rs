@@ -359,8 +359,7 @@ impl Engine {
     }
 
     fn count_call(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("quota_worker_redis_calls_total").increment(1);
+        count_call(&self.calls);
     }
 
     /// The policy a category selects.
@@ -738,6 +737,12 @@ impl Engine {
             }),
         }
     }
+}
+
+/// Count one Redis command (script calls included) sent.
+pub(crate) fn count_call(calls: &AtomicU64) {
+    calls.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("quota_worker_redis_calls_total").increment(1);
 }
 
 enum AdmitReply {

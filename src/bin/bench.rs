@@ -206,9 +206,7 @@ async fn run(args: Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)?;
     let run_id = format!("bench{}", std::process::id());
-    let conn = Connection::connect(&args.amqp, ConnectionProperties::default())
-        .await
-        .context("connecting to RabbitMQ")?;
+    let conn = connect(&args.amqp).await?;
     let mut report = Report {
         machine: machine(),
         quick: args.quick,
@@ -243,49 +241,15 @@ async fn run(args: Args) -> Result<()> {
         }
         let mut done = Vec::new();
         for round in 0..rounds {
-            // the ceiling right before each mix, so both see the same machine; a
-            // round the broker breaks off (RabbitMQ 3.10's segment writer can crash
-            // while a deleted quorum queue's segments are truncated, closing every
-            // connection) is run again once, on a new connection
-            let mut attempt = 0;
-            let (s, mut r, ceiling, ceiling_cpu) = loop {
-                let c = base_settings(&args, &format!("{run_id}c{i}r{round}a{attempt}"))?;
-                let s = base_settings(&args, &format!("{run_id}m{i}r{round}a{attempt}"))?;
-                let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
-                let result = async {
-                    let (ceiling, cpu) = ceiling(&conn, &c, jobs).await?;
-                    let r = run_mix(&conn, &s, &worker_bin, mix, jobs).await?;
-                    Ok::<_, anyhow::Error>((r, ceiling, cpu))
-                }
-                .await;
-                match result {
-                    Ok((r, ceiling, cpu)) => {
-                        let _ = conn.close(200, "bye".into()).await;
-                        break (s, r, ceiling, cpu);
-                    }
-                    Err(e) if attempt == 0 => {
-                        eprintln!("      round broken off ({e:#}); running it again");
-                        attempt += 1;
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        let conn = Connection::connect(&args.amqp, ConnectionProperties::default())
-                            .await?;
-                        cleanup(&conn, &c).await;
-                        cleanup(&conn, &s).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            r.ceiling_jobs_per_sec = ceiling;
-            r.ceiling_cpu_us_per_msg = ceiling_cpu;
-            r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
+            let (s, r) = paired_round(&args, &run_id, &worker_bin, mix, i, round, jobs).await?;
             eprintln!(
-                "      {mix} round {}: {:.0} jobs/s, ceiling {ceiling:.0} msgs/s ({:.2} of it)",
+                "      {mix} round {}: {:.0} jobs/s, ceiling {:.0} msgs/s ({:.2} of it)",
                 round + 1,
                 r.jobs_per_sec,
+                r.ceiling_jobs_per_sec,
                 r.ratio_to_ceiling
             );
-            let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
-            cleanup(&conn, &s).await;
+            cleanup(&connect(&args.amqp).await?, &s).await;
             done.push(r);
         }
         let ratios: Vec<f64> = done.iter().map(|r| r.ratio_to_ceiling).collect();
@@ -304,7 +268,7 @@ async fn run(args: Args) -> Result<()> {
     }
 
     if step("latency") {
-        let conn = Connection::connect(&args.amqp, ConnectionProperties::default()).await?;
+        let conn = connect(&args.amqp).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
         let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
         let rate = std::env::var("QW_BENCH_RATE")
@@ -338,6 +302,58 @@ async fn run(args: Args) -> Result<()> {
     eprintln!("wrote {0}/bench.json and {0}/bench.svg", args.out.display());
     let _ = conn.close(200, "bye".into()).await;
     Ok(())
+}
+
+async fn connect(url: &str) -> Result<Connection> {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .context("connecting to RabbitMQ")
+}
+
+/// One ceiling and, right after it, one run of `mix`, so both see the same machine;
+/// returns the mix's settings (for clean-up) and its result against that ceiling. A
+/// round the broker breaks off (RabbitMQ 3.10's segment writer can crash while a
+/// deleted quorum queue's segments are truncated, closing every connection) is run
+/// again once, on a new connection.
+#[allow(clippy::too_many_arguments)]
+async fn paired_round(
+    args: &Args,
+    run_id: &str,
+    worker_bin: &Path,
+    mix: &str,
+    i: usize,
+    round: usize,
+    jobs: usize,
+) -> Result<(Settings, MixResult)> {
+    for attempt in 0..2 {
+        let c = base_settings(args, &format!("{run_id}c{i}r{round}a{attempt}"))?;
+        let s = base_settings(args, &format!("{run_id}m{i}r{round}a{attempt}"))?;
+        let conn = connect(&args.amqp).await?;
+        let result = async {
+            let (ceiling, cpu) = ceiling(&conn, &c, jobs).await?;
+            let mut r = run_mix(&conn, &s, worker_bin, mix, jobs).await?;
+            r.ceiling_jobs_per_sec = ceiling;
+            r.ceiling_cpu_us_per_msg = cpu;
+            r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
+            Ok::<_, anyhow::Error>(r)
+        }
+        .await;
+        match result {
+            Ok(r) => {
+                let _ = conn.close(200, "bye".into()).await;
+                return Ok((s, r));
+            }
+            Err(e) if attempt == 0 => {
+                eprintln!("      round broken off ({e:#}); running it again");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let conn = connect(&args.amqp).await?;
+                cleanup(&conn, &c).await;
+                cleanup(&conn, &s).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the second attempt returns")
 }
 
 fn machine() -> String {
