@@ -70,6 +70,9 @@ struct Args {
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
     #[arg(long)]
     prefetch: Option<u16>,
+    /// Delete queues only at the end of the run (always so from 500,000 jobs per mix).
+    #[arg(long)]
+    defer_deletes: bool,
     /// Where to write bench.json and bench.svg.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -207,6 +210,11 @@ async fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let run_id = format!("bench{}", std::process::id());
     let conn = connect(&args.amqp).await?;
+    let teardown = Teardown {
+        amqp: args.amqp.clone(),
+        defer: args.defer_deletes || jobs >= 500_000,
+        pending: Default::default(),
+    };
     let mut report = Report {
         machine: machine(),
         quick: args.quick,
@@ -241,7 +249,8 @@ async fn run(args: Args) -> Result<()> {
         }
         let mut done = Vec::new();
         for round in 0..rounds {
-            let (s, r) = paired_round(&args, &run_id, &worker_bin, mix, i, round, jobs).await?;
+            let (s, r) =
+                paired_round(&args, &teardown, &run_id, &worker_bin, mix, i, round, jobs).await?;
             eprintln!(
                 "      {mix} round {}: {:.0} jobs/s, ceiling {:.0} msgs/s ({:.2} of it)",
                 round + 1,
@@ -249,7 +258,7 @@ async fn run(args: Args) -> Result<()> {
                 r.ceiling_jobs_per_sec,
                 r.ratio_to_ceiling
             );
-            cleanup(&connect(&args.amqp).await?, &s).await;
+            teardown.delete(&s, false).await;
             done.push(r);
         }
         let ratios: Vec<f64> = done.iter().map(|r| r.ratio_to_ceiling).collect();
@@ -271,6 +280,7 @@ async fn run(args: Args) -> Result<()> {
         let conn = connect(&args.amqp).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
         let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
+        teardown.delete(&c, true).await;
         let rate = std::env::var("QW_BENCH_RATE")
             .ok()
             .and_then(|r| r.parse().ok())
@@ -279,7 +289,7 @@ async fn run(args: Args) -> Result<()> {
         eprintln!("[3b] latency: {rate:.0} jobs/s (half the ceiling of {ceiling:.0}) for {secs} s");
         let s = base_settings(&args, &format!("{run_id}l"))?;
         report.latency = Some(latency(&conn, &s, &worker_bin, rate, secs).await?);
-        cleanup(&conn, &s).await;
+        teardown.delete(&s, false).await;
     }
 
     if step("memory") {
@@ -301,6 +311,7 @@ async fn run(args: Args) -> Result<()> {
     plot(&report, &args.out.join("bench.svg"))?;
     eprintln!("wrote {0}/bench.json and {0}/bench.svg", args.out.display());
     let _ = conn.close(200, "bye".into()).await;
+    teardown.finish().await;
     Ok(())
 }
 
@@ -318,6 +329,7 @@ async fn connect(url: &str) -> Result<Connection> {
 #[allow(clippy::too_many_arguments)]
 async fn paired_round(
     args: &Args,
+    teardown: &Teardown,
     run_id: &str,
     worker_bin: &Path,
     mix: &str,
@@ -331,6 +343,7 @@ async fn paired_round(
         let conn = connect(&args.amqp).await?;
         let result = async {
             let (ceiling, cpu) = ceiling(&conn, &c, jobs).await?;
+            teardown.delete(&c, true).await;
             let mut r = run_mix(&conn, &s, worker_bin, mix, jobs).await?;
             r.ceiling_jobs_per_sec = ceiling;
             r.ceiling_cpu_us_per_msg = cpu;
@@ -346,9 +359,8 @@ async fn paired_round(
             Err(e) if attempt == 0 => {
                 eprintln!("      round broken off ({e:#}); running it again");
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                let conn = connect(&args.amqp).await?;
-                cleanup(&conn, &c).await;
-                cleanup(&conn, &s).await;
+                teardown.delete(&c, true).await;
+                teardown.delete(&s, false).await;
             }
             Err(e) => return Err(e),
         }
@@ -413,10 +425,7 @@ async fn preload(
 async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64; 3])> {
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    let (src, dst) = (
-        format!("{}.src", s.amqp.jobs_queue),
-        format!("{}.dst", s.amqp.jobs_queue),
-    );
+    let [src, dst] = ceiling_queues(s);
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
@@ -483,16 +492,65 @@ async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64
     let secs = started.elapsed().as_secs_f64();
     let cpu_after = cpu_snapshot();
     let cpu: [f64; 3] = std::array::from_fn(|i| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64);
-    for q in [&src, &dst] {
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    // RabbitMQ 3.10's segment writer can crash (closing every connection) when it
-    // truncates the segments of a quorum queue deleted a moment ago; give it time to
-    // finish with large queues before the next step
-    tokio::time::sleep(Duration::from_millis((n as u64 / 100).min(10_000))).await;
     Ok((done.load(Ordering::Relaxed) as f64 / secs, cpu))
+}
+
+/// The ceiling's two queues.
+fn ceiling_queues(s: &Settings) -> [String; 2] {
+    [
+        format!("{}.src", s.amqp.jobs_queue),
+        format!("{}.dst", s.amqp.jobs_queue),
+    ]
+}
+
+/// Deletes what the steps declared: right after each step, or, for long runs, all at
+/// the end. RabbitMQ 3.10's quorum-queue segment writer can crash (closing every
+/// connection) while it truncates the segments of a queue of a million messages
+/// deleted a moment before; a run that deletes nothing until it has measured
+/// everything is not broken off by it.
+struct Teardown {
+    amqp: String,
+    defer: bool,
+    pending: std::sync::Mutex<Vec<(Settings, bool)>>,
+}
+
+impl Teardown {
+    /// Delete the topology (and, with `ceiling`, the ceiling's queues) of `s`.
+    async fn delete(&self, s: &Settings, ceiling: bool) {
+        if self.defer {
+            self.pending.lock().unwrap().push((s.clone(), ceiling));
+            return;
+        }
+        self.delete_now(s, ceiling).await;
+    }
+
+    async fn delete_now(&self, s: &Settings, ceiling: bool) {
+        let Ok(conn) = connect(&self.amqp).await else {
+            return;
+        };
+        if ceiling {
+            if let Ok(ch) = conn.create_channel().await {
+                for q in ceiling_queues(s) {
+                    let _ = ch
+                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                        .await;
+                }
+            }
+            // give the segment writer time with large queues before the next step
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        } else {
+            cleanup(&conn, s).await;
+        }
+        let _ = conn.close(200, "bye".into()).await;
+    }
+
+    /// Everything deferred so far.
+    async fn finish(&self) {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap());
+        for (s, ceiling) in pending {
+            self.delete_now(&s, ceiling).await;
+        }
+    }
 }
 
 /// `redis-benchmark` running the admission script by EVALSHA (50 clients).
