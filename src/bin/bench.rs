@@ -70,6 +70,10 @@ struct Args {
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
     #[arg(long)]
     prefetch: Option<u16>,
+    /// Skip the latency step's second pass, with the worker and Redis under
+    /// real-time scheduling (SCHED_FIFO, by `chrt`).
+    #[arg(long)]
+    no_realtime: bool,
     /// Delete queues only at the end of the run (always so from 500,000 jobs per mix).
     #[arg(long)]
     defer_deletes: bool,
@@ -112,6 +116,9 @@ struct MixResult {
 
 #[derive(Serialize, Debug, Clone, Default)]
 struct Latency {
+    /// How the worker and Redis were scheduled: "default", or "SCHED_FIFO 10" for
+    /// both (the broker and the load generator keep the default).
+    scheduling: String,
     offered_jobs_per_sec: f64,
     seconds: u64,
     jobs: u64,
@@ -131,7 +138,7 @@ struct Report {
     engine_ratio: Option<f64>,
     engine_redis_calls_per_admission: f64,
     mixes: Vec<MixResult>,
-    latency: Option<Latency>,
+    latency: Vec<Latency>,
     memory_recipients: usize,
     memory_bytes_per_recipient: f64,
     memory_usage_one_recipient: i64,
@@ -288,8 +295,26 @@ async fn run(args: Args) -> Result<()> {
         let secs = if args.quick { 10 } else { 30 };
         eprintln!("[3b] latency: {rate:.0} jobs/s (half the ceiling of {ceiling:.0}) for {secs} s");
         let s = base_settings(&args, &format!("{run_id}l"))?;
-        report.latency = Some(latency(&conn, &s, &worker_bin, rate, secs).await?);
+        report
+            .latency
+            .push(latency(&conn, &s, &worker_bin, rate, secs, None).await?);
         teardown.delete(&s, false).await;
+        if !args.no_realtime {
+            match redis_pid(&s) {
+                Ok(pid) => {
+                    eprintln!(
+                        "[3b] latency again, the worker and Redis (pid {pid}) under SCHED_FIFO 10"
+                    );
+                    let s = base_settings(&args, &format!("{run_id}lr"))?;
+                    match latency(&conn, &s, &worker_bin, rate, secs, Some(pid)).await {
+                        Ok(l) => report.latency.push(l),
+                        Err(e) => eprintln!("      skipped: {e:#}"),
+                    }
+                    teardown.delete(&s, false).await;
+                }
+                Err(e) => eprintln!("      real-time pass skipped: {e:#}"),
+            }
+        }
     }
 
     if step("memory") {
@@ -798,6 +823,7 @@ async fn latency(
     bin: &Path,
     rate: f64,
     secs: u64,
+    realtime_redis: Option<u32>,
 ) -> Result<Latency> {
     let topology = Topology {
         amqp: s.amqp.clone(),
@@ -813,6 +839,19 @@ async fn latency(
         .stderr(Stdio::null())
         .spawn()
         .context("starting the worker")?;
+    // with `realtime_redis`, the worker and Redis run ahead of the broker and the load
+    // generator whenever they are ready to (restored when the guards drop)
+    let _realtime = match realtime_redis {
+        Some(redis) => match Realtime::set(child.id()).and_then(|w| Ok((w, Realtime::set(redis)?)))
+        {
+            Ok(guards) => Some(guards),
+            Err(e) => {
+                stop(&mut child);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     wait_ready(port, &mut child).await?;
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -863,6 +902,11 @@ async fn latency(
     }
     let q = quantiles(&metrics, "quota_worker_admission_seconds");
     Ok(Latency {
+        scheduling: if realtime_redis.is_some() {
+            "SCHED_FIFO 10".into()
+        } else {
+            "default".into()
+        },
         offered_jobs_per_sec: rate,
         seconds: secs,
         jobs: sent,
@@ -870,6 +914,49 @@ async fn latency(
         admission_p99_ms: q.get("0.99").map(|v| v * 1e3),
         admission_p999_ms: q.get("0.999").map(|v| v * 1e3),
     })
+}
+
+/// A process (every thread of it) under SCHED_FIFO priority 10 until dropped, then
+/// back to SCHED_OTHER. Needs `chrt` (util-linux) and the right to raise priority
+/// (root, or CAP_SYS_NICE).
+struct Realtime(u32);
+
+impl Realtime {
+    fn set(pid: u32) -> Result<Realtime> {
+        let out = Command::new("chrt")
+            .args(["-a", "-f", "-p", "10", &pid.to_string()])
+            .output()
+            .context("running chrt")?;
+        if !out.status.success() {
+            bail!(
+                "chrt -a -f -p 10 {pid}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(Realtime(pid))
+    }
+}
+
+impl Drop for Realtime {
+    fn drop(&mut self) {
+        let _ = Command::new("chrt")
+            .args(["-a", "-o", "-p", "0", &self.0.to_string()])
+            .output();
+    }
+}
+
+/// The pid of the Redis server, when it runs on this machine.
+fn redis_pid(s: &Settings) -> Result<u32> {
+    let (host, _) = url_host_port(&s.redis.url);
+    if !["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str()) {
+        bail!("Redis at {host} is not on this machine");
+    }
+    let mut conn = redis::Client::open(s.redis.url.as_str())?.get_connection()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .context("no process_id in INFO server")
 }
 
 fn stop(child: &mut Child) {
@@ -1221,10 +1308,11 @@ fn print_table(r: &Report) {
             cb + cr + cc
         );
     }
-    if let Some(l) = &r.latency {
+    for l in &r.latency {
         println!(
-            "\nadmission latency at {:.0} jobs/s (half the ceiling), {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
+            "\nadmission latency at {:.0} jobs/s (half the ceiling), scheduling {}, {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
             l.offered_jobs_per_sec,
+            l.scheduling,
             l.jobs,
             l.seconds,
             fmt_ms(l.admission_p50_ms),
@@ -1279,6 +1367,16 @@ fn plot(r: &Report, path: &Path) -> Result<()> {
                 ],
             )
         })
+        .chain(r.latency.iter().map(|l| {
+            (
+                format!("rate/2, {}", l.scheduling),
+                [
+                    l.admission_p50_ms.unwrap_or(0.0),
+                    l.admission_p99_ms.unwrap_or(0.0),
+                    l.admission_p999_ms.unwrap_or(0.0),
+                ],
+            )
+        }))
         .collect();
     let top = lat.iter().flat_map(|l| l.1).fold(0.1, f64::max) * 1.2;
     let mut chart = ChartBuilder::on(&right)
