@@ -286,7 +286,7 @@ async fn run(args: Args) -> Result<()> {
     if step("latency") {
         let conn = connect(&args.amqp).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
-        let (ceiling, _) = ceiling(&conn, &c, jobs).await?;
+        let (ceiling, _) = ceiling(&conn, &c, "a-allowed", jobs).await?;
         teardown.delete(&c, true).await;
         let rate = std::env::var("QW_BENCH_RATE")
             .ok()
@@ -367,7 +367,7 @@ async fn paired_round(
         let s = base_settings(args, &format!("{run_id}m{i}r{round}a{attempt}"))?;
         let conn = connect(&args.amqp).await?;
         let result = async {
-            let (ceiling, cpu) = ceiling(&conn, &c, jobs).await?;
+            let (ceiling, cpu) = ceiling(&conn, &c, mix, jobs).await?;
             teardown.delete(&c, true).await;
             let mut r = run_mix(&conn, &s, worker_bin, mix, jobs).await?;
             r.ceiling_jobs_per_sec = ceiling;
@@ -446,8 +446,9 @@ async fn preload(
     Ok(())
 }
 
-/// The broker's own ceiling: consume, publish with confirm, ack — no decision.
-async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64; 3])> {
+/// The broker's own ceiling: consume, publish with confirm, ack — no decision — on
+/// the same `n` job bodies as `mix`.
+async fn ceiling(conn: &Connection, s: &Settings, mix: &str, n: usize) -> Result<(f64, [f64; 3])> {
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     let [src, dst] = ceiling_queues(s);
@@ -459,14 +460,7 @@ async fn ceiling(conn: &Connection, s: &Settings, n: usize) -> Result<(f64, [f64
         ch.queue_declare(q.as_str().into(), durable, quorum())
             .await?;
     }
-    preload(
-        &ch,
-        "",
-        &src,
-        (0..n)
-            .map(|i| format!(r#"{{"id":"c{i}","recipient":"r{i}","channel":"sms"}}"#).into_bytes()),
-    )
-    .await?;
+    preload(&ch, "", &src, job_bodies(mix, n)).await?;
 
     let consume = conn.create_channel().await?;
     consume
