@@ -64,7 +64,7 @@ struct Args {
     )]
     steps: Vec<String>,
     /// Paired runs (ceiling, then mix) per mix; the round with the median ratio is
-    /// reported, and every round's ratio is listed (default 1 quick, 3 full).
+    /// reported, and every round's ratio is listed (default 1 quick, 5 full).
     #[arg(long)]
     rounds: Option<usize>,
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
@@ -200,7 +200,7 @@ async fn run(args: Args) -> Result<()> {
     let jobs = args
         .jobs
         .unwrap_or(if args.quick { 30_000 } else { 200_000 });
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1);
     let recipients = args
         .recipients
         .unwrap_or(if args.quick { 10_000 } else { 1_000_000 });
