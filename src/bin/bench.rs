@@ -14,7 +14,10 @@
 //! 3. **mixes** (a) all allowed, (b) Zipf-skewed recipients (many capped and
 //!    delayed), (c) all malformed: the real `quota-worker run` binary drains a
 //!    preloaded backlog; its `/metrics` gives latency and Redis calls, `/proc` its RSS.
-//! 4. **memory**: Redis `used_memory` growth per recipient holding three sends.
+//! 4. **latency**: jobs offered at half the ceiling's rate, admission quantiles from
+//!    the worker's histogram; a second pass with the worker and Redis under
+//!    `SCHED_FIFO` (by `chrt`, where permitted).
+//! 5. **memory**: Redis `used_memory` growth per recipient holding three sends.
 //!
 //! Results: a table on stdout, `<out>/bench.json` and `<out>/bench.svg`.
 
