@@ -3,24 +3,25 @@
 //! loopback ports, temp dirs), shared by every test of this binary and killed when
 //! the binary exits. Each test keeps its own key prefix.
 //!
-//! These repeat the key scenarios of `tests/engine.rs` (caps, exact retry times,
-//! duplicates, release, the GCRA rate, concurrent admissions) and one end-to-end run
-//! of the worker, with `redis.cluster = true`.
+//! They run the engine scenarios of `tests/common/scenarios.rs` that
+//! `tests/engine.rs` runs on a single node (caps, exact retry times, duplicates,
+//! release, the GCRA rate, concurrent admissions), the cluster's own cases (scripts
+//! on every node, keys spread over the masters) and one end-to-end run of the worker,
+//! with `redis.cluster = true`.
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use common::audit::{self, noon_zone, publish_all, Audit, Published};
 use common::procs::RedisCluster;
 use common::reliability::record;
+use common::scenarios::{self, admitted, engine, req};
 use common::*;
-use quota_worker::config::{Rate, RuleSettings, Settings};
-use quota_worker::engine::{Admission, Engine, RedisConn, Request};
-use quota_worker::window;
+use quota_worker::config::Settings;
+use quota_worker::engine::RedisConn;
 use serde_json::json;
 
 static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
@@ -50,44 +51,6 @@ impl Drop for ClusterKeys {
     }
 }
 
-async fn engine(s: &Settings) -> Engine {
-    Engine::connect(s).await.expect("redis cluster")
-}
-
-fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
-    Request {
-        id,
-        recipient,
-        channel: "sms",
-        category: "default",
-        tz,
-    }
-}
-
-fn admitted(a: &Admission) -> &quota_worker::engine::Ticket {
-    match a {
-        Admission::Admitted(t) => t,
-        other => panic!("expected admitted, got {other:?}"),
-    }
-}
-
-fn retry_at(a: &Admission) -> DateTime<Utc> {
-    match a {
-        Admission::Refused {
-            retry_at: Some(t), ..
-        } => *t,
-        other => panic!("expected refused with a retry time, got {other:?}"),
-    }
-}
-
-async fn zcard(conn: &mut RedisConn, key: &str) -> i64 {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn the_connection_is_a_cluster_connection() {
     let ns = unique("c-kind");
@@ -101,173 +64,62 @@ async fn the_connection_is_a_cluster_connection() {
 async fn second_job_same_local_day_waits_for_the_recipients_next_midnight() {
     let ns = unique("c-day");
     let _k = ClusterKeys(ns.clone());
-    let e = engine(&cluster_settings(&ns)).await;
-    for zone in ["Asia/Shanghai", "America/Santiago", "Asia/Kathmandu"] {
-        let tz: Tz = zone.parse().unwrap();
-        let who = format!("user-{zone}");
-        let t = admitted(&e.admit(&req("job-1", &who, tz)).await.unwrap()).clone();
-        e.commit(&t).await.unwrap();
-        let second = e.admit(&req("job-2", &who, tz)).await.unwrap();
-        assert_eq!(
-            retry_at(&second),
-            window::next_day_start(tz, t.admitted_at),
-            "{zone}"
-        );
-    }
+    scenarios::second_job_same_local_day_waits_for_the_next_midnight(cluster_settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn rolling_window_retry_is_exact() {
     let ns = unique("c-rolling");
     let _k = ClusterKeys(ns.clone());
-    let mut s = cluster_settings(&ns);
-    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
-        limit: 2,
-        window: "3s".into(),
-    }];
-    let e = engine(&s).await;
-    let first = admitted(&e.admit(&req("a", "bob", Tz::UTC)).await.unwrap()).admitted_at;
-    admitted(&e.admit(&req("b", "bob", Tz::UTC)).await.unwrap());
-    let refused = e.admit(&req("c", "bob", Tz::UTC)).await.unwrap();
-    assert_eq!(retry_at(&refused), first + chrono::Duration::seconds(3));
+    scenarios::rolling_window_retry_is_exact(cluster_settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn same_job_twice_is_in_flight_then_a_duplicate_and_counts_once() {
     let ns = unique("c-dup");
     let _k = ClusterKeys(ns.clone());
-    let e = engine(&cluster_settings(&ns)).await;
-    let ticket = admitted(&e.admit(&req("same", "carol", Tz::UTC)).await.unwrap()).clone();
-    assert!(matches!(
-        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
-        Admission::InFlight { .. }
-    ));
-    e.commit(&ticket).await.unwrap();
-    assert_eq!(
-        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
-        Admission::Duplicate
-    );
-    let key = e.keys().recipient("carol", "default", None);
-    assert_eq!(zcard(&mut e.connection(), &key).await, 1);
+    scenarios::same_job_twice_is_in_flight_then_a_duplicate_and_counts_once(cluster_settings(&ns))
+        .await;
 }
 
 #[tokio::test]
 async fn release_gives_the_quota_back() {
     let ns = unique("c-release");
     let _k = ClusterKeys(ns.clone());
-    let e = engine(&cluster_settings(&ns)).await;
-    let a = e.admit(&req("x", "erin", Tz::UTC)).await.unwrap();
-    e.release(admitted(&a)).await.unwrap();
-    admitted(&e.admit(&req("y", "erin", Tz::UTC)).await.unwrap());
+    scenarios::release_gives_the_quota_back(cluster_settings(&ns)).await;
 }
 
 #[tokio::test]
-async fn the_rate_is_exact_and_a_refused_job_leaves_no_trace_in_it() {
+async fn a_refused_job_leaves_no_trace_in_the_rate() {
+    let ns = unique("c-trace");
+    let _k = ClusterKeys(ns.clone());
+    scenarios::a_refused_job_leaves_no_trace_in_the_rate(cluster_settings(&ns)).await;
+}
+
+#[tokio::test]
+async fn gcra_replies_and_state_are_exact_integers() {
     let ns = unique("c-gcra");
     let _k = ClusterKeys(ns.clone());
-    let mut s = cluster_settings(&ns);
-    let sms = s.channels.get_mut("sms").unwrap();
-    sms.rate = Some(1);
-    sms.period = Some(quota_worker::config::Dur(Duration::from_secs(3600)));
-    sms.burst = Some(2);
-    let e = engine(&s).await;
-    let mut c = e.connection();
-    admitted(&e.admit(&req("1", "frank", Tz::UTC)).await.unwrap());
-    let rate_key = e.keys().rate("sms");
-    let before: i64 = redis::cmd("GET")
-        .arg(&rate_key)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(matches!(
-        e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(),
-        Admission::Refused { .. }
-    ));
-    let after: i64 = redis::cmd("GET")
-        .arg(&rate_key)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(after <= before, "rate TAT moved from {before} to {after}");
-    admitted(&e.admit(&req("3", "grace", Tz::UTC)).await.unwrap());
-
-    let rate = Rate {
-        interval_us: 333_334,
-        burst: 3,
-        cost: 1,
-    };
-    let first = e.call_rate("other", rate, 1).await.unwrap();
-    assert_eq!((first.allowed, first.remaining), (1, 2));
-    assert_eq!(e.call_rate("other", rate, 2).await.unwrap().allowed, 1);
-    assert_eq!(e.call_rate("other", rate, 1).await.unwrap().allowed, 0);
-    assert_eq!(e.call_rate("other", rate, 4).await.unwrap().allowed, -1);
+    scenarios::gcra_replies_and_state_are_exact_integers(cluster_settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn two_hundred_concurrent_admissions_over_eight_connections_admit_one() {
     let ns = unique("c-race");
     let _k = ClusterKeys(ns.clone());
-    let s = cluster_settings(&ns);
-    let mut engines = Vec::new();
-    for _ in 0..8 {
-        engines.push(Arc::new(engine(&s).await));
-    }
-    let mut tasks = Vec::new();
-    for i in 0..200 {
-        let e = engines[i % 8].clone();
-        tasks.push(tokio::spawn(async move {
-            let id = format!("job-{i}");
-            matches!(
-                e.admit(&req(&id, "hot", Tz::UTC)).await.unwrap(),
-                Admission::Admitted(_)
-            )
-        }));
-    }
-    let mut n = 0;
-    for t in tasks {
-        n += t.await.unwrap() as usize;
-    }
-    assert_eq!(n, 1, "1 per calendar day");
+    scenarios::concurrent_admissions_admit_one(cluster_settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn channel_rate_holds_under_concurrency() {
     let ns = unique("c-gcra-load");
     let _k = ClusterKeys(ns.clone());
-    let s = cluster_settings(&ns);
-    let rate = Rate {
-        interval_us: 20_000,
-        burst: 5,
-        cost: 1,
-    };
-    let mut engines = Vec::new();
-    for _ in 0..4 {
-        engines.push(Arc::new(engine(&s).await));
-    }
-    let started = std::time::Instant::now();
-    let mut tasks = Vec::new();
-    for e in engines {
-        tasks.push(tokio::spawn(async move {
-            let mut allowed = 0u64;
-            while started.elapsed() < Duration::from_millis(1000) {
-                if e.call_rate("sms", rate, 1).await.unwrap().allowed == 1 {
-                    allowed += 1;
-                }
-            }
-            allowed
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let ceiling = 5 + (elapsed * 50.0).ceil() as u64;
-    assert!(
-        total <= ceiling,
-        "{total} allowed in {elapsed:.3}s, at most {ceiling}"
-    );
-    assert!(total >= 5);
+    scenarios::channel_rate_holds_under_concurrency(
+        cluster_settings(&ns),
+        4,
+        Duration::from_millis(1000),
+    )
+    .await;
 }
 
 /// A node that lost its scripts (restart, failover, `SCRIPT FLUSH`) answers

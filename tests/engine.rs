@@ -6,26 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use common::scenarios::{self, admitted, engine, req, retry_at};
 use common::{settings, unique, RedisGuard};
-use quota_worker::config::{Rate, RuleSettings, Settings};
-use quota_worker::engine::{Admission, Engine, Request};
+use quota_worker::config::RuleSettings;
+use quota_worker::engine::Admission;
 use quota_worker::window;
-
-fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
-    Request {
-        id,
-        recipient,
-        channel: "sms",
-        category: "default",
-        tz,
-    }
-}
-
-async fn engine(s: &Settings) -> Engine {
-    Engine::connect(s).await.expect("redis at 127.0.0.1:6379")
-}
 
 fn redis() -> redis::Connection {
     redis::Client::open(common::redis_url())
@@ -34,46 +20,11 @@ fn redis() -> redis::Connection {
         .unwrap()
 }
 
-fn admitted(a: &Admission) -> &quota_worker::engine::Ticket {
-    match a {
-        Admission::Admitted(t) => t,
-        other => panic!("expected admitted, got {other:?}"),
-    }
-}
-
-fn retry_at(a: &Admission) -> DateTime<Utc> {
-    match a {
-        Admission::Refused {
-            retry_at: Some(t), ..
-        } => *t,
-        other => panic!("expected refused with a retry time, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn second_job_same_local_day_waits_for_the_recipients_next_midnight() {
     let ns = unique("day");
     let _g = RedisGuard(ns.clone());
-    let s = settings(&ns);
-    let e = engine(&s).await;
-    for zone in [
-        "Asia/Shanghai",
-        "America/Santiago",
-        "Asia/Kathmandu",
-        "Australia/Lord_Howe",
-    ] {
-        let tz: Tz = zone.parse().unwrap();
-        let who = format!("user-{zone}");
-        let first = e.admit(&req("job-1", &who, tz)).await.unwrap();
-        let t = admitted(&first).clone();
-        e.commit(&t).await.unwrap();
-        let second = e.admit(&req("job-2", &who, tz)).await.unwrap();
-        assert_eq!(
-            retry_at(&second),
-            window::next_day_start(tz, t.admitted_at),
-            "{zone}"
-        );
-    }
+    scenarios::second_job_same_local_day_waits_for_the_next_midnight(settings(&ns)).await;
 }
 
 #[tokio::test]
@@ -113,43 +64,14 @@ async fn fourth_job_in_seven_days_waits_until_the_oldest_leaves_the_window() {
 async fn rolling_window_retry_is_exact() {
     let ns = unique("rolling");
     let _g = RedisGuard(ns.clone());
-    let mut s = settings(&ns);
-    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
-        limit: 2,
-        window: "3s".into(),
-    }];
-    let e = engine(&s).await;
-    let a = e.admit(&req("a", "bob", Tz::UTC)).await.unwrap();
-    let first = admitted(&a).admitted_at;
-    admitted(&e.admit(&req("b", "bob", Tz::UTC)).await.unwrap());
-    let refused = e.admit(&req("c", "bob", Tz::UTC)).await.unwrap();
-    assert_eq!(retry_at(&refused), first + chrono::Duration::seconds(3));
+    scenarios::rolling_window_retry_is_exact(settings(&ns)).await;
 }
 
 #[tokio::test]
-async fn same_job_twice_is_a_duplicate_after_commit_and_in_flight_before() {
+async fn same_job_twice_is_in_flight_then_a_duplicate_and_counts_once() {
     let ns = unique("dup");
     let _g = RedisGuard(ns.clone());
-    let s = settings(&ns);
-    let e = engine(&s).await;
-    let a = e.admit(&req("same", "carol", Tz::UTC)).await.unwrap();
-    let ticket = admitted(&a).clone();
-    let again = e.admit(&req("same", "carol", Tz::UTC)).await.unwrap();
-    assert_eq!(
-        again,
-        Admission::InFlight {
-            retry_at: ticket.admitted_at + chrono::Duration::minutes(2)
-        }
-    );
-    e.commit(&ticket).await.unwrap();
-    assert_eq!(
-        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
-        Admission::Duplicate
-    );
-    // counted once: a different job is refused by the 1-per-day rule, not by 2 sends
-    let key = e.keys().recipient("carol", "default", None);
-    let n: i64 = redis::cmd("ZCARD").arg(&key).query(&mut redis()).unwrap();
-    assert_eq!(n, 1);
+    scenarios::same_job_twice_is_in_flight_then_a_duplicate_and_counts_once(settings(&ns)).await;
 }
 
 #[tokio::test]
@@ -172,141 +94,36 @@ async fn an_abandoned_reservation_is_admitted_again_after_its_lease() {
 async fn release_gives_the_quota_back() {
     let ns = unique("release");
     let _g = RedisGuard(ns.clone());
-    let s = settings(&ns);
-    let e = engine(&s).await;
-    let a = e.admit(&req("x", "erin", Tz::UTC)).await.unwrap();
-    e.release(admitted(&a)).await.unwrap();
-    admitted(&e.admit(&req("y", "erin", Tz::UTC)).await.unwrap());
+    scenarios::release_gives_the_quota_back(settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn a_refused_job_leaves_no_trace_in_the_rate() {
     let ns = unique("trace");
     let _g = RedisGuard(ns.clone());
-    let mut s = settings(&ns);
-    let sms = s.channels.get_mut("sms").unwrap();
-    sms.rate = Some(1);
-    sms.period = Some(quota_worker::config::Dur(Duration::from_secs(3600)));
-    sms.burst = Some(2);
-    let e = engine(&s).await;
-    admitted(&e.admit(&req("1", "frank", Tz::UTC)).await.unwrap());
-    let rate_key = e.keys().rate("sms");
-    let tat =
-        |c: &mut redis::Connection| -> i64 { redis::cmd("GET").arg(&rate_key).query(c).unwrap() };
-    let mut c = redis();
-    let before = tat(&mut c);
-    // refused by the recipient cap: the rate token it took is given back
-    assert!(matches!(
-        e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(),
-        Admission::Refused { .. }
-    ));
-    let after = tat(&mut c);
-    assert!(after <= before, "rate TAT moved from {before} to {after}");
-    // so another recipient still gets the second token of the burst at once
-    admitted(&e.admit(&req("3", "grace", Tz::UTC)).await.unwrap());
+    scenarios::a_refused_job_leaves_no_trace_in_the_rate(settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn two_hundred_concurrent_admissions_over_eight_connections_admit_one() {
     let ns = unique("race");
     let _g = RedisGuard(ns.clone());
-    let s = settings(&ns);
-    let mut engines = Vec::new();
-    for _ in 0..8 {
-        engines.push(Arc::new(engine(&s).await));
-    }
-    let mut tasks = Vec::new();
-    for i in 0..200 {
-        let e = engines[i % 8].clone();
-        tasks.push(tokio::spawn(async move {
-            let id = format!("job-{i}");
-            let a = e.admit(&req(&id, "hot", Tz::UTC)).await.unwrap();
-            matches!(a, Admission::Admitted(_))
-        }));
-    }
-    let mut n = 0;
-    for t in tasks {
-        n += t.await.unwrap() as usize;
-    }
-    assert_eq!(n, 1, "1 per calendar day");
+    scenarios::concurrent_admissions_admit_one(settings(&ns)).await;
 }
 
 #[tokio::test]
 async fn channel_rate_holds_under_concurrency() {
     let ns = unique("gcra");
     let _g = RedisGuard(ns.clone());
-    let s = settings(&ns);
-    let rate = Rate {
-        interval_us: 20_000,
-        burst: 5,
-        cost: 1,
-    }; // 50/s
-    let mut engines = Vec::new();
-    for _ in 0..8 {
-        engines.push(Arc::new(engine(&s).await));
-    }
-    let started = std::time::Instant::now();
-    let mut tasks = Vec::new();
-    for e in engines {
-        tasks.push(tokio::spawn(async move {
-            let mut allowed = 0u64;
-            while started.elapsed() < Duration::from_millis(1500) {
-                if e.call_rate("sms", rate, 1).await.unwrap().allowed == 1 {
-                    allowed += 1;
-                }
-            }
-            allowed
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let ceiling = 5 + (elapsed * 50.0).ceil() as u64;
-    assert!(
-        total <= ceiling,
-        "{total} allowed in {elapsed:.3}s, at most {ceiling}"
-    );
-    assert!(total >= 5, "the burst passes at once");
+    scenarios::channel_rate_holds_under_concurrency(settings(&ns), 8, Duration::from_millis(1500))
+        .await;
 }
 
 #[tokio::test]
 async fn gcra_replies_and_state_are_exact_integers() {
     let ns = unique("gcra-int");
     let _g = RedisGuard(ns.clone());
-    let e = engine(&settings(&ns)).await;
-    let rate = Rate {
-        interval_us: 333_334,
-        burst: 3,
-        cost: 1,
-    };
-    let first = e.call_rate("sms", rate, 1).await.unwrap();
-    assert_eq!((first.allowed, first.remaining), (1, 2));
-    let raw: String = redis::cmd("GET")
-        .arg(e.keys().rate("sms"))
-        .query(&mut redis())
-        .unwrap();
-    assert!(
-        raw.parse::<i64>().is_ok(),
-        "TAT stored as an integer: {raw}"
-    );
-    assert_eq!(e.call_rate("sms", rate, 2).await.unwrap().allowed, 1);
-    let refused = e.call_rate("sms", rate, 1).await.unwrap();
-    assert_eq!(refused.allowed, 0);
-    assert!(
-        refused.retry_after > Duration::ZERO
-            && refused.retry_after <= Duration::from_micros(333_334)
-    );
-    // a cost above the burst is "never", not a retry
-    assert_eq!(e.call_rate("sms", rate, 4).await.unwrap().allowed, -1);
-    // cost 0 is allowed and writes nothing
-    assert_eq!(e.call_rate("other", rate, 0).await.unwrap().allowed, 1);
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(e.keys().rate("other"))
-        .query(&mut redis())
-        .unwrap();
-    assert_eq!(exists, 0);
+    scenarios::gcra_replies_and_state_are_exact_integers(settings(&ns)).await;
 }
 
 #[tokio::test]

@@ -278,3 +278,4 @@ pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::
 pub mod audit;
 pub mod procs;
 pub mod reliability;
+pub mod scenarios;

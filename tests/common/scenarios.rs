@@ -1,0 +1,227 @@
+//! Engine scenarios that must hold on a single Redis node and on a Redis Cluster
+//! alike. Each takes the settings of one test (its own key prefix, pointing at the
+//! backend); `tests/engine.rs` runs them on the machine's Redis and
+//! `tests/cluster.rs` on a local three-master cluster. Checks read Redis through the
+//! engine's own connection, so they work on both.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use quota_worker::config::{Rate, RuleSettings, Settings};
+use quota_worker::engine::{Admission, Engine, RedisConn, Request, Ticket};
+use quota_worker::window;
+
+pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
+    Request {
+        id,
+        recipient,
+        channel: "sms",
+        category: "default",
+        tz,
+    }
+}
+
+pub async fn engine(s: &Settings) -> Engine {
+    Engine::connect(s).await.expect("redis")
+}
+
+pub fn admitted(a: &Admission) -> &Ticket {
+    match a {
+        Admission::Admitted(t) => t,
+        other => panic!("expected admitted, got {other:?}"),
+    }
+}
+
+pub fn retry_at(a: &Admission) -> DateTime<Utc> {
+    match a {
+        Admission::Refused {
+            retry_at: Some(t), ..
+        } => *t,
+        other => panic!("expected refused with a retry time, got {other:?}"),
+    }
+}
+
+/// One command on the engine's connection (single node or cluster).
+async fn query<T: redis::FromRedisValue>(conn: &mut RedisConn, cmd: &str, key: &str) -> T {
+    redis::cmd(cmd).arg(key).query_async(conn).await.unwrap()
+}
+
+/// A second job on the same local day waits for the recipient's next midnight, in
+/// zones with odd offsets and daylight saving.
+pub async fn second_job_same_local_day_waits_for_the_next_midnight(s: Settings) {
+    let e = engine(&s).await;
+    for zone in [
+        "Asia/Shanghai",
+        "America/Santiago",
+        "Asia/Kathmandu",
+        "Australia/Lord_Howe",
+    ] {
+        let tz: Tz = zone.parse().unwrap();
+        let who = format!("user-{zone}");
+        let t = admitted(&e.admit(&req("job-1", &who, tz)).await.unwrap()).clone();
+        e.commit(&t).await.unwrap();
+        let second = e.admit(&req("job-2", &who, tz)).await.unwrap();
+        assert_eq!(
+            retry_at(&second),
+            window::next_day_start(tz, t.admitted_at),
+            "{zone}"
+        );
+    }
+}
+
+/// With "2 per 3 s", the third job may go exactly 3 s after the first.
+pub async fn rolling_window_retry_is_exact(mut s: Settings) {
+    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
+        limit: 2,
+        window: "3s".into(),
+    }];
+    let e = engine(&s).await;
+    let first = admitted(&e.admit(&req("a", "bob", Tz::UTC)).await.unwrap()).admitted_at;
+    admitted(&e.admit(&req("b", "bob", Tz::UTC)).await.unwrap());
+    let refused = e.admit(&req("c", "bob", Tz::UTC)).await.unwrap();
+    assert_eq!(retry_at(&refused), first + chrono::Duration::seconds(3));
+}
+
+/// The same job again is in flight while reserved, a duplicate once committed, and
+/// counts once.
+pub async fn same_job_twice_is_in_flight_then_a_duplicate_and_counts_once(s: Settings) {
+    let e = engine(&s).await;
+    let ticket = admitted(&e.admit(&req("same", "carol", Tz::UTC)).await.unwrap()).clone();
+    assert_eq!(
+        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
+        Admission::InFlight {
+            retry_at: ticket.admitted_at + chrono::Duration::minutes(2)
+        }
+    );
+    e.commit(&ticket).await.unwrap();
+    assert_eq!(
+        e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
+        Admission::Duplicate
+    );
+    let key = e.keys().recipient("carol", "default", None);
+    let n: i64 = query(&mut e.connection(), "ZCARD", &key).await;
+    assert_eq!(n, 1);
+}
+
+/// A released admission gives the recipient's quota back.
+pub async fn release_gives_the_quota_back(s: Settings) {
+    let e = engine(&s).await;
+    let a = e.admit(&req("x", "erin", Tz::UTC)).await.unwrap();
+    e.release(admitted(&a)).await.unwrap();
+    admitted(&e.admit(&req("y", "erin", Tz::UTC)).await.unwrap());
+}
+
+/// A job refused by its recipient's cap gives back the rate token it took.
+pub async fn a_refused_job_leaves_no_trace_in_the_rate(mut s: Settings) {
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(1);
+    sms.period = Some(quota_worker::config::Dur(Duration::from_secs(3600)));
+    sms.burst = Some(2);
+    let e = engine(&s).await;
+    let mut c = e.connection();
+    admitted(&e.admit(&req("1", "frank", Tz::UTC)).await.unwrap());
+    let rate_key = e.keys().rate("sms");
+    let before: i64 = query(&mut c, "GET", &rate_key).await;
+    assert!(matches!(
+        e.admit(&req("2", "frank", Tz::UTC)).await.unwrap(),
+        Admission::Refused { .. }
+    ));
+    let after: i64 = query(&mut c, "GET", &rate_key).await;
+    assert!(after <= before, "rate TAT moved from {before} to {after}");
+    // so another recipient still gets the second token of the burst at once
+    admitted(&e.admit(&req("3", "grace", Tz::UTC)).await.unwrap());
+}
+
+/// GCRA replies and the stored state are exact integers; a cost above the burst is
+/// "never"; a cost of 0 writes nothing.
+pub async fn gcra_replies_and_state_are_exact_integers(s: Settings) {
+    let e = engine(&s).await;
+    let mut c = e.connection();
+    let rate = Rate {
+        interval_us: 333_334,
+        burst: 3,
+        cost: 1,
+    };
+    let first = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!((first.allowed, first.remaining), (1, 2));
+    let raw: String = query(&mut c, "GET", &e.keys().rate("sms")).await;
+    assert!(
+        raw.parse::<i64>().is_ok(),
+        "TAT stored as an integer: {raw}"
+    );
+    assert_eq!(e.call_rate("sms", rate, 2).await.unwrap().allowed, 1);
+    let refused = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(refused.allowed, 0);
+    assert!(
+        refused.retry_after > Duration::ZERO
+            && refused.retry_after <= Duration::from_micros(333_334)
+    );
+    assert_eq!(e.call_rate("sms", rate, 4).await.unwrap().allowed, -1);
+    assert_eq!(e.call_rate("other", rate, 0).await.unwrap().allowed, 1);
+    let exists: i64 = query(&mut c, "EXISTS", &e.keys().rate("other")).await;
+    assert_eq!(exists, 0);
+}
+
+/// 200 admissions of one recipient at once, over eight connections: one admitted.
+pub async fn concurrent_admissions_admit_one(s: Settings) {
+    let mut engines = Vec::new();
+    for _ in 0..8 {
+        engines.push(Arc::new(engine(&s).await));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let e = engines[i % 8].clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("job-{i}");
+            matches!(
+                e.admit(&req(&id, "hot", Tz::UTC)).await.unwrap(),
+                Admission::Admitted(_)
+            )
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.unwrap() as usize;
+    }
+    assert_eq!(n, 1, "1 per calendar day");
+}
+
+/// `connections` engines hammer a 50/s rate with a burst of 5 for `run`: never more
+/// than the burst plus 50 per second pass.
+pub async fn channel_rate_holds_under_concurrency(s: Settings, connections: usize, run: Duration) {
+    let rate = Rate {
+        interval_us: 20_000,
+        burst: 5,
+        cost: 1,
+    };
+    let mut engines = Vec::new();
+    for _ in 0..connections {
+        engines.push(Arc::new(engine(&s).await));
+    }
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for e in engines {
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0u64;
+            while started.elapsed() < run {
+                if e.call_rate("sms", rate, 1).await.unwrap().allowed == 1 {
+                    allowed += 1;
+                }
+            }
+            allowed
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ceiling = 5 + (elapsed * 50.0).ceil() as u64;
+    assert!(
+        total <= ceiling,
+        "{total} allowed in {elapsed:.3}s, at most {ceiling}"
+    );
+    assert!(total >= 5, "the burst passes at once");
+}
