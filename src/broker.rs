@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::Confirmation;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
-use crate::config::{AmqpSettings, QueueType};
+use crate::config::{AmqpSettings, QueueType, Settings};
 use crate::delay::Ladder;
 
 /// A broker failure.
@@ -133,6 +133,14 @@ fn long(s: &str) -> AMQPValue {
 }
 
 impl Topology {
+    /// The topology `settings` names.
+    pub fn from_settings(settings: &Settings) -> Topology {
+        Topology {
+            amqp: settings.amqp.clone(),
+            channels: settings.channels.keys().cloned().collect(),
+        }
+    }
+
     /// The delay ladder.
     pub fn ladder(&self) -> Ladder {
         Ladder {
@@ -154,6 +162,50 @@ impl Topology {
         q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
         q.push(self.amqp.dead_queue.clone());
         q
+    }
+
+    /// Every exchange: jobs, dispatch, dead, then the ladder's.
+    pub fn exchanges(&self) -> Vec<String> {
+        let ladder = self.ladder();
+        let mut x = vec![
+            self.amqp.jobs_exchange.clone(),
+            self.amqp.dispatch_exchange.clone(),
+            self.amqp.dead_exchange.clone(),
+        ];
+        x.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+        x
+    }
+
+    /// Delete every queue and exchange of the topology, and the messages in them: the
+    /// tear-down of a namespace made for a test or a benchmark. What does not exist is
+    /// skipped; a failed delete does not stop the others (each gets its own channel
+    /// after an error), and the first error is returned.
+    pub async fn delete(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let mut first = None;
+        let mut ch = conn.create_channel().await?;
+        for q in self.queues() {
+            if let Err(e) = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await
+            {
+                first.get_or_insert(e);
+                ch = conn.create_channel().await?;
+            }
+        }
+        for x in self.exchanges() {
+            if let Err(e) = ch
+                .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+                .await
+            {
+                first.get_or_insert(e);
+                ch = conn.create_channel().await?;
+            }
+        }
+        let _ = ch.close(200, "".into()).await;
+        match first {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     fn queue_args(&self, dead_letter_to: Option<&str>) -> FieldTable {

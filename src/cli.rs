@@ -49,10 +49,7 @@ fn parse_zone(s: &str) -> Result<Tz, String> {
 }
 
 fn topology(settings: &Settings) -> Topology {
-    Topology {
-        amqp: settings.amqp.clone(),
-        channels: settings.channels.keys().cloned().collect(),
-    }
+    Topology::from_settings(settings)
 }
 
 async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connection> {

@@ -140,10 +140,7 @@ pub enum WorkerError {
 impl Worker {
     /// A worker for validated settings and a connected engine.
     pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
-        let topology = Topology {
-            amqp: settings.amqp.clone(),
-            channels: settings.channels.keys().cloned().collect(),
-        };
+        let topology = Topology::from_settings(&settings);
         let default_tz = settings.default_zone().expect("validated");
         Worker {
             settings,

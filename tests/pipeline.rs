@@ -61,11 +61,7 @@ async fn second_job_same_local_day_is_delayed_to_the_recipients_midnight() {
     let expected = window::next_day_start(tz, Utc::now());
     assert_eq!(outcome, Outcome::Delayed { until: expected });
     // it waits in the ladder, carrying its attempt count and target instant
-    let ladder = quota_worker::broker::Topology {
-        amqp: s.amqp.clone(),
-        channels: vec![],
-    }
-    .ladder();
+    let ladder = quota_worker::broker::Topology::from_settings(&s).ladder();
     let mut found = None;
     for n in 0..ladder.levels {
         if let Some(m) = take(&conn, &ladder.queue(n), Duration::ZERO).await {
@@ -361,4 +357,54 @@ async fn the_ladder_holds_each_delay_exactly_without_head_of_line_blocking() {
     assert_eq!(back, vec![1, 3, 4]);
     // the 10-minute one still waits, in the 512 s queue (its highest bit)
     assert_eq!(depth(&conn, &ladder.queue(9)).await, 1);
+}
+
+#[tokio::test]
+async fn deleting_the_topology_removes_every_queue_and_exchange() {
+    let s = settings(&unique("teardown"));
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let t = topology(&s);
+    t.declare(&conn).await.unwrap();
+    t.delete(&conn).await.unwrap();
+    // a passive declare of anything deleted fails (and closes its channel)
+    let passive = |name: String, queue: bool| {
+        let conn = &conn;
+        async move {
+            let ch = conn.create_channel().await.unwrap();
+            let found = if queue {
+                ch.queue_declare(
+                    name.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await
+                .is_ok()
+            } else {
+                ch.exchange_declare(
+                    name.as_str().into(),
+                    lapin::ExchangeKind::Fanout,
+                    lapin::options::ExchangeDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await
+                .is_ok()
+            };
+            assert!(!found, "{name} is still there");
+        }
+    };
+    for q in t.queues() {
+        passive(q, true).await;
+    }
+    for x in t.exchanges() {
+        passive(x, false).await;
+    }
+    // deleting again is not an error: there is nothing left
+    t.delete(&conn).await.unwrap();
 }

@@ -708,25 +708,14 @@ async fn run_mix(
     mix: &str,
     n: usize,
 ) -> Result<MixResult> {
-    let topology = Topology {
-        amqp: s.amqp.clone(),
-        channels: s.channels.keys().cloned().collect(),
-    };
+    let topology = Topology::from_settings(s);
     topology.declare(conn).await?;
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     preload(&ch, &s.amqp.jobs_exchange, "", job_bodies(mix, n)).await?;
 
-    let port = free_port()?;
     let cpu_before = cpu_snapshot();
-    let mut child = Command::new(bin)
-        .arg("run")
-        .envs(worker_env(s, port))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the worker")?;
+    let (mut child, port) = spawn_worker(bin, s)?;
     // the clock starts when the worker consumes (its start-up is not throughput)
     wait_ready(port, &mut child).await?;
     let started = Instant::now();
@@ -822,20 +811,9 @@ async fn latency(
     secs: u64,
     realtime_redis: Option<u32>,
 ) -> Result<Latency> {
-    let topology = Topology {
-        amqp: s.amqp.clone(),
-        channels: s.channels.keys().cloned().collect(),
-    };
+    let topology = Topology::from_settings(s);
     topology.declare(conn).await?;
-    let port = free_port()?;
-    let mut child = Command::new(bin)
-        .arg("run")
-        .envs(worker_env(s, port))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the worker")?;
+    let (mut child, port) = spawn_worker(bin, s)?;
     // with `realtime_redis`, the worker and Redis run ahead of the broker and the load
     // generator whenever they are ready to (restored when the guards drop)
     let _realtime = match realtime_redis {
@@ -990,6 +968,20 @@ fn cpu_snapshot() -> [f64; 3] {
         pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
         cpu_secs(std::process::id()).unwrap_or(0.0),
     ]
+}
+
+/// `quota-worker run` for `s`, quiet, its HTTP endpoint on a free port.
+fn spawn_worker(bin: &Path, s: &Settings) -> Result<(Child, u16)> {
+    let port = free_port()?;
+    let child = Command::new(bin)
+        .arg("run")
+        .envs(worker_env(s, port))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the worker")?;
+    Ok((child, port))
 }
 
 fn free_port() -> Result<u16> {
@@ -1224,29 +1216,7 @@ fn delete_keys(url: &str, prefix: &str) -> Result<()> {
 }
 
 async fn cleanup(conn: &Connection, s: &Settings) {
-    let t = Topology {
-        amqp: s.amqp.clone(),
-        channels: s.channels.keys().cloned().collect(),
-    };
-    if let Ok(ch) = conn.create_channel().await {
-        for q in t.queues() {
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        let ladder = t.ladder();
-        let mut xs = vec![
-            s.amqp.jobs_exchange.clone(),
-            s.amqp.dispatch_exchange.clone(),
-            s.amqp.dead_exchange.clone(),
-        ];
-        xs.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
-        for x in xs {
-            let _ = ch
-                .exchange_delete(x.as_str().into(), Default::default())
-                .await;
-        }
-    }
+    let _ = Topology::from_settings(s).delete(conn).await;
     let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
 }
 

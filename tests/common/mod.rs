@@ -75,7 +75,7 @@ impl Drop for RedisGuard {
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeleteOptions};
+use lapin::options::BasicGetOptions;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use quota_worker::broker::{Publisher, Topology};
@@ -92,10 +92,7 @@ pub async fn amqp() -> Connection {
 
 /// Every queue and exchange name of a test's topology.
 pub fn topology(s: &Settings) -> Topology {
-    Topology {
-        amqp: s.amqp.clone(),
-        channels: s.channels.keys().cloned().collect(),
-    }
+    Topology::from_settings(s)
 }
 
 /// Deletes a test's queues and exchanges (and Redis keys) when dropped.
@@ -128,27 +125,7 @@ impl Drop for Cleanup {
                 else {
                     return;
                 };
-                let Ok(ch) = conn.create_channel().await else {
-                    return;
-                };
-                let t = topology(&s);
-                for q in t.queues() {
-                    let _ = ch
-                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                        .await;
-                }
-                let ladder = t.ladder();
-                let mut exchanges = vec![
-                    s.amqp.jobs_exchange.clone(),
-                    s.amqp.dispatch_exchange.clone(),
-                    s.amqp.dead_exchange.clone(),
-                ];
-                exchanges.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
-                for x in exchanges {
-                    let _ = ch
-                        .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
-                        .await;
-                }
+                let _ = topology(&s).delete(&conn).await;
                 let _ = conn.close(200, "cleanup".into()).await;
             });
         })
