@@ -82,6 +82,23 @@ async fn queues_shows_every_queue_with_counts_and_missing_ones() {
     assert_eq!(table.lines().count(), 1 + queues.len());
 }
 
+/// `n` dead letters `d0`, `d1`, … (reason `capped`), published to the dead exchange.
+async fn publish_dead_letters(p: &Publisher, s: &Settings, n: u32) {
+    for i in 0..n {
+        let props = lapin::BasicProperties::default().with_headers(
+            quota_worker::delay::dead_headers(None, "capped", "a test dead letter"),
+        );
+        p.publish(
+            &s.amqp.dead_exchange,
+            "",
+            format!(r#"{{"id":"d{i}","recipient":"r","channel":"sms"}}"#).as_bytes(),
+            props,
+        )
+        .await
+        .unwrap();
+    }
+}
+
 async fn list(s: &Settings) -> Vec<Value> {
     json(&run_async(s, &["admin", "dead", "list", "--json"], None).await)
         .as_array()
@@ -498,19 +515,7 @@ async fn an_interrupted_replay_loses_nothing_and_keeps_the_order() {
     let t = topology(&s);
     t.declare(&conn).await.unwrap();
     let p = Publisher::open(&conn, WAIT).await.unwrap();
-    for i in 0..6 {
-        let props = lapin::BasicProperties::default().with_headers(
-            quota_worker::delay::dead_headers(None, "capped", "a test dead letter"),
-        );
-        p.publish(
-            &s.amqp.dead_exchange,
-            "",
-            format!(r#"{{"id":"d{i}","recipient":"r","channel":"sms"}}"#).as_bytes(),
-            props,
-        )
-        .await
-        .unwrap();
-    }
+    publish_dead_letters(&p, &s, 6).await;
     let letters = DeadLetters::new(&conn, &t, WAIT);
     // a signal arrives while the third dead letter is being replayed
     let stop = CancellationToken::new();
@@ -555,19 +560,7 @@ async fn a_walk_longer_than_its_prefetch_sees_each_message_once() {
     t.declare(&conn).await.unwrap();
     let p = Publisher::open(&conn, WAIT).await.unwrap();
     let n = 300;
-    for i in 0..n {
-        let props = lapin::BasicProperties::default().with_headers(
-            quota_worker::delay::dead_headers(None, "capped", "a test dead letter"),
-        );
-        p.publish(
-            &s.amqp.dead_exchange,
-            "",
-            format!(r#"{{"id":"d{i}","recipient":"r","channel":"sms"}}"#).as_bytes(),
-            props,
-        )
-        .await
-        .unwrap();
-    }
+    publish_dead_letters(&p, &s, n).await;
     let expected: Vec<Option<String>> = (0..n).map(|i| Some(format!("d{i}"))).collect();
     for prefetch in [10, 64, 256, 300, 64, 256, 64, 256, 300, 64, 256] {
         let letters = DeadLetters::new(&conn, &t, WAIT).with_prefetch(prefetch);
