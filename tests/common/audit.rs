@@ -70,38 +70,12 @@ pub async fn publish_all(conn: &Connection, s: &Settings, jobs: &[Published]) {
 
 /// Ready messages in `queue` (None when the queue or the connection is not there).
 pub async fn depth(conn: &Connection, queue: &str) -> Option<u32> {
-    let ch = conn.create_channel().await.ok()?;
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .ok()?;
-    let _ = ch.close(200, "".into()).await;
-    Some(q.message_count())
+    Some(super::inspect(conn, queue).await?.message_count())
 }
 
 /// Consumers of `queue`.
 pub async fn consumers(conn: &Connection, queue: &str) -> Option<u32> {
-    let ch = conn.create_channel().await.ok()?;
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .ok()?;
-    let _ = ch.close(200, "".into()).await;
-    Some(q.consumer_count())
+    Some(super::inspect(conn, queue).await?.consumer_count())
 }
 
 /// A message taken from a queue by the audit.

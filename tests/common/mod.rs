@@ -208,9 +208,10 @@ pub async fn take(
     }
 }
 
-/// Number of ready messages in `queue`.
-pub async fn depth(conn: &Connection, queue: &str) -> u32 {
-    let ch = conn.create_channel().await.unwrap();
+/// `queue` as the broker sees it now (a passive declare on a channel of its own), or
+/// None when the queue or the connection is not there.
+pub async fn inspect(conn: &Connection, queue: &str) -> Option<lapin::Queue> {
+    let ch = conn.create_channel().await.ok()?;
     let q = ch
         .queue_declare(
             queue.into(),
@@ -221,8 +222,17 @@ pub async fn depth(conn: &Connection, queue: &str) -> u32 {
             FieldTable::default(),
         )
         .await
-        .unwrap();
-    q.message_count()
+        .ok()?;
+    let _ = ch.close(200, "".into()).await;
+    Some(q)
+}
+
+/// Number of ready messages in `queue`.
+pub async fn depth(conn: &Connection, queue: &str) -> u32 {
+    inspect(conn, queue)
+        .await
+        .unwrap_or_else(|| panic!("queue {queue} is not there"))
+        .message_count()
 }
 
 /// A header of a message as text.
