@@ -117,9 +117,7 @@ async fn dead_letters_are_listed_shown_replayed_and_purged_without_loss() {
     let ns = unique("dead");
     let mut s = settings(&ns);
     s.amqp.delivery_limit = 1;
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
 
     // three dead letters from the worker...
     for body in [

@@ -24,9 +24,7 @@ fn job(id: &str, recipient: &str, extra: &str) -> Vec<u8> {
 async fn one_job_is_dispatched_byte_for_byte() {
     let ns = unique("one");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     let body = br#"{"id":"j-1","recipient":"+15550001","channel":"sms",  "future_field":[1,2],"payload":{"x":1}}"#;
     publish(&conn, &s, body).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
@@ -50,9 +48,7 @@ async fn one_job_is_dispatched_byte_for_byte() {
 async fn second_job_same_local_day_is_delayed_to_the_recipients_midnight() {
     let ns = unique("midnight");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     publish(&conn, &s, &job("a", "r1", r#","timezone":"Asia/Shanghai""#)).await;
     publish(&conn, &s, &job("b", "r1", r#","timezone":"Asia/Shanghai""#)).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
@@ -83,9 +79,7 @@ async fn second_job_same_local_day_is_delayed_to_the_recipients_midnight() {
 async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
     let ns = unique("fourth");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     let tz: Tz = "America/Santiago".parse().unwrap();
     let today = window::local_date(tz, Utc::now());
     let key =
@@ -123,9 +117,7 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
 async fn expired_jobs_are_dead_lettered() {
     let ns = unique("expired");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     // already past
     publish(
         &conn,
@@ -166,9 +158,7 @@ async fn the_same_job_twice_is_a_duplicate() {
     let ns = unique("dupe");
     let mut s = settings(&ns);
     s.policies.get_mut("default").unwrap().rules.clear();
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     publish(&conn, &s, &job("same", "r", "")).await;
     publish(&conn, &s, &job("same", "r", "")).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
@@ -181,9 +171,7 @@ async fn the_same_job_twice_is_a_duplicate() {
 async fn malformed_and_unknown_channel_jobs_are_dead_lettered_untouched() {
     let ns = unique("malformed");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"\xff\xfe not utf-8".to_vec(), "malformed"),
         (b"{not json".to_vec(), "malformed"),
@@ -223,9 +211,7 @@ async fn malformed_and_unknown_channel_jobs_are_dead_lettered_untouched() {
 async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
     let ns = unique("returned");
     let s = settings(&ns);
-    let _c = Cleanup::new(&s);
-    let w = worker(&s).await;
-    let conn = amqp().await;
+    let (_c, w, conn) = rig(&s).await;
     let ch = conn.create_channel().await.unwrap();
     ch.queue_delete(
         format!("{ns}.dispatch.sms").as_str().into(),

@@ -143,6 +143,13 @@ pub async fn worker(s: &Settings) -> Arc<Worker> {
     w
 }
 
+/// What most pipeline tests start with: the clean-up guard for `s`, a worker with
+/// its topology declared, and a broker connection.
+pub async fn rig(s: &Settings) -> (Cleanup, Arc<Worker>, Connection) {
+    let c = Cleanup::new(s);
+    (c, worker(s).await, amqp().await)
+}
+
 /// Run `worker` in the background until the returned token is cancelled.
 pub async fn spawn_worker(worker: Arc<Worker>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let token = CancellationToken::new();
