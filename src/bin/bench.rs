@@ -219,6 +219,8 @@ async fn run(args: Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)?;
     let run_id = format!("bench{}", std::process::id());
+    // every queue and key of the run starts with this
+    eprintln!("run {run_id}");
     let conn = connect(&args.amqp).await?;
     let teardown = Teardown {
         amqp: args.amqp.clone(),
