@@ -48,10 +48,6 @@ fn parse_zone(s: &str) -> Result<Tz, String> {
         .map_err(|_| format!("`{s}` is not an IANA time zone (e.g. Europe/Paris)"))
 }
 
-fn topology(settings: &Settings) -> Topology {
-    Topology::from_settings(settings)
-}
-
 async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connection> {
     broker::connect(
         &settings.amqp.url,
@@ -458,7 +454,7 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
 
 async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
-    let stats = admin::queue_stats(&conn, &topology(settings)).await?;
+    let stats = admin::queue_stats(&conn, &Topology::from_settings(settings)).await?;
     let _ = conn.close(200, "bye".into()).await;
     if json {
         print_json(&stats)?;
@@ -508,7 +504,7 @@ fn walk_note(report: &admin::WalkReport) {
 
 async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
-    let topology = topology(settings);
+    let topology = Topology::from_settings(settings);
     let letters = DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0);
     let now = Utc::now();
     let queue = &settings.amqp.dead_queue;
