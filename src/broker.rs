@@ -181,22 +181,20 @@ impl Topology {
     /// skipped; a failed delete does not stop the others (each gets its own channel
     /// after an error), and the first error is returned.
     pub async fn delete(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let queues = self.queues().into_iter().map(|q| (q, true));
+        let exchanges = self.exchanges().into_iter().map(|x| (x, false));
         let mut first = None;
         let mut ch = conn.create_channel().await?;
-        for q in self.queues() {
-            if let Err(e) = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await
-            {
-                first.get_or_insert(e);
-                ch = conn.create_channel().await?;
-            }
-        }
-        for x in self.exchanges() {
-            if let Err(e) = ch
-                .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
-                .await
-            {
+        for (name, is_queue) in queues.chain(exchanges) {
+            let deleted = if is_queue {
+                ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                    .await
+                    .map(|_| ())
+            } else {
+                ch.exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
+                    .await
+            };
+            if let Err(e) = deleted {
                 first.get_or_insert(e);
                 ch = conn.create_channel().await?;
             }

@@ -270,7 +270,7 @@ async fn run(args: Args) -> Result<()> {
                 r.ceiling_jobs_per_sec,
                 r.ratio_to_ceiling
             );
-            teardown.delete(&s, false).await;
+            teardown.namespace(&s).await;
             done.push(r);
         }
         let ratios: Vec<f64> = done.iter().map(|r| r.ratio_to_ceiling).collect();
@@ -292,7 +292,7 @@ async fn run(args: Args) -> Result<()> {
         let conn = connect(&args.amqp).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
         let (ceiling, _) = ceiling(&conn, &c, "a-allowed", jobs).await?;
-        teardown.delete(&c, true).await;
+        teardown.ceiling(&c).await;
         let rate = std::env::var("QW_BENCH_RATE")
             .ok()
             .and_then(|r| r.parse().ok())
@@ -303,7 +303,7 @@ async fn run(args: Args) -> Result<()> {
         report
             .latency
             .push(latency(&conn, &s, &worker_bin, rate, secs, None).await?);
-        teardown.delete(&s, false).await;
+        teardown.namespace(&s).await;
         if !args.no_realtime {
             match redis_pid(&s) {
                 Ok(pid) => {
@@ -315,7 +315,7 @@ async fn run(args: Args) -> Result<()> {
                         Ok(l) => report.latency.push(l),
                         Err(e) => eprintln!("      skipped: {e:#}"),
                     }
-                    teardown.delete(&s, false).await;
+                    teardown.namespace(&s).await;
                 }
                 Err(e) => eprintln!("      real-time pass skipped: {e:#}"),
             }
@@ -373,7 +373,7 @@ async fn paired_round(
         let conn = connect(&args.amqp).await?;
         let result = async {
             let (ceiling, cpu) = ceiling(&conn, &c, mix, jobs).await?;
-            teardown.delete(&c, true).await;
+            teardown.ceiling(&c).await;
             let mut r = run_mix(&conn, &s, worker_bin, mix, jobs).await?;
             r.ceiling_jobs_per_sec = ceiling;
             r.ceiling_cpu_us_per_msg = cpu;
@@ -389,8 +389,8 @@ async fn paired_round(
             Err(e) if attempt == 0 => {
                 eprintln!("      round broken off ({e:#}); running it again");
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                teardown.delete(&c, true).await;
-                teardown.delete(&s, false).await;
+                teardown.ceiling(&c).await;
+                teardown.namespace(&s).await;
             }
             Err(e) => return Err(e),
         }
@@ -535,35 +535,56 @@ fn ceiling_queues(s: &Settings) -> [String; 2] {
 struct Teardown {
     amqp: String,
     defer: bool,
-    pending: std::sync::Mutex<Vec<(Settings, bool)>>,
+    pending: std::sync::Mutex<Vec<Leftover>>,
+}
+
+/// What a step leaves to delete.
+enum Leftover {
+    /// A ceiling's two queues.
+    Ceiling(Settings),
+    /// A worker's whole topology and its Redis keys.
+    Namespace(Settings),
 }
 
 impl Teardown {
-    /// Delete the topology (and, with `ceiling`, the ceiling's queues) of `s`.
-    async fn delete(&self, s: &Settings, ceiling: bool) {
-        if self.defer {
-            self.pending.lock().unwrap().push((s.clone(), ceiling));
-            return;
-        }
-        self.delete_now(s, ceiling).await;
+    /// Delete the ceiling's queues of `s` (now, or at the end of the run).
+    async fn ceiling(&self, s: &Settings) {
+        self.delete(Leftover::Ceiling(s.clone())).await;
     }
 
-    async fn delete_now(&self, s: &Settings, ceiling: bool) {
+    /// Delete the topology and keys of `s` (now, or at the end of the run).
+    async fn namespace(&self, s: &Settings) {
+        self.delete(Leftover::Namespace(s.clone())).await;
+    }
+
+    async fn delete(&self, what: Leftover) {
+        if self.defer {
+            self.pending.lock().unwrap().push(what);
+        } else {
+            self.delete_now(what).await;
+        }
+    }
+
+    async fn delete_now(&self, what: Leftover) {
         let Ok(conn) = connect(&self.amqp).await else {
             return;
         };
-        if ceiling {
-            if let Ok(ch) = conn.create_channel().await {
-                for q in ceiling_queues(s) {
-                    let _ = ch
-                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                        .await;
+        match what {
+            Leftover::Ceiling(s) => {
+                if let Ok(ch) = conn.create_channel().await {
+                    for q in ceiling_queues(&s) {
+                        let _ = ch
+                            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                            .await;
+                    }
                 }
+                // give the segment writer time with large queues before the next step
+                tokio::time::sleep(Duration::from_secs(2)).await;
             }
-            // give the segment writer time with large queues before the next step
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        } else {
-            cleanup(&conn, s).await;
+            Leftover::Namespace(s) => {
+                let _ = Topology::from_settings(&s).delete(&conn).await;
+                let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
+            }
         }
         let _ = conn.close(200, "bye".into()).await;
     }
@@ -571,8 +592,8 @@ impl Teardown {
     /// Everything deferred so far.
     async fn finish(&self) {
         let pending = std::mem::take(&mut *self.pending.lock().unwrap());
-        for (s, ceiling) in pending {
-            self.delete_now(&s, ceiling).await;
+        for what in pending {
+            self.delete_now(what).await;
         }
     }
 }
@@ -1215,11 +1236,6 @@ fn delete_keys(url: &str, prefix: &str) -> Result<()> {
         }
         cursor = next;
     }
-}
-
-async fn cleanup(conn: &Connection, s: &Settings) {
-    let _ = Topology::from_settings(s).delete(conn).await;
-    let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
 }
 
 fn fmt_ms(v: Option<f64>) -> String {
