@@ -114,7 +114,10 @@ impl Caller {
         }
         crate::engine::count_call(&self.calls);
         let mut conn = self.conn.clone();
+        let started = std::time::Instant::now();
         let replies: Vec<Vec<i64>> = inv.invoke_async(&mut conn).await?;
+        metrics::histogram!("quota_worker_admission_call_seconds")
+            .record(started.elapsed().as_secs_f64());
         if replies.len() != jobs.len() {
             return Err(EngineError::Reply {
                 script: "admit.lua",

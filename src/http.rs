@@ -57,6 +57,10 @@ fn builder() -> Result<PrometheusBuilder, HttpError> {
             ADMISSION_BUCKETS,
         )?
         .set_buckets_for_metric(
+            Matcher::Full("quota_worker_admission_call_seconds".into()),
+            ADMISSION_BUCKETS,
+        )?
+        .set_buckets_for_metric(
             Matcher::Full("quota_worker_job_seconds".into()),
             JOB_BUCKETS,
         )?)
@@ -104,6 +108,15 @@ pub fn describe() {
         "quota_worker_admission_seconds",
         Unit::Seconds,
         "Time to decide a job in Redis (caps and send rate, pacing waits included)"
+    );
+    describe_histogram!(
+        "quota_worker_admission_call_seconds",
+        Unit::Seconds,
+        "Time of one admission script call to Redis (one call decides a batch of jobs), from sending it to its reply"
+    );
+    describe_histogram!(
+        "quota_worker_admission_batch_jobs",
+        "Jobs decided by one admission script call"
     );
     describe_histogram!(
         "quota_worker_job_seconds",

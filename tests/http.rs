@@ -157,6 +157,8 @@ async fn run_serves_metrics_and_readiness_and_stops_on_sigterm() {
         "# TYPE quota_worker_jobs_total counter",
         "# TYPE quota_worker_admission_seconds histogram",
         "quota_worker_admission_seconds_bucket{le=\"0.001\"}",
+        "# TYPE quota_worker_admission_call_seconds histogram",
+        "quota_worker_admission_call_seconds_bucket{le=\"0.001\"}",
         "quota_worker_redis_errors_total 0",
         "quota_worker_in_flight 0",
     ] {
