@@ -224,6 +224,9 @@ pub struct WorkerSettings {
     pub default_timezone: String,
     pub max_body_bytes: usize,
     pub shutdown_grace: Dur,
+    /// Threads of the async runtime that runs `quota-worker run` (1: everything on
+    /// the main thread).
+    pub threads: usize,
 }
 
 /// HTTP endpoint settings (`[http]`).
@@ -428,6 +431,9 @@ impl Settings {
         }
         if self.worker.max_body_bytes == 0 {
             return Err(invalid("worker.max_body_bytes", "must be at least 1"));
+        }
+        if self.worker.threads == 0 {
+            return Err(invalid("worker.threads", "must be at least 1"));
         }
         if self.http.enabled {
             self.http

@@ -85,8 +85,32 @@ fn init_logging(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match runtime.block_on(dispatch(cli)) {
+    let result = Settings::load(cli.config.as_deref())
+        .map_err(anyhow::Error::from)
+        .and_then(|settings| {
+            let threads = settings.worker.threads;
+            if threads == 1 {
+                // every task on this thread: a job's delivery, Redis reply and
+                // confirm wake no other thread
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(dispatch(cli, settings))
+            } else {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .enable_all()
+                    .build()?;
+                // on a worker thread, not in `block_on`, so the tasks the consumer
+                // loop spawns start on the thread that spawned them
+                runtime.block_on(async {
+                    tokio::spawn(dispatch(cli, settings))
+                        .await
+                        .unwrap_or_else(|e| Err(anyhow::anyhow!("the main task failed: {e}")))
+                })
+            }
+        });
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -95,8 +119,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let mut settings = Settings::load(cli.config.as_deref())?;
+async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check,

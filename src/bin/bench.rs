@@ -297,7 +297,7 @@ async fn run(args: Args) -> Result<()> {
     if step("latency") {
         let conn = connect(&args.amqp).await?;
         let c = base_settings(&args, &format!("{run_id}lc"))?;
-        let (ceiling, _) = ceiling(&conn, &c, "a-allowed", jobs).await?;
+        let (ceiling, _) = ceiling(&c, "a-allowed", jobs).await?;
         teardown.ceiling(&c).await;
         let rate = std::env::var("QW_BENCH_RATE")
             .ok()
@@ -378,7 +378,7 @@ async fn paired_round(
         let s = base_settings(args, &format!("{run_id}m{i}r{round}a{attempt}"))?;
         let conn = connect(&args.amqp).await?;
         let result = async {
-            let (ceiling, cpu) = ceiling(&conn, &c, mix, jobs).await?;
+            let (ceiling, cpu) = ceiling(&c, mix, jobs).await?;
             teardown.ceiling(&c).await;
             let mut r = run_mix(&conn, &s, worker_bin, mix, jobs).await?;
             r.ceiling_jobs_per_sec = ceiling;
@@ -458,8 +458,31 @@ async fn preload(
 }
 
 /// The broker's own ceiling: consume, publish with confirm, ack — no decision — on
-/// the same `n` job bodies as `mix`.
-async fn ceiling(conn: &Connection, s: &Settings, mix: &str, n: usize) -> Result<(f64, [f64; 3])> {
+/// the same `n` job bodies as `mix`. The pass-through runs as the worker does by
+/// default (`worker.threads = 1`): on a thread of its own with a single-threaded
+/// runtime and its own connection, so the two differ by the worker's work only.
+async fn ceiling(s: &Settings, mix: &str, n: usize) -> Result<(f64, [f64; 3])> {
+    let (s, mix) = (s.clone(), mix.to_string());
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let conn = connect(&s.amqp.url).await?;
+                let result = pass_through(&conn, &s, &mix, n).await;
+                let _ = conn.close(200, "bye".into()).await;
+                result
+            })
+    })
+    .await?
+}
+
+async fn pass_through(
+    conn: &Connection,
+    s: &Settings,
+    mix: &str,
+    n: usize,
+) -> Result<(f64, [f64; 3])> {
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     let [src, dst] = ceiling_queues(s);
