@@ -197,6 +197,13 @@ fn bad_files_name_the_key_and_the_line() {
             "must be at least 1",
         ),
         (
+            "no runtime threads",
+            "[worker]\nthreads = 0\n",
+            "worker.threads",
+            2,
+            "must be at least 1",
+        ),
+        (
             "a bad window",
             "[policies.default]\nrules = [\n  { limit = 1, window = \"1d\" },\n  { limit = 3, window = \"7x\" },\n]\n",
             "policies.default.rules[1].window",

@@ -118,8 +118,20 @@ where
 
 #[tokio::test]
 async fn run_serves_metrics_and_readiness_and_stops_on_sigterm() {
+    serves_metrics_and_stops_on_sigterm(1).await;
+}
+
+#[tokio::test]
+async fn run_on_a_multi_threaded_runtime_serves_and_stops_alike() {
+    serves_metrics_and_stops_on_sigterm(3).await;
+}
+
+/// `quota-worker run` with `worker.threads = threads`: ready, a job dispatched and
+/// counted in /metrics, exit 0 on SIGTERM.
+async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     let ns = unique("http");
     let mut s = settings(&ns);
+    s.worker.threads = threads;
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", free_port());
     let _c = Cleanup::new(&s);

@@ -197,6 +197,7 @@ fn worker_env(s: &Settings, port: u16) -> Vec<(String, String)> {
         ("AMQP__PREFETCH", a.prefetch.to_string()),
         ("REDIS__URL", s.redis.url.clone()),
         ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
+        ("WORKER__THREADS", s.worker.threads.to_string()),
         ("HTTP__ENABLED", "true".into()),
         ("HTTP__LISTEN", format!("127.0.0.1:{port}")),
     ]

@@ -26,6 +26,7 @@ pub fn env_for(s: &Settings) -> Vec<(String, String)> {
         ("AMQP__DELIVERY_LIMIT", a.delivery_limit.to_string()),
         ("REDIS__URL", s.redis.url.clone()),
         ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
+        ("WORKER__THREADS", s.worker.threads.to_string()),
         ("HTTP__ENABLED", s.http.enabled.to_string()),
         ("HTTP__LISTEN", s.http.listen.clone()),
     ]
