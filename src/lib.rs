@@ -39,8 +39,9 @@
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`cli`]: the `publish` and `admin` subcommands' arguments and output.
 //!
-//! `src/main.rs` only parses arguments and calls into these; `src/bin/bench.rs` is
-//! the benchmark.
+//! `src/main.rs` only parses arguments, builds the async runtime (one thread unless
+//! `worker.threads` says more) and calls into these; `src/bin/bench.rs` is the
+//! benchmark.
 #![warn(missing_docs)]
 
 pub mod acks;

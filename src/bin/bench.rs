@@ -115,6 +115,20 @@ struct MixResult {
     ceiling_cpu_us_per_msg: [f64; 3],
     /// The ratio to the ceiling of every paired round, in run order.
     round_ratios: Vec<f64>,
+    /// Every paired round, in run order.
+    rounds: Vec<RoundResult>,
+}
+
+/// One paired round: the mix and its own ceiling.
+#[derive(Serialize, Debug, Clone, Default)]
+struct RoundResult {
+    jobs_per_sec: f64,
+    ceiling_msgs_per_sec: f64,
+    ratio: f64,
+    /// Broker + Redis + worker CPU microseconds per job.
+    cpu_us_per_job: f64,
+    /// Broker + client CPU microseconds per message in the ceiling.
+    ceiling_cpu_us_per_msg: f64,
 }
 
 #[derive(Serialize, Debug, Clone, Default)]
@@ -281,9 +295,20 @@ async fn run(args: Args) -> Result<()> {
             done.push(r);
         }
         let ratios: Vec<f64> = done.iter().map(|r| r.ratio_to_ceiling).collect();
+        let all: Vec<RoundResult> = done
+            .iter()
+            .map(|r| RoundResult {
+                jobs_per_sec: r.jobs_per_sec,
+                ceiling_msgs_per_sec: r.ceiling_jobs_per_sec,
+                ratio: r.ratio_to_ceiling,
+                cpu_us_per_job: r.cpu_us_per_job.iter().sum(),
+                ceiling_cpu_us_per_msg: r.ceiling_cpu_us_per_msg.iter().sum(),
+            })
+            .collect();
         done.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
         let mut median = done.swap_remove(done.len() / 2);
         median.round_ratios = ratios;
+        median.rounds = all;
         report.mixes.push(median);
     }
     if !report.mixes.is_empty() {
@@ -774,21 +799,43 @@ async fn run_mix(
     let started = Instant::now();
     let mut rss_curve = Vec::new();
     let mut outcomes = HashMap::new();
+    // RSS every 20 ms; /metrics (which the worker renders, on its own CPU) only as
+    // often as the end could be near: half the time the rate so far needs for what
+    // is left, between 10 and 250 ms
+    let mut next_scrape = Instant::now();
     let result = async {
         loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Some(rss) = rss_mib(child.id(), "VmRSS") {
-                rss_curve.push((started.elapsed().as_secs_f64(), rss));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if rss_curve
+                .last()
+                .is_none_or(|&(t, _)| started.elapsed().as_secs_f64() - t >= 0.02)
+            {
+                if let Some(rss) = rss_mib(child.id(), "VmRSS") {
+                    rss_curve.push((started.elapsed().as_secs_f64(), rss));
+                }
+            }
+            if Instant::now() < next_scrape {
+                continue;
             }
             match scrape(port) {
                 Ok(metrics) if metrics.contains("quota_worker_jobs_total") => {
                     outcomes = outcome_counts(&metrics);
-                    if outcomes.values().sum::<u64>() >= n as u64 {
+                    let settled = outcomes.values().sum::<u64>();
+                    if settled >= n as u64 {
                         return Ok(metrics);
                     }
+                    let left = if settled == 0 {
+                        f64::INFINITY
+                    } else {
+                        started.elapsed().as_secs_f64() * (n as u64 - settled) as f64
+                            / settled as f64
+                    };
+                    next_scrape =
+                        Instant::now() + Duration::from_secs_f64((left / 2.0).clamp(0.01, 0.25));
                 }
                 _ => {
                     // no metrics endpoint: count where the jobs went
+                    next_scrape = Instant::now() + Duration::from_millis(20);
                     let settled = settled_by_queues(conn, &topology).await?;
                     if settled >= n as u64 {
                         outcomes =
@@ -833,6 +880,7 @@ async fn run_mix(
         cpu_us_per_job,
         ceiling_cpu_us_per_msg: [0.0; 3],
         round_ratios: Vec::new(),
+        rounds: Vec::new(),
     })
 }
 
@@ -1223,7 +1271,18 @@ async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let before = used(&mut c)?;
+    // and for the keyspace's tables to shrink after those deletes (Redis resizes them
+    // in its cron): until used_memory holds still for half a second
+    let mut before = used(&mut c)?;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = used(&mut c)?;
+        let settled = (now - before).abs() < 64 * 1024;
+        before = now;
+        if settled {
+            break;
+        }
+    }
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..256 {
