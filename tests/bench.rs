@@ -59,6 +59,9 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
         assert!(m["ceiling_jobs_per_sec"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["peak_rss_mib"].as_f64().unwrap() > 0.0, "{m}");
         assert!(!m["rss_curve_mib"].as_array().unwrap().is_empty(), "{m}");
+        let rounds = m["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 1, "--rounds 1: {m}");
+        assert_eq!(rounds[0]["ratio"], m["ratio_to_ceiling"], "{m}");
     }
 
     let latency = report["latency"].as_array().unwrap();
@@ -66,6 +69,8 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     assert_eq!(latency[0]["scheduling"], "default");
     assert!(latency[0]["jobs"].as_u64().unwrap() > 0);
     assert!(latency[0]["admission_p99_ms"].as_f64().is_some());
+    assert!(latency[0]["redis_call_p99_ms"].as_f64().is_some());
+    assert!(latency[0]["jobs_per_redis_call"].as_f64().unwrap() >= 1.0);
     assert!(report["engine_admissions_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(report["memory_recipients"], 500);
     assert!(report["memory_usage_one_recipient"].as_i64().unwrap() > 0);
