@@ -87,29 +87,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     let result = Settings::load(cli.config.as_deref())
         .map_err(anyhow::Error::from)
-        .and_then(|settings| {
-            let threads = settings.worker.threads;
-            if threads == 1 {
-                // every task on this thread: a job's delivery, Redis reply and
-                // confirm wake no other thread
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                runtime.block_on(dispatch(cli, settings))
-            } else {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(threads)
-                    .enable_all()
-                    .build()?;
-                // on a worker thread, not in `block_on`, so the tasks the consumer
-                // loop spawns start on the thread that spawned them
-                runtime.block_on(async {
-                    tokio::spawn(dispatch(cli, settings))
-                        .await
-                        .unwrap_or_else(|e| Err(anyhow::anyhow!("the main task failed: {e}")))
-                })
-            }
-        });
+        .and_then(|settings| block_on(settings.worker.threads, dispatch(cli, settings)));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -117,6 +95,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Run `main` on a runtime of `threads` threads (`worker.threads`).
+fn block_on(
+    threads: usize,
+    main: impl std::future::Future<Output = anyhow::Result<ExitCode>> + Send + 'static,
+) -> anyhow::Result<ExitCode> {
+    if threads == 1 {
+        // every task on this thread: a job's delivery, Redis reply and confirm wake
+        // no other thread
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(main);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    // on a worker thread, not in `block_on`, so the tasks the consumer loop spawns
+    // start on the thread that spawned them
+    runtime.block_on(async {
+        tokio::spawn(main)
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("the main task failed: {e}")))
+    })
 }
 
 async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
