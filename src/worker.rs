@@ -70,12 +70,55 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn label(&self) -> (&'static str, &'static str) {
+    /// Its place in [`OUTCOME_LABELS`].
+    fn index(&self) -> usize {
         match self {
-            Outcome::Dispatched => ("dispatched", ""),
-            Outcome::Delayed { .. } => ("delayed", ""),
-            Outcome::Duplicate => ("duplicate", ""),
-            Outcome::Dead(r) => ("dead", r.as_str()),
+            Outcome::Dispatched => 0,
+            Outcome::Delayed { .. } => 1,
+            Outcome::Duplicate => 2,
+            Outcome::Dead(Reason::Malformed) => 3,
+            Outcome::Dead(Reason::UnknownChannel) => 4,
+            Outcome::Dead(Reason::Capped) => 5,
+            Outcome::Dead(Reason::Expired) => 6,
+        }
+    }
+}
+
+/// The `outcome` and `reason` labels of `quota_worker_jobs_total`, one per outcome.
+const OUTCOME_LABELS: [(&str, &str); 7] = [
+    ("dispatched", ""),
+    ("delayed", ""),
+    ("duplicate", ""),
+    ("dead", "malformed"),
+    ("dead", "unknown_channel"),
+    ("dead", "capped"),
+    ("dead", "expired"),
+];
+
+/// The per-job metrics' handles, looked up in the recorder once per session instead
+/// of once per job (every outcome's counter thereby shows from the start, at 0).
+struct JobMetrics {
+    in_flight: metrics::Gauge,
+    job_seconds: metrics::Histogram,
+    admission_seconds: metrics::Histogram,
+    outcomes: [metrics::Counter; 7],
+}
+
+impl std::fmt::Debug for JobMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JobMetrics")
+    }
+}
+
+impl JobMetrics {
+    fn new() -> JobMetrics {
+        JobMetrics {
+            in_flight: metrics::gauge!("quota_worker_in_flight"),
+            job_seconds: metrics::histogram!("quota_worker_job_seconds"),
+            admission_seconds: metrics::histogram!("quota_worker_admission_seconds"),
+            outcomes: OUTCOME_LABELS.map(|(outcome, reason)| {
+                metrics::counter!("quota_worker_jobs_total", "outcome" => outcome, "reason" => reason)
+            }),
         }
     }
 }
@@ -100,6 +143,7 @@ pub struct Session {
     /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
     /// Redis give up and are handed back.
     pub stop: CancellationToken,
+    metrics: JobMetrics,
 }
 
 /// Readiness, as `/readyz` reports it.
@@ -167,6 +211,7 @@ impl Worker {
                 publisher,
                 commits,
                 stop,
+                metrics: JobMetrics::new(),
             },
             committer,
         )
@@ -278,9 +323,9 @@ impl Worker {
                         let session = session.clone();
                         let acks = acks.clone();
                         tasks.spawn(async move {
-                            metrics::gauge!("quota_worker_in_flight").increment(1.0);
+                            session.metrics.in_flight.increment(1.0);
                             worker.handle(&session, &acks, delivery).await;
-                            metrics::gauge!("quota_worker_in_flight").decrement(1.0);
+                            session.metrics.in_flight.decrement(1.0);
                         });
                     }
                     Some(Err(e)) => break Err(BrokerError::Amqp(e)),
@@ -349,9 +394,9 @@ impl Worker {
         // closed"), killing that task before it settles its delivery.
         span.in_scope(|| match result {
             Ok(outcome) => {
-                let (label, reason) = outcome.label();
-                metrics::counter!("quota_worker_jobs_total", "outcome" => label, "reason" => reason).increment(1);
-                metrics::histogram!("quota_worker_job_seconds")
+                s.metrics.outcomes[outcome.index()].increment(1);
+                s.metrics
+                    .job_seconds
                     .record(started.elapsed().as_secs_f64());
                 acks.settle(delivery.delivery_tag, Settle::Ack);
             }
@@ -408,7 +453,7 @@ impl Worker {
             category: &job.category,
             tz: job.tz,
         };
-        let admission = self.admit(&req, &s.stop).await?;
+        let admission = self.admit(&req, s).await?;
         match admission {
             Admission::Admitted(ticket) => {
                 if let Some(exp) = job.expires_at {
@@ -519,14 +564,11 @@ impl Worker {
     }
 
     /// Ask the engine, waiting out Redis outages (never a decision without Redis).
-    async fn admit(
-        &self,
-        req: &Request<'_>,
-        stop: &CancellationToken,
-    ) -> Result<Admission, ProcessError> {
+    async fn admit(&self, req: &Request<'_>, s: &Session) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admission = self.settle(|| self.engine.admit(req), stop).await?;
-        metrics::histogram!("quota_worker_admission_seconds")
+        let admission = self.settle(|| self.engine.admit(req), &s.stop).await?;
+        s.metrics
+            .admission_seconds
             .record(started.elapsed().as_secs_f64());
         Ok(admission)
     }
@@ -623,5 +665,24 @@ fn describe(rule: Option<crate::window::Rule>) -> String {
     match rule {
         Some(r) => format!("at most {} per {}", r.limit, r.window),
         None => "no rule passes".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dead_letter_reason_counts_under_its_own_label() {
+        for r in [
+            Reason::Malformed,
+            Reason::UnknownChannel,
+            Reason::Capped,
+            Reason::Expired,
+        ] {
+            assert_eq!(OUTCOME_LABELS[Outcome::Dead(r).index()], ("dead", r.as_str()));
+        }
+        assert_eq!(OUTCOME_LABELS[Outcome::Dispatched.index()].0, "dispatched");
+        assert_eq!(OUTCOME_LABELS[Outcome::Duplicate.index()].0, "duplicate");
     }
 }

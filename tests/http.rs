@@ -172,6 +172,8 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
         "# TYPE quota_worker_admission_call_seconds histogram",
         "quota_worker_admission_call_seconds_bucket{le=\"0.001\"}",
         "quota_worker_redis_errors_total 0",
+        // every outcome shows from the start, at 0 until it happens
+        "quota_worker_jobs_total{outcome=\"dead\",reason=\"expired\"} 0",
         "quota_worker_in_flight 0",
     ] {
         assert!(metrics.contains(expected), "{expected} in\n{metrics}");

@@ -1171,7 +1171,10 @@ fn outcome_counts(metrics: &str) -> HashMap<String, u64> {
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        *out.entry(key).or_insert(0) += v as u64;
+        // the worker shows every outcome from the start, most at 0
+        if v > 0.0 {
+            *out.entry(key).or_insert(0) += v as u64;
+        }
     }
     out
 }
