@@ -626,18 +626,47 @@ impl Teardown {
         };
         match what {
             Leftover::Ceiling(s) => {
-                if let Ok(ch) = conn.create_channel().await {
-                    for q in ceiling_queues(&s) {
-                        let _ = ch
-                            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                            .await;
+                // a busy broker can fail the delete of a quorum queue holding 200,000
+                // messages (the error closes the channel): try each on a channel of
+                // its own, a few times
+                for q in ceiling_queues(&s) {
+                    let mut deleted = false;
+                    for _ in 0..5 {
+                        if let Ok(ch) = conn.create_channel().await {
+                            deleted = ch
+                                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                                .await
+                                .is_ok();
+                            let _ = ch.close(200, "".into()).await;
+                        }
+                        if deleted {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                    if !deleted {
+                        eprintln!("      could not delete queue {q}; delete it by hand");
                     }
                 }
                 // give the segment writer time with large queues before the next step
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             Leftover::Namespace(s) => {
-                let _ = Topology::from_settings(&s).delete(&conn).await;
+                let topology = Topology::from_settings(&s);
+                let mut result = topology.delete(&conn).await;
+                for _ in 0..4 {
+                    if result.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    result = topology.delete(&conn).await;
+                }
+                if let Err(e) = result {
+                    eprintln!(
+                        "      could not delete every queue and exchange of {}: {e}",
+                        s.amqp.jobs_queue
+                    );
+                }
                 let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
             }
         }
