@@ -680,7 +680,10 @@ mod tests {
             Reason::Capped,
             Reason::Expired,
         ] {
-            assert_eq!(OUTCOME_LABELS[Outcome::Dead(r).index()], ("dead", r.as_str()));
+            assert_eq!(
+                OUTCOME_LABELS[Outcome::Dead(r).index()],
+                ("dead", r.as_str())
+            );
         }
         assert_eq!(OUTCOME_LABELS[Outcome::Dispatched.index()].0, "dispatched");
         assert_eq!(OUTCOME_LABELS[Outcome::Duplicate.index()].0, "duplicate");

@@ -1034,7 +1034,10 @@ async fn latency(
         redis_call_p99_ms: ms(&call, "0.99"),
         redis_call_p999_ms: ms(&call, "0.999"),
         jobs_per_redis_call: metric_sum(&metrics, "quota_worker_admission_batch_jobs_sum")
-            .zip(metric_sum(&metrics, "quota_worker_admission_batch_jobs_count"))
+            .zip(metric_sum(
+                &metrics,
+                "quota_worker_admission_batch_jobs_count",
+            ))
             .filter(|(_, n)| *n > 0.0)
             .map(|(sum, n)| sum / n),
     })
