@@ -128,6 +128,38 @@ pub struct Topology {
     pub channels: Vec<String>,
 }
 
+/// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
+/// failed delete closes its channel); every one is tried, the first error returned.
+pub async fn delete_all(
+    conn: &Connection,
+    queues: Vec<String>,
+    exchanges: Vec<String>,
+) -> Result<(), BrokerError> {
+    let queues = queues.into_iter().map(|q| (q, true));
+    let exchanges = exchanges.into_iter().map(|x| (x, false));
+    let mut first = None;
+    let mut ch = conn.create_channel().await?;
+    for (name, is_queue) in queues.chain(exchanges) {
+        let deleted = if is_queue {
+            ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .map(|_| ())
+        } else {
+            ch.exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
+                .await
+        };
+        if let Err(e) = deleted {
+            first.get_or_insert(e);
+            ch = conn.create_channel().await?;
+        }
+    }
+    let _ = ch.close(200, "".into()).await;
+    match first {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
 fn long(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s))
 }
@@ -181,29 +213,7 @@ impl Topology {
     /// skipped; a failed delete does not stop the others (each gets its own channel
     /// after an error), and the first error is returned.
     pub async fn delete(&self, conn: &Connection) -> Result<(), BrokerError> {
-        let queues = self.queues().into_iter().map(|q| (q, true));
-        let exchanges = self.exchanges().into_iter().map(|x| (x, false));
-        let mut first = None;
-        let mut ch = conn.create_channel().await?;
-        for (name, is_queue) in queues.chain(exchanges) {
-            let deleted = if is_queue {
-                ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-                    .await
-                    .map(|_| ())
-            } else {
-                ch.exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
-                    .await
-            };
-            if let Err(e) = deleted {
-                first.get_or_insert(e);
-                ch = conn.create_channel().await?;
-            }
-        }
-        let _ = ch.close(200, "".into()).await;
-        match first {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
+        delete_all(conn, self.queues(), self.exchanges()).await
     }
 
     fn queue_args(&self, dead_letter_to: Option<&str>) -> FieldTable {

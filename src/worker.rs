@@ -42,6 +42,14 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 4] = [
+        Reason::Malformed,
+        Reason::UnknownChannel,
+        Reason::Capped,
+        Reason::Expired,
+    ];
+
     /// The `x-notify-reason` value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -70,30 +78,41 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Its place in [`OUTCOME_LABELS`].
-    fn index(&self) -> usize {
+    /// How many distinct `(outcome, reason)` label pairs there are.
+    const KINDS: usize = 3 + Reason::ALL.len();
+
+    /// The `outcome` and `reason` labels of `quota_worker_jobs_total`.
+    fn label(&self) -> (&'static str, &'static str) {
+        match self {
+            Outcome::Dispatched => ("dispatched", ""),
+            Outcome::Delayed { .. } => ("delayed", ""),
+            Outcome::Duplicate => ("duplicate", ""),
+            Outcome::Dead(r) => ("dead", r.as_str()),
+        }
+    }
+
+    /// Its kind, in `0..KINDS`; [`Outcome::of_kind`] is the inverse.
+    fn kind(&self) -> usize {
         match self {
             Outcome::Dispatched => 0,
             Outcome::Delayed { .. } => 1,
             Outcome::Duplicate => 2,
-            Outcome::Dead(Reason::Malformed) => 3,
-            Outcome::Dead(Reason::UnknownChannel) => 4,
-            Outcome::Dead(Reason::Capped) => 5,
-            Outcome::Dead(Reason::Expired) => 6,
+            Outcome::Dead(r) => 3 + *r as usize,
+        }
+    }
+
+    /// An outcome of kind `k` (a delayed one's time is arbitrary).
+    fn of_kind(k: usize) -> Outcome {
+        match k {
+            0 => Outcome::Dispatched,
+            1 => Outcome::Delayed {
+                until: DateTime::<Utc>::MIN_UTC,
+            },
+            2 => Outcome::Duplicate,
+            k => Outcome::Dead(Reason::ALL[k - 3]),
         }
     }
 }
-
-/// The `outcome` and `reason` labels of `quota_worker_jobs_total`, one per outcome.
-const OUTCOME_LABELS: [(&str, &str); 7] = [
-    ("dispatched", ""),
-    ("delayed", ""),
-    ("duplicate", ""),
-    ("dead", "malformed"),
-    ("dead", "unknown_channel"),
-    ("dead", "capped"),
-    ("dead", "expired"),
-];
 
 /// The per-job metrics' handles, looked up in the recorder once per session instead
 /// of once per job (every outcome's counter thereby shows from the start, at 0).
@@ -101,7 +120,7 @@ struct JobMetrics {
     in_flight: metrics::Gauge,
     job_seconds: metrics::Histogram,
     admission_seconds: metrics::Histogram,
-    outcomes: [metrics::Counter; 7],
+    outcomes: [metrics::Counter; Outcome::KINDS],
 }
 
 impl std::fmt::Debug for JobMetrics {
@@ -116,7 +135,8 @@ impl JobMetrics {
             in_flight: metrics::gauge!("quota_worker_in_flight"),
             job_seconds: metrics::histogram!("quota_worker_job_seconds"),
             admission_seconds: metrics::histogram!("quota_worker_admission_seconds"),
-            outcomes: OUTCOME_LABELS.map(|(outcome, reason)| {
+            outcomes: std::array::from_fn(|k| {
+                let (outcome, reason) = Outcome::of_kind(k).label();
                 metrics::counter!("quota_worker_jobs_total", "outcome" => outcome, "reason" => reason)
             }),
         }
@@ -394,7 +414,7 @@ impl Worker {
         // closed"), killing that task before it settles its delivery.
         span.in_scope(|| match result {
             Ok(outcome) => {
-                s.metrics.outcomes[outcome.index()].increment(1);
+                s.metrics.outcomes[outcome.kind()].increment(1);
                 s.metrics
                     .job_seconds
                     .record(started.elapsed().as_secs_f64());
@@ -673,19 +693,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_dead_letter_reason_counts_under_its_own_label() {
-        for r in [
-            Reason::Malformed,
-            Reason::UnknownChannel,
-            Reason::Capped,
-            Reason::Expired,
-        ] {
-            assert_eq!(
-                OUTCOME_LABELS[Outcome::Dead(r).index()],
-                ("dead", r.as_str())
-            );
+    fn every_outcome_kind_has_its_own_labels() {
+        let labels: Vec<_> = (0..Outcome::KINDS)
+            .map(|k| {
+                let o = Outcome::of_kind(k);
+                assert_eq!(o.kind(), k);
+                o.label()
+            })
+            .collect();
+        for r in Reason::ALL {
+            assert_eq!(labels[Outcome::Dead(r).kind()], ("dead", r.as_str()));
         }
-        assert_eq!(OUTCOME_LABELS[Outcome::Dispatched.index()].0, "dispatched");
-        assert_eq!(OUTCOME_LABELS[Outcome::Duplicate.index()].0, "duplicate");
+        assert_eq!(labels[Outcome::Dispatched.kind()].0, "dispatched");
+        assert_eq!(labels[Outcome::Duplicate.kind()].0, "duplicate");
+        let mut unique = labels.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), Outcome::KINDS);
     }
 }

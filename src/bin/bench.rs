@@ -35,11 +35,11 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use quota_worker::broker::Topology;
+use quota_worker::broker::{delete_all, Topology};
 use quota_worker::config::{RuleSettings, Settings};
 use quota_worker::engine::{Engine, Request};
 use rand::SeedableRng;
@@ -624,51 +624,34 @@ impl Teardown {
         let Ok(conn) = connect(&self.amqp).await else {
             return;
         };
-        match what {
-            Leftover::Ceiling(s) => {
-                // a busy broker can fail the delete of a quorum queue holding 200,000
-                // messages (the error closes the channel): try each on a channel of
-                // its own, a few times
-                for q in ceiling_queues(&s) {
-                    let mut deleted = false;
-                    for _ in 0..5 {
-                        if let Ok(ch) = conn.create_channel().await {
-                            deleted = ch
-                                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                                .await
-                                .is_ok();
-                            let _ = ch.close(200, "".into()).await;
-                        }
-                        if deleted {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_secs(2)).await;
-                    }
-                    if !deleted {
-                        eprintln!("      could not delete queue {q}; delete it by hand");
-                    }
-                }
-                // give the segment writer time with large queues before the next step
+        // a busy broker can fail the delete of a quorum queue holding 200,000
+        // messages: try again a few times, then say what is left
+        let (queues, exchanges, keys) = match &what {
+            Leftover::Ceiling(s) => (ceiling_queues(s).to_vec(), Vec::new(), None),
+            Leftover::Namespace(s) => {
+                let topology = Topology::from_settings(s);
+                (topology.queues(), topology.exchanges(), Some(s))
+            }
+        };
+        let mut result = Ok(());
+        for attempt in 0..5 {
+            if attempt > 0 {
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
-            Leftover::Namespace(s) => {
-                let topology = Topology::from_settings(&s);
-                let mut result = topology.delete(&conn).await;
-                for _ in 0..4 {
-                    if result.is_ok() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    result = topology.delete(&conn).await;
-                }
-                if let Err(e) = result {
-                    eprintln!(
-                        "      could not delete every queue and exchange of {}: {e}",
-                        s.amqp.jobs_queue
-                    );
-                }
+            result = delete_all(&conn, queues.clone(), exchanges.clone()).await;
+            if result.is_ok() {
+                break;
+            }
+        }
+        if let Err(e) = result {
+            eprintln!("      could not delete every one of {queues:?} {exchanges:?}: {e}");
+        }
+        match keys {
+            Some(s) => {
                 let _ = delete_keys(&s.redis.url, &s.redis.key_prefix);
             }
+            // give the segment writer time with large queues before the next step
+            None => tokio::time::sleep(Duration::from_secs(2)).await,
         }
         let _ = conn.close(200, "bye".into()).await;
     }
