@@ -96,26 +96,54 @@ impl Admitter {
 }
 
 impl Caller {
-    /// One script call for `jobs`: one reply per job, in order.
+    /// One script call for `jobs`: one reply per job, in order. The distinct plans
+    /// go once, each job names its own by number (see `lua/admit.lua`); the command
+    /// is built directly (no per-argument buffers) and the script loaded on NOSCRIPT.
     pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Vec<i64>>, EngineError> {
-        let mut inv = self.script.prepare_invoke();
-        inv.arg(self.lease_ms).arg(self.dedupe_ms);
+        let mut plans: Vec<&Plan> = Vec::with_capacity(2);
+        let numbers: Vec<usize> = jobs
+            .iter()
+            .map(|job| match plans.iter().position(|p| **p == job.plan) {
+                Some(i) => i + 1,
+                None => {
+                    plans.push(&job.plan);
+                    plans.len()
+                }
+            })
+            .collect();
+        let mut cmd = redis::Cmd::with_capacity(
+            6 + 3 * jobs.len() + plans.iter().map(|p| 4 + 2 * p.rules.len()).sum::<usize>(),
+            64 + 80 * jobs.len(),
+        );
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(jobs.len());
         for job in jobs {
-            let p = &job.plan;
-            inv.key(&job.key)
-                .arg(&job.member[..])
-                .arg(p.valid_from_ms)
+            cmd.arg(&job.key);
+        }
+        cmd.arg(self.lease_ms).arg(self.dedupe_ms).arg(plans.len());
+        for p in &plans {
+            cmd.arg(p.valid_from_ms)
                 .arg(p.valid_until_ms)
                 .arg(p.calendar_expiry_ms)
                 .arg(p.rules.len());
             for (limit, bound) in &p.rules {
-                inv.arg(*limit).arg(*bound);
+                cmd.arg(*limit).arg(*bound);
             }
+        }
+        for (job, number) in jobs.iter().zip(numbers) {
+            cmd.arg(&job.member[..]).arg(number);
         }
         crate::engine::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
-        let replies: Vec<Vec<i64>> = inv.invoke_async(&mut conn).await?;
+        let replies: Vec<Vec<i64>> = match cmd.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.prepare_invoke().load_async(&mut conn).await?;
+                cmd.query_async(&mut conn).await?
+            }
+            result => result?,
+        };
         metrics::histogram!("quota_worker_admission_call_seconds")
             .record(started.elapsed().as_secs_f64());
         if replies.len() != jobs.len() {

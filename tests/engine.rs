@@ -212,6 +212,96 @@ async fn a_burst_is_decided_in_batches_with_each_job_seeing_the_ones_before() {
     assert!(calls < 300, "{calls} calls for 300 admissions: not batched");
 }
 
+/// One call carries each distinct plan (policy, time zone, local day) once and every
+/// job names its own: a burst mixing five zones and two policies decides each job
+/// by its own zone's day. Every recipient has a send from 13 hours ago, which is
+/// today in some zones and yesterday in others; the pure calendar code says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_mixing_zones_and_policies_decides_each_job_by_its_own_plan() {
+    let ns = unique("plans");
+    let _g = RedisGuard(ns.clone());
+    let s = settings(&ns);
+    let e = Arc::new(engine(&s).await);
+    let zones = [
+        Tz::UTC,
+        Tz::Pacific__Kiritimati,
+        Tz::Pacific__Pago_Pago,
+        Tz::Asia__Kolkata,
+        Tz::America__St_Johns,
+    ];
+    let earlier = chrono::Utc::now() - chrono::Duration::hours(13);
+    let mut c = redis();
+    for i in 0..100 {
+        let key = e.keys().recipient(&format!("who-{i}"), "default", None);
+        let score = earlier.timestamp_millis() * 2 + 1;
+        let _: () = redis::pipe()
+            .zadd(&key, "earlier", score)
+            .pexpire(&key, 86_400_000)
+            .query(&mut c)
+            .unwrap();
+    }
+    let calls_before = e.calls();
+    let before = chrono::Utc::now();
+    // two jobs per recipient; odd recipients' jobs are transactional (no caps)
+    let tasks: Vec<_> = (0..200)
+        .map(|j| {
+            let e = e.clone();
+            let i = j % 100;
+            tokio::spawn(async move {
+                let (id, who) = (format!("job-{j}"), format!("who-{i}"));
+                let mut r = req(&id, &who, zones[i % zones.len()]);
+                if i % 2 == 1 {
+                    r.category = "transactional";
+                }
+                e.admit(&r).await.unwrap()
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let after = chrono::Utc::now();
+    // per recipient, how many of its two jobs were admitted: both if transactional,
+    // else one if the earlier send was yesterday in its zone and none if today
+    let rules = &e.policy("default").rules;
+    let mut checked = 0;
+    for i in 0..100 {
+        let tz = zones[i % zones.len()];
+        let got = [i, i + 100]
+            .iter()
+            .filter(|&&j| matches!(outcomes[j], Admission::Admitted(_)))
+            .count();
+        let expected = if i % 2 == 1 {
+            2
+        } else {
+            let admits = window::admits(rules, tz, before, &[earlier]);
+            if admits != window::admits(rules, tz, after, &[earlier]) {
+                continue; // a local midnight passed during the burst
+            }
+            usize::from(admits)
+        };
+        assert_eq!(
+            got,
+            expected,
+            "recipient {i} in {tz}: {:?}",
+            [&outcomes[i], &outcomes[i + 100]]
+        );
+        checked += 1;
+    }
+    assert!(checked >= 90, "{checked}");
+    let calls = e.calls() - calls_before;
+    assert!(calls < 200, "{calls} calls for 200 admissions: not batched");
+    let zones_admitting = zones
+        .iter()
+        .filter(|tz| window::admits(rules, **tz, before, &[earlier]))
+        .count();
+    assert!(
+        zones_admitting > 0 && zones_admitting < zones.len(),
+        "the earlier send should be today in some zones only ({zones_admitting})"
+    );
+}
+
 /// A recipient key that holds another type fails that job alone; the jobs batched
 /// with it are decided normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -696,13 +696,15 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
             &key,
             "120000",
             "86400000",
-            "m__rand_int__",
+            "1",
             "0",
             "9007199254740991",
             "0",
             "1",
             "3",
             "-86400000",
+            "m__rand_int__",
+            "1",
         ])
         .output()
         .context("running redis-benchmark")?;
