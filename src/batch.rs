@@ -35,8 +35,9 @@ pub struct AdmitArgs {
     pub key: String,
     /// The job id's hash.
     pub member: Vec<u8>,
-    /// Calendar bounds for the day Redis is believed to be in.
-    pub plan: Plan,
+    /// Calendar bounds for the day Redis is believed to be in (shared by the jobs
+    /// of one policy and zone on one day).
+    pub plan: Arc<Plan>,
 }
 
 type Reply = Result<Vec<i64>, EngineError>;
@@ -100,10 +101,11 @@ impl Caller {
     /// go once, each job names its own by number (see `lua/admit.lua`); the command
     /// is built directly (no per-argument buffers) and the script loaded on NOSCRIPT.
     pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Vec<i64>>, EngineError> {
-        let mut plans: Vec<&Plan> = Vec::with_capacity(2);
+        let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
+        let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
             .iter()
-            .map(|job| match plans.iter().position(|p| **p == job.plan) {
+            .map(|job| match plans.iter().position(|p| same(p, &job.plan)) {
                 Some(i) => i + 1,
                 None => {
                     plans.push(&job.plan);

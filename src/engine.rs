@@ -266,6 +266,11 @@ pub struct Engine {
     /// reserved_at ms. The retry of the same job takes its own reservation back
     /// instead of waiting out the lease as if another worker held it.
     orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
+    /// The last plan made per (policy, zone), with the local date it is for: a
+    /// plan depends only on the policy's rules, the zone and the local date, and
+    /// every job of a policy in a zone on one day shares it.
+    /// By policy name, then zone.
+    plans: std::sync::Mutex<HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Plan>)>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -338,6 +343,7 @@ impl Engine {
             offset_ms: AtomicI64::new(0),
             calls,
             orphans: Default::default(),
+            plans: Default::default(),
         };
         engine.sync_clock().await?;
         Ok(engine)
@@ -701,6 +707,23 @@ impl Engine {
         }
     }
 
+    /// `plan(&policy.rules, tz, now)`, made once per policy, zone and local date.
+    fn plan(&self, policy: &Policy, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
+        let date = window::local_date(tz, now);
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((d, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
+            if *d == date {
+                return p.clone();
+            }
+        }
+        let p = Arc::new(plan(&policy.rules, tz, now));
+        plans
+            .entry(policy.name.clone())
+            .or_default()
+            .insert(tz, (date, p.clone()));
+        p
+    }
+
     async fn call_admit(
         &self,
         key: &str,
@@ -709,11 +732,7 @@ impl Engine {
         tz: Tz,
         now: Option<i64>,
     ) -> Result<AdmitReply, EngineError> {
-        let plan = plan(
-            &policy.rules,
-            tz,
-            now.map(ms).unwrap_or_else(|| self.redis_now()),
-        );
+        let plan = self.plan(policy, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
         let reply = self
             .admitter
             .admit(AdmitArgs {

@@ -339,14 +339,7 @@ impl Worker {
                 _ = shutdown.cancelled() => break Ok(()),
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
-                        let worker = self.clone();
-                        let session = session.clone();
-                        let acks = acks.clone();
-                        tasks.spawn(async move {
-                            session.metrics.in_flight.increment(1.0);
-                            worker.handle(&session, &acks, delivery).await;
-                            session.metrics.in_flight.decrement(1.0);
-                        });
+                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery));
                     }
                     Some(Err(e)) => break Err(BrokerError::Amqp(e)),
                     None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
@@ -400,14 +393,20 @@ impl Worker {
         result
     }
 
-    async fn handle(&self, s: &Session, acks: &Acks, delivery: Delivery) {
+    /// One delivery's task. Its state is kept small (a few hundred bytes, the
+    /// allocator's fast path): the decision's larger state lives in one box of its
+    /// own instead of being copied along as the task is built and spawned.
+    async fn handle(self: Arc<Self>, s: Arc<Session>, acks: Acks, delivery: Delivery) {
+        s.metrics.in_flight.increment(1.0);
         let span = info_span!(
             "job",
             job_id = tracing::field::Empty,
             tag = delivery.delivery_tag
         );
         let started = Instant::now();
-        let result = self.process(s, &delivery).instrument(span.clone()).await;
+        let result = Box::pin(self.process(&s, &delivery))
+            .instrument(span.clone())
+            .await;
         // In a closure, never `span.enter()` across an await: a guard held over an
         // await leaks the span into other tasks, and tracing-subscriber then panics
         // in a later task's `info_span!` ("tried to clone a span that already
@@ -425,6 +424,7 @@ impl Worker {
                 acks.settle(delivery.delivery_tag, Settle::Requeue);
             }
         });
+        s.metrics.in_flight.decrement(1.0);
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
