@@ -11,6 +11,12 @@ use quota_worker::engine::Engine;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
 
+/// jemalloc instead of the system allocator: a job's allocations (a task of about a
+/// kilobyte, aligned; frames, buffers and replies) cost the worker a quarter of its
+/// instructions in glibc's malloc (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Per-recipient caps and per-channel send rates for notification jobs on RabbitMQ and Redis.
 #[derive(Parser, Debug)]
 #[command(name = "quota-worker", version, about)]
