@@ -40,8 +40,8 @@
 //! - [`cli`]: the `publish` and `admin` subcommands' arguments and output.
 //!
 //! `src/main.rs` only parses arguments, builds the async runtime (one thread unless
-//! `worker.threads` says more) and calls into these; `src/bin/bench.rs` is the
-//! benchmark.
+//! `worker.threads` says more), sets jemalloc as the allocator and calls into these;
+//! `src/bin/bench.rs` is the benchmark.
 #![warn(missing_docs)]
 
 pub mod acks;
