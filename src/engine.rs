@@ -269,9 +269,11 @@ pub struct Engine {
     /// The last plan made per (policy, zone), with the local date it is for: a
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
-    /// By policy name, then zone.
-    plans: std::sync::Mutex<HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Plan>)>>>,
+    plans: std::sync::Mutex<PlanCache>,
 }
+
+/// Plans by policy name, then zone, each with the local date it is for.
+type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Plan>)>>;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
