@@ -113,6 +113,7 @@ impl Caller {
                 }
             })
             .collect();
+        // room for every argument, and about 80 bytes of them per job (key, member)
         let mut cmd = redis::Cmd::with_capacity(
             6 + 3 * jobs.len() + plans.iter().map(|p| 4 + 2 * p.rules.len()).sum::<usize>(),
             64 + 80 * jobs.len(),

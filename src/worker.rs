@@ -393,9 +393,9 @@ impl Worker {
         result
     }
 
-    /// One delivery's task. Its state is kept small (a few hundred bytes, the
-    /// allocator's fast path): the decision's larger state lives in one box of its
-    /// own instead of being copied along as the task is built and spawned.
+    /// One delivery's task. Its own state stays at about a kilobyte: the decision's
+    /// larger state (about three) lives in one box instead of being copied along each
+    /// time the task is built, moved and spawned.
     async fn handle(self: Arc<Self>, s: Arc<Session>, acks: Acks, delivery: Delivery) {
         s.metrics.in_flight.increment(1.0);
         let span = info_span!(
