@@ -710,7 +710,7 @@ impl Engine {
     }
 
     /// `plan(&policy.rules, tz, now)`, made once per policy, zone and local date.
-    fn plan(&self, policy: &Policy, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
+    fn cached_plan(&self, policy: &Policy, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
         let date = window::local_date(tz, now);
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((d, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
@@ -734,7 +734,7 @@ impl Engine {
         tz: Tz,
         now: Option<i64>,
     ) -> Result<AdmitReply, EngineError> {
-        let plan = self.plan(policy, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
+        let plan = self.cached_plan(policy, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
         let reply = self
             .admitter
             .admit(AdmitArgs {

@@ -10,7 +10,7 @@ use chrono_tz::Tz;
 use common::scenarios::{self, admitted, engine, req, retry_at};
 use common::{settings, unique, RedisGuard};
 use quota_worker::config::RuleSettings;
-use quota_worker::engine::Admission;
+use quota_worker::engine::{Admission, Engine, EngineError};
 use quota_worker::window;
 
 fn redis() -> redis::Connection {
@@ -18,6 +18,32 @@ fn redis() -> redis::Connection {
         .unwrap()
         .get_connection()
         .unwrap()
+}
+
+/// One burst: `n` admissions at once, each in a task of its own, so that they wait
+/// for Redis together and share calls. `job(i)` gives job i's id, recipient, zone and
+/// category; the outcomes come back in job order.
+async fn burst(
+    e: &Arc<Engine>,
+    n: usize,
+    job: impl Fn(usize) -> (String, String, Tz, &'static str),
+) -> Vec<Result<Admission, EngineError>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let e = e.clone();
+            let (id, who, tz, category) = job(i);
+            tokio::spawn(async move {
+                let mut r = req(&id, &who, tz);
+                r.category = category;
+                e.admit(&r).await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::with_capacity(n);
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    outcomes
 }
 
 #[tokio::test]
@@ -187,19 +213,19 @@ async fn a_burst_is_decided_in_batches_with_each_job_seeing_the_ones_before() {
     let s = settings(&ns);
     let e = Arc::new(engine(&s).await);
     let before = e.calls();
-    let tasks: Vec<_> = (0..300)
-        .map(|i| {
-            let e = e.clone();
-            tokio::spawn(async move {
-                let (id, who) = (format!("job-{i}"), format!("who-{}", i % 150));
-                e.admit(&req(&id, &who, Tz::UTC)).await.unwrap()
-            })
-        })
-        .collect();
+    let outcomes = burst(&e, 300, |i| {
+        (
+            format!("job-{i}"),
+            format!("who-{}", i % 150),
+            Tz::UTC,
+            "default",
+        )
+    })
+    .await;
     let mut admitted_per = std::collections::HashMap::<usize, usize>::new();
     let mut refused = 0;
-    for (i, t) in tasks.into_iter().enumerate() {
-        match t.await.unwrap() {
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match outcome.unwrap() {
             Admission::Admitted(_) => *admitted_per.entry(i % 150).or_default() += 1,
             Admission::Refused { .. } => refused += 1,
             other => panic!("job {i}: {other:?}"),
@@ -243,24 +269,24 @@ async fn a_burst_mixing_zones_and_policies_decides_each_job_by_its_own_plan() {
     let calls_before = e.calls();
     let before = chrono::Utc::now();
     // two jobs per recipient; odd recipients' jobs are transactional (no caps)
-    let tasks: Vec<_> = (0..200)
-        .map(|j| {
-            let e = e.clone();
-            let i = j % 100;
-            tokio::spawn(async move {
-                let (id, who) = (format!("job-{j}"), format!("who-{i}"));
-                let mut r = req(&id, &who, zones[i % zones.len()]);
-                if i % 2 == 1 {
-                    r.category = "transactional";
-                }
-                e.admit(&r).await.unwrap()
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.unwrap());
-    }
+    let outcomes: Vec<Admission> = burst(&e, 200, |j| {
+        let i = j % 100;
+        let category = if i % 2 == 1 {
+            "transactional"
+        } else {
+            "default"
+        };
+        (
+            format!("job-{j}"),
+            format!("who-{i}"),
+            zones[i % zones.len()],
+            category,
+        )
+    })
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
     let after = chrono::Utc::now();
     // per recipient, how many of its two jobs were admitted: both if transactional,
     // else one if the earlier send was yesterday in its zone and none if today
@@ -317,22 +343,16 @@ async fn a_broken_key_fails_its_own_job_only() {
         .query(&mut redis())
         .unwrap();
     for round in 0..5 {
-        let tasks: Vec<_> = (0..40)
-            .map(|i| {
-                let e = e.clone();
-                tokio::spawn(async move {
-                    let id = format!("r{round}-{i}");
-                    let who = if i == 20 {
-                        "broken".to_string()
-                    } else {
-                        format!("ok-{round}-{i}")
-                    };
-                    e.admit(&req(&id, &who, Tz::UTC)).await
-                })
-            })
-            .collect();
-        for (i, t) in tasks.into_iter().enumerate() {
-            let result = t.await.unwrap();
+        let outcomes = burst(&e, 40, |i| {
+            let who = if i == 20 {
+                "broken".to_string()
+            } else {
+                format!("ok-{round}-{i}")
+            };
+            (format!("r{round}-{i}"), who, Tz::UTC, "default")
+        })
+        .await;
+        for (i, result) in outcomes.into_iter().enumerate() {
             if i == 20 {
                 let err = result.expect_err("the broken key's job fails");
                 assert!(err.to_string().contains("admit.lua"), "{err}");
