@@ -24,13 +24,14 @@
 --   start (ms) of a calendar window; bound < 0 is minus the length (ms) of a rolling one
 -- then, for each job k in order: member (job id hash), plan number (1..P)
 --
--- Returns one reply per job, in order, each one of
---   {1, now}                   admitted, recorded with score now*2
---   {0, now, t1, t2, ...}      refused; t = times (ms) of the sends still remembered
---   {2, now}                   duplicate: this job was already dispatched
---   {3, now, reserved_at}      another worker holds a live reservation for this job
---   {4, now}                   now is outside [valid_from, valid_until): plan again with now
---   {5, now}                   the key holds something else than a sorted set
+-- Returns one flat array: now (ms), then for each job in order its code and what
+-- follows that code (a flat reply spares Redis and the caller a table per job):
+--   1                 admitted, recorded with score now*2
+--   0, m, t1 .. tm    refused; t = times (ms) of the m sends still remembered
+--   2                 duplicate: this job was already dispatched
+--   3, reserved_at    another worker holds a live reservation for this job
+--   4                 now is outside [valid_from, valid_until): plan again with now
+--   5                 the key holds something else than a sorted set
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -64,19 +65,23 @@ for p = 1, tonumber(ARGV[3]) do
     if start < cutoff then cutoff = start end
   end
   plan.cutoff2 = cutoff * 2
+  plan.below_cutoff = '(' .. string.format('%.0f', cutoff * 2)
   plan.expire_at = string.format('%.0f', expire_at)
   plans[p] = plan
   a = a + 4 + 2 * nrules
 end
 local score = string.format('%.0f', now * 2)
 
+-- One job's verdict: its code, and the reserved time (3) or the remembered send
+-- scores (0). Numbers given to redis.call are strings: Lua would format each with
+-- sprintf.
 local function admit(key, member, plan)
   -- With rules, one ZRANGE reads every remembered send (the key is trimmed to the
   -- longest window, so it is short) and answers the duplicate check too.
   local entries = {}
   local existing
   if plan.has_rules then
-    entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    entries = redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES')
     for i = 1, #entries, 2 do
       if entries[i] == member then existing = tonumber(entries[i + 1]) end
     end
@@ -87,18 +92,18 @@ local function admit(key, member, plan)
 
   if existing then
     if existing % 2 == 1 then
-      return {2, now}
+      return 2
     end
     local reserved_at = (existing - existing % 2) / 2
     if now - reserved_at < lease then
-      return {3, now, reserved_at}
+      return 3, reserved_at
     end
     -- an abandoned reservation (its worker died before confirming): admit afresh
     redis.call('ZREM', key, member)
   end
 
   if not plan.valid then
-    return {4, now}
+    return 4
   end
 
   -- forget what no rule and no duplicate check needs any more
@@ -113,7 +118,7 @@ local function admit(key, member, plan)
     end
   end
   if stale then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.0f', plan.cutoff2))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', plan.below_cutoff)
   end
 
   for r = 1, #plan.limits do
@@ -122,26 +127,36 @@ local function admit(key, member, plan)
       if times[i] >= start2 then count = count + 1 end
     end
     if count >= plan.limits[r] then
-      local reply = {0, now}
-      for i = 1, #times do
-        reply[#reply + 1] = (times[i] - times[i] % 2) / 2
-      end
-      return reply
+      return 0, times
     end
   end
 
   redis.call('ZADD', key, score, member)
   redis.call('PEXPIREAT', key, plan.expire_at)
-  return {1, now}
+  return 1
 end
 
--- A job whose key cannot be read (another type was written there) answers
--- {5, now} and leaves the others of the call unharmed; its first command is a read,
--- so it has written nothing.
-local replies = {}
+-- A job whose key cannot be read (another type was written there) answers 5 and
+-- leaves the others of the call unharmed; its first command is a read, so it has
+-- written nothing.
+local out = {now}
+local n = 1
 for k = 1, #KEYS do
-  local ok, reply = pcall(admit, KEYS[k], ARGV[a], plans[tonumber(ARGV[a + 1])])
-  if ok then replies[k] = reply else replies[k] = {5, now} end
+  local ok, code, extra = pcall(admit, KEYS[k], ARGV[a], plans[tonumber(ARGV[a + 1])])
+  if not ok then code = 5 end
+  n = n + 1
+  out[n] = code
+  if code == 3 then
+    n = n + 1
+    out[n] = extra
+  elseif code == 0 then
+    n = n + 1
+    out[n] = #extra
+    for i = 1, #extra do
+      n = n + 1
+      out[n] = (extra[i] - extra[i] % 2) / 2
+    end
+  end
   a = a + 2
 end
-return replies
+return out

@@ -40,7 +40,67 @@ pub struct AdmitArgs {
     pub plan: Arc<Plan>,
 }
 
-type Reply = Result<Vec<i64>, EngineError>;
+/// One job's answer from `lua/admit.lua`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted and recorded at Redis time `now` (ms).
+    Admitted(i64),
+    /// Refused at `now` (ms); the times (ms) of the sends still remembered.
+    Refused(i64, Vec<i64>),
+    /// Already dispatched.
+    Duplicate,
+    /// Another worker's live reservation, made at this time (ms).
+    InFlight(i64),
+    /// Redis time `now` (ms) is outside the day the plan was made for.
+    Clock(i64),
+    /// The recipient's key holds another type than a sorted set; Redis time (ms).
+    WrongType(i64),
+}
+
+impl Verdict {
+    /// Redis time of the call, where the verdict carries it.
+    pub fn now(&self) -> Option<i64> {
+        match self {
+            Verdict::Admitted(now)
+            | Verdict::Refused(now, _)
+            | Verdict::Clock(now)
+            | Verdict::WrongType(now) => Some(*now),
+            Verdict::Duplicate | Verdict::InFlight(_) => None,
+        }
+    }
+}
+
+/// The verdicts of `jobs` jobs from the script's flat reply (see `lua/admit.lua`):
+/// `now`, then each job's code followed by what that code carries. `None` if the
+/// reply does not have that shape.
+pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
+    let (&now, mut rest) = flat.split_first()?;
+    let mut out = Vec::with_capacity(jobs);
+    while let Some((&code, tail)) = rest.split_first() {
+        rest = tail;
+        out.push(match code {
+            1 => Verdict::Admitted(now),
+            0 => {
+                let (&m, tail) = rest.split_first()?;
+                let m = usize::try_from(m).ok().filter(|m| *m <= tail.len())?;
+                rest = &tail[m..];
+                Verdict::Refused(now, tail[..m].to_vec())
+            }
+            2 => Verdict::Duplicate,
+            3 => {
+                let (&at, tail) = rest.split_first()?;
+                rest = tail;
+                Verdict::InFlight(at)
+            }
+            4 => Verdict::Clock(now),
+            5 => Verdict::WrongType(now),
+            _ => return None,
+        });
+    }
+    (out.len() == jobs).then_some(out)
+}
+
+type Reply = Result<Verdict, EngineError>;
 
 /// Sends admissions to Redis, batched on a single node, one by one on a cluster.
 pub(crate) struct Admitter {
@@ -92,7 +152,10 @@ impl Admitter {
             None => args,
         };
         let mut replies = self.caller.call(&[&args]).await?;
-        Ok(replies.pop().unwrap_or_default())
+        replies.pop().ok_or(EngineError::Reply {
+            script: "admit.lua",
+            reply: vec![],
+        })
     }
 }
 
@@ -100,7 +163,7 @@ impl Caller {
     /// One script call for `jobs`: one reply per job, in order. The distinct plans
     /// go once, each job names its own by number (see `lua/admit.lua`); the command
     /// is built directly (no per-argument buffers) and the script loaded on NOSCRIPT.
-    pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Vec<i64>>, EngineError> {
+    pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Verdict>, EngineError> {
         let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
         let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
@@ -140,7 +203,7 @@ impl Caller {
         crate::engine::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
-        let replies: Vec<Vec<i64>> = match cmd.query_async(&mut conn).await {
+        let flat: Vec<i64> = match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.prepare_invoke().load_async(&mut conn).await?;
                 cmd.query_async(&mut conn).await?
@@ -149,13 +212,10 @@ impl Caller {
         };
         metrics::histogram!("quota_worker_admission_call_seconds")
             .record(started.elapsed().as_secs_f64());
-        if replies.len() != jobs.len() {
-            return Err(EngineError::Reply {
-                script: "admit.lua",
-                reply: vec![replies.len() as i64],
-            });
-        }
-        Ok(replies)
+        verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
+            script: "admit.lua",
+            reply: flat,
+        })
     }
 
     /// Run one batch and hand each job its reply.
@@ -208,5 +268,46 @@ async fn run(
             caller.settle(batch).await;
             drop(slot);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{verdicts, Verdict};
+
+    #[test]
+    fn a_flat_reply_splits_into_each_jobs_verdict() {
+        let now = 1_700_000_000_000;
+        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5];
+        assert_eq!(
+            verdicts(&flat, 7),
+            Some(vec![
+                Verdict::Admitted(now),
+                Verdict::Refused(now, vec![10, 20]),
+                Verdict::Duplicate,
+                Verdict::InFlight(55),
+                Verdict::Clock(now),
+                Verdict::Refused(now, vec![]),
+                Verdict::WrongType(now),
+            ])
+        );
+        assert_eq!(Verdict::InFlight(55).now(), None);
+    }
+
+    #[test]
+    fn a_reply_of_another_shape_is_refused() {
+        let now = 1_700_000_000_000;
+        assert_eq!(verdicts(&[], 0), None, "no time");
+        assert_eq!(verdicts(&[now, 1], 2), None, "a job short");
+        assert_eq!(verdicts(&[now, 1, 1], 1), None, "a job over");
+        assert_eq!(verdicts(&[now, 9], 1), None, "an unknown code");
+        assert_eq!(
+            verdicts(&[now, 0, 3, 10, 20], 1),
+            None,
+            "fewer times than said"
+        );
+        assert_eq!(verdicts(&[now, 0, -1], 1), None, "a negative count");
+        assert_eq!(verdicts(&[now, 3], 1), None, "no reservation time");
+        assert_eq!(verdicts(&[now], 0), Some(vec![]));
     }
 }

@@ -28,7 +28,7 @@ use chrono_tz::Tz;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
-use crate::batch::{AdmitArgs, Admitter, Caller};
+use crate::batch::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::config::{Action, Policy, Rate, Scope, Settings};
 use crate::keys::{self, Keys};
 use crate::window::{self, Rule, Window};
@@ -449,7 +449,7 @@ impl Engine {
                 match b {
                     Ok(b) => (a, Some(b)),
                     Err(e) => {
-                        if let AdmitReply::Admitted(at) = a {
+                        if let Verdict::Admitted(at) = a {
                             self.orphan(&key, &member, at);
                         }
                         return Err(e);
@@ -465,7 +465,7 @@ impl Engine {
         let mut reply = first;
         for _ in 0..3 {
             match reply {
-                AdmitReply::Clock(now) => {
+                Verdict::Clock(now) => {
                     reply = self
                         .call_admit(&key, &member, &policy, req.tz, Some(now))
                         .await?
@@ -473,21 +473,21 @@ impl Engine {
                 _ => break,
             }
         }
-        if let AdmitReply::InFlight(at) = reply {
+        if let Verdict::InFlight(at) = reply {
             if self.adopt(&key, &member, at) {
-                reply = AdmitReply::Admitted(at);
+                reply = Verdict::Admitted(at);
             }
         }
         let took_rate = matches!(rate_reply, Some(r) if r.allowed == 1);
         let admission = match reply {
-            AdmitReply::Admitted(now) => Admission::Admitted(Ticket {
+            Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
                 member,
                 admitted_at: ms(now),
                 channel: req.channel.to_string(),
                 rate,
             }),
-            AdmitReply::Refused(now, sends) => {
+            Verdict::Refused(now, sends) => {
                 let now = ms(now);
                 let sends: Vec<DateTime<Utc>> = sends.into_iter().map(ms).collect();
                 let retry_at = window::earliest_allowed(&policy.rules, req.tz, now, &sends)
@@ -504,15 +504,22 @@ impl Engine {
                     rule,
                 }
             }
-            AdmitReply::Duplicate => Admission::Duplicate,
-            AdmitReply::InFlight(reserved_at) => Admission::InFlight {
+            Verdict::Duplicate => Admission::Duplicate,
+            Verdict::InFlight(reserved_at) => Admission::InFlight {
                 retry_at: ms(reserved_at + self.lease_ms),
             },
-            AdmitReply::Clock(_) => {
+            // still outside the planned day after three plans (a wrong type never
+            // gets here: call_admit turns it into an error)
+            Verdict::Clock(now) | Verdict::WrongType(now) => {
+                let code = if matches!(reply, Verdict::Clock(_)) {
+                    4
+                } else {
+                    5
+                };
                 return Err(EngineError::Reply {
                     script: "admit.lua",
-                    reply: vec![4],
-                })
+                    reply: vec![code, now],
+                });
             }
         };
         match (&admission, rate) {
@@ -733,7 +740,7 @@ impl Engine {
         policy: &Policy,
         tz: Tz,
         now: Option<i64>,
-    ) -> Result<AdmitReply, EngineError> {
+    ) -> Result<Verdict, EngineError> {
         let plan = self.cached_plan(policy, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
         let reply = self
             .admitter
@@ -743,19 +750,15 @@ impl Engine {
                 plan,
             })
             .await?;
-        if let Some(now) = reply.get(1) {
-            self.observe(*now);
+        if let Some(now) = reply.now() {
+            self.observe(now);
         }
-        match reply[..] {
-            [1, now] => Ok(AdmitReply::Admitted(now)),
-            [0, now, ..] => Ok(AdmitReply::Refused(now, reply[2..].to_vec())),
-            [2, _] => Ok(AdmitReply::Duplicate),
-            [3, _, reserved_at] => Ok(AdmitReply::InFlight(reserved_at)),
-            [4, now] => Ok(AdmitReply::Clock(now)),
-            _ => Err(EngineError::Reply {
+        match reply {
+            Verdict::WrongType(now) => Err(EngineError::Reply {
                 script: "admit.lua",
-                reply,
+                reply: vec![5, now],
             }),
+            reply => Ok(reply),
         }
     }
 }
@@ -764,12 +767,4 @@ impl Engine {
 pub(crate) fn count_call(calls: &AtomicU64) {
     calls.fetch_add(1, Ordering::Relaxed);
     metrics::counter!("quota_worker_redis_calls_total").increment(1);
-}
-
-enum AdmitReply {
-    Admitted(i64),
-    Refused(i64, Vec<i64>),
-    Duplicate,
-    InFlight(i64),
-    Clock(i64),
 }
