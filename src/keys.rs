@@ -45,11 +45,21 @@ impl Keys {
     /// The sorted set of a recipient's sends under `policy` (and `channel`, when the
     /// policy counts per channel).
     pub fn recipient(&self, recipient: &str, policy: &str, channel: Option<&str>) -> String {
+        // `prefix:{tag}:policy[:channel]`, built without `format!` (one per job)
         let tag = self.recipient_tag(recipient);
-        match channel {
-            Some(c) => format!("{}:{{{tag}}}:{policy}:{c}", self.prefix),
-            None => format!("{}:{{{tag}}}:{policy}", self.prefix),
+        let extra = channel.map_or(0, |c| c.len() + 1);
+        let mut key =
+            String::with_capacity(self.prefix.len() + tag.len() + policy.len() + 4 + extra);
+        key.push_str(&self.prefix);
+        key.push_str(":{");
+        key.push_str(&tag);
+        key.push_str("}:");
+        key.push_str(policy);
+        if let Some(c) = channel {
+            key.push(':');
+            key.push_str(c);
         }
+        key
     }
 
     /// A channel's GCRA key.
@@ -87,6 +97,9 @@ mod tests {
             Keys::new("qw", "other").recipient("+33 6 12 34 56 78", "default", None)
         );
         assert_eq!(keys.recipient_tag("x").len(), 16);
+        let t = keys.recipient_tag("+33 6 12 34 56 78");
+        assert_eq!(a, format!("qw:{{{t}}}:default"));
+        assert_eq!(b, format!("qw:{{{t}}}:default:sms"));
     }
 
     #[test]
