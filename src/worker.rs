@@ -489,10 +489,12 @@ impl Worker {
                             .await;
                     }
                 }
-                let props = BasicProperties::default()
+                let mut props = BasicProperties::default()
                     .with_content_type("application/json".into())
-                    .with_message_id(ShortString::from(job.id.as_ref()))
-                    .with_headers(delay::next_headers(headers, now, None));
+                    .with_message_id(ShortString::from(job.id.as_ref()));
+                if let Some(h) = delay::dispatch_headers(headers, now) {
+                    props = props.with_headers(h);
+                }
                 match s
                     .publisher
                     .publish(
