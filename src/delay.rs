@@ -149,8 +149,8 @@ pub fn next_headers(
 /// raised, its first-seen time kept. A job dispatched at its first handling keeps the
 /// headers it came with, less the ladder's bits and the broker's `x-death` family, and
 /// gets no `x-notify-*` header (they would say "attempt 1, first seen now"): every
-/// header costs the broker on each message, and two cost RabbitMQ 3.10 about a fifth
-/// more CPU per message (BENCHMARKS.md). `None` when no header is left.
+/// header costs the broker on each message, and two cost RabbitMQ 3.10 about a quarter
+/// more CPU per message in the benchmark's pass-through (BENCHMARKS.md). `None` when no header is left.
 pub fn dispatch_headers(original: Option<&FieldTable>, now: DateTime<Utc>) -> Option<FieldTable> {
     let headers = original?;
     if headers.inner().contains_key(ATTEMPT) {

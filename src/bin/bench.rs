@@ -41,6 +41,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use quota_worker::broker::{delete_all, Topology};
 use quota_worker::config::{RuleSettings, Settings};
+use quota_worker::delay;
 use quota_worker::engine::{Engine, Request};
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -538,6 +539,9 @@ async fn pass_through(
             FieldTable::default(),
         )
         .await?;
+    // `QW_BENCH_CEILING_HEADERS=1`: the pass-through adds the two headers a job back
+    // from the delay ladder carries (what they cost the broker, BENCHMARKS.md)
+    let headers = std::env::var("QW_BENCH_CEILING_HEADERS").is_ok_and(|v| v == "1");
     let done = Arc::new(AtomicU64::new(0));
     let cpu_before = cpu_snapshot();
     let started = Instant::now();
@@ -550,7 +554,16 @@ async fn pass_through(
         let dst = dst.clone();
         let done = done.clone();
         tasks.spawn(async move {
-            let props = BasicProperties::default().with_delivery_mode(2);
+            let mut props = BasicProperties::default().with_delivery_mode(2);
+            if headers {
+                let mut h = FieldTable::default();
+                h.insert(delay::ATTEMPT.into(), AMQPValue::LongLongInt(2));
+                h.insert(
+                    delay::FIRST_SEEN.into(),
+                    AMQPValue::LongLongInt(1_763_950_000_000),
+                );
+                props = props.with_headers(h);
+            }
             let opts = BasicPublishOptions {
                 mandatory: true,
                 ..Default::default()
