@@ -116,16 +116,8 @@ pub fn next_headers(
     now: DateTime<Utc>,
     not_before: Option<DateTime<Utc>>,
 ) -> FieldTable {
-    let mut out = FieldTable::default();
+    let mut out = own_headers(original);
     let (attempt, first_seen) = attempt_info(original);
-    if let Some(headers) = original {
-        for (k, v) in headers.inner() {
-            if internal(k.as_str()) || k.as_str() == NOT_BEFORE {
-                continue;
-            }
-            out.insert(k.clone(), v.clone());
-        }
-    }
     // saturating: the header comes from outside (a producer may set any value)
     out.insert(
         ATTEMPT.into(),
@@ -150,19 +142,27 @@ pub fn next_headers(
 /// headers it came with, less the ladder's bits and the broker's `x-death` family, and
 /// gets no `x-notify-*` header (they would say "attempt 1, first seen now"): every
 /// header costs the broker on each message, and two cost RabbitMQ 3.10 about a quarter
-/// more CPU per message in the benchmark's pass-through (BENCHMARKS.md). `None` when no header is left.
+/// more CPU per message in the benchmark's pass-through (BENCHMARKS.md). `None` when
+/// no header is left.
 pub fn dispatch_headers(original: Option<&FieldTable>, now: DateTime<Utc>) -> Option<FieldTable> {
     let headers = original?;
     if headers.inner().contains_key(ATTEMPT) {
         return Some(next_headers(original, now, None));
     }
+    let out = own_headers(original);
+    (!out.inner().is_empty()).then_some(out)
+}
+
+/// The headers a job carries of its own: all but the ladder's bits, its wait
+/// instant and the broker's `x-death` family.
+fn own_headers(original: Option<&FieldTable>) -> FieldTable {
     let mut out = FieldTable::default();
-    for (k, v) in headers.inner() {
+    for (k, v) in original.into_iter().flat_map(|h| h.inner()) {
         if !internal(k.as_str()) && k.as_str() != NOT_BEFORE {
             out.insert(k.clone(), v.clone());
         }
     }
-    (!out.inner().is_empty()).then_some(out)
+    out
 }
 
 /// (attempts so far, first-seen ms) from a job's headers.
