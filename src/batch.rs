@@ -40,32 +40,34 @@ pub struct AdmitArgs {
     pub plan: Arc<Plan>,
 }
 
-/// One job's answer from `lua/admit.lua`.
+/// One job's answer from `lua/admit.lua`; each carries the call's Redis time `now`
+/// (ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Admitted and recorded at Redis time `now` (ms).
+    /// Admitted and recorded at `now`.
     Admitted(i64),
-    /// Refused at `now` (ms); the times (ms) of the sends still remembered.
+    /// Refused; the times (ms) of the sends still remembered.
     Refused(i64, Vec<i64>),
     /// Already dispatched.
-    Duplicate,
-    /// Another worker's live reservation, made at this time (ms).
-    InFlight(i64),
-    /// Redis time `now` (ms) is outside the day the plan was made for.
+    Duplicate(i64),
+    /// Another worker's live reservation, made at the second time (ms).
+    InFlight(i64, i64),
+    /// `now` is outside the day the plan was made for.
     Clock(i64),
-    /// The recipient's key holds another type than a sorted set; Redis time (ms).
+    /// The recipient's key holds another type than a sorted set.
     WrongType(i64),
 }
 
 impl Verdict {
-    /// Redis time of the call, where the verdict carries it.
-    pub fn now(&self) -> Option<i64> {
+    /// Redis time of the call.
+    pub fn now(&self) -> i64 {
         match self {
             Verdict::Admitted(now)
             | Verdict::Refused(now, _)
+            | Verdict::Duplicate(now)
+            | Verdict::InFlight(now, _)
             | Verdict::Clock(now)
-            | Verdict::WrongType(now) => Some(*now),
-            Verdict::Duplicate | Verdict::InFlight(_) => None,
+            | Verdict::WrongType(now) => *now,
         }
     }
 }
@@ -86,11 +88,11 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
                 rest = &tail[m..];
                 Verdict::Refused(now, tail[..m].to_vec())
             }
-            2 => Verdict::Duplicate,
+            2 => Verdict::Duplicate(now),
             3 => {
                 let (&at, tail) = rest.split_first()?;
                 rest = tail;
-                Verdict::InFlight(at)
+                Verdict::InFlight(now, at)
             }
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
@@ -284,14 +286,14 @@ mod tests {
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
-                Verdict::Duplicate,
-                Verdict::InFlight(55),
+                Verdict::Duplicate(now),
+                Verdict::InFlight(now, 55),
                 Verdict::Clock(now),
                 Verdict::Refused(now, vec![]),
                 Verdict::WrongType(now),
             ])
         );
-        assert_eq!(Verdict::InFlight(55).now(), None);
+        assert_eq!(Verdict::InFlight(now, 55).now(), now);
     }
 
     #[test]

@@ -473,7 +473,7 @@ impl Engine {
                 _ => break,
             }
         }
-        if let Verdict::InFlight(at) = reply {
+        if let Verdict::InFlight(_, at) = reply {
             if self.adopt(&key, &member, at) {
                 reply = Verdict::Admitted(at);
             }
@@ -504,8 +504,8 @@ impl Engine {
                     rule,
                 }
             }
-            Verdict::Duplicate => Admission::Duplicate,
-            Verdict::InFlight(reserved_at) => Admission::InFlight {
+            Verdict::Duplicate(_) => Admission::Duplicate,
+            Verdict::InFlight(_, reserved_at) => Admission::InFlight {
                 retry_at: ms(reserved_at + self.lease_ms),
             },
             // still outside the planned day after three plans (a wrong type never
@@ -753,9 +753,7 @@ impl Engine {
                 plan,
             })
             .await?;
-        if let Some(now) = reply.now() {
-            self.observe(now);
-        }
+        self.observe(reply.now());
         match reply {
             Verdict::WrongType(now) => Err(EngineError::Reply {
                 script: "admit.lua",
