@@ -1,20 +1,31 @@
--- refund.lua: give back `cost` jobs of a channel's GCRA rate (the job that took them
--- was refused by its recipient's caps, or its dispatch failed).
+-- refund.lua: give back what one take of a channel's GCRA rate added and is still
+-- unspent (the job that took it was refused by its recipient's caps, or its
+-- dispatch failed).
+--
+-- The take moved the TAT from T - interval * cost to T (rate.lua's tat_us). By the
+-- time of the refund, the part of that span already in the past has been spent:
+-- the bucket refilled through it whether or not the job went out. So the credit
+-- is interval * cost, less what lies before now: min(interval * cost, T - now),
+-- never negative. A refund after the bucket refilled credits nothing, and a
+-- refund never lets more through than if the take had not happened.
 --
 -- KEYS[1]  the channel's key (as in rate.lua)
 -- ARGV[1]  emission interval in microseconds
 -- ARGV[2]  cost to give back
+-- ARGV[3]  the TAT the take left (rate.lua's tat_us), in microseconds
 --
--- Returns the new TAT minus now in microseconds (0 when the bucket is full again).
+-- Returns the credit given back in microseconds (0: nothing was owed).
 local key = KEYS[1]
 local tat = redis.call('GET', key)
 if not tat then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local new_tat = tonumber(tat) - tonumber(ARGV[1]) * tonumber(ARGV[2])
+local credit = math.min(tonumber(ARGV[1]) * tonumber(ARGV[2]), tonumber(ARGV[3]) - now)
+if credit <= 0 then return 0 end
+local new_tat = tonumber(tat) - credit
 if new_tat <= now then
   redis.call('DEL', key)
-  return 0
+else
+  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(math.ceil((new_tat - now) / 1000), 1)))
 end
-redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(math.ceil((new_tat - now) / 1000), 1)))
-return new_tat - now
+return credit

@@ -149,7 +149,8 @@ pub struct Ticket {
     /// Redis time of the admission.
     pub admitted_at: DateTime<Utc>,
     channel: String,
-    rate: Option<Rate>,
+    /// The channel's rate and the TAT its take left, when the channel is paced.
+    rate: Option<(Rate, i64)>,
 }
 
 /// The engine's answer.
@@ -187,8 +188,8 @@ pub struct RateReply {
     pub remaining: i64,
     /// When not allowed: how long until it would be.
     pub retry_after: Duration,
-    /// Time until the bucket is full again.
-    pub reset_after: Duration,
+    /// The TAT the call left (µs of Redis time): what a refund of this take passes.
+    pub tat_us: i64,
 }
 
 /// The calendar bounds of one request, computed in Rust for the local day Redis is
@@ -478,14 +479,14 @@ impl Engine {
                 reply = Verdict::Admitted(at);
             }
         }
-        let took_rate = matches!(rate_reply, Some(r) if r.allowed == 1);
-        let admission = match reply {
+        let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
+        let mut admission = match reply {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
                 member,
                 admitted_at: ms(now),
                 channel: req.channel.to_string(),
-                rate,
+                rate: rate.zip(taken),
             }),
             Verdict::Refused(now, sends) => {
                 let now = ms(now);
@@ -522,8 +523,8 @@ impl Engine {
                 });
             }
         };
-        match (&admission, rate) {
-            (Admission::Admitted(_), Some(r)) if !took_rate => {
+        match (&mut admission, rate) {
+            (Admission::Admitted(ticket), Some(r)) if taken.is_none() => {
                 if let Some(reply) = rate_reply {
                     if reply.allowed < 0 {
                         // never reached: validation keeps cost <= burst
@@ -534,33 +535,37 @@ impl Engine {
                         });
                     }
                 }
-                if let Err(e) = self.pace(req.channel, r, pacer).await {
-                    if let Admission::Admitted(ticket) = &admission {
+                match self.pace(req.channel, r, pacer).await {
+                    Ok(tat) => ticket.rate = Some((r, tat)),
+                    Err(e) => {
                         if self.release_recipient(ticket).await.is_err() {
                             self.keep_reservation(ticket);
                         }
+                        return Err(e);
                     }
-                    return Err(e);
                 }
             }
             (Admission::Admitted(_), _) => {}
-            (_, Some(r)) if took_rate => {
-                self.refund(req.channel, r).await?;
+            (_, Some(r)) => {
+                if let Some(tat) = taken {
+                    self.refund(req.channel, r, tat).await?;
+                }
             }
             _ => {}
         }
         Ok(admission)
     }
 
-    /// Wait until the channel's rate allows one more job, one waiter at a time.
-    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<(), EngineError> {
+    /// Wait until the channel's rate allows one more job, one waiter at a time;
+    /// returns the TAT the take left.
+    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<i64, EngineError> {
         pacer.waiting.fetch_add(1, Ordering::Relaxed);
         let _gate = pacer.gate.lock().await;
         let result = async {
             loop {
                 let reply = self.call_rate(channel, rate, rate.cost).await?;
                 match reply.allowed {
-                    1 => return Ok(()),
+                    1 => return Ok(reply.tat_us),
                     0 => {
                         tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await
                     }
@@ -658,8 +663,8 @@ impl Engine {
     /// channel's rate are given back.
     pub async fn release(&self, ticket: &Ticket) -> Result<(), EngineError> {
         self.release_recipient(ticket).await?;
-        if let Some(rate) = ticket.rate {
-            self.refund(&ticket.channel, rate).await?;
+        if let Some((rate, tat)) = ticket.rate {
+            self.refund(&ticket.channel, rate, tat).await?;
         }
         Ok(())
     }
@@ -675,17 +680,25 @@ impl Engine {
         Ok(())
     }
 
-    async fn refund(&self, channel: &str, rate: Rate) -> Result<(), EngineError> {
+    /// Give back what one take of `channel`'s rate added and is still unspent
+    /// (`tat`: the TAT that take left); returns the credit given back.
+    pub async fn refund(
+        &self,
+        channel: &str,
+        rate: Rate,
+        tat: i64,
+    ) -> Result<Duration, EngineError> {
         let mut conn = self.conn.clone();
         self.count_call();
-        let _: i64 = self
+        let credit: i64 = self
             .refund_script
             .key(self.keys.rate(channel))
             .arg(rate.interval_us)
             .arg(rate.cost)
+            .arg(tat)
             .invoke_async(&mut conn)
             .await?;
-        Ok(())
+        Ok(Duration::from_micros(credit.max(0) as u64))
     }
 
     /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).
@@ -706,11 +719,11 @@ impl Engine {
             .invoke_async(&mut conn)
             .await?;
         match reply[..] {
-            [allowed, remaining, retry_after, reset_after] => Ok(RateReply {
+            [allowed, remaining, retry_after, _reset_after, tat_us] => Ok(RateReply {
                 allowed,
                 remaining,
                 retry_after: Duration::from_micros(retry_after.max(0) as u64),
-                reset_after: Duration::from_micros(reset_after.max(0) as u64),
+                tat_us,
             }),
             _ => Err(EngineError::Reply {
                 script: "rate.lua",

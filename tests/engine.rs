@@ -153,6 +153,13 @@ async fn gcra_replies_and_state_are_exact_integers() {
 }
 
 #[tokio::test]
+async fn refund_credits_only_what_is_unspent() {
+    let ns = unique("refund");
+    let _g = RedisGuard(ns.clone());
+    scenarios::refund_credits_only_what_is_unspent(settings(&ns)).await;
+}
+
+#[tokio::test]
 async fn workers_with_skewed_clocks_agree_on_the_day() {
     let ns = unique("clock");
     let _g = RedisGuard(ns.clone());

@@ -225,3 +225,38 @@ pub async fn channel_rate_holds_under_concurrency(s: Settings, connections: usiz
     );
     assert!(total >= 5, "the burst passes at once");
 }
+
+/// A refund gives back only what its take added and is still unspent: at once it
+/// gives the whole token back, but after the bucket refilled (the take's span of
+/// time is past) it gives nothing, so a late refund never lets a job through
+/// early. One per 2 s, burst 1: take A, refund A at once (the next take passes),
+/// take B, wait 3 s, take C, refund B late: D, right after C, is refused.
+pub async fn refund_credits_only_what_is_unspent(s: Settings) {
+    let e = engine(&s).await;
+    let rate = Rate {
+        interval_us: 2_000_000,
+        burst: 1,
+        cost: 1,
+    };
+    let a = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(a.allowed, 1);
+    let credit = e.refund("sms", rate, a.tat_us).await.unwrap();
+    assert!(
+        credit > Duration::from_millis(1500) && credit <= Duration::from_secs(2),
+        "a refund right after the take gives the token back: {credit:?}"
+    );
+    let b = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(b.allowed, 1, "the refunded token is there again");
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(c.allowed, 1, "the bucket refilled");
+    let late = e.refund("sms", rate, b.tat_us).await.unwrap();
+    assert_eq!(late, Duration::ZERO, "B's span is past: nothing is owed");
+    let d = e.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(
+        d.allowed, 0,
+        "one per 2 s: D right after C must wait (a late refund must not let it through)"
+    );
+    assert!(d.retry_after > Duration::from_secs(1), "{:?}", d.retry_after);
+}
