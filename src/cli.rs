@@ -51,6 +51,7 @@ fn parse_zone(s: &str) -> Result<Tz, String> {
 async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connection> {
     broker::connect(
         &settings.amqp.url,
+        &settings.amqp.tls,
         "quota-worker admin",
         settings.amqp.publish_timeout.0,
     )

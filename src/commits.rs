@@ -52,7 +52,7 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             match engine.commit_many(&batch).await {
                 Ok(()) => break,
@@ -64,9 +64,8 @@ async fn run(
                             tracing::error!(jobs = batch.len(), "shutting down with dispatched jobs not marked committed: a copy of one arriving after its lease would be sent again");
                             break;
                         }
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next().unwrap_or_default()) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
         }

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono_tz::Tz;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::window::{Rule, Window};
@@ -25,6 +26,24 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "QUOTA_WORKER";
+
+/// The built-in `redis.hash_key`: public, so it protects nothing (see
+/// [`Settings::warnings`]).
+pub const DEFAULT_HASH_KEY: &str = "quota-worker-default-key";
+
+/// What `config check` prints in place of a secret. Refused as a value, so a printed
+/// configuration loaded back fails loudly instead of hashing with another key.
+pub const REDACTED: &str = "<redacted>";
+
+/// The keys that may also be read from a file named by `<VARIABLE>_FILE` (as the
+/// official RabbitMQ, Redis and Postgres images do, for Docker and Kubernetes
+/// secrets). Other keys ending in `_file` (`amqp.tls.ca_file`) are paths themselves.
+pub const SECRET_KEYS: [&str; 4] = [
+    "amqp.url",
+    "redis.url",
+    "redis.cluster_urls",
+    "redis.hash_key",
+];
 
 /// A configuration that could not be read or is not valid.
 ///
@@ -173,12 +192,14 @@ impl Serialize for Dur {
     }
 }
 
-/// Broker settings (`[amqp]`).
+/// Broker settings (`[amqp]`). `Debug` hides the URL's password.
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpSettings {
     pub url: String,
+    #[serde(default)]
+    pub tls: TlsSettings,
     pub jobs_exchange: String,
     pub jobs_queue: String,
     pub dispatch_exchange: String,
@@ -202,18 +223,96 @@ pub enum QueueType {
     Classic,
 }
 
-/// Redis settings (`[redis]`).
+/// Redis settings (`[redis]`). `Debug` hides the URLs' passwords and the hash key;
+/// serializing prints the hash key as [`REDACTED`].
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: String,
+    #[serde(default)]
+    pub tls: TlsSettings,
     pub cluster: bool,
     pub cluster_urls: Vec<String>,
     pub key_prefix: String,
-    pub hash_key: String,
+    #[serde(serialize_with = "redacted_secret")]
+    pub hash_key: SecretString,
     pub dedupe_window: Dur,
     pub reservation_lease: Dur,
+}
+
+fn redacted_secret<S: Serializer>(_: &SecretString, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(REDACTED)
+}
+
+impl fmt::Debug for AmqpSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let a = self;
+        f.debug_struct("AmqpSettings")
+            .field("url", &redact_url(&a.url))
+            .field("tls", &a.tls)
+            .field("jobs_exchange", &a.jobs_exchange)
+            .field("jobs_queue", &a.jobs_queue)
+            .field("dispatch_exchange", &a.dispatch_exchange)
+            .field("dispatch_queue_prefix", &a.dispatch_queue_prefix)
+            .field("dead_exchange", &a.dead_exchange)
+            .field("dead_queue", &a.dead_queue)
+            .field("delay_prefix", &a.delay_prefix)
+            .field("delay_levels", &a.delay_levels)
+            .field("queue_type", &a.queue_type)
+            .field("prefetch", &a.prefetch)
+            .field("delivery_limit", &a.delivery_limit)
+            .field("publish_timeout", &a.publish_timeout)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self;
+        let urls: Vec<String> = r.cluster_urls.iter().map(|u| redact_url(u)).collect();
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&r.url))
+            .field("tls", &r.tls)
+            .field("cluster", &r.cluster)
+            .field("cluster_urls", &urls)
+            .field("key_prefix", &r.key_prefix)
+            .field("hash_key", &REDACTED)
+            .field("dedupe_window", &r.dedupe_window)
+            .field("reservation_lease", &r.reservation_lease)
+            .finish()
+    }
+}
+
+/// TLS settings of one connection (`[amqp.tls]`, `[redis.tls]`). They apply to an
+/// `amqps://` or `rediss://` URL and are refused with a plaintext one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM file of the CAs to trust, instead of the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (chain), for mutual TLS; needs `key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must carry, when it is not the URL's host
+    /// (AMQP only: the Redis client verifies the URL's host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Accept any server certificate: encrypted, but anyone on the path can read
+    /// and change the traffic. Every start and `config check` warn about it.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+impl TlsSettings {
+    /// Whether any TLS key is set.
+    pub fn is_set(&self) -> bool {
+        *self != TlsSettings::default()
+    }
 }
 
 /// Worker settings (`[worker]`).
@@ -335,6 +434,66 @@ pub struct Rate {
     pub cost: u64,
 }
 
+/// The environment's values by dotted key, with `<SECRET>_FILE` variables replaced
+/// by the file's content, and the variable each key came from.
+struct EnvValues {
+    values: Vec<(String, config::Value)>,
+    origins: BTreeMap<String, String>,
+}
+
+impl EnvValues {
+    fn read(env: &config::Environment) -> Result<EnvValues, ConfigError> {
+        use config::Source;
+        let var = |key: &str| format!("{ENV_PREFIX}__{}", key.replace('.', "__").to_uppercase());
+        let collected = env.collect()?;
+        let mut out = EnvValues {
+            values: Vec::new(),
+            origins: BTreeMap::new(),
+        };
+        for (key, value) in &collected {
+            let Some(base) = key
+                .strip_suffix("_file")
+                .filter(|base| SECRET_KEYS.contains(base))
+            else {
+                out.values.push((key.clone(), value.clone()));
+                out.origins.insert(key.clone(), var(key));
+                continue;
+            };
+            let at = |reason: String| ConfigError::At {
+                origin: Origin::Env { var: var(key) },
+                error: Box::new(invalid(base, reason)),
+            };
+            if collected.contains_key(base) {
+                return Err(at(format!(
+                    "set twice: by {} and by {}; keep one",
+                    var(base),
+                    var(key)
+                )));
+            }
+            let path = value.clone().into_string().unwrap_or_default();
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| at(format!("cannot read the file `{path}`: {e}")))?;
+            let text = text
+                .strip_suffix('\n')
+                .map(|t| t.strip_suffix('\r').unwrap_or(t))
+                .unwrap_or(&text);
+            let value = if base == "redis.cluster_urls" {
+                let urls = text
+                    .split([',', '\n'])
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .map(config::Value::from);
+                config::Value::from(urls.collect::<Vec<_>>())
+            } else {
+                config::Value::from(text)
+            };
+            out.values.push((base.to_string(), value));
+            out.origins.insert(base.to_string(), var(key));
+        }
+        Ok(out)
+    }
+}
+
 impl Settings {
     /// Read defaults, then `file` (if any), then the environment, and validate.
     pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
@@ -346,7 +505,6 @@ impl Settings {
         file: Option<&Path>,
         env: config::Environment,
     ) -> Result<Settings, ConfigError> {
-        use config::Source;
         let text =
             match file {
                 Some(path) => Some(std::fs::read_to_string(path).map_err(|cause| {
@@ -363,13 +521,16 @@ impl Settings {
             .try_parsing(true)
             .list_separator(",")
             .with_list_parse_key("redis.cluster_urls");
-        let env_keys = env.collect()?.into_keys();
-        let sources = locate::Sources::new(file.zip(text.as_deref()), env_keys)?;
-        Self::merge(text.as_deref(), env).map_err(|e| sources.attach(e))
+        let env = EnvValues::read(&env)?;
+        let sources = locate::Sources::new(file.zip(text.as_deref()), env.origins.clone())?;
+        Self::merge(text.as_deref(), env.values).map_err(|e| sources.attach(e))
     }
 
     /// Defaults, then the file's text, then the environment; deserialized and validated.
-    fn merge(file: Option<&str>, env: config::Environment) -> Result<Settings, ConfigError> {
+    fn merge(
+        file: Option<&str>,
+        env: Vec<(String, config::Value)>,
+    ) -> Result<Settings, ConfigError> {
         let mut builder = config::Config::builder().add_source(config::File::from_str(
             DEFAULT_TOML,
             config::FileFormat::Toml,
@@ -377,7 +538,10 @@ impl Settings {
         if let Some(text) = file {
             builder = builder.add_source(config::File::from_str(text, config::FileFormat::Toml));
         }
-        let merged = builder.add_source(env).build()?;
+        for (key, value) in env {
+            builder = builder.set_override(key, value)?;
+        }
+        let merged = builder.build()?;
         let settings: Settings = serde_path_to_error::deserialize(merged).map_err(from_serde)?;
         settings.validate()?;
         Ok(settings)
@@ -417,9 +581,21 @@ impl Settings {
         if self.redis.key_prefix.contains(['{', '}']) {
             return Err(invalid("redis.key_prefix", "must not contain `{` or `}`"));
         }
-        if self.redis.hash_key.is_empty() {
-            return Err(invalid("redis.hash_key", "must not be empty"));
+        match self.redis.hash_key.expose_secret() {
+            "" => return Err(invalid("redis.hash_key", "must not be empty")),
+            REDACTED => {
+                return Err(invalid(
+                    "redis.hash_key",
+                    format!(
+                        "`{REDACTED}` is what `config check` prints in place of the key; \
+                         set the real key (a different one forgets every recorded send)"
+                    ),
+                ))
+            }
+            _ => {}
         }
+        self.amqp_endpoint()?;
+        self.redis_endpoints()?;
         if self.redis.cluster && self.redis.cluster_urls.is_empty() {
             return Err(invalid(
                 "redis.cluster_urls",
@@ -466,6 +642,208 @@ impl Settings {
             self.rate(name)?;
         }
         Ok(())
+    }
+
+    /// The broker's URL, parsed, with its TLS settings checked (files read): an
+    /// `amqps://` URL whose TLS cannot be set up, and TLS keys with an `amqp://` URL,
+    /// are errors naming the key.
+    pub fn amqp_endpoint(&self) -> Result<Endpoint, ConfigError> {
+        use lapin::uri::{AMQPScheme, AMQPUri};
+        let url = &self.amqp.url;
+        let uri: AMQPUri = url.parse().map_err(|e| {
+            invalid(
+                "amqp.url",
+                format!("`{}` is not an AMQP URL: {e}", redact_url(url)),
+            )
+        })?;
+        if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+            return Err(invalid(
+                "amqp.url",
+                "must start with amqp:// (plaintext) or amqps:// (TLS)",
+            ));
+        }
+        if uri.authority.host.is_empty() {
+            return Err(invalid("amqp.url", "names no host"));
+        }
+        let tls = uri.scheme == AMQPScheme::AMQPS;
+        self.check_tls(&self.amqp.tls, "amqp", tls)?;
+        if tls {
+            crate::tls::server_name(&self.amqp.tls, &uri.authority.host)
+                .map_err(|e| invalid(e.key, e.reason))?;
+        }
+        Ok(Endpoint {
+            tls,
+            host: uri.authority.host,
+            port: uri.authority.port,
+            vhost: Some(uri.vhost),
+        })
+    }
+
+    /// The Redis URLs (`redis.url`, or `redis.cluster_urls` with `cluster = true`),
+    /// parsed and checked as [`Settings::amqp_endpoint`] does.
+    pub fn redis_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+        use redis::{ConnectionAddr, IntoConnectionInfo};
+        let (key, urls) = if self.redis.cluster {
+            ("redis.cluster_urls", self.redis.cluster_urls.clone())
+        } else {
+            ("redis.url", vec![self.redis.url.clone()])
+        };
+        let mut out = Vec::new();
+        for url in &urls {
+            let shown = redact_url(url);
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| invalid(key, format!("`{shown}` is not a Redis URL: {e}")))?;
+            let endpoint = match info.addr() {
+                ConnectionAddr::Tcp(host, port) => Endpoint {
+                    tls: false,
+                    host: host.clone(),
+                    port: *port,
+                    vhost: None,
+                },
+                ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure,
+                    ..
+                } => {
+                    if *insecure {
+                        return Err(invalid(
+                            key,
+                            format!(
+                                "`{shown}`: turn verification off with \
+                                 `redis.tls.insecure_skip_verify = true`, not in the URL"
+                            ),
+                        ));
+                    }
+                    Endpoint {
+                        tls: true,
+                        host: host.clone(),
+                        port: *port,
+                        vhost: None,
+                    }
+                }
+                _ => {
+                    return Err(invalid(
+                        key,
+                        format!("`{shown}`: use redis:// or rediss://"),
+                    ))
+                }
+            };
+            out.push(endpoint);
+        }
+        let tls = out.iter().any(|e| e.tls);
+        if tls && out.iter().any(|e| !e.tls) {
+            return Err(invalid(
+                key,
+                "mixes redis:// and rediss:// URLs; use one scheme for every node",
+            ));
+        }
+        self.check_tls(&self.redis.tls, "redis", tls)?;
+        if self.redis.tls.server_name.is_some() {
+            return Err(invalid(
+                "redis.tls.server_name",
+                "not supported for Redis: its certificate is verified against the URL's \
+                 host, so use the name the certificate carries in the URL",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// TLS keys only with a TLS URL; their files readable and valid.
+    fn check_tls(
+        &self,
+        tls: &TlsSettings,
+        section: &str,
+        url_is_tls: bool,
+    ) -> Result<(), ConfigError> {
+        if !url_is_tls {
+            if tls.is_set() {
+                let key = tls_key_set(tls);
+                let scheme = if section == "amqp" { "amqps" } else { "rediss" };
+                return Err(invalid(
+                    format!("{section}.tls.{key}"),
+                    format!(
+                        "is set, but `{section}.url` is plaintext: use a {scheme}:// URL \
+                         (or remove the key)"
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        crate::tls::load(tls, &format!("{section}.tls")).map_err(|e| invalid(e.key, e.reason))?;
+        Ok(())
+    }
+
+    /// What a careful operator should know before running this configuration:
+    /// the built-in hash key, and TLS verification turned off. `run` logs each one
+    /// as a warning on every start; `config check` prints them.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.redis.hash_key.expose_secret() == DEFAULT_HASH_KEY {
+            out.push(
+                "redis.hash_key is the built-in default, which is public: anyone who can \
+                 read Redis can tell whether a given phone number or address was sent to, \
+                 by hashing it with this key and looking for the key name. Set \
+                 redis.hash_key (or QUOTA_WORKER__REDIS__HASH_KEY_FILE) to a long random \
+                 secret before the first real send; changing it later forgets every \
+                 recorded send"
+                    .to_string(),
+            );
+        }
+        for (section, tls) in [("amqp", &self.amqp.tls), ("redis", &self.redis.tls)] {
+            if tls.insecure_skip_verify {
+                out.push(format!(
+                    "{section}.tls.insecure_skip_verify = true: the server's certificate is \
+                     not verified, so anyone on the network path can pose as the server and \
+                     read the credentials and every message"
+                ));
+            }
+        }
+        out
+    }
+
+    /// One line per connection saying how it is made (`config check` prints them).
+    pub fn connections(&self) -> Vec<String> {
+        let describe = |name: &str, section: &str, e: &Endpoint, tls: &TlsSettings| {
+            let at = match &e.vhost {
+                Some(v) => format!("{}:{} vhost `{v}`", e.host, e.port),
+                None => format!("{}:{}", e.host, e.port),
+            };
+            if !e.tls {
+                return format!("{name} {at}: plaintext (no TLS)");
+            }
+            let mut parts = vec![];
+            if tls.insecure_skip_verify {
+                parts.push("certificate NOT verified".to_string());
+            } else {
+                let roots = match &tls.ca_file {
+                    Some(p) => format!("CAs of {}", p.display()),
+                    None => "the system's roots".to_string(),
+                };
+                let name = tls.server_name.as_deref().unwrap_or(&e.host);
+                parts.push(format!(
+                    "certificate verified against `{name}` with {roots}"
+                ));
+            }
+            match &tls.cert_file {
+                Some(p) => parts.push(format!("client certificate {}", p.display())),
+                None => parts.push("no client certificate".to_string()),
+            }
+            let _ = section;
+            format!("{name} {at}: TLS, {}", parts.join(", "))
+        };
+        let mut out = Vec::new();
+        if let Ok(e) = self.amqp_endpoint() {
+            out.push(describe("broker", "amqp", &e, &self.amqp.tls));
+        }
+        if let Ok(es) = self.redis_endpoints() {
+            for e in es {
+                out.push(describe("redis", "redis", &e, &self.redis.tls));
+            }
+        }
+        out
     }
 
     /// The zone for jobs without one.
@@ -584,8 +962,35 @@ impl Settings {
         s.amqp.url = redact_url(&s.amqp.url);
         s.redis.url = redact_url(&s.redis.url);
         s.redis.cluster_urls = s.redis.cluster_urls.iter().map(|u| redact_url(u)).collect();
-        s.redis.hash_key = "<redacted>".into();
         s
+    }
+}
+
+/// Where a connection goes, as parsed from its URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `amqps://` or `rediss://`.
+    pub tls: bool,
+    /// Host as written.
+    pub host: String,
+    /// Port (the scheme's default when the URL has none).
+    pub port: u16,
+    /// The AMQP virtual host.
+    pub vhost: Option<String>,
+}
+
+/// The first TLS key set in `tls`, for an error about all of them.
+fn tls_key_set(tls: &TlsSettings) -> &'static str {
+    if tls.ca_file.is_some() {
+        "ca_file"
+    } else if tls.cert_file.is_some() {
+        "cert_file"
+    } else if tls.key_file.is_some() {
+        "key_file"
+    } else if tls.server_name.is_some() {
+        "server_name"
+    } else {
+        "insecure_skip_verify"
     }
 }
 
@@ -739,16 +1144,171 @@ mod tests {
     }
 
     #[test]
-    fn display_is_a_valid_configuration_file() {
+    fn display_loads_back_only_with_the_hash_key_given_again() {
         let s = Settings::load_with_env(None, env(&[])).unwrap();
         let text = s.to_string();
+        assert!(
+            text.contains(&format!("hash_key = \"{REDACTED}\"")),
+            "{text}"
+        );
         let path = std::env::temp_dir().join(format!("qw-display-{}.toml", std::process::id()));
         std::fs::write(&path, &text).unwrap();
-        let again = Settings::load_with_env(Some(&path), env(&[]));
+        // as printed, it would hash with another key: refused, naming the key and line
+        let refused = Settings::load_with_env(Some(&path), env(&[]));
+        let again = Settings::load_with_env(
+            Some(&path),
+            env(&[("QUOTA_WORKER__REDIS__HASH_KEY", "the-real-key")]),
+        );
         std::fs::remove_file(&path).unwrap();
+        let err = refused.unwrap_err();
+        assert_eq!(err.key(), Some("redis.hash_key"));
+        assert!(matches!(err.origin(), Some(Origin::File { .. })), "{err}");
         let again = again.unwrap();
         assert_eq!(again.to_string(), text);
+        assert_eq!(again.redis.hash_key.expose_secret(), "the-real-key");
         assert_eq!(again.amqp.url, "amqp://guest:***@127.0.0.1:5672/%2f");
+    }
+
+    #[test]
+    fn debug_hides_passwords_and_the_hash_key() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("QUOTA_WORKER__AMQP__URL", "amqp://u:amqp-secret@h:5672/%2f"),
+                ("QUOTA_WORKER__REDIS__URL", "redis://u:redis-secret@h:6379"),
+                ("QUOTA_WORKER__REDIS__HASH_KEY", "hash-secret"),
+            ]),
+        )
+        .unwrap();
+        let shown = format!("{s:?}");
+        for secret in ["amqp-secret", "redis-secret", "hash-secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("amqp://u:***@h:5672/%2f"), "{shown}");
+    }
+
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = std::env::temp_dir().join(format!("qw-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("hash_key");
+        let url = dir.join("amqp_url");
+        std::fs::write(&key, "from-a-file\n").unwrap();
+        std::fs::write(&url, "amqp://u:p@broker:5672/%2f").unwrap();
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("QUOTA_WORKER__REDIS__HASH_KEY_FILE", key.to_str().unwrap()),
+                ("QUOTA_WORKER__AMQP__URL_FILE", url.to_str().unwrap()),
+            ]),
+        );
+        let both = Settings::load_with_env(
+            None,
+            env(&[
+                ("QUOTA_WORKER__REDIS__HASH_KEY_FILE", key.to_str().unwrap()),
+                ("QUOTA_WORKER__REDIS__HASH_KEY", "x"),
+            ]),
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        let s = s.unwrap();
+        assert_eq!(
+            s.redis.hash_key.expose_secret(),
+            "from-a-file",
+            "one newline trimmed"
+        );
+        assert_eq!(s.amqp.url, "amqp://u:p@broker:5672/%2f");
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        let err = both.unwrap_err();
+        assert_eq!(err.key(), Some("redis.hash_key"));
+        assert!(err.to_string().contains("set twice"), "{err}");
+
+        let missing = Settings::load_with_env(
+            None,
+            env(&[("QUOTA_WORKER__REDIS__HASH_KEY_FILE", "/nonexistent/qw-key")]),
+        )
+        .unwrap_err();
+        assert_eq!(missing.key(), Some("redis.hash_key"));
+        assert_eq!(
+            missing.origin(),
+            Some(&Origin::Env {
+                var: "QUOTA_WORKER__REDIS__HASH_KEY_FILE".into()
+            })
+        );
+        assert!(
+            missing.to_string().contains("/nonexistent/qw-key"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn tls_keys_need_a_tls_url_and_urls_are_checked() {
+        for (vars, key, says) in [
+            (
+                vec![("QUOTA_WORKER__AMQP__TLS__CA_FILE", "/etc/ca.pem")],
+                "amqp.tls.ca_file",
+                "amqps://",
+            ),
+            (
+                vec![("QUOTA_WORKER__REDIS__TLS__INSECURE_SKIP_VERIFY", "true")],
+                "redis.tls.insecure_skip_verify",
+                "rediss://",
+            ),
+            (
+                vec![
+                    ("QUOTA_WORKER__AMQP__URL", "amqps://u:p@h/%2f"),
+                    ("QUOTA_WORKER__AMQP__TLS__CA_FILE", "/nonexistent/ca.pem"),
+                ],
+                "amqp.tls.ca_file",
+                "/nonexistent/ca.pem",
+            ),
+            (
+                vec![("QUOTA_WORKER__REDIS__URL", "rediss://h:6380/#insecure")],
+                "redis.url",
+                "insecure_skip_verify",
+            ),
+            (
+                vec![("QUOTA_WORKER__AMQP__URL", "http://h:5672/")],
+                "amqp.url",
+                "amqp",
+            ),
+            (
+                vec![
+                    ("QUOTA_WORKER__REDIS__URL", "rediss://h:6380"),
+                    ("QUOTA_WORKER__REDIS__TLS__SERVER_NAME", "x"),
+                ],
+                "redis.tls.server_name",
+                "not supported",
+            ),
+        ] {
+            let err = Settings::load_with_env(None, env(&vars)).unwrap_err();
+            assert_eq!(err.key(), Some(key), "{err}");
+            assert!(err.to_string().contains(says), "{err} should say {says}");
+        }
+    }
+
+    #[test]
+    fn connections_say_how_each_is_made_and_warnings_flag_what_is_unsafe() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("QUOTA_WORKER__AMQP__URL", "amqps://u:p@broker.example/prod"),
+                ("QUOTA_WORKER__AMQP__TLS__SERVER_NAME", "rabbit.internal"),
+                ("QUOTA_WORKER__REDIS__URL", "rediss://cache.example:6380"),
+                ("QUOTA_WORKER__REDIS__TLS__INSECURE_SKIP_VERIFY", "true"),
+            ]),
+        )
+        .unwrap();
+        let lines = s.connections();
+        assert_eq!(
+            lines[0],
+            "broker broker.example:5671 vhost `prod`: TLS, certificate verified against \
+             `rabbit.internal` with the system's roots, no client certificate"
+        );
+        assert!(lines[1].starts_with("redis cache.example:6380: TLS, certificate NOT verified"));
+        let warnings = s.warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("redis.hash_key is the built-in default"));
+        assert!(warnings[1].starts_with("redis.tls.insecure_skip_verify = true"));
     }
 
     #[test]

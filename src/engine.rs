@@ -43,17 +43,39 @@ pub enum RedisConn {
 }
 
 impl RedisConn {
-    /// Connect as the settings say.
-    pub async fn connect(settings: &crate::config::RedisSettings) -> redis::RedisResult<RedisConn> {
+    /// Connect as the settings say: `rediss://` URLs with TLS as `redis.tls` says
+    /// (the files were checked when the settings were loaded).
+    pub async fn connect(
+        settings: &crate::config::RedisSettings,
+    ) -> Result<RedisConn, EngineError> {
         let timeout = Duration::from_secs(2);
+        let certs = crate::tls::redis_certificates(&settings.tls)?;
+        let insecure = settings.tls.insecure_skip_verify;
         if settings.cluster {
-            let client = redis::cluster::ClusterClientBuilder::new(settings.cluster_urls.clone())
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .build()?;
-            Ok(RedisConn::Cluster(client.get_async_connection().await?))
+            let mut builder =
+                redis::cluster::ClusterClientBuilder::new(settings.cluster_urls.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout);
+            if insecure {
+                builder = builder.tls(redis::TlsMode::Insecure);
+            }
+            if let Some(certs) = certs {
+                builder = builder.certs(certs);
+            }
+            Ok(RedisConn::Cluster(
+                builder.build()?.get_async_connection().await?,
+            ))
         } else {
-            let client = redis::Client::open(settings.url.as_str())?;
+            // verification is turned off only by its key (a `#insecure` in the URL
+            // is refused when the settings are loaded)
+            let url = match insecure && settings.url.starts_with("rediss://") {
+                true => format!("{}#insecure", settings.url),
+                false => settings.url.clone(),
+            };
+            let client = match certs {
+                Some(certs) => redis::Client::build_with_tls(url.as_str(), certs)?,
+                None => redis::Client::open(url.as_str())?,
+            };
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout))
@@ -114,6 +136,9 @@ pub enum EngineError {
     /// The job names a channel that is not configured.
     #[error("unknown channel `{0}`")]
     UnknownChannel(String),
+    /// TLS cannot be set up as configured.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A cost the channel's burst can never allow.
     #[error("a cost of {cost} can never pass channel `{channel}`'s burst of {burst}")]
     CostAboveBurst {
@@ -336,7 +361,7 @@ impl Engine {
         });
         let engine = Engine {
             conn,
-            keys: Keys::new(&settings.redis.key_prefix, &settings.redis.hash_key),
+            keys: Keys::from_settings(&settings.redis),
             policies,
             rates,
             lease_ms,

@@ -46,6 +46,7 @@
 
 pub mod acks;
 pub mod admin;
+pub mod backoff;
 pub mod batch;
 pub mod broker;
 pub mod cli;
@@ -58,5 +59,6 @@ pub mod http;
 pub mod keys;
 pub mod producer;
 pub mod signals;
+pub mod tls;
 pub mod window;
 pub mod worker;

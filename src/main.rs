@@ -65,8 +65,13 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
-    /// Validate the configuration and print the effective one, secrets redacted.
-    Check,
+    /// Validate the configuration (TLS files included) and print the effective one,
+    /// secrets redacted, with how each connection is made and any warnings.
+    Check {
+        /// Exit with status 2 when there is a warning (e.g. the built-in hash key).
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 fn init_logging(format: LogFormat) {
@@ -91,6 +96,7 @@ fn init_logging(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    quota_worker::tls::install_provider();
     let result = Settings::load(cli.config.as_deref())
         .map_err(anyhow::Error::from)
         .and_then(|settings| block_on(settings.worker.threads, dispatch(cli, settings)));
@@ -132,10 +138,23 @@ fn block_on(
 async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Config {
-            command: ConfigCommand::Check,
+            command: ConfigCommand::Check { strict },
         } => {
-            println!("{settings}");
-            Ok(ExitCode::SUCCESS)
+            // comments, so the output stays a configuration file
+            print!("{settings}");
+            println!();
+            for line in settings.connections() {
+                println!("# {line}");
+            }
+            let warnings = settings.warnings();
+            for w in &warnings {
+                println!("# WARNING: {w}");
+                eprintln!("warning: {w}");
+            }
+            Ok(match strict && !warnings.is_empty() {
+                true => ExitCode::from(2),
+                false => ExitCode::SUCCESS,
+            })
         }
         Command::Run { no_http } => {
             settings.http.enabled &= !no_http;
@@ -147,6 +166,9 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
 }
 
 async fn run(settings: Settings) -> anyhow::Result<()> {
+    for warning in settings.warnings() {
+        tracing::warn!("{warning}");
+    }
     let engine = Arc::new(Engine::connect(&settings).await.with_context(|| {
         format!(
             "connecting to Redis at {}",

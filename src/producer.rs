@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::broker::{self, BrokerError, PublishError, Publisher};
-use crate::config::Settings;
+use crate::config::{Settings, TlsSettings};
 use crate::decode;
 
 /// A notification job, as the contract defines it (see the README).
@@ -177,6 +177,7 @@ impl Producer {
     pub async fn connect(url: &str, exchange: &str) -> Result<Producer, ProducerError> {
         Self::connect_with(
             url,
+            &TlsSettings::default(),
             exchange,
             Duration::from_secs(10),
             DEFAULT_MAX_BODY_BYTES,
@@ -189,6 +190,7 @@ impl Producer {
     pub async fn from_settings(settings: &Settings) -> Result<Producer, ProducerError> {
         Self::connect_with(
             &settings.amqp.url,
+            &settings.amqp.tls,
             &settings.amqp.jobs_exchange,
             settings.amqp.publish_timeout.0,
             settings.worker.max_body_bytes,
@@ -196,14 +198,16 @@ impl Producer {
         .await
     }
 
-    /// Connect with an explicit deadline and body limit.
+    /// Connect with explicit TLS settings (for an `amqps://` URL), deadline and body
+    /// limit.
     pub async fn connect_with(
         url: &str,
+        tls: &TlsSettings,
         exchange: &str,
         timeout: Duration,
         max_body_bytes: usize,
     ) -> Result<Producer, ProducerError> {
-        let conn = broker::connect(url, "quota-worker producer", timeout).await?;
+        let conn = broker::connect(url, tls, "quota-worker producer", timeout).await?;
         let check = conn.create_channel().await.map_err(BrokerError::from)?;
         let passive = ExchangeDeclareOptions {
             passive: true,

@@ -196,9 +196,10 @@ pub struct Worker {
 /// A fatal error: the worker cannot start or go on.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The topology conflicts with what exists on the broker.
+    /// The broker refused the topology or the login, or TLS cannot be set up:
+    /// retrying cannot help ([`BrokerError::is_fatal`]).
     #[error(transparent)]
-    Topology(BrokerError),
+    Broker(BrokerError),
 }
 
 impl Worker {
@@ -247,7 +248,8 @@ impl Worker {
         let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             self.clone().watch_redis(shutdown.clone()),
         ));
-        let mut backoff = Duration::from_millis(200);
+        let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
+        let mut backoff = delays();
         loop {
             if shutdown.is_cancelled() {
                 return Ok(());
@@ -255,19 +257,19 @@ impl Worker {
             let started = Instant::now();
             match self.session(&shutdown).await {
                 Ok(()) => return Ok(()),
-                Err(e @ BrokerError::Conflict { .. }) => return Err(WorkerError::Topology(e)),
+                Err(e) if e.is_fatal() => return Err(WorkerError::Broker(e)),
                 Err(e) => {
                     self.health.broker.store(false, Ordering::Relaxed);
                     metrics::counter!("quota_worker_broker_errors_total").increment(1);
                     if started.elapsed() > Duration::from_secs(30) {
-                        backoff = Duration::from_millis(200);
+                        backoff = delays();
                     }
-                    warn!(error = %e, retry_in = ?backoff, "broker session ended; reconnecting");
+                    let retry_in = backoff.next().unwrap_or_default();
+                    warn!(error = %e, ?retry_in, "broker session ended; reconnecting");
                     tokio::select! {
                         _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(retry_in) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                     metrics::counter!("quota_worker_reconnects_total").increment(1);
                 }
             }
@@ -303,7 +305,7 @@ impl Worker {
         // connection but never answers must not stall the worker) and cut short by
         // shutdown.
         let setup = async {
-            let conn = broker::connect(&a.url, "quota-worker", timeout).await?;
+            let conn = broker::connect(&a.url, &a.tls, "quota-worker", timeout).await?;
             self.topology.declare(&conn).await?;
             let publisher = Publisher::open(&conn, timeout).await?;
             let consume = conn.create_channel().await?;
@@ -605,7 +607,7 @@ impl Worker {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, EngineError>> + 'a,
     {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             match op().await {
                 Ok(v) => {
@@ -615,12 +617,12 @@ impl Worker {
                 Err(e) => {
                     self.health.redis.store(false, Ordering::Relaxed);
                     metrics::counter!("quota_worker_redis_errors_total").increment(1);
-                    warn!(error = %e, retry_in = ?backoff, "redis unavailable; holding the job");
+                    let retry_in = backoff.next().unwrap_or_default();
+                    warn!(error = %e, ?retry_in, "redis unavailable; holding the job");
                     tokio::select! {
                         _ = stop.cancelled() => return Err(ProcessError::Interrupted),
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(retry_in) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
         }

@@ -311,11 +311,47 @@ fn a_bad_environment_variable_is_named() {
 }
 
 #[test]
-fn the_printed_configuration_is_itself_a_valid_file() {
-    let first = check(None, &[("QUOTA_WORKER__CHANNELS__SMS__RATE", "3")]);
+fn the_printed_configuration_is_itself_a_valid_file_once_its_hash_key_is_given() {
+    let key = ("QUOTA_WORKER__REDIS__HASH_KEY", "a-real-secret");
+    let first = check(None, &[("QUOTA_WORKER__CHANNELS__SMS__RATE", "3"), key]);
     effective(&first);
     let file = TempFile::new(&String::from_utf8_lossy(&first.stdout));
-    let second = check(Some(&file.0), &[]);
+    // as printed, the key is the placeholder: loading it would hash with another key
+    let refused = failure(&check(Some(&file.0), &[]));
+    assert!(
+        refused.contains("redis.hash_key") && refused.contains(&file.0.display().to_string()),
+        "{refused}"
+    );
+    let second = check(Some(&file.0), &[key]);
     effective(&second);
     assert_eq!(first.stdout, second.stdout);
+}
+
+#[test]
+fn the_built_in_hash_key_is_flagged_and_strict_fails_on_it() {
+    let out = check(None, &[]);
+    effective(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: redis.hash_key is the built-in default"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("# WARNING: redis.hash_key"), "{stdout}");
+    assert!(
+        stdout.contains("# broker 127.0.0.1:5672 vhost `/`: plaintext (no TLS)"),
+        "{stdout}"
+    );
+
+    let mut cmd = Command::new(BIN);
+    cmd.args(["config", "check", "--strict"]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("QUOTA_WORKER") {
+            cmd.env_remove(k);
+        }
+    }
+    let strict = cmd.output().unwrap();
+    assert_eq!(strict.status.code(), Some(2));
+    let set = check(None, &[("QUOTA_WORKER__REDIS__HASH_KEY", "x")]);
+    assert!(!String::from_utf8_lossy(&set.stderr).contains("warning"));
 }

@@ -247,7 +247,7 @@ async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String> {
             ));
         }
     }
-    let keys = quota_worker::keys::Keys::new(&s.redis.key_prefix, &s.redis.hash_key);
+    let keys = quota_worker::keys::Keys::from_settings(&s.redis);
     let mut conn = redis::Client::open(s.redis.url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -934,7 +934,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
     let a = Audit::collect(&conn, &s, &jobs).await;
     eprintln!("{}", a.summary(&jobs));
     let per = a.dispatched_per_recipient(&jobs);
-    let keys = quota_worker::keys::Keys::new(&s.redis.key_prefix, &s.redis.hash_key);
+    let keys = quota_worker::keys::Keys::from_settings(&s.redis);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()

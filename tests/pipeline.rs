@@ -82,8 +82,7 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
     let (_c, w, conn) = rig(&s).await;
     let tz: Tz = "America/Santiago".parse().unwrap();
     let today = window::local_date(tz, Utc::now());
-    let key =
-        quota_worker::keys::Keys::new(&ns, &s.redis.hash_key).recipient("r4", "default", None);
+    let key = quota_worker::keys::Keys::from_settings(&s.redis).recipient("r4", "default", None);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_connection()
@@ -226,7 +225,7 @@ async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
         "retried later: {outcome:?}"
     );
     // the quota was given back: the recipient has no recorded send
-    let key = quota_worker::keys::Keys::new(&ns, &s.redis.hash_key).recipient("r", "default", None);
+    let key = quota_worker::keys::Keys::from_settings(&s.redis).recipient("r", "default", None);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_connection()

@@ -6,14 +6,14 @@
 //! up in each source, highest precedence first, in the spanned tables the `toml`
 //! crate parses ([`toml::de::DeTable`]).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use toml::de::{DeTable, DeValue};
 
-use super::{ConfigError, DEFAULT_TOML, ENV_PREFIX};
+use super::{ConfigError, DEFAULT_TOML};
 
 /// Where the value of a configuration key came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,16 +129,18 @@ impl<'a> Doc<'a> {
 /// The sources of one load, for locating its errors.
 pub(super) struct Sources<'a> {
     file: Option<(&'a Path, Doc<'a>)>,
-    env: BTreeSet<String>,
+    /// Keys the environment sets (dotted, lower-case), with the variable that set each.
+    env: BTreeMap<String, String>,
     defaults: Doc<'static>,
 }
 
 impl<'a> Sources<'a> {
     /// Parse the file (a syntax error is reported with its line and column) and note
-    /// which keys the environment sets (`env_keys`, dotted and lower-case).
+    /// which keys the environment sets (`env_keys`: dotted and lower-case, each with
+    /// the variable that set it).
     pub(super) fn new(
         file: Option<(&'a Path, &'a str)>,
-        env_keys: impl IntoIterator<Item = String>,
+        env_keys: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Sources<'a>, ConfigError> {
         let file = match file {
             None => None,
@@ -184,15 +186,10 @@ impl<'a> Sources<'a> {
     /// or a key depends on another), the nearest enclosing key that a source has.
     pub fn locate(&self, key: &str) -> Option<Origin> {
         let path = steps(key);
-        let env_var = |k: &String| Origin::Env {
-            var: format!("{ENV_PREFIX}__{}", k.replace('.', "__").to_uppercase()),
-        };
-        let env_covers = |k: &&String| {
-            let ks = steps(k);
-            path.starts_with(&ks)
-        };
-        if let Some(k) = self.env.iter().find(env_covers) {
-            return Some(env_var(k));
+        let env_var = |(_, var): (&String, &String)| Origin::Env { var: var.clone() };
+        let env_covers = |(k, _): &(&String, &String)| path.starts_with(&steps(k));
+        if let Some(found) = self.env.iter().find(env_covers) {
+            return Some(env_var(found));
         }
         let in_file = self
             .file
@@ -209,8 +206,8 @@ impl<'a> Sources<'a> {
         if let Some((line, true)) = in_defaults {
             return Some(Origin::Default { line });
         }
-        if let Some(k) = self.env.iter().find(|k| steps(k).starts_with(&path)) {
-            return Some(env_var(k));
+        if let Some(found) = self.env.iter().find(|(k, _)| steps(k).starts_with(&path)) {
+            return Some(env_var(found));
         }
         if let Some(found) = in_file {
             return Some(file_origin(found));
@@ -271,7 +268,10 @@ window = \"1d\"
     fn sources(env: &[&str]) -> Sources<'static> {
         Sources::new(
             Some((Path::new("c.toml"), FILE)),
-            env.iter().map(|s| s.to_string()),
+            env.iter().map(|k| {
+                let var = format!("QUOTA_WORKER__{}", k.replace('.', "__").to_uppercase());
+                (k.to_string(), var)
+            }),
         )
         .unwrap()
     }
@@ -327,7 +327,7 @@ window = \"1d\"
     fn syntax_errors_give_line_and_column() {
         let text = "[amqp]\nprefetch = = 5\n";
         let Err(ConfigError::Syntax { line, column, .. }) =
-            Sources::new(Some((Path::new("c.toml"), text)), [])
+            Sources::new(Some((Path::new("c.toml"), text)), Vec::new())
         else {
             panic!("expected a syntax error");
         };

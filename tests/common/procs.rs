@@ -521,6 +521,28 @@ pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
     let mut env = Vec::new();
     for section in ["amqp", "redis", "worker", "http"] {
         for (k, v) in v[section].as_object().unwrap() {
+            let var = |k: &str| {
+                format!(
+                    "QUOTA_WORKER__{}__{}",
+                    section.to_uppercase(),
+                    k.to_uppercase()
+                )
+            };
+            if let serde_json::Value::Object(tls) = v {
+                // [amqp.tls], [redis.tls]: one variable per key that is set
+                for (k2, v2) in tls {
+                    let text = match v2 {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    env.push((format!("{}__{}", var(k), k2.to_uppercase()), text));
+                }
+                continue;
+            }
+            if k == "hash_key" {
+                // printed redacted; a test that needs its own key sets the variable
+                continue;
+            }
             let text = match v {
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Array(a) => a
@@ -533,14 +555,7 @@ pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
             if v.is_array() && text.is_empty() {
                 continue;
             }
-            env.push((
-                format!(
-                    "QUOTA_WORKER__{}__{}",
-                    section.to_uppercase(),
-                    k.to_uppercase()
-                ),
-                text,
-            ));
+            env.push((var(k), text));
         }
     }
     env.retain(|(k, _)| k != "QUOTA_WORKER__HTTP__ENABLED");

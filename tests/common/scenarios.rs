@@ -258,5 +258,9 @@ pub async fn refund_credits_only_what_is_unspent(s: Settings) {
         d.allowed, 0,
         "one per 2 s: D right after C must wait (a late refund must not let it through)"
     );
-    assert!(d.retry_after > Duration::from_secs(1), "{:?}", d.retry_after);
+    assert!(
+        d.retry_after > Duration::from_secs(1),
+        "{:?}",
+        d.retry_after
+    );
 }
