@@ -458,3 +458,57 @@ async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str) -> Result<()
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::protocol::{AMQPError, AMQPErrorKind, AMQPHardError, AMQPSoftError};
+
+    fn broker_said(kind: AMQPErrorKind) -> lapin::Error {
+        lapin::ErrorKind::ProtocolError(AMQPError::new(kind, "words".into())).into()
+    }
+
+    #[test]
+    fn only_the_brokers_refusals_and_tls_setup_are_fatal() {
+        let declare = |error| BrokerError::Declare {
+            what: "queue `q`".into(),
+            error,
+        };
+        let soft = |e| broker_said(AMQPErrorKind::Soft(e));
+        let hard = |e| broker_said(AMQPErrorKind::Hard(e));
+        for (error, fatal) in [
+            (declare(soft(AMQPSoftError::PRECONDITIONFAILED)), true),
+            (declare(soft(AMQPSoftError::ACCESSREFUSED)), true),
+            (BrokerError::Amqp(soft(AMQPSoftError::ACCESSREFUSED)), true),
+            (declare(hard(AMQPHardError::CONNECTIONFORCED)), false),
+            (declare(soft(AMQPSoftError::RESOURCELOCKED)), false),
+            (declare(hard(AMQPHardError::INTERNALERROR)), false),
+            (
+                declare(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()),
+                false,
+            ),
+            (
+                BrokerError::Timeout("declaring", Duration::from_secs(1)),
+                false,
+            ),
+            (
+                BrokerError::Tls(TlsError {
+                    key: "amqp.tls.ca_file".into(),
+                    reason: "unreadable".into(),
+                }),
+                true,
+            ),
+        ] {
+            assert_eq!(error.is_fatal(), fatal, "{error}");
+        }
+    }
+
+    #[test]
+    fn a_refused_declaration_says_what_to_do() {
+        let error = BrokerError::Declare {
+            what: "queue `q`".into(),
+            error: broker_said(AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)),
+        };
+        assert!(error.to_string().contains("has other arguments"), "{error}");
+    }
+}
