@@ -178,6 +178,20 @@ pub struct Ticket {
     rate: Option<(Rate, i64)>,
 }
 
+#[cfg(test)]
+impl Ticket {
+    /// A ticket for pure tests of what is done with one.
+    pub(crate) fn for_tests(admitted_at: DateTime<Utc>) -> Ticket {
+        Ticket {
+            key: "k".into(),
+            member: vec![1],
+            admitted_at,
+            channel: "sms".into(),
+            rate: None,
+        }
+    }
+}
+
 /// The engine's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
@@ -514,20 +528,13 @@ impl Engine {
                 rate: rate.zip(taken),
             }),
             Verdict::Refused(now, sends) => {
-                let now = ms(now);
                 let sends: Vec<DateTime<Utc>> = sends.into_iter().map(ms).collect();
-                let retry_at = window::earliest_allowed(&policy.rules, req.tz, now, &sends)
-                    .map(|t| t.max(now + chrono::Duration::milliseconds(1)));
-                let rule = policy
-                    .rules
-                    .iter()
-                    .find(|r| !window::admits(std::slice::from_ref(r), req.tz, now, &sends))
-                    .copied();
+                let refusal = window::refusal(&policy.rules, req.tz, ms(now), &sends);
                 Admission::Refused {
-                    retry_at,
+                    retry_at: refusal.retry_at,
                     action: policy.action,
                     policy: policy.name.clone(),
-                    rule,
+                    rule: refusal.rule,
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,

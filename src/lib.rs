@@ -52,6 +52,7 @@ pub mod broker;
 pub mod cli;
 pub mod commits;
 pub mod config;
+pub mod decide;
 pub mod decode;
 pub mod delay;
 pub mod engine;

@@ -334,6 +334,28 @@ pub fn earliest_allowed(
     Some(earliest)
 }
 
+/// Why and until when a job was refused, as the worker reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The first instant after `now` at which every rule passes; `None`: never.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// The first rule that is full at `now`.
+    pub rule: Option<Rule>,
+}
+
+/// The refusal of a job at `now` by `rules`, given the recorded `sends` that Redis
+/// answered with. The retry time is at least a millisecond after `now`, so a job
+/// refused at the very instant its window turns comes back after it.
+pub fn refusal(rules: &[Rule], tz: Tz, now: DateTime<Utc>, sends: &[DateTime<Utc>]) -> Refusal {
+    let retry_at =
+        earliest_allowed(rules, tz, now, sends).map(|t| t.max(now + Duration::milliseconds(1)));
+    let rule = rules
+        .iter()
+        .find(|r| !admits(std::slice::from_ref(r), tz, now, sends))
+        .copied();
+    Refusal { retry_at, rule }
+}
+
 /// `expires` without saturation: `None` when the instant is not representable.
 fn expires_checked(window: Window, tz: Tz, send: DateTime<Utc>) -> Option<DateTime<Utc>> {
     match window {
@@ -439,6 +461,67 @@ mod tests {
 
     /// The tzdb facts the other tests rely on: the UTC offset just before and
     /// at each transition instant (as shipped in chrono-tz 0.10).
+    #[test]
+    fn a_refusal_names_the_full_rule_and_the_instant_every_rule_passes() {
+        let rules = [
+            Rule {
+                limit: 1,
+                window: Window::CalendarDays(1),
+            },
+            Rule {
+                limit: 3,
+                window: Window::CalendarDays(7),
+            },
+        ];
+        let tz = Tz::Asia__Kathmandu;
+        let now = local(tz, 2026, 3, 4, 20, 0, 0);
+        // one send today: the daily rule is full; the weekly one is not
+        let today = [local(tz, 2026, 3, 4, 9, 0, 0)];
+        assert_eq!(
+            refusal(&rules, tz, now, &today),
+            Refusal {
+                retry_at: Some(local(tz, 2026, 3, 5, 0, 0, 0)),
+                rule: Some(rules[0])
+            }
+        );
+        // three sends this week, none today: the weekly rule is full until the
+        // oldest leaves the seven local days
+        let week = [
+            local(tz, 2026, 2, 27, 9, 0, 0),
+            local(tz, 2026, 3, 1, 9, 0, 0),
+            local(tz, 2026, 3, 2, 9, 0, 0),
+        ];
+        assert_eq!(
+            refusal(&rules, tz, now, &week),
+            Refusal {
+                retry_at: Some(local(tz, 2026, 3, 6, 0, 0, 0)),
+                rule: Some(rules[1])
+            }
+        );
+        // a limit of 0: never
+        let never = [Rule {
+            limit: 0,
+            window: Window::CalendarDays(1),
+        }];
+        assert_eq!(
+            refusal(&never, tz, now, &[]),
+            Refusal {
+                retry_at: None,
+                rule: Some(never[0])
+            }
+        );
+        // refused at the very instant it passes: back a millisecond later
+        let rolling = [Rule {
+            limit: 1,
+            window: Window::Rolling(Duration::hours(1)),
+        }];
+        let sent = [now - Duration::hours(1)];
+        assert_eq!(
+            refusal(&rolling, tz, now, &sent).retry_at,
+            Some(now + ms(1))
+        );
+    }
+
     #[test]
     fn tzdb_facts() {
         // (zone, transition instant, offset just before, offset from then on)

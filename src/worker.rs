@@ -23,10 +23,11 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::acks::{Acks, Settle};
 use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
 use crate::commits::Commits;
-use crate::config::{Action, Settings};
+use crate::config::Settings;
+use crate::decide::{self, DeadLetter, Decision};
 use crate::decode::{self, Job};
 use crate::delay;
-use crate::engine::{Admission, Engine, EngineError, Request};
+use crate::engine::{Admission, Engine, EngineError, Request, Ticket};
 
 /// Why a job went to the dead-letter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,15 +84,10 @@ impl Outcome {
 
     /// The `outcome` and `reason` labels of `quota_worker_jobs_total`.
     fn label(&self) -> (&'static str, &'static str) {
-        match self {
-            Outcome::Dispatched => ("dispatched", ""),
-            Outcome::Delayed { .. } => ("delayed", ""),
-            Outcome::Duplicate => ("duplicate", ""),
-            Outcome::Dead(r) => ("dead", r.as_str()),
-        }
+        Self::labels(self.kind())
     }
 
-    /// Its kind, in `0..KINDS`; [`Outcome::of_kind`] is the inverse.
+    /// Its kind, in `0..KINDS`: the index of its counter.
     fn kind(&self) -> usize {
         match self {
             Outcome::Dispatched => 0,
@@ -101,15 +97,13 @@ impl Outcome {
         }
     }
 
-    /// An outcome of kind `k` (a delayed one's time is arbitrary).
-    fn of_kind(k: usize) -> Outcome {
+    /// The labels of the outcomes of kind `k`.
+    fn labels(k: usize) -> (&'static str, &'static str) {
         match k {
-            0 => Outcome::Dispatched,
-            1 => Outcome::Delayed {
-                until: DateTime::<Utc>::MIN_UTC,
-            },
-            2 => Outcome::Duplicate,
-            k => Outcome::Dead(Reason::ALL[k - 3]),
+            0 => ("dispatched", ""),
+            1 => ("delayed", ""),
+            2 => ("duplicate", ""),
+            k => ("dead", Reason::ALL[k - 3].as_str()),
         }
     }
 }
@@ -136,7 +130,7 @@ impl JobMetrics {
             job_seconds: metrics::histogram!("quota_worker_job_seconds"),
             admission_seconds: metrics::histogram!("quota_worker_admission_seconds"),
             outcomes: std::array::from_fn(|k| {
-                let (outcome, reason) = Outcome::of_kind(k).label();
+                let (outcome, reason) = Outcome::labels(k);
                 metrics::counter!("quota_worker_jobs_total", "outcome" => outcome, "reason" => reason)
             }),
         }
@@ -432,41 +426,19 @@ impl Worker {
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
     /// The caller acks on Ok and hands the delivery back on Err.
     pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
-        let body = &delivery.data;
-        let headers = delivery.properties.headers().as_ref();
-        let job = match decode::decode(body, self.settings.worker.max_body_bytes, self.default_tz) {
+        let now = self.engine.redis_now();
+        let max_body = self.settings.worker.max_body_bytes;
+        let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
                 return self
-                    .dead(&s.publisher, delivery, None, Reason::Malformed, &m.0)
+                    .dead(&s.publisher, delivery, None, decide::malformed(m))
                     .await
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
-        if !self.engine.has_channel(&job.channel) {
-            let detail = format!(
-                "channel `{}` is not configured (configured: {})",
-                job.channel,
-                self.topology.channels.join(", ")
-            );
-            return self
-                .dead(
-                    &s.publisher,
-                    delivery,
-                    Some(&job),
-                    Reason::UnknownChannel,
-                    &detail,
-                )
-                .await;
-        }
-        let now = self.engine.redis_now();
-        if let Some(exp) = job.expires_at {
-            if exp <= now {
-                let detail = format!("it expired at {} before it could be sent", exp.to_rfc3339());
-                return self
-                    .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
-                    .await;
-            }
+        if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
+            return self.execute(s, delivery, &job, decision, now).await;
         }
         let req = Request {
             id: &job.id,
@@ -476,113 +448,80 @@ impl Worker {
             tz: job.tz,
         };
         let admission = self.admit(&req, s).await?;
-        match admission {
-            Admission::Admitted(ticket) => {
-                if let Some(exp) = job.expires_at {
-                    if exp <= self.engine.redis_now() {
-                        self.settle(|| self.engine.release(&ticket), &s.stop)
-                            .await?;
-                        let detail = format!(
-                            "it expired at {} while waiting for the channel's send rate",
-                            exp.to_rfc3339()
-                        );
-                        return self
-                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
-                            .await;
-                    }
-                }
-                let mut props = BasicProperties::default()
-                    .with_content_type("application/json".into())
-                    .with_message_id(ShortString::from(job.id.as_ref()));
-                if let Some(h) = delay::dispatch_headers(headers, now) {
-                    props = props.with_headers(h);
-                }
-                match s
-                    .publisher
-                    .publish(
-                        &self.settings.amqp.dispatch_exchange,
-                        &job.channel,
-                        body,
-                        props,
-                    )
-                    .await
-                {
-                    Ok(()) => {
-                        s.commits.commit(ticket);
-                        debug!(channel = %job.channel, "dispatched");
-                        Ok(Outcome::Dispatched)
-                    }
-                    Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
-                        warn!(error = %e, "dispatch refused by the broker; giving the quota back");
-                        self.settle(|| self.engine.release(&ticket), &s.stop)
-                            .await?;
-                        let (attempt, _) = delay::attempt_info(headers);
-                        let wait = chrono::Duration::seconds(5i64 << attempt.min(6))
-                            .min(chrono::Duration::minutes(5));
-                        self.delay(&s.publisher, delivery, &job, now + wait).await
-                    }
-                    Err(e) => {
-                        // No confirm in time, or the connection dropped: the dispatch
-                        // may have been delivered. Keep its reservation so the
-                        // recipient's slot is not given to another job; the retry
-                        // of this job takes it back (see Engine::keep_reservation).
-                        warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
-                        self.engine.keep_reservation(&ticket);
-                        Err(e.into())
-                    }
-                }
+        let decision = decide::decide(&job, admission, self.engine.redis_now());
+        self.execute(s, delivery, &job, decision, now).await
+    }
+
+    /// Carry out a decision: publish its outcome, then commit or release; Ok once
+    /// the broker confirmed the outcome. `now`: when the delivery was taken up.
+    async fn execute(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        match decision {
+            Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(job), dead).await,
+            Decision::ReleaseThenDead(ticket, dead) => {
+                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                    .await?;
+                self.dead(&s.publisher, delivery, Some(job), dead).await
             }
-            Admission::Refused {
-                retry_at: None,
-                policy,
-                rule,
-                ..
-            } => {
-                let detail = format!("policy `{policy}` can never admit it ({})", describe(rule));
-                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
-                    .await
-            }
-            Admission::Refused {
-                action: Action::Drop,
-                policy,
-                rule,
-                retry_at,
-            } => {
-                let detail = format!(
-                    "policy `{policy}` refused it ({}) and drops refused jobs; next allowed {}",
-                    describe(rule),
-                    retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
-                );
-                self.dead(&s.publisher, delivery, Some(&job), Reason::Capped, &detail)
-                    .await
-            }
-            Admission::Refused {
-                retry_at: Some(at),
-                policy,
-                rule,
-                ..
-            } => {
-                if let Some(exp) = job.expires_at {
-                    if at > exp {
-                        let detail = format!(
-                            "policy `{policy}` ({}) allows it next at {}, after it expires at {}",
-                            describe(rule),
-                            at.to_rfc3339(),
-                            exp.to_rfc3339()
-                        );
-                        return self
-                            .dead(&s.publisher, delivery, Some(&job), Reason::Expired, &detail)
-                            .await;
-                    }
-                }
-                self.delay(&s.publisher, delivery, &job, at).await
-            }
-            Admission::InFlight { retry_at } => {
-                self.delay(&s.publisher, delivery, &job, retry_at).await
-            }
-            Admission::Duplicate => {
+            Decision::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 Ok(Outcome::Duplicate)
+            }
+            Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, job, until).await,
+            Decision::Dispatch(ticket) => self.dispatch(s, delivery, job, ticket, now).await,
+        }
+    }
+
+    /// Publish an admitted job to the dispatch exchange and commit its ticket; give
+    /// the admission back when the broker refuses the dispatch.
+    async fn dispatch(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        ticket: Ticket,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        let headers = delivery.properties.headers().as_ref();
+        let mut props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()));
+        if let Some(h) = delay::dispatch_headers(headers, now) {
+            props = props.with_headers(h);
+        }
+        let exchange = &self.settings.amqp.dispatch_exchange;
+        match s
+            .publisher
+            .publish(exchange, &job.channel, &delivery.data, props)
+            .await
+        {
+            Ok(()) => {
+                s.commits.commit(ticket);
+                debug!(channel = %job.channel, "dispatched");
+                Ok(Outcome::Dispatched)
+            }
+            Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
+                warn!(error = %e, "dispatch refused by the broker; giving the quota back");
+                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                    .await?;
+                let (attempt, _) = delay::attempt_info(headers);
+                let decision = decide::after_refused_dispatch(attempt, now);
+                Box::pin(self.execute(s, delivery, job, decision, now)).await
+            }
+            Err(e) => {
+                // No confirm in time, or the connection dropped: the dispatch may
+                // have been delivered. Keep its reservation so the recipient's slot
+                // is not given to another job; the retry of this job takes it back
+                // (see Engine::keep_reservation).
+                warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
+                self.engine.keep_reservation(&ticket);
+                Err(e.into())
             }
         }
     }
@@ -590,7 +529,7 @@ impl Worker {
     /// Ask the engine, waiting out Redis outages (never a decision without Redis).
     async fn admit(&self, req: &Request<'_>, s: &Session) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admission = self.settle(|| self.engine.admit(req), &s.stop).await?;
+        let admission = self.retry_redis(|| self.engine.admit(req), &s.stop).await?;
         s.metrics
             .admission_seconds
             .record(started.elapsed().as_secs_f64());
@@ -598,7 +537,7 @@ impl Worker {
     }
 
     /// Run a Redis operation until it succeeds, backing off while Redis is away.
-    async fn settle<'a, T, F, Fut>(
+    async fn retry_redis<'a, T, F, Fut>(
         &'a self,
         op: F,
         stop: &CancellationToken,
@@ -659,14 +598,14 @@ impl Worker {
         publisher: &Publisher,
         delivery: &Delivery,
         job: Option<&Job<'_>>,
-        reason: Reason,
-        detail: &str,
+        dead: DeadLetter,
     ) -> Result<Outcome, ProcessError> {
+        let DeadLetter { reason, detail } = dead;
         let mut props = BasicProperties::default()
             .with_headers(delay::dead_headers(
                 delivery.properties.headers().as_ref(),
                 reason.as_str(),
-                detail,
+                &detail,
             ))
             .with_timestamp(Utc::now().timestamp().max(0) as u64);
         if let Some(ct) = delivery.properties.content_type() {
@@ -685,34 +624,31 @@ impl Worker {
     }
 }
 
-fn describe(rule: Option<crate::window::Rule>) -> String {
-    match rule {
-        Some(r) => format!("at most {} per {}", r.limit, r.window),
-        None => "no rule passes".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_outcome_kind_has_its_own_labels() {
-        let labels: Vec<_> = (0..Outcome::KINDS)
-            .map(|k| {
-                let o = Outcome::of_kind(k);
-                assert_eq!(o.kind(), k);
-                o.label()
-            })
-            .collect();
+        let outcomes = [
+            Outcome::Dispatched,
+            Outcome::Delayed {
+                until: DateTime::<Utc>::UNIX_EPOCH,
+            },
+            Outcome::Duplicate,
+        ]
+        .into_iter()
+        .chain(Reason::ALL.map(Outcome::Dead));
+        let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
+        assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {
-            assert_eq!(labels[Outcome::Dead(r).kind()], ("dead", r.as_str()));
+            assert_eq!(Outcome::Dead(r).label(), ("dead", r.as_str()));
         }
-        assert_eq!(labels[Outcome::Dispatched.kind()].0, "dispatched");
-        assert_eq!(labels[Outcome::Duplicate.kind()].0, "duplicate");
-        let mut unique = labels.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), Outcome::KINDS);
+        assert_eq!(Outcome::Dispatched.label().0, "dispatched");
+        assert_eq!(Outcome::Duplicate.label().0, "duplicate");
+        let mut labels: Vec<_> = (0..Outcome::KINDS).map(Outcome::labels).collect();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), Outcome::KINDS);
     }
 }
