@@ -82,11 +82,6 @@ impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
     const KINDS: usize = 3 + Reason::ALL.len();
 
-    /// The `outcome` and `reason` labels of `quota_worker_jobs_total`.
-    fn label(&self) -> (&'static str, &'static str) {
-        Self::labels(self.kind())
-    }
-
     /// Its kind, in `0..KINDS`: the index of its counter.
     fn kind(&self) -> usize {
         match self {
@@ -97,7 +92,7 @@ impl Outcome {
         }
     }
 
-    /// The labels of the outcomes of kind `k`.
+    /// The `outcome` and `reason` labels of `quota_worker_jobs_total` for kind `k`.
     fn labels(k: usize) -> (&'static str, &'static str) {
         match k {
             0 => ("dispatched", ""),
@@ -642,10 +637,13 @@ mod tests {
         let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
         assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {
-            assert_eq!(Outcome::Dead(r).label(), ("dead", r.as_str()));
+            assert_eq!(
+                Outcome::labels(Outcome::Dead(r).kind()),
+                ("dead", r.as_str())
+            );
         }
-        assert_eq!(Outcome::Dispatched.label().0, "dispatched");
-        assert_eq!(Outcome::Duplicate.label().0, "duplicate");
+        assert_eq!(Outcome::labels(0).0, "dispatched");
+        assert_eq!(Outcome::labels(Outcome::Duplicate.kind()).0, "duplicate");
         let mut labels: Vec<_> = (0..Outcome::KINDS).map(Outcome::labels).collect();
         labels.sort();
         labels.dedup();
