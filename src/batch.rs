@@ -221,7 +221,7 @@ impl Caller {
     }
 
     /// Run one batch and hand each job its reply.
-    async fn settle(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
+    async fn answer(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
         let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
         metrics::histogram!("quota_worker_admission_batch_jobs").record(jobs.len() as f64);
         match self.call(&jobs).await {
@@ -267,7 +267,7 @@ async fn run(
         }
         let caller = caller.clone();
         tokio::spawn(async move {
-            caller.settle(batch).await;
+            caller.answer(batch).await;
             drop(slot);
         });
     }

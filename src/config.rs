@@ -500,6 +500,24 @@ impl Settings {
         Self::load_with_env(file, config::Environment::with_prefix(ENV_PREFIX))
     }
 
+    /// The built-in defaults alone (no file, no environment).
+    pub fn defaults() -> Settings {
+        Self::load_from_vars(None, Vec::new()).expect("config/default.toml is valid")
+    }
+
+    /// As [`Settings::load`], with the environment given as variables
+    /// (`QUOTA_WORKER__SECTION__KEY`, value) instead of read from the process.
+    pub fn load_from_vars(
+        file: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let map = vars.into_iter().collect();
+        Self::load_with_env(
+            file,
+            config::Environment::with_prefix(ENV_PREFIX).source(Some(map)),
+        )
+    }
+
     /// As [`Settings::load`], with the environment source given (tests pass a map).
     pub fn load_with_env(
         file: Option<&Path>,

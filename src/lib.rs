@@ -41,7 +41,7 @@
 //!
 //! `src/main.rs` only parses arguments, builds the async runtime (one thread unless
 //! `worker.threads` says more), sets jemalloc as the allocator and calls into these;
-//! `src/bin/bench.rs` is the benchmark.
+//! `bench/` is the benchmark, a crate of its own in the workspace.
 #![warn(missing_docs)]
 
 pub mod acks;

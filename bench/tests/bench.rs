@@ -1,30 +1,69 @@
-//! The benchmark harness (`src/bin/bench.rs`) runs end to end: every step, small,
+//! The benchmark harness (`bench/src/main.rs`) runs end to end: every step, small,
 //! on the debug build. It checks that every job is accounted for with the outcome its
 //! mix must give, that the report and the plot are written and that the run leaves no
 //! queue behind; it checks no speed (figures come from `target/release/bench`).
 
-mod common;
-
+use std::path::PathBuf;
 use std::process::Command;
 
+use lapin::{Connection, ConnectionProperties};
 use serde_json::Value;
+
+fn amqp_url() -> String {
+    std::env::var("QW_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("QW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// The worker binary the benchmark runs: beside the bench binary in the workspace's
+/// target directory (`cargo test` at the root builds it; alone, build it here).
+fn worker_binary() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_bench"));
+    let worker = bench.with_file_name("quota-worker");
+    if !worker.exists() {
+        let built = Command::new(env!("CARGO"))
+            .args(["build", "-p", "quota-worker", "--bin", "quota-worker"])
+            .status()
+            .expect("cargo");
+        assert!(built.success(), "building quota-worker failed");
+    }
+    worker
+}
+
+/// Whether `queue` exists (a passive declare).
+async fn exists(conn: &Connection, queue: &str) -> bool {
+    let Ok(ch) = conn.create_channel().await else {
+        return false;
+    };
+    let passive = lapin::options::QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let found = ch
+        .queue_declare(queue.into(), passive, Default::default())
+        .await
+        .is_ok();
+    let _ = ch.close(200, "".into()).await;
+    found
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
-    let out = common::procs::temp_dir("bench");
+    let out = std::env::temp_dir().join(format!("qwt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
     let jobs = 1_500u64;
     let run = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("--worker")
+        .arg(worker_binary())
         .args(["--quick", "--no-realtime", "--rounds", "1"])
         .args(["--jobs", &jobs.to_string(), "--recipients", "500"])
         .args(["--steps", "engine,a,b,c,latency,memory"])
         .arg("--out")
         .arg(&out)
-        .args([
-            "--amqp",
-            &common::amqp_url(),
-            "--redis",
-            &common::redis_url(),
-        ])
+        .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
         .env("QW_BENCH_RATE", "200")
         .output()
         .expect("running bench");
@@ -76,17 +115,16 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     assert!(report["memory_usage_one_recipient"].as_i64().unwrap() > 0);
 
     // nothing is left behind: the run's names carry the bench process's id
-    let conn = common::amqp().await;
+    let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .expect("rabbitmq");
     let pid = stderr_pid(&stderr).unwrap_or_else(|| panic!("no run id in: {stderr}"));
     for q in [
         format!("bench{pid}m0r0a0.jobs"),
         format!("bench{pid}c0r0a0.jobs.src"),
         format!("bench{pid}l.jobs"),
     ] {
-        assert!(
-            common::inspect(&conn, &q).await.is_none(),
-            "{q} left behind"
-        );
+        assert!(!exists(&conn, &q).await, "{q} left behind");
     }
     let _ = std::fs::remove_dir_all(&out);
 }

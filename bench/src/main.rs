@@ -177,8 +177,7 @@ fn main() -> Result<()> {
 }
 
 fn base_settings(args: &Args, ns: &str) -> Result<Settings> {
-    let env = config::Environment::default().source(Some(HashMap::new()));
-    let mut s = Settings::load_with_env(None, env)?;
+    let mut s = Settings::defaults();
     s.amqp.url = args.amqp.clone();
     s.redis.url = args.redis.clone();
     s.redis.key_prefix = ns.into();
