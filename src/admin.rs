@@ -40,12 +40,12 @@ use lapin::options::{
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Confirmation, Connection, PublisherConfirm};
+use lapin::{BasicProperties, Connection, PublisherConfirm};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{BrokerError, PublishError, Topology};
+use crate::broker::{self, BrokerError, PublishError, Topology};
 use crate::config::{Policy, Scope, Settings};
 use crate::delay;
 use crate::engine::{Engine, EngineError};
@@ -370,11 +370,6 @@ impl Selection {
         (self.reasons.is_empty() || self.reasons.contains(&d.reason))
             && (self.ids.is_empty() || d.id.as_ref().is_some_and(|id| self.ids.contains(id)))
     }
-
-    /// Whether every dead letter is selected.
-    pub fn is_all(&self) -> bool {
-        self.reasons.is_empty() && self.ids.is_empty()
-    }
 }
 
 /// What a walk does with one dead letter.
@@ -430,16 +425,16 @@ struct Pending {
     what: String,
 }
 
-/// Acks with a budget: only the first `free` deliveries are acked as they settle;
+/// AckBudget with a budget: only the first `free` deliveries are acked as they settle;
 /// the rest are held until the consumer is cancelled, so the broker never has credit
 /// to deliver a message beyond the ones counted at the start (our own copies).
-struct Acks {
+struct AckBudget {
     free: u32,
     done: u32,
     held: Vec<Delivery>,
 }
 
-impl Acks {
+impl AckBudget {
     async fn ack(&mut self, delivery: Delivery) -> Result<(), AdminError> {
         if self.done < self.free {
             self.done += 1;
@@ -525,7 +520,7 @@ impl<'a> DeadLetters<'a> {
             return Ok(report);
         }
         let prefetch = (self.prefetch as u32).min(found);
-        let mut acks = Acks {
+        let mut acks = AckBudget {
             free: found - prefetch,
             done: 0,
             held: Vec::new(),
@@ -612,7 +607,7 @@ impl<'a> DeadLetters<'a> {
             }
         }
         while let Some(p) = pending.pop_front() {
-            if let Err(e) = self.settle(p, &mut acks).await {
+            if let Err(e) = self.confirm_then_ack(p, &mut acks).await {
                 failure.get_or_insert(e);
             }
         }
@@ -641,7 +636,7 @@ impl<'a> DeadLetters<'a> {
         delivery: Delivery,
         publish: &lapin::Channel,
         pending: &mut VecDeque<Pending>,
-        acks: &mut Acks,
+        acks: &mut AckBudget,
         report: &mut WalkReport,
     ) -> Result<(), AdminError> {
         let dead_queue = self.topology.amqp.dead_queue.as_str();
@@ -704,20 +699,18 @@ impl<'a> DeadLetters<'a> {
         // keep fewer publishes unsettled than the prefetch, so acks keep flowing
         if pending.len() >= WINDOW.min(self.prefetch as usize - 1).max(1) {
             let oldest = pending.pop_front().expect("not empty");
-            self.settle(oldest, acks).await?;
+            self.confirm_then_ack(oldest, acks).await?;
         }
         Ok(())
     }
 
     /// Wait for a publish's confirm, then ack its original; on failure hand the
     /// original back (it stays in the queue).
-    async fn settle(&self, p: Pending, acks: &mut Acks) -> Result<(), AdminError> {
+    async fn confirm_then_ack(&self, p: Pending, acks: &mut AckBudget) -> Result<(), AdminError> {
         let outcome = match tokio::time::timeout(self.timeout, p.confirm).await {
             Err(_) => Err(PublishError::Timeout(self.timeout)),
             Ok(Err(e)) => Err(PublishError::Amqp(e)),
-            Ok(Ok(Confirmation::Ack(None) | Confirmation::NotRequested)) => Ok(()),
-            Ok(Ok(Confirmation::Ack(Some(_)))) => Err(PublishError::Returned),
-            Ok(Ok(Confirmation::Nack(_))) => Err(PublishError::Nacked),
+            Ok(Ok(confirmation)) => broker::confirmed(confirmation),
         };
         match outcome {
             Ok(()) => acks.ack(p.delivery).await,
@@ -877,12 +870,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn ms(t: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(t)
-        .single()
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
 impl<'a> Recipients<'a> {
     /// Over a connected engine and its settings.
     pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
@@ -948,8 +935,10 @@ impl<'a> Recipients<'a> {
                 .map(|(m, score)| (m, score.round() as i64))
                 .collect();
             sends.sort_by_key(|(_, score)| *score);
-            let instants: Vec<DateTime<Utc>> =
-                sends.iter().map(|(_, s)| ms(s.div_euclid(2))).collect();
+            let instants: Vec<DateTime<Utc>> = sends
+                .iter()
+                .map(|(_, s)| window::from_millis(s.div_euclid(2)))
+                .collect();
             let rules = policy
                 .rules
                 .iter()
@@ -1040,7 +1029,7 @@ impl<'a> Recipients<'a> {
                 now.to_rfc3339()
             )));
         }
-        let at = ms(at.timestamp_millis());
+        let at = window::from_millis(at.timestamp_millis());
         let dedupe = chrono::Duration::from_std(self.settings.redis.dedupe_window.0)
             .unwrap_or(chrono::Duration::days(1));
         let mut until = at + dedupe;
@@ -1079,7 +1068,7 @@ impl<'a> Recipients<'a> {
             at,
             key,
             added: added == 1,
-            key_expires_at: (expire >= 0).then(|| ms(expire)),
+            key_expires_at: (expire >= 0).then(|| window::from_millis(expire)),
         })
     }
 

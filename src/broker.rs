@@ -212,20 +212,20 @@ impl Publisher {
                     properties,
                 )
                 .await?;
-            match confirm.await? {
-                Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
-                Confirmation::Ack(Some(_)) => Err(PublishError::Returned),
-                Confirmation::Nack(_) => Err(PublishError::Nacked),
-            }
+            confirmed(confirm.await?)
         };
         tokio::time::timeout(self.timeout, work)
             .await
             .map_err(|_| PublishError::Timeout(self.timeout))?
     }
+}
 
-    /// The underlying channel.
-    pub fn channel(&self) -> &Channel {
-        &self.channel
+/// A publisher confirm as a result: a returned (unroutable) message is a failure.
+pub fn confirmed(confirmation: Confirmation) -> Result<(), PublishError> {
+    match confirmation {
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Ack(Some(_)) => Err(PublishError::Returned),
+        Confirmation::Nack(_) => Err(PublishError::Nacked),
     }
 }
 

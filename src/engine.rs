@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
@@ -275,12 +275,6 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
     plan
 }
 
-fn ms(t: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(t)
-        .single()
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
 /// Serialises the jobs of one channel that wait for its send rate, so that a
 /// backlog paces through one waiter instead of stampeding Redis.
 #[derive(Debug, Default)]
@@ -430,7 +424,7 @@ impl Engine {
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
         self.observe(now);
-        Ok(ms(now))
+        Ok(window::from_millis(now))
     }
 
     /// Ping Redis (readiness).
@@ -456,7 +450,7 @@ impl Engine {
 
     /// This machine's clock, corrected by the offset last seen from Redis.
     pub fn redis_now(&self) -> DateTime<Utc> {
-        ms(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
+        window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
 
     fn recipient_key(&self, req: &Request<'_>, policy: &Policy) -> String {
@@ -523,13 +517,15 @@ impl Engine {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
                 member,
-                admitted_at: ms(now),
+                admitted_at: window::from_millis(now),
                 channel: req.channel.to_string(),
                 rate: rate.zip(taken),
             }),
             Verdict::Refused(now, sends) => {
-                let sends: Vec<DateTime<Utc>> = sends.into_iter().map(ms).collect();
-                let refusal = window::refusal(&policy.rules, req.tz, ms(now), &sends);
+                let sends: Vec<DateTime<Utc>> =
+                    sends.into_iter().map(window::from_millis).collect();
+                let refusal =
+                    window::refusal(&policy.rules, req.tz, window::from_millis(now), &sends);
                 Admission::Refused {
                     retry_at: refusal.retry_at,
                     action: policy.action,
@@ -539,7 +535,7 @@ impl Engine {
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
             Verdict::InFlight(_, reserved_at) => Admission::InFlight {
-                retry_at: ms(reserved_at + self.lease_ms),
+                retry_at: window::from_millis(reserved_at + self.lease_ms),
             },
             // still outside the planned day after three plans (a wrong type never
             // gets here: call_admit turns it into an error)
@@ -789,7 +785,12 @@ impl Engine {
         tz: Tz,
         now: Option<i64>,
     ) -> Result<Verdict, EngineError> {
-        let plan = self.cached_plan(policy, tz, now.map(ms).unwrap_or_else(|| self.redis_now()));
+        let plan = self.cached_plan(
+            policy,
+            tz,
+            now.map(window::from_millis)
+                .unwrap_or_else(|| self.redis_now()),
+        );
         let reply = self
             .admitter
             .admit(AdmitArgs {

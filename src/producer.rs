@@ -167,20 +167,17 @@ pub struct Producer {
     max_body_bytes: usize,
 }
 
-/// Bodies larger than this are refused unless the settings say otherwise (the
-/// worker's default `worker.max_body_bytes`).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 262_144;
-
 impl Producer {
     /// Connect to `url` and publish to `exchange` (a 10 s deadline for the
-    /// connection and for every confirm).
+    /// connection and for every confirm; bodies up to the worker's default
+    /// `worker.max_body_bytes`).
     pub async fn connect(url: &str, exchange: &str) -> Result<Producer, ProducerError> {
         Self::connect_with(
             url,
             &TlsSettings::default(),
             exchange,
             Duration::from_secs(10),
-            DEFAULT_MAX_BODY_BYTES,
+            Settings::defaults().worker.max_body_bytes,
         )
         .await
     }

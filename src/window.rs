@@ -334,6 +334,14 @@ pub fn earliest_allowed(
     Some(earliest)
 }
 
+/// Milliseconds since the epoch (Redis time, as the scripts answer it) as an
+/// instant; out of range saturates at the latest instant chrono holds.
+pub fn from_millis(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// Why and until when a job was refused, as the worker reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
