@@ -45,12 +45,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{self, BrokerError, PublishError, Topology};
+use crate::amqp::{self, BrokerError, PublishError, Topology};
 use crate::config::{Policy, Scope, Settings};
-use crate::delay;
 use crate::engine::{Engine, EngineError};
-use crate::keys;
-use crate::window;
+use crate::job::headers;
+use crate::quota::keys;
+use crate::quota::window;
 
 /// The import script, `lua/record.lua`.
 pub const RECORD_LUA: &str = include_str!("../lua/record.lua");
@@ -214,11 +214,11 @@ impl DeadLetter {
         let headers = props.headers().as_ref();
         let header = |name: &str| headers.and_then(|h| h.inner().get(name));
         let death = header("x-death").and_then(first_death);
-        let (reason, detail, source) = match header(delay::REASON).and_then(delay::as_string) {
+        let (reason, detail, source) = match header(headers::REASON).and_then(headers::as_string) {
             Some(reason) => (
                 reason,
-                header(delay::DETAIL)
-                    .and_then(delay::as_string)
+                header(headers::DETAIL)
+                    .and_then(headers::as_string)
                     .unwrap_or_default(),
                 "worker",
             ),
@@ -242,7 +242,7 @@ impl DeadLetter {
             .timestamp()
             .and_then(|s| Utc.timestamp_opt(s as i64, 0).single())
             .or(death.as_ref().and_then(|d| d.time));
-        let (attempt, first_seen) = delay::attempt_info(headers);
+        let (attempt, first_seen) = headers::attempt_info(headers);
         DeadLetter {
             id: props
                 .message_id()
@@ -289,12 +289,14 @@ fn first_death(v: &AMQPValue) -> Option<Death> {
     let get = |k: &str| t.inner().get(k);
     Some(Death {
         reason: get("reason")
-            .and_then(delay::as_string)
+            .and_then(headers::as_string)
             .unwrap_or_else(|| "unknown".into()),
-        queue: get("queue").and_then(delay::as_string).unwrap_or_default(),
-        count: get("count").and_then(delay::as_i64).unwrap_or(1),
+        queue: get("queue")
+            .and_then(headers::as_string)
+            .unwrap_or_default(),
+        count: get("count").and_then(headers::as_i64).unwrap_or(1),
         time: get("time")
-            .and_then(delay::as_i64)
+            .and_then(headers::as_i64)
             .and_then(|s| Utc.timestamp_opt(s, 0).single()),
     })
 }
@@ -710,7 +712,7 @@ impl<'a> DeadLetters<'a> {
         let outcome = match tokio::time::timeout(self.timeout, p.confirm).await {
             Err(_) => Err(PublishError::Timeout(self.timeout)),
             Ok(Err(e)) => Err(PublishError::Amqp(e)),
-            Ok(Ok(confirmation)) => broker::confirmed(confirmation),
+            Ok(Ok(confirmation)) => amqp::confirmed(confirmation),
         };
         match outcome {
             Ok(()) => acks.ack(p.delivery).await,
@@ -748,8 +750,8 @@ fn keep_properties(props: &BasicProperties) -> BasicProperties {
 /// family (a message carrying those into a dead-letter cycle can be dropped).
 pub fn replay_properties(props: &BasicProperties) -> BasicProperties {
     let headers = filtered_headers(props, |k| {
-        k == delay::REASON
-            || k == delay::DETAIL
+        k == headers::REASON
+            || k == headers::DETAIL
             || k == "x-death"
             || k == "x-delivery-count"
             || k.starts_with("x-first-death")

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::engine::{EngineError, Plan, RedisConn};
+use crate::engine::{EngineError, RedisConn};
+use crate::quota::plan::Plan;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
 /// hold it for well under a millisecond).

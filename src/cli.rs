@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{
     self, DeadLetter, DeadLetters, RecipientQuery, RecipientStatus, Recipients, Selection, Step,
 };
-use crate::broker::{self, Topology};
+use crate::amqp::{self, Topology};
 use crate::config::{redact_url, Settings};
 use crate::engine::Engine;
 use crate::producer::{Job, JobId, Producer};
@@ -49,7 +49,7 @@ fn parse_zone(s: &str) -> Result<Tz, String> {
 }
 
 async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connection> {
-    broker::connect(
+    amqp::connect(
         &settings.amqp.url,
         &settings.amqp.tls,
         "quota-worker admin",

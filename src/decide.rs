@@ -10,10 +10,10 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::Action;
-use crate::decode::{Job, Malformed};
 use crate::engine::{Admission, Ticket};
-use crate::window::Rule;
-use crate::worker::Reason;
+use crate::job::decode::{Job, Malformed};
+use crate::job::Reason;
+use crate::quota::window::Rule;
 
 /// What the worker must do with one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +179,7 @@ fn describe(rule: Option<Rule>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Window;
+    use crate::quota::window::Window;
     use chrono::TimeZone;
     use chrono_tz::Tz;
 

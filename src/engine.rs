@@ -11,7 +11,7 @@
 //! ## One clock
 //! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar
 //! windows need the recipient's local midnights, which Lua cannot compute, so the
-//! worker computes them in Rust (module [`crate::window`]) for the local day it
+//! worker computes them in Rust (module [`crate::quota::window`]) for the local day it
 //! *believes* Redis is in (its own clock plus the offset last seen from Redis), and
 //! sends that day's bounds with the request. The script checks that Redis time lies
 //! inside that day; if not (the worker's clock is off around a midnight), it answers
@@ -30,8 +30,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::batch::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::config::{Action, Policy, Rate, Scope, Settings};
-use crate::keys::{self, Keys};
-use crate::window::{self, Rule, Window};
+use crate::quota::keys::{self, Keys};
+use crate::quota::plan::{plan, Plan};
+use crate::quota::window::{self, Rule};
 
 /// A Redis connection: one node, or a cluster. Both reconnect by themselves.
 #[derive(Clone)]
@@ -229,50 +230,6 @@ pub struct RateReply {
     pub retry_after: Duration,
     /// The TAT the call left (µs of Redis time): what a refund of this take passes.
     pub tat_us: i64,
-}
-
-/// The calendar bounds of one request, computed in Rust for the local day Redis is
-/// believed to be in (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Redis time must be at or after this (ms)...
-    pub valid_from_ms: i64,
-    /// ...and before this (ms).
-    pub valid_until_ms: i64,
-    /// When a send made now stops counting for every calendar rule (ms; 0 if none).
-    pub calendar_expiry_ms: i64,
-    /// Per rule: limit, and bound (> 0 inclusive start ms; < 0 minus a rolling length).
-    pub rules: Vec<(u32, i64)>,
-}
-
-/// Compute the request's calendar bounds for the instant `now`.
-pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
-    let mut plan = Plan {
-        valid_from_ms: 0,
-        valid_until_ms: i64::MAX / 4,
-        calendar_expiry_ms: 0,
-        rules: Vec::with_capacity(rules.len()),
-    };
-    let mut has_calendar = false;
-    for rule in rules {
-        match rule.window {
-            Window::CalendarDays(_) => {
-                has_calendar = true;
-                let (start, _) = window::window_start(rule.window, tz, now);
-                let expiry = window::expires(rule.window, tz, now).timestamp_millis();
-                plan.calendar_expiry_ms = plan.calendar_expiry_ms.max(expiry);
-                plan.rules
-                    .push((rule.limit, start.timestamp_millis().max(1)));
-            }
-            Window::Rolling(d) => plan.rules.push((rule.limit, -d.num_milliseconds().max(1))),
-        }
-    }
-    if has_calendar {
-        let today = window::local_date(tz, now);
-        plan.valid_from_ms = window::day_start(tz, today).timestamp_millis();
-        plan.valid_until_ms = window::next_day_start(tz, now).timestamp_millis();
-    }
-    plan
 }
 
 /// Serialises the jobs of one channel that wait for its send rate, so that a

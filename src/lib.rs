@@ -44,22 +44,19 @@
 //! `bench/` is the benchmark, a crate of its own in the workspace.
 #![warn(missing_docs)]
 
-pub mod acks;
 pub mod admin;
+pub mod amqp;
 pub mod backoff;
 pub mod batch;
-pub mod broker;
 pub mod cli;
 pub mod commits;
 pub mod config;
 pub mod decide;
-pub mod decode;
-pub mod delay;
 pub mod engine;
 pub mod http;
-pub mod keys;
+pub mod job;
 pub mod producer;
+pub mod quota;
 pub mod signals;
 pub mod tls;
-pub mod window;
 pub mod worker;

@@ -34,9 +34,9 @@ use lapin::{BasicProperties, Connection, ExchangeKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::broker::{self, BrokerError, PublishError, Publisher};
+use crate::amqp::{self, BrokerError, PublishError, Publisher};
 use crate::config::{Settings, TlsSettings};
-use crate::decode;
+use crate::job::decode;
 
 /// A notification job, as the contract defines it (see the README).
 ///
@@ -204,7 +204,7 @@ impl Producer {
         timeout: Duration,
         max_body_bytes: usize,
     ) -> Result<Producer, ProducerError> {
-        let conn = broker::connect(url, tls, "quota-worker producer", timeout).await?;
+        let conn = amqp::connect(url, tls, "quota-worker producer", timeout).await?;
         let check = conn.create_channel().await.map_err(BrokerError::from)?;
         let passive = ExchangeDeclareOptions {
             passive: true,

@@ -20,88 +20,15 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::acks::{Acks, Settle};
-use crate::broker::{self, BrokerError, PublishError, Publisher, Topology};
+use crate::amqp::acks::{Acks, Settle};
+use crate::amqp::{self, BrokerError, PublishError, Publisher, Topology};
 use crate::commits::Commits;
 use crate::config::Settings;
 use crate::decide::{self, DeadLetter, Decision};
-use crate::decode::{self, Job};
-use crate::delay;
 use crate::engine::{Admission, Engine, EngineError, Request, Ticket};
-
-/// Why a job went to the dead-letter queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// Not a valid job.
-    Malformed,
-    /// Its channel is not configured.
-    UnknownChannel,
-    /// Refused by a cap whose policy drops refused jobs (or can never pass).
-    Capped,
-    /// It could not be sent before its `expires_at`.
-    Expired,
-}
-
-impl Reason {
-    /// Every reason, in declaration order.
-    pub const ALL: [Reason; 4] = [
-        Reason::Malformed,
-        Reason::UnknownChannel,
-        Reason::Capped,
-        Reason::Expired,
-    ];
-
-    /// The `x-notify-reason` value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Malformed => "malformed",
-            Reason::UnknownChannel => "unknown_channel",
-            Reason::Capped => "capped",
-            Reason::Expired => "expired",
-        }
-    }
-}
-
-/// What became of one delivery (its outcome is confirmed by the broker).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Published to the dispatch exchange.
-    Dispatched,
-    /// Sent round the delay ladder, back at `until`.
-    Delayed {
-        /// When it comes back to the jobs queue.
-        until: DateTime<Utc>,
-    },
-    /// Already dispatched; acked and counted.
-    Duplicate,
-    /// Published to the dead-letter queue.
-    Dead(Reason),
-}
-
-impl Outcome {
-    /// How many distinct `(outcome, reason)` label pairs there are.
-    const KINDS: usize = 3 + Reason::ALL.len();
-
-    /// Its kind, in `0..KINDS`: the index of its counter.
-    fn kind(&self) -> usize {
-        match self {
-            Outcome::Dispatched => 0,
-            Outcome::Delayed { .. } => 1,
-            Outcome::Duplicate => 2,
-            Outcome::Dead(r) => 3 + *r as usize,
-        }
-    }
-
-    /// The `outcome` and `reason` labels of `quota_worker_jobs_total` for kind `k`.
-    fn labels(k: usize) -> (&'static str, &'static str) {
-        match k {
-            0 => ("dispatched", ""),
-            1 => ("delayed", ""),
-            2 => ("duplicate", ""),
-            k => ("dead", Reason::ALL[k - 3].as_str()),
-        }
-    }
-}
+use crate::job::decode::{self, Job};
+use crate::job::headers;
+use crate::job::Outcome;
 
 /// The per-job metrics' handles, looked up in the recorder once per session instead
 /// of once per job (every outcome's counter thereby shows from the start, at 0).
@@ -294,7 +221,7 @@ impl Worker {
         // connection but never answers must not stall the worker) and cut short by
         // shutdown.
         let setup = async {
-            let conn = broker::connect(&a.url, &a.tls, "quota-worker", timeout).await?;
+            let conn = amqp::connect(&a.url, &a.tls, "quota-worker", timeout).await?;
             self.topology.declare(&conn).await?;
             let publisher = Publisher::open(&conn, timeout).await?;
             let consume = conn.create_channel().await?;
@@ -487,7 +414,7 @@ impl Worker {
         let mut props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()));
-        if let Some(h) = delay::dispatch_headers(headers, now) {
+        if let Some(h) = headers::dispatch_headers(headers, now) {
             props = props.with_headers(h);
         }
         let exchange = &self.settings.amqp.dispatch_exchange;
@@ -505,7 +432,7 @@ impl Worker {
                 warn!(error = %e, "dispatch refused by the broker; giving the quota back");
                 self.retry_redis(|| self.engine.release(&ticket), &s.stop)
                     .await?;
-                let (attempt, _) = delay::attempt_info(headers);
+                let (attempt, _) = headers::attempt_info(headers);
                 let decision = decide::after_refused_dispatch(attempt, now);
                 Box::pin(self.execute(s, delivery, job, decision, now)).await
             }
@@ -577,7 +504,7 @@ impl Worker {
             .with_message_id(ShortString::from(job.id.as_ref()))
             .with_headers({
                 let mut headers =
-                    delay::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                    headers::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
                 ladder.mark(&mut headers, seconds);
                 headers
             });
@@ -597,7 +524,7 @@ impl Worker {
     ) -> Result<Outcome, ProcessError> {
         let DeadLetter { reason, detail } = dead;
         let mut props = BasicProperties::default()
-            .with_headers(delay::dead_headers(
+            .with_headers(headers::dead_headers(
                 delivery.properties.headers().as_ref(),
                 reason.as_str(),
                 &detail,
@@ -616,37 +543,5 @@ impl Worker {
             .await?;
         info!(reason = reason.as_str(), detail, "dead-lettered");
         Ok(Outcome::Dead(reason))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_outcome_kind_has_its_own_labels() {
-        let outcomes = [
-            Outcome::Dispatched,
-            Outcome::Delayed {
-                until: DateTime::<Utc>::UNIX_EPOCH,
-            },
-            Outcome::Duplicate,
-        ]
-        .into_iter()
-        .chain(Reason::ALL.map(Outcome::Dead));
-        let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
-        assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
-        for r in Reason::ALL {
-            assert_eq!(
-                Outcome::labels(Outcome::Dead(r).kind()),
-                ("dead", r.as_str())
-            );
-        }
-        assert_eq!(Outcome::labels(0).0, "dispatched");
-        assert_eq!(Outcome::labels(Outcome::Duplicate.kind()).0, "duplicate");
-        let mut labels: Vec<_> = (0..Outcome::KINDS).map(Outcome::labels).collect();
-        labels.sort();
-        labels.dedup();
-        assert_eq!(labels.len(), Outcome::KINDS);
     }
 }

@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use common::*;
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeleteOptions};
-use quota_worker::broker::Publisher;
+use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Scope, Settings};
 use quota_worker::engine::{Admission, Engine, Request};
-use quota_worker::window;
-use quota_worker::worker::Outcome;
+use quota_worker::job::Outcome;
+use quota_worker::quota::window;
 use serde_json::Value;
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -86,7 +86,7 @@ async fn queues_shows_every_queue_with_counts_and_missing_ones() {
 async fn publish_dead_letters(p: &Publisher, s: &Settings, n: u32) {
     for i in 0..n {
         let props = lapin::BasicProperties::default().with_headers(
-            quota_worker::delay::dead_headers(None, "capped", "a test dead letter"),
+            quota_worker::job::headers::dead_headers(None, "capped", "a test dead letter"),
         );
         p.publish(
             &s.amqp.dead_exchange,

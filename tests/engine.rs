@@ -11,7 +11,7 @@ use common::scenarios::{self, admitted, engine, req, retry_at};
 use common::{settings, unique, RedisGuard};
 use quota_worker::config::RuleSettings;
 use quota_worker::engine::{Admission, Engine, EngineError};
-use quota_worker::window;
+use quota_worker::quota::window;
 
 fn redis() -> redis::Connection {
     redis::Client::open(common::redis_url())
@@ -73,7 +73,7 @@ async fn fourth_job_in_seven_days_waits_until_the_oldest_leaves_the_window() {
         let _: () = redis::cmd("ZADD")
             .arg(&key)
             .arg(at.timestamp_millis() * 2 + 1)
-            .arg(quota_worker::keys::member(&format!("old-{i}")))
+            .arg(quota_worker::quota::keys::member(&format!("old-{i}")))
             .query(&mut c)
             .unwrap();
     }

@@ -247,7 +247,7 @@ async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String> {
             ));
         }
     }
-    let keys = quota_worker::keys::Keys::from_settings(&s.redis);
+    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
     let mut conn = redis::Client::open(s.redis.url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -272,7 +272,7 @@ async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String> {
             sends.iter().map(|(_, c, m)| (m.as_slice(), *c)).collect();
         for j in jobs {
             if a.dispatched.contains_key(&j.id) {
-                match members.get(quota_worker::keys::member(&j.id).as_slice()) {
+                match members.get(quota_worker::quota::keys::member(&j.id).as_slice()) {
                     Some(true) => {}
                     Some(false) => {
                         violations.push(format!("{}: dispatched, recorded only as reserved", j.id))
@@ -934,7 +934,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
     let a = Audit::collect(&conn, &s, &jobs).await;
     eprintln!("{}", a.summary(&jobs));
     let per = a.dispatched_per_recipient(&jobs);
-    let keys = quota_worker::keys::Keys::from_settings(&s.redis);
+    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -1169,7 +1169,7 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
 
     // control: straight into the ladder for 1 s with x-death kept, no worker running
     let control = audit::job_body(&format!("{ns}-control"), "c", "sms", "transactional", &zone);
-    let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10))
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
         .await
         .unwrap();
     let mut headers = x_death(&every);
@@ -1205,7 +1205,7 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     publish_all(&conn, &s, std::slice::from_ref(&first)).await;
     let mut h = x_death(&every);
     h.insert(
-        quota_worker::delay::ATTEMPT.into(),
+        quota_worker::job::headers::ATTEMPT.into(),
         lapin::types::AMQPValue::LongLongInt(7),
     );
     // and a stale routing bit of the delay ladder: kept, it would send the job to
@@ -1251,10 +1251,9 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     assert_eq!(dispatched.len(), 2, "{dispatched:?}");
     let h = stale_copy.props.headers().as_ref().unwrap();
     assert!(!h.contains_key("x-death") && !h.contains_key("x-first-death-queue"));
-    assert!(h
-        .inner()
-        .keys()
-        .all(|k| !k.as_str().starts_with(quota_worker::delay::BIT_PREFIX)));
+    assert!(h.inner().keys().all(|k| !k
+        .as_str()
+        .starts_with(quota_worker::amqp::ladder::BIT_PREFIX)));
     assert_eq!(
         header(&stale_copy.props, "trace-id").as_deref(),
         Some("kept")

@@ -1,6 +1,6 @@
 //! Bad input. A proptest-driven generator for the job decoder (`decode::decode`) and
-//! the header handling (`delay::next_headers`, `delay::attempt_info`,
-//! `delay::dead_headers`): random bytes, random JSON-ish structures, mutated valid
+//! the header handling (`headers::next_headers`, `headers::attempt_info`,
+//! `headers::dead_headers`): random bytes, random JSON-ish structures, mutated valid
 //! jobs, nasty field values, random AMQP header tables. No input may panic, and each
 //! body is either a job that meets the contract or a `Malformed` with a reason.
 //!
@@ -28,9 +28,10 @@ use lapin::types::{
 };
 use lapin::BasicProperties;
 use proptest::prelude::*;
+use quota_worker::amqp::ladder::BIT_PREFIX;
 use quota_worker::config::Settings;
-use quota_worker::decode::{self, Malformed, MAX_ID_CHARS, MAX_RECIPIENT_CHARS};
-use quota_worker::delay::{self, ATTEMPT, DETAIL, FIRST_SEEN, NOT_BEFORE, REASON};
+use quota_worker::job::decode::{self, Malformed, MAX_ID_CHARS, MAX_RECIPIENT_CHARS};
+use quota_worker::job::headers::{self, ATTEMPT, DETAIL, FIRST_SEEN, NOT_BEFORE, REASON};
 use serde_json::json;
 
 const MAX: usize = 4096;
@@ -339,7 +340,7 @@ fn header_key() -> impl Strategy<Value = String> {
         Just(NOT_BEFORE.to_string()),
         Just(REASON.to_string()),
         Just(DETAIL.to_string()),
-        (0u32..24).prop_map(|n| format!("{}{n}", delay::BIT_PREFIX)),
+        (0u32..24).prop_map(|n| format!("{}{n}", BIT_PREFIX)),
         "[a-zA-Z0-9_-]{1,16}",
         "[\\PC]{0,10}",
     ]
@@ -366,7 +367,7 @@ fn is_internal(k: &str) -> bool {
     k == "x-death"
         || k.starts_with("x-first-death")
         || k.starts_with("x-last-death")
-        || k.starts_with(delay::BIT_PREFIX)
+        || k.starts_with(BIT_PREFIX)
 }
 
 // ---------------------------------------------------------------------------------
@@ -417,16 +418,16 @@ proptest! {
         HEADERS.inputs.fetch_add(1, Ordering::Relaxed);
         let now = Utc.timestamp_millis_opt(now_ms).unwrap();
         let nb = not_before.map(|t| Utc.timestamp_millis_opt(t).unwrap());
-        let (attempt, first) = delay::attempt_info(h.as_ref());
-        let next = delay::next_headers(h.as_ref(), now, nb);
+        let (attempt, first) = headers::attempt_info(h.as_ref());
+        let next = headers::next_headers(h.as_ref(), now, nb);
         // the broker's x-death family and stale ladder bits never travel on
         prop_assert!(next.inner().keys().all(|k| !is_internal(k.as_str())));
         // the attempt count goes up by one (and does not overflow)
-        let (attempt2, first2) = delay::attempt_info(Some(&next));
+        let (attempt2, first2) = headers::attempt_info(Some(&next));
         prop_assert_eq!(attempt2, (attempt as i64).saturating_add(1).max(0) as u64);
         prop_assert_eq!(first2, Some(first.unwrap_or(now_ms)));
         prop_assert_eq!(
-            next.inner().get(NOT_BEFORE).and_then(delay::as_i64),
+            next.inner().get(NOT_BEFORE).and_then(headers::as_i64),
             not_before
         );
         // every other header is kept as it was
@@ -438,10 +439,10 @@ proptest! {
                 }
             }
         }
-        let dead = delay::dead_headers(h.as_ref(), reason, &detail);
+        let dead = headers::dead_headers(h.as_ref(), reason, &detail);
         prop_assert!(dead.inner().keys().all(|k| !is_internal(k.as_str())));
-        prop_assert_eq!(dead.inner().get(REASON).and_then(delay::as_string), Some(reason.to_string()));
-        prop_assert_eq!(dead.inner().get(DETAIL).and_then(delay::as_string), Some(detail.clone()));
+        prop_assert_eq!(dead.inner().get(REASON).and_then(headers::as_string), Some(reason.to_string()));
+        prop_assert_eq!(dead.inner().get(DETAIL).and_then(headers::as_string), Some(detail.clone()));
         HEADERS.jobs.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -498,8 +499,8 @@ fn attempt_counts_at_the_edge_of_i64_do_not_overflow() {
     ] {
         let mut h = FieldTable::default();
         h.insert(ATTEMPT.into(), v.clone());
-        let next = delay::next_headers(Some(&h), now, None);
-        let (attempt, _) = delay::attempt_info(Some(&next));
+        let next = headers::next_headers(Some(&h), now, None);
+        let (attempt, _) = headers::attempt_info(Some(&next));
         assert!(attempt >= 1, "{v:?} -> {attempt}");
     }
 }

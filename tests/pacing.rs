@@ -28,7 +28,7 @@ async fn paced_dispatch(workers: usize) {
     let conn = amqp().await;
     // a backlog well beyond what the window drains
     let total = RATE as usize * 14;
-    let p = quota_worker::broker::Publisher::open(&conn, Duration::from_secs(10))
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
         .await
         .unwrap();
     for i in 0..total {

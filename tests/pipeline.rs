@@ -9,10 +9,10 @@ use chrono::Utc;
 use chrono_tz::Tz;
 use common::*;
 use lapin::options::QueueDeleteOptions;
-use quota_worker::broker::Publisher;
+use quota_worker::amqp::Publisher;
 use quota_worker::config::RuleSettings;
-use quota_worker::window;
-use quota_worker::worker::{Outcome, Reason};
+use quota_worker::job::{Outcome, Reason};
+use quota_worker::quota::window;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -57,7 +57,7 @@ async fn second_job_same_local_day_is_delayed_to_the_recipients_midnight() {
     let expected = window::next_day_start(tz, Utc::now());
     assert_eq!(outcome, Outcome::Delayed { until: expected });
     // it waits in the ladder, carrying its attempt count and target instant
-    let ladder = quota_worker::broker::Topology::from_settings(&s).ladder();
+    let ladder = quota_worker::amqp::Topology::from_settings(&s).ladder();
     let mut found = None;
     for n in 0..ladder.levels {
         if let Some(m) = take(&conn, &ladder.queue(n), Duration::ZERO).await {
@@ -82,7 +82,8 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
     let (_c, w, conn) = rig(&s).await;
     let tz: Tz = "America/Santiago".parse().unwrap();
     let today = window::local_date(tz, Utc::now());
-    let key = quota_worker::keys::Keys::from_settings(&s.redis).recipient("r4", "default", None);
+    let key =
+        quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r4", "default", None);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_connection()
@@ -95,7 +96,7 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
         let _: () = redis::cmd("ZADD")
             .arg(&key)
             .arg(at.timestamp_millis() * 2 + 1)
-            .arg(quota_worker::keys::member(&format!("past-{i}")))
+            .arg(quota_worker::quota::keys::member(&format!("past-{i}")))
             .query(&mut r)
             .unwrap();
     }
@@ -225,7 +226,8 @@ async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
         "retried later: {outcome:?}"
     );
     // the quota was given back: the recipient has no recorded send
-    let key = quota_worker::keys::Keys::from_settings(&s.redis).recipient("r", "default", None);
+    let key =
+        quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r", "default", None);
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_connection()

@@ -39,10 +39,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use quota_worker::broker::{delete_all, Topology};
+use quota_worker::amqp::{delete_all, Topology};
 use quota_worker::config::{RuleSettings, Settings};
-use quota_worker::delay;
 use quota_worker::engine::{Engine, Request};
+use quota_worker::job::headers;
 use rand::SeedableRng;
 use rand_distr::Distribution;
 use serde::Serialize;
@@ -556,9 +556,9 @@ async fn pass_through(
             let mut props = BasicProperties::default().with_delivery_mode(2);
             if headers {
                 let mut h = FieldTable::default();
-                h.insert(delay::ATTEMPT.into(), AMQPValue::LongLongInt(2));
+                h.insert(headers::ATTEMPT.into(), AMQPValue::LongLongInt(2));
                 h.insert(
-                    delay::FIRST_SEEN.into(),
+                    headers::FIRST_SEEN.into(),
                     AMQPValue::LongLongInt(1_763_950_000_000),
                 );
                 props = props.with_headers(h);

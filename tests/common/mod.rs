@@ -78,7 +78,7 @@ use std::time::Duration;
 use lapin::options::BasicGetOptions;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use quota_worker::broker::{Publisher, Topology};
+use quota_worker::amqp::{Publisher, Topology};
 use quota_worker::engine::Engine;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
@@ -246,13 +246,13 @@ pub async fn depth(conn: &Connection, queue: &str) -> u32 {
 pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
     let h = props.headers().as_ref()?;
     let v = h.inner().get(name)?;
-    quota_worker::delay::as_string(v)
-        .or_else(|| quota_worker::delay::as_i64(v).map(|i| i.to_string()))
+    quota_worker::job::headers::as_string(v)
+        .or_else(|| quota_worker::job::headers::as_i64(v).map(|i| i.to_string()))
 }
 
 /// Take the next job from the jobs queue and run it through the worker once
 /// (`Worker::process`, the one-step entry point).
-pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::worker::Outcome {
+pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::job::Outcome {
     let m = take(conn, &s.amqp.jobs_queue, Duration::from_secs(10))
         .await
         .expect("a job in the jobs queue");

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use quota_worker::config::{Rate, RuleSettings, Settings};
 use quota_worker::engine::{Admission, Engine, RedisConn, Request, Ticket};
-use quota_worker::window;
+use quota_worker::quota::window;
 
 pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
     Request {

@@ -16,13 +16,13 @@ use chrono_tz::Tz;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::window::{Rule, Window};
+use crate::quota::window::{Rule, Window};
 
 mod locate;
 pub use locate::Origin;
 
 /// The built-in defaults: the commented file shipped in `config/default.toml`.
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "QUOTA_WORKER";

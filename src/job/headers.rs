@@ -1,21 +1,12 @@
-//! Delay: how a refused job waits in RabbitMQ without a plugin, and the headers that
-//! travel with it. Pure: names, routing keys and headers; the worker publishes.
-//!
-//! ## The ladder
-//! Level `n` (0 ≤ n < levels) is a queue `<prefix>.<2^n>s` whose messages expire after
-//! exactly 2^n seconds, and a headers exchange `<prefix>.x<n>`. A delay of D seconds
-//! is written in binary as message headers `notify-delay-<n>: "1"`, one per set bit.
-//! Exchange `x<n>` sends a message carrying bit n to queue `2^n s`; any other message
-//! goes on to its alternate exchange `x<n-1>`. Each queue dead-letters to the next
-//! exchange down, and level 0 (queue and alternate exchange) to the jobs exchange.
-//! A delayed job is published straight to the queue of its highest bit. Every queue holds
-//! one TTL only, so a message never waits behind a longer one (no head-of-line
-//! blocking), and a delay costs at most one hop per level. (A headers exchange with
-//! one binding matches in constant time; a topic exchange would walk a trie of
-//! `levels` words at every level, which made the broker the bottleneck.)
+//! The headers that travel with a job: the `x-notify-*` ones the worker writes
+//! (attempts, first seen, the instant it waits for; reason and detail on a dead
+//! letter), and what it strips before a job goes round again (the ladder's bits and
+//! the broker's `x-death` family). Pure.
 
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
+
+use crate::amqp::ladder::BIT_PREFIX;
 
 /// Header: how many times the worker has handled this job, the handling that
 /// published this copy included.
@@ -28,77 +19,6 @@ pub const NOT_BEFORE: &str = "x-notify-not-before";
 pub const REASON: &str = "x-notify-reason";
 /// Header on dead letters: a sentence for people.
 pub const DETAIL: &str = "x-notify-detail";
-
-/// The names of the delay ladder.
-#[derive(Debug, Clone)]
-pub struct Ladder {
-    /// Name prefix.
-    pub prefix: String,
-    /// Number of levels.
-    pub levels: u32,
-}
-
-impl Ladder {
-    /// The exchange of level `n`.
-    pub fn exchange(&self, n: u32) -> String {
-        format!("{}.x{n}", self.prefix)
-    }
-
-    /// The queue of level `n`.
-    pub fn queue(&self, n: u32) -> String {
-        format!("{}.{}s", self.prefix, 1u64 << n)
-    }
-
-    /// Where a job delayed by `seconds` is published: straight to the queue of its
-    /// highest bit (through the default exchange, so the broker routes nothing).
-    pub fn entry(&self, seconds: u64) -> String {
-        let top = 63 - seconds.max(1).leading_zeros();
-        self.queue(top.min(self.levels - 1))
-    }
-
-    /// The longest delay one pass through the ladder holds, in seconds.
-    pub fn max_seconds(&self) -> u64 {
-        (1u64 << self.levels) - 1
-    }
-
-    /// Whole seconds to wait from `now` so that the job is back no earlier than
-    /// `until`: rounded up, at least 1, at most [`Ladder::max_seconds`] (a longer wait
-    /// comes back early, is checked again and waits again).
-    pub fn seconds(&self, now: DateTime<Utc>, until: DateTime<Utc>) -> u64 {
-        let ms = (until - now).num_milliseconds().max(1) as u64;
-        ms.div_ceil(1000).clamp(1, self.max_seconds())
-    }
-
-    /// The levels whose bit is set in `seconds`, highest first.
-    pub fn bits(&self, seconds: u64) -> impl Iterator<Item = u32> {
-        (0..self.levels)
-            .rev()
-            .filter(move |n| seconds >> n & 1 == 1)
-    }
-
-    /// Add the headers that spell `seconds` to `headers`.
-    pub fn mark(&self, headers: &mut FieldTable, seconds: u64) {
-        for n in self.bits(seconds) {
-            headers.insert(bit_header(n).into(), AMQPValue::LongString("1".into()));
-        }
-    }
-
-    /// The binding arguments of level `n`'s queue to its exchange.
-    pub fn binding(&self, n: u32) -> FieldTable {
-        let mut args = FieldTable::default();
-        args.insert("x-match".into(), AMQPValue::LongString("all".into()));
-        args.insert(bit_header(n).into(), AMQPValue::LongString("1".into()));
-        args
-    }
-}
-
-/// Prefix of the headers that spell a delay (no `x-`: headers exchanges ignore
-/// binding arguments that start with it).
-pub const BIT_PREFIX: &str = "notify-delay-";
-
-fn bit_header(n: u32) -> String {
-    format!("{BIT_PREFIX}{n}")
-}
 
 fn internal(name: &str) -> bool {
     name == "x-death"
@@ -223,6 +143,7 @@ pub fn dead_headers(original: Option<&FieldTable>, reason: &str, detail: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::amqp::ladder::Ladder;
     use chrono::TimeZone;
 
     fn ladder() -> Ladder {
@@ -230,70 +151,6 @@ mod tests {
             prefix: "notify.delay".into(),
             levels: 20,
         }
-    }
-
-    #[test]
-    fn names() {
-        let l = ladder();
-        assert_eq!(l.queue(0), "notify.delay.1s");
-        assert_eq!(l.queue(19), "notify.delay.524288s");
-        assert_eq!(l.entry(5), "notify.delay.4s");
-        assert_eq!(l.entry(l.max_seconds()), "notify.delay.524288s");
-        assert!(l.max_seconds() > 8 * 86_400);
-    }
-
-    #[test]
-    fn the_headers_spell_the_delay_and_each_level_matches_its_bit() {
-        let l = Ladder {
-            prefix: "d".into(),
-            levels: 5,
-        };
-        assert_eq!(l.bits(5).collect::<Vec<_>>(), vec![2, 0]);
-        for secs in 1..=l.max_seconds() {
-            let mut h = FieldTable::default();
-            l.mark(&mut h, secs);
-            // the queues a message visits, as the exchanges route it
-            let total: u64 = (0..l.levels)
-                .filter(|n| {
-                    l.binding(*n)
-                        .inner()
-                        .iter()
-                        .filter(|(k, _)| k.as_str() != "x-match")
-                        .all(|(k, v)| h.inner().get(k.as_str()) == Some(v))
-                })
-                .map(|n| 1u64 << n)
-                .sum();
-            assert_eq!(total, secs);
-        }
-        // a job sent round again drops the bits of its last delay
-        let mut h = FieldTable::default();
-        l.mark(&mut h, 7);
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        assert!(!next_headers(Some(&h), now, None)
-            .inner()
-            .keys()
-            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
-        assert!(!dead_headers(Some(&h), "capped", "d")
-            .inner()
-            .keys()
-            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
-    }
-
-    #[test]
-    fn seconds_round_up_and_clamp() {
-        let l = ladder();
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        assert_eq!(l.seconds(now, now), 1);
-        assert_eq!(
-            l.seconds(now, now + chrono::Duration::milliseconds(1001)),
-            2
-        );
-        assert_eq!(l.seconds(now, now + chrono::Duration::seconds(5)), 5);
-        assert_eq!(l.seconds(now, now + chrono::Duration::days(6)), 6 * 86_400);
-        assert_eq!(
-            l.seconds(now, now + chrono::Duration::days(60)),
-            l.max_seconds()
-        );
     }
 
     #[test]

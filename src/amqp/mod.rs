@@ -1,0 +1,14 @@
+//! The broker side: connecting ([`connect`], plaintext or TLS), the topology the
+//! worker declares ([`topology`]), publishing with confirms ([`publisher`]), the
+//! delay ladder's names and bits ([`ladder`]), and acking deliveries in batches
+//! ([`acks`]). AMQP code only moves messages; it decides nothing.
+
+pub mod acks;
+pub mod connect;
+pub mod ladder;
+pub mod publisher;
+pub mod topology;
+
+pub use connect::{connect, BrokerError};
+pub use publisher::{confirmed, PublishError, Publisher};
+pub use topology::{delete_all, Topology};

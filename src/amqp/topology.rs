@@ -1,0 +1,244 @@
+//! The topology: every exchange, queue and binding the worker needs, declared
+//! idempotently at the start of each broker session (there is no setup step), and
+//! deleted as a whole for a test's or a benchmark's namespace.
+
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ExchangeKind};
+
+use super::ladder::Ladder;
+use super::BrokerError;
+use crate::config::{AmqpSettings, QueueType, Settings};
+
+/// Every name of the topology, derived from the settings.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// The settings it comes from.
+    pub amqp: AmqpSettings,
+    /// The configured channels.
+    pub channels: Vec<String>,
+}
+
+/// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
+/// failed delete closes its channel); every one is tried, the first error returned.
+pub async fn delete_all(
+    conn: &Connection,
+    queues: Vec<String>,
+    exchanges: Vec<String>,
+) -> Result<(), BrokerError> {
+    let queues = queues.into_iter().map(|q| (q, true));
+    let exchanges = exchanges.into_iter().map(|x| (x, false));
+    let mut first = None;
+    let mut ch = conn.create_channel().await?;
+    for (name, is_queue) in queues.chain(exchanges) {
+        let deleted = if is_queue {
+            ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .map(|_| ())
+        } else {
+            ch.exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
+                .await
+        };
+        if let Err(e) = deleted {
+            first.get_or_insert(e);
+            ch = conn.create_channel().await?;
+        }
+    }
+    let _ = ch.close(200, "".into()).await;
+    match first {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+fn long(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+impl Topology {
+    /// The topology `settings` names.
+    pub fn from_settings(settings: &Settings) -> Topology {
+        Topology {
+            amqp: settings.amqp.clone(),
+            channels: settings.channels.keys().cloned().collect(),
+        }
+    }
+
+    /// The delay ladder.
+    pub fn ladder(&self) -> Ladder {
+        Ladder {
+            prefix: self.amqp.delay_prefix.clone(),
+            levels: self.amqp.delay_levels,
+        }
+    }
+
+    /// The dispatch queue of `channel`.
+    pub fn dispatch_queue(&self, channel: &str) -> String {
+        format!("{}{channel}", self.amqp.dispatch_queue_prefix)
+    }
+
+    /// Every queue, in the order an operator reads them: jobs, delays, dispatch, dead.
+    pub fn queues(&self) -> Vec<String> {
+        let ladder = self.ladder();
+        let mut q = vec![self.amqp.jobs_queue.clone()];
+        q.extend((0..ladder.levels).map(|n| ladder.queue(n)));
+        q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
+        q.push(self.amqp.dead_queue.clone());
+        q
+    }
+
+    /// Every exchange: jobs, dispatch, dead, then the ladder's.
+    pub fn exchanges(&self) -> Vec<String> {
+        let ladder = self.ladder();
+        let mut x = vec![
+            self.amqp.jobs_exchange.clone(),
+            self.amqp.dispatch_exchange.clone(),
+            self.amqp.dead_exchange.clone(),
+        ];
+        x.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+        x
+    }
+
+    /// Delete every queue and exchange of the topology, and the messages in them: the
+    /// tear-down of a namespace made for a test or a benchmark. What does not exist is
+    /// skipped; a failed delete does not stop the others (each gets its own channel
+    /// after an error), and the first error is returned.
+    pub async fn delete(&self, conn: &Connection) -> Result<(), BrokerError> {
+        delete_all(conn, self.queues(), self.exchanges()).await
+    }
+
+    fn queue_args(&self, dead_letter_to: Option<&str>) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self.amqp.queue_type == QueueType::Quorum {
+            args.insert("x-queue-type".into(), long("quorum"));
+        }
+        if let Some(dlx) = dead_letter_to {
+            args.insert("x-dead-letter-exchange".into(), long(dlx));
+            if self.amqp.queue_type == QueueType::Quorum {
+                args.insert("x-dead-letter-strategy".into(), long("at-least-once"));
+                args.insert("x-overflow".into(), long("reject-publish"));
+            }
+        }
+        args
+    }
+
+    /// Declare every exchange, queue and binding. Idempotent; a queue that exists with
+    /// other arguments is a fatal [`BrokerError::Declare`].
+    pub async fn declare(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let ch = conn.create_channel().await?;
+        let a = &self.amqp;
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let exchange = |name: String, kind: ExchangeKind| {
+            let ch = ch.clone();
+            async move {
+                ch.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default())
+                    .await
+                    .map_err(|error| BrokerError::Declare {
+                        what: format!("exchange `{name}`"),
+                        error,
+                    })
+            }
+        };
+        let queue = |name: String, args: FieldTable| {
+            let ch = ch.clone();
+            async move {
+                let opts = QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                };
+                ch.queue_declare(name.as_str().into(), opts, args)
+                    .await
+                    .map_err(|error| BrokerError::Declare {
+                        what: format!("queue `{name}`"),
+                        error,
+                    })
+            }
+        };
+        exchange(a.jobs_exchange.clone(), ExchangeKind::Fanout).await?;
+        exchange(a.dispatch_exchange.clone(), ExchangeKind::Direct).await?;
+        exchange(a.dead_exchange.clone(), ExchangeKind::Fanout).await?;
+
+        // Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
+        // unless told otherwise: every queue a consumer reads gets an explicit limit,
+        // and those that can dead-letter send the message to `notify.dead`.
+        let limited = |mut args: FieldTable, limit: u32| {
+            if a.queue_type == QueueType::Quorum {
+                args.insert(
+                    "x-delivery-limit".into(),
+                    AMQPValue::LongLongInt(limit as i64),
+                );
+            }
+            args
+        };
+        queue(
+            a.dead_queue.clone(),
+            limited(self.queue_args(None), i32::MAX as u32),
+        )
+        .await?;
+        bind(&ch, &a.dead_queue, &a.dead_exchange, "").await?;
+
+        let jobs_args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+        queue(a.jobs_queue.clone(), jobs_args).await?;
+        bind(&ch, &a.jobs_queue, &a.jobs_exchange, "").await?;
+
+        for c in &self.channels {
+            let q = self.dispatch_queue(c);
+            let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+            queue(q.clone(), args).await?;
+            bind(&ch, &q, &a.dispatch_exchange, c).await?;
+        }
+
+        let ladder = self.ladder();
+        for n in 0..ladder.levels {
+            let next = if n == 0 {
+                a.jobs_exchange.clone()
+            } else {
+                ladder.exchange(n - 1)
+            };
+            let mut x_args = FieldTable::default();
+            x_args.insert("alternate-exchange".into(), long(&next));
+            let name = ladder.exchange(n);
+            ch.exchange_declare(name.as_str().into(), ExchangeKind::Headers, durable, x_args)
+                .await
+                .map_err(|error| BrokerError::Declare {
+                    what: format!("exchange `{name}`"),
+                    error,
+                })?;
+            let mut args = self.queue_args(Some(&next));
+            args.insert(
+                "x-message-ttl".into(),
+                AMQPValue::LongLongInt((1i64 << n) * 1000),
+            );
+            let q = ladder.queue(n);
+            queue(q.clone(), args).await?;
+            ch.queue_bind(
+                q.as_str().into(),
+                name.as_str().into(),
+                ShortString::from(""),
+                QueueBindOptions::default(),
+                ladder.binding(n),
+            )
+            .await?;
+        }
+        let _ = ch.close(200, "topology declared".into()).await;
+        Ok(())
+    }
+}
+
+async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), BrokerError> {
+    ch.queue_bind(
+        queue.into(),
+        exchange.into(),
+        ShortString::from(key),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    Ok(())
+}

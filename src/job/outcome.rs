@@ -1,0 +1,111 @@
+//! What became of one job: its [`Outcome`] once the broker confirmed it, and the
+//! [`Reason`] of a dead letter. Pure. The outcome's kind indexes its counter in
+//! `quota_worker_jobs_total`.
+
+use chrono::{DateTime, Utc};
+
+/// Why a job went to the dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not a valid job.
+    Malformed,
+    /// Its channel is not configured.
+    UnknownChannel,
+    /// Refused by a cap whose policy drops refused jobs (or can never pass).
+    Capped,
+    /// It could not be sent before its `expires_at`.
+    Expired,
+}
+
+impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 4] = [
+        Reason::Malformed,
+        Reason::UnknownChannel,
+        Reason::Capped,
+        Reason::Expired,
+    ];
+
+    /// The `x-notify-reason` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Malformed => "malformed",
+            Reason::UnknownChannel => "unknown_channel",
+            Reason::Capped => "capped",
+            Reason::Expired => "expired",
+        }
+    }
+}
+
+/// What became of one delivery (its outcome is confirmed by the broker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Published to the dispatch exchange.
+    Dispatched,
+    /// Sent round the delay ladder, back at `until`.
+    Delayed {
+        /// When it comes back to the jobs queue.
+        until: DateTime<Utc>,
+    },
+    /// Already dispatched; acked and counted.
+    Duplicate,
+    /// Published to the dead-letter queue.
+    Dead(Reason),
+}
+
+impl Outcome {
+    /// How many distinct `(outcome, reason)` label pairs there are.
+    pub(crate) const KINDS: usize = 3 + Reason::ALL.len();
+
+    /// Its kind, in `0..KINDS`: the index of its counter.
+    pub(crate) fn kind(&self) -> usize {
+        match self {
+            Outcome::Dispatched => 0,
+            Outcome::Delayed { .. } => 1,
+            Outcome::Duplicate => 2,
+            Outcome::Dead(r) => 3 + *r as usize,
+        }
+    }
+
+    /// The `outcome` and `reason` labels of `quota_worker_jobs_total` for kind `k`.
+    pub(crate) fn labels(k: usize) -> (&'static str, &'static str) {
+        match k {
+            0 => ("dispatched", ""),
+            1 => ("delayed", ""),
+            2 => ("duplicate", ""),
+            k => ("dead", Reason::ALL[k - 3].as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_kind_has_its_own_labels() {
+        let outcomes = [
+            Outcome::Dispatched,
+            Outcome::Delayed {
+                until: DateTime::<Utc>::UNIX_EPOCH,
+            },
+            Outcome::Duplicate,
+        ]
+        .into_iter()
+        .chain(Reason::ALL.map(Outcome::Dead));
+        let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
+        assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
+        for r in Reason::ALL {
+            assert_eq!(
+                Outcome::labels(Outcome::Dead(r).kind()),
+                ("dead", r.as_str())
+            );
+        }
+        assert_eq!(Outcome::labels(0).0, "dispatched");
+        assert_eq!(Outcome::labels(Outcome::Duplicate.kind()).0, "duplicate");
+        let mut labels: Vec<_> = (0..Outcome::KINDS).map(Outcome::labels).collect();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), Outcome::KINDS);
+    }
+}
