@@ -51,9 +51,7 @@ use crate::engine::{Engine, EngineError};
 use crate::job::headers;
 use crate::quota::keys;
 use crate::quota::window;
-
-/// The import script, `lua/record.lua`.
-pub const RECORD_LUA: &str = include_str!("../lua/record.lua");
+use crate::redis::record;
 
 /// What an admin command could not do.
 #[derive(Debug, thiserror::Error)]
@@ -1049,28 +1047,17 @@ impl<'a> Recipients<'a> {
             .engine
             .keys()
             .recipient(q.recipient, &policy.name, channel);
-        let mut conn = self.engine.connection();
-        let reply: Vec<i64> = redis::Script::new(RECORD_LUA)
-            .key(&key)
-            .arg(keys::member(id))
-            .arg(at.timestamp_millis() * 2 + 1)
-            .arg(until.timestamp_millis())
-            .invoke_async(&mut conn)
-            .await?;
-        let [added, expire] = reply[..] else {
-            return Err(AdminError::Engine(EngineError::Reply {
-                script: "record.lua",
-                reply,
-            }));
-        };
+        let script = &self.engine.scripts().record;
+        let conn = self.engine.connection();
+        let reply = record::record(&conn, script, &key, &keys::member(id), at, until).await?;
         Ok(Recorded {
             policy: policy.name.clone(),
             channel: channel.map(str::to_string),
             id: id.to_string(),
             at,
             key,
-            added: added == 1,
-            key_expires_at: (expire >= 0).then(|| window::from_millis(expire)),
+            added: reply.added,
+            key_expires_at: reply.key_expires_at,
         })
     }
 

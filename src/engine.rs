@@ -25,96 +25,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
-use crate::batch::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::config::{Action, Policy, Rate, Scope, Settings};
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::window::{self, Rule};
-
-/// A Redis connection: one node, or a cluster. Both reconnect by themselves.
-#[derive(Clone)]
-pub enum RedisConn {
-    /// A single node, through a connection manager.
-    Single(redis::aio::ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl RedisConn {
-    /// Connect as the settings say: `rediss://` URLs with TLS as `redis.tls` says
-    /// (the files were checked when the settings were loaded).
-    pub async fn connect(
-        settings: &crate::config::RedisSettings,
-    ) -> Result<RedisConn, EngineError> {
-        let timeout = Duration::from_secs(2);
-        let certs = crate::tls::redis_certificates(&settings.tls)?;
-        let insecure = settings.tls.insecure_skip_verify;
-        if settings.cluster {
-            let mut builder =
-                redis::cluster::ClusterClientBuilder::new(settings.cluster_urls.clone())
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout);
-            if insecure {
-                builder = builder.tls(redis::TlsMode::Insecure);
-            }
-            if let Some(certs) = certs {
-                builder = builder.certs(certs);
-            }
-            Ok(RedisConn::Cluster(
-                builder.build()?.get_async_connection().await?,
-            ))
-        } else {
-            // verification is turned off only by its key (a `#insecure` in the URL
-            // is refused when the settings are loaded)
-            let url = match insecure && settings.url.starts_with("rediss://") {
-                true => format!("{}#insecure", settings.url),
-                false => settings.url.clone(),
-            };
-            let client = match certs {
-                Some(certs) => redis::Client::build_with_tls(url.as_str(), certs)?,
-                None => redis::Client::open(url.as_str())?,
-            };
-            let config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_max_delay(Duration::from_secs(1));
-            Ok(RedisConn::Single(
-                client.get_connection_manager_with_config(config).await?,
-            ))
-        }
-    }
-}
-
-impl ConnectionLike for RedisConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            RedisConn::Single(c) => c.get_db(),
-            RedisConn::Cluster(c) => c.get_db(),
-        }
-    }
-}
+use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
+use crate::redis::conn::count_call;
+use crate::redis::rate::{self, RateReply};
+use crate::redis::{refund, RedisConn, Scripts};
 
 /// What the engine could not do.
 #[derive(Debug, thiserror::Error)]
@@ -219,19 +138,6 @@ pub enum Admission {
     },
 }
 
-/// The reply of the GCRA script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateReply {
-    /// 1 allowed, 0 not yet, -1 never.
-    pub allowed: i64,
-    /// Jobs that could still go right now.
-    pub remaining: i64,
-    /// When not allowed: how long until it would be.
-    pub retry_after: Duration,
-    /// The TAT the call left (µs of Redis time): what a refund of this take passes.
-    pub tat_us: i64,
-}
-
 /// Serialises the jobs of one channel that wait for its send rate, so that a
 /// backlog paces through one waiter instead of stampeding Redis.
 #[derive(Debug, Default)]
@@ -248,8 +154,7 @@ pub struct Engine {
     rates: HashMap<String, (Option<Rate>, Pacer)>,
     lease_ms: i64,
     admitter: Admitter,
-    rate_script: Script,
-    refund_script: Script,
+    scripts: Scripts,
     offset_ms: AtomicI64,
     calls: Arc<AtomicU64>,
     /// Reservations this engine recorded for admissions that then failed (Redis went
@@ -273,13 +178,6 @@ impl std::fmt::Debug for Engine {
             .finish_non_exhaustive()
     }
 }
-
-/// The admission script, `lua/admit.lua`.
-pub const ADMIT_LUA: &str = include_str!("../lua/admit.lua");
-/// The GCRA script, `lua/rate.lua`.
-pub const RATE_LUA: &str = include_str!("../lua/rate.lua");
-/// The GCRA refund script, `lua/refund.lua`.
-pub const REFUND_LUA: &str = include_str!("../lua/refund.lua");
 
 impl Engine {
     /// Connect to Redis, load the scripts and read Redis's clock.
@@ -309,17 +207,11 @@ impl Engine {
             .collect();
         let lease_ms = settings.redis.reservation_lease.0.as_millis() as i64;
         let calls = Arc::new(AtomicU64::new(0));
-        let admit_script = Script::new(ADMIT_LUA);
-        let (rate_script, refund_script) = (Script::new(RATE_LUA), Script::new(REFUND_LUA));
-        // On a cluster, SCRIPT LOAD goes to every node; a node that loses them later
-        // (restart, failover) answers NOSCRIPT and the call loads them again.
-        let mut load = conn.clone();
-        for script in [&admit_script, &rate_script, &refund_script] {
-            script.load_async(&mut load).await?;
-        }
+        let scripts = Scripts::default();
+        scripts.load(&conn).await?;
         let admitter = Admitter::start(Caller {
             conn: conn.clone(),
-            script: admit_script,
+            script: scripts.admit.clone(),
             lease_ms,
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
@@ -331,8 +223,7 @@ impl Engine {
             rates,
             lease_ms,
             admitter,
-            rate_script,
-            refund_script,
+            scripts,
             offset_ms: AtomicI64::new(0),
             calls,
             orphans: Default::default(),
@@ -345,6 +236,11 @@ impl Engine {
     /// The key names in use.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// The scripts, loaded (the admin's import uses `record`).
+    pub fn scripts(&self) -> &Scripts {
+        &self.scripts
     }
 
     /// A clone of the connection, for admin reads.
@@ -673,17 +569,9 @@ impl Engine {
         rate: Rate,
         tat: i64,
     ) -> Result<Duration, EngineError> {
-        let mut conn = self.conn.clone();
         self.count_call();
-        let credit: i64 = self
-            .refund_script
-            .key(self.keys.rate(channel))
-            .arg(rate.interval_us)
-            .arg(rate.cost)
-            .arg(tat)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(Duration::from_micros(credit.max(0) as u64))
+        let key = self.keys.rate(channel);
+        refund::refund(&self.conn, &self.scripts.refund, key, rate, tat).await
     }
 
     /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).
@@ -693,28 +581,9 @@ impl Engine {
         rate: Rate,
         cost: u64,
     ) -> Result<RateReply, EngineError> {
-        let mut conn = self.conn.clone();
         self.count_call();
-        let reply: Vec<i64> = self
-            .rate_script
-            .key(self.keys.rate(channel))
-            .arg(rate.interval_us)
-            .arg(rate.burst)
-            .arg(cost)
-            .invoke_async(&mut conn)
-            .await?;
-        match reply[..] {
-            [allowed, remaining, retry_after, _reset_after, tat_us] => Ok(RateReply {
-                allowed,
-                remaining,
-                retry_after: Duration::from_micros(retry_after.max(0) as u64),
-                tat_us,
-            }),
-            _ => Err(EngineError::Reply {
-                script: "rate.lua",
-                reply,
-            }),
-        }
+        let key = self.keys.rate(channel);
+        rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
     }
 
     /// `plan(&policy.rules, tz, now)`, made once per policy, zone and local date.
@@ -765,10 +634,4 @@ impl Engine {
             reply => Ok(reply),
         }
     }
-}
-
-/// Count one Redis command (script calls included) sent.
-pub(crate) fn count_call(calls: &AtomicU64) {
-    calls.fetch_add(1, Ordering::Relaxed);
-    metrics::counter!("quota_worker_redis_calls_total").increment(1);
 }

@@ -47,7 +47,6 @@
 pub mod admin;
 pub mod amqp;
 pub mod backoff;
-pub mod batch;
 pub mod cli;
 pub mod commits;
 pub mod config;
@@ -57,6 +56,7 @@ pub mod http;
 pub mod job;
 pub mod producer;
 pub mod quota;
+pub mod redis;
 pub mod signals;
 pub mod tls;
 pub mod worker;

@@ -21,7 +21,7 @@ use common::reliability::record;
 use common::scenarios::{self, admitted, engine, req};
 use common::*;
 use quota_worker::config::Settings;
-use quota_worker::engine::RedisConn;
+use quota_worker::redis::RedisConn;
 use serde_json::json;
 
 static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
@@ -138,7 +138,7 @@ async fn scripts_flushed_on_every_node_are_loaded_again() {
         admitted(&e.admit(&req(&id, &who, Tz::UTC)).await.unwrap());
     }
     // and the scripts are on every node again (loaded where they were needed)
-    let sha = redis::Script::new(quota_worker::engine::ADMIT_LUA)
+    let sha = redis::Script::new(quota_worker::redis::scripts::ADMIT_LUA)
         .get_hash()
         .to_string();
     let exists: Vec<Vec<i64>> =
@@ -251,9 +251,9 @@ async fn the_scripts_are_loaded_on_every_node_at_start() {
     let _: Vec<String> = cluster().each(&redis::cmd("SCRIPT").arg("FLUSH").clone());
     let _e = engine(&cluster_settings(&ns)).await;
     for lua in [
-        quota_worker::engine::ADMIT_LUA,
-        quota_worker::engine::RATE_LUA,
-        quota_worker::engine::REFUND_LUA,
+        quota_worker::redis::scripts::ADMIT_LUA,
+        quota_worker::redis::scripts::RATE_LUA,
+        quota_worker::redis::scripts::REFUND_LUA,
     ] {
         let sha = redis::Script::new(lua).get_hash().to_string();
         let exists: Vec<Vec<i64>> =

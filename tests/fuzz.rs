@@ -712,7 +712,7 @@ async fn the_gcra_script_with_negative_or_huge_costs() {
             "{huge}"
         );
     }
-    let script = redis::Script::new(quota_worker::engine::RATE_LUA);
+    let script = redis::Script::new(quota_worker::redis::scripts::RATE_LUA);
     for negative in [-1i64, -1_000_000, i64::MIN] {
         let reply: Vec<i64> = script
             .key(&key)

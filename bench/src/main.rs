@@ -683,7 +683,7 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
     let mut c = client.get_connection()?;
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(quota_worker::engine::ADMIT_LUA)
+        .arg(quota_worker::redis::scripts::ADMIT_LUA)
         .query(&mut c)?;
     let url = url_host_port(&s.redis.url);
     let key = format!("{}:{{bench__rand_int__}}:default", s.redis.key_prefix);

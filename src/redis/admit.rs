@@ -1,5 +1,6 @@
-//! Batched admissions: the admissions waiting at one moment go to Redis as one call
-//! of `lua/admit.lua`.
+//! `lua/admit.lua`, batched: the admissions waiting at one moment go to Redis as
+//! one call of the script; its arguments (plans once, two per job) and its flat
+//! reply ([`verdicts`]).
 //!
 //! Deliveries reach the worker in bursts (a quorum queue hands out what one Raft
 //! write made ready), so many jobs ask Redis at once. One script call per job costs
@@ -20,7 +21,8 @@ use std::sync::Arc;
 use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::engine::{EngineError, RedisConn};
+use super::conn::RedisConn;
+use crate::engine::EngineError;
 use crate::quota::plan::Plan;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
@@ -203,7 +205,7 @@ impl Caller {
         for (job, number) in jobs.iter().zip(numbers) {
             cmd.arg(&job.member[..]).arg(number);
         }
-        crate::engine::count_call(&self.calls);
+        super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
         let flat: Vec<i64> = match cmd.query_async(&mut conn).await {

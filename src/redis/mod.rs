@@ -1,0 +1,15 @@
+//! Redis, one module per script: each owns its arguments and its reply
+//! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
+//! channel's GCRA; [`record`]: the admin's import), all registered in
+//! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
+//! elsewhere ([`crate::engine`], [`crate::decide`]).
+
+pub mod admit;
+pub mod conn;
+pub mod rate;
+pub mod record;
+pub mod refund;
+pub mod scripts;
+
+pub use conn::RedisConn;
+pub use scripts::Scripts;

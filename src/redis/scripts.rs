@@ -1,0 +1,52 @@
+//! Every Lua script, registered in one place: its source (`lua/*.lua`, each opening
+//! with its KEYS, ARGV and reply) and its `redis::Script` (which knows its SHA).
+//! [`Scripts::load`] sends them all at start; a node that lost them since (a
+//! restart, a failover) answers NOSCRIPT and the call loads its script again.
+
+use redis::Script;
+
+use super::conn::RedisConn;
+
+/// `lua/admit.lua`: a recipient's caps, checked and recorded (many jobs a call).
+pub const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
+/// `lua/rate.lua`: a channel's GCRA send rate.
+pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
+/// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
+pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
+/// `lua/record.lua`: a past send imported by the admin.
+pub const RECORD_LUA: &str = include_str!("../../lua/record.lua");
+
+/// The scripts, ready to invoke by SHA.
+#[derive(Debug, Clone)]
+pub struct Scripts {
+    /// `lua/admit.lua`.
+    pub admit: Script,
+    /// `lua/rate.lua`.
+    pub rate: Script,
+    /// `lua/refund.lua`.
+    pub refund: Script,
+    /// `lua/record.lua`.
+    pub record: Script,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            admit: Script::new(ADMIT_LUA),
+            rate: Script::new(RATE_LUA),
+            refund: Script::new(REFUND_LUA),
+            record: Script::new(RECORD_LUA),
+        }
+    }
+}
+
+impl Scripts {
+    /// `SCRIPT LOAD` every script (on a cluster, on every node).
+    pub async fn load(&self, conn: &RedisConn) -> redis::RedisResult<()> {
+        let mut conn = conn.clone();
+        for script in [&self.admit, &self.rate, &self.refund, &self.record] {
+            script.load_async(&mut conn).await?;
+        }
+        Ok(())
+    }
+}
