@@ -40,7 +40,7 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn readiness_follows_health_and_metrics_render() {
-    let (recorder, handle) = quota_worker::http::local_recorder().unwrap();
+    let (recorder, handle) = quota_worker::metrics::local_recorder().unwrap();
     metrics::with_local_recorder(&recorder, || {
         metrics::counter!("quota_worker_jobs_total", "outcome" => "dispatched", "reason" => "")
             .increment(3);

@@ -215,7 +215,7 @@ impl Caller {
             }
             result => result?,
         };
-        metrics::histogram!("quota_worker_admission_call_seconds")
+        metrics::histogram!(crate::metrics::ADMISSION_CALL_SECONDS)
             .record(started.elapsed().as_secs_f64());
         verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
             script: "admit.lua",
@@ -226,7 +226,7 @@ impl Caller {
     /// Run one batch and hand each job its reply.
     async fn answer(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
         let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
-        metrics::histogram!("quota_worker_admission_batch_jobs").record(jobs.len() as f64);
+        metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
         match self.call(&jobs).await {
             Ok(replies) => {
                 for ((_, tx), reply) in batch.into_iter().zip(replies) {

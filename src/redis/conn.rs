@@ -95,5 +95,5 @@ impl ConnectionLike for RedisConn {
 /// Count one Redis command (script calls included) sent.
 pub(crate) fn count_call(calls: &AtomicU64) {
     calls.fetch_add(1, Ordering::Relaxed);
-    metrics::counter!("quota_worker_redis_calls_total").increment(1);
+    metrics::counter!(crate::metrics::REDIS_CALLS_TOTAL).increment(1);
 }

@@ -57,7 +57,7 @@ async fn run(
             match engine.commit_many(&batch).await {
                 Ok(()) => break,
                 Err(e) => {
-                    metrics::counter!("quota_worker_redis_errors_total").increment(1);
+                    metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
                     tracing::warn!(error = %e, jobs = batch.len(), "could not mark dispatched jobs as committed; retrying");
                     tokio::select! {
                         _ = stop.cancelled() => {

@@ -1,0 +1,154 @@
+//! Every metric the worker records, named once here: the names, their
+//! descriptions and histogram buckets, the Prometheus recorder `/metrics` renders,
+//! and the per-job handles a broker session looks up once.
+
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::job::Outcome;
+
+/// Counter: jobs with a confirmed outcome, by `outcome` and dead-letter `reason`.
+pub const JOBS_TOTAL: &str = "quota_worker_jobs_total";
+/// Histogram: time to decide a job in Redis, pacing waits included.
+pub const ADMISSION_SECONDS: &str = "quota_worker_admission_seconds";
+/// Histogram: one admission script call, from sending it to its reply.
+pub const ADMISSION_CALL_SECONDS: &str = "quota_worker_admission_call_seconds";
+/// Histogram: jobs decided by one admission script call.
+pub const ADMISSION_BATCH_JOBS: &str = "quota_worker_admission_batch_jobs";
+/// Histogram: time from delivery to a confirmed outcome.
+pub const JOB_SECONDS: &str = "quota_worker_job_seconds";
+/// Gauge: deliveries being processed now.
+pub const IN_FLIGHT: &str = "quota_worker_in_flight";
+/// Counter: Redis commands sent (script calls included).
+pub const REDIS_CALLS_TOTAL: &str = "quota_worker_redis_calls_total";
+/// Counter: Redis calls that failed (the job is held and retried).
+pub const REDIS_ERRORS_TOTAL: &str = "quota_worker_redis_errors_total";
+/// Counter: broker sessions that ended in an error.
+pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
+/// Counter: reconnections to the broker.
+pub const RECONNECTS_TOTAL: &str = "quota_worker_reconnects_total";
+
+/// Upper bounds (seconds) of the admission latency histogram: one Redis round trip
+/// is well under a millisecond on a LAN; pacing waits can take seconds.
+pub const ADMISSION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Upper bounds (seconds) of the whole-job latency histogram.
+pub const JOB_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(ADMISSION_SECONDS.into()), ADMISSION_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(ADMISSION_CALL_SECONDS.into()),
+            ADMISSION_BUCKETS,
+        )?
+        .set_buckets_for_metric(Matcher::Full(JOB_SECONDS.into()), JOB_BUCKETS)
+}
+
+/// A recorder that is not installed globally, and its handle (tests).
+pub fn local_recorder() -> Result<
+    (
+        metrics_exporter_prometheus::PrometheusRecorder,
+        PrometheusHandle,
+    ),
+    BuildError,
+> {
+    let recorder = builder()?.build_recorder();
+    let handle = recorder.handle();
+    Ok((recorder, handle))
+}
+
+/// Install the Prometheus recorder for the whole process, describe the worker's
+/// metrics, and return the handle `/metrics` renders. Call once, before the worker
+/// starts. Spawns the recorder's periodic upkeep (needs a Tokio runtime).
+pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
+    let handle = builder()?.install_recorder()?;
+    describe();
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// Describe every metric the worker records, and register the error counters at 0
+/// so that dashboards see them before the first error.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        JOBS_TOTAL,
+        "Jobs settled, by outcome (dispatched, delayed, duplicate, dead) and dead-letter reason"
+    );
+    describe_histogram!(
+        ADMISSION_SECONDS,
+        Unit::Seconds,
+        "Time to decide a job in Redis (caps and send rate, pacing waits included)"
+    );
+    describe_histogram!(
+        ADMISSION_CALL_SECONDS,
+        Unit::Seconds,
+        "Time of one admission script call to Redis (one call decides a batch of jobs), from sending it to its reply"
+    );
+    describe_histogram!(
+        ADMISSION_BATCH_JOBS,
+        "Jobs decided by one admission script call"
+    );
+    describe_histogram!(
+        JOB_SECONDS,
+        Unit::Seconds,
+        "Time from delivery to a confirmed outcome"
+    );
+    describe_gauge!(IN_FLIGHT, "Deliveries being processed now");
+    describe_counter!(
+        REDIS_ERRORS_TOTAL,
+        "Redis calls that failed (the job is held and retried)"
+    );
+    describe_counter!(
+        BROKER_ERRORS_TOTAL,
+        "Broker sessions that ended in an error"
+    );
+    describe_counter!(RECONNECTS_TOTAL, "Reconnections to the broker");
+    for name in [REDIS_ERRORS_TOTAL, BROKER_ERRORS_TOTAL, RECONNECTS_TOTAL] {
+        metrics::counter!(name).absolute(0);
+    }
+    metrics::gauge!(IN_FLIGHT).set(0.0);
+}
+
+/// The per-job metrics' handles, looked up in the recorder once per session instead
+/// of once per job (every outcome's counter thereby shows from the start, at 0).
+pub(crate) struct JobMetrics {
+    pub in_flight: metrics::Gauge,
+    pub job_seconds: metrics::Histogram,
+    pub admission_seconds: metrics::Histogram,
+    pub outcomes: [metrics::Counter; Outcome::KINDS],
+}
+
+impl std::fmt::Debug for JobMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JobMetrics")
+    }
+}
+
+impl JobMetrics {
+    pub fn new() -> JobMetrics {
+        JobMetrics {
+            in_flight: metrics::gauge!(IN_FLIGHT),
+            job_seconds: metrics::histogram!(JOB_SECONDS),
+            admission_seconds: metrics::histogram!(ADMISSION_SECONDS),
+            outcomes: std::array::from_fn(|k| {
+                let (outcome, reason) = Outcome::labels(k);
+                metrics::counter!(JOBS_TOTAL, "outcome" => outcome, "reason" => reason)
+            }),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Readiness, as `/readyz` reports it: connected to the broker with the topology
+//! declared, and Redis answering (watched every second even while no job asks it).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::engine::Engine;
+
+/// Readiness, as `/readyz` reports it.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Connected to the broker with the topology declared.
+    pub broker: AtomicBool,
+    /// The last Redis call succeeded.
+    pub redis: AtomicBool,
+}
+
+impl Health {
+    /// Broker and Redis both usable.
+    pub fn ready(&self) -> bool {
+        self.broker.load(Ordering::Relaxed) && self.redis.load(Ordering::Relaxed)
+    }
+}
+
+/// Keep `health.redis` current even while no job is asking Redis anything.
+pub(crate) async fn watch_redis(
+    health: Arc<Health>,
+    engine: Arc<Engine>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let up = matches!(
+            tokio::time::timeout(Duration::from_secs(1), engine.ping()).await,
+            Ok(Ok(()))
+        );
+        if health.redis.swap(up, Ordering::Relaxed) != up {
+            if up {
+                info!("redis is reachable");
+            } else {
+                warn!("redis is unreachable");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The worker: consume jobs, decide, then dispatch, delay or dead-letter each one,
+//! and ack the delivery only once that outcome is confirmed by the broker.
+//!
+//! [`Worker::run`] keeps a broker session alive, reconnecting with jittered backoff
+//! ([`session`]: declare the topology, consume with a bounded prefetch, one task per
+//! delivery). [`Worker::process`] ([`process`]) is the one-step entry point: one
+//! delivery in, one confirmed [`crate::job::Outcome`] out; it carries out the pure
+//! [`crate::decide`] decision. Dispatched jobs are committed in batches
+//! ([`commits`]); readiness is kept in [`health`].
+
+pub mod commits;
+pub mod health;
+pub mod process;
+pub mod session;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono_tz::Tz;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::amqp::{BrokerError, Publisher, Topology};
+use crate::config::Settings;
+use crate::engine::Engine;
+use crate::metrics::JobMetrics;
+use commits::Commits;
+
+pub use health::Health;
+pub use process::ProcessError;
+pub use session::Session;
+
+/// The running service.
+#[derive(Debug)]
+pub struct Worker {
+    settings: Settings,
+    engine: Arc<Engine>,
+    topology: Topology,
+    default_tz: Tz,
+    /// Readiness flags.
+    pub health: Arc<Health>,
+}
+
+/// A fatal error: the worker cannot start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The broker refused the topology or the login, or TLS cannot be set up:
+    /// retrying cannot help ([`BrokerError::is_fatal`]).
+    #[error(transparent)]
+    Broker(BrokerError),
+}
+
+impl Worker {
+    /// A worker for validated settings and a connected engine.
+    pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
+        let topology = Topology::from_settings(&settings);
+        let default_tz = settings.default_zone().expect("validated");
+        Worker {
+            settings,
+            engine,
+            topology,
+            default_tz,
+            health: Arc::new(Health {
+                broker: AtomicBool::new(false),
+                redis: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// A session context on `publisher` (for driving [`Worker::process`] one job at a
+    /// time); the returned task commits dispatched jobs until the session is dropped.
+    pub fn session_context(
+        &self,
+        publisher: Publisher,
+        stop: CancellationToken,
+    ) -> (Session, tokio::task::JoinHandle<()>) {
+        let (commits, committer) = Commits::start(self.engine.clone(), stop.clone());
+        (
+            Session {
+                publisher,
+                commits,
+                stop,
+                metrics: JobMetrics::new(),
+            },
+            committer,
+        )
+    }
+
+    /// The topology this worker declares.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Run until `shutdown`, reconnecting to the broker whenever the session drops.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(health::watch_redis(
+            self.health.clone(),
+            self.engine.clone(),
+            shutdown.clone(),
+        )));
+        let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
+        let mut backoff = delays();
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            let started = Instant::now();
+            match self.session(&shutdown).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_fatal() => return Err(WorkerError::Broker(e)),
+                Err(e) => {
+                    self.health.broker.store(false, Ordering::Relaxed);
+                    metrics::counter!(crate::metrics::BROKER_ERRORS_TOTAL).increment(1);
+                    if started.elapsed() > Duration::from_secs(30) {
+                        backoff = delays();
+                    }
+                    let retry_in = backoff.next().unwrap_or_default();
+                    warn!(error = %e, ?retry_in, "broker session ended; reconnecting");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(retry_in) => {}
+                    }
+                    metrics::counter!(crate::metrics::RECONNECTS_TOTAL).increment(1);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! One delivery to one confirmed outcome: decode, triage, ask the engine, then
+//! carry out the [`Decision`] (publish, then commit or release). The decision itself
+//! is pure ([`crate::decide`]); this is its executor.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use lapin::message::Delivery;
+use lapin::types::ShortString;
+use lapin::BasicProperties;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{Session, Worker};
+use crate::amqp::{PublishError, Publisher};
+use crate::decide::{self, DeadLetter, Decision};
+use crate::engine::{Admission, EngineError, Request, Ticket};
+use crate::job::decode::{self, Job};
+use crate::job::{headers, Outcome};
+
+/// Why a delivery could not be settled (it is handed back to the broker).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Publishing its outcome failed.
+    #[error("publishing the outcome: {0}")]
+    Publish(#[from] PublishError),
+    /// The worker is shutting down while waiting for Redis.
+    #[error("interrupted by shutdown")]
+    Interrupted,
+}
+
+impl Worker {
+    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
+    /// The caller acks on Ok and hands the delivery back on Err.
+    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
+        let now = self.engine.redis_now();
+        let max_body = self.settings.worker.max_body_bytes;
+        let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
+            Ok(job) => job,
+            Err(m) => {
+                return self
+                    .dead(&s.publisher, delivery, None, decide::malformed(m))
+                    .await
+            }
+        };
+        tracing::Span::current().record("job_id", job.id.as_ref());
+        if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
+            return self.execute(s, delivery, &job, decision, now).await;
+        }
+        let req = Request {
+            id: &job.id,
+            recipient: &job.recipient,
+            channel: &job.channel,
+            category: &job.category,
+            tz: job.tz,
+        };
+        let admission = self.admit(&req, s).await?;
+        let decision = decide::decide(&job, admission, self.engine.redis_now());
+        self.execute(s, delivery, &job, decision, now).await
+    }
+
+    /// Carry out a decision: publish its outcome, then commit or release; Ok once
+    /// the broker confirmed the outcome. `now`: when the delivery was taken up.
+    async fn execute(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        match decision {
+            Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(job), dead).await,
+            Decision::ReleaseThenDead(ticket, dead) => {
+                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                    .await?;
+                self.dead(&s.publisher, delivery, Some(job), dead).await
+            }
+            Decision::Duplicate => {
+                info!("duplicate of a job already dispatched; acked, not sent again");
+                Ok(Outcome::Duplicate)
+            }
+            Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, job, until).await,
+            Decision::Dispatch(ticket) => self.dispatch(s, delivery, job, ticket, now).await,
+        }
+    }
+
+    /// Publish an admitted job to the dispatch exchange and commit its ticket; give
+    /// the admission back when the broker refuses the dispatch.
+    async fn dispatch(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        ticket: Ticket,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        let headers = delivery.properties.headers().as_ref();
+        let mut props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()));
+        if let Some(h) = headers::dispatch_headers(headers, now) {
+            props = props.with_headers(h);
+        }
+        let exchange = &self.settings.amqp.dispatch_exchange;
+        match s
+            .publisher
+            .publish(exchange, &job.channel, &delivery.data, props)
+            .await
+        {
+            Ok(()) => {
+                s.commits.commit(ticket);
+                debug!(channel = %job.channel, "dispatched");
+                Ok(Outcome::Dispatched)
+            }
+            Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
+                warn!(error = %e, "dispatch refused by the broker; giving the quota back");
+                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                    .await?;
+                let (attempt, _) = headers::attempt_info(headers);
+                let decision = decide::after_refused_dispatch(attempt, now);
+                Box::pin(self.execute(s, delivery, job, decision, now)).await
+            }
+            Err(e) => {
+                // No confirm in time, or the connection dropped: the dispatch may
+                // have been delivered. Keep its reservation so the recipient's slot
+                // is not given to another job; the retry of this job takes it back
+                // (see Engine::keep_reservation).
+                warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
+                self.engine.keep_reservation(&ticket);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Ask the engine, waiting out Redis outages (never a decision without Redis).
+    async fn admit(&self, req: &Request<'_>, s: &Session) -> Result<Admission, ProcessError> {
+        let started = Instant::now();
+        let admission = self.retry_redis(|| self.engine.admit(req), &s.stop).await?;
+        s.metrics
+            .admission_seconds
+            .record(started.elapsed().as_secs_f64());
+        Ok(admission)
+    }
+
+    /// Run a Redis operation until it succeeds, backing off while Redis is away.
+    async fn retry_redis<'a, T, F, Fut>(
+        &'a self,
+        op: F,
+        stop: &CancellationToken,
+    ) -> Result<T, ProcessError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>> + 'a,
+    {
+        let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            match op().await {
+                Ok(v) => {
+                    self.health.redis.store(true, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => {
+                    self.health.redis.store(false, Ordering::Relaxed);
+                    metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
+                    let retry_in = backoff.next().unwrap_or_default();
+                    warn!(error = %e, ?retry_in, "redis unavailable; holding the job");
+                    tokio::select! {
+                        _ = stop.cancelled() => return Err(ProcessError::Interrupted),
+                        _ = tokio::time::sleep(retry_in) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn delay(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        until: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        let ladder = self.topology.ladder();
+        let now = self.engine.redis_now();
+        let seconds = ladder.seconds(now, until);
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()))
+            .with_headers({
+                let mut headers =
+                    headers::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                ladder.mark(&mut headers, seconds);
+                headers
+            });
+        publisher
+            .publish("", &ladder.entry(seconds), &delivery.data, props)
+            .await?;
+        debug!(until = %until.to_rfc3339(), seconds, "delayed");
+        Ok(Outcome::Delayed { until })
+    }
+
+    async fn dead(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        job: Option<&Job<'_>>,
+        dead: DeadLetter,
+    ) -> Result<Outcome, ProcessError> {
+        let DeadLetter { reason, detail } = dead;
+        let mut props = BasicProperties::default()
+            .with_headers(headers::dead_headers(
+                delivery.properties.headers().as_ref(),
+                reason.as_str(),
+                &detail,
+            ))
+            .with_timestamp(Utc::now().timestamp().max(0) as u64);
+        if let Some(ct) = delivery.properties.content_type() {
+            props = props.with_content_type(ct.clone());
+        }
+        if let Some(job) = job {
+            props = props.with_message_id(ShortString::from(job.id.as_ref()));
+        } else if let Some(id) = delivery.properties.message_id() {
+            props = props.with_message_id(id.clone());
+        }
+        publisher
+            .publish(&self.settings.amqp.dead_exchange, "", &delivery.data, props)
+            .await?;
+        info!(reason = reason.as_str(), detail, "dead-lettered");
+        Ok(Outcome::Dead(reason))
+    }
+}

@@ -1,0 +1,169 @@
+//! One broker session: connect, declare the topology, consume with a bounded
+//! prefetch, run one task per delivery, and on shutdown or a lost connection let
+//! the jobs in flight finish (within `worker.shutdown_grace`) before closing.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::commits::Commits;
+use super::Worker;
+use crate::amqp::acks::{Acks, Settle};
+use crate::amqp::{self, BrokerError, Publisher};
+use crate::metrics::JobMetrics;
+
+/// What the jobs of one broker session share.
+#[derive(Debug)]
+pub struct Session {
+    /// Confirm-mode publisher for outcomes.
+    pub publisher: Publisher,
+    pub(crate) commits: Commits,
+    /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
+    /// Redis give up and are handed back.
+    pub stop: CancellationToken,
+    pub(crate) metrics: JobMetrics,
+}
+
+impl Worker {
+    pub(crate) async fn session(
+        self: &Arc<Self>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), BrokerError> {
+        let a = &self.settings.amqp;
+        let timeout = a.publish_timeout.0;
+        let tag = format!("quota-worker-{}", uuid::Uuid::now_v7());
+        // Connecting, declaring and subscribing, bounded (a broker that accepts the
+        // connection but never answers must not stall the worker) and cut short by
+        // shutdown.
+        let setup = async {
+            let conn = amqp::connect(&a.url, &a.tls, "quota-worker", timeout).await?;
+            self.topology.declare(&conn).await?;
+            let publisher = Publisher::open(&conn, timeout).await?;
+            let consume = conn.create_channel().await?;
+            consume
+                .basic_qos(a.prefetch, BasicQosOptions::default())
+                .await?;
+            let consumer = consume
+                .basic_consume(
+                    a.jobs_queue.as_str().into(),
+                    tag.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            Ok::<_, BrokerError>((conn, publisher, consume, consumer))
+        };
+        let limit = timeout * 3;
+        let (conn, publisher, consume, mut consumer) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            setup = tokio::time::timeout(limit, setup) => setup
+                .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
+        };
+        self.health.broker.store(true, Ordering::Relaxed);
+        info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
+
+        let tasks = tokio_util::task::TaskTracker::new();
+        let stop = shutdown.child_token();
+        let (session, committer) = self.session_context(publisher, stop.clone());
+        let session = Arc::new(session);
+        let (acks, batcher) = Acks::start(consume.clone());
+        let result = loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                next = consumer.next() => match next {
+                    Some(Ok(delivery)) => {
+                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery));
+                    }
+                    Some(Err(e)) => break Err(BrokerError::Amqp(e)),
+                    None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
+                },
+            }
+        };
+        tasks.close();
+        // Every broker call from here on has a deadline: a broker that stopped
+        // answering (hung, partitioned) must not hold the shutdown past its grace
+        // period, nor a reconnect, until lapin's heartbeat gives up on it (minutes).
+        let mut close_by = tokio::time::Instant::now() + Duration::from_secs(1);
+        if result.is_ok() {
+            info!("shutting down: no new jobs; finishing those in flight");
+            let grace = self.settings.worker.shutdown_grace.0;
+            let deadline = tokio::time::Instant::now() + grace;
+            let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
+            let _ = tokio::time::timeout_at(deadline, cancel).await;
+            if tokio::time::timeout_at(deadline, tasks.wait())
+                .await
+                .is_err()
+            {
+                warn!(
+                    ?grace,
+                    "grace period over; unfinished jobs go back to the queue"
+                );
+            }
+            close_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(200));
+        } else {
+            // the connection is gone: jobs waiting for Redis give up, the broker
+            // delivers them again
+            stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+        }
+        // everything after the grace period shares one deadline
+        let close_by = close_by.max(tokio::time::Instant::now() + Duration::from_millis(200));
+        drop(acks);
+        drop(session);
+        let _ = tokio::time::timeout_at(close_by, batcher).await;
+        let _ = tokio::time::timeout_at(close_by, committer).await;
+        // one round trip on the channel, so the broker has applied the last acks
+        // before the channel closes (quorum queues can lose acks sent just before)
+        let _ = tokio::time::timeout_at(
+            close_by,
+            consume.basic_qos(a.prefetch, BasicQosOptions::default()),
+        )
+        .await;
+        let close = conn.close(200, "bye".into());
+        if tokio::time::timeout_at(close_by, close).await.is_err() {
+            warn!("the broker did not answer the connection close; leaving it");
+        }
+        result
+    }
+
+    /// One delivery's task. Its own state stays at about a kilobyte: the decision's
+    /// larger state (about three) lives in one box instead of being copied along each
+    /// time the task is built, moved and spawned.
+    async fn handle(self: Arc<Self>, s: Arc<Session>, acks: Acks, delivery: Delivery) {
+        s.metrics.in_flight.increment(1.0);
+        let span = info_span!(
+            "job",
+            job_id = tracing::field::Empty,
+            tag = delivery.delivery_tag
+        );
+        let started = Instant::now();
+        let result = Box::pin(self.process(&s, &delivery))
+            .instrument(span.clone())
+            .await;
+        // In a closure, never `span.enter()` across an await: a guard held over an
+        // await leaks the span into other tasks, and tracing-subscriber then panics
+        // in a later task's `info_span!` ("tried to clone a span that already
+        // closed"), killing that task before it settles its delivery.
+        span.in_scope(|| match result {
+            Ok(outcome) => {
+                s.metrics.outcomes[outcome.kind()].increment(1);
+                s.metrics
+                    .job_seconds
+                    .record(started.elapsed().as_secs_f64());
+                acks.settle(delivery.delivery_tag, Settle::Ack);
+            }
+            Err(e) => {
+                warn!(error = %e, "job handed back to the broker");
+                acks.settle(delivery.delivery_tag, Settle::Requeue);
+            }
+        });
+        s.metrics.in_flight.decrement(1.0);
+    }
+}
