@@ -6,7 +6,7 @@
 //! connection, so the allow path costs one round trip; the dispatch is then
 //! confirmed with [`Engine::commit`] (or undone with [`Engine::release`]).
 //! Admissions that wait at the same moment share one `admit.lua` call (module
-//! [`crate::batch`]) on a single node.
+//! [`crate::redis::admit`]) on a single node.
 //!
 //! ## One clock
 //! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar

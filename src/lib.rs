@@ -4,50 +4,54 @@
 //! recipient's caps and its channel's send rate allow it, and otherwise holds it
 //! until the exact moment it becomes allowed, or dead-letters it with a reason.
 //!
-//! ## A tour, in the order a job flows
+//! ## One job's path through the folders
 //!
 //! ```text
-//!  producers ──▶ notify.jobs ──▶ decode ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
-//!  (exchange)    (quorum queue)              (Redis)  ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
-//!                                                     └──▶ dead      notify.dead (reason, detail)
+//!  producers ──▶ notify.jobs ──▶ decode ──▶ triage ──▶ admit ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
+//!  (exchange)    (quorum queue)  job/       decide     engine    decide   ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
+//!                                                      (Redis)            └──▶ dead      notify.dead (reason, detail)
 //! ```
 //!
-//! - [`config`]: the typed configuration (defaults file, `--config`, environment);
-//!   errors name the key and the file line or variable that set it.
-//! - [`decode`]: bytes into a [`decode::Job`], or a `malformed` verdict (pure).
-//! - [`window`]: pure calendar arithmetic: local days, window starts, the exact
-//!   earliest instant a refused job becomes allowed. No I/O; "now" is a parameter.
-//! - [`keys`]: Redis key names (recipients hashed, one hash slot per recipient).
-//! - [`engine`]: the decision, the Redis side: `lua/admit.lua` (caps, a sorted set
-//!   per recipient), `lua/rate.lua` and `lua/refund.lua` (per-channel GCRA), one
-//!   clock (Redis `TIME`), pacing when a channel's rate refuses.
-//! - [`batch`]: the admissions waiting at one moment go to Redis as one script call.
-//! - [`delay`]: the delay ladder's names and headers (pure): how a refused job waits
-//!   in RabbitMQ without a plugin.
-//! - [`broker`]: connecting, declaring the topology, publishing with confirms.
-//! - [`worker`]: the consume loop and [`worker::Worker::process`], one delivery to one
-//!   confirmed outcome (dispatched, delayed, duplicate, dead-lettered).
-//! - [`acks`] and [`commits`]: settling deliveries and marking dispatches in batches.
-//! - [`signals`]: SIGTERM/SIGINT into one shutdown token.
+//! 1. [`worker::session`] consumes `notify.jobs` with a bounded prefetch and runs one
+//!    task per delivery; [`worker::process`] takes it from there.
+//! 2. [`job::decode()`] turns the body into a [`job::Job`], or a `malformed` dead
+//!    letter. Pure.
+//! 3. [`decide::triage`] settles what needs no Redis: an unconfigured channel, a job
+//!    already expired. Pure.
+//! 4. [`engine::Engine::admit`] asks Redis: the recipient's caps
+//!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
+//!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
+//!    rate ([`redis::rate`], `lua/rate.lua`). One clock: Redis `TIME`.
+//! 5. [`decide::decide`] turns the engine's answer into a [`decide::Decision`]:
+//!    dispatch, delay until the exact instant every rule passes
+//!    ([`quota::window`], pure calendar arithmetic), duplicate, or dead-letter.
+//! 6. [`worker::process`] carries the decision out over [`amqp`]: publish with a
+//!    confirm ([`amqp::publisher`]), to the dispatch exchange, to the delay ladder
+//!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then
+//!    commit the dispatch in Redis ([`worker::commits`]) or give the admission back
+//!    ([`redis::refund`]), and ack the delivery ([`amqp::acks`]).
 //!
-//!
-//! ## Around the worker
-//! - [`producer`]: [`producer::Producer::publish`], the contract's job as a struct,
-//!   published with confirms (`quota-worker publish` uses it).
+//! ## Around the flow
+//! - [`config`]: the typed configuration (defaults file, `--config`, environment,
+//!   `*_FILE` secrets); errors name the key and the file line or variable.
+//! - [`tls`]: rustls for `amqps://` and `rediss://`, never falling back to plaintext.
+//! - [`amqp::topology`]: every exchange and queue, declared at each session's start.
+//! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
+//!   and SIGINT into one shutdown token.
+//! - [`metrics`]: every metric name once; [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`producer`]: the contract's job as a struct, published with confirms.
 //! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
-//!   recipient's recorded sends (`quota-worker admin ...`).
-//! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
-//! - [`cli`]: the `publish` and `admin` subcommands' arguments and output.
+//!   recipient's recorded sends.
 //!
-//! `src/main.rs` only parses arguments, builds the async runtime (one thread unless
-//! `worker.threads` says more), sets jemalloc as the allocator and calls into these;
-//! `bench/` is the benchmark, a crate of its own in the workspace.
+//! `src/main.rs` and `src/cli/` are the binary: arguments, logging, the async runtime
+//! (one thread unless `worker.threads` says more), jemalloc as the allocator, and
+//! what the `publish` and `admin` subcommands print. `bench/` is the benchmark, a
+//! crate of its own in the workspace.
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod amqp;
 pub mod backoff;
-pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod engine;

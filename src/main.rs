@@ -1,5 +1,7 @@
 //! `quota-worker`: parse arguments, set up logging, call the library.
 
+mod cli;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -50,11 +52,11 @@ enum Command {
         no_http: bool,
     },
     /// Publish jobs: one from flags, or JSON lines from stdin; prints their ids.
-    Publish(quota_worker::cli::PublishArgs),
+    Publish(cli::publish::PublishArgs),
     /// Inspect and repair: queues, dead letters, recipients.
     Admin {
         #[command(subcommand)]
-        command: quota_worker::cli::AdminCommand,
+        command: cli::admin::AdminCommand,
     },
     /// Configuration commands.
     Config {
@@ -160,8 +162,8 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
             settings.http.enabled &= !no_http;
             run(settings).await.map(|()| ExitCode::SUCCESS)
         }
-        Command::Publish(args) => quota_worker::cli::publish(&settings, args).await,
-        Command::Admin { command } => quota_worker::cli::admin(&settings, command).await,
+        Command::Publish(args) => cli::publish::publish(&settings, args).await,
+        Command::Admin { command } => cli::admin::admin(&settings, command).await,
     }
 }
 

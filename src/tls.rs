@@ -3,7 +3,7 @@
 //! (mutual TLS), and a loud opt-out of verification.
 //!
 //! An `amqps://` or `rediss://` URL never connects without TLS: the AMQP stream is
-//! upgraded by [`amqp_connector`] before a byte of AMQP is sent, and anything that
+//! upgraded with [`amqp_client_config`] before a byte of AMQP is sent, and anything that
 //! keeps TLS from being set up (an unreadable CA file, a key that does not parse)
 //! is an error naming the key, at `config check` and at start alike. The files are
 //! read here and nowhere else.

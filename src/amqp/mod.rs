@@ -1,4 +1,4 @@
-//! The broker side: connecting ([`connect`], plaintext or TLS), the topology the
+//! The broker side: connecting ([`mod@connect`], plaintext or TLS), the topology the
 //! worker declares ([`topology`]), publishing with confirms ([`publisher`]), the
 //! delay ladder's names and bits ([`ladder`]), and acking deliveries in batches
 //! ([`acks`]). AMQP code only moves messages; it decides nothing.

@@ -1,4 +1,4 @@
-//! The job, as the contract defines it: decoding a body ([`decode`]), the headers
+//! The job, as the contract defines it: decoding a body ([`mod@decode`]), the headers
 //! that travel with it ([`headers`]), and what became of it ([`outcome`]). Pure.
 
 pub mod decode;

@@ -1,0 +1,55 @@
+//! Admin: what an operator reads and repairs. Queue depths ([`queues`]), dead
+//! letters read, replayed and purged without loss ([`dead_letters`]), and a
+//! recipient's recorded sends ([`recipients`]). Returns data; the binary prints it.
+
+pub mod dead_letters;
+pub mod queues;
+pub mod recipients;
+
+use crate::amqp::{BrokerError, PublishError};
+use crate::engine::EngineError;
+
+pub use dead_letters::{DeadLetter, DeadLetters, Selection, Step, WalkReport};
+pub use queues::{queue_stats, QueueStat};
+pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};
+
+/// What an admin command could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The broker failed.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// Redis failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The dead-letter queue is not there.
+    #[error("the dead-letter queue `{0}` does not exist (the worker declares it at start)")]
+    NoDeadQueue(String),
+    /// A copy or a replay was not confirmed; the walk stopped and the message stays.
+    #[error("{what} was not confirmed ({source}); the dead letter stays in the queue")]
+    Publish {
+        /// What was being published.
+        what: String,
+        /// Why it failed.
+        source: PublishError,
+    },
+    /// The request does not make sense.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<lapin::Error> for AdminError {
+    fn from(e: lapin::Error) -> Self {
+        AdminError::Broker(BrokerError::Amqp(e))
+    }
+}
+
+impl From<redis::RedisError> for AdminError {
+    fn from(e: redis::RedisError) -> Self {
+        AdminError::Engine(EngineError::Redis(e))
+    }
+}
+
+pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.kind().get_id() == 404)
+}

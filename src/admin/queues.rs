@@ -1,0 +1,86 @@
+//! Queue depths and consumers of every queue of the topology, read by passive
+//! declares; a missing queue is reported as missing.
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use lapin::Connection;
+use serde::Serialize;
+
+use super::{is_not_found, AdminError};
+use crate::amqp::Topology;
+
+/// One queue of the topology, as the broker sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStat {
+    /// Queue name.
+    pub name: String,
+    /// What it is for: `jobs`, `delay`, `dispatch` or `dead`.
+    pub role: &'static str,
+    /// The delay level's seconds or the dispatch queue's channel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Whether the queue exists.
+    pub exists: bool,
+    /// Messages ready for delivery (not counting unacked ones); `None` when missing.
+    pub ready: Option<u32>,
+    /// Consumers attached; `None` when missing.
+    pub consumers: Option<u32>,
+}
+
+/// Every queue of the topology, in the order jobs flow: jobs, delay levels,
+/// dispatch queues, dead letters. A missing queue is reported, not an error.
+pub async fn queue_stats(
+    conn: &Connection,
+    topology: &Topology,
+) -> Result<Vec<QueueStat>, AdminError> {
+    let ladder = topology.ladder();
+    let mut wanted: Vec<(String, &'static str, Option<String>)> =
+        vec![(topology.amqp.jobs_queue.clone(), "jobs", None)];
+    wanted.extend(
+        (0..ladder.levels).map(|n| (ladder.queue(n), "delay", Some(format!("{}s", 1u64 << n)))),
+    );
+    wanted.extend(
+        topology
+            .channels
+            .iter()
+            .map(|c| (topology.dispatch_queue(c), "dispatch", Some(c.clone()))),
+    );
+    wanted.push((topology.amqp.dead_queue.clone(), "dead", None));
+
+    let mut ch = conn.create_channel().await?;
+    let mut out = Vec::with_capacity(wanted.len());
+    for (name, role, detail) in wanted {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match ch
+            .queue_declare(name.as_str().into(), passive, FieldTable::default())
+            .await
+        {
+            Ok(q) => out.push(QueueStat {
+                name,
+                role,
+                detail,
+                exists: true,
+                ready: Some(q.message_count()),
+                consumers: Some(q.consumer_count()),
+            }),
+            Err(e) if is_not_found(&e) => {
+                // the broker closes the channel on a failed passive declare
+                ch = conn.create_channel().await?;
+                out.push(QueueStat {
+                    name,
+                    role,
+                    detail,
+                    exists: false,
+                    ready: None,
+                    consumers: None,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let _ = ch.close(200, "queues read".into()).await;
+    Ok(out)
+}

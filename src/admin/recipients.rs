@@ -1,0 +1,344 @@
+//! A recipient's recorded sends: each rule's count and limit, the next allowed
+//! instant, and the admin's import of past sends (`record`) and reset.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+
+use super::AdminError;
+use crate::config::{Policy, Scope, Settings};
+use crate::engine::Engine;
+use crate::quota::keys;
+use crate::quota::window;
+use crate::redis::record;
+
+/// One recorded send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Send {
+    /// The member: first bytes of the job id's hash, hex.
+    pub member: String,
+    /// When it was admitted (UTC).
+    pub at: DateTime<Utc>,
+    /// The same instant in the recipient's zone.
+    pub at_local: String,
+    /// `committed` (dispatch confirmed) or `reserved` (dispatch in progress).
+    pub state: &'static str,
+    /// Whether it counts toward at least one rule now (otherwise it is only
+    /// remembered to recognise a duplicate).
+    pub counting: bool,
+}
+
+/// One rule of a policy, now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleStatus {
+    /// The window as written (`1d`, `7d`, `30s`).
+    pub window: String,
+    /// The limit.
+    pub limit: u32,
+    /// Sends counting now.
+    pub count: u32,
+    /// Where the window starts now (UTC).
+    pub window_start: DateTime<Utc>,
+    /// Whether one more send would be refused by this rule.
+    pub full: bool,
+}
+
+/// The next instant a send is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextAllowed {
+    /// In UTC.
+    pub utc: DateTime<Utc>,
+    /// In the recipient's zone.
+    pub local: String,
+    /// Whether that is now.
+    pub now: bool,
+}
+
+/// A recipient's sends under one policy (and channel, for per-channel policies).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyStatus {
+    /// Policy name.
+    pub policy: String,
+    /// The channel, for a policy that counts per channel.
+    pub channel: Option<String>,
+    /// `delay` or `drop`.
+    pub action: String,
+    /// The Redis key.
+    pub key: String,
+    /// When the key expires (UTC), if it exists and has an expiry.
+    pub key_expires_at: Option<DateTime<Utc>>,
+    /// Every send remembered, oldest first.
+    pub sends: Vec<Send>,
+    /// Each rule.
+    pub rules: Vec<RuleStatus>,
+    /// The next allowed instant; `None`: never (a limit of 0).
+    pub next_allowed: Option<NextAllowed>,
+}
+
+/// What `admin recipient` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecipientStatus {
+    /// The recipient's hash tag (the recipient itself is never stored).
+    pub recipient_tag: String,
+    /// The zone used for calendar windows.
+    pub timezone: String,
+    /// Redis time.
+    pub now: DateTime<Utc>,
+    /// One entry per policy (and channel).
+    pub policies: Vec<PolicyStatus>,
+}
+
+/// Which keys of a recipient a command looks at.
+#[derive(Debug, Clone)]
+pub struct RecipientQuery<'a> {
+    /// The recipient, as producers write it.
+    pub recipient: &'a str,
+    /// Only the policy this category selects (unknown ones select `default`).
+    pub category: Option<&'a str>,
+    /// Only this channel, for per-channel policies.
+    pub channel: Option<&'a str>,
+    /// The recipient's zone.
+    pub tz: Tz,
+}
+
+/// Reads and edits a recipient's recorded sends.
+#[derive(Debug)]
+pub struct Recipients<'a> {
+    engine: &'a Engine,
+    settings: &'a Settings,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl<'a> Recipients<'a> {
+    /// Over a connected engine and its settings.
+    pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
+        Recipients { engine, settings }
+    }
+
+    fn check_channel(&self, channel: Option<&str>) -> Result<(), AdminError> {
+        match channel {
+            Some(c) if !self.settings.channels.contains_key(c) => Err(AdminError::Invalid(
+                format!("channel `{c}` is not configured"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The (policy, channel) pairs a query covers.
+    fn targets(&self, q: &RecipientQuery<'_>) -> Result<Vec<(Policy, Option<String>)>, AdminError> {
+        self.check_channel(q.channel)?;
+        let policies: Vec<Policy> = match q.category {
+            Some(c) => vec![(**self.engine.policy(c)).clone()],
+            None => self
+                .settings
+                .policies()
+                .map_err(|e| AdminError::Invalid(e.to_string()))?,
+        };
+        let mut out = Vec::new();
+        for p in policies {
+            match (p.scope, q.channel) {
+                (Scope::Recipient, _) => out.push((p, None)),
+                (Scope::Channel, Some(c)) => out.push((p, Some(c.to_string()))),
+                (Scope::Channel, None) => {
+                    for c in self.settings.channels.keys() {
+                        out.push((p.clone(), Some(c.clone())));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The recorded sends, each rule's count and limit, and the next allowed instant,
+    /// per policy, at Redis time.
+    pub async fn status(&self, q: &RecipientQuery<'_>) -> Result<RecipientStatus, AdminError> {
+        let targets = self.targets(q)?;
+        let now = self.engine.sync_clock().await?;
+        let keys = self.engine.keys();
+        let mut conn = self.engine.connection();
+        let mut policies = Vec::new();
+        for (policy, channel) in targets {
+            let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
+            let (members, pttl): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
+                .cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+            let mut sends: Vec<(Vec<u8>, i64)> = members
+                .into_iter()
+                .map(|(m, score)| (m, score.round() as i64))
+                .collect();
+            sends.sort_by_key(|(_, score)| *score);
+            let instants: Vec<DateTime<Utc>> = sends
+                .iter()
+                .map(|(_, s)| window::from_millis(s.div_euclid(2)))
+                .collect();
+            let rules = policy
+                .rules
+                .iter()
+                .map(|rule| {
+                    let count = instants
+                        .iter()
+                        .filter(|&&t| window::counts(rule.window, q.tz, now, t))
+                        .count() as u32;
+                    RuleStatus {
+                        window: rule.window.to_string(),
+                        limit: rule.limit,
+                        count,
+                        window_start: window::window_start(rule.window, q.tz, now).0,
+                        full: count >= rule.limit,
+                    }
+                })
+                .collect();
+            let next_allowed =
+                window::earliest_allowed(&policy.rules, q.tz, now, &instants).map(|t| {
+                    NextAllowed {
+                        utc: t,
+                        local: t.with_timezone(&q.tz).to_rfc3339(),
+                        now: t <= now,
+                    }
+                });
+            policies.push(PolicyStatus {
+                policy: policy.name.clone(),
+                channel,
+                action: format!("{:?}", policy.action).to_lowercase(),
+                key,
+                key_expires_at: (pttl >= 0).then(|| now + chrono::Duration::milliseconds(pttl)),
+                sends: sends
+                    .iter()
+                    .zip(&instants)
+                    .map(|((member, score), &at)| Send {
+                        member: hex(member),
+                        at,
+                        at_local: at.with_timezone(&q.tz).to_rfc3339(),
+                        state: if score.rem_euclid(2) == 1 {
+                            "committed"
+                        } else {
+                            "reserved"
+                        },
+                        counting: policy
+                            .rules
+                            .iter()
+                            .any(|r| window::counts(r.window, q.tz, now, at)),
+                    })
+                    .collect(),
+                rules,
+                next_allowed,
+            });
+        }
+        Ok(RecipientStatus {
+            recipient_tag: keys.recipient_tag(q.recipient),
+            timezone: q.tz.name().to_string(),
+            now,
+            policies,
+        })
+    }
+
+    /// Import a past send at `at` (committed, under job id `id`), so the caps hold
+    /// from day one; the key's expiry is raised to cover it. A job with the same id
+    /// arriving later is a duplicate.
+    pub async fn record(
+        &self,
+        q: &RecipientQuery<'_>,
+        at: DateTime<Utc>,
+        id: &str,
+    ) -> Result<Recorded, AdminError> {
+        self.check_channel(q.channel)?;
+        let policy = self.engine.policy(q.category.unwrap_or("default")).clone();
+        let channel = match (policy.scope, q.channel) {
+            (Scope::Recipient, _) => None,
+            (Scope::Channel, Some(c)) => Some(c),
+            (Scope::Channel, None) => {
+                return Err(AdminError::Invalid(format!(
+                    "policy `{}` counts per channel: pass --channel",
+                    policy.name
+                )))
+            }
+        };
+        let now = self.engine.sync_clock().await?;
+        if at > now {
+            return Err(AdminError::Invalid(format!(
+                "{} is in the future (Redis time is {}): only past sends can be recorded",
+                at.to_rfc3339(),
+                now.to_rfc3339()
+            )));
+        }
+        let at = window::from_millis(at.timestamp_millis());
+        let dedupe = chrono::Duration::from_std(self.settings.redis.dedupe_window.0)
+            .unwrap_or(chrono::Duration::days(1));
+        let mut until = at + dedupe;
+        for rule in &policy.rules {
+            until = until.max(window::expires(rule.window, q.tz, at));
+        }
+        if until <= now {
+            return Err(AdminError::Invalid(format!(
+                "a send at {} no longer counts for any rule of policy `{}` and is older than the dedupe window: nothing to record",
+                at.to_rfc3339(),
+                policy.name
+            )));
+        }
+        let key = self
+            .engine
+            .keys()
+            .recipient(q.recipient, &policy.name, channel);
+        let script = &self.engine.scripts().record;
+        let conn = self.engine.connection();
+        let reply = record::record(&conn, script, &key, &keys::member(id), at, until).await?;
+        Ok(Recorded {
+            policy: policy.name.clone(),
+            channel: channel.map(str::to_string),
+            id: id.to_string(),
+            at,
+            key,
+            added: reply.added,
+            key_expires_at: reply.key_expires_at,
+        })
+    }
+
+    /// Delete every key of the recipient: all policies, and every channel of the
+    /// per-channel ones. Returns how many keys existed.
+    pub async fn reset(&self, recipient: &str) -> Result<u32, AdminError> {
+        let keys = self.engine.keys();
+        let mut names = Vec::new();
+        for p in self
+            .settings
+            .policies()
+            .map_err(|e| AdminError::Invalid(e.to_string()))?
+        {
+            names.push(keys.recipient(recipient, &p.name, None));
+            for c in self.settings.channels.keys() {
+                names.push(keys.recipient(recipient, &p.name, Some(c)));
+            }
+        }
+        let mut conn = self.engine.connection();
+        let deleted: u32 = redis::cmd("DEL").arg(&names).query_async(&mut conn).await?;
+        Ok(deleted)
+    }
+}
+
+/// What `record` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Recorded {
+    /// The policy it counts under.
+    pub policy: String,
+    /// The channel, for a per-channel policy.
+    pub channel: Option<String>,
+    /// The job id it was recorded under.
+    pub id: String,
+    /// When the send happened.
+    pub at: DateTime<Utc>,
+    /// The Redis key.
+    pub key: String,
+    /// False when this id was already recorded (nothing changed).
+    pub added: bool,
+    /// The key's expiry afterwards.
+    pub key_expires_at: Option<DateTime<Utc>>,
+}

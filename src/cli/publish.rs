@@ -1,0 +1,256 @@
+//! `quota-worker publish`: one job from flags, or JSON lines from stdin, each
+//! published with a confirm; the ids printed in input order.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::Args;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::{parse_instant, parse_json, stop_on_signal, EXIT_INTERRUPTED, EXIT_PARTIAL};
+use quota_worker::config::Settings;
+use quota_worker::producer::{Job, JobId, Producer};
+
+/// `quota-worker publish`: one job from flags, or JSON lines on stdin.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Without --recipient, reads one job per line from stdin (JSON, the contract's fields; \
+blank lines are skipped) and publishes each with publisher confirms, several at a time. \
+Prints each published job's id on stdout, one per line, in input order. A bad line \
+(not JSON, not a valid job, or an unconfigured channel) is reported on stderr with its \
+line number and skipped; the others are published and the exit code is 2. With \
+--strict, every line is checked first and nothing is published if one is bad. \
+Jobs without an id get a UUIDv7: give ids in your lines if you may run the same input \
+twice, so the worker recognises the copies as duplicates.")]
+pub struct PublishArgs {
+    /// Recipient of a single job (an email, a phone number, a user id).
+    #[arg(long, requires = "channel", conflicts_with_all = ["stdin", "strict"])]
+    pub recipient: Option<String>,
+    /// Channel of the single job (one of the configured channels).
+    #[arg(long, requires = "recipient")]
+    pub channel: Option<String>,
+    /// Category (selects the quota policy; default `default`).
+    #[arg(long, requires = "recipient")]
+    pub category: Option<String>,
+    /// The recipient's IANA time zone.
+    #[arg(long, requires = "recipient")]
+    pub timezone: Option<String>,
+    /// Never deliver after this instant (RFC 3339).
+    #[arg(long, requires = "recipient", value_parser = parse_instant)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Payload, as JSON.
+    #[arg(long, requires = "recipient", value_parser = parse_json)]
+    pub payload: Option<Value>,
+    /// Idempotency key (default: a new UUIDv7).
+    #[arg(long, requires = "recipient")]
+    pub id: Option<String>,
+    /// Read JSON lines from stdin (the default without --recipient).
+    #[arg(long)]
+    pub stdin: bool,
+    /// With stdin: check every line first; publish nothing if one is bad.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Run `publish`.
+pub async fn publish(settings: &Settings, args: PublishArgs) -> anyhow::Result<ExitCode> {
+    match args.recipient.clone() {
+        Some(recipient) => publish_one(settings, args, recipient).await,
+        None => publish_lines(settings, args.strict).await,
+    }
+}
+
+fn check_channel(settings: &Settings, channel: &str) -> Result<(), String> {
+    if settings.channels.contains_key(channel) {
+        Ok(())
+    } else {
+        Err(format!(
+            "channel `{channel}` is not configured (configured: {}); the worker would dead-letter the job",
+            settings.channels.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
+async fn publish_one(
+    settings: &Settings,
+    args: PublishArgs,
+    recipient: String,
+) -> anyhow::Result<ExitCode> {
+    let job = Job {
+        id: args.id,
+        recipient,
+        channel: args.channel.unwrap_or_default(),
+        category: args.category,
+        timezone: args.timezone,
+        expires_at: args.expires_at,
+        payload: args.payload,
+        extra: Default::default(),
+    };
+    check_channel(settings, &job.channel).map_err(anyhow::Error::msg)?;
+    let producer = Producer::from_settings(settings).await?;
+    let id = producer.publish(&job).await?;
+    println!("{id}");
+    producer.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One input line, checked.
+fn check_line(
+    settings: &Settings,
+    producer: &Producer,
+    line: &str,
+) -> Result<(JobId, Vec<u8>), String> {
+    let job: Job = serde_json::from_str(line).map_err(|e| format!("not a job: {e}"))?;
+    check_channel(settings, &job.channel)?;
+    producer.encode(&job).map_err(|e| e.to_string())
+}
+
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{spinner} {pos} published, {per_sec} {msg}")
+            .expect("a valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Jobs awaiting their confirm at once when reading stdin.
+const IN_FLIGHT: usize = 64;
+
+type Sent = (
+    usize,
+    JobId,
+    Result<(), quota_worker::producer::ProducerError>,
+);
+
+async fn send(producer: &Producer, line: usize, id: JobId, body: Vec<u8>) -> Sent {
+    let result = producer.publish_encoded(&id, &body).await;
+    (line, id, result)
+}
+
+async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<ExitCode> {
+    let producer = Producer::from_settings(settings).await?;
+    let stop = stop_on_signal();
+    if std::io::stdin().is_terminal() {
+        eprintln!("reading jobs as JSON lines from stdin (end with Ctrl-D)");
+    }
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let bar = progress_bar();
+    let mut bad = 0usize;
+    let mut checked: Vec<(usize, JobId, Vec<u8>)> = Vec::new();
+    let mut confirms = Confirms::new(&bar);
+    let mut interrupted = false;
+    let mut n = 0usize;
+    loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => { interrupted = true; break; }
+            next = lines.next_line() => next.context("reading stdin")?,
+        };
+        let Some(line) = next else { break };
+        n += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match check_line(settings, &producer, &line) {
+            Ok((id, body)) if strict => checked.push((n, id, body)),
+            Ok((id, body)) => {
+                confirms.push(send(&producer, n, id, body)).await;
+                if confirms.failure.is_some() {
+                    break;
+                }
+            }
+            Err(why) => {
+                bad += 1;
+                bar.suspend(|| eprintln!("line {n}: {why}"));
+            }
+        }
+    }
+    if strict && bad > 0 {
+        bar.finish_and_clear();
+        eprintln!("{bad} bad line(s): nothing published (--strict)");
+        return Ok(ExitCode::from(EXIT_PARTIAL));
+    }
+    for (n, id, body) in checked {
+        if confirms.failure.is_some() || stop.is_cancelled() {
+            interrupted |= stop.is_cancelled();
+            break;
+        }
+        confirms.push(send(&producer, n, id, body)).await;
+    }
+    let failure = confirms.finish().await;
+    bar.finish_and_clear();
+    producer.close().await;
+    if let Some(e) = failure {
+        return Err(e.context("publishing stopped; the ids printed were confirmed"));
+    }
+    if interrupted {
+        eprintln!(
+            "interrupted: every id printed was confirmed; the rest of the input was not published"
+        );
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    if bad > 0 {
+        eprintln!("{bad} bad line(s) skipped; the others were published");
+        return Ok(ExitCode::from(EXIT_PARTIAL));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Publishes awaiting their confirm, at most [`IN_FLIGHT`]; each id is printed once
+/// confirmed, in input order. The first failure is kept (what follows it is not
+/// printed as published).
+struct Confirms<'a, F: std::future::Future<Output = Sent>> {
+    in_flight: FuturesOrdered<F>,
+    bar: &'a ProgressBar,
+    failure: Option<anyhow::Error>,
+}
+
+impl<'a, F: std::future::Future<Output = Sent>> Confirms<'a, F> {
+    fn new(bar: &'a ProgressBar) -> Self {
+        Confirms {
+            in_flight: FuturesOrdered::new(),
+            bar,
+            failure: None,
+        }
+    }
+
+    /// Add a publish, waiting for confirms while [`IN_FLIGHT`] are out.
+    async fn push(&mut self, publish: F) {
+        self.in_flight.push_back(publish);
+        while self.in_flight.len() >= IN_FLIGHT {
+            self.next().await;
+        }
+    }
+
+    async fn next(&mut self) {
+        let Some((line, id, result)) = self.in_flight.next().await else {
+            return;
+        };
+        let printed = result
+            .map_err(|e| anyhow::Error::new(e).context(format!("line {line}")))
+            .and_then(|()| Ok(writeln!(std::io::stdout(), "{id}")?));
+        match printed {
+            Ok(()) => self.bar.inc(1),
+            Err(e) => {
+                self.failure.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Wait for every confirm; the first failure, if any.
+    async fn finish(mut self) -> Option<anyhow::Error> {
+        while !self.in_flight.is_empty() {
+            self.next().await;
+        }
+        self.failure
+    }
+}
