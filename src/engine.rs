@@ -193,17 +193,13 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let policies = settings
             .policies()
-            .expect("settings are validated before use")
             .into_iter()
             .map(|p| (p.name.clone(), Arc::new(p)))
             .collect();
         let rates = settings
             .channels
             .keys()
-            .map(|c| {
-                let rate = settings.rate(c).expect("settings are validated before use");
-                (c.clone(), (rate, Pacer::default()))
-            })
+            .map(|c| (c.clone(), (settings.rate(c), Pacer::default())))
             .collect();
         let lease_ms = settings.redis.reservation_lease.0.as_millis() as i64;
         let calls = Arc::new(AtomicU64::new(0));

@@ -2,7 +2,7 @@
 //! `Dockerfile` are checked as data: the fields compose needs are there, and the
 //! worker's configuration, the compose environment and the image agree.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use quota_worker::config::{Settings, ENV_PREFIX};
@@ -114,9 +114,7 @@ fn port_of(addr: &str) -> u16 {
 }
 
 fn load(vars: &BTreeMap<String, String>) -> Settings {
-    let map: HashMap<String, String> = vars.clone().into_iter().collect();
-    let env = config::Environment::with_prefix(ENV_PREFIX).source(Some(map));
-    Settings::load_with_env(None, env)
+    Settings::load_from_vars(None, vars.clone())
         .unwrap_or_else(|e| panic!("settings with {vars:?} do not load: {e}"))
 }
 
@@ -304,9 +302,9 @@ fn a_misspelt_variable_would_be_caught() {
         "QUOTA_WORKER__HTTP__LISTEN_ADDR".to_string(),
         "0.0.0.0:1".to_string(),
     )]);
-    let env = config::Environment::with_prefix(ENV_PREFIX)
-        .source(Some(vars.into_iter().collect::<HashMap<_, _>>()));
-    let err = Settings::load_with_env(None, env).unwrap_err().to_string();
+    let err = Settings::load_from_vars(None, vars)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("http.listen_addr"), "{err}");
 }
 

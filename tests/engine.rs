@@ -183,7 +183,7 @@ async fn idle_recipients_expire_and_three_sends_fit_in_150_bytes() {
     let mut s = settings(&ns);
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: 3,
-        window: "7d".into(),
+        window: "7d".parse().unwrap(),
     }];
     s.redis.key_prefix = "q".into();
     let e = engine(&s).await;

@@ -44,7 +44,7 @@ fn policy(rules: &[(u32, &str)]) -> PolicySettings {
             .iter()
             .map(|(limit, window)| RuleSettings {
                 limit: *limit,
-                window: window.to_string(),
+                window: window.parse().unwrap(),
             })
             .collect(),
         scope: Default::default(),
@@ -888,7 +888,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
     let mut s = settings(&ns);
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: limit as u32,
-        window: "1d".into(),
+        window: "1d".parse().unwrap(),
     }];
     let _c = Cleanup::new(&s);
     let dir = procs::temp_dir("four");

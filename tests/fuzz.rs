@@ -640,12 +640,8 @@ async fn hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once() {
 // "Negative or huge cost": the job has no cost; a channel's cost is configuration.
 
 fn load(vars: &[(&str, &str)]) -> Result<Settings, String> {
-    let map = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let env = config::Environment::with_prefix("QUOTA_WORKER").source(Some(map));
-    Settings::load_with_env(None, env).map_err(|e| e.to_string())
+    let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    Settings::load_from_vars(None, vars).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -242,7 +242,7 @@ async fn a_delayed_job_comes_back_and_is_dispatched_on_time() {
     let mut s = settings(&ns);
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: 1,
-        window: "3s".into(),
+        window: "3s".parse().unwrap(),
     }];
     let _c = Cleanup::new(&s);
     let w = worker(&s).await;

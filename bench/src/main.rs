@@ -752,7 +752,7 @@ async fn engine_admissions(s: &Settings, n: usize) -> Result<(f64, f64)> {
     let mut s = s.clone();
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: 3,
-        window: "24h".into(),
+        window: "24h".parse().unwrap(),
     }];
     let engine = Arc::new(Engine::connect(&s).await?);
     let next = Arc::new(AtomicU64::new(0));
@@ -1279,7 +1279,7 @@ async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
     let mut s = s.clone();
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: 3,
-        window: "7d".into(),
+        window: "7d".parse().unwrap(),
     }];
     let engine = Arc::new(Engine::connect(&s).await?);
     let client = redis::Client::open(s.redis.url.as_str())?;

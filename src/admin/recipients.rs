@@ -132,10 +132,7 @@ impl<'a> Recipients<'a> {
         self.check_channel(q.channel)?;
         let policies: Vec<Policy> = match q.category {
             Some(c) => vec![(**self.engine.policy(c)).clone()],
-            None => self
-                .settings
-                .policies()
-                .map_err(|e| AdminError::Invalid(e.to_string()))?,
+            None => self.settings.policies(),
         };
         let mut out = Vec::new();
         for p in policies {
@@ -308,11 +305,7 @@ impl<'a> Recipients<'a> {
     pub async fn reset(&self, recipient: &str) -> Result<u32, AdminError> {
         let keys = self.engine.keys();
         let mut names = Vec::new();
-        for p in self
-            .settings
-            .policies()
-            .map_err(|e| AdminError::Invalid(e.to_string()))?
-        {
+        for p in self.settings.policies() {
             names.push(keys.recipient(recipient, &p.name, None));
             for c in self.settings.channels.keys() {
                 names.push(keys.recipient(recipient, &p.name, Some(c)));

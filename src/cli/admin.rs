@@ -397,7 +397,7 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
     let recipients = Recipients::new(&engine, settings);
     let tz = match args.timezone {
         Some(tz) => tz,
-        None => settings.default_zone()?,
+        None => settings.worker.default_timezone,
     };
     let query = RecipientQuery {
         recipient: &args.recipient,

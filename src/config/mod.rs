@@ -320,7 +320,8 @@ impl TlsSettings {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerSettings {
-    pub default_timezone: String,
+    #[serde(with = "zone_name")]
+    pub default_timezone: Tz,
     pub max_body_bytes: usize,
     pub shutdown_grace: Dur,
     /// Threads of the async runtime that runs `quota-worker run` (1: everything on
@@ -343,7 +344,46 @@ pub struct HttpSettings {
 #[serde(deny_unknown_fields)]
 pub struct RuleSettings {
     pub limit: u32,
-    pub window: String,
+    #[serde(with = "window_text")]
+    pub window: Window,
+}
+
+/// A zone written by its IANA name, parsed when the configuration is read.
+mod zone_name {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Tz, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse::<Tz>()
+            .map_err(|_| serde::de::Error::custom(format!("`{name}` is not an IANA time zone")))
+    }
+
+    pub fn serialize<S: Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(tz.name())
+    }
+}
+
+/// A window written as `"1d"` or `"90m"`, parsed when the configuration is read,
+/// and at most 366 days long.
+mod window_text {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Window, D::Error> {
+        let text = String::deserialize(d)?;
+        let window = Window::from_str(&text).map_err(serde::de::Error::custom)?;
+        let too_long = match window {
+            Window::CalendarDays(days) => days > 366,
+            Window::Rolling(d) => d > chrono::Duration::days(366),
+        };
+        if too_long {
+            return Err(serde::de::Error::custom("at most 366 days"));
+        }
+        Ok(window)
+    }
+
+    pub fn serialize<S: Serializer>(w: &Window, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(w)
+    }
 }
 
 /// What counts toward a policy's caps.
@@ -518,8 +558,8 @@ impl Settings {
         )
     }
 
-    /// As [`Settings::load`], with the environment source given (tests pass a map).
-    pub fn load_with_env(
+    /// As [`Settings::load`], with the environment source given.
+    fn load_with_env(
         file: Option<&Path>,
         env: config::Environment,
     ) -> Result<Settings, ConfigError> {
@@ -567,7 +607,6 @@ impl Settings {
 
     /// Check every value that parsing alone cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.default_zone()?;
         if self.amqp.prefetch == 0 {
             return Err(invalid("amqp.prefetch", "must be at least 1"));
         }
@@ -641,7 +680,6 @@ impl Settings {
                 "a `default` policy is required",
             ));
         }
-        self.policies()?;
         if self.channels.is_empty() {
             return Err(invalid("channels", "at least one channel is required"));
         }
@@ -657,7 +695,7 @@ impl Settings {
                     "channel names are 1 to 64 characters of a-z, A-Z, 0-9, `_` and `-`",
                 ));
             }
-            self.rate(name)?;
+            channel_rate(name, &self.channels[name])?;
         }
         Ok(())
     }
@@ -864,63 +902,36 @@ impl Settings {
         out
     }
 
-    /// The zone for jobs without one.
-    pub fn default_zone(&self) -> Result<Tz, ConfigError> {
-        self.worker.default_timezone.parse::<Tz>().map_err(|_| {
-            invalid(
-                "worker.default_timezone",
-                format!(
-                    "`{}` is not an IANA time zone",
-                    self.worker.default_timezone
-                ),
-            )
-        })
-    }
-
-    /// Every policy, validated.
-    pub fn policies(&self) -> Result<Vec<Policy>, ConfigError> {
+    /// Every policy, with its rules as read.
+    pub fn policies(&self) -> Vec<Policy> {
         self.policies
             .iter()
-            .map(|(name, p)| {
-                let rules = p
+            .map(|(name, p)| Policy {
+                name: name.clone(),
+                rules: p
                     .rules
                     .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        let key = format!("policies.{name}.rules[{i}]");
-                        let window = Window::from_str(&r.window)
-                            .map_err(|e| invalid(format!("{key}.window"), e.to_string()))?;
-                        if let Window::CalendarDays(d) = window {
-                            if d > 366 {
-                                return Err(invalid(format!("{key}.window"), "at most 366 days"));
-                            }
-                        }
-                        if let Window::Rolling(d) = window {
-                            if d > chrono::Duration::days(366) {
-                                return Err(invalid(format!("{key}.window"), "at most 366 days"));
-                            }
-                        }
-                        Ok(Rule {
-                            limit: r.limit,
-                            window,
-                        })
+                    .map(|r| Rule {
+                        limit: r.limit,
+                        window: r.window,
                     })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(Policy {
-                    name: name.clone(),
-                    rules,
-                    scope: p.scope,
-                    action: p.action,
-                })
+                    .collect(),
+                scope: p.scope,
+                action: p.action,
             })
             .collect()
     }
 
-    /// A channel's send rate, `None` when it is not paced.
-    pub fn rate(&self, channel: &str) -> Result<Option<Rate>, ConfigError> {
-        let Some(c) = self.channels.get(channel) else {
-            return Err(invalid(format!("channels.{channel}"), "no such channel"));
-        };
+    /// A channel's send rate; `None` when it is not paced (or not configured).
+    pub fn rate(&self, channel: &str) -> Option<Rate> {
+        let c = self.channels.get(channel)?;
+        channel_rate(channel, c).ok().flatten()
+    }
+}
+
+/// A channel's send rate from its settings, checked: `None` when it is not paced.
+fn channel_rate(channel: &str, c: &ChannelSettings) -> Result<Option<Rate>, ConfigError> {
+    {
         let key = |k: &str| format!("channels.{channel}.{k}");
         let Some(rate) = c.rate else {
             if c.period.is_some() || c.burst.is_some() {
@@ -973,7 +984,9 @@ impl Settings {
             cost: c.cost,
         }))
     }
+}
 
+impl Settings {
     /// The settings with secrets replaced, for printing.
     pub fn redacted(&self) -> Settings {
         let mut s = self.clone();
@@ -1056,7 +1069,7 @@ mod tests {
             s.channels.keys().collect::<Vec<_>>(),
             ["email", "push", "sms"]
         );
-        let policies = s.policies().unwrap();
+        let policies = s.policies();
         let default = policies.iter().find(|p| p.name == "default").unwrap();
         assert_eq!(
             default.rules,
@@ -1073,7 +1086,7 @@ mod tests {
         );
         let transactional = policies.iter().find(|p| p.name == "transactional").unwrap();
         assert!(transactional.rules.is_empty());
-        assert_eq!(s.rate("sms").unwrap(), None);
+        assert_eq!(s.rate("sms"), None);
     }
 
     #[test]
@@ -1090,7 +1103,7 @@ mod tests {
         assert_eq!(s.redis.url, "redis://10.0.0.1:6380");
         assert_eq!(s.amqp.prefetch, 32);
         assert_eq!(
-            s.rate("sms").unwrap(),
+            s.rate("sms"),
             Some(Rate {
                 interval_us: 100_000,
                 burst: 1,

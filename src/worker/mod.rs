@@ -55,7 +55,7 @@ impl Worker {
     /// A worker for validated settings and a connected engine.
     pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
         let topology = Topology::from_settings(&settings);
-        let default_tz = settings.default_zone().expect("validated");
+        let default_tz = settings.worker.default_timezone;
         Worker {
             settings,
             engine,

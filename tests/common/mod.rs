@@ -2,7 +2,6 @@
 //! RabbitMQ and Redis, and a guard that deletes everything a test created.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use quota_worker::config::Settings;
@@ -35,8 +34,7 @@ pub fn unique(name: &str) -> String {
 
 /// Default settings with every name (keys and queues) made unique for one test.
 pub fn settings(ns: &str) -> Settings {
-    let env = config::Environment::default().source(Some(HashMap::new()));
-    let mut s = Settings::load_with_env(None, env).expect("defaults load");
+    let mut s = Settings::defaults();
     s.redis.url = redis_url();
     s.redis.key_prefix = ns.to_string();
     s.amqp.url = amqp_url();

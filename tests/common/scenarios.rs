@@ -76,7 +76,7 @@ pub async fn second_job_same_local_day_waits_for_the_next_midnight(s: Settings) 
 pub async fn rolling_window_retry_is_exact(mut s: Settings) {
     s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
         limit: 2,
-        window: "3s".into(),
+        window: "3s".parse().unwrap(),
     }];
     let e = engine(&s).await;
     let first = admitted(&e.admit(&req("a", "bob", Tz::UTC)).await.unwrap()).admitted_at;
