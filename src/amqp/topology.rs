@@ -125,10 +125,15 @@ impl Topology {
         args
     }
 
-    /// Declare every exchange, queue and binding. Idempotent; a queue that exists with
-    /// other arguments is a fatal [`BrokerError::Declare`].
+    /// Declare every exchange, queue and binding. Idempotent. Any failure is a
+    /// [`BrokerError::Declare`] naming the step: fatal when the broker refused it (a
+    /// queue that exists with other arguments), transient otherwise (the connection
+    /// closed in the middle).
     pub async fn declare(&self, conn: &Connection) -> Result<(), BrokerError> {
-        let ch = conn.create_channel().await?;
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(failed("a channel for the topology".into()))?;
         let a = &self.amqp;
         let durable = ExchangeDeclareOptions {
             durable: true,
@@ -139,10 +144,7 @@ impl Topology {
             async move {
                 ch.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default())
                     .await
-                    .map_err(|error| BrokerError::Declare {
-                        what: format!("exchange `{name}`"),
-                        error,
-                    })
+                    .map_err(failed(format!("exchange `{name}`")))
             }
         };
         let queue = |name: String, args: FieldTable| {
@@ -154,10 +156,7 @@ impl Topology {
                 };
                 ch.queue_declare(name.as_str().into(), opts, args)
                     .await
-                    .map_err(|error| BrokerError::Declare {
-                        what: format!("queue `{name}`"),
-                        error,
-                    })
+                    .map_err(failed(format!("queue `{name}`")))
             }
         };
         exchange(a.jobs_exchange.clone(), ExchangeKind::Fanout).await?;
@@ -181,17 +180,31 @@ impl Topology {
             limited(self.queue_args(None), i32::MAX as u32),
         )
         .await?;
-        bind(&ch, &a.dead_queue, &a.dead_exchange, "").await?;
+        bind(
+            &ch,
+            &a.dead_queue,
+            &a.dead_exchange,
+            "",
+            FieldTable::default(),
+        )
+        .await?;
 
         let jobs_args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
         queue(a.jobs_queue.clone(), jobs_args).await?;
-        bind(&ch, &a.jobs_queue, &a.jobs_exchange, "").await?;
+        bind(
+            &ch,
+            &a.jobs_queue,
+            &a.jobs_exchange,
+            "",
+            FieldTable::default(),
+        )
+        .await?;
 
         for c in &self.channels {
             let q = self.dispatch_queue(c);
             let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
             queue(q.clone(), args).await?;
-            bind(&ch, &q, &a.dispatch_exchange, c).await?;
+            bind(&ch, &q, &a.dispatch_exchange, c, FieldTable::default()).await?;
         }
 
         let ladder = self.ladder();
@@ -206,10 +219,7 @@ impl Topology {
             let name = ladder.exchange(n);
             ch.exchange_declare(name.as_str().into(), ExchangeKind::Headers, durable, x_args)
                 .await
-                .map_err(|error| BrokerError::Declare {
-                    what: format!("exchange `{name}`"),
-                    error,
-                })?;
+                .map_err(failed(format!("exchange `{name}`")))?;
             let mut args = self.queue_args(Some(&next));
             args.insert(
                 "x-message-ttl".into(),
@@ -217,28 +227,32 @@ impl Topology {
             );
             let q = ladder.queue(n);
             queue(q.clone(), args).await?;
-            ch.queue_bind(
-                q.as_str().into(),
-                name.as_str().into(),
-                ShortString::from(""),
-                QueueBindOptions::default(),
-                ladder.binding(n),
-            )
-            .await?;
+            bind(&ch, &q, &name, "", ladder.binding(n)).await?;
         }
         let _ = ch.close(200, "topology declared".into()).await;
         Ok(())
     }
 }
 
-async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), BrokerError> {
+/// A failed step of [`Topology::declare`], named.
+fn failed(what: String) -> impl FnOnce(lapin::Error) -> BrokerError {
+    move |error| BrokerError::Declare { what, error }
+}
+
+async fn bind(
+    ch: &Channel,
+    queue: &str,
+    exchange: &str,
+    key: &str,
+    args: FieldTable,
+) -> Result<(), BrokerError> {
     ch.queue_bind(
         queue.into(),
         exchange.into(),
         ShortString::from(key),
         QueueBindOptions::default(),
-        FieldTable::default(),
+        args,
     )
-    .await?;
-    Ok(())
+    .await
+    .map_err(failed(format!("the binding of `{queue}` to `{exchange}`")))
 }

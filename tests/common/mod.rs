@@ -268,6 +268,7 @@ pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::
 }
 
 pub mod audit;
+pub mod pki;
 pub mod procs;
 pub mod reliability;
 pub mod scenarios;

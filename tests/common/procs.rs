@@ -125,11 +125,18 @@ fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// survives [`RedisServer::stop`] + [`RedisServer::start`] (it saves on shutdown and
 /// loads `dump.rdb` at start), as a Redis with persistence would.
 pub struct RedisServer {
-    /// Its port.
+    /// Its port (plaintext; with TLS also on, the tests' own probe uses it).
     pub port: u16,
     dir: PathBuf,
     cluster: bool,
+    tls: Option<RedisTls>,
     child: Option<Child>,
+}
+
+/// A TLS listener of a private `redis-server`.
+struct RedisTls {
+    port: u16,
+    args: Vec<String>,
 }
 
 impl RedisServer {
@@ -141,6 +148,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(&format!("redis-{port}")),
                 cluster,
+                tls: None,
                 child: None,
             };
             if r.start().is_ok() {
@@ -148,6 +156,65 @@ impl RedisServer {
             }
         }
         panic!("could not start redis-server");
+    }
+
+    /// A single node that also listens with TLS (`--tls-port`), with `pki`'s server
+    /// certificate; `require_client_cert`: clients must present one signed by its CA.
+    pub fn with_tls(pki: &super::pki::Pki, require_client_cert: bool) -> RedisServer {
+        let path = |p: &Path| p.to_str().unwrap().to_string();
+        for _ in 0..5 {
+            let port = free_port(None);
+            let tls_port = free_port(None);
+            let auth = if require_client_cert { "yes" } else { "no" };
+            let mut r = RedisServer {
+                port,
+                dir: temp_dir(&format!("redis-tls-{port}")),
+                cluster: false,
+                tls: Some(RedisTls {
+                    port: tls_port,
+                    args: vec![
+                        "--tls-port".into(),
+                        tls_port.to_string(),
+                        "--tls-cert-file".into(),
+                        path(&pki.server_cert),
+                        "--tls-key-file".into(),
+                        path(&pki.server_key),
+                        "--tls-ca-cert-file".into(),
+                        path(&pki.ca),
+                        "--tls-auth-clients".into(),
+                        auth.into(),
+                    ],
+                }),
+                child: None,
+            };
+            if r.start().is_ok() && port_open(tls_port) {
+                return r;
+            }
+        }
+        panic!("could not start redis-server with TLS");
+    }
+
+    /// A single node with an ACL user `user` (password `password`) that may run
+    /// every command on every key; the default user stays for the tests' probe.
+    pub fn with_acl(user: &str, password: &str) -> RedisServer {
+        let r = RedisServer::new(false);
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(format!(">{password}"))
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query(&mut r.connection())
+            .expect("ACL SETUSER");
+        r
+    }
+
+    /// Its TLS URL (`rediss://localhost:<tls port>`), when it listens with TLS.
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("a TLS listener");
+        format!("rediss://localhost:{}", tls.port)
     }
 
     /// Its URL.
@@ -163,6 +230,9 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--dir", d])
             .args(["--dbfilename", "dump.rdb", "--daemonize", "no"])
             .args(["--logfile", &format!("{d}/redis.log")]);
+        if let Some(tls) = &self.tls {
+            cmd.args(&tls.args);
+        }
         if self.cluster {
             cmd.args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", &format!("{d}/nodes.conf")])
@@ -342,6 +412,8 @@ const RABBITMQCTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";
 pub struct RabbitNode {
     /// AMQP port.
     pub port: u16,
+    /// AMQP-over-TLS port, when the node has a TLS listener.
+    pub tls_port: Option<u16>,
     dist_port: u16,
     /// Erlang node name.
     pub name: String,
@@ -370,11 +442,52 @@ impl RabbitNode {
         fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
         RabbitNode {
             port,
+            tls_port: None,
             dist_port,
             name,
             dir,
             child: None,
         }
+    }
+
+    /// Prepare a node that also listens with TLS, with `pki`'s server certificate;
+    /// `mutual`: clients must present a certificate signed by its CA.
+    pub fn with_tls(pki: &super::pki::Pki, mutual: bool) -> RabbitNode {
+        let mut node = RabbitNode::new();
+        let tls_port = free_port(None);
+        let conf = node.dir.join("rabbitmq.conf");
+        let mut text = fs::read_to_string(&conf).unwrap();
+        text.push_str(&format!(
+            "listeners.ssl.local = 127.0.0.1:{tls_port}\n\
+             ssl_options.cacertfile = {}\n\
+             ssl_options.certfile = {}\n\
+             ssl_options.keyfile = {}\n\
+             ssl_options.verify = verify_peer\n\
+             ssl_options.fail_if_no_peer_cert = {mutual}\n",
+            pki.ca.display(),
+            pki.server_cert.display(),
+            pki.server_key.display(),
+        ));
+        fs::write(&conf, text).unwrap();
+        node.tls_port = Some(tls_port);
+        node
+    }
+
+    /// Its TLS URL (`amqps://guest:guest@localhost:<tls port>/%2f`).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("a TLS listener");
+        format!("amqps://guest:guest@localhost:{port}/%2f")
+    }
+
+    /// `rabbitmqctl -n <node> ARGS` against this node.
+    pub fn ctl(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(RABBITMQCTL);
+        self.env(&mut cmd);
+        cmd.args(["-n", &self.name])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("rabbitmqctl")
     }
 
     fn env(&self, cmd: &mut Command) {

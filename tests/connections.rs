@@ -1,0 +1,330 @@
+//! Production connections against servers the tests start: a private RabbitMQ node
+//! with a TLS listener and a `redis-server --tls-port`, both with certificates made
+//! here (`common::pki`). Jobs flow end to end over `amqps://` and `rediss://` with
+//! mutual TLS; a wrong CA, a missing client certificate, a wrong server name and a
+//! plaintext port are refused; Redis with an ACL user; and the worker outlives the
+//! broker closing its connection again and again, in the middle of declaring.
+
+mod common;
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pki::Pki;
+use common::procs::{temp_dir, RabbitNode, RedisServer, WorkerProc};
+use common::{settings, unique};
+use quota_worker::amqp::{self, BrokerError, Topology};
+use quota_worker::config::{Settings, TlsSettings};
+use quota_worker::engine::{Admission, Engine, Request};
+use quota_worker::producer::{Job, Producer};
+use quota_worker::worker::Worker;
+use tokio_util::sync::CancellationToken;
+
+fn tls(ca: &Path, client: Option<&Pki>) -> TlsSettings {
+    TlsSettings {
+        ca_file: Some(ca.to_path_buf()),
+        cert_file: client.map(|p| p.client_cert.clone()),
+        key_file: client.map(|p| p.client_key.clone()),
+        ..Default::default()
+    }
+}
+
+async fn connect(url: &str, tls: &TlsSettings) -> Result<lapin::Connection, BrokerError> {
+    amqp::connect(url, tls, "tls test", Duration::from_secs(10)).await
+}
+
+fn request(id: &str) -> Request<'_> {
+    Request {
+        id,
+        recipient: id,
+        channel: "sms",
+        category: "default",
+        tz: chrono_tz::UTC,
+    }
+}
+
+/// Take up to `n` messages from `queue` within `wait`; their message ids.
+async fn take_ids(conn: &lapin::Connection, queue: &str, n: usize, wait: Duration) -> Vec<String> {
+    let mut ids = Vec::new();
+    let deadline = Instant::now() + wait;
+    while ids.len() < n && Instant::now() < deadline {
+        match common::take(conn, queue, Duration::from_millis(200)).await {
+            Some(m) => ids.push(
+                m.delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            ),
+            None => continue,
+        }
+    }
+    ids.sort();
+    ids
+}
+
+/// Settings of one test against `node` and `redis` over TLS (mutual TLS).
+fn tls_settings(ns: &str, pki: &Pki, node: &RabbitNode, redis: &RedisServer) -> Settings {
+    let mut s = settings(ns);
+    s.amqp.url = node.tls_url();
+    s.amqp.tls = tls(&pki.ca, Some(pki));
+    s.redis.url = redis.tls_url();
+    s.redis.tls = tls(&pki.ca, Some(pki));
+    s.validate().expect("TLS settings are valid");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
+    if !RabbitNode::available() {
+        eprintln!("skipped: no RabbitMQ scripts to start a private node");
+        return;
+    }
+    let pki = Pki::new();
+    let mut node = RabbitNode::with_tls(&pki, true);
+    node.start().await;
+    let redis = RedisServer::with_tls(&pki, true);
+    let ns = unique("tls-flow");
+    let s = tls_settings(&ns, &pki, &node, &redis);
+
+    let engine = Arc::new(Engine::connect(&s).await.expect("redis over TLS"));
+    let worker = Arc::new(Worker::new(s.clone(), engine.clone()));
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(worker.clone().run(stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !worker
+        .health
+        .broker
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never connected over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let producer = Producer::from_settings(&s)
+        .await
+        .expect("producer over TLS");
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let id = format!("tls-{i}");
+        producer
+            .publish(&Job::new(format!("r{i}"), "sms").id(id.clone()))
+            .await
+            .expect("published over TLS");
+        sent.push(id);
+    }
+    let conn = connect(&s.amqp.url, &s.amqp.tls).await.unwrap();
+    let topology = Topology::from_settings(&s);
+    let got = take_ids(
+        &conn,
+        &topology.dispatch_queue("sms"),
+        3,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(got, sent, "every job dispatched, over TLS both ways");
+    // the sends are recorded in the TLS Redis: the same recipient is now capped
+    let again = engine.admit(&request("r0")).await.unwrap();
+    assert!(matches!(again, Admission::Refused { .. }), "{again:?}");
+
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_verified_is_refused_with_a_clear_error() {
+    if !RabbitNode::available() {
+        eprintln!("skipped: no RabbitMQ scripts to start a private node");
+        return;
+    }
+    let pki = Pki::new();
+    let mut node = RabbitNode::with_tls(&pki, true);
+    node.start().await;
+    let redis = RedisServer::with_tls(&pki, true);
+    let url = node.tls_url();
+
+    // the right CA and a client certificate: connects
+    let good = tls(&pki.ca, Some(&pki));
+    connect(&url, &good).await.expect("mutual TLS connects");
+
+    // a CA that did not sign the broker's certificate
+    let err = connect(&url, &tls(&pki.other_ca, Some(&pki)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+
+    // no client certificate, while the broker requires one
+    assert!(connect(&url, &tls(&pki.ca, None)).await.is_err());
+
+    // a name the certificate does not carry
+    let wrong_name = TlsSettings {
+        server_name: Some("not-the-broker.example".into()),
+        ..good.clone()
+    };
+    let err = connect(&url, &wrong_name).await.unwrap_err().to_string();
+    assert!(err.contains("not valid for name"), "{err}");
+
+    // verification turned off by its key: the wrong CA then connects
+    let insecure = TlsSettings {
+        insecure_skip_verify: true,
+        ..tls(&pki.other_ca, Some(&pki))
+    };
+    connect(&url, &insecure)
+        .await
+        .expect("insecure_skip_verify accepts any certificate");
+
+    // amqps:// aimed at the node's plaintext port fails instead of connecting
+    let plain_port = format!("amqps://guest:guest@localhost:{}/%2f", node.port);
+    let err = connect(&plain_port, &good).await.unwrap_err().to_string();
+    assert!(err.contains("does not speak TLS"), "{err}");
+
+    // Redis: the wrong CA, and no client certificate, are refused; the right ones work
+    let mut s = settings(&unique("tls-refused"));
+    s.redis.url = redis.tls_url();
+    s.redis.tls = tls(&pki.other_ca, Some(&pki));
+    let err = Engine::connect(&s).await.unwrap_err().to_string();
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    s.redis.tls = tls(&pki.ca, None);
+    assert!(Engine::connect(&s).await.is_err(), "no client certificate");
+    s.redis.tls = tls(&pki.ca, Some(&pki));
+    let engine = Engine::connect(&s).await.expect("mutual TLS to Redis");
+    assert!(matches!(
+        engine.admit(&request("r")).await.unwrap(),
+        Admission::Admitted(_)
+    ));
+
+    // the CLI says why, naming what failed
+    let mut s = settings(&unique("tls-cli"));
+    s.amqp.url = url.clone();
+    let out = support::qw(&s, &["admin", "queues"])
+        .env("QUOTA_WORKER__AMQP__TLS__CA_FILE", &pki.other_ca)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("connecting to amqps://guest:***@") && stderr.contains("UnknownIssuer"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn redis_with_an_acl_user() {
+    let redis = RedisServer::with_acl("qwuser", "s3cret");
+    let mut s = settings(&unique("acl"));
+    s.redis.url = format!("redis://qwuser:s3cret@127.0.0.1:{}", redis.port);
+    let engine = Engine::connect(&s).await.expect("the ACL user connects");
+    assert!(matches!(
+        engine.admit(&request("r")).await.unwrap(),
+        Admission::Admitted(_)
+    ));
+    s.redis.url = format!("redis://qwuser:wrong@127.0.0.1:{}", redis.port);
+    let err = Engine::connect(&s).await.unwrap_err().to_string();
+    assert!(
+        err.to_lowercase().contains("authentication failed"),
+        "{err}"
+    );
+}
+
+/// The broker closes the worker's connection (`rabbitmqctl close_all_connections`)
+/// again and again: while it declares its topology at start (each time a few more
+/// of its queues exist, so the close lands in the middle of the declarations), and
+/// then while it consumes. The worker never exits, comes back after each close,
+/// and then dispatches a job as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
+    if !RabbitNode::available() {
+        eprintln!("skipped: no RabbitMQ scripts to start a private node");
+        return;
+    }
+    let mut node = RabbitNode::new();
+    node.start().await;
+    let ns = unique("closed");
+    let mut s = settings(&ns);
+    s.amqp.url = node.url();
+    let dir = temp_dir("closed");
+
+    // Closes inside the broker, each as soon as the node holds N queues: the worker
+    // creates its queues one by one (25 with the defaults), so every close falls
+    // between two of its declarations.
+    let closes_while_declaring = [3, 8, 13, 18];
+    let burst = format!(
+        "Close = fun(N) -> \
+             WaitFor = fun Again() -> \
+                 case length(rabbit_amqqueue:list()) >= N of \
+                     true -> ok; false -> timer:sleep(2), Again() end end, \
+             WaitFor(), rabbit_networking:close_all_connections(\"closed by the test\") end, \
+         lists:foreach(Close, {closes_while_declaring:?})."
+    );
+    let (out, mut worker) = std::thread::scope(|scope| {
+        let closer = scope.spawn(|| node.ctl(&["eval", &burst]));
+        std::thread::sleep(Duration::from_millis(500));
+        let worker = WorkerProc::spawn(&s, &dir, "w");
+        (closer.join().unwrap(), worker)
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log_path = worker.log.clone();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let count = |text: &str, what: &str| text.matches(what).count();
+    let wait_for = |n: usize, what: &'static str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while count(&log(), what) < n {
+            assert!(Instant::now() < deadline, "no {n}th `{what}`:\n{}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for(closes_while_declaring.len(), "broker session ended");
+    let mid_declare = log()
+        .lines()
+        .filter(|l| l.contains("broker session ended") && l.contains("cannot declare"))
+        .count();
+    assert!(
+        mid_declare >= 1,
+        "no close landed while declaring:\n{}",
+        log()
+    );
+    wait_for(1, "\"consuming\"");
+    assert!(worker.running(), "the worker exited:\n{}", worker.tail(20));
+
+    // while it consumes: it reconnects after each close
+    for i in 1..=3 {
+        let out = node.ctl(&["close_all_connections", "closed by the test"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_for(i + 1, "\"consuming\"");
+        assert!(worker.running(), "the worker exited:\n{}", worker.tail(20));
+    }
+    let ended = count(&log(), "broker session ended");
+
+    // it comes back, and works
+    let conn = connect(&s.amqp.url, &s.amqp.tls).await.unwrap();
+    let producer = Producer::from_settings(&s).await.unwrap();
+    producer
+        .publish(&Job::new("r-after", "sms").id("after-the-closes"))
+        .await
+        .unwrap();
+    let queue = Topology::from_settings(&s).dispatch_queue("sms");
+    let got = take_ids(&conn, &queue, 1, Duration::from_secs(30)).await;
+    assert_eq!(got, ["after-the-closes"], "{}", worker.tail(20));
+    assert!(worker.running());
+    worker.term();
+    let status = worker
+        .wait(Duration::from_secs(30))
+        .expect("the worker stops");
+    assert!(status.success(), "{status:?}");
+    eprintln!("{ended} sessions ended by the broker, {mid_declare} of them while declaring");
+}
