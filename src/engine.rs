@@ -71,6 +71,18 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// Whether waiting cannot help: TLS that cannot be set up, or Redis refusing
+    /// the credentials in the URL.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            EngineError::Tls(_) => true,
+            EngineError::Redis(e) => e.kind() == redis::ErrorKind::AuthenticationFailed,
+            _ => false,
+        }
+    }
+}
+
 /// What the engine needs to know of a job.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
@@ -184,6 +196,33 @@ impl Engine {
     pub async fn connect(settings: &Settings) -> Result<Engine, EngineError> {
         let conn = RedisConn::connect(&settings.redis).await?;
         Self::with_connection(conn, settings).await
+    }
+
+    /// [`Engine::connect`], waiting out a Redis that is not there yet (it starts
+    /// after the worker, restarts, fails over) with the jittered backoff; `None` when
+    /// `shutdown` comes first. What waiting cannot fix ([`EngineError::is_fatal`])
+    /// returns at once.
+    pub async fn connect_patiently(
+        settings: &Settings,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<Option<Engine>, EngineError> {
+        let mut backoff =
+            crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
+        loop {
+            match Engine::connect(settings).await {
+                Ok(engine) => return Ok(Some(engine)),
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(e) => {
+                    let retry_in = backoff.next().unwrap_or_default();
+                    tracing::warn!(error = %e, ?retry_in, "redis unavailable at start; waiting for it");
+                    metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(retry_in) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Build on an existing connection (tests share one).

@@ -6,8 +6,10 @@
 //! collects them, and the router renders its handle. Served on `http.listen` (default `127.0.0.1:9464`),
 //! off with `http.enabled = false` or `quota-worker run --no-http`.
 
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -147,4 +149,47 @@ pub async fn start(
             tracing::warn!(error = %e, "the HTTP endpoint stopped");
         }
     })))
+}
+
+/// Where a client on this machine reaches `http.listen`: an unspecified address
+/// (`0.0.0.0`, `[::]`) is asked on loopback.
+pub fn local_address(listen: &str) -> Result<SocketAddr, std::net::AddrParseError> {
+    let mut addr: SocketAddr = listen.parse()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Ok(addr)
+}
+
+/// `GET path` on the worker at `addr` (HTTP/1.1, no client library, so the image
+/// needs no curl): the status code, within `timeout`.
+pub async fn probe(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<u16> {
+    use std::io::{Error, ErrorKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 256];
+        while !head.contains(&b'\n') && head.len() < 4096 {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        // "HTTP/1.1 200 OK"
+        let line = String::from_utf8_lossy(&head);
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::InvalidData, "not an HTTP response"))
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| Error::new(ErrorKind::TimedOut, format!("no answer within {timeout:?}")))?
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use quota_worker::config::Settings;
 use quota_worker::engine::Engine;
-use quota_worker::worker::Worker;
+use quota_worker::worker::{Health, Worker};
 use tokio_util::sync::CancellationToken;
 
 /// jemalloc instead of the system allocator: a job's allocations (a task of about a
@@ -57,6 +57,16 @@ enum Command {
     Admin {
         #[command(subcommand)]
         command: cli::admin::AdminCommand,
+    },
+    /// Ask the running worker's /healthz (or --path) on http.listen; exit 0 when it
+    /// answers 200. The image's HEALTHCHECK: no curl needed.
+    Health {
+        /// The path to ask (e.g. /readyz).
+        #[arg(long, default_value = "/healthz")]
+        path: String,
+        /// Ask this address instead of http.listen.
+        #[arg(long)]
+        addr: Option<std::net::SocketAddr>,
     },
     /// Configuration commands.
     Config {
@@ -162,8 +172,35 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
             settings.http.enabled &= !no_http;
             run(settings).await.map(|()| ExitCode::SUCCESS)
         }
+        Command::Health { path, addr } => health(&settings, &path, addr).await,
         Command::Publish(args) => cli::publish::publish(&settings, args).await,
         Command::Admin { command } => cli::admin::admin(&settings, command).await,
+    }
+}
+
+async fn health(
+    settings: &Settings,
+    path: &str,
+    addr: Option<std::net::SocketAddr>,
+) -> anyhow::Result<ExitCode> {
+    let addr = match addr {
+        Some(addr) => addr,
+        None if !settings.http.enabled => {
+            anyhow::bail!("HTTP is off (http.enabled = false): there is nothing to ask")
+        }
+        None => quota_worker::http::local_address(&settings.http.listen)?,
+    };
+    let timeout = std::time::Duration::from_secs(3);
+    match quota_worker::http::probe(addr, path, timeout).await {
+        Ok(200) => Ok(ExitCode::SUCCESS),
+        Ok(code) => {
+            eprintln!("unhealthy: {path} on {addr} answered {code}");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("unhealthy: {path} on {addr}: {e}");
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
@@ -171,17 +208,25 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     for warning in settings.warnings() {
         tracing::warn!("{warning}");
     }
-    let engine = Arc::new(Engine::connect(&settings).await.with_context(|| {
-        format!(
-            "connecting to Redis at {}",
-            quota_worker::config::redact_url(&settings.redis.url)
-        )
-    })?);
     let shutdown = CancellationToken::new();
-    let worker = Arc::new(Worker::new(settings.clone(), engine));
-    let http =
-        quota_worker::http::start(&settings, worker.health.clone(), shutdown.clone()).await?;
     tokio::spawn(quota_worker::signals::on_terminate(shutdown.clone()));
+    // served from the start: /healthz answers while Redis is awaited, /readyz says 503
+    let health = Arc::new(Health::default());
+    let http = quota_worker::http::start(&settings, health.clone(), shutdown.clone()).await?;
+    let engine = Engine::connect_patiently(&settings, &shutdown)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to Redis at {}",
+                quota_worker::config::redact_url(&settings.redis.url)
+            )
+        })?;
+    let Some(engine) = engine else {
+        tracing::info!("stopped before Redis was reachable");
+        return Ok(());
+    };
+    let worker = Worker::new(settings.clone(), Arc::new(engine)).sharing_health(health);
+    let worker = Arc::new(worker);
     worker.run(shutdown.clone()).await?;
     shutdown.cancel();
     if let Some(http) = http {

@@ -1,11 +1,14 @@
-//! There is no Docker engine where these tests run, so `docker-compose.yml` and the
-//! `Dockerfile` are checked as data: the fields compose needs are there, and the
-//! worker's configuration, the compose environment and the image agree.
+//! There is no Docker engine (nor systemd, nor Kubernetes) where these tests run, so
+//! `docker-compose.yml`, the `Dockerfile` and the examples in `deploy/` are checked
+//! as data: the fields each needs are there, and the worker's configuration, their
+//! environments and the image agree. (`deploy/chroot-build.sh` builds the image's
+//! two stages for real; it is not part of `cargo test`.)
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use quota_worker::config::{Settings, ENV_PREFIX};
+use quota_worker::config::{Settings, DEFAULT_HASH_KEY, ENV_PREFIX, SECRET_KEYS};
+use secrecy::ExposeSecret;
 use serde_norway::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -122,18 +125,63 @@ fn defaults() -> Settings {
     load(&BTreeMap::new())
 }
 
+/// A compose value with its `${VAR:-default}` interpolations resolved as compose
+/// does when `VAR` is not set.
+fn interpolated(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let end = rest[i..].find('}').expect("closing brace") + i;
+        let inner = &rest[i + 2..end];
+        out.push_str(inner.split_once(":-").map(|(_, d)| d).unwrap_or(""));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Every `QUOTA_WORKER__...` variable names a real key and its value takes effect:
-/// load the settings with them, then find each value at its key.
+/// load the settings with them, then find each value at its key. A `…_FILE`
+/// variable must name a secret key and an absolute path (its file exists only where
+/// the example is deployed); the hash key, printed redacted, is compared as loaded,
+/// and must not be the built-in public one.
 fn assert_env_takes_effect(vars: &BTreeMap<String, String>, place: &str) {
-    let ours: BTreeMap<String, String> = vars
+    let all: BTreeMap<String, String> = vars
         .iter()
         .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), interpolated(v)))
         .collect();
-    assert!(!ours.is_empty(), "{place} sets no {ENV_PREFIX}__ variable");
-    let effective = serde_json::to_value(load(&ours)).unwrap();
+    assert!(!all.is_empty(), "{place} sets no {ENV_PREFIX}__ variable");
+    let (files, ours): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        all.into_iter().partition(|(k, _)| k.ends_with("_FILE"));
+    for (var, path) in &files {
+        let key = var[ENV_PREFIX.len() + 2..var.len() - 5]
+            .to_lowercase()
+            .replace("__", ".");
+        assert!(
+            SECRET_KEYS.contains(&key.as_str()),
+            "{place}: {var} names no key that may come from a file ({key})"
+        );
+        assert!(
+            path.starts_with('/') || path.starts_with("%d/"),
+            "{place}: {var}={path}"
+        );
+    }
+    let loaded = load(&ours);
+    if let Some(key) = ours.get(&format!("{ENV_PREFIX}__REDIS__HASH_KEY")) {
+        assert_eq!(loaded.redis.hash_key.expose_secret(), key);
+        assert_ne!(
+            key, DEFAULT_HASH_KEY,
+            "{place} sets the built-in public key"
+        );
+    }
+    let effective = serde_json::to_value(&loaded).unwrap();
     for (var, value) in &ours {
         let path = var[ENV_PREFIX.len() + 2..].to_lowercase();
+        if path == "redis__hash_key" {
+            continue;
+        }
         let mut at = &effective;
         for step in path.split("__") {
             at = at.get(step).unwrap_or_else(|| {
@@ -539,12 +587,194 @@ fn the_dockerfile_runs_the_binary_on_the_published_port() {
                 .any(|r| r.contains("apt-get install") && r.split_whitespace().any(|w| w == tool)),
         "the runtime image installs `{tool}`"
     );
+    // `quota-worker health` asks /healthz on http.listen, which the environment sets
+    assert_eq!(test, ["CMD", "quota-worker", "health"]);
+    assert_eq!(
+        instructions(last, "HEALTHCHECK")
+            .iter()
+            .map(|h| h.ends_with(r#"CMD ["quota-worker", "health"]"#))
+            .collect::<Vec<_>>(),
+        [true],
+        "the image's own HEALTHCHECK is the binary's"
+    );
     assert!(
-        test.iter().any(|t| t.ends_with(&format!(
-            ":{}/healthz",
-            port_of(&environment(worker)["QUOTA_WORKER__HTTP__LISTEN"])
-        ))),
-        "the health check asks /healthz on the worker's port: {test:?}"
+        !instructions(last, "RUN").iter().any(|r| r.contains("curl")),
+        "the runtime image needs no curl"
+    );
+    // the builder installs what jemalloc's build runs
+    let build_packages = instructions(builder, "ARG")
+        .iter()
+        .find_map(|a| a.strip_prefix("BUILD_PACKAGES="))
+        .map(|p| p.trim_matches('"').to_string())
+        .expect("ARG BUILD_PACKAGES in the builder");
+    assert!(build_packages.split_whitespace().any(|p| p == "make"));
+    // images pinned to a release, not a moving major tag
+    let from: Vec<&str> = stages.iter().map(|st| st[0].1.as_str()).collect();
+    assert!(
+        from[0].starts_with("rust:1.") && from[0].contains("-slim-bookworm"),
+        "{from:?}"
+    );
+    assert!(
+        from[1].starts_with("debian:bookworm"),
+        "the runtime matches the builder's glibc"
+    );
+}
+
+#[test]
+fn the_stack_hashes_recipients_with_a_key_of_its_own() {
+    let c = compose();
+    let env = environment(service(&c, "worker"));
+    let key = interpolated(&env["QUOTA_WORKER__REDIS__HASH_KEY"]);
+    assert!(!key.is_empty() && key != DEFAULT_HASH_KEY, "{key}");
+    assert!(load(
+        &env.clone()
+            .into_iter()
+            .map(|(k, v)| (k, interpolated(&v)))
+            .collect()
+    )
+    .warnings()
+    .is_empty());
+}
+
+/// A systemd unit's `[Service]` settings, in order (repeated keys kept).
+fn unit_settings(text: &str) -> Vec<(String, String)> {
+    let mut section = "";
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if !line.is_empty() && !line.starts_with('#') && section == "[Service]" {
+            let (k, v) = line.split_once('=').expect("key=value");
+            out.push((k.to_string(), v.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_systemd_unit_runs_the_worker_with_its_secrets_and_time_to_stop() {
+    let path = Path::new(ROOT).join("deploy/quota-worker.service");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let unit = unit_settings(&text);
+    let get = |k: &str| {
+        unit.iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(get("ExecStart"), ["/usr/local/bin/quota-worker run"]);
+    let env: BTreeMap<String, String> = get("Environment")
+        .iter()
+        .map(|e| {
+            let (k, v) = e.split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    assert_env_takes_effect(&env, "deploy/quota-worker.service");
+    assert_eq!(env["QUOTA_WORKER__REDIS__HASH_KEY_FILE"], "%d/hash_key");
+    assert!(get("LoadCredential")
+        .iter()
+        .any(|c| c.starts_with("hash_key:")));
+    let stop = compose_duration(&format!("{}s", get("TimeoutStopSec")[0]));
+    assert!(
+        stop > defaults().worker.shutdown_grace.0,
+        "TimeoutStopSec {stop:?}"
+    );
+
+    // systemd's own reading of the unit, with the binary where ExecStart expects it
+    let Ok(out) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("skipped systemd-analyze verify: not installed");
+        return;
+    };
+    assert!(out.status.success());
+    let dir = std::env::temp_dir().join(format!("qw-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("quota-worker.service");
+    let bin = env!("CARGO_BIN_EXE_quota-worker");
+    std::fs::write(&copy, text.replace("/usr/local/bin/quota-worker", bin)).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+}
+
+#[test]
+fn the_kubernetes_example_probes_what_the_worker_serves() {
+    let manifest = std::fs::read_to_string(Path::new(ROOT).join("deploy/kubernetes.yaml")).unwrap();
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&manifest)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
+        .collect();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d.get("kind").map(text) == Some(k.to_string()))
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let secret = kind("Secret");
+    let deployment = kind("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(
+        std::time::Duration::from_secs(grace) > defaults().worker.shutdown_grace.0,
+        "terminationGracePeriodSeconds {grace}"
+    );
+    assert_eq!(
+        pod["securityContext"]["runAsUser"].as_u64(),
+        Some(10001),
+        "the image's USER"
+    );
+    let container = &pod["containers"][0];
+    let env: BTreeMap<String, String> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| (text(&e["name"]), text(&e["value"])))
+        .collect();
+    assert_env_takes_effect(&env, "deploy/kubernetes.yaml");
+    // the probes ask what the worker serves, on the port it listens on
+    let listen = port_of(&env["QUOTA_WORKER__HTTP__LISTEN"]);
+    let named_port = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| text(&p["name"]) == "http")
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .unwrap();
+    assert_eq!(named_port, u64::from(listen));
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(text(&get["path"]), path, "{probe}");
+        assert_eq!(text(&get["port"]), "http", "{probe}");
+    }
+    // every *_FILE names a file the Secret volume provides
+    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    let provided: Vec<String> = secret["stringData"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(text)
+        .collect();
+    for (var, path) in env.iter().filter(|(k, _)| k.ends_with("_FILE")) {
+        let file = path
+            .strip_prefix(&format!("{mount}/"))
+            .unwrap_or_else(|| panic!("{var}={path} is not under {mount}"));
+        assert!(
+            provided.iter().any(|p| p == file),
+            "{var}: the Secret has no `{file}`"
+        );
+    }
+    assert!(
+        !manifest.contains(DEFAULT_HASH_KEY),
+        "the built-in public key"
     );
 }
 
@@ -563,7 +793,7 @@ fn the_build_context_holds_what_the_build_needs() {
         "target/ stays out of the context"
     );
     // Everything `include_str!` and cargo read at build time stays in.
-    for needed in ["Cargo.toml", "Cargo.lock", "src", "config", "lua"] {
+    for needed in ["Cargo.toml", "Cargo.lock", "src", "config", "lua", "bench"] {
         assert!(
             !patterns
                 .iter()

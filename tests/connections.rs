@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::pki::Pki;
-use common::procs::{temp_dir, RabbitNode, RedisServer, WorkerProc};
+use common::procs::{free_port, temp_dir, RabbitNode, RedisServer, WorkerProc};
 use common::{settings, unique};
 use quota_worker::amqp::{self, BrokerError, Topology};
 use quota_worker::config::{Settings, TlsSettings};
@@ -327,4 +327,43 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
         .expect("the worker stops");
     assert!(status.success(), "{status:?}");
     eprintln!("{ended} sessions ended by the broker, {mid_declare} of them while declaring");
+}
+
+/// Redis is not there when the worker starts (it starts later, or restarts): the
+/// worker waits for it with backoff instead of exiting, then works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_waits_for_a_redis_that_is_not_there_yet() {
+    let port = free_port(None);
+    let ns = unique("late-redis");
+    let mut s = settings(&ns);
+    s.redis.url = format!("redis://127.0.0.1:{port}");
+    let _cleanup = common::Cleanup::new(&s);
+    let dir = temp_dir("late-redis");
+    let mut worker = WorkerProc::spawn(&s, &dir, "w");
+    let log_path = worker.log.clone();
+    let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log().matches("redis unavailable at start").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(worker.running(), "the worker exited:\n{}", worker.tail(10));
+
+    let _redis = RedisServer::at_port(port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log().contains("\"consuming\"") {
+        assert!(Instant::now() < deadline, "{}", log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let producer = Producer::from_settings(&s).await.unwrap();
+    producer
+        .publish(&Job::new("r", "sms").id("after-redis-came"))
+        .await
+        .unwrap();
+    let conn = common::amqp().await;
+    let queue = Topology::from_settings(&s).dispatch_queue("sms");
+    let got = take_ids(&conn, &queue, 1, Duration::from_secs(30)).await;
+    assert_eq!(got, ["after-redis-came"], "{}", worker.tail(10));
+    worker.term();
+    assert!(worker.wait(Duration::from_secs(30)).unwrap().success());
 }

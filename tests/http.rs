@@ -149,6 +149,11 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     })
     .await;
     assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+    // the image's health check: the binary asks http.listen itself
+    let health = qw(&s, &["health"]).output().unwrap();
+    assert!(health.status.success(), "{health:?}");
+    let ready = qw(&s, &["health", "--path", "/readyz"]).output().unwrap();
+    assert!(ready.status.success(), "{ready:?}");
 
     let conn = amqp().await;
     publish(
@@ -198,6 +203,31 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     assert!(status.success(), "{status:?}");
     running.0 = None;
     assert!(get(&addr, "/healthz").await.is_none());
+    // nothing listens now: unhealthy, and it says why
+    let health = qw(&s, &["health"]).output().unwrap();
+    assert_eq!(health.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&health.stderr);
+    assert!(
+        said.contains(&format!("unhealthy: /healthz on {addr}")),
+        "{said}"
+    );
+}
+
+#[test]
+fn health_asks_loopback_for_an_unspecified_listen_address() {
+    use quota_worker::http::local_address;
+    assert_eq!(
+        local_address("0.0.0.0:9464").unwrap().to_string(),
+        "127.0.0.1:9464"
+    );
+    assert_eq!(
+        local_address("[::]:9464").unwrap().to_string(),
+        "[::1]:9464"
+    );
+    assert_eq!(
+        local_address("10.1.2.3:80").unwrap().to_string(),
+        "10.1.2.3:80"
+    );
 }
 
 #[tokio::test]

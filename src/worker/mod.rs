@@ -68,6 +68,16 @@ impl Worker {
         }
     }
 
+    /// Report readiness into `health` (already served by `/readyz` while the engine
+    /// was connecting) instead of a flag set of its own.
+    pub fn sharing_health(mut self, health: Arc<Health>) -> Worker {
+        health
+            .redis
+            .store(self.health.redis.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.health = health;
+        self
+    }
+
     /// A session context on `publisher` (for driving [`Worker::process`] one job at a
     /// time); the returned task commits dispatched jobs until the session is dropped.
     pub fn session_context(

@@ -158,6 +158,19 @@ impl RedisServer {
         panic!("could not start redis-server");
     }
 
+    /// A single node on `port` (a test that points a worker at it before it runs).
+    pub fn at_port(port: u16) -> RedisServer {
+        let mut r = RedisServer {
+            port,
+            dir: temp_dir(&format!("redis-{port}")),
+            cluster: false,
+            tls: None,
+            child: None,
+        };
+        r.start().expect("redis-server on the chosen port");
+        r
+    }
+
     /// A single node that also listens with TLS (`--tls-port`), with `pki`'s server
     /// certificate; `require_client_cert`: clients must present one signed by its CA.
     pub fn with_tls(pki: &super::pki::Pki, require_client_cert: bool) -> RedisServer {
