@@ -226,7 +226,7 @@ impl Engine {
     }
 
     /// Build on an existing connection (tests share one).
-    pub async fn with_connection(
+    pub(crate) async fn with_connection(
         conn: RedisConn,
         settings: &Settings,
     ) -> Result<Engine, EngineError> {
@@ -300,11 +300,6 @@ impl Engine {
             .expect("a default policy is required by validation")
     }
 
-    /// Whether `channel` is configured.
-    pub fn has_channel(&self, channel: &str) -> bool {
-        self.rates.contains_key(channel)
-    }
-
     /// Read Redis `TIME` and remember how far it is from this machine's clock.
     pub async fn sync_clock(&self) -> Result<DateTime<Utc>, EngineError> {
         let mut conn = self.conn.clone();
@@ -330,7 +325,7 @@ impl Engine {
     }
 
     /// Move this engine's idea of Redis time (tests simulate a skewed worker clock).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn skew_clock_for_tests(&self, by: chrono::Duration) {
         self.offset_ms
             .fetch_add(by.num_milliseconds(), Ordering::Relaxed);
@@ -539,7 +534,7 @@ impl Engine {
 
     /// [`Engine::commit`] for many tickets: one pipeline on a single node (one round
     /// trip), concurrent commands on a cluster (their keys live in different slots).
-    pub async fn commit_many(&self, tickets: &[Ticket]) -> Result<(), EngineError> {
+    pub(crate) async fn commit_many(&self, tickets: &[Ticket]) -> Result<(), EngineError> {
         let zadd = |t: &Ticket| {
             // sized up front: growing the buffers argument by argument cost more
             // than the rest of the commit

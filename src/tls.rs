@@ -47,7 +47,7 @@ pub fn install_provider() {
 
 /// The PEM files one connection's TLS settings name, read and checked.
 #[derive(Clone)]
-pub struct Material {
+pub(crate) struct Material {
     /// The CA file's text and its certificates, when one replaces the system roots.
     pub ca: Option<(Vec<u8>, Vec<CertificateDer<'static>>)>,
     /// The client certificate's and key's text, for mutual TLS.
@@ -75,7 +75,7 @@ fn read(section: &str, key: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
 
 /// Read and check the files of `tls` (`section`: `amqp.tls` or `redis.tls`, for
 /// the errors).
-pub fn load(tls: &TlsSettings, section: &str) -> Result<Material, TlsError> {
+pub(crate) fn load(tls: &TlsSettings, section: &str) -> Result<Material, TlsError> {
     let ca = match &tls.ca_file {
         None => None,
         Some(path) => {
@@ -140,7 +140,7 @@ fn client_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, rustls::pki_
 /// The rustls client configuration for the broker: the CA file's certificates or
 /// the system's roots, the client certificate if any, or no verification at all
 /// when `insecure_skip_verify` says so.
-pub fn amqp_client_config(tls: &TlsSettings) -> Result<ClientConfig, TlsError> {
+pub(crate) fn amqp_client_config(tls: &TlsSettings) -> Result<ClientConfig, TlsError> {
     install_provider();
     let section = "amqp.tls";
     let material = load(tls, section)?;
@@ -195,7 +195,7 @@ pub fn amqp_client_config(tls: &TlsSettings) -> Result<ClientConfig, TlsError> {
 
 /// The name the broker's certificate is verified against: `server_name`, or the
 /// URL's host.
-pub fn server_name(tls: &TlsSettings, host: &str) -> Result<ServerName<'static>, TlsError> {
+pub(crate) fn server_name(tls: &TlsSettings, host: &str) -> Result<ServerName<'static>, TlsError> {
     let name = tls.server_name.as_deref().unwrap_or(host);
     ServerName::try_from(name.to_string()).map_err(|e| {
         let key = if tls.server_name.is_some() {
@@ -259,7 +259,9 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 
 /// The certificates the Redis client needs for `tls` (`None`: the system's roots,
 /// no client certificate).
-pub fn redis_certificates(tls: &TlsSettings) -> Result<Option<redis::TlsCertificates>, TlsError> {
+pub(crate) fn redis_certificates(
+    tls: &TlsSettings,
+) -> Result<Option<redis::TlsCertificates>, TlsError> {
     install_provider();
     let material = load(tls, "redis.tls")?;
     if material.ca.is_none() && material.client.is_none() {

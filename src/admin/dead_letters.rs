@@ -171,7 +171,7 @@ fn first_death(v: &AMQPValue) -> Option<Death> {
 }
 
 /// An AMQP field value as JSON.
-pub fn amqp_json(v: &AMQPValue) -> Value {
+pub(crate) fn amqp_json(v: &AMQPValue) -> Value {
     match v {
         AMQPValue::Boolean(b) => json!(b),
         AMQPValue::ShortShortInt(x) => json!(x),
@@ -275,7 +275,7 @@ pub struct WalkReport {
 const WINDOW: usize = 64;
 
 /// Largest prefetch of a walk.
-pub const MAX_PREFETCH: u16 = 256;
+pub(crate) const MAX_PREFETCH: u16 = 256;
 
 /// With no delivery for this long, the queue holds fewer messages than were counted
 /// (something else consumed them): the walk ends.
@@ -617,7 +617,7 @@ fn keep_properties(props: &BasicProperties) -> BasicProperties {
 /// A replayed job: its id, content type and own headers (attempt count, first seen),
 /// without the dead-letter reason and detail, and without the broker's `x-death`
 /// family (a message carrying those into a dead-letter cycle can be dropped).
-pub fn replay_properties(props: &BasicProperties) -> BasicProperties {
+pub(crate) fn replay_properties(props: &BasicProperties) -> BasicProperties {
     let headers = filtered_headers(props, |k| {
         k == headers::REASON
             || k == headers::DETAIL

@@ -3,7 +3,7 @@
 //! delay ladder's names and bits ([`ladder`]), and acking deliveries in batches
 //! ([`acks`]). AMQP code only moves messages; it decides nothing.
 
-pub mod acks;
+pub(crate) mod acks;
 pub mod connect;
 pub mod ladder;
 pub mod publisher;

@@ -64,7 +64,10 @@ pub fn next_headers(
 /// header costs the broker on each message, and two cost RabbitMQ 3.10 about a quarter
 /// more CPU per message in the benchmark's pass-through (BENCHMARKS.md). `None` when
 /// no header is left.
-pub fn dispatch_headers(original: Option<&FieldTable>, now: DateTime<Utc>) -> Option<FieldTable> {
+pub(crate) fn dispatch_headers(
+    original: Option<&FieldTable>,
+    now: DateTime<Utc>,
+) -> Option<FieldTable> {
     let headers = original?;
     if headers.inner().contains_key(ATTEMPT) {
         return Some(next_headers(original, now, None));

@@ -4,7 +4,7 @@
 //! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
 //! elsewhere ([`crate::engine`], [`crate::decide`]).
 
-pub mod admit;
+pub(crate) mod admit;
 pub mod conn;
 pub mod rate;
 pub mod record;

@@ -8,7 +8,7 @@
 //! [`crate::decide`] decision. Dispatched jobs are committed in batches
 //! ([`commits`]); readiness is kept in [`health`].
 
-pub mod commits;
+pub(crate) mod commits;
 pub mod health;
 pub mod process;
 pub mod session;
