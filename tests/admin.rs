@@ -1,12 +1,12 @@
 //! `quota-worker admin` against the machine's RabbitMQ and Redis, output parsed.
 
 mod common;
-mod support;
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use common::cli::*;
 use common::*;
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeleteOptions};
 use quota_worker::amqp::Publisher;
@@ -15,7 +15,6 @@ use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::job::Outcome;
 use quota_worker::quota::window;
 use serde_json::Value;
-use support::*;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);

@@ -6,7 +6,6 @@
 //! broker closing its connection again and again, in the middle of declaring.
 
 mod common;
-mod support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -203,7 +202,7 @@ async fn what_cannot_be_verified_is_refused_with_a_clear_error() {
     // the CLI says why, naming what failed
     let mut s = settings(&unique("tls-cli"));
     s.amqp.url = url.clone();
-    let out = support::qw(&s, &["admin", "queues"])
+    let out = common::cli::qw(&s, &["admin", "queues"])
         .env("QUOTA_WORKER__AMQP__TLS__CA_FILE", &pki.other_ca)
         .output()
         .unwrap();

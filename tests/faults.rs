@@ -472,28 +472,11 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     assert_eq!(a.dispatched.len(), mix.expected_dispatched());
 }
 
-/// GET `path` on `addr` (HTTP/1.0, no client library): (status, body).
+/// GET `path` on `addr`: (status, body), (0, "") when nothing answers.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut c) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let _ = c
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
-        .await;
-    let mut text = String::new();
-    let _ = c.read_to_string(&mut text).await;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
+    common::http_get(&addr.to_string(), path)
+        .await
+        .unwrap_or((0, String::new()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,34 +1,16 @@
 //! HTTP: the router in-process, and `quota-worker run` serving /metrics and /readyz.
 
 mod common;
-mod support;
 
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cli::*;
 use common::*;
 use quota_worker::worker::Health;
-use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-
-/// GET `path` on `addr`: (status, body), or `None` when nothing listens.
-async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -56,15 +38,15 @@ async fn readiness_follows_health_and_metrics_render() {
         stop.clone(),
     ));
 
-    assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
-    let (status, body) = get(&addr, "/readyz").await.unwrap();
+    assert_eq!(common::http_get(&addr, "/healthz").await.unwrap().0, 200);
+    let (status, body) = common::http_get(&addr, "/readyz").await.unwrap();
     assert_eq!(status, 503);
     assert!(
         body.contains("broker: down") && body.contains("redis: down"),
         "{body}"
     );
     health.broker.store(true, Ordering::Relaxed);
-    let (status, body) = get(&addr, "/readyz").await.unwrap();
+    let (status, body) = common::http_get(&addr, "/readyz").await.unwrap();
     assert_eq!(status, 503);
     assert!(
         body.contains("broker: up") && body.contains("redis: down"),
@@ -72,11 +54,11 @@ async fn readiness_follows_health_and_metrics_render() {
     );
     health.redis.store(true, Ordering::Relaxed);
     assert_eq!(
-        get(&addr, "/readyz").await.unwrap(),
+        common::http_get(&addr, "/readyz").await.unwrap(),
         (200, "ready\nbroker: up\nredis: up\n".into())
     );
 
-    let (status, body) = get(&addr, "/metrics").await.unwrap();
+    let (status, body) = common::http_get(&addr, "/metrics").await.unwrap();
     assert_eq!(status, 200);
     assert!(
         body.contains(r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 3"#),
@@ -87,7 +69,7 @@ async fn readiness_follows_health_and_metrics_render() {
         body.contains(r#"quota_worker_admission_seconds_bucket{le="0.0025"} 1"#),
         "{body}"
     );
-    assert_eq!(get(&addr, "/nope").await.unwrap().0, 404);
+    assert_eq!(common::http_get(&addr, "/nope").await.unwrap().0, 404);
     stop.cancel();
     server.await.unwrap().unwrap();
 }
@@ -145,10 +127,10 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     ));
 
     wait_for("/readyz 200", Duration::from_secs(30), || async {
-        matches!(get(&addr, "/readyz").await, Some((200, _)))
+        matches!(common::http_get(&addr, "/readyz").await, Some((200, _)))
     })
     .await;
-    assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+    assert_eq!(common::http_get(&addr, "/healthz").await.unwrap().0, 200);
     // the image's health check: the binary asks http.listen itself
     let health = qw(&s, &["health"]).output().unwrap();
     assert!(health.status.success(), "{health:?}");
@@ -164,12 +146,12 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     .await;
     let dispatched = r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 1"#;
     wait_for("the job in /metrics", Duration::from_secs(15), || async {
-        get(&addr, "/metrics")
+        common::http_get(&addr, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains(dispatched))
     })
     .await;
-    let metrics = get(&addr, "/metrics").await.unwrap().1;
+    let metrics = common::http_get(&addr, "/metrics").await.unwrap().1;
     for expected in [
         "# TYPE quota_worker_jobs_total counter",
         "# TYPE quota_worker_admission_seconds histogram",
@@ -202,7 +184,7 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     };
     assert!(status.success(), "{status:?}");
     running.0 = None;
-    assert!(get(&addr, "/healthz").await.is_none());
+    assert!(common::http_get(&addr, "/healthz").await.is_none());
     // nothing listens now: unhealthy, and it says why
     let health = qw(&s, &["health"]).output().unwrap();
     assert_eq!(health.status.code(), Some(1));
@@ -267,5 +249,5 @@ async fn run_no_http_serves_nothing() {
         }
     })
     .await;
-    assert!(get(&s.http.listen, "/healthz").await.is_none());
+    assert!(common::http_get(&s.http.listen, "/healthz").await.is_none());
 }

@@ -79,9 +79,15 @@ pub(crate) fn dispatch_headers(
 /// The headers a job carries of its own: all but the ladder's bits, its wait
 /// instant and the broker's `x-death` family.
 fn own_headers(original: Option<&FieldTable>) -> FieldTable {
+    kept(original, |name| name != NOT_BEFORE)
+}
+
+/// The headers of `original` that are neither the ladder's nor the broker's and
+/// that `keep` keeps.
+fn kept(original: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> FieldTable {
     let mut out = FieldTable::default();
     for (k, v) in original.into_iter().flat_map(|h| h.inner()) {
-        if !internal(k.as_str()) && k.as_str() != NOT_BEFORE {
+        if !internal(k.as_str()) && keep(k.as_str()) {
             out.insert(k.clone(), v.clone());
         }
     }
@@ -123,15 +129,7 @@ pub fn as_string(v: &AMQPValue) -> Option<String> {
 
 /// Headers of a dead letter: the original ones (less `x-death`), plus reason and detail.
 pub fn dead_headers(original: Option<&FieldTable>, reason: &str, detail: &str) -> FieldTable {
-    let mut out = FieldTable::default();
-    if let Some(headers) = original {
-        for (k, v) in headers.inner() {
-            if internal(k.as_str()) {
-                continue;
-            }
-            out.insert(k.clone(), v.clone());
-        }
-    }
+    let mut out = kept(original, |_| true);
     out.insert(
         ShortString::from(REASON),
         AMQPValue::LongString(reason.into()),

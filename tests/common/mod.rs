@@ -267,7 +267,26 @@ pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::
     outcome
 }
 
+/// GET `path` on `addr` (HTTP/1.1, no client library): (status, body), or `None`
+/// when nothing listens or nothing answers within 5 s.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
 pub mod audit;
+pub mod cli;
 pub mod pki;
 pub mod procs;
 pub mod reliability;

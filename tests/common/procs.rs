@@ -640,50 +640,9 @@ pub struct WorkerProc {
     pub started: Instant,
 }
 
-/// The environment that gives `quota-worker run` the scalar sections of `s`
-/// (`QUOTA_WORKER__AMQP__JOBS_QUEUE=...`), HTTP off.
+/// The environment of `quota-worker run` for `s` ([`super::cli::env_for`]), HTTP off.
 pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
-    let v = serde_json::to_value(s).unwrap();
-    let mut env = Vec::new();
-    for section in ["amqp", "redis", "worker", "http"] {
-        for (k, v) in v[section].as_object().unwrap() {
-            let var = |k: &str| {
-                format!(
-                    "QUOTA_WORKER__{}__{}",
-                    section.to_uppercase(),
-                    k.to_uppercase()
-                )
-            };
-            if let serde_json::Value::Object(tls) = v {
-                // [amqp.tls], [redis.tls]: one variable per key that is set
-                for (k2, v2) in tls {
-                    let text = match v2 {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    env.push((format!("{}__{}", var(k), k2.to_uppercase()), text));
-                }
-                continue;
-            }
-            if k == "hash_key" {
-                // printed redacted; a test that needs its own key sets the variable
-                continue;
-            }
-            let text = match v {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Array(a) => a
-                    .iter()
-                    .map(|x| x.as_str().unwrap_or_default().to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                other => other.to_string(),
-            };
-            if v.is_array() && text.is_empty() {
-                continue;
-            }
-            env.push((var(k), text));
-        }
-    }
+    let mut env = super::cli::env_for(s);
     env.retain(|(k, _)| k != "QUOTA_WORKER__HTTP__ENABLED");
     env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "false".into()));
     env

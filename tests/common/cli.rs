@@ -1,4 +1,4 @@
-//! Running the `quota-worker` binary in tests: the same unique names as the
+//! Running the `quota-worker` binary in tests (`common::cli`): the same unique names as the
 //! in-process settings, passed as QUOTA_WORKER__SECTION__KEY variables.
 #![allow(dead_code)]
 
@@ -8,46 +8,61 @@ use std::process::{Command, Output, Stdio};
 use quota_worker::config::Settings;
 use serde_json::Value;
 
-/// The environment that makes the binary use `s`'s names and servers.
+/// The environment that gives the binary `s`'s scalar sections (`[amqp]` with its
+/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`) and each custom
+/// policy's scope and action, as `QUOTA_WORKER__SECTION__KEY` variables. The hash
+/// key is left out (it serializes redacted); a test that needs its own sets it.
+/// Rules, lists of tables, cannot be variables: `procs::WorkerProc` writes them to a
+/// file.
 pub fn env_for(s: &Settings) -> Vec<(String, String)> {
-    let a = &s.amqp;
-    let mut vars = vec![
-        ("AMQP__URL", a.url.clone()),
-        ("AMQP__JOBS_EXCHANGE", a.jobs_exchange.clone()),
-        ("AMQP__JOBS_QUEUE", a.jobs_queue.clone()),
-        ("AMQP__DISPATCH_EXCHANGE", a.dispatch_exchange.clone()),
-        (
-            "AMQP__DISPATCH_QUEUE_PREFIX",
-            a.dispatch_queue_prefix.clone(),
-        ),
-        ("AMQP__DEAD_EXCHANGE", a.dead_exchange.clone()),
-        ("AMQP__DEAD_QUEUE", a.dead_queue.clone()),
-        ("AMQP__DELAY_PREFIX", a.delay_prefix.clone()),
-        ("AMQP__DELIVERY_LIMIT", a.delivery_limit.to_string()),
-        ("REDIS__URL", s.redis.url.clone()),
-        ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
-        ("WORKER__THREADS", s.worker.threads.to_string()),
-        ("HTTP__ENABLED", s.http.enabled.to_string()),
-        ("HTTP__LISTEN", s.http.listen.clone()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect::<Vec<_>>();
-    for (name, p) in &s.policies {
-        if name != "default" && name != "transactional" {
-            let scope = match p.scope {
-                quota_worker::config::Scope::Channel => "channel",
-                quota_worker::config::Scope::Recipient => "recipient",
-            };
-            vars.push((
-                format!("POLICIES__{}__SCOPE", name.to_uppercase()),
-                scope.to_string(),
-            ));
+    let v = serde_json::to_value(s).unwrap();
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    let mut env = Vec::new();
+    for section in ["amqp", "redis", "worker", "http"] {
+        let var = |k: &str| {
+            format!(
+                "QUOTA_WORKER__{}__{}",
+                section.to_uppercase(),
+                k.to_uppercase()
+            )
+        };
+        for (k, v) in v[section].as_object().unwrap() {
+            match v {
+                Value::Object(tls) => {
+                    for (k2, v2) in tls {
+                        env.push((format!("{}__{}", var(k), k2.to_uppercase()), scalar(v2)));
+                    }
+                }
+                Value::Array(a) if a.is_empty() => {}
+                _ if k == "hash_key" => {}
+                v => env.push((var(k), scalar(v))),
+            }
         }
     }
-    vars.into_iter()
-        .map(|(k, v)| (format!("QUOTA_WORKER__{k}"), v))
-        .collect()
+    for (name, p) in &s.policies {
+        if name != "default" && name != "transactional" {
+            let p = serde_json::to_value(p).unwrap();
+            for key in ["scope", "action"] {
+                env.push((
+                    format!(
+                        "QUOTA_WORKER__POLICIES__{}__{}",
+                        name.to_uppercase(),
+                        key.to_uppercase()
+                    ),
+                    scalar(&p[key]),
+                ));
+            }
+        }
+    }
+    env
 }
 
 /// `quota-worker ARGS` for settings `s`, with no inherited configuration.
