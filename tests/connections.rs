@@ -76,16 +76,26 @@ fn tls_settings(ns: &str, pki: &Pki, node: &RabbitNode, redis: &RedisServer) -> 
     s
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
+/// Certificates, a private RabbitMQ node and a redis-server, both listening with
+/// TLS and requiring a client certificate; `None` (the test skipped, and saying so)
+/// where this machine cannot start a RabbitMQ node.
+async fn tls_servers() -> Option<(Pki, RabbitNode, RedisServer)> {
     if !RabbitNode::available() {
         eprintln!("skipped: no RabbitMQ scripts to start a private node");
-        return;
+        return None;
     }
     let pki = Pki::new();
     let mut node = RabbitNode::with_tls(&pki, true);
     node.start().await;
     let redis = RedisServer::with_tls(&pki, true);
+    Some((pki, node, redis))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
+    let Some((pki, node, redis)) = tls_servers().await else {
+        return;
+    };
     let ns = unique("tls-flow");
     let s = tls_settings(&ns, &pki, &node, &redis);
 
@@ -138,14 +148,9 @@ async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_cannot_be_verified_is_refused_with_a_clear_error() {
-    if !RabbitNode::available() {
-        eprintln!("skipped: no RabbitMQ scripts to start a private node");
+    let Some((pki, node, redis)) = tls_servers().await else {
         return;
-    }
-    let pki = Pki::new();
-    let mut node = RabbitNode::with_tls(&pki, true);
-    node.start().await;
-    let redis = RedisServer::with_tls(&pki, true);
+    };
     let url = node.tls_url();
 
     // the right CA and a client certificate: connects

@@ -147,13 +147,6 @@ mod tests {
     use crate::amqp::ladder::Ladder;
     use chrono::TimeZone;
 
-    fn ladder() -> Ladder {
-        Ladder {
-            prefix: "notify.delay".into(),
-            levels: 20,
-        }
-    }
-
     #[test]
     fn headers_drop_x_death_and_count_attempts() {
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
@@ -187,7 +180,11 @@ mod tests {
         let mut h = FieldTable::default();
         h.insert("x-death".into(), AMQPValue::FieldArray(Default::default()));
         h.insert(NOT_BEFORE.into(), AMQPValue::LongLongInt(1));
-        ladder().mark(&mut h, 3);
+        let ladder = Ladder {
+            prefix: "notify.delay".into(),
+            levels: 20,
+        };
+        ladder.mark(&mut h, 3);
         assert_eq!(dispatch_headers(Some(&h), now), None);
         // the producer's own headers pass, and no x-notify-* is added
         h.insert("trace".into(), AMQPValue::LongString("abc".into()));
