@@ -1,0 +1,162 @@
+//! Fault scenario: a broker that hangs.
+
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::procs::{self, WorkerProc};
+use crate::common::reliability::{long, record};
+use crate::common::*;
+use crate::harness::*;
+use quota_worker::config::Dur;
+use serde_json::json;
+
+/// A broker that hangs instead of going away (SIGSTOP of the node: connections stay
+/// open, nothing answers, as in a network partition). Every wait of the worker has a
+/// deadline: publishes time out (their jobs are handed back, their reservations
+/// kept), and when the broker wakes up the worker goes on by itself. Then SIGTERM
+/// while the broker hangs, once with a session running and once while connecting:
+/// the worker exits 0 within its grace period all the same. A fresh worker finishes
+/// the run; nothing is lost. Dispatches sent during the hang and confirmed only
+/// after it are dispatched again (the named window: sent, not recorded); counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
+    let _heavy = heavy().await;
+    let Some(guard) = private_node().await else {
+        record(json!({"scenario": "broker_hang", "skipped": "no rabbitmq-server on this machine"}));
+        return;
+    };
+    let node = &guard.0;
+    let hang = Duration::from_secs(if long() { 30 } else { 12 });
+    let grace = 5;
+    let n = 2_000;
+    let ns = unique("brokerhang");
+    let mut s = fault_settings(&ns, 200);
+    s.amqp.url = node.url();
+    s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
+    let _g = RedisGuard(ns.clone());
+    let dir = procs::temp_dir("brokerhang");
+    let connect = |url: String| async move {
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("private node")
+    };
+    let conn = connect(node.url()).await;
+    topology(&s).declare(&conn).await.unwrap();
+    let mix = Mix::new(&ns, n, &noon_zone());
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let started = Instant::now();
+    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < 300 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no progress:\n{}",
+            w.tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = conn.close(200, "".into()).await;
+
+    // 1. the broker hangs, then wakes up
+    node.freeze();
+    let thaw = Thaw(node);
+    tokio::time::sleep(hang).await;
+    drop(thaw);
+    let woke = Instant::now();
+    let conn = connect(node.url()).await;
+    // sends confirmed late land at once; then paced dispatching must go on
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let landed = depth(&conn, &dispatch).await.unwrap_or(0);
+    let mut resumed = None;
+    while woke.elapsed() < Duration::from_secs(60) {
+        if depth(&conn, &dispatch).await.unwrap_or(0) > landed + 20 {
+            resumed = Some(woke.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(w.running(), "the worker exited:\n{}", w.tail(30));
+    let _ = conn.close(200, "".into()).await;
+
+    // 2. SIGTERM while the broker hangs: a running session, and one connecting
+    node.freeze();
+    let thaw = Thaw(node);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut connecting = WorkerProc::spawn(&s, &dir, "connecting");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let termed = Instant::now();
+    w.term();
+    connecting.term();
+    let status_connecting = connecting.wait(Duration::from_secs(60));
+    let exit_connecting = termed.elapsed();
+    let status = w.wait(Duration::from_secs(grace + 120));
+    let exit_running = termed.elapsed();
+    drop(thaw);
+
+    // 3. a fresh worker finishes the run
+    let conn = connect(node.url()).await;
+    let mut f = WorkerProc::spawn(&s, &dir, "finish");
+    let done = wait_until_quiet(
+        &conn,
+        &s,
+        mix.expected_dispatched(),
+        mix.count(Kind::Malformed),
+        Duration::from_secs(if long() { 600 } else { 180 }),
+    )
+    .await;
+    f.term();
+    let finish_status = f.wait(Duration::from_secs(30));
+    let a = Audit::collect(&conn, &s, &mix.jobs).await;
+    eprintln!("{}", a.summary(&mix.jobs));
+    let lost = a.lost(&mix.jobs);
+    let twice = a.in_two_places();
+    let violations = check_caps(&s, &mix, &a).await;
+    let panics = worker_panics(&dir);
+    record(json!({
+        "scenario": "broker_hang",
+        "worker_panics": panics.len(),
+        "test": "tests/faults/broker_hang.rs: broker_hang_every_wait_has_a_deadline_and_nothing_is_lost",
+        "jobs": n,
+        "faults": 2,
+        "fault": format!("RabbitMQ node frozen (SIGSTOP) for {} s, then frozen again for a SIGTERM", hang.as_secs()),
+        "hang_seconds": hang.as_secs(),
+        "publish_timeout_seconds": s.amqp.publish_timeout.0.as_secs(),
+        "prefetch": s.amqp.prefetch,
+        "lost": lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "duplicate_waiting_copies": a.duplicate_waiting(),
+        "duplicate_dead_letters": a.duplicate_dead(),
+        "violations": violations.len(),
+        "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
+        "grace_seconds": grace,
+        "sigterm_exit_seconds_running": exit_running.as_secs_f64(),
+        "sigterm_exit_seconds_connecting": exit_connecting.as_secs_f64(),
+        "sigterm_exit_codes": [status.and_then(|s| s.code()), status_connecting.and_then(|s| s.code())],
+    }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
+    let _ = conn.close(200, "".into()).await;
+    assert!(
+        resumed.is_some_and(|d| d < Duration::from_secs(10)),
+        "dispatching resumed {resumed:?} after the broker woke up"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", w.tail(30));
+    assert_eq!(
+        status_connecting.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        connecting.tail(30)
+    );
+    assert!(
+        exit_running < Duration::from_millis(grace * 1000 + 500),
+        "exit took {exit_running:?}"
+    );
+    assert!(
+        exit_connecting < Duration::from_millis(grace * 1000 + 500),
+        "exit took {exit_connecting:?}"
+    );
+    assert!(finish_status.map(|s| s.success()).unwrap_or(false));
+    assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert!(twice.is_empty(), "in two places: {twice:?}");
+    assert!(violations.is_empty(), "violations: {violations:#?}");
+}

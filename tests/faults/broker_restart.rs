@@ -1,0 +1,128 @@
+//! Fault scenario: the broker restarted under load.
+
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::procs::{self, WorkerProc};
+use crate::common::reliability::{long, record};
+use crate::common::*;
+use crate::harness::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
+    let _heavy = heavy().await;
+    let Some(mut guard) = private_node().await else {
+        record(
+            json!({"scenario": "broker_restart", "skipped": "no rabbitmq-server on this machine"}),
+        );
+        return;
+    };
+    let (node, boot) = &mut *guard;
+    let boot = *boot;
+    let restarts: &[&str] = if long() { &["stop", "kill"] } else { &["stop"] };
+    let n = if long() { 8_000 } else { 2_000 };
+    let ns = unique("brokerrestart");
+    let mut s = fault_settings(&ns, 200);
+    s.amqp.url = node.url();
+    let _g = RedisGuard(ns.clone());
+    let dir = procs::temp_dir("brokerrestart");
+    let connect = |url: String| async move {
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("private node")
+    };
+    let mut conn = connect(node.url()).await;
+    topology(&s).declare(&conn).await.unwrap();
+    let mix = Mix::new(&ns, n, &noon_zone());
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let started = Instant::now();
+    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut recovery = Vec::new();
+    let mut down_for = Vec::new();
+    for (i, how) in restarts.iter().enumerate() {
+        let target = 300 * (i + 1) as u32;
+        while depth(&conn, &dispatch).await.unwrap_or(0) < target {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no progress:\n{}",
+                w.tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let down_at = Instant::now();
+        match *how {
+            "stop" => node.stop(),
+            _ => node.kill(),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        node.start().await;
+        down_for.push(down_at.elapsed().as_secs_f64());
+        let back_at = Instant::now();
+        conn = connect(node.url()).await;
+        let back = wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|| panic!("the worker never came back:\n{}", w.tail(40)));
+        eprintln!(
+            "broker {how}: back after {:.1}s; the worker consumed again {back:?} later",
+            down_for[i]
+        );
+        let _ = back_at;
+        recovery.push(back);
+        assert!(w.running(), "the worker exited:\n{}", w.tail(40));
+    }
+    let done = wait_until_quiet(
+        &conn,
+        &s,
+        mix.expected_dispatched(),
+        mix.count(Kind::Malformed),
+        Duration::from_secs(if long() { 600 } else { 180 }),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    w.term();
+    let status = w.wait(Duration::from_secs(30));
+    let a = Audit::collect(&conn, &s, &mix.jobs).await;
+    eprintln!("{}", a.summary(&mix.jobs));
+    if !done {
+        explain_stuck(&a, &mix, &w);
+    }
+    let lost = a.lost(&mix.jobs);
+    let twice = a.in_two_places();
+    let violations = check_caps(&s, &mix, &a).await;
+    let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
+    let panics = worker_panics(&dir);
+    record(json!({
+        "scenario": "broker_restart",
+        "worker_panics": panics.len(),
+        "test": "tests/faults/broker_restart.rs: broker_restart_the_worker_reconnects_by_itself_and_loses_nothing",
+        "jobs": n,
+        "faults": restarts.len(),
+        "fault": restarts.iter().map(|h| if *h == "stop" { "rabbitmqctl stop + start" } else { "SIGKILL of the node + start" }).collect::<Vec<_>>().join(", "),
+        "broker_down_seconds": down_for,
+        "broker_boot_seconds": boot,
+        "lost": lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "duplicate_waiting_copies": a.duplicate_waiting(),
+        "duplicate_dead_letters": a.duplicate_dead(),
+        "violations": violations.len(),
+        "recovery_seconds": max_recovery,
+        "elapsed_seconds": elapsed.as_secs_f64(),
+    }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
+    drop(conn);
+    assert!(
+        status.map(|s| s.success()).unwrap_or(false),
+        "worker exit {status:?}:\n{}",
+        w.tail(30)
+    );
+    assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert!(twice.is_empty(), "in two places: {twice:?}");
+    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(
+        max_recovery < 5.0,
+        "reconnected {max_recovery:.1}s after the broker was back"
+    );
+}

@@ -1,0 +1,359 @@
+//! What every fault scenario shares: the settings and the job mix it publishes,
+//! waiting until the queues are quiet, the checks of the caps and of the
+//! duplicates, the worker panics looked for in the logs, and the one private
+//! RabbitMQ node of the broker scenarios.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{self, depth, Audit, Published};
+use crate::common::procs::{self, WorkerProc};
+use crate::common::*;
+use quota_worker::config::{ChannelSettings, Dur, PolicySettings, RuleSettings, Settings};
+/// Scenarios load the machine; run them one at a time.
+pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub(crate) async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
+}
+
+pub(crate) fn policy(rules: &[(u32, &str)]) -> PolicySettings {
+    PolicySettings {
+        rules: rules
+            .iter()
+            .map(|(limit, window)| RuleSettings {
+                limit: *limit,
+                window: window.parse().unwrap(),
+            })
+            .collect(),
+        scope: Default::default(),
+        action: Default::default(),
+    }
+}
+
+/// Settings for a fault scenario: three policies (no cap, one per local day, two per
+/// rolling 2 s), channel `sms` paced at `rate` per second, a 3 s reservation lease so
+/// jobs orphaned by a crash come back within the test.
+pub(crate) fn fault_settings(ns: &str, rate: u64) -> Settings {
+    let mut s = settings(ns);
+    s.redis.reservation_lease = Dur(Duration::from_secs(3));
+    s.worker.shutdown_grace = Dur(Duration::from_secs(10));
+    s.policies.insert("transactional".into(), policy(&[]));
+    s.policies.insert("daily".into(), policy(&[(1, "1d")]));
+    s.policies.insert("rolling".into(), policy(&[(2, "2s")]));
+    s.channels.insert(
+        "sms".into(),
+        ChannelSettings {
+            rate: Some(rate),
+            period: None,
+            burst: Some(20),
+            cost: 1,
+        },
+    );
+    s
+}
+
+/// What a job of the mix is expected to become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// No cap: dispatched.
+    Free,
+    /// One per local day: the recipient's first is dispatched, the rest wait.
+    Daily,
+    /// Two per rolling 2 s: all dispatched, paced by the cap.
+    Rolling,
+    /// Not a job: dead-lettered `malformed`.
+    Malformed,
+}
+
+pub(crate) struct Mix {
+    pub(crate) jobs: Vec<Published>,
+    pub(crate) kinds: BTreeMap<String, Kind>,
+}
+
+impl Mix {
+    /// `n` jobs: 80 % uncapped over 500 recipients, 10 % daily-capped over n/100
+    /// recipients, 7 % rolling-capped over n/50, 3 % malformed.
+    pub(crate) fn new(ns: &str, n: usize, zone: &str) -> Mix {
+        let mut jobs = Vec::with_capacity(n);
+        let mut kinds = BTreeMap::new();
+        let (mut daily, mut rolling, mut free) = (0usize, 0usize, 0usize);
+        for i in 0..n {
+            let id = format!("{ns}-{i}");
+            let (kind, recipient, body) = match i % 100 {
+                0..=2 => (
+                    Kind::Malformed,
+                    String::new(),
+                    format!(r#"{{"id":"{id}","recipient":42,"channel":"sms"}}"#).into_bytes(),
+                ),
+                3..=12 => {
+                    daily += 1;
+                    let r = format!("daily-{}", daily % (n / 100).max(1));
+                    let b = audit::job_body(&id, &r, "sms", "daily", zone);
+                    (Kind::Daily, r, b)
+                }
+                13..=19 => {
+                    rolling += 1;
+                    let r = format!("roll-{}", rolling % (n / 50).max(1));
+                    let b = audit::job_body(&id, &r, "sms", "rolling", zone);
+                    (Kind::Rolling, r, b)
+                }
+                _ => {
+                    free += 1;
+                    let r = format!("free-{}", free % 500);
+                    let b = audit::job_body(&id, &r, "sms", "transactional", zone);
+                    (Kind::Free, r, b)
+                }
+            };
+            kinds.insert(id.clone(), kind);
+            jobs.push(Published {
+                id,
+                recipient,
+                body,
+            });
+        }
+        Mix { jobs, kinds }
+    }
+
+    pub(crate) fn count(&self, k: Kind) -> usize {
+        self.kinds.values().filter(|v| **v == k).count()
+    }
+
+    pub(crate) fn daily_recipients(&self) -> BTreeSet<String> {
+        self.jobs
+            .iter()
+            .filter(|j| self.kinds[&j.id] == Kind::Daily)
+            .map(|j| j.recipient.clone())
+            .collect()
+    }
+
+    /// How many distinct jobs end up dispatched.
+    pub(crate) fn expected_dispatched(&self) -> usize {
+        self.count(Kind::Free) + self.count(Kind::Rolling) + self.daily_recipients().len()
+    }
+}
+
+/// Declare the topology once, so jobs published before a worker starts are routed.
+pub(crate) async fn declare(s: &Settings) {
+    let conn = amqp().await;
+    topology(s).declare(&conn).await.expect("topology");
+    let _ = conn.close(200, "".into()).await;
+}
+
+/// Wait until the dispatch and dead queues hold at least the expected numbers, the
+/// jobs queue is empty and the short delay levels (up to 16 s) are empty, three
+/// polls in a row. Returns false on timeout.
+pub(crate) async fn wait_until_quiet(
+    conn: &lapin::Connection,
+    s: &Settings,
+    dispatched: usize,
+    dead: usize,
+    timeout: Duration,
+) -> bool {
+    let t = topology(s);
+    let ladder = t.ladder();
+    let deadline = Instant::now() + timeout;
+    let mut calm = 0;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let d = depth(conn, &t.dispatch_queue("sms")).await.unwrap_or(0) as usize;
+        let x = depth(conn, &s.amqp.dead_queue).await.unwrap_or(0) as usize;
+        let j = depth(conn, &s.amqp.jobs_queue).await.unwrap_or(1);
+        let mut short = 0;
+        for n in 0..5 {
+            short += depth(conn, &ladder.queue(n)).await.unwrap_or(1);
+        }
+        last = format!(
+            "dispatch {d}/{dispatched}, dead {x}/{dead}, jobs queue {j}, short delays {short}"
+        );
+        if d >= dispatched && x >= dead && j == 0 && short == 0 {
+            calm += 1;
+            if calm >= 3 {
+                return true;
+            }
+        } else {
+            calm = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("did not settle in {timeout:?}: {last}");
+    false
+}
+
+/// Panics reported in the logs of every worker process a scenario ran (`dir` holds
+/// them). A panicking task never settles its delivery, so there must be none.
+pub(crate) fn worker_panics(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.starts_with("worker-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("panicked at")) {
+            out.push(format!("{name}: {line}"));
+        }
+    }
+    out
+}
+
+/// After a run that did not settle: the jobs found where they should not be, and
+/// what the worker's log says about them.
+pub(crate) fn explain_stuck(a: &Audit, mix: &Mix, w: &WorkerProc) {
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    for (id, queues) in &a.waiting_in {
+        let kind = mix.kinds.get(id);
+        if kind == Some(&Kind::Daily) && queues.iter().all(|q| !q.ends_with(".jobs")) {
+            continue;
+        }
+        eprintln!("stuck: {id} ({kind:?}) found in {queues:?}; its log lines:");
+        for line in log.lines().filter(|l| l.contains(&format!("\"{id}\""))) {
+            eprintln!("    {}", &line[..line.len().min(400)]);
+        }
+    }
+}
+
+/// Cap and record checks for a mix, after the audit. Returns the violations, each a
+/// sentence.
+pub(crate) async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String> {
+    let mut violations = Vec::new();
+    let per = a.dispatched_per_recipient(&mix.jobs);
+    for r in mix.daily_recipients() {
+        let n = per.get(&r).copied().unwrap_or(0);
+        if n != 1 {
+            violations.push(format!(
+                "daily recipient {r}: {n} distinct jobs dispatched, cap 1 (and 1 expected)"
+            ));
+        }
+    }
+    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let mut conn = redis::Client::open(s.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut by_recipient: BTreeMap<(&str, &'static str), Vec<&Published>> = BTreeMap::new();
+    for j in &mix.jobs {
+        let policy = match mix.kinds[&j.id] {
+            Kind::Free => "transactional",
+            Kind::Daily => "daily",
+            Kind::Rolling => "rolling",
+            Kind::Malformed => continue,
+        };
+        by_recipient
+            .entry((&j.recipient, policy))
+            .or_default()
+            .push(j);
+    }
+    for ((r, policy), jobs) in by_recipient {
+        let sends = audit::recorded(&mut conn, &keys.recipient(r, policy, None)).await;
+        let members: BTreeMap<&[u8], bool> =
+            sends.iter().map(|(_, c, m)| (m.as_slice(), *c)).collect();
+        for j in jobs {
+            if a.dispatched.contains_key(&j.id) {
+                match members.get(quota_worker::quota::keys::member(&j.id).as_slice()) {
+                    Some(true) => {}
+                    Some(false) => {
+                        violations.push(format!("{}: dispatched, recorded only as reserved", j.id))
+                    }
+                    None => {
+                        violations.push(format!("{}: dispatched without a recorded send", j.id))
+                    }
+                }
+            }
+        }
+        if policy == "rolling" {
+            let times: Vec<i64> = sends.iter().map(|(t, _, _)| *t).collect();
+            if let Some((a, b)) = audit::rolling_violation(&times, 2, 2000) {
+                violations.push(format!(
+                    "rolling recipient {r}: 3 sends within {} ms",
+                    b - a
+                ));
+            }
+        }
+        if policy == "daily" && sends.len() > 1 {
+            violations.push(format!(
+                "daily recipient {r}: {} sends recorded",
+                sends.len()
+            ));
+        }
+    }
+    violations
+}
+
+/// For each duplicated dispatch, whether a crash explains it: its first copy was
+/// among the last `window` messages dispatched before a kill.
+/// Also returns the largest distance (in messages) between a duplicate's first copy
+/// and the kill that explains it.
+pub(crate) fn explain_duplicates(
+    a: &Audit,
+    kill_depths: &[usize],
+    window: usize,
+) -> (usize, usize, Vec<String>) {
+    let mut explained = 0;
+    let mut farthest = 0;
+    let mut unexplained = Vec::new();
+    for (id, positions) in a.duplicated_ids() {
+        let first = positions[0];
+        match kill_depths
+            .iter()
+            .filter(|&&d| first < d && d - first <= window)
+            .map(|&d| d - first)
+            .min()
+        {
+            Some(distance) => {
+                explained += positions.len() - 1;
+                farthest = farthest.max(distance);
+            }
+            None => unexplained.push(format!("{id} at positions {positions:?}")),
+        }
+    }
+    (explained, farthest, unexplained)
+}
+
+pub(crate) async fn wait_consumers(
+    conn: &lapin::Connection,
+    queue: &str,
+    want: u32,
+    timeout: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if audit::consumers(conn, queue).await == Some(want) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
+/// One private RabbitMQ node for the broker scenarios of this binary (its boot takes
+/// 10 to 15 s here), and how long that boot took.
+pub(crate) static NODE: tokio::sync::OnceCell<tokio::sync::Mutex<(procs::RabbitNode, f64)>> =
+    tokio::sync::OnceCell::const_new();
+
+pub(crate) async fn private_node(
+) -> Option<tokio::sync::MutexGuard<'static, (procs::RabbitNode, f64)>> {
+    if !procs::RabbitNode::available() {
+        eprintln!("SKIPPED: no /usr/lib/rabbitmq/bin/rabbitmq-server to start a private node");
+        return None;
+    }
+    let cell = NODE
+        .get_or_init(|| async {
+            let mut node = procs::RabbitNode::new();
+            let boot = node.start().await;
+            eprintln!("private rabbitmq node {} up in {boot:?}", node.name);
+            tokio::sync::Mutex::new((node, boot.as_secs_f64()))
+        })
+        .await;
+    Some(cell.lock().await)
+}
+
+/// Thaws a frozen node when dropped, also when the test panics.
+pub(crate) struct Thaw<'a>(pub(crate) &'a procs::RabbitNode);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}

@@ -1,0 +1,134 @@
+//! Fault scenario: kill -9 of the worker at random moments.
+
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{depth, noon_zone, publish_all, Audit, Rng};
+use crate::common::procs::{self, WorkerProc};
+use crate::common::reliability::{long, record};
+use crate::common::*;
+use crate::harness::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
+    let _heavy = heavy().await;
+    let (n, kills, rate) = if long() {
+        (20_000, 20, 600)
+    } else {
+        (2_000, 5, 250)
+    };
+    let ns = unique("kill");
+    let s = fault_settings(&ns, rate);
+    let _c = Cleanup::new(&s);
+    let dir = procs::temp_dir("kill");
+    declare(&s).await;
+    let mix = Mix::new(&ns, n, &noon_zone());
+    let conn = amqp().await;
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let mut rng = Rng::from_env();
+    let started = Instant::now();
+
+    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut recovery = Vec::new();
+    recovery.push(
+        wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+            .await
+            .expect("worker consumes"),
+    );
+    let mut kill_depths = Vec::new();
+    for k in 0..kills {
+        let pause = if long() {
+            rng.range(500, 2500)
+        } else {
+            rng.range(300, 1500)
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        w.kill9();
+        wait_consumers(&conn, &s.amqp.jobs_queue, 0, Duration::from_secs(10)).await;
+        kill_depths.push(depth(&conn, &dispatch).await.unwrap_or(0) as usize);
+        w = WorkerProc::spawn(&s, &dir, &(k + 1).to_string());
+        recovery.push(
+            wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+                .await
+                .unwrap_or_else(|| panic!("restarted worker never consumed:\n{}", w.tail(30))),
+        );
+    }
+    let kills_done_at = started.elapsed();
+    let done = wait_until_quiet(
+        &conn,
+        &s,
+        mix.expected_dispatched(),
+        mix.count(Kind::Malformed),
+        Duration::from_secs(if long() { 900 } else { 180 }),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    w.term();
+    let status = w.wait(Duration::from_secs(30));
+    assert!(
+        status.map(|s| s.success()).unwrap_or(false),
+        "worker exit {status:?}:\n{}",
+        w.tail(30)
+    );
+
+    let a = Audit::collect(&conn, &s, &mix.jobs).await;
+    eprintln!("{}", a.summary(&mix.jobs));
+    let lost = a.lost(&mix.jobs);
+    let twice = a.in_two_places();
+    let violations = check_caps(&s, &mix, &a).await;
+    let (explained, farthest, unexplained) =
+        explain_duplicates(&a, &kill_depths, s.amqp.prefetch as usize);
+    let wrong_dead: Vec<_> = a
+        .dead
+        .iter()
+        .filter(|(id, reasons)| {
+            mix.kinds.get(*id) != Some(&Kind::Malformed) || reasons.iter().any(|r| r != "malformed")
+        })
+        .map(|(id, r)| format!("{id}: {r:?}"))
+        .collect();
+    let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
+    let panics = worker_panics(&dir);
+    record(json!({
+        "scenario": "kill9",
+        "worker_panics": panics.len(),
+        "test": "tests/faults/kill_9.rs: kill_9_at_random_moments_loses_nothing_and_breaks_no_cap",
+        "jobs": n,
+        "faults": kills,
+        "fault": "kill -9 of the worker process, restarted at once",
+        "lost": lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "duplicates_explained": explained,
+        "duplicate_farthest_before_kill": farthest,
+        "duplicate_waiting_copies": a.duplicate_waiting(),
+        "duplicate_dead_letters": a.duplicate_dead(),
+        "violations": violations.len(),
+        "recovery_seconds": max_recovery,
+        "dispatched": a.dispatched.len(),
+        "waiting": a.waiting.len(),
+        "dead": a.dead.len(),
+        "elapsed_seconds": elapsed.as_secs_f64(),
+        "kills_over_seconds": kills_done_at.as_secs_f64(),
+        "rate_per_second": rate,
+    }));
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
+    assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
+    assert!(
+        lost.is_empty(),
+        "lost {} jobs: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(20)]
+    );
+    assert!(twice.is_empty(), "jobs in two places: {twice:?}");
+    assert!(a.strangers.is_empty(), "unknown ids: {:?}", a.strangers);
+    assert!(violations.is_empty(), "cap violations: {violations:#?}");
+    assert!(
+        wrong_dead.is_empty(),
+        "unexpected dead letters: {wrong_dead:?}"
+    );
+    assert!(
+        unexplained.is_empty(),
+        "duplicates no crash explains: {unexplained:?}"
+    );
+    assert_eq!(a.dispatched.len(), mix.expected_dispatched());
+}

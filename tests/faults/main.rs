@@ -1,0 +1,33 @@
+//! The fault suite: the worker under kill -9, a broker restart, a broker hang, a
+//! Redis outage, four competing processes, SIGTERM under load and stale `x-death`
+//! headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
+//! publishes a known set of jobs and ends with an audit (see `common::audit`): each
+//! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
+//! against what was dispatched and what Redis recorded; duplicates counted and
+//! explained. Figures go to `target/reliability/*.json` and, with
+//! `QW_WRITE_RELIABILITY=1`, into RELIABILITY.md.
+//!
+//! Quick form (CI): `cargo test --test faults`. Long form:
+//! `QW_FAULTS_LONG=1 cargo test --release --test faults` (20,000 jobs and 20 kills,
+//! a 30 s Redis outage, a 30 s broker hang, two broker restarts, the second a
+//! SIGKILL). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
+//! replays the random kill times; `QW_WORKER_LOG` sets the worker processes'
+//! `RUST_LOG` (their logs are in the scenario's temp dir, kept with `QW_KEEP_TMP=1`).
+//! Any panic in a worker process's log fails the scenario.
+//! The broker scenarios start their own RabbitMQ node (never the shared one) and are
+//! skipped (and recorded as skipped) where `/usr/lib/rabbitmq/bin/rabbitmq-server`
+//! is missing; the Redis outage starts its own `redis-server`.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod harness;
+
+mod broker_hang;
+mod broker_restart;
+mod four_workers;
+mod interrupted_admission;
+mod kill_9;
+mod redis_outage;
+mod sigterm;
+mod stale_x_death;
+mod unconfirmed_dispatch;
