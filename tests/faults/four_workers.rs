@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::audit::{self, noon_zone, publish_all, Audit, Published};
 use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::record;
 use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::RuleSettings;
@@ -84,25 +83,25 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
         }
     }
     let lost = a.lost(&jobs);
-    let panics = worker_panics(&dir);
-    record(json!({
-        "scenario": "four_workers",
-        "worker_panics": panics.len(),
-        "test": "tests/faults/four_workers.rs: four_workers_one_queue_hold_the_caps_exactly",
-        "jobs": n,
-        "workers": workers,
-        "recipients": recipients,
-        "cap": format!("{limit} per local day"),
-        "dispatched": a.dispatched.len(),
-        "waiting": a.waiting.len(),
-        "lost": lost.len(),
-        "duplicates": a.duplicate_dispatches(),
-        "violations": violations.len(),
-        "elapsed_seconds": elapsed.as_secs_f64(),
-    }));
-    assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    assert!(done, "did not settle: {}", a.summary(&jobs));
-    assert!(lost.is_empty(), "lost: {lost:?}");
+    conclude(
+        &dir,
+        json!({
+            "scenario": "four_workers",
+            "test": "tests/faults/four_workers.rs: four_workers_one_queue_hold_the_caps_exactly",
+            "jobs": n,
+            "workers": workers,
+            "recipients": recipients,
+            "cap": format!("{limit} per local day"),
+            "dispatched": a.dispatched.len(),
+            "waiting": a.waiting.len(),
+            "duplicates": a.duplicate_dispatches(),
+            "violations": violations.len(),
+            "elapsed_seconds": elapsed.as_secs_f64(),
+        }),
+        done,
+        &lost,
+        &a.summary(&jobs),
+    );
     assert!(violations.is_empty(), "{violations:#?}");
     assert_eq!(a.dispatched.len(), limit * recipients);
     assert_eq!(a.waiting.len(), n - limit * recipients);

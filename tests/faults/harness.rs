@@ -357,3 +357,28 @@ impl Drop for Thaw<'_> {
         self.0.thaw();
     }
 }
+
+/// The end every audited scenario shares: record its figures (with the worker
+/// panics found in the logs under `dir` and the jobs lost), then assert that no
+/// worker panicked, that the run settled and that nothing was lost. Each scenario's
+/// own assertions follow.
+pub(crate) fn conclude(
+    dir: &std::path::Path,
+    mut figures: serde_json::Value,
+    settled: bool,
+    lost: &[String],
+    summary: &str,
+) {
+    let panics = worker_panics(dir);
+    figures["worker_panics"] = serde_json::json!(panics.len());
+    figures["lost"] = serde_json::json!(lost.len());
+    crate::common::reliability::record(figures);
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
+    assert!(settled, "the run did not settle: {summary}");
+    assert!(
+        lost.is_empty(),
+        "lost {} jobs: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(20)]
+    );
+}

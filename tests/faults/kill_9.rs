@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::audit::{depth, noon_zone, publish_all, Audit, Rng};
 use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::{long, record};
+use crate::common::reliability::long;
 use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
@@ -88,36 +88,31 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         .map(|(id, r)| format!("{id}: {r:?}"))
         .collect();
     let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
-    let panics = worker_panics(&dir);
-    record(json!({
-        "scenario": "kill9",
-        "worker_panics": panics.len(),
-        "test": "tests/faults/kill_9.rs: kill_9_at_random_moments_loses_nothing_and_breaks_no_cap",
-        "jobs": n,
-        "faults": kills,
-        "fault": "kill -9 of the worker process, restarted at once",
-        "lost": lost.len(),
-        "duplicates": a.duplicate_dispatches(),
-        "duplicates_explained": explained,
-        "duplicate_farthest_before_kill": farthest,
-        "duplicate_waiting_copies": a.duplicate_waiting(),
-        "duplicate_dead_letters": a.duplicate_dead(),
-        "violations": violations.len(),
-        "recovery_seconds": max_recovery,
-        "dispatched": a.dispatched.len(),
-        "waiting": a.waiting.len(),
-        "dead": a.dead.len(),
-        "elapsed_seconds": elapsed.as_secs_f64(),
-        "kills_over_seconds": kills_done_at.as_secs_f64(),
-        "rate_per_second": rate,
-    }));
-    assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
-    assert!(
-        lost.is_empty(),
-        "lost {} jobs: {:?}",
-        lost.len(),
-        &lost[..lost.len().min(20)]
+    conclude(
+        &dir,
+        json!({
+            "scenario": "kill9",
+            "test": "tests/faults/kill_9.rs: kill_9_at_random_moments_loses_nothing_and_breaks_no_cap",
+            "jobs": n,
+            "faults": kills,
+            "fault": "kill -9 of the worker process, restarted at once",
+            "duplicates": a.duplicate_dispatches(),
+            "duplicates_explained": explained,
+            "duplicate_farthest_before_kill": farthest,
+            "duplicate_waiting_copies": a.duplicate_waiting(),
+            "duplicate_dead_letters": a.duplicate_dead(),
+            "violations": violations.len(),
+            "recovery_seconds": max_recovery,
+            "dispatched": a.dispatched.len(),
+            "waiting": a.waiting.len(),
+            "dead": a.dead.len(),
+            "elapsed_seconds": elapsed.as_secs_f64(),
+            "kills_over_seconds": kills_done_at.as_secs_f64(),
+            "rate_per_second": rate,
+        }),
+        done,
+        &lost,
+        &a.summary(&mix.jobs),
     );
     assert!(twice.is_empty(), "jobs in two places: {twice:?}");
     assert!(a.strangers.is_empty(), "unknown ids: {:?}", a.strangers);
