@@ -176,18 +176,23 @@ fn main() -> Result<()> {
     rt.block_on(run(args))
 }
 
+/// `s` with the default policy's rules replaced by one: `limit` per `window`.
+fn with_default_rule(s: &Settings, limit: u32, window: &str) -> Settings {
+    let mut s = s.clone();
+    s.policies
+        .get_mut("default")
+        .expect("a default policy")
+        .rules = vec![RuleSettings {
+        limit,
+        window: window.parse().expect("a valid window"),
+    }];
+    s
+}
+
 fn base_settings(args: &Args, ns: &str) -> Result<Settings> {
-    let mut s = Settings::defaults();
+    let mut s = Settings::defaults().in_namespace(ns);
     s.amqp.url = args.amqp.clone();
     s.redis.url = args.redis.clone();
-    s.redis.key_prefix = ns.into();
-    s.amqp.jobs_exchange = format!("{ns}.jobs");
-    s.amqp.jobs_queue = format!("{ns}.jobs");
-    s.amqp.dispatch_exchange = format!("{ns}.dispatch");
-    s.amqp.dispatch_queue_prefix = format!("{ns}.dispatch.");
-    s.amqp.dead_exchange = format!("{ns}.dead");
-    s.amqp.dead_queue = format!("{ns}.dead");
-    s.amqp.delay_prefix = format!("{ns}.delay");
     if let Some(p) = args.prefetch {
         s.amqp.prefetch = p;
     }
@@ -749,11 +754,7 @@ fn url_host_port(url: &str) -> (String, String) {
 /// The engine's admissions per second with 256 in flight (distinct recipients, a
 /// rolling rule so every admission runs the whole script).
 async fn engine_admissions(s: &Settings, n: usize) -> Result<(f64, f64)> {
-    let mut s = s.clone();
-    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
-        limit: 3,
-        window: "24h".parse().unwrap(),
-    }];
+    let s = with_default_rule(s, 3, "24h");
     let engine = Arc::new(Engine::connect(&s).await?);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -1276,11 +1277,7 @@ fn metric_sum(metrics: &str, name: &str) -> Option<f64> {
 
 /// Redis memory per recipient holding three sends, at scale.
 async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
-    let mut s = s.clone();
-    s.policies.get_mut("default").unwrap().rules = vec![RuleSettings {
-        limit: 3,
-        window: "7d".parse().unwrap(),
-    }];
+    let s = with_default_rule(s, 3, "7d");
     let engine = Arc::new(Engine::connect(&s).await?);
     let client = redis::Client::open(s.redis.url.as_str())?;
     let mut c = client.get_connection()?;

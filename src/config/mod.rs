@@ -545,6 +545,23 @@ impl Settings {
         Self::load_from_vars(None, Vec::new()).expect("config/default.toml is valid")
     }
 
+    /// These settings with every name the worker gives the broker and Redis
+    /// (exchanges, queues, the delay ladder, the key prefix) starting with `ns`: one
+    /// deployment's topology beside another's on the same broker and Redis (tests
+    /// and the benchmark run each in a namespace of its own).
+    pub fn in_namespace(mut self, ns: &str) -> Settings {
+        let a = &mut self.amqp;
+        a.jobs_exchange = format!("{ns}.jobs");
+        a.jobs_queue = format!("{ns}.jobs");
+        a.dispatch_exchange = format!("{ns}.dispatch");
+        a.dispatch_queue_prefix = format!("{ns}.dispatch.");
+        a.dead_exchange = format!("{ns}.dead");
+        a.dead_queue = format!("{ns}.dead");
+        a.delay_prefix = format!("{ns}.delay");
+        self.redis.key_prefix = ns.to_string();
+        self
+    }
+
     /// As [`Settings::load`], with the environment given as variables
     /// (`QUOTA_WORKER__SECTION__KEY`, value) instead of read from the process.
     pub fn load_from_vars(

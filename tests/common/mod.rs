@@ -34,17 +34,9 @@ pub fn unique(name: &str) -> String {
 
 /// Default settings with every name (keys and queues) made unique for one test.
 pub fn settings(ns: &str) -> Settings {
-    let mut s = Settings::defaults();
+    let mut s = Settings::defaults().in_namespace(ns);
     s.redis.url = redis_url();
-    s.redis.key_prefix = ns.to_string();
     s.amqp.url = amqp_url();
-    s.amqp.jobs_exchange = format!("{ns}.jobs");
-    s.amqp.jobs_queue = format!("{ns}.jobs");
-    s.amqp.dispatch_exchange = format!("{ns}.dispatch");
-    s.amqp.dispatch_queue_prefix = format!("{ns}.dispatch.");
-    s.amqp.dead_exchange = format!("{ns}.dead");
-    s.amqp.dead_queue = format!("{ns}.dead");
-    s.amqp.delay_prefix = format!("{ns}.delay");
     s.http.enabled = false;
     s
 }
