@@ -3,9 +3,9 @@
 //! Two steps, around the one question only Redis answers. [`triage`] looks at the
 //! job alone (a channel that is not configured, already expired; a body that is not
 //! a job is [`malformed`]), and [`decide`] turns the engine's [`Admission`] into a
-//! [`Decision`]. The worker then
-//! carries the decision out (publish, then commit or release, then ack); when the
-//! broker refuses a dispatch, [`after_refused_dispatch`] says when to try again.
+//! [`Decision`]. The worker then carries the decision out (publish, then commit or
+//! release, then ack); when the broker refuses a dispatch,
+//! [`retry_refused_dispatch_at`] says when to try again.
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -57,8 +57,6 @@ pub enum DelayCause {
     },
     /// Another worker holds its reservation; look again when that lapses.
     InFlight,
-    /// The broker refused its dispatch (unroutable or nacked); try again later.
-    DispatchRefused,
 }
 
 fn dead(reason: Reason, detail: String) -> Decision {
@@ -159,14 +157,11 @@ pub fn decide(job: &Job<'_>, admission: Admission, now: DateTime<Utc>) -> Decisi
     }
 }
 
-/// The broker refused the dispatch of a job handled `attempt` times before: try
-/// again after 5 s, doubling with each attempt, at most 5 minutes.
-pub fn after_refused_dispatch(attempt: u64, now: DateTime<Utc>) -> Decision {
-    let wait = Duration::seconds(5i64 << attempt.min(6)).min(Duration::minutes(5));
-    Decision::Delay {
-        until: now + wait,
-        cause: DelayCause::DispatchRefused,
-    }
+/// The broker refused the dispatch of a job handled `attempt` times before: when to
+/// try again (it waits in the delay ladder until then): after 5 s, doubling with
+/// each attempt, at most 5 minutes.
+pub fn retry_refused_dispatch_at(attempt: u64, now: DateTime<Utc>) -> DateTime<Utc> {
+    now + Duration::seconds(5i64 << attempt.min(6)).min(Duration::minutes(5))
 }
 
 fn describe(rule: Option<Rule>) -> String {
@@ -286,13 +281,7 @@ mod tests {
     fn a_refused_dispatch_backs_off_to_five_minutes() {
         let now = at(10, 0);
         let waits: Vec<i64> = [0, 1, 2, 5, 6, 60]
-            .map(|attempt| match after_refused_dispatch(attempt, now) {
-                Decision::Delay {
-                    until,
-                    cause: DelayCause::DispatchRefused,
-                } => (until - now).num_seconds(),
-                other => panic!("{other:?}"),
-            })
+            .map(|attempt| (retry_refused_dispatch_at(attempt, now) - now).num_seconds())
             .to_vec();
         assert_eq!(waits, [5, 10, 20, 160, 300, 300]);
     }

@@ -45,44 +45,36 @@ impl Worker {
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
-        if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
-            return self.execute(s, delivery, &job, decision, now).await;
-        }
-        let req = Request {
-            id: &job.id,
-            recipient: &job.recipient,
-            channel: &job.channel,
-            category: &job.category,
-            tz: job.tz,
+        let decision = match decide::triage(&job, &self.topology.channels, now) {
+            Some(decision) => decision,
+            None => {
+                let req = Request {
+                    id: &job.id,
+                    recipient: &job.recipient,
+                    channel: &job.channel,
+                    category: &job.category,
+                    tz: job.tz,
+                };
+                let admission = self.admit(&req, s).await?;
+                decide::decide(&job, admission, self.engine.redis_now())
+            }
         };
-        let admission = self.admit(&req, s).await?;
-        let decision = decide::decide(&job, admission, self.engine.redis_now());
-        self.execute(s, delivery, &job, decision, now).await
-    }
-
-    /// Carry out a decision: publish its outcome, then commit or release; Ok once
-    /// the broker confirmed the outcome. `now`: when the delivery was taken up.
-    async fn execute(
-        &self,
-        s: &Session,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        decision: Decision,
-        now: DateTime<Utc>,
-    ) -> Result<Outcome, ProcessError> {
+        // Carry the decision out: publish its outcome, then commit or release. (One
+        // match here rather than a function of its own: each level of async call is
+        // a copy of its future per job, BENCHMARKS.md item 15.)
         match decision {
-            Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(job), dead).await,
+            Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(&job), dead).await,
             Decision::ReleaseThenDead(ticket, dead) => {
                 self.retry_redis(|| self.engine.release(&ticket), &s.stop)
                     .await?;
-                self.dead(&s.publisher, delivery, Some(job), dead).await
+                self.dead(&s.publisher, delivery, Some(&job), dead).await
             }
             Decision::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 Ok(Outcome::Duplicate)
             }
-            Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, job, until).await,
-            Decision::Dispatch(ticket) => self.dispatch(s, delivery, job, ticket, now).await,
+            Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, &job, until).await,
+            Decision::Dispatch(ticket) => self.dispatch(s, delivery, &job, ticket, now).await,
         }
     }
 
@@ -119,8 +111,8 @@ impl Worker {
                 self.retry_redis(|| self.engine.release(&ticket), &s.stop)
                     .await?;
                 let (attempt, _) = headers::attempt_info(headers);
-                let decision = decide::after_refused_dispatch(attempt, now);
-                Box::pin(self.execute(s, delivery, job, decision, now)).await
+                let until = decide::retry_refused_dispatch_at(attempt, now);
+                self.delay(&s.publisher, delivery, job, until).await
             }
             Err(e) => {
                 // No confirm in time, or the connection dropped: the dispatch may
