@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::{Session, Worker};
 use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, DeadLetter, Decision};
-use crate::engine::{Admission, EngineError, Request, Ticket};
+use crate::engine::{Admission, EngineError, Request};
 use crate::job::decode::{self, Job};
 use crate::job::{headers, Outcome};
 
@@ -74,54 +74,43 @@ impl Worker {
                 Ok(Outcome::Duplicate)
             }
             Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, &job, until).await,
-            Decision::Dispatch(ticket) => self.dispatch(s, delivery, &job, ticket, now).await,
-        }
-    }
-
-    /// Publish an admitted job to the dispatch exchange and commit its ticket; give
-    /// the admission back when the broker refuses the dispatch.
-    async fn dispatch(
-        &self,
-        s: &Session,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        ticket: Ticket,
-        now: DateTime<Utc>,
-    ) -> Result<Outcome, ProcessError> {
-        let headers = delivery.properties.headers().as_ref();
-        let mut props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_message_id(ShortString::from(job.id.as_ref()));
-        if let Some(h) = headers::dispatch_headers(headers, now) {
-            props = props.with_headers(h);
-        }
-        let exchange = &self.settings.amqp.dispatch_exchange;
-        match s
-            .publisher
-            .publish(exchange, &job.channel, &delivery.data, props)
-            .await
-        {
-            Ok(()) => {
-                s.commits.commit(ticket);
-                debug!(channel = %job.channel, "dispatched");
-                Ok(Outcome::Dispatched)
-            }
-            Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
-                warn!(error = %e, "dispatch refused by the broker; giving the quota back");
-                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
-                    .await?;
-                let (attempt, _) = headers::attempt_info(headers);
-                let until = decide::retry_refused_dispatch_at(attempt, now);
-                self.delay(&s.publisher, delivery, job, until).await
-            }
-            Err(e) => {
-                // No confirm in time, or the connection dropped: the dispatch may
-                // have been delivered. Keep its reservation so the recipient's slot
-                // is not given to another job; the retry of this job takes it back
-                // (see Engine::keep_reservation).
-                warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
-                self.engine.keep_reservation(&ticket);
-                Err(e.into())
+            Decision::Dispatch(ticket) => {
+                let headers = delivery.properties.headers().as_ref();
+                let mut props = BasicProperties::default()
+                    .with_content_type("application/json".into())
+                    .with_message_id(ShortString::from(job.id.as_ref()));
+                if let Some(h) = headers::dispatch_headers(headers, now) {
+                    props = props.with_headers(h);
+                }
+                let exchange = &self.settings.amqp.dispatch_exchange;
+                match s
+                    .publisher
+                    .publish(exchange, &job.channel, &delivery.data, props)
+                    .await
+                {
+                    Ok(()) => {
+                        s.commits.commit(ticket);
+                        debug!(channel = %job.channel, "dispatched");
+                        Ok(Outcome::Dispatched)
+                    }
+                    Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
+                        warn!(error = %e, "dispatch refused by the broker; giving the quota back");
+                        self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                            .await?;
+                        let (attempt, _) = headers::attempt_info(headers);
+                        let until = decide::retry_refused_dispatch_at(attempt, now);
+                        self.delay(&s.publisher, delivery, &job, until).await
+                    }
+                    Err(e) => {
+                        // No confirm in time, or the connection dropped: the dispatch may
+                        // have been delivered. Keep its reservation so the recipient's slot
+                        // is not given to another job; the retry of this job takes it back
+                        // (see Engine::keep_reservation).
+                        warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
+                        self.engine.keep_reservation(&ticket);
+                        Err(e.into())
+                    }
+                }
             }
         }
     }
