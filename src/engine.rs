@@ -62,11 +62,11 @@ pub enum EngineError {
     /// A cost the channel's burst can never allow.
     #[error("a cost of {cost} can never pass channel `{channel}`'s burst of {burst}")]
     CostAboveBurst {
-        /// Channel.
+        /// The channel the job names.
         channel: String,
-        /// Cost asked.
+        /// The job's cost in tokens.
         cost: u64,
-        /// Its burst.
+        /// The most tokens the channel's bucket ever holds.
         burst: u64,
     },
 }

@@ -32,9 +32,9 @@ pub enum HttpError {
     /// The listen address could not be bound.
     #[error("listening on {addr} (set http.listen, or turn HTTP off with http.enabled = false or --no-http): {source}")]
     Bind {
-        /// The address.
+        /// The address asked for.
         addr: String,
-        /// Why.
+        /// What the operating system said.
         source: std::io::Error,
     },
 }

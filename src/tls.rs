@@ -25,7 +25,7 @@ use crate::config::TlsSettings;
 pub struct TlsError {
     /// Dotted key, e.g. `amqp.tls.ca_file`.
     pub key: String,
-    /// Why.
+    /// What is wrong with its value.
     pub reason: String,
 }
 

@@ -220,15 +220,7 @@ async fn dead_letters_are_listed_shown_replayed_and_purged_without_loss() {
     let job = take(&conn, &s.amqp.jobs_queue, WAIT)
         .await
         .expect("replayed");
-    assert_eq!(
-        job.delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .as_str(),
-        "exp"
-    );
+    assert_eq!(message_id(&job), "exp");
     assert!(job.delivery.data.starts_with(br#"{"id":"exp""#));
     for h in ["x-notify-reason", "x-notify-detail", "x-death"] {
         assert_eq!(header(&job.delivery.properties, h), None, "{h} stripped");
@@ -446,42 +438,20 @@ async fn recipient_show_record_and_reset() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("future"), "{}", stderr(&out));
     let recent = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
-    let out = run_async(
-        &s,
-        &[
-            "admin",
-            "recipient",
-            "+8613800000000",
-            "record",
-            "--at",
-            &recent,
-            "--category",
-            "promo",
-        ],
-        None,
-    )
-    .await;
+    let record = [
+        "admin",
+        "recipient",
+        "+8613800000000",
+        "record",
+        "--at",
+        &recent,
+        "--category",
+        "promo",
+    ];
+    let out = run_async(&s, &record, None).await;
     assert!(stderr(&out).contains("--channel"), "{}", stderr(&out));
-    let rec = json(
-        &run_async(
-            &s,
-            &[
-                "admin",
-                "recipient",
-                "+8613800000000",
-                "record",
-                "--at",
-                &recent,
-                "--category",
-                "promo",
-                "--channel",
-                "push",
-                "--json",
-            ],
-            None,
-        )
-        .await,
-    );
+    let with_channel = [&record[..], &["--channel", "push", "--json"]].concat();
+    let rec = json(&run_async(&s, &with_channel, None).await);
     assert_eq!(rec["channel"], "push");
     assert!(rec["key"].as_str().unwrap().ends_with(":promo:push"));
 

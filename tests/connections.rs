@@ -50,14 +50,7 @@ async fn take_ids(conn: &lapin::Connection, queue: &str, n: usize, wait: Duratio
     let deadline = Instant::now() + wait;
     while ids.len() < n && Instant::now() < deadline {
         match common::take(conn, queue, Duration::from_millis(200)).await {
-            Some(m) => ids.push(
-                m.delivery
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default(),
-            ),
+            Some(m) => ids.push(common::message_id(&m).to_string()),
             None => continue,
         }
     }

@@ -696,10 +696,7 @@ async fn the_gcra_script_with_negative_or_huge_costs() {
     };
     assert_eq!(e.call_rate("sms", rate, 1).await.unwrap().allowed, 1);
     let key = e.keys().rate("sms");
-    let mut c = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut c = redis_sync();
     let tat: String = redis::cmd("GET").arg(&key).query(&mut c).unwrap();
     for huge in [4, u32::MAX as u64, 1 << 53, u64::MAX] {
         assert_eq!(

@@ -32,15 +32,7 @@ async fn one_job_is_dispatched_byte_for_byte() {
         .await
         .expect("dispatched");
     assert_eq!(m.delivery.data, body.to_vec());
-    assert_eq!(
-        m.delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .as_str(),
-        "j-1"
-    );
+    assert_eq!(message_id(&m), "j-1");
     assert_eq!(m.delivery.properties.delivery_mode(), &Some(2));
 }
 
@@ -84,10 +76,7 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
     let today = window::local_date(tz, Utc::now());
     let key =
         quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r4", "default", None);
-    let mut r = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut r = redis_sync();
     let mut oldest = None;
     for (i, back) in [5i64, 3, 1].iter().enumerate() {
         let day = today - chrono::Duration::days(*back);
@@ -228,10 +217,7 @@ async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
     // the quota was given back: the recipient has no recorded send
     let key =
         quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r", "default", None);
-    let mut r = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut r = redis_sync();
     let n: i64 = redis::cmd("ZCARD").arg(&key).query(&mut r).unwrap();
     assert_eq!(n, 0);
 }
@@ -259,26 +245,8 @@ async fn a_delayed_job_comes_back_and_is_dispatched_on_time() {
         .await
         .expect("second comes back");
     let second_at = Utc::now();
-    assert_eq!(
-        first
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .as_str(),
-        "first"
-    );
-    assert_eq!(
-        second
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .as_str(),
-        "second"
-    );
+    assert_eq!(message_id(&first), "first");
+    assert_eq!(message_id(&second), "second");
     let waited = (second_at - first_at).num_milliseconds();
     // never early (3 s after the first admission), and back within the ladder's
     // 1 s rounding plus generous slack for a loaded machine
@@ -321,15 +289,7 @@ async fn the_ladder_holds_each_delay_exactly_without_head_of_line_blocking() {
         let m = take(&conn, &s.amqp.jobs_queue, Duration::from_secs(8))
             .await
             .expect("short delays come back");
-        let secs: u64 = m
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .as_str()
-            .parse()
-            .unwrap();
+        let secs: u64 = message_id(&m).parse().unwrap();
         let waited = sent.elapsed();
         assert!(
             waited >= Duration::from_secs(secs),

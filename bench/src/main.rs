@@ -756,39 +756,62 @@ fn url_host_port(url: &str) -> (String, String) {
 async fn engine_admissions(s: &Settings, n: usize) -> Result<(f64, f64)> {
     let s = with_default_rule(s, 3, "24h");
     let engine = Arc::new(Engine::connect(&s).await?);
-    let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let calls_before = engine.calls();
+    let shared = engine.clone();
+    on_many_tasks(n, move |i| {
+        let engine = shared.clone();
+        async move {
+            let (id, who) = (format!("e{i}"), format!("r{i}"));
+            let req = sms_request(&id, &who);
+            engine.admit(&req).await.expect("admit");
+        }
+    })
+    .await?;
+    let secs = started.elapsed().as_secs_f64();
+    Ok((
+        n as f64 / secs,
+        (engine.calls() - calls_before) as f64 / n as f64,
+    ))
+}
+
+/// An admission of an `sms` job of the default policy, for a recipient in UTC.
+fn sms_request<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
+    Request {
+        id,
+        recipient,
+        channel: "sms",
+        category: "default",
+        tz: chrono_tz::UTC,
+    }
+}
+
+/// Runs `job(i)` for every `i` below `n` on 256 tasks (the default prefetch: as
+/// many admissions in flight as one worker has).
+async fn on_many_tasks<F, Fut>(n: usize, job: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let job = Arc::new(job);
+    let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..256 {
-        let engine = engine.clone();
-        let next = next.clone();
+        let (job, next) = (job.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 if i >= n {
                     break;
                 }
-                let (id, who) = (format!("e{i}"), format!("r{i}"));
-                let req = Request {
-                    id: &id,
-                    recipient: &who,
-                    channel: "sms",
-                    category: "default",
-                    tz: chrono_tz::UTC,
-                };
-                engine.admit(&req).await.expect("admit");
+                job(i).await;
             }
         }));
     }
     for t in tasks {
         t.await?;
     }
-    let secs = started.elapsed().as_secs_f64();
-    Ok((
-        n as f64 / secs,
-        (engine.calls() - calls_before) as f64 / n as f64,
-    ))
+    Ok(())
 }
 
 fn job_bodies(mix: &str, n: usize) -> Box<dyn Iterator<Item = Vec<u8>>> {
@@ -1312,39 +1335,23 @@ async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
             break;
         }
     }
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..256 {
-        let engine = engine.clone();
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if i >= n * 3 {
-                    break;
-                }
-                let (id, who) = (
-                    uuid::Uuid::now_v7().to_string(),
-                    format!("user{}@example.com", i % n),
-                );
-                let req = Request {
-                    id: &id,
-                    recipient: &who,
-                    channel: "sms",
-                    category: "default",
-                    tz: chrono_tz::UTC,
-                };
-                if let quota_worker::engine::Admission::Admitted(t) =
-                    engine.admit(&req).await.expect("admit")
-                {
-                    engine.commit(&t).await.expect("commit");
-                }
+    let shared = engine.clone();
+    on_many_tasks(n * 3, move |i| {
+        let engine = shared.clone();
+        async move {
+            let (id, who) = (
+                uuid::Uuid::now_v7().to_string(),
+                format!("user{}@example.com", i % n),
+            );
+            let req = sms_request(&id, &who);
+            if let quota_worker::engine::Admission::Admitted(t) =
+                engine.admit(&req).await.expect("admit")
+            {
+                engine.commit(&t).await.expect("commit");
             }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
+        }
+    })
+    .await?;
     let after = used(&mut c)?;
     let key = engine
         .keys()

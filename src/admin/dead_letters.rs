@@ -265,7 +265,7 @@ pub struct WalkReport {
     pub kept: u32,
     /// Replayed to the jobs exchange.
     pub replayed: u32,
-    /// Removed.
+    /// Acked and gone for good (a purge).
     pub dropped: u32,
     /// Stopped early by a signal (everything not visited is untouched).
     pub interrupted: bool,

@@ -11,6 +11,14 @@ pub fn redis_url() -> String {
     std::env::var("QW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// A plain connection to the tests' Redis, for looking at keys.
+pub fn redis_sync() -> redis::Connection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
 /// RabbitMQ for tests (override with QW_TEST_AMQP_URL).
 pub fn amqp_url() -> String {
     std::env::var("QW_TEST_AMQP_URL")
@@ -233,6 +241,15 @@ pub async fn depth(conn: &Connection, queue: &str) -> u32 {
 }
 
 /// A header of a message as text.
+/// The `message_id` of a message taken from a queue ("" when it has none).
+pub fn message_id(m: &lapin::message::BasicGetMessage) -> &str {
+    m.delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map_or("", |s| s.as_str())
+}
+
 pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
     let h = props.headers().as_ref()?;
     let v = h.inner().get(name)?;

@@ -740,6 +740,12 @@ impl WorkerProc {
         }
     }
 
+    /// SIGTERM, then wait (30 s at most) for it to exit.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        self.term();
+        self.wait(Duration::from_secs(30))
+    }
+
     /// Wait for it to exit.
     pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let status = wait_child(self.child.as_mut()?, timeout)?;

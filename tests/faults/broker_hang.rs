@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::audit::{depth, noon_zone, publish_all};
 use crate::common::procs::{self, WorkerProc};
 use crate::common::reliability::{long, record};
 use crate::common::*;
@@ -96,21 +96,15 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     // 3. a fresh worker finishes the run
     let conn = connect(node.url()).await;
     let mut f = WorkerProc::spawn(&s, &dir, "finish");
-    let done = wait_until_quiet(
+    let end = finish(
         &conn,
         &s,
-        mix.expected_dispatched(),
-        mix.count(Kind::Malformed),
+        &mix,
         Duration::from_secs(if long() { 600 } else { 180 }),
+        async { f.stop() },
     )
     .await;
-    f.term();
-    let finish_status = f.wait(Duration::from_secs(30));
-    let a = Audit::collect(&conn, &s, &mix.jobs).await;
-    eprintln!("{}", a.summary(&mix.jobs));
-    let lost = a.lost(&mix.jobs);
-    let twice = a.in_two_places();
-    let violations = check_caps(&s, &mix, &a).await;
+    let (a, finish_status) = (&end.audit, end.stopped);
     conclude(
         &dir,
         json!({
@@ -125,15 +119,15 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
             "duplicates": a.duplicate_dispatches(),
             "duplicate_waiting_copies": a.duplicate_waiting(),
             "duplicate_dead_letters": a.duplicate_dead(),
-            "violations": violations.len(),
+            "violations": end.violations.len(),
             "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
             "grace_seconds": grace,
             "sigterm_exit_seconds_running": exit_running.as_secs_f64(),
             "sigterm_exit_seconds_connecting": exit_connecting.as_secs_f64(),
             "sigterm_exit_codes": [status.and_then(|s| s.code()), status_connecting.and_then(|s| s.code())],
         }),
-        done,
-        &lost,
+        end.settled,
+        &end.lost,
         &a.summary(&mix.jobs),
     );
     let _ = conn.close(200, "".into()).await;
@@ -157,6 +151,10 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
         "exit took {exit_connecting:?}"
     );
     assert!(finish_status.map(|s| s.success()).unwrap_or(false));
-    assert!(twice.is_empty(), "in two places: {twice:?}");
-    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.violations.is_empty(),
+        "violations: {:#?}",
+        end.violations
+    );
 }

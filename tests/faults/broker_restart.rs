@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::audit::{depth, noon_zone, publish_all};
 use crate::common::procs::{self, WorkerProc};
 use crate::common::reliability::{long, record};
 use crate::common::*;
@@ -72,25 +72,19 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         recovery.push(back);
         assert!(w.running(), "the worker exited:\n{}", w.tail(40));
     }
-    let done = wait_until_quiet(
+    let end = finish(
         &conn,
         &s,
-        mix.expected_dispatched(),
-        mix.count(Kind::Malformed),
+        &mix,
         Duration::from_secs(if long() { 600 } else { 180 }),
+        async { w.stop() },
     )
     .await;
-    let elapsed = started.elapsed();
-    w.term();
-    let status = w.wait(Duration::from_secs(30));
-    let a = Audit::collect(&conn, &s, &mix.jobs).await;
-    eprintln!("{}", a.summary(&mix.jobs));
-    if !done {
-        explain_stuck(&a, &mix, &w);
+    let elapsed = end.quiet_at - started;
+    let (a, status) = (&end.audit, end.stopped);
+    if !end.settled {
+        explain_stuck(a, &mix, &w);
     }
-    let lost = a.lost(&mix.jobs);
-    let twice = a.in_two_places();
-    let violations = check_caps(&s, &mix, &a).await;
     let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
     conclude(
         &dir,
@@ -105,12 +99,12 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
             "duplicates": a.duplicate_dispatches(),
             "duplicate_waiting_copies": a.duplicate_waiting(),
             "duplicate_dead_letters": a.duplicate_dead(),
-            "violations": violations.len(),
+            "violations": end.violations.len(),
             "recovery_seconds": max_recovery,
             "elapsed_seconds": elapsed.as_secs_f64(),
         }),
-        done,
-        &lost,
+        end.settled,
+        &end.lost,
         &a.summary(&mix.jobs),
     );
     drop(conn);
@@ -119,8 +113,12 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         "worker exit {status:?}:\n{}",
         w.tail(30)
     );
-    assert!(twice.is_empty(), "in two places: {twice:?}");
-    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.violations.is_empty(),
+        "violations: {:#?}",
+        end.violations
+    );
     assert!(
         max_recovery < 5.0,
         "reconnected {max_recovery:.1}s after the broker was back"

@@ -180,6 +180,65 @@ pub(crate) async fn wait_until_quiet(
     false
 }
 
+/// How the run of a mix ended: whether the queues became quiet, when, what stopping
+/// the worker returned, and the audit of every job with the checks the scenarios
+/// assert on.
+pub(crate) struct Ending<T> {
+    pub(crate) settled: bool,
+    /// When the queues became quiet, or the wait gave up.
+    pub(crate) quiet_at: Instant,
+    /// What the `stop` future given to [`finish`] returned.
+    pub(crate) stopped: T,
+    pub(crate) audit: Audit,
+    pub(crate) lost: Vec<String>,
+    pub(crate) twice: Vec<String>,
+    pub(crate) violations: Vec<String>,
+    /// Jobs dead-lettered that are not malformed, or for another reason.
+    pub(crate) wrong_dead: Vec<String>,
+}
+
+/// The end of every mix scenario: wait until the queues are quiet (at most
+/// `timeout`), stop the worker with `stop`, then audit every job of the mix and
+/// check the caps.
+pub(crate) async fn finish<T>(
+    conn: &lapin::Connection,
+    s: &Settings,
+    mix: &Mix,
+    timeout: Duration,
+    stop: impl std::future::Future<Output = T>,
+) -> Ending<T> {
+    let settled = wait_until_quiet(
+        conn,
+        s,
+        mix.expected_dispatched(),
+        mix.count(Kind::Malformed),
+        timeout,
+    )
+    .await;
+    let quiet_at = Instant::now();
+    let stopped = stop.await;
+    let audit = Audit::collect(conn, s, &mix.jobs).await;
+    eprintln!("{}", audit.summary(&mix.jobs));
+    let wrong_dead = audit
+        .dead
+        .iter()
+        .filter(|(id, reasons)| {
+            mix.kinds.get(*id) != Some(&Kind::Malformed) || reasons.iter().any(|r| r != "malformed")
+        })
+        .map(|(id, r)| format!("{id}: {r:?}"))
+        .collect();
+    Ending {
+        settled,
+        quiet_at,
+        stopped,
+        lost: audit.lost(&mix.jobs),
+        twice: audit.in_two_places(),
+        violations: check_caps(s, mix, &audit).await,
+        wrong_dead,
+        audit,
+    }
+}
+
 /// Panics reported in the logs of every worker process a scenario ran (`dir` holds
 /// them). A panicking task never settles its delivery, so there must be none.
 pub(crate) fn worker_panics(dir: &std::path::Path) -> Vec<String> {

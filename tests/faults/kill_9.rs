@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Audit, Rng};
+use crate::common::audit::{depth, noon_zone, publish_all, Rng};
 use crate::common::procs::{self, WorkerProc};
 use crate::common::reliability::long;
 use crate::common::*;
@@ -55,38 +55,24 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         );
     }
     let kills_done_at = started.elapsed();
-    let done = wait_until_quiet(
+    let end = finish(
         &conn,
         &s,
-        mix.expected_dispatched(),
-        mix.count(Kind::Malformed),
+        &mix,
         Duration::from_secs(if long() { 900 } else { 180 }),
+        async { w.stop() },
     )
     .await;
-    let elapsed = started.elapsed();
-    w.term();
-    let status = w.wait(Duration::from_secs(30));
+    let elapsed = end.quiet_at - started;
+    let status = end.stopped;
     assert!(
         status.map(|s| s.success()).unwrap_or(false),
         "worker exit {status:?}:\n{}",
         w.tail(30)
     );
-
-    let a = Audit::collect(&conn, &s, &mix.jobs).await;
-    eprintln!("{}", a.summary(&mix.jobs));
-    let lost = a.lost(&mix.jobs);
-    let twice = a.in_two_places();
-    let violations = check_caps(&s, &mix, &a).await;
+    let a = &end.audit;
     let (explained, farthest, unexplained) =
-        explain_duplicates(&a, &kill_depths, s.amqp.prefetch as usize);
-    let wrong_dead: Vec<_> = a
-        .dead
-        .iter()
-        .filter(|(id, reasons)| {
-            mix.kinds.get(*id) != Some(&Kind::Malformed) || reasons.iter().any(|r| r != "malformed")
-        })
-        .map(|(id, r)| format!("{id}: {r:?}"))
-        .collect();
+        explain_duplicates(a, &kill_depths, s.amqp.prefetch as usize);
     let max_recovery = recovery.iter().max().unwrap().as_secs_f64();
     conclude(
         &dir,
@@ -101,7 +87,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
             "duplicate_farthest_before_kill": farthest,
             "duplicate_waiting_copies": a.duplicate_waiting(),
             "duplicate_dead_letters": a.duplicate_dead(),
-            "violations": violations.len(),
+            "violations": end.violations.len(),
             "recovery_seconds": max_recovery,
             "dispatched": a.dispatched.len(),
             "waiting": a.waiting.len(),
@@ -110,16 +96,21 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
             "kills_over_seconds": kills_done_at.as_secs_f64(),
             "rate_per_second": rate,
         }),
-        done,
-        &lost,
+        end.settled,
+        &end.lost,
         &a.summary(&mix.jobs),
     );
-    assert!(twice.is_empty(), "jobs in two places: {twice:?}");
+    assert!(end.twice.is_empty(), "jobs in two places: {:?}", end.twice);
     assert!(a.strangers.is_empty(), "unknown ids: {:?}", a.strangers);
-    assert!(violations.is_empty(), "cap violations: {violations:#?}");
     assert!(
-        wrong_dead.is_empty(),
-        "unexpected dead letters: {wrong_dead:?}"
+        end.violations.is_empty(),
+        "cap violations: {:#?}",
+        end.violations
+    );
+    assert!(
+        end.wrong_dead.is_empty(),
+        "unexpected dead letters: {:?}",
+        end.wrong_dead
     );
     assert!(
         unexplained.is_empty(),

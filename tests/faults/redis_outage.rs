@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::audit::{depth, noon_zone, publish_all};
 use crate::common::procs::{self};
 use crate::common::reliability::{long, record};
 use crate::common::*;
@@ -88,27 +88,19 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let done = wait_until_quiet(
+    let end = finish(
         &conn,
         &s,
-        mix.expected_dispatched(),
-        mix.count(Kind::Malformed),
+        &mix,
         Duration::from_secs(if long() { 600 } else { 120 }),
+        async {
+            stop.cancel();
+            handle.await.unwrap();
+        },
     )
     .await;
-    let elapsed = started.elapsed();
-    stop.cancel();
-    handle.await.unwrap();
-
-    let a = Audit::collect(&conn, &s, &mix.jobs).await;
-    eprintln!("{}", a.summary(&mix.jobs));
-    let lost = a.lost(&mix.jobs);
-    let violations = check_caps(&s, &mix, &a).await;
-    let dead_not_malformed = a
-        .dead
-        .iter()
-        .filter(|(id, r)| mix.kinds[*id] != Kind::Malformed || r.iter().any(|r| r != "malformed"))
-        .count();
+    let elapsed = end.quiet_at - started;
+    let a = &end.audit;
     let during = before_return as i64 - at_one_second.unwrap_or(0) as i64;
     record(json!({
         "scenario": "redis_outage",
@@ -117,11 +109,11 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         "faults": 1,
         "fault": format!("redis-server stopped for {} s (SHUTDOWN SAVE, then restarted with its data)", outage.as_secs()),
         "outage_seconds": outage.as_secs(),
-        "lost": lost.len(),
+        "lost": end.lost.len(),
         "duplicates": a.duplicate_dispatches(),
-        "violations": violations.len(),
+        "violations": end.violations.len(),
         "dispatched_during_outage": during,
-        "dead_lettered_not_malformed": dead_not_malformed,
+        "dead_lettered_not_malformed": end.wrong_dead.len(),
         "health_noticed_seconds": noticed.map(|d| d.as_secs_f64()),
         "ready_during_outage": ready_during,
         "readyz_during_outage": format!("{} {}", readyz_during.0, readyz_during.1.trim().replace('\n', " / ")),
@@ -130,13 +122,22 @@ async fn redis_outage_holds_jobs_and_processing_resumes_when_it_returns() {
         "dead_during_outage": dead_during,
         "elapsed_seconds": elapsed.as_secs_f64(),
     }));
-    assert!(done, "the run did not settle: {}", a.summary(&mix.jobs));
-    assert!(lost.is_empty(), "lost: {lost:?}");
-    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
+    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
+    assert!(
+        end.violations.is_empty(),
+        "violations: {:#?}",
+        end.violations
+    );
     assert_eq!(during, 0, "jobs dispatched while Redis was down");
-    assert_eq!(
-        dead_not_malformed, 0,
-        "jobs dead-lettered because of the outage"
+    assert!(
+        end.wrong_dead.is_empty(),
+        "jobs dead-lettered because of the outage: {:?}",
+        end.wrong_dead
     );
     assert!(noticed.is_some(), "Health.redis never reported the outage");
     assert!(!ready_during, "ready while Redis was down");

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Audit};
+use crate::common::audit::{depth, noon_zone, publish_all};
 use crate::common::procs::{self, WorkerProc};
 use crate::common::reliability::record;
 use crate::common::*;
@@ -47,30 +47,17 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         let took = termed.elapsed();
         let in_queue = depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(0);
         // a fresh, unpaced worker finishes the run
-        let mut finish = s.clone();
-        finish.channels.get_mut("sms").unwrap().rate = Some(1_000);
+        let mut unpaced = s.clone();
+        unpaced.channels.get_mut("sms").unwrap().rate = Some(1_000);
         let fdir = procs::temp_dir("sigterm-finish");
-        let mut f = WorkerProc::spawn(&finish, &fdir, "finish");
-        let done = wait_until_quiet(
-            &conn,
-            &s,
-            mix.expected_dispatched(),
-            mix.count(Kind::Malformed),
-            Duration::from_secs(120),
-        )
+        let mut f = WorkerProc::spawn(&unpaced, &fdir, "finish");
+        let end = finish(&conn, &s, &mix, Duration::from_secs(120), async {
+            f.stop()
+        })
         .await;
-        f.term();
-        assert!(f
-            .wait(Duration::from_secs(30))
-            .map(|s| s.success())
-            .unwrap_or(false));
-        let a = Audit::collect(&conn, &s, &mix.jobs).await;
-        eprintln!(
-            "rate {rate}/s, grace {grace}s: exit {status:?} after {took:?}; {}",
-            a.summary(&mix.jobs)
-        );
-        let lost = a.lost(&mix.jobs);
-        let violations = check_caps(&s, &mix, &a).await;
+        assert!(end.stopped.map(|s| s.success()).unwrap_or(false));
+        let a = &end.audit;
+        eprintln!("rate {rate}/s, grace {grace}s: exit {status:?} after {took:?}");
         let mut panics = worker_panics(&dir);
         panics.extend(worker_panics(&fdir));
         assert!(panics.is_empty(), "worker panics: {panics:#?}");
@@ -80,9 +67,9 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
             "exit_code": status.and_then(|s| s.code()),
             "exit_seconds": took.as_secs_f64(),
             "jobs_queue_after_exit": in_queue,
-            "lost": lost.len(),
+            "lost": end.lost.len(),
             "duplicates": a.duplicate_dispatches(),
-            "violations": violations.len(),
+            "violations": end.violations.len(),
         }));
         assert_eq!(
             status.and_then(|s| s.code()),
@@ -94,9 +81,9 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
             took < Duration::from_secs(grace) + Duration::from_millis(1500),
             "took {took:?} for a grace of {grace}s"
         );
-        assert!(done, "did not settle: {}", a.summary(&mix.jobs));
-        assert!(lost.is_empty(), "lost: {lost:?}");
-        assert!(violations.is_empty(), "{violations:#?}");
+        assert!(end.settled, "did not settle: {}", a.summary(&mix.jobs));
+        assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
+        assert!(end.violations.is_empty(), "{:#?}", end.violations);
         assert_eq!(a.duplicate_dispatches(), 0);
     }
     let worst = figures
