@@ -1,19 +1,36 @@
 //! Decide: what becomes of one job, as data. Pure: no I/O; "now" is a parameter.
 //!
-//! Two steps, around the one question only Redis answers. [`triage`] looks at the
+//! Three steps, around the one question only Redis answers. [`triage`] looks at the
 //! job alone (a channel that is not configured, already expired; a body that is not
-//! a job is [`malformed`]), and [`decide`] turns the engine's [`Admission`] into a
-//! [`Decision`]. The worker then carries the decision out (publish, then commit or
-//! release, then ack); when the broker refuses a dispatch,
-//! [`retry_refused_dispatch_at`] says when to try again.
+//! a job is [`malformed`]); [`hold`] at the job and its [`Context`] (a `not_before`
+//! still ahead, send windows closed now); [`decide`] turns the engine's
+//! [`Admission`] into a [`Decision`], holding a capped job until the first instant
+//! at which every cap passes *and* its send windows are open. Every hold is bounded:
+//! by the job's `expires_at` (dead `expired`) and by its policy's `max_wait` counted
+//! from when a worker first saw it (dead `capped`). The worker then carries the
+//! decision out (publish, then commit or release, then ack); when the broker
+//! refuses a dispatch, [`retry_refused_dispatch_at`] says when to try again.
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::config::Action;
+use crate::config::{Action, Policy};
 use crate::engine::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
+use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
+
+/// What a decision knows besides the job and the engine's answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The job's policy (its category's, or `default`).
+    pub policy: &'a Policy,
+    /// The send windows of the job's channel, if it has any.
+    pub channel_windows: Option<&'a SendWindows>,
+    /// When a worker first saw the job (its first-seen header; now at its first
+    /// handling).
+    pub first_seen: DateTime<Utc>,
+}
 
 /// What the worker must do with one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,15 +65,75 @@ pub struct DeadLetter {
 /// What holds a delayed job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelayCause {
-    /// A cap of `policy` (`rule`: one that is full now).
+    /// A cap of `policy` (`rule`: one that is full now); its send windows, if any,
+    /// are open at the instant it waits for.
     Cap {
         /// The policy's name.
         policy: String,
         /// A rule that refused it.
         rule: Option<Rule>,
     },
+    /// Send windows closed now.
+    Window {
+        /// Whose windows held it last.
+        of: WindowsOf,
+        /// The policy's or the channel's name.
+        name: String,
+    },
+    /// Its `not_before` is still ahead.
+    Schedule,
     /// Another worker holds its reservation; look again when that lapses.
     InFlight,
+    /// The broker refused its dispatch; try again later.
+    DispatchRefused,
+}
+
+/// Whose send windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowsOf {
+    /// The job's policy's.
+    Policy,
+    /// The job's channel's.
+    Channel,
+}
+
+impl DelayCause {
+    /// A short label: `cap`, `window`, `schedule`, `in_flight`, `dispatch_refused`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            DelayCause::Cap { .. } => "cap",
+            DelayCause::Window { .. } => "window",
+            DelayCause::Schedule => "schedule",
+            DelayCause::InFlight => "in_flight",
+            DelayCause::DispatchRefused => "dispatch_refused",
+        }
+    }
+}
+
+impl std::fmt::Display for DelayCause {
+    /// What holds the job, as the `x-notify-held-by` header and the logs say it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DelayCause::Cap { policy, rule } => {
+                write!(f, "policy `{policy}` ({})", describe(*rule))
+            }
+            DelayCause::Window {
+                of: WindowsOf::Policy,
+                name,
+            } => {
+                write!(f, "the send windows of policy `{name}`")
+            }
+            DelayCause::Window {
+                of: WindowsOf::Channel,
+                name,
+            } => {
+                write!(f, "the send windows of channel `{name}`")
+            }
+            DelayCause::Schedule => f.write_str("its not_before"),
+            DelayCause::InFlight => f.write_str("another worker's reservation of it"),
+            DelayCause::DispatchRefused => f.write_str("the broker's refusal of its dispatch"),
+        }
+    }
 }
 
 fn dead(reason: Reason, detail: String) -> Decision {
@@ -90,8 +167,97 @@ pub fn triage(job: &Job<'_>, channels: &[String], now: DateTime<Utc>) -> Option<
     Some(dead(Reason::Expired, detail))
 }
 
+/// The job and its context, before Redis is asked: `None` when Redis must decide.
+/// Holds a job whose `not_before` is ahead until then, and a job whose send windows
+/// are closed `now` until they open (Redis is asked then, so that the caps see the
+/// sends recorded in between).
+pub fn hold(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
+    if let Some(at) = job.not_before.filter(|at| *at > now) {
+        return Some(wait(job, cx, at, DelayCause::Schedule));
+    }
+    match windows_open(job, cx, now) {
+        Ok((_, None)) => None,
+        Ok((at, Some(cause))) => Some(wait(job, cx, at, cause)),
+        Err(never) => Some(Decision::Dead(never)),
+    }
+}
+
+/// The first instant at or after `at` at which the send windows that apply to `job`
+/// are all open, and what held it when that is later than `at`; a dead letter when
+/// they never are open together.
+fn windows_open(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    at: DateTime<Utc>,
+) -> Result<(DateTime<Utc>, Option<DelayCause>), DeadLetter> {
+    let policy = cx.policy.send_windows.as_ref();
+    let channel = cx
+        .channel_windows
+        .filter(|_| !cx.policy.ignore_channel_windows);
+    let (sets, of, n) = match (policy, channel) {
+        (None, None) => return Ok((at, None)),
+        (Some(p), None) => ([p, p], [WindowsOf::Policy; 2], 1),
+        (None, Some(c)) => ([c, c], [WindowsOf::Channel; 2], 1),
+        (Some(p), Some(c)) => ([p, c], [WindowsOf::Policy, WindowsOf::Channel], 2),
+    };
+    match send_windows::next_open(&sets[..n], job.tz, at) {
+        Some((t, closed)) => Ok((
+            t,
+            closed.map(|c| DelayCause::Window {
+                of: of[c.by],
+                name: match of[c.by] {
+                    WindowsOf::Policy => cx.policy.name.clone(),
+                    WindowsOf::Channel => job.channel.to_string(),
+                },
+            }),
+        )),
+        None => Err(DeadLetter {
+            reason: Reason::Capped,
+            detail: format!(
+                "the send windows of policy `{}` and channel `{}` are never open together",
+                cx.policy.name, job.channel
+            ),
+        }),
+    }
+}
+
+/// Hold `job` until `until` for `cause`, unless it expires first or would wait
+/// longer than its policy's `max_wait` (a schedule the producer asked for is not
+/// bounded by it).
+fn wait(job: &Job<'_>, cx: &Context<'_>, until: DateTime<Utc>, cause: DelayCause) -> Decision {
+    if let Some(exp) = job.expires_at.filter(|exp| until > *exp) {
+        let detail = format!(
+            "{cause} allows it next at {}, after it expires at {}",
+            until.to_rfc3339(),
+            exp.to_rfc3339()
+        );
+        return dead(Reason::Expired, detail);
+    }
+    let bounded = !matches!(cause, DelayCause::Schedule | DelayCause::InFlight);
+    if let Some(max) = cx
+        .policy
+        .max_wait
+        .filter(|m| bounded && until - cx.first_seen > *m)
+    {
+        let detail = format!(
+            "{cause} allows it next at {}, more than policy `{}`'s max_wait of {} after it was first seen at {}",
+            until.to_rfc3339(),
+            cx.policy.name,
+            crate::quota::window::Window::Rolling(max),
+            cx.first_seen.to_rfc3339()
+        );
+        return dead(Reason::Capped, detail);
+    }
+    Decision::Delay { until, cause }
+}
+
 /// The engine's answer for `job`, at `now` (Redis time, after the admission).
-pub fn decide(job: &Job<'_>, admission: Admission, now: DateTime<Utc>) -> Decision {
+pub fn decide(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    admission: Admission,
+    now: DateTime<Utc>,
+) -> Decision {
     let expires = job.expires_at;
     match admission {
         Admission::Admitted(ticket) => match expires {
@@ -134,20 +300,9 @@ pub fn decide(job: &Job<'_>, admission: Admission, now: DateTime<Utc>) -> Decisi
             policy,
             rule,
             ..
-        } => match expires {
-            Some(exp) if at > exp => dead(
-                Reason::Expired,
-                format!(
-                    "policy `{policy}` ({}) allows it next at {}, after it expires at {}",
-                    describe(rule),
-                    at.to_rfc3339(),
-                    exp.to_rfc3339()
-                ),
-            ),
-            _ => Decision::Delay {
-                until: at,
-                cause: DelayCause::Cap { policy, rule },
-            },
+        } => match windows_open(job, cx, at) {
+            Ok((until, _)) => wait(job, cx, until, DelayCause::Cap { policy, rule }),
+            Err(never) => Decision::Dead(never),
         },
         Admission::InFlight { retry_at } => Decision::Delay {
             until: retry_at,
@@ -190,7 +345,32 @@ mod tests {
             category: "default".into(),
             tz: Tz::UTC,
             expires_at,
+            not_before: None,
         }
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            name: "default".into(),
+            rules: daily().into_iter().collect(),
+            scope: Default::default(),
+            action: Action::Delay,
+            send_windows: None,
+            ignore_channel_windows: false,
+            max_wait: None,
+        }
+    }
+
+    fn cx(policy: &Policy) -> Context<'_> {
+        Context {
+            policy,
+            channel_windows: None,
+            first_seen: at(10, 0),
+        }
+    }
+
+    fn windows(text: &[&str]) -> SendWindows {
+        SendWindows::new(text.iter().map(|o| o.parse().unwrap()).collect())
     }
 
     fn daily() -> Option<Rule> {
@@ -247,7 +427,12 @@ mod tests {
         ];
         for (expires, admission, expected) in table {
             let shown = format!("{admission:?} expiring {expires:?}");
-            assert_eq!(decide(&job(expires), admission, now), expected, "{shown}");
+            let p = policy();
+            assert_eq!(
+                decide(&job(expires), &cx(&p), admission, now),
+                expected,
+                "{shown}"
+            );
         }
     }
 
@@ -275,6 +460,147 @@ mod tests {
         assert_eq!(expired.as_ref().and_then(reason), Some(Reason::Expired));
         let m = malformed(Malformed("the field `id` is missing".into()));
         assert_eq!(m.reason, Reason::Malformed);
+    }
+
+    #[test]
+    fn holds_for_schedules_and_windows_bounded_by_expiry_and_max_wait() {
+        // 2026-03-01 is a Sunday
+        let now = at(10, 0);
+        let weekdays = windows(&["mon-fri 08:00-21:00"]);
+        let sundays = windows(&["sun 09:00-12:00"]);
+        let mut p = policy();
+        let plain = cx(&p);
+        let held = |until, cause| Some(Decision::Delay { until, cause });
+        let window = |of, name: &str| DelayCause::Window {
+            of,
+            name: name.into(),
+        };
+        let scheduled = |at| Job {
+            not_before: Some(at),
+            ..job(None)
+        };
+        let monday_8 = Utc.with_ymd_and_hms(2026, 3, 2, 8, 0, 0).unwrap();
+
+        // nothing to hold: ask Redis
+        assert_eq!(hold(&job(None), &plain, now), None);
+        assert_eq!(hold(&scheduled(at(9, 0)), &plain, now), None);
+        assert_eq!(hold(&scheduled(now), &plain, now), None);
+        // a schedule ahead: held until then, not bounded by max_wait
+        p.max_wait = Some(Duration::minutes(1));
+        assert_eq!(
+            hold(&scheduled(at(18, 0)), &cx(&p), now),
+            held(at(18, 0), DelayCause::Schedule)
+        );
+        let late = Job {
+            expires_at: Some(at(17, 0)),
+            ..scheduled(at(18, 0))
+        };
+        assert_eq!(
+            hold(&late, &cx(&p), now).as_ref().and_then(reason),
+            Some(Reason::Expired)
+        );
+        p.max_wait = None;
+        // the channel's windows closed on a Sunday: Monday's opening
+        let on_channel = Context {
+            channel_windows: Some(&weekdays),
+            ..cx(&p)
+        };
+        assert_eq!(
+            hold(&job(None), &on_channel, now),
+            held(monday_8, window(WindowsOf::Channel, "sms"))
+        );
+        // ... unless the policy ignores them
+        p.ignore_channel_windows = true;
+        assert_eq!(
+            hold(
+                &job(None),
+                &Context {
+                    channel_windows: Some(&weekdays),
+                    ..cx(&p)
+                },
+                now
+            ),
+            None
+        );
+        p.ignore_channel_windows = false;
+        // the policy's open, the channel's closed; both closed and never together
+        p.send_windows = Some(sundays.clone());
+        let both = Context {
+            channel_windows: Some(&weekdays),
+            ..cx(&p)
+        };
+        let never = hold(&job(None), &both, now);
+        assert_eq!(never.as_ref().and_then(reason), Some(Reason::Capped));
+        // the policy's windows alone: open now
+        assert_eq!(hold(&job(None), &cx(&p), now), None);
+        assert_eq!(
+            hold(&job(None), &cx(&p), at(13, 0)),
+            held(
+                Utc.with_ymd_and_hms(2026, 3, 8, 9, 0, 0).unwrap(),
+                window(WindowsOf::Policy, "default")
+            )
+        );
+
+        // a cap's retry time at 23:00 falls outside Sunday 09:00-12:00: next Sunday's opening
+        let refused_until_23 = refused(Some(at(23, 0)), Action::Delay);
+        let cap = DelayCause::Cap {
+            policy: "default".into(),
+            rule: daily(),
+        };
+        assert_eq!(
+            decide(&job(None), &cx(&p), refused_until_23.clone(), now),
+            Decision::Delay {
+                until: Utc.with_ymd_and_hms(2026, 3, 8, 9, 0, 0).unwrap(),
+                cause: cap.clone()
+            }
+        );
+        // ... which max_wait of 3 days refuses, naming the instant
+        p.max_wait = Some(Duration::days(3));
+        match decide(&job(None), &cx(&p), refused_until_23.clone(), now) {
+            Decision::Dead(d) => {
+                assert_eq!(d.reason, Reason::Capped);
+                assert!(
+                    d.detail.contains("2026-03-08T09:00:00+00:00"),
+                    "{}",
+                    d.detail
+                );
+                assert!(d.detail.contains("max_wait"), "{}", d.detail);
+            }
+            other => panic!("{other:?}"),
+        }
+        // without windows, the retry time itself; max_wait counts from the first sighting
+        p.send_windows = None;
+        let seen_long_ago = Context {
+            first_seen: at(10, 0) - Duration::days(3),
+            ..cx(&p)
+        };
+        assert_eq!(
+            decide(&job(None), &cx(&p), refused_until_23.clone(), now),
+            Decision::Delay {
+                until: at(23, 0),
+                cause: cap
+            }
+        );
+        assert_eq!(
+            reason(&decide(&job(None), &seen_long_ago, refused_until_23, now)),
+            Some(Reason::Capped)
+        );
+    }
+
+    #[test]
+    fn causes_say_what_holds_the_job() {
+        let cap = DelayCause::Cap {
+            policy: "default".into(),
+            rule: daily(),
+        };
+        assert_eq!(cap.to_string(), "policy `default` (at most 1 per 1d)");
+        assert_eq!(cap.label(), "cap");
+        let w = DelayCause::Window {
+            of: WindowsOf::Channel,
+            name: "sms".into(),
+        };
+        assert_eq!(w.to_string(), "the send windows of channel `sms`");
+        assert_eq!(DelayCause::Schedule.label(), "schedule");
     }
 
     #[test]

@@ -10,6 +10,9 @@ use crate::job::Outcome;
 
 /// Counter: jobs with a confirmed outcome, by `outcome` and dead-letter `reason`.
 pub const JOBS_TOTAL: &str = "quota_worker_jobs_total";
+/// Counter: jobs delayed, by `cause` (cap, window, schedule, in_flight,
+/// dispatch_refused).
+pub const DELAYS_TOTAL: &str = "quota_worker_delays_total";
 /// Histogram: time to decide a job in Redis, pacing waits included.
 pub const ADMISSION_SECONDS: &str = "quota_worker_admission_seconds";
 /// Histogram: one admission script call, from sending it to its reply.
@@ -87,7 +90,11 @@ pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(
         JOBS_TOTAL,
-        "Jobs settled, by outcome (dispatched, delayed, duplicate, dead) and dead-letter reason"
+        "Jobs settled, by outcome (dispatched, delayed, duplicate, dead), dead-letter reason, policy and channel (empty when the job has none: malformed, or an unconfigured channel)"
+    );
+    describe_counter!(
+        DELAYS_TOTAL,
+        "Jobs delayed, by cause: cap, window (send windows closed), schedule (not_before ahead), in_flight (another worker holds it), dispatch_refused"
     );
     describe_histogram!(
         ADMISSION_SECONDS,
@@ -124,13 +131,33 @@ pub fn describe() {
     metrics::gauge!(IN_FLIGHT).set(0.0);
 }
 
+/// Count one delay by its cause.
+pub(crate) fn delayed(cause: &crate::decide::DelayCause) {
+    metrics::counter!(DELAYS_TOTAL, "cause" => cause.label()).increment(1);
+}
+
+/// The `policy` and `channel` labels a job's outcome is counted under, as indexes
+/// into the configured policies and channels (both sorted by name); `None`: the
+/// empty label (a body that is not a job has neither, a job naming an unconfigured
+/// channel has no channel). Bounded by the configuration, whatever jobs say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobLabels {
+    /// Index of the job's policy.
+    pub policy: Option<usize>,
+    /// Index of the job's channel.
+    pub channel: Option<usize>,
+}
+
 /// The per-job metrics' handles, looked up in the recorder once per session instead
 /// of once per job (every outcome's counter thereby shows from the start, at 0).
 pub(crate) struct JobMetrics {
     pub in_flight: metrics::Gauge,
     pub job_seconds: metrics::Histogram,
     pub admission_seconds: metrics::Histogram,
-    pub outcomes: [metrics::Counter; Outcome::KINDS],
+    /// By (policy, channel), each an array by outcome kind.
+    outcomes: Vec<[metrics::Counter; Outcome::KINDS]>,
+    channels: usize,
+    policies: usize,
 }
 
 impl std::fmt::Debug for JobMetrics {
@@ -140,15 +167,34 @@ impl std::fmt::Debug for JobMetrics {
 }
 
 impl JobMetrics {
-    pub fn new() -> JobMetrics {
+    /// Handles for every outcome of every (policy, channel) of these sorted names.
+    pub fn new(policies: &[String], channels: &[String]) -> JobMetrics {
+        let label = |names: &[String], i: usize| names.get(i).cloned().unwrap_or_default();
+        let mut outcomes = Vec::with_capacity((policies.len() + 1) * (channels.len() + 1));
+        for p in 0..=policies.len() {
+            for c in 0..=channels.len() {
+                let (policy, channel) = (label(policies, p), label(channels, c));
+                outcomes.push(std::array::from_fn(|k| {
+                    let (outcome, reason) = Outcome::labels(k);
+                    metrics::counter!(JOBS_TOTAL, "outcome" => outcome, "reason" => reason,
+                        "policy" => policy.clone(), "channel" => channel.clone())
+                }));
+            }
+        }
         JobMetrics {
             in_flight: metrics::gauge!(IN_FLIGHT),
             job_seconds: metrics::histogram!(JOB_SECONDS),
             admission_seconds: metrics::histogram!(ADMISSION_SECONDS),
-            outcomes: std::array::from_fn(|k| {
-                let (outcome, reason) = Outcome::labels(k);
-                metrics::counter!(JOBS_TOTAL, "outcome" => outcome, "reason" => reason)
-            }),
+            outcomes,
+            channels: channels.len(),
+            policies: policies.len(),
         }
+    }
+
+    /// Count one confirmed outcome.
+    pub fn count(&self, outcome: &Outcome, labels: JobLabels) {
+        let p = labels.policy.unwrap_or(self.policies).min(self.policies);
+        let c = labels.channel.unwrap_or(self.channels).min(self.channels);
+        self.outcomes[p * (self.channels + 1) + c][outcome.kind()].increment(1);
     }
 }

@@ -60,6 +60,9 @@ pub struct Job {
     /// Never deliver after this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// Never deliver before this instant (a scheduled send).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<DateTime<Utc>>,
     /// Anything; the worker passes it through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -78,6 +81,7 @@ impl Job {
             category: None,
             timezone: None,
             expires_at: None,
+            not_before: None,
             payload: None,
             extra: Map::new(),
         }
@@ -104,6 +108,13 @@ impl Job {
     /// Set the expiry.
     pub fn expires_at(mut self, at: DateTime<Utc>) -> Job {
         self.expires_at = Some(at);
+        self
+    }
+
+    /// Schedule it: never delivered before `at` (then caps and send windows apply
+    /// as to any job).
+    pub fn not_before(mut self, at: DateTime<Utc>) -> Job {
+        self.not_before = Some(at);
         self
     }
 

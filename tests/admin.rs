@@ -308,9 +308,8 @@ async fn recipient_show_record_and_reset() {
     s.policies.insert(
         "promo".into(),
         PolicySettings {
-            rules: vec![],
             scope: Scope::Channel,
-            action: Default::default(),
+            ..Default::default()
         },
     );
     let _c = Cleanup::new(&s);

@@ -144,7 +144,7 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
         br#"{"id":"m-1","recipient":"r","channel":"sms"}"#,
     )
     .await;
-    let dispatched = r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 1"#;
+    let dispatched = r#"quota_worker_jobs_total{outcome="dispatched",reason="",policy="default",channel="sms"} 1"#;
     wait_for("the job in /metrics", Duration::from_secs(15), || async {
         common::http_get(&addr, "/metrics")
             .await
@@ -160,7 +160,9 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
         "quota_worker_admission_call_seconds_bucket{le=\"0.001\"}",
         "quota_worker_redis_errors_total 0",
         // every outcome shows from the start, at 0 until it happens
-        "quota_worker_jobs_total{outcome=\"dead\",reason=\"expired\"} 0",
+        "quota_worker_jobs_total{outcome=\"dead\",reason=\"expired\",policy=\"transactional\",channel=\"push\"} 0",
+        // a body that is no job is counted under neither
+        "quota_worker_jobs_total{outcome=\"dead\",reason=\"malformed\",policy=\"\",channel=\"\"} 0",
         "quota_worker_in_flight 0",
     ] {
         assert!(metrics.contains(expected), "{expected} in\n{metrics}");

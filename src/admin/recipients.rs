@@ -9,7 +9,7 @@ use super::AdminError;
 use crate::config::{Policy, Scope, Settings};
 use crate::engine::Engine;
 use crate::quota::keys;
-use crate::quota::window;
+use crate::quota::{send_windows, window};
 use crate::redis::record;
 
 /// One recorded send.
@@ -71,7 +71,11 @@ pub struct PolicyStatus {
     pub sends: Vec<Send>,
     /// Each rule.
     pub rules: Vec<RuleStatus>,
-    /// The next allowed instant; `None`: never (a limit of 0).
+    /// The send windows that apply, as `policy: ...` and `channel <name>: ...` (a
+    /// channel's only when the query or the policy's scope names the channel).
+    pub send_windows: Vec<String>,
+    /// The next allowed instant, caps and send windows together; `None`: never (a
+    /// limit of 0, or windows that are never open together).
     pub next_allowed: Option<NextAllowed>,
 }
 
@@ -195,13 +199,27 @@ impl<'a> Recipients<'a> {
                     }
                 })
                 .collect();
-            let next_allowed =
-                window::earliest_allowed(&policy.rules, q.tz, now, &instants).map(|t| {
-                    NextAllowed {
-                        utc: t,
-                        local: t.with_timezone(&q.tz).to_rfc3339(),
-                        now: t <= now,
-                    }
+            let channel_windows = channel
+                .as_deref()
+                .or(q.channel)
+                .filter(|_| !policy.ignore_channel_windows)
+                .and_then(|c| Some((c, self.settings.channel_windows(c)?)));
+            let mut sets = Vec::new();
+            let mut send_windows = Vec::new();
+            if let Some(w) = &policy.send_windows {
+                sets.push(w);
+                send_windows.push(format!("policy: {w}"));
+            }
+            if let Some((c, w)) = channel_windows {
+                sets.push(w);
+                send_windows.push(format!("channel {c}: {w}"));
+            }
+            let next_allowed = window::earliest_allowed(&policy.rules, q.tz, now, &instants)
+                .and_then(|t| send_windows::next_open(&sets, q.tz, t))
+                .map(|(t, _)| NextAllowed {
+                    utc: t,
+                    local: t.with_timezone(&q.tz).to_rfc3339(),
+                    now: t <= now,
                 });
             policies.push(PolicyStatus {
                 policy: policy.name.clone(),
@@ -228,6 +246,7 @@ impl<'a> Recipients<'a> {
                     })
                     .collect(),
                 rules,
+                send_windows,
                 next_allowed,
             });
         }

@@ -498,8 +498,13 @@ fn print_status(s: &RecipientStatus) {
                 }
             );
         }
+        for w in &p.send_windows {
+            println!("  send windows of the {w}");
+        }
         match &p.next_allowed {
-            None => println!("  next allowed: never (a limit of 0)"),
+            None => {
+                println!("  next allowed: never (a limit of 0, or windows never open together)")
+            }
             Some(n) if n.now => println!("  next allowed: now"),
             Some(n) => println!("  next allowed: {} ({})", n.local, n.utc.to_rfc3339()),
         }

@@ -44,6 +44,9 @@ pub struct PublishArgs {
     /// Never deliver after this instant (RFC 3339).
     #[arg(long, requires = "recipient", value_parser = parse_instant)]
     pub expires_at: Option<DateTime<Utc>>,
+    /// Never deliver before this instant (RFC 3339): a scheduled send.
+    #[arg(long, requires = "recipient", value_parser = parse_instant)]
+    pub not_before: Option<DateTime<Utc>>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -89,6 +92,7 @@ async fn publish_one(
         category: args.category,
         timezone: args.timezone,
         expires_at: args.expires_at,
+        not_before: args.not_before,
         payload: args.payload,
         extra: Default::default(),
     };

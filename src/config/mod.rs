@@ -16,6 +16,7 @@ use chrono_tz::Tz;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::quota::send_windows::{Opening, SendWindows};
 use crate::quota::window::{Rule, Window};
 
 mod locate;
@@ -386,6 +387,50 @@ mod window_text {
     }
 }
 
+/// Send windows written as `[{ days = "mon-fri", from = "08:00", to = "21:00" }]`,
+/// parsed when the configuration is read.
+mod send_windows_text {
+    use super::*;
+
+    #[derive(Deserialize, Serialize)]
+    #[serde(deny_unknown_fields)]
+    struct Written {
+        days: String,
+        from: String,
+        to: String,
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SendWindows>, D::Error> {
+        let Some(written) = Option::<Vec<Written>>::deserialize(d)? else {
+            return Ok(None);
+        };
+        let openings = written
+            .iter()
+            .map(|w| Opening::parse(&w.days, &w.from, &w.to))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(serde::de::Error::custom)?;
+        if openings.is_empty() {
+            return Err(serde::de::Error::custom(
+                "an empty list never opens; leave `send_windows` out for no restriction",
+            ));
+        }
+        Ok(Some(SendWindows::new(openings)))
+    }
+
+    pub fn serialize<S: Serializer>(w: &Option<SendWindows>, s: S) -> Result<S::Ok, S::Error> {
+        let written: Option<Vec<Written>> = w.as_ref().map(|w| {
+            w.openings()
+                .iter()
+                .map(|o| {
+                    let (days, from, to) = o.parts();
+                    Written { days, from, to }
+                })
+                .collect()
+        });
+        written.serialize(s)
+    }
+}
+
 /// What counts toward a policy's caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -410,7 +455,7 @@ pub enum Action {
 
 /// A policy as written in the file (`[policies.NAME]`).
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {
     #[serde(default)]
@@ -419,6 +464,16 @@ pub struct PolicySettings {
     pub scope: Scope,
     #[serde(default)]
     pub action: Action,
+    #[serde(
+        default,
+        with = "send_windows_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub send_windows: Option<SendWindows>,
+    #[serde(default)]
+    pub ignore_channel_windows: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<Dur>,
 }
 
 /// A channel (`[channels.NAME]`), with an optional GCRA send rate.
@@ -431,6 +486,24 @@ pub struct ChannelSettings {
     pub burst: Option<u64>,
     #[serde(default = "one")]
     pub cost: u64,
+    #[serde(
+        default,
+        with = "send_windows_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub send_windows: Option<SendWindows>,
+}
+
+impl Default for ChannelSettings {
+    fn default() -> Self {
+        ChannelSettings {
+            rate: None,
+            period: None,
+            burst: None,
+            cost: 1,
+            send_windows: None,
+        }
+    }
 }
 
 fn one() -> u64 {
@@ -461,6 +534,13 @@ pub struct Policy {
     pub scope: Scope,
     /// What happens to a refused job.
     pub action: Action,
+    /// When its jobs may go out, in the recipient's zone; `None`: any time.
+    pub send_windows: Option<SendWindows>,
+    /// Its jobs go out whatever their channel's send windows say.
+    pub ignore_channel_windows: bool,
+    /// The longest a job may wait, from when the worker first saw it, for its caps
+    /// and windows; a job that would wait longer is dead-lettered `capped`.
+    pub max_wait: Option<chrono::Duration>,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.
@@ -696,6 +776,14 @@ impl Settings {
                 "policies.default",
                 "a `default` policy is required",
             ));
+        }
+        for (name, p) in &self.policies {
+            if p.max_wait.is_some_and(|d| d.0 < Duration::from_secs(1)) {
+                return Err(invalid(
+                    format!("policies.{name}.max_wait"),
+                    "must be at least 1s (leave it out for no bound)",
+                ));
+            }
         }
         if self.channels.is_empty() {
             return Err(invalid("channels", "at least one channel is required"));
@@ -935,8 +1023,18 @@ impl Settings {
                     .collect(),
                 scope: p.scope,
                 action: p.action,
+                send_windows: p.send_windows.clone(),
+                ignore_channel_windows: p.ignore_channel_windows,
+                max_wait: p
+                    .max_wait
+                    .and_then(|d| chrono::Duration::from_std(d.0).ok()),
             })
             .collect()
+    }
+
+    /// A channel's send windows; `None` when it has none (or is not configured).
+    pub fn channel_windows(&self, channel: &str) -> Option<&SendWindows> {
+        self.channels.get(channel)?.send_windows.as_ref()
     }
 
     /// A channel's send rate; `None` when it is not paced (or not configured).
@@ -1177,6 +1275,84 @@ mod tests {
         assert!(err
             .to_string()
             .starts_with(&format!("{}:5: ", path.display())));
+    }
+
+    #[test]
+    fn send_windows_load_typed_and_bad_ones_name_key_and_line() {
+        let path = std::env::temp_dir().join(format!("qw-windows-{}.toml", std::process::id()));
+        let write_and_load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let loaded = Settings::load_with_env(Some(&path), env(&[]));
+            std::fs::remove_file(&path).unwrap();
+            loaded
+        };
+        let s = write_and_load(
+            "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmax_wait = \"72h\"\n\
+             send_windows = [{ days = \"mon-fri\", from = \"08:00\", to = \"21:00\" },\n\
+             { days = \"sat\", from = \"10:00\", to = \"18:00\" }]\n\n\
+             [channels.sms]\nsend_windows = [{ days = \"daily\", from = \"22:00\", to = \"06:00\" }]\n",
+        )
+        .unwrap();
+        let promo = s
+            .policies()
+            .into_iter()
+            .find(|p| p.name == "promo")
+            .unwrap();
+        assert_eq!(
+            promo.send_windows.unwrap().to_string(),
+            "mon,tue,wed,thu,fri 08:00-21:00; sat 10:00-18:00"
+        );
+        assert_eq!(promo.max_wait, Some(chrono::Duration::days(3)));
+        assert_eq!(
+            s.channel_windows("sms").unwrap().to_string(),
+            "mon,tue,wed,thu,fri,sat,sun 22:00-06:00"
+        );
+        // the defaults: `default` waits at most 7 days, `transactional` ignores windows
+        let policies = s.policies();
+        let by = |n: &str| policies.iter().find(|p| p.name == n).unwrap().clone();
+        assert_eq!(by("default").max_wait, Some(chrono::Duration::days(7)));
+        assert!(by("transactional").ignore_channel_windows);
+        // what a file says back loads again to the same windows
+        assert!(s.to_string().contains("send_windows"), "{s}");
+
+        for (text, key, line, says) in [
+            (
+                "[policies.promo]\nsend_windows = [{ days = \"mon-fry\", from = \"08:00\", to = \"21:00\" }]\n",
+                "policies.promo.send_windows",
+                2,
+                "`fry`",
+            ),
+            (
+                "[channels.sms]\n\nsend_windows = [{ days = \"sat\", from = \"8:00\", to = \"21:00\" }]\n",
+                "channels.sms.send_windows",
+                3,
+                "\"8:00\"",
+            ),
+            (
+                "[channels.sms]\nsend_windows = []\n",
+                "channels.sms.send_windows",
+                2,
+                "never opens",
+            ),
+            (
+                "[policies.promo]\nmax_wait = \"10ms\"\n",
+                "policies.promo.max_wait",
+                2,
+                "at least 1s",
+            ),
+        ] {
+            let err = write_and_load(text).unwrap_err();
+            assert_eq!(err.key(), Some(key), "{err}");
+            assert_eq!(
+                err.origin(),
+                Some(&Origin::File {
+                    path: path.clone(),
+                    line
+                }),
+                "{err}"
+            );
+            assert!(err.to_string().contains(says), "{err}");
+        }
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct Job<'a> {
     pub tz: Tz,
     /// Never deliver after this instant.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Never deliver before this instant (a scheduled send).
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// Why a body is not a job.
@@ -51,6 +53,8 @@ struct Wire<'a> {
     timezone: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     expires_at: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    not_before: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -116,19 +120,8 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
             ))
         })?,
     };
-    let expires_at = match wire.expires_at {
-        None => None,
-        Some(text) => Some(
-            DateTime::parse_from_rfc3339(&text)
-                .map_err(|e| {
-                    Malformed(format!(
-                        "the field `expires_at` is not an RFC 3339 instant ({e}): {:?}",
-                        truncate(&text)
-                    ))
-                })?
-                .with_timezone(&Utc),
-        ),
-    };
+    let expires_at = instant("expires_at", wire.expires_at)?;
+    let not_before = instant("not_before", wire.not_before)?;
     Ok(Job {
         id,
         recipient,
@@ -136,7 +129,21 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         category,
         tz,
         expires_at,
+        not_before,
     })
+}
+
+/// An optional RFC 3339 field.
+fn instant(field: &str, text: Option<Cow<'_, str>>) -> Result<Option<DateTime<Utc>>, Malformed> {
+    let Some(text) = text else { return Ok(None) };
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| Some(t.with_timezone(&Utc)))
+        .map_err(|e| {
+            Malformed(format!(
+                "the field `{field}` is not an RFC 3339 instant ({e}): {:?}",
+                truncate(&text)
+            ))
+        })
 }
 
 fn truncate(s: &str) -> String {
@@ -159,7 +166,8 @@ mod tests {
     fn a_full_job() {
         let j = ok(
             r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo",
-            "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00","payload":{"a":[1,2]},"extra":true}"#,
+            "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00",
+            "not_before":"2026-11-30T09:00:00+08:00","payload":{"a":[1,2]},"extra":true}"#,
         );
         assert_eq!(j.id, "j1");
         assert_eq!(j.category, "promo");
@@ -167,6 +175,10 @@ mod tests {
         assert_eq!(
             j.expires_at.unwrap().to_rfc3339(),
             "2026-11-30T16:00:00+00:00"
+        );
+        assert_eq!(
+            j.not_before.unwrap().to_rfc3339(),
+            "2026-11-30T01:00:00+00:00"
         );
     }
 
@@ -212,6 +224,10 @@ mod tests {
             (
                 br#"{"id":"a","channel":"sms"}"#.to_vec(),
                 "`recipient` is missing",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","not_before":"tomorrow"}"#.to_vec(),
+                "`not_before` is not an RFC 3339 instant",
             ),
             (
                 br#"{"id":1,"recipient":"r","channel":"sms"}"#.to_vec(),

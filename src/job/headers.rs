@@ -17,6 +17,9 @@ pub const FIRST_SEEN: &str = "x-notify-first-seen";
 pub const NOT_BEFORE: &str = "x-notify-not-before";
 /// Header on dead letters: the reason (`malformed`, `unknown_channel`, `capped`, `expired`).
 pub const REASON: &str = "x-notify-reason";
+/// What holds a delayed job: a cap, send windows, its schedule (for people and
+/// `admin`; the worker does not read it back).
+pub const HELD_BY: &str = "x-notify-held-by";
 /// Header on dead letters: a sentence for people.
 pub const DETAIL: &str = "x-notify-detail";
 
@@ -79,7 +82,7 @@ pub(crate) fn dispatch_headers(
 /// The headers a job carries of its own: all but the ladder's bits, its wait
 /// instant and the broker's `x-death` family.
 fn own_headers(original: Option<&FieldTable>) -> FieldTable {
-    kept(original, |name| name != NOT_BEFORE)
+    kept(original, |name| name != NOT_BEFORE && name != HELD_BY)
 }
 
 /// The headers of `original` that are neither the ladder's nor the broker's and
@@ -100,6 +103,15 @@ pub fn attempt_info(headers: Option<&FieldTable>) -> (u64, Option<i64>) {
     let attempt = h.inner().get(ATTEMPT).and_then(as_i64).unwrap_or(0).max(0) as u64;
     let first = h.inner().get(FIRST_SEEN).and_then(as_i64);
     (attempt, first)
+}
+
+/// Name what holds a delayed job (`x-notify-held-by`), e.g. "policy `default` (at
+/// most 1 per 1d)" or "the send windows of channel `sms`".
+pub fn held_by(headers: &mut FieldTable, cause: &crate::decide::DelayCause) {
+    headers.insert(
+        HELD_BY.into(),
+        AMQPValue::LongString(cause.to_string().into()),
+    );
 }
 
 /// Read an integer header whatever integer type the publisher used.

@@ -5,4 +5,5 @@
 
 pub mod keys;
 pub mod plan;
+pub mod send_windows;
 pub mod window;

@@ -378,23 +378,37 @@ fn expires_checked(window: Window, tz: Tz, send: DateTime<Utc>) -> Option<DateTi
 /// `day_start` without saturation: `None` when no representable instant has
 /// a local date on or after `date` within two days of its midnight.
 fn day_start_checked(tz: Tz, date: NaiveDate) -> Option<DateTime<Utc>> {
-    let midnight = date.and_time(NaiveTime::MIN);
-    if let Some(start) = earliest_existing(tz, midnight) {
+    first_reading_checked(tz, date.and_time(NaiveTime::MIN))
+}
+
+/// The first instant at which the local wall clock in `tz` reads `local` or later:
+/// `local` itself where it exists (the earlier one where the clock repeats it), the
+/// end of the gap where it does not. Saturates as [`day_start`] does.
+pub fn first_reading(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+    first_reading_checked(tz, local).unwrap_or(if local.year() < 1970 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    })
+}
+
+fn first_reading_checked(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    if let Some(start) = earliest_existing(tz, local) {
         return Some(start);
     }
-    // Midnight falls in a gap (or outside chrono's range). Find the first
-    // local minute that exists, then the first existing second before it:
-    // zone offsets and transitions are whole seconds, so that second is the
-    // exact end of the gap. Gaps are 30 min to 1 h in practice; the scan
-    // allows up to two days so that even a skipped date ends the gap.
+    // `local` falls in a gap (or outside chrono's range). Find the first local
+    // minute that exists, then the first existing second before it: zone offsets
+    // and transitions are whole seconds, so that second is the exact end of the
+    // gap. Gaps are 30 min to 1 h in practice; the scan allows up to two days so
+    // that even a skipped date ends the gap.
     const SCAN_MINUTES: i64 = 48 * 60;
     for minute in 1..=SCAN_MINUTES {
-        let Some(local) = midnight.checked_add_signed(Duration::minutes(minute)) else {
+        let Some(later) = local.checked_add_signed(Duration::minutes(minute)) else {
             break;
         };
-        if let Some(found) = earliest_existing(tz, local) {
+        if let Some(found) = earliest_existing(tz, later) {
             for second in (1..=59).rev() {
-                let candidate = local - Duration::seconds(second);
+                let candidate = later - Duration::seconds(second);
                 if let Some(earlier) = earliest_existing(tz, candidate) {
                     return Some(earlier);
                 }

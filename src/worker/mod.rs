@@ -38,6 +38,8 @@ pub struct Worker {
     engine: Arc<Engine>,
     topology: Topology,
     default_tz: Tz,
+    /// The configured policies' names, sorted (the `policy` label's values).
+    policy_names: Vec<String>,
     /// Readiness flags.
     pub health: Arc<Health>,
 }
@@ -56,11 +58,13 @@ impl Worker {
     pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
         let topology = Topology::from_settings(&settings);
         let default_tz = settings.worker.default_timezone;
+        let policy_names = settings.policies.keys().cloned().collect();
         Worker {
             settings,
             engine,
             topology,
             default_tz,
+            policy_names,
             health: Arc::new(Health {
                 broker: AtomicBool::new(false),
                 redis: AtomicBool::new(true),
@@ -91,7 +95,7 @@ impl Worker {
                 publisher,
                 commits,
                 stop,
-                metrics: JobMetrics::new(),
+                metrics: JobMetrics::new(&self.policy_names, &self.topology.channels),
             },
             committer,
         )

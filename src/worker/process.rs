@@ -14,10 +14,11 @@ use tracing::{debug, info, warn};
 
 use super::{Session, Worker};
 use crate::amqp::{PublishError, Publisher};
-use crate::decide::{self, DeadLetter, Decision};
+use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
 use crate::engine::{Admission, EngineError, Request};
 use crate::job::decode::{self, Job};
 use crate::job::{headers, Outcome};
+use crate::metrics::JobLabels;
 
 /// Why a delivery could not be settled (it is handed back to the broker).
 #[derive(Debug, thiserror::Error)]
@@ -31,38 +32,65 @@ pub enum ProcessError {
 }
 
 impl Worker {
-    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed.
-    /// The caller acks on Ok and hands the delivery back on Err.
-    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
+    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed,
+    /// with the labels to count it under. The caller acks on Ok and hands the delivery
+    /// back on Err.
+    pub async fn process(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+    ) -> Result<(Outcome, JobLabels), ProcessError> {
         let now = self.engine.redis_now();
         let max_body = self.settings.worker.max_body_bytes;
         let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
-                return self
-                    .dead(&s.publisher, delivery, None, decide::malformed(m))
-                    .await
+                let dead = decide::malformed(m);
+                let outcome = self.dead(&s.publisher, delivery, None, dead).await?;
+                return Ok((outcome, JobLabels::default()));
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
+        let policy = self.engine.policy(&job.category);
+        let labels = JobLabels {
+            policy: self.policy_names.binary_search(&policy.name).ok(),
+            channel: self
+                .topology
+                .channels
+                .binary_search_by(|c| c.as_str().cmp(&job.channel))
+                .ok(),
+        };
+        let headers = delivery.properties.headers().as_ref();
         let decision = match decide::triage(&job, &self.topology.channels, now) {
             Some(decision) => decision,
             None => {
-                let req = Request {
-                    id: &job.id,
-                    recipient: &job.recipient,
-                    channel: &job.channel,
-                    category: &job.category,
-                    tz: job.tz,
+                let cx = Context {
+                    policy,
+                    channel_windows: self.settings.channel_windows(&job.channel),
+                    first_seen: headers::attempt_info(headers)
+                        .1
+                        .map_or(now, crate::quota::window::from_millis),
                 };
-                let admission = self.admit(&req, s).await?;
-                decide::decide(&job, admission, self.engine.redis_now())
+                match decide::hold(&job, &cx, now) {
+                    Some(decision) => decision,
+                    None => {
+                        let req = Request {
+                            id: &job.id,
+                            recipient: &job.recipient,
+                            channel: &job.channel,
+                            category: &job.category,
+                            tz: job.tz,
+                        };
+                        let admission = self.admit(&req, s).await?;
+                        decide::decide(&job, &cx, admission, self.engine.redis_now())
+                    }
+                }
             }
         };
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
         // a copy of its future per job, BENCHMARKS.md item 15.)
-        match decision {
+        let outcome = match decision {
             Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(&job), dead).await,
             Decision::ReleaseThenDead(ticket, dead) => {
                 self.retry_redis(|| self.engine.release(&ticket), &s.stop)
@@ -73,9 +101,11 @@ impl Worker {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 Ok(Outcome::Duplicate)
             }
-            Decision::Delay { until, .. } => self.delay(&s.publisher, delivery, &job, until).await,
+            Decision::Delay { until, cause } => {
+                self.delay(&s.publisher, delivery, &job, until, &cause)
+                    .await
+            }
             Decision::Dispatch(ticket) => {
-                let headers = delivery.properties.headers().as_ref();
                 let mut props = BasicProperties::default()
                     .with_content_type("application/json".into())
                     .with_message_id(ShortString::from(job.id.as_ref()));
@@ -99,7 +129,9 @@ impl Worker {
                             .await?;
                         let (attempt, _) = headers::attempt_info(headers);
                         let until = decide::retry_refused_dispatch_at(attempt, now);
-                        self.delay(&s.publisher, delivery, &job, until).await
+                        let cause = DelayCause::DispatchRefused;
+                        self.delay(&s.publisher, delivery, &job, until, &cause)
+                            .await
                     }
                     Err(e) => {
                         // No confirm in time, or the connection dropped: the dispatch may
@@ -112,7 +144,8 @@ impl Worker {
                     }
                 }
             }
-        }
+        };
+        outcome.map(|o| (o, labels))
     }
 
     /// Ask the engine, waiting out Redis outages (never a decision without Redis).
@@ -162,6 +195,7 @@ impl Worker {
         delivery: &Delivery,
         job: &Job<'_>,
         until: DateTime<Utc>,
+        cause: &DelayCause,
     ) -> Result<Outcome, ProcessError> {
         let ladder = self.topology.ladder();
         let now = self.engine.redis_now();
@@ -172,13 +206,15 @@ impl Worker {
             .with_headers({
                 let mut headers =
                     headers::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                headers::held_by(&mut headers, cause);
                 ladder.mark(&mut headers, seconds);
                 headers
             });
         publisher
             .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
-        debug!(until = %until.to_rfc3339(), seconds, "delayed");
+        crate::metrics::delayed(cause);
+        debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
         Ok(Outcome::Delayed { until })
     }
 

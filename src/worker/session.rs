@@ -152,8 +152,8 @@ impl Worker {
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
         span.in_scope(|| match result {
-            Ok(outcome) => {
-                s.metrics.outcomes[outcome.kind()].increment(1);
+            Ok((outcome, labels)) => {
+                s.metrics.count(&outcome, labels);
                 s.metrics
                     .job_seconds
                     .record(started.elapsed().as_secs_f64());

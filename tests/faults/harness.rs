@@ -26,8 +26,7 @@ pub(crate) fn policy(rules: &[(u32, &str)]) -> PolicySettings {
                 window: window.parse().unwrap(),
             })
             .collect(),
-        scope: Default::default(),
-        action: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -45,9 +44,8 @@ pub(crate) fn fault_settings(ns: &str, rate: u64) -> Settings {
         "sms".into(),
         ChannelSettings {
             rate: Some(rate),
-            period: None,
             burst: Some(20),
-            cost: 1,
+            ..Default::default()
         },
     );
     s
