@@ -46,6 +46,12 @@ pub enum Decision {
     },
     /// Already dispatched: ack it, send nothing.
     Duplicate,
+    /// A newer job of its recipient with its collapse key replaced it: ack it, send
+    /// nothing.
+    Superseded {
+        /// The newer job's id.
+        by: String,
+    },
     /// Publish to the dead-letter queue.
     Dead(DeadLetter),
     /// Give the admission back (it was admitted, but expired while waiting for
@@ -72,6 +78,8 @@ pub enum DelayCause {
         policy: String,
         /// A rule that refused it.
         rule: Option<Rule>,
+        /// How many sends of the recipient it saw remembered.
+        seen: usize,
     },
     /// Send windows closed now.
     Window {
@@ -114,7 +122,7 @@ impl std::fmt::Display for DelayCause {
     /// What holds the job, as the `x-notify-held-by` header and the logs say it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DelayCause::Cap { policy, rule } => {
+            DelayCause::Cap { policy, rule, .. } => {
                 write!(f, "policy `{policy}` ({})", describe(*rule))
             }
             DelayCause::Window {
@@ -145,6 +153,14 @@ pub fn malformed(m: Malformed) -> DeadLetter {
     DeadLetter {
         reason: Reason::Malformed,
         detail: m.0,
+    }
+}
+
+/// A job an operator cancelled at `at` (`admin job ID cancel`).
+pub fn cancelled(at: DateTime<Utc>) -> DeadLetter {
+    DeadLetter {
+        reason: Reason::Cancelled,
+        detail: format!("cancelled by an operator at {}", at.to_rfc3339()),
     }
 }
 
@@ -287,6 +303,7 @@ pub fn decide(
             policy,
             rule,
             retry_at,
+            ..
         } => dead(
             Reason::Capped,
             format!(
@@ -299,9 +316,10 @@ pub fn decide(
             retry_at: Some(at),
             policy,
             rule,
+            seen,
             ..
         } => match windows_open(job, cx, at) {
-            Ok((until, _)) => wait(job, cx, until, DelayCause::Cap { policy, rule }),
+            Ok((until, _)) => wait(job, cx, until, DelayCause::Cap { policy, rule, seen }),
             Err(never) => Decision::Dead(never),
         },
         Admission::InFlight { retry_at } => Decision::Delay {
@@ -346,6 +364,7 @@ mod tests {
             tz: Tz::UTC,
             expires_at,
             not_before: None,
+            collapse_key: None,
         }
     }
 
@@ -386,6 +405,7 @@ mod tests {
             action,
             policy: "default".into(),
             rule: daily(),
+            seen: 1,
         }
     }
 
@@ -403,6 +423,7 @@ mod tests {
         let cap = DelayCause::Cap {
             policy: "default".into(),
             rule: daily(),
+            seen: 1,
         };
         #[rustfmt::skip]
         let table: Vec<(Option<DateTime<Utc>>, Admission, Decision)> = vec![
@@ -546,6 +567,7 @@ mod tests {
         let cap = DelayCause::Cap {
             policy: "default".into(),
             rule: daily(),
+            seen: 1,
         };
         assert_eq!(
             decide(&job(None), &cx(&p), refused_until_23.clone(), now),
@@ -592,6 +614,7 @@ mod tests {
         let cap = DelayCause::Cap {
             policy: "default".into(),
             rule: daily(),
+            seen: 1,
         };
         assert_eq!(cap.to_string(), "policy `default` (at most 1 per 1d)");
         assert_eq!(cap.label(), "cap");

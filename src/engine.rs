@@ -31,7 +31,9 @@ use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::window::{self, Rule};
 use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
+use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
+use crate::redis::notes::Note;
 use crate::redis::rate::{self, RateReply};
 use crate::redis::{refund, RedisConn, Scripts};
 
@@ -139,6 +141,8 @@ pub enum Admission {
         policy: String,
         /// A rule that is full now, for the logs.
         rule: Option<Rule>,
+        /// How many sends of the recipient it saw remembered.
+        seen: usize,
     },
     /// This job was already dispatched.
     Duplicate,
@@ -165,6 +169,8 @@ pub struct Engine {
     policies: HashMap<String, Arc<Policy>>,
     rates: HashMap<String, (Option<Rate>, Pacer)>,
     lease_ms: i64,
+    /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
+    record_ttl: Duration,
     admitter: Admitter,
     scripts: Scripts,
     offset_ms: AtomicI64,
@@ -257,6 +263,7 @@ impl Engine {
             policies,
             rates,
             lease_ms,
+            record_ttl: settings.redis.record_ttl.0,
             admitter,
             scripts,
             offset_ms: AtomicI64::new(0),
@@ -414,6 +421,7 @@ impl Engine {
                     action: policy.action,
                     policy: policy.name.clone(),
                     rule: refusal.rule,
+                    seen: sends.len(),
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
@@ -529,12 +537,17 @@ impl Engine {
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
-        self.commit_many(std::slice::from_ref(ticket)).await
+        self.write_after(std::slice::from_ref(ticket), &[]).await
     }
 
-    /// [`Engine::commit`] for many tickets: one pipeline on a single node (one round
-    /// trip), concurrent commands on a cluster (their keys live in different slots).
-    pub(crate) async fn commit_many(&self, tickets: &[Ticket]) -> Result<(), EngineError> {
+    /// Commit `tickets` (as [`Engine::commit`]) and write `notes`: one pipeline on a
+    /// single node (one round trip), concurrent commands on a cluster (their keys
+    /// live in different slots).
+    pub(crate) async fn write_after(
+        &self,
+        tickets: &[Ticket],
+        notes: &[Note],
+    ) -> Result<(), EngineError> {
         let zadd = |t: &Ticket| {
             // sized up front: growing the buffers argument by argument cost more
             // than the rest of the commit
@@ -546,28 +559,44 @@ impl Engine {
                 .arg(&t.member);
             cmd
         };
-        let mut conn = self.conn.clone();
+        let ttl_ms = self.record_ttl.as_millis() as u64;
+        let now = self.redis_now();
+        let cmds = tickets.iter().map(zadd).chain(
+            notes
+                .iter()
+                .flat_map(|n| crate::redis::notes::commands(&self.keys, n, ttl_ms, now)),
+        );
         self.count_call();
-        match &self.conn {
-            RedisConn::Single(_) => {
-                let mut pipe = redis::pipe();
-                for t in tickets {
-                    pipe.add_command(zadd(t)).ignore();
-                }
-                let _: () = pipe.query_async(&mut conn).await?;
-            }
-            RedisConn::Cluster(_) => {
-                let calls = tickets.iter().map(|t| {
-                    let mut conn = conn.clone();
-                    let cmd = zadd(t);
-                    async move { cmd.query_async::<i64>(&mut conn).await }
-                });
-                for result in futures_util::future::join_all(calls).await {
-                    result?;
-                }
-            }
-        }
-        Ok(())
+        self.conn.send_all(cmds).await
+    }
+
+    /// Whether job `id` of `recipient`, first seen at `first_seen`, is the newest of
+    /// the recipient's jobs with collapse key `field` (it is then registered as such).
+    pub async fn collapse(
+        &self,
+        recipient: &str,
+        field: &str,
+        id: &str,
+        first_seen: DateTime<Utc>,
+    ) -> Result<Collapse, EngineError> {
+        self.count_call();
+        let key = self.keys.collapse(recipient);
+        let script = &self.scripts.collapse;
+        crate::redis::collapse::collapse(
+            &self.conn,
+            script,
+            &key,
+            field,
+            id,
+            first_seen,
+            self.record_ttl,
+        )
+        .await
+    }
+
+    /// How long notes, cancel marks and collapse keys are kept.
+    pub fn record_ttl(&self) -> Duration {
+        self.record_ttl
     }
 
     /// Undo an admission whose dispatch failed: the recipient's send and the

@@ -63,6 +63,10 @@ pub struct Job {
     /// Never deliver before this instant (a scheduled send).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<DateTime<Utc>>,
+    /// While a job of the same recipient with this key waits, a newer one replaces
+    /// it: only the newest is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collapse_key: Option<String>,
     /// Anything; the worker passes it through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -82,6 +86,7 @@ impl Job {
             timezone: None,
             expires_at: None,
             not_before: None,
+            collapse_key: None,
             payload: None,
             extra: Map::new(),
         }
@@ -115,6 +120,13 @@ impl Job {
     /// as to any job).
     pub fn not_before(mut self, at: DateTime<Utc>) -> Job {
         self.not_before = Some(at);
+        self
+    }
+
+    /// Give it a collapse key: a newer job of the recipient with the same key
+    /// replaces this one while it waits (only the newest is sent).
+    pub fn collapse_key(mut self, key: impl Into<String>) -> Job {
+        self.collapse_key = Some(key.into());
         self
     }
 

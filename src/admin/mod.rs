@@ -1,8 +1,10 @@
 //! Admin: what an operator reads and repairs. Queue depths ([`queues`]), dead
-//! letters read, replayed and purged without loss ([`dead_letters`]), and a
-//! recipient's recorded sends ([`recipients`]). Returns data; the binary prints it.
+//! letters read, replayed and purged without loss ([`dead_letters`]), a
+//! recipient's recorded sends ([`recipients`]), and one job by its id: where it is,
+//! why, and cancelling it ([`jobs`]). Returns data; the binary prints it.
 
 pub mod dead_letters;
+pub mod jobs;
 pub mod queues;
 pub mod recipients;
 
@@ -10,6 +12,7 @@ use crate::amqp::{BrokerError, PublishError};
 use crate::engine::EngineError;
 
 pub use dead_letters::{DeadLetter, DeadLetters, Selection, Step, WalkReport};
+pub use jobs::{Cancelled, JobStatus, Jobs};
 pub use queues::{queue_stats, QueueStat};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};
 

@@ -10,7 +10,7 @@ use crate::config::{Policy, Scope, Settings};
 use crate::engine::Engine;
 use crate::quota::keys;
 use crate::quota::{send_windows, window};
-use crate::redis::record;
+use crate::redis::{notes, record};
 
 /// One recorded send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,6 +88,9 @@ pub struct RecipientStatus {
     pub timezone: String,
     /// Redis time.
     pub now: DateTime<Utc>,
+    /// How many of the recipient's jobs wait in the delay ladder (as the workers
+    /// noted them; not read from the queues).
+    pub waiting: u64,
     /// One entry per policy (and channel).
     pub policies: Vec<PolicyStatus>,
 }
@@ -250,10 +253,12 @@ impl<'a> Recipients<'a> {
                 next_allowed,
             });
         }
+        let waiting = notes::waiting(&self.engine.connection(), keys, q.recipient, now).await?;
         Ok(RecipientStatus {
             recipient_tag: keys.recipient_tag(q.recipient),
             timezone: q.tz.name().to_string(),
             now,
+            waiting,
             policies,
         })
     }

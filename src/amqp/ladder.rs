@@ -64,6 +64,21 @@ impl Ladder {
             .filter(move |n| seconds >> n & 1 == 1)
     }
 
+    /// The level whose queue holds a job delayed by `seconds`, `elapsed_ms` after it
+    /// was published (it waits in each set bit's queue in turn, highest first);
+    /// `None` once the delay is over (it is back in the jobs queue).
+    pub fn level_at(&self, seconds: u64, elapsed_ms: i64) -> Option<u32> {
+        let mut left = elapsed_ms.max(0);
+        for n in self.bits(seconds) {
+            let hold = 1000i64 << n;
+            if left < hold {
+                return Some(n);
+            }
+            left -= hold;
+        }
+        None
+    }
+
     /// Add the headers that spell `seconds` to `headers`.
     pub fn mark(&self, headers: &mut FieldTable, seconds: u64) {
         for n in self.bits(seconds) {

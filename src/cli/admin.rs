@@ -1,5 +1,5 @@
-//! `quota-worker admin`: queues, dead letters (list, show, replay, purge) and
-//! recipients, printed as tables or `--json`.
+//! `quota-worker admin`: queues, dead letters (list, show, replay, purge),
+//! recipients, and one job (explain, cancel), printed as tables or `--json`.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -13,10 +13,12 @@ use super::{
     amqp, engine, parse_instant, parse_zone, print_json, stop_on_signal, EXIT_INTERRUPTED,
 };
 use quota_worker::admin::{
-    self, DeadLetter, DeadLetters, RecipientQuery, RecipientStatus, Recipients, Selection, Step,
+    self, DeadLetter, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients,
+    Selection, Step as Walk,
 };
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
+use quota_worker::job::record::{JobRecord, Place, Step};
 
 /// `quota-worker admin`.
 #[derive(Subcommand, Debug)]
@@ -36,6 +38,29 @@ pub enum AdminCommand {
     /// A recipient's recorded sends, rule counts and next allowed instant; import or
     /// clear sends.
     Recipient(RecipientArgs),
+    /// One job by its id: where it is, until when it waits and why; or cancel it.
+    Job(JobArgs),
+}
+
+/// `admin job`.
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    /// The job id.
+    pub id: String,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[allow(missing_docs)]
+    #[command(subcommand)]
+    pub action: Option<JobAction>,
+}
+
+/// What to do to a job (nothing: explain it).
+#[derive(Subcommand, Debug)]
+pub enum JobAction {
+    /// Make the waiting job end as a dead letter `cancelled` (replayable) the next
+    /// time a worker handles it, wherever it waits.
+    Cancel,
 }
 
 /// Which dead letters: by reason, by id, or all.
@@ -166,7 +191,107 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Queues { json } => queues(settings, json).await,
         AdminCommand::Dead { command } => dead(settings, command).await,
         AdminCommand::Recipient(args) => recipient(settings, args).await,
+        AdminCommand::Job(args) => job(settings, args).await,
     }
+}
+
+async fn job(settings: &Settings, args: JobArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(settings).await?;
+    let jobs = Jobs::new(&engine, settings);
+    match args.action {
+        None => {
+            let status = jobs.explain(&args.id).await?;
+            if args.json {
+                print_json(&status)?;
+            } else {
+                print_job(&status);
+            }
+        }
+        Some(JobAction::Cancel) => {
+            let done = jobs.cancel(&args.id).await?;
+            if args.json {
+                print_json(&done)?;
+            } else {
+                println!(
+                    "job `{}` {} at {}; it ends as a dead letter `cancelled` the next time a worker handles it (every worker knows within {} ms)",
+                    done.id,
+                    if done.already { "was cancelled already" } else { "cancelled" },
+                    done.at.to_rfc3339(),
+                    done.known_within_ms
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_place(place: &Place, record: Option<&JobRecord>, now: DateTime<Utc>) -> String {
+    let until = record.and_then(|r| match &r.step {
+        Step::Delayed { until, .. } => Some(*until),
+        _ => None,
+    });
+    match place {
+        Place::DelayQueue { queue } => format!(
+            "in the delay queue `{queue}`, waiting until {} (in {})",
+            until.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            age(until.map(|t| (t - now).num_seconds()))
+        ),
+        Place::JobsQueue { since } => format!(
+            "back in the jobs queue since {} ({} ago), waiting for a worker",
+            since.to_rfc3339(),
+            age(Some((now - *since).num_seconds()))
+        ),
+        Place::Dead => "in the dead-letter queue (unless replayed or purged since)".into(),
+        Place::Dispatched => "dispatched".into(),
+        Place::Superseded => "superseded: acked unsent".into(),
+        Place::Unknown => "unknown: no record (sent at its first handling, still in the jobs queue for the first time, or its record expired)".into(),
+    }
+}
+
+fn print_job(s: &JobStatus) {
+    println!("job:         {}", s.id);
+    println!(
+        "where:       {}",
+        print_place(&s.place, s.record.as_ref(), s.now)
+    );
+    if let Some(at) = s.cancelled_at {
+        println!(
+            "cancelled:   at {} (ends as a dead letter `cancelled` when a worker next handles it)",
+            at.to_rfc3339()
+        );
+    }
+    let Some(r) = &s.record else { return };
+    println!(
+        "since:       {} ({} ago)",
+        r.at.to_rfc3339(),
+        age(Some((s.now - r.at).num_seconds()))
+    );
+    match &r.step {
+        Step::Delayed {
+            cause,
+            held_by,
+            sends_seen,
+            ..
+        } => {
+            let seen = sends_seen
+                .map(|n| format!("; saw {n} send(s) of the recipient remembered"))
+                .unwrap_or_default();
+            println!("held by:     {held_by} ({cause}{seen})");
+        }
+        Step::Dead { reason, detail } => println!("dead:        {reason}: {detail}"),
+        Step::Dispatched => println!("dispatched:  after waiting"),
+        Step::Superseded { by } => println!("superseded:  by job `{by}`"),
+    }
+    println!(
+        "policy:      {}, channel {}",
+        r.policy.as_deref().unwrap_or("-"),
+        r.channel
+    );
+    println!(
+        "handled:     {} time(s) before; first seen {}",
+        r.attempt,
+        r.first_seen.to_rfc3339()
+    );
 }
 
 async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
@@ -239,7 +364,7 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
                     if filter.matches(&letter) {
                         seen.push(letter);
                     }
-                    Step::Keep
+                    Walk::Keep
                 })
                 .await?;
             if json {
@@ -279,7 +404,7 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
                     if letter.id.as_deref() == Some(id.as_str()) {
                         seen.push(DeadLetter::read(&d.properties, &d.data, now, true));
                     }
-                    Step::Keep
+                    Walk::Keep
                 })
                 .await?;
             walk_note(&report);
@@ -322,9 +447,9 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
                     let letter = DeadLetter::read(&d.properties, &d.data, now, false);
                     if sel.matches(&letter) {
                         replayed.push(letter);
-                        Step::Replay
+                        Walk::Replay
                     } else {
-                        Step::Keep
+                        Walk::Keep
                     }
                 })
                 .await?;
@@ -366,9 +491,9 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let report = letters
                 .walk(&stop, |d| {
                     if sel.matches(&DeadLetter::read(&d.properties, &d.data, now, false)) {
-                        Step::Drop
+                        Walk::Drop
                     } else {
-                        Step::Keep
+                        Walk::Keep
                     }
                 })
                 .await?;
@@ -461,6 +586,7 @@ fn print_status(s: &RecipientStatus) {
         s.timezone,
         s.now.to_rfc3339()
     );
+    println!("{} job(s) waiting in the delay ladder", s.waiting);
     for p in &s.policies {
         let channel = p
             .channel

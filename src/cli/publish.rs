@@ -47,6 +47,10 @@ pub struct PublishArgs {
     /// Never deliver before this instant (RFC 3339): a scheduled send.
     #[arg(long, requires = "recipient", value_parser = parse_instant)]
     pub not_before: Option<DateTime<Utc>>,
+    /// Collapse key: a newer job of the recipient with the same key replaces this
+    /// one while it waits.
+    #[arg(long, requires = "recipient")]
+    pub collapse_key: Option<String>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -93,6 +97,7 @@ async fn publish_one(
         timezone: args.timezone,
         expires_at: args.expires_at,
         not_before: args.not_before,
+        collapse_key: args.collapse_key,
         payload: args.payload,
         extra: Default::default(),
     };

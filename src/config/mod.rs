@@ -240,6 +240,9 @@ pub struct RedisSettings {
     pub hash_key: SecretString,
     pub dedupe_window: Dur,
     pub reservation_lease: Dur,
+    /// How long the notes about a job (`admin job`), its cancel mark and its
+    /// recipient's collapse keys and waiting set are kept after their last write.
+    pub record_ttl: Dur,
 }
 
 fn redacted_secret<S: Serializer>(_: &SecretString, s: S) -> Result<S::Ok, S::Error> {
@@ -281,6 +284,7 @@ impl fmt::Debug for RedisSettings {
             .field("hash_key", &REDACTED)
             .field("dedupe_window", &r.dedupe_window)
             .field("reservation_lease", &r.reservation_lease)
+            .field("record_ttl", &r.record_ttl)
             .finish()
     }
 }
@@ -784,6 +788,18 @@ impl Settings {
                     "must be at least 1s (leave it out for no bound)",
                 ));
             }
+            if let Some(wait) = p.max_wait.filter(|d| d.0 > self.redis.record_ttl.0) {
+                return Err(invalid(
+                    "redis.record_ttl",
+                    format!(
+                        "must be at least the longest max_wait ({} of policy `{name}`): \
+                         a job's cancel mark and collapse key must outlive its wait",
+                        crate::quota::window::Window::Rolling(
+                            chrono::Duration::from_std(wait.0).unwrap_or_default()
+                        )
+                    ),
+                ));
+            }
         }
         if self.channels.is_empty() {
             return Err(invalid("channels", "at least one channel is required"));
@@ -1249,6 +1265,10 @@ mod tests {
             (
                 vec![("QUOTA_WORKER__REDIS__RESERVATION_LEASE", "1d")],
                 "reservation_lease",
+            ),
+            (
+                vec![("QUOTA_WORKER__REDIS__RECORD_TTL", "24h")],
+                "redis.record_ttl",
             ),
         ] {
             let err = Settings::load_with_env(None, env(&vars))

@@ -14,6 +14,8 @@ use serde::Deserialize;
 pub const MAX_ID_CHARS: usize = 128;
 /// Longest accepted recipient, in characters.
 pub const MAX_RECIPIENT_CHARS: usize = 256;
+/// Longest accepted collapse key, in characters.
+pub const MAX_COLLAPSE_KEY_CHARS: usize = 128;
 
 /// A decoded job. Borrows from the body where it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +34,9 @@ pub struct Job<'a> {
     pub expires_at: Option<DateTime<Utc>>,
     /// Never deliver before this instant (a scheduled send).
     pub not_before: Option<DateTime<Utc>>,
+    /// Jobs of one recipient with the same collapse key replace each other while
+    /// they wait: only the newest is sent.
+    pub collapse_key: Option<Cow<'a, str>>,
 }
 
 /// Why a body is not a job.
@@ -55,6 +60,8 @@ struct Wire<'a> {
     expires_at: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     not_before: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    collapse_key: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -122,6 +129,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
     };
     let expires_at = instant("expires_at", wire.expires_at)?;
     let not_before = instant("not_before", wire.not_before)?;
+    let collapse_key = match wire.collapse_key {
+        None => None,
+        Some(k) => Some(required("collapse_key", Some(k), MAX_COLLAPSE_KEY_CHARS)?),
+    };
     Ok(Job {
         id,
         recipient,
@@ -130,6 +141,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         tz,
         expires_at,
         not_before,
+        collapse_key,
     })
 }
 
@@ -167,8 +179,9 @@ mod tests {
         let j = ok(
             r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo",
             "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00",
-            "not_before":"2026-11-30T09:00:00+08:00","payload":{"a":[1,2]},"extra":true}"#,
+            "not_before":"2026-11-30T09:00:00+08:00","collapse_key":"cart","payload":{"a":[1,2]},"extra":true}"#,
         );
+        assert_eq!(j.collapse_key.as_deref(), Some("cart"));
         assert_eq!(j.id, "j1");
         assert_eq!(j.category, "promo");
         assert_eq!(j.tz, chrono_tz::Asia::Shanghai);
@@ -228,6 +241,14 @@ mod tests {
             (
                 br#"{"id":"a","recipient":"r","channel":"sms","not_before":"tomorrow"}"#.to_vec(),
                 "`not_before` is not an RFC 3339 instant",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","collapse_key":""}"#.to_vec(),
+                "`collapse_key` must be 1 to 128",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","collapse_key":7}"#.to_vec(),
+                "not a job",
             ),
             (
                 br#"{"id":1,"recipient":"r","channel":"sms"}"#.to_vec(),

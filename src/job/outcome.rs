@@ -15,15 +15,18 @@ pub enum Reason {
     Capped,
     /// It could not be sent before its `expires_at`.
     Expired,
+    /// An operator cancelled it while it waited (`admin job ID cancel`).
+    Cancelled,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::Malformed,
         Reason::UnknownChannel,
         Reason::Capped,
         Reason::Expired,
+        Reason::Cancelled,
     ];
 
     /// The `x-notify-reason` value.
@@ -33,6 +36,7 @@ impl Reason {
             Reason::UnknownChannel => "unknown_channel",
             Reason::Capped => "capped",
             Reason::Expired => "expired",
+            Reason::Cancelled => "cancelled",
         }
     }
 }
@@ -49,13 +53,16 @@ pub enum Outcome {
     },
     /// Already dispatched; acked and counted.
     Duplicate,
+    /// A newer job of its recipient with the same collapse key replaced it; acked,
+    /// not sent.
+    Superseded,
     /// Published to the dead-letter queue.
     Dead(Reason),
 }
 
 impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
-    pub(crate) const KINDS: usize = 3 + Reason::ALL.len();
+    pub(crate) const KINDS: usize = 4 + Reason::ALL.len();
 
     /// Its kind, in `0..KINDS`: the index of its counter.
     pub(crate) fn kind(&self) -> usize {
@@ -63,7 +70,8 @@ impl Outcome {
             Outcome::Dispatched => 0,
             Outcome::Delayed { .. } => 1,
             Outcome::Duplicate => 2,
-            Outcome::Dead(r) => 3 + *r as usize,
+            Outcome::Superseded => 3,
+            Outcome::Dead(r) => 4 + *r as usize,
         }
     }
 
@@ -73,7 +81,8 @@ impl Outcome {
             0 => ("dispatched", ""),
             1 => ("delayed", ""),
             2 => ("duplicate", ""),
-            k => ("dead", Reason::ALL[k - 3].as_str()),
+            3 => ("superseded", ""),
+            k => ("dead", Reason::ALL[k - 4].as_str()),
         }
     }
 }
@@ -90,6 +99,7 @@ mod tests {
                 until: DateTime::<Utc>::UNIX_EPOCH,
             },
             Outcome::Duplicate,
+            Outcome::Superseded,
         ]
         .into_iter()
         .chain(Reason::ALL.map(Outcome::Dead));

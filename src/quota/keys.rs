@@ -68,6 +68,41 @@ impl Keys {
         key
     }
 
+    /// The sorted set of a recipient's waiting jobs: member = job id, score = the
+    /// instant (ms) it waits for. `prefix:{tag}/waiting`: the `/` keeps it apart
+    /// from every policy's set (`prefix:{tag}:policy`), in the same hash slot.
+    pub fn waiting(&self, recipient: &str) -> String {
+        format!(
+            "{}:{{{}}}/waiting",
+            self.prefix,
+            self.recipient_tag(recipient)
+        )
+    }
+
+    /// The hash of a recipient's collapse keys: field = collapse key, value =
+    /// `first_seen_ms:job id` of the newest job with that key.
+    pub fn collapse(&self, recipient: &str) -> String {
+        format!(
+            "{}:{{{}}}/collapse",
+            self.prefix,
+            self.recipient_tag(recipient)
+        )
+    }
+
+    /// What the worker last did with job `id` (`admin job ID` reads it).
+    pub fn job(&self, id: &str) -> String {
+        format!("{}:job:{id}", self.prefix)
+    }
+
+    /// The sorted set of cancelled job ids (score: when, ms), and the counter
+    /// raised at each change of it (workers reread the set when it moves).
+    pub fn cancelled(&self) -> (String, String) {
+        (
+            format!("{}:cancelled", self.prefix),
+            format!("{}:cancelled:version", self.prefix),
+        )
+    }
+
     /// A channel's GCRA key.
     pub fn rate(&self, channel: &str) -> String {
         format!("{}:rate:{{{channel}}}", self.prefix)
@@ -106,6 +141,15 @@ mod tests {
         let t = keys.recipient_tag("+33 6 12 34 56 78");
         assert_eq!(a, format!("qw:{{{t}}}:default"));
         assert_eq!(b, format!("qw:{{{t}}}:default:sms"));
+        // the waiting jobs and collapse keys share the slot, and no policy's name
+        // can give their names (a policy key has `}:` where they have `}/`)
+        let (w, c) = (
+            keys.waiting("+33 6 12 34 56 78"),
+            keys.collapse("+33 6 12 34 56 78"),
+        );
+        assert_eq!((tag(&w), tag(&c)), (tag(&a), tag(&a)));
+        assert_ne!(w, keys.recipient("+33 6 12 34 56 78", "waiting", None));
+        assert_eq!(c, format!("qw:{{{t}}}/collapse"));
     }
 
     #[test]

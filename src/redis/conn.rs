@@ -64,6 +64,34 @@ impl RedisConn {
     }
 }
 
+impl RedisConn {
+    /// Send `cmds`, replies ignored: in one pipeline on a single node (one round
+    /// trip), each on its own and concurrently on a cluster (their keys may live in
+    /// different slots).
+    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<(), EngineError> {
+        let mut conn = self.clone();
+        match self {
+            RedisConn::Single(_) => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd).ignore();
+                }
+                let _: () = pipe.query_async(&mut conn).await?;
+            }
+            RedisConn::Cluster(_) => {
+                let calls = cmds.map(|cmd| {
+                    let mut conn = conn.clone();
+                    async move { cmd.query_async::<redis::Value>(&mut conn).await }
+                });
+                for result in futures_util::future::join_all(calls).await {
+                    result?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

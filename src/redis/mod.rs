@@ -1,11 +1,15 @@
 //! Redis, one module per script: each owns its arguments and its reply
 //! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
-//! channel's GCRA; [`record`]: the admin's import), all registered in
+//! channel's GCRA; [`record`]: the admin's import; [`collapse`]: the newest job of a
+//! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
+//! the cancel marks), all registered in
 //! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
 //! elsewhere ([`crate::engine`], [`crate::decide`]).
 
 pub(crate) mod admit;
+pub mod collapse;
 pub mod conn;
+pub mod notes;
 pub mod rate;
 pub mod record;
 pub mod refund;

@@ -15,6 +15,8 @@ pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
 /// `lua/record.lua`: a past send imported by the admin.
 pub const RECORD_LUA: &str = include_str!("../../lua/record.lua");
+/// `lua/collapse.lua`: the newest job of a recipient's collapse key.
+pub const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
 
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
@@ -27,6 +29,8 @@ pub struct Scripts {
     pub refund: Script,
     /// `lua/record.lua`.
     pub record: Script,
+    /// `lua/collapse.lua`.
+    pub collapse: Script,
 }
 
 impl Default for Scripts {
@@ -36,6 +40,7 @@ impl Default for Scripts {
             rate: Script::new(RATE_LUA),
             refund: Script::new(REFUND_LUA),
             record: Script::new(RECORD_LUA),
+            collapse: Script::new(COLLAPSE_LUA),
         }
     }
 }
@@ -44,7 +49,13 @@ impl Scripts {
     /// `SCRIPT LOAD` every script (on a cluster, on every node).
     pub async fn load(&self, conn: &RedisConn) -> redis::RedisResult<()> {
         let mut conn = conn.clone();
-        for script in [&self.admit, &self.rate, &self.refund, &self.record] {
+        for script in [
+            &self.admit,
+            &self.rate,
+            &self.refund,
+            &self.record,
+            &self.collapse,
+        ] {
             script.load_async(&mut conn).await?;
         }
         Ok(())

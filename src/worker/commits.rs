@@ -1,8 +1,10 @@
-//! Committing dispatched jobs in batches. Once a dispatch is confirmed, its
-//! reservation in Redis is marked committed so that a later copy of the job is a
-//! duplicate. The delivery is acked without waiting for that mark: a crash between
-//! the confirm and the mark is the one window in which a job can be sent twice
-//! (see `RELIABILITY.md`). Marks are sent in one pipeline per batch.
+//! Writes that follow an outcome, in batches: commits of dispatched jobs, and the
+//! notes about delayed and ended jobs (`admin job`, the recipient's waiting count).
+//! Once a dispatch is confirmed, its reservation in Redis is marked committed so
+//! that a later copy of the job is a duplicate. The delivery is acked without
+//! waiting for that mark: a crash between the confirm and the mark is the one
+//! window in which a job can be sent twice (see `RELIABILITY.md`). Everything
+//! handed over at one moment goes in one pipeline; a job never waits for its note.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,19 +13,27 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Ticket};
+use crate::redis::notes::Note;
 
 /// Largest batch sent at once.
 pub const BATCH: usize = 512;
 
+/// One write.
+#[derive(Debug)]
+enum Write {
+    Commit(Ticket),
+    Note(Box<Note>),
+}
+
 /// Handle to a committer task.
 #[derive(Debug, Clone)]
 pub struct Commits {
-    tx: mpsc::UnboundedSender<Ticket>,
+    tx: mpsc::UnboundedSender<Write>,
 }
 
 impl Commits {
     /// Start a committer on `engine`; it ends when every handle is dropped, after
-    /// committing what it was given (retrying while Redis is away, until `stop`).
+    /// writing what it was given (retrying while Redis is away, until `stop`).
     pub fn start(
         engine: Arc<Engine>,
         stop: CancellationToken,
@@ -34,34 +44,40 @@ impl Commits {
 
     /// Commit `ticket` soon.
     pub fn commit(&self, ticket: Ticket) {
-        let _ = self.tx.send(ticket);
+        let _ = self.tx.send(Write::Commit(ticket));
+    }
+
+    /// Write `note` soon.
+    pub fn note(&self, note: Note) {
+        let _ = self.tx.send(Write::Note(Box::new(note)));
     }
 }
 
-async fn run(
-    engine: Arc<Engine>,
-    mut rx: mpsc::UnboundedReceiver<Ticket>,
-    stop: CancellationToken,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
+async fn run(engine: Arc<Engine>, mut rx: mpsc::UnboundedReceiver<Write>, stop: CancellationToken) {
+    let mut tickets = Vec::with_capacity(BATCH);
+    let mut notes = Vec::new();
+    let take = |w: Write, tickets: &mut Vec<Ticket>, notes: &mut Vec<Note>| match w {
+        Write::Commit(t) => tickets.push(t),
+        Write::Note(n) => notes.push(*n),
+    };
     while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < BATCH {
+        take(first, &mut tickets, &mut notes);
+        while tickets.len() + notes.len() < BATCH {
             match rx.try_recv() {
-                Ok(t) => batch.push(t),
+                Ok(w) => take(w, &mut tickets, &mut notes),
                 Err(_) => break,
             }
         }
         let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            match engine.commit_many(&batch).await {
+            match engine.write_after(&tickets, &notes).await {
                 Ok(()) => break,
                 Err(e) => {
                     metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
-                    tracing::warn!(error = %e, jobs = batch.len(), "could not mark dispatched jobs as committed; retrying");
+                    tracing::warn!(error = %e, jobs = tickets.len(), notes = notes.len(), "could not mark dispatched jobs as committed; retrying");
                     tokio::select! {
                         _ = stop.cancelled() => {
-                            tracing::error!(jobs = batch.len(), "shutting down with dispatched jobs not marked committed: a copy of one arriving after its lease would be sent again");
+                            tracing::error!(jobs = tickets.len(), "shutting down with dispatched jobs not marked committed: a copy of one arriving after its lease would be sent again");
                             break;
                         }
                         _ = tokio::time::sleep(backoff.next().unwrap_or_default()) => {}
@@ -69,6 +85,7 @@ async fn run(
                 }
             }
         }
-        batch.clear();
+        tickets.clear();
+        notes.clear();
     }
 }

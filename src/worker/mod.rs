@@ -5,9 +5,11 @@
 //! ([`session`]: declare the topology, consume with a bounded prefetch, one task per
 //! delivery). [`Worker::process`] ([`process`]) is the one-step entry point: one
 //! delivery in, one confirmed [`crate::job::Outcome`] out; it carries out the pure
-//! [`crate::decide`] decision. Dispatched jobs are committed in batches
-//! ([`commits`]); readiness is kept in [`health`].
+//! [`crate::decide`] decision. Dispatched jobs are committed, and what became of
+//! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
+//! ([`cancels`]); readiness is kept in [`health`].
 
+pub mod cancels;
 pub(crate) mod commits;
 pub mod health;
 pub mod process;
@@ -40,6 +42,8 @@ pub struct Worker {
     default_tz: Tz,
     /// The configured policies' names, sorted (the `policy` label's values).
     policy_names: Vec<String>,
+    /// The cancelled job ids, as last read from Redis.
+    pub cancels: Arc<cancels::Cancels>,
     /// Readiness flags.
     pub health: Arc<Health>,
 }
@@ -65,6 +69,7 @@ impl Worker {
             topology,
             default_tz,
             policy_names,
+            cancels: Arc::default(),
             health: Arc::new(Health {
                 broker: AtomicBool::new(false),
                 redis: AtomicBool::new(true),
@@ -110,6 +115,15 @@ impl Worker {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(health::watch_redis(
             self.health.clone(),
+            self.engine.clone(),
+            shutdown.clone(),
+        )));
+        // the cancel marks before the first job, then kept up to date
+        if let Err(e) = self.cancels.refresh(&self.engine).await {
+            warn!(error = %e, "could not read the cancel marks; reading them again shortly");
+        }
+        let _cancels = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(cancels::watch(
+            self.cancels.clone(),
             self.engine.clone(),
             shutdown.clone(),
         )));

@@ -1,6 +1,9 @@
-//! One delivery to one confirmed outcome: decode, triage, ask the engine, then
-//! carry out the [`Decision`] (publish, then commit or release). The decision itself
-//! is pure ([`crate::decide`]); this is its executor.
+//! One delivery to one confirmed outcome: decode; then the first step that settles
+//! it decides (a cancel mark, known in memory; triage; the newest of its collapse
+//! key, asked of Redis only for jobs that carry one; its schedule and send windows;
+//! the engine's admission); then carry out the [`Decision`] (publish, then commit
+//! or release) and note it for `admin job`. The decision itself is pure
+//! ([`crate::decide`]); this is its executor.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -17,8 +20,19 @@ use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
 use crate::engine::{Admission, EngineError, Request};
 use crate::job::decode::{self, Job};
-use crate::job::{headers, Outcome};
+use crate::job::record::{JobRecord, Step};
+use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
+use crate::redis::collapse::Collapse;
+use crate::redis::notes::{Note, Waiting};
+
+/// What the worker knows of a job's past: the times it was handled before, when a
+/// worker first saw it, and its policy's name.
+struct Seen<'a> {
+    attempt: u64,
+    first_seen: DateTime<Utc>,
+    policy: &'a str,
+}
 
 /// Why a delivery could not be settled (it is handed back to the broker).
 #[derive(Debug, thiserror::Error)]
@@ -61,49 +75,71 @@ impl Worker {
                 .ok(),
         };
         let headers = delivery.properties.headers().as_ref();
-        let decision = match decide::triage(&job, &self.topology.channels, now) {
-            Some(decision) => decision,
-            None => {
-                let cx = Context {
-                    policy,
-                    channel_windows: self.settings.channel_windows(&job.channel),
-                    first_seen: headers::attempt_info(headers)
-                        .1
-                        .map_or(now, crate::quota::window::from_millis),
+        let (attempt, first_seen) = headers::attempt_info(headers);
+        let seen = Seen {
+            attempt,
+            first_seen: first_seen.map_or(now, crate::quota::window::from_millis),
+            policy: &policy.name,
+        };
+        // Each step may settle the job; the first that does, decides.
+        let decision = 'decided: {
+            if let Some(at) = self.cancels.get(&job.id) {
+                break 'decided Decision::Dead(decide::cancelled(at));
+            }
+            if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
+                break 'decided decision;
+            }
+            if let Some(key) = job.collapse_key.as_deref() {
+                let newest = || {
+                    let (recipient, id) = (&job.recipient, &job.id);
+                    self.engine.collapse(recipient, key, id, seen.first_seen)
                 };
-                match decide::hold(&job, &cx, now) {
-                    Some(decision) => decision,
-                    None => {
-                        let req = Request {
-                            id: &job.id,
-                            recipient: &job.recipient,
-                            channel: &job.channel,
-                            category: &job.category,
-                            tz: job.tz,
-                        };
-                        let admission = self.admit(&req, s).await?;
-                        decide::decide(&job, &cx, admission, self.engine.redis_now())
-                    }
+                if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
+                    break 'decided Decision::Superseded { by };
                 }
             }
+            let cx = Context {
+                policy,
+                channel_windows: self.settings.channel_windows(&job.channel),
+                first_seen: seen.first_seen,
+            };
+            if let Some(decision) = decide::hold(&job, &cx, now) {
+                break 'decided decision;
+            }
+            let req = Request {
+                id: &job.id,
+                recipient: &job.recipient,
+                channel: &job.channel,
+                category: &job.category,
+                tz: job.tz,
+            };
+            let admission = self.admit(&req, s).await?;
+            decide::decide(&job, &cx, admission, self.engine.redis_now())
         };
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
         // a copy of its future per job, BENCHMARKS.md item 15.)
         let outcome = match decision {
-            Decision::Dead(dead) => self.dead(&s.publisher, delivery, Some(&job), dead).await,
+            Decision::Dead(dead) => self.dead_noted(s, delivery, &job, &seen, dead).await,
             Decision::ReleaseThenDead(ticket, dead) => {
                 self.retry_redis(|| self.engine.release(&ticket), &s.stop)
                     .await?;
-                self.dead(&s.publisher, delivery, Some(&job), dead).await
+                self.dead_noted(s, delivery, &job, &seen, dead).await
             }
             Decision::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 Ok(Outcome::Duplicate)
             }
+            Decision::Superseded { by } => {
+                info!(
+                    by,
+                    "superseded by a newer job with its collapse key; acked, not sent"
+                );
+                self.note(s, &job, &seen, Step::Superseded { by }, None);
+                Ok(Outcome::Superseded)
+            }
             Decision::Delay { until, cause } => {
-                self.delay(&s.publisher, delivery, &job, until, &cause)
-                    .await
+                self.delay(s, delivery, &job, &seen, until, &cause).await
             }
             Decision::Dispatch(ticket) => {
                 let mut props = BasicProperties::default()
@@ -120,6 +156,10 @@ impl Worker {
                 {
                     Ok(()) => {
                         s.commits.commit(ticket);
+                        if attempt > 0 {
+                            // it had waited: out of its recipient's waiting jobs
+                            self.note(s, &job, &seen, Step::Dispatched, None);
+                        }
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
@@ -127,11 +167,9 @@ impl Worker {
                         warn!(error = %e, "dispatch refused by the broker; giving the quota back");
                         self.retry_redis(|| self.engine.release(&ticket), &s.stop)
                             .await?;
-                        let (attempt, _) = headers::attempt_info(headers);
                         let until = decide::retry_refused_dispatch_at(attempt, now);
                         let cause = DelayCause::DispatchRefused;
-                        self.delay(&s.publisher, delivery, &job, until, &cause)
-                            .await
+                        self.delay(s, delivery, &job, &seen, until, &cause).await
                     }
                     Err(e) => {
                         // No confirm in time, or the connection dropped: the dispatch may
@@ -191,9 +229,10 @@ impl Worker {
 
     async fn delay(
         &self,
-        publisher: &Publisher,
+        s: &Session,
         delivery: &Delivery,
         job: &Job<'_>,
+        seen: &Seen<'_>,
         until: DateTime<Utc>,
         cause: &DelayCause,
     ) -> Result<Outcome, ProcessError> {
@@ -204,18 +243,84 @@ impl Worker {
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()))
             .with_headers({
-                let mut headers =
-                    headers::next_headers(delivery.properties.headers().as_ref(), now, Some(until));
+                let original = delivery.properties.headers().as_ref();
+                let mut headers = headers::next_headers(original, seen.first_seen, Some(until));
                 headers::held_by(&mut headers, cause);
                 ladder.mark(&mut headers, seconds);
                 headers
             });
-        publisher
+        s.publisher
             .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
         crate::metrics::delayed(cause);
         debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
+        let step = Step::Delayed {
+            until,
+            seconds,
+            cause: cause.label().to_string(),
+            held_by: cause.to_string(),
+            sends_seen: match cause {
+                DelayCause::Cap { seen, .. } => Some(*seen),
+                _ => None,
+            },
+        };
+        self.note(s, job, seen, step, Some(until));
         Ok(Outcome::Delayed { until })
+    }
+
+    /// Dead-letter a job, and note it (spending its cancel mark if that was why).
+    async fn dead_noted(
+        &self,
+        s: &Session,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        seen: &Seen<'_>,
+        dead: DeadLetter,
+    ) -> Result<Outcome, ProcessError> {
+        let step = Step::Dead {
+            reason: dead.reason.as_str().to_string(),
+            detail: dead.detail.clone(),
+        };
+        let outcome = self.dead(&s.publisher, delivery, Some(job), dead).await?;
+        self.note(s, job, seen, step, None);
+        Ok(outcome)
+    }
+
+    /// Note what became of `job` for `admin job` (and, when it waits or has waited,
+    /// in its recipient's waiting jobs): written with the next batch of commits.
+    fn note(
+        &self,
+        s: &Session,
+        job: &Job<'_>,
+        seen: &Seen<'_>,
+        step: Step,
+        waits_until: Option<DateTime<Utc>>,
+    ) {
+        let spend_cancel =
+            matches!(&step, Step::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
+        let waiting = match waits_until {
+            Some(until) => Waiting::Until {
+                key: self.engine.keys().waiting(&job.recipient),
+                until,
+            },
+            None if seen.attempt > 0 => Waiting::Gone {
+                key: self.engine.keys().waiting(&job.recipient),
+            },
+            None => Waiting::Untouched,
+        };
+        s.commits.note(Note {
+            id: job.id.to_string(),
+            record: JobRecord {
+                step,
+                at: self.engine.redis_now(),
+                attempt: seen.attempt,
+                first_seen: seen.first_seen,
+                policy: Some(seen.policy.to_string()),
+                channel: job.channel.to_string(),
+            },
+            waiting,
+            spend_cancel,
+        });
     }
 
     async fn dead(

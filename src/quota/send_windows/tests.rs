@@ -15,7 +15,13 @@ fn set(openings: &[&str]) -> SendWindows {
 }
 
 /// A named case: windows, zone, the instant asked about, the answer expected.
-type Case = (&'static str, SendWindows, Tz, DateTime<Utc>, Option<DateTime<Utc>>);
+type Case = (
+    &'static str,
+    SendWindows,
+    Tz,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
 
 #[test]
 fn next_open_table() {

@@ -1,0 +1,117 @@
+//! One job by its id: where it is and why ([`Jobs::explain`], from what the worker
+//! noted when it delayed or dead-lettered it, without reading any queue), and
+//! [`Jobs::cancel`]: a mark that makes a waiting job end as a dead letter
+//! `cancelled` the next time a worker handles it.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::AdminError;
+use crate::amqp::ladder::Ladder;
+use crate::config::Settings;
+use crate::engine::Engine;
+use crate::job::record::{JobRecord, Place, Step};
+use crate::redis::notes;
+use crate::worker::cancels::POLL;
+
+/// What `admin job ID` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobStatus {
+    /// The job id.
+    pub id: String,
+    /// Redis time.
+    pub now: DateTime<Utc>,
+    /// Where it is.
+    #[serde(rename = "where")]
+    pub place: Place,
+    /// The last step the worker noted.
+    pub record: Option<JobRecord>,
+    /// When it was cancelled, if a cancel mark waits for it.
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// What `admin job ID cancel` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cancelled {
+    /// The job id.
+    pub id: String,
+    /// When (Redis time).
+    pub at: DateTime<Utc>,
+    /// It was marked already (the mark was left as it was).
+    pub already: bool,
+    /// Where the job was, as far as its record tells.
+    #[serde(rename = "where")]
+    pub place: Place,
+    /// Every worker knows of the mark within this many milliseconds.
+    pub known_within_ms: u64,
+}
+
+/// Reads and cancels jobs.
+#[derive(Debug)]
+pub struct Jobs<'a> {
+    engine: &'a Engine,
+    ladder: Ladder,
+}
+
+impl<'a> Jobs<'a> {
+    /// Over a connected engine and its settings.
+    pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
+        Jobs {
+            engine,
+            ladder: crate::amqp::Topology::from_settings(settings).ladder(),
+        }
+    }
+
+    /// Where job `id` is and why, from its record and cancel mark.
+    pub async fn explain(&self, id: &str) -> Result<JobStatus, AdminError> {
+        let now = self.engine.sync_clock().await?;
+        let conn = self.engine.connection();
+        let keys = self.engine.keys();
+        let record = notes::record(&conn, keys, id).await?;
+        let cancelled_at = notes::cancel_marks(&conn, keys)
+            .await?
+            .into_iter()
+            .find_map(|(m, at)| (m == id).then_some(at));
+        Ok(JobStatus {
+            id: id.to_string(),
+            now,
+            place: record
+                .as_ref()
+                .map_or(Place::Unknown, |r| r.place(&self.ladder, now)),
+            record,
+            cancelled_at,
+        })
+    }
+
+    /// Mark job `id` cancelled. Refused for a job whose record says it was sent,
+    /// superseded or dead-lettered already (nothing waits to be cancelled).
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled, AdminError> {
+        let status = self.explain(id).await?;
+        if let Some(r) = &status.record {
+            let ended = match &r.step {
+                Step::Dispatched => Some("was dispatched".to_string()),
+                Step::Superseded { by } => Some(format!("was superseded by job `{by}`")),
+                Step::Dead { reason, .. } => {
+                    Some(format!("went to the dead-letter queue (reason `{reason}`)"))
+                }
+                Step::Delayed { .. } => None,
+            };
+            if let Some(ended) = ended {
+                return Err(AdminError::Invalid(format!(
+                    "job `{id}` {ended} at {}: nothing waits to be cancelled",
+                    r.at.to_rfc3339()
+                )));
+            }
+        }
+        let ttl = self.engine.record_ttl().as_millis() as u64;
+        let conn = self.engine.connection();
+        let already = notes::cancel(&conn, self.engine.keys(), id, status.now, ttl).await?;
+        Ok(Cancelled {
+            id: id.to_string(),
+            at: status.cancelled_at.unwrap_or(status.now),
+            already,
+            place: status.place,
+            known_within_ms: POLL.as_millis() as u64 * 2,
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! What the worker notes about a job when it delays it, dead-letters it, sends it
+//! after a wait or finds it superseded: a [`JobRecord`], kept in Redis for
+//! `redis.record_ttl`, which `admin job ID` reads back. Pure: the record and what it
+//! says about where the job is now ([`JobRecord::place`]).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::amqp::ladder::Ladder;
+
+/// The last thing a worker did with a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Step {
+    /// Sent round the delay ladder.
+    Delayed {
+        /// When it comes back to be decided again.
+        until: DateTime<Utc>,
+        /// The delay in whole seconds (the ladder's bits).
+        seconds: u64,
+        /// What held it: `cap`, `window`, `schedule`, `in_flight`, `dispatch_refused`.
+        cause: String,
+        /// What held it, in words (the `x-notify-held-by` header).
+        held_by: String,
+        /// For a cap: the sends of the recipient it saw remembered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sends_seen: Option<usize>,
+    },
+    /// Published to the dead-letter queue.
+    Dead {
+        /// The `x-notify-reason`.
+        reason: String,
+        /// The `x-notify-detail`.
+        detail: String,
+    },
+    /// Dispatched after it had waited.
+    Dispatched,
+    /// Acked unsent: a newer job with its collapse key replaced it.
+    Superseded {
+        /// The newer job's id.
+        by: String,
+    },
+}
+
+/// A job's record: its last step, when, and what it was decided under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// What happened last.
+    #[serde(flatten)]
+    pub step: Step,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The times a worker handled it before.
+    pub attempt: u64,
+    /// When a worker first saw it.
+    pub first_seen: DateTime<Utc>,
+    /// Its policy (none for a job dead before one applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Its channel.
+    pub channel: String,
+}
+
+/// Where a job is, as far as its record tells.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "place", rename_all = "snake_case")]
+pub enum Place {
+    /// In a queue of the delay ladder (`queue`), until `until`.
+    DelayQueue {
+        /// The queue it sits in now (from when it entered and the ladder's TTLs).
+        queue: String,
+    },
+    /// Back in the jobs queue: due since `since`, waiting for a worker.
+    JobsQueue {
+        /// When it came back.
+        since: DateTime<Utc>,
+    },
+    /// In the dead-letter queue (unless replayed or purged since).
+    Dead,
+    /// Sent.
+    Dispatched,
+    /// Acked unsent, replaced by a newer job.
+    Superseded,
+    /// No record: never delayed nor dead-lettered (sent at its first handling, or
+    /// still in the jobs queue for the first time), or its record has expired.
+    Unknown,
+}
+
+impl JobRecord {
+    /// Where the job is at `now`, given the ladder it waits in.
+    pub fn place(&self, ladder: &Ladder, now: DateTime<Utc>) -> Place {
+        match &self.step {
+            Step::Delayed { seconds, .. } => {
+                let elapsed = (now - self.at).num_milliseconds();
+                match ladder.level_at(*seconds, elapsed) {
+                    Some(n) => Place::DelayQueue {
+                        queue: ladder.queue(n),
+                    },
+                    None => Place::JobsQueue {
+                        since: self.at + chrono::Duration::seconds(*seconds as i64),
+                    },
+                }
+            }
+            Step::Dead { .. } => Place::Dead,
+            Step::Dispatched => Place::Dispatched,
+            Step::Superseded { .. } => Place::Superseded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn delayed(seconds: u64) -> JobRecord {
+        let at = Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap();
+        JobRecord {
+            step: Step::Delayed {
+                until: at + chrono::Duration::seconds(seconds as i64),
+                seconds,
+                cause: "cap".into(),
+                held_by: "policy `default` (at most 1 per 1d)".into(),
+                sends_seen: Some(1),
+            },
+            at,
+            attempt: 0,
+            first_seen: at,
+            policy: Some("default".into()),
+            channel: "sms".into(),
+        }
+    }
+
+    #[test]
+    fn a_delayed_job_walks_down_the_ladder_then_is_due() {
+        let ladder = Ladder {
+            prefix: "d".into(),
+            levels: 3,
+        };
+        let r = delayed(7);
+        let at = |ms: i64| r.place(&ladder, r.at + chrono::Duration::milliseconds(ms));
+        let queue = |q: &str| Place::DelayQueue { queue: q.into() };
+        // 7 s = 4 s, then 2 s, then 1 s
+        assert_eq!(at(0), queue("d.4s"));
+        assert_eq!(at(3_999), queue("d.4s"));
+        assert_eq!(at(4_000), queue("d.2s"));
+        assert_eq!(at(6_500), queue("d.1s"));
+        assert_eq!(
+            at(7_000),
+            Place::JobsQueue {
+                since: r.at + chrono::Duration::seconds(7)
+            }
+        );
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let r = delayed(5);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""state":"delayed""#), "{text}");
+        assert_eq!(serde_json::from_str::<JobRecord>(&text).unwrap(), r);
+        let dead = JobRecord {
+            step: Step::Dead {
+                reason: "cancelled".into(),
+                detail: "cancelled".into(),
+            },
+            policy: None,
+            ..r
+        };
+        let text = serde_json::to_string(&dead).unwrap();
+        assert!(!text.contains("policy"), "{text}");
+        assert_eq!(serde_json::from_str::<JobRecord>(&text).unwrap(), dead);
+    }
+}

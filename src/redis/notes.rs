@@ -1,0 +1,181 @@
+//! What the worker notes in Redis besides the caps, and the admin reads back: a
+//! job's [`JobRecord`] (`admin job ID`), the recipient's set of waiting jobs (how
+//! many wait, counted without reading the queues) and the cancel marks. Plain
+//! commands, no script: each note is a few writes sent in the committer's pipeline
+//! (see `worker::writes`), never a round trip of the job's own.
+
+use chrono::{DateTime, Utc};
+use redis::Cmd;
+
+use super::conn::RedisConn;
+use crate::engine::EngineError;
+use crate::job::record::JobRecord;
+use crate::quota::keys::Keys;
+use crate::quota::window;
+
+/// A waiting job whose end was not noted (its worker died between the two) stops
+/// counting as waiting this long after the instant it waited for.
+pub const WAITING_GRACE_MS: i64 = 3_600_000;
+
+/// One job's note.
+#[derive(Debug, Clone)]
+pub struct Note {
+    /// The job id.
+    pub id: String,
+    /// What happened to it.
+    pub record: JobRecord,
+    /// What becomes of it in its recipient's set of waiting jobs.
+    pub waiting: Waiting,
+    /// Its cancel mark is spent (it has just been dead-lettered `cancelled`).
+    pub spend_cancel: bool,
+}
+
+/// A job in its recipient's set of waiting jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// It never waited and does not now: nothing to write.
+    Untouched,
+    /// It waits in the set `key` until `until`.
+    Until {
+        /// The recipient's set.
+        key: String,
+        /// The instant it waits for.
+        until: DateTime<Utc>,
+    },
+    /// It waited and has ended: out of the set `key`.
+    Gone {
+        /// The recipient's set.
+        key: String,
+    },
+}
+
+/// The commands that write `note`, kept `ttl_ms` after `now`.
+pub fn commands(keys: &Keys, note: &Note, ttl_ms: u64, now: DateTime<Utc>) -> Vec<Cmd> {
+    let mut out = Vec::with_capacity(4);
+    let json = serde_json::to_string(&note.record).unwrap_or_default();
+    let mut set = redis::cmd("SET");
+    set.arg(keys.job(&note.id)).arg(json).arg("PX").arg(ttl_ms);
+    out.push(set);
+    match &note.waiting {
+        Waiting::Untouched => {}
+        Waiting::Until { key, until } => {
+            let mut add = redis::cmd("ZADD");
+            add.arg(key).arg(until.timestamp_millis()).arg(&note.id);
+            out.push(add);
+            let mut trim = redis::cmd("ZREMRANGEBYSCORE");
+            trim.arg(key)
+                .arg("-inf")
+                .arg(format!("({}", now.timestamp_millis() - WAITING_GRACE_MS));
+            out.push(trim);
+            let mut expire = redis::cmd("PEXPIRE");
+            expire.arg(key).arg(ttl_ms);
+            out.push(expire);
+        }
+        Waiting::Gone { key } => {
+            let mut rem = redis::cmd("ZREM");
+            rem.arg(key).arg(&note.id);
+            out.push(rem);
+        }
+    }
+    if note.spend_cancel {
+        let (set, version) = keys.cancelled();
+        let mut rem = redis::cmd("ZREM");
+        rem.arg(set).arg(&note.id);
+        out.push(rem);
+        let mut incr = redis::cmd("INCR");
+        incr.arg(version);
+        out.push(incr);
+    }
+    out
+}
+
+/// Job `id`'s record, if one is kept.
+pub async fn record(
+    conn: &RedisConn,
+    keys: &Keys,
+    id: &str,
+) -> Result<Option<JobRecord>, EngineError> {
+    let mut conn = conn.clone();
+    let text: Option<String> = redis::cmd("GET")
+        .arg(keys.job(id))
+        .query_async(&mut conn)
+        .await?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+/// How many jobs of `recipient` wait at `now` (those whose end went unnoted drop
+/// out [`WAITING_GRACE_MS`] after the instant they waited for).
+pub async fn waiting(
+    conn: &RedisConn,
+    keys: &Keys,
+    recipient: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, EngineError> {
+    let mut conn = conn.clone();
+    Ok(redis::cmd("ZCOUNT")
+        .arg(keys.waiting(recipient))
+        .arg(now.timestamp_millis() - WAITING_GRACE_MS)
+        .arg("+inf")
+        .query_async(&mut conn)
+        .await?)
+}
+
+/// Mark job `id` cancelled at `now` (kept `ttl_ms`; older marks are dropped), and
+/// raise the version workers watch. Returns whether it was marked already.
+pub async fn cancel(
+    conn: &RedisConn,
+    keys: &Keys,
+    id: &str,
+    now: DateTime<Utc>,
+    ttl_ms: u64,
+) -> Result<bool, EngineError> {
+    let (set, version) = keys.cancelled();
+    let mut conn = conn.clone();
+    let (added, _, _, _): (u32, i64, i64, i64) = redis::pipe()
+        .cmd("ZADD")
+        .arg(&set)
+        .arg("NX")
+        .arg(now.timestamp_millis())
+        .arg(id)
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(&set)
+        .arg("-inf")
+        .arg(format!("({}", now.timestamp_millis() - ttl_ms as i64))
+        .cmd("PEXPIRE")
+        .arg(&set)
+        .arg(ttl_ms)
+        .cmd("INCR")
+        .arg(&version)
+        .query_async(&mut conn)
+        .await?;
+    Ok(added == 0)
+}
+
+/// The version of the cancel marks (0 before the first).
+pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, EngineError> {
+    let mut conn = conn.clone();
+    let v: Option<i64> = redis::cmd("GET")
+        .arg(keys.cancelled().1)
+        .query_async(&mut conn)
+        .await?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Every cancel mark: job id and when it was cancelled.
+pub async fn cancel_marks(
+    conn: &RedisConn,
+    keys: &Keys,
+) -> Result<Vec<(String, DateTime<Utc>)>, EngineError> {
+    let mut conn = conn.clone();
+    let marks: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(keys.cancelled().0)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await?;
+    Ok(marks
+        .into_iter()
+        .map(|(id, ms)| (id, window::from_millis(ms.round() as i64)))
+        .collect())
+}

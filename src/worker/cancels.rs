@@ -1,0 +1,78 @@
+//! The cancel marks, held in memory so that checking a job costs no Redis round
+//! trip: [`watch`] asks Redis for the marks' version every [`POLL`] and rereads the
+//! marks only when it moved (`admin job ID cancel` raises it, and so does a worker
+//! that spends a mark). A cancel thus reaches every worker within about one `POLL`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineError};
+use crate::redis::notes;
+
+/// How often workers look for new cancel marks.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// The cancelled job ids a worker knows of, with when each was cancelled.
+#[derive(Debug)]
+pub struct Cancels {
+    marks: RwLock<HashMap<String, DateTime<Utc>>>,
+    /// The version read last (-1: never read).
+    version: AtomicI64,
+}
+
+impl Default for Cancels {
+    fn default() -> Self {
+        Cancels {
+            marks: RwLock::default(),
+            version: AtomicI64::new(-1),
+        }
+    }
+}
+
+impl Cancels {
+    /// When job `id` was cancelled, if it was.
+    pub fn get(&self, id: &str) -> Option<DateTime<Utc>> {
+        let marks = self.marks.read().unwrap_or_else(|e| e.into_inner());
+        if marks.is_empty() {
+            return None;
+        }
+        marks.get(id).copied()
+    }
+
+    /// Reread the marks if their version moved since the last read.
+    pub async fn refresh(&self, engine: &Engine) -> Result<(), EngineError> {
+        let conn = engine.connection();
+        let version = notes::cancel_version(&conn, engine.keys()).await?;
+        if version == self.version.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let marks = notes::cancel_marks(&conn, engine.keys()).await?;
+        *self.marks.write().unwrap_or_else(|e| e.into_inner()) = marks.into_iter().collect();
+        self.version.store(version, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Keep `cancels` up to date until `stop`.
+pub async fn watch(cancels: Arc<Cancels>, engine: Arc<Engine>, stop: CancellationToken) {
+    let mut warned = false;
+    loop {
+        match cancels.refresh(&engine).await {
+            Ok(()) => warned = false,
+            Err(e) if !warned => {
+                tracing::warn!(error = %e, "could not read the cancel marks; retrying");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Waiting jobs, end to end through RabbitMQ and Redis: cancelled from any level of
+//! the delay ladder, superseded by a newer job with the same collapse key, explained
+//! by `admin job`, and counted per recipient by `admin recipient`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::cli::run;
+use common::*;
+use quota_worker::admin::{JobStatus, Jobs, RecipientQuery, Recipients};
+use quota_worker::config::{PolicySettings, RuleSettings, Settings};
+use quota_worker::engine::Engine;
+use quota_worker::job::record::{Place, Step};
+use quota_worker::job::Outcome;
+
+async fn explain(engine: &Engine, s: &Settings, id: &str) -> JobStatus {
+    Jobs::new(engine, s).explain(id).await.unwrap()
+}
+
+async fn waiting(engine: &Engine, s: &Settings, recipient: &str) -> u64 {
+    let q = RecipientQuery {
+        recipient,
+        category: None,
+        channel: None,
+        tz: chrono_tz::UTC,
+    };
+    Recipients::new(engine, s).status(&q).await.unwrap().waiting
+}
+
+/// The reason of every dead letter that arrives within `within`, by job id, until
+/// `n` have.
+async fn dead_letters(
+    conn: &lapin::Connection,
+    s: &Settings,
+    n: usize,
+    within: Duration,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + within;
+    while out.len() < n && std::time::Instant::now() < deadline {
+        if let Some(m) = take(conn, &s.amqp.dead_queue, Duration::from_millis(200)).await {
+            let reason = header(&m.delivery.properties, "x-notify-reason").unwrap_or_default();
+            out.push((message_id(&m).to_string(), reason));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
+    let ns = unique("cancel");
+    let mut s = settings(&ns);
+    // three levels (4 s, 2 s, 1 s): a job scheduled an hour ahead goes round every
+    // 7 s, through each level in turn
+    s.amqp.delay_levels = 3;
+    let (_c, w, conn) = rig(&s).await;
+    let engine = Engine::connect(&s).await.unwrap();
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let later = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let body = |id: &str| {
+        format!(r#"{{"id":"{id}","recipient":"held","channel":"sms","not_before":"{later}"}}"#)
+            .into_bytes()
+    };
+    // staggered, so that at some moment each sits at another level
+    for (id, pause) in [("c1", 1500), ("c2", 3000), ("c3", 0)] {
+        publish(&conn, &s, &body(id)).await;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+    let ids = ["c1", "c2", "c3"];
+    let mut levels = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while levels.len() < 3 && std::time::Instant::now() < deadline {
+        levels.clear();
+        for id in ids {
+            if let Place::DelayQueue { queue } = explain(&engine, &s, id).await.place {
+                levels.insert(queue);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ladder = topology(&s).ladder();
+    let all: BTreeSet<String> = (0..3).map(|n| ladder.queue(n)).collect();
+    assert_eq!(
+        levels, all,
+        "the three jobs were never at three levels at once"
+    );
+    let status = explain(&engine, &s, "c1").await;
+    match status.record.as_ref().map(|r| &r.step) {
+        Some(Step::Delayed { cause, held_by, .. }) => {
+            assert_eq!(
+                (cause.as_str(), held_by.as_str()),
+                ("schedule", "its not_before")
+            );
+        }
+        other => panic!("c1 should be noted as delayed, not {other:?}"),
+    }
+    assert_eq!(waiting(&engine, &s, "held").await, 3);
+
+    // cancel them where they are: c1 and c2 through the library, c3 through the CLI
+    let jobs = Jobs::new(&engine, &s);
+    for id in ["c1", "c2"] {
+        let done = jobs.cancel(id).await.unwrap();
+        assert!(!done.already);
+        assert!(matches!(done.place, Place::DelayQueue { .. }), "{done:?}");
+    }
+    let out = run(&s, &["admin", "job", "c3", "cancel"], None);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("job `c3` cancelled"), "{text}");
+    assert!(jobs.cancel("c3").await.unwrap().already);
+
+    let dead = dead_letters(&conn, &s, 3, Duration::from_secs(30)).await;
+    let expected: Vec<(String, String)> = ids
+        .iter()
+        .map(|id| (id.to_string(), "cancelled".to_string()))
+        .collect();
+    assert_eq!(dead, expected);
+    stop.cancel();
+    handle.await.unwrap();
+    assert_eq!(depth(&conn, &topology(&s).dispatch_queue("sms")).await, 0);
+
+    // each is noted dead, its mark spent; the recipient has nothing waiting
+    let status = explain(&engine, &s, "c2").await;
+    assert_eq!(status.place, Place::Dead);
+    assert_eq!(status.cancelled_at, None);
+    assert!(
+        matches!(&status.record.unwrap().step, Step::Dead { reason, detail }
+            if reason == "cancelled" && detail.starts_with("cancelled by an operator at ")),
+    );
+    assert_eq!(waiting(&engine, &s, "held").await, 0);
+    // a job that ended cannot be cancelled; the CLI says why
+    let out = run(&s, &["admin", "job", "c1", "cancel"], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("went to the dead-letter queue (reason `cancelled`)"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_newest() {
+    let ns = unique("collapse");
+    let mut s = settings(&ns);
+    s.policies.insert(
+        "cart".into(),
+        PolicySettings {
+            rules: vec![RuleSettings {
+                limit: 1,
+                window: "4s".parse().unwrap(),
+            }],
+            ..Default::default()
+        },
+    );
+    let (_c, w, conn) = rig(&s).await;
+    let engine = Engine::connect(&s).await.unwrap();
+    let body = |id: &str, collapse: &str| {
+        format!(
+            r#"{{"id":"{id}","recipient":"shopper","channel":"sms","category":"cart"{collapse}}}"#
+        )
+        .into_bytes()
+    };
+    // a first send fills the cap; five reminders with one collapse key are held
+    publish(&conn, &s, &body("sent", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let ids = ["r1", "r2", "r3", "r4", "r5"];
+    for id in ids {
+        publish(&conn, &s, &body(id, r#","collapse_key":"cart""#)).await;
+        let outcome = step(&w, &conn, &s).await;
+        assert!(
+            matches!(outcome, Outcome::Delayed { .. }),
+            "{id}: {outcome:?}"
+        );
+    }
+    assert_eq!(waiting(&engine, &s, "shopper").await, 5);
+    // explained: where, until when, why, with the count it saw
+    let status = explain(&engine, &s, "r3").await;
+    assert!(
+        matches!(status.place, Place::DelayQueue { .. }),
+        "{status:?}"
+    );
+    let record = status.record.unwrap();
+    assert_eq!(record.policy.as_deref(), Some("cart"));
+    match &record.step {
+        Step::Delayed {
+            cause,
+            held_by,
+            sends_seen,
+            ..
+        } => {
+            assert_eq!(cause, "cap");
+            assert_eq!(held_by, "policy `cart` (at most 1 per 4s)");
+            assert_eq!(*sends_seen, Some(1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // and through the CLI, as JSON
+    let out = run(&s, &["admin", "job", "r3", "--json"], None);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["where"]["place"], "delay_queue");
+    assert_eq!(json["record"]["state"], "delayed");
+    assert_eq!(json["record"]["cause"], "cap");
+
+    // when they come back, only the newest is sent
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let first = take(&conn, &dispatch, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(message_id(&first), "sent");
+    let m = take(&conn, &dispatch, Duration::from_secs(30))
+        .await
+        .expect("the newest reminder dispatched");
+    assert_eq!(message_id(&m), "r5");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut superseded = 0;
+    while superseded < 4 && std::time::Instant::now() < deadline {
+        superseded = 0;
+        for id in &ids[..4] {
+            let status = explain(&engine, &s, id).await;
+            if let Some(Step::Superseded { by }) = status.record.map(|r| r.step) {
+                assert_eq!(by, "r5");
+                assert_eq!(status.place, Place::Superseded);
+                superseded += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(superseded, 4, "r1 to r4 superseded by r5");
+    stop.cancel();
+    handle.await.unwrap();
+    assert_eq!(depth(&conn, &dispatch).await, 0, "nothing else sent");
+    assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 0, "nothing dead");
+    assert_eq!(explain(&engine, &s, "r5").await.place, Place::Dispatched);
+    assert_eq!(waiting(&engine, &s, "shopper").await, 0);
+    // a job never delayed has no record
+    assert_eq!(explain(&engine, &s, "sent").await.place, Place::Unknown);
+}
