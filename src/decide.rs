@@ -627,6 +627,17 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_job_is_dead_cancelled_saying_when() {
+        let d = cancelled(at(9, 30));
+        assert_eq!(d.reason, Reason::Cancelled);
+        assert_eq!(d.reason.as_str(), "cancelled");
+        assert_eq!(
+            d.detail,
+            "cancelled by an operator at 2026-03-01T09:30:00+00:00"
+        );
+    }
+
+    #[test]
     fn a_refused_dispatch_backs_off_to_five_minutes() {
         let now = at(10, 0);
         let waits: Vec<i64> = [0, 1, 2, 5, 6, 60]

@@ -16,20 +16,26 @@
 //!    task per delivery; [`worker::process`] takes it from there.
 //! 2. [`job::decode()`] turns the body into a [`job::Job`], or a `malformed` dead
 //!    letter. Pure.
-//! 3. [`decide::triage`] settles what needs no Redis: an unconfigured channel, a job
-//!    already expired. Pure.
+//! 3. What needs no admission settles first: a cancel mark ([`worker::cancels`],
+//!    held in memory); [`decide::triage`] (an unconfigured channel, a job already
+//!    expired; pure); for a job with a `collapse_key`, whether a newer one replaced
+//!    it ([`redis::collapse`], `lua/collapse.lua`); [`decide::hold`] (a `not_before`
+//!    ahead, send windows closed now: [`quota::send_windows`]; pure).
 //! 4. [`engine::Engine::admit`] asks Redis: the recipient's caps
 //!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
 //!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
 //!    rate ([`redis::rate`], `lua/rate.lua`). One clock: Redis `TIME`.
 //! 5. [`decide::decide`] turns the engine's answer into a [`decide::Decision`]:
-//!    dispatch, delay until the exact instant every rule passes
-//!    ([`quota::window`], pure calendar arithmetic), duplicate, or dead-letter.
+//!    dispatch, delay until the exact instant every rule passes and the send
+//!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
+//!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.
 //! 6. [`worker::process`] carries the decision out over [`amqp`]: publish with a
 //!    confirm ([`amqp::publisher`]), to the dispatch exchange, to the delay ladder
 //!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then
 //!    commit the dispatch in Redis ([`worker::commits`]) or give the admission back
-//!    ([`redis::refund`]), and ack the delivery ([`amqp::acks`]).
+//!    ([`redis::refund`]), and ack the delivery ([`amqp::acks`]). What became of a
+//!    job that waits or waited is noted for `admin job` ([`job::record`],
+//!    [`redis::notes`]) in the commits' pipeline.
 //!
 //! ## Around the flow
 //! - [`config`]: the typed configuration (defaults file, `--config`, environment,
@@ -41,7 +47,7 @@
 //! - [`metrics`]: every metric name once; [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`producer`]: the contract's job as a struct, published with confirms.
 //! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
-//!   recipient's recorded sends.
+//!   recipient's recorded sends and waiting jobs, one job explained or cancelled.
 //!
 //! `src/main.rs` and `src/cli/` are the binary: arguments, logging, the async runtime
 //! (one thread unless `worker.threads` says more), jemalloc as the allocator, and

@@ -248,17 +248,23 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     s.amqp.url = node.url();
     let dir = temp_dir("closed");
 
-    // Closes inside the broker, each as soon as the node holds N queues: the worker
-    // creates its queues one by one (25 with the defaults), so every close falls
-    // between two of its declarations.
+    // Closes inside the broker, each as soon as the node holds N queues and the
+    // worker holds a connection the closer has not closed yet: the worker creates its
+    // queues one by one (25 with the defaults), so a close falls between two of its
+    // declarations (or, when the closer lags behind them, just after: still a
+    // session ended). Waiting for a new connection keeps a lagging close from
+    // landing while the worker backs off, or on the one just closed, ending nothing.
     let closes_while_declaring = [3, 8, 13, 18];
     let burst = format!(
-        "Close = fun(N) -> \
+        "Close = fun(N, Closed) -> \
              WaitFor = fun Again() -> \
-                 case length(rabbit_amqqueue:list()) >= N of \
-                     true -> ok; false -> timer:sleep(2), Again() end end, \
-             WaitFor(), rabbit_networking:close_all_connections(\"closed by the test\") end, \
-         lists:foreach(Close, {closes_while_declaring:?})."
+                 L = rabbit_networking:connections() -- Closed, \
+                 case length(rabbit_amqqueue:list()) >= N andalso L =/= [] of \
+                     true -> L; false -> timer:sleep(2), Again() end end, \
+             Live = WaitFor(), \
+             rabbit_networking:close_all_connections(\"closed by the test\"), \
+             Closed ++ Live end, \
+         lists:foldl(Close, [], {closes_while_declaring:?})."
     );
     let (out, mut worker) = std::thread::scope(|scope| {
         let closer = scope.spawn(|| node.ctl(&["eval", &burst]));

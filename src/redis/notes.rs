@@ -49,8 +49,8 @@ pub enum Waiting {
     },
 }
 
-/// The commands that write `note`, kept `ttl_ms` after `now`.
-pub fn commands(keys: &Keys, note: &Note, ttl_ms: u64, now: DateTime<Utc>) -> Vec<Cmd> {
+/// The commands that write `note`, kept `ttl_ms`.
+pub fn commands(keys: &Keys, note: &Note, ttl_ms: u64) -> Vec<Cmd> {
     let mut out = Vec::with_capacity(4);
     let json = serde_json::to_string(&note.record).unwrap_or_default();
     let mut set = redis::cmd("SET");
@@ -59,14 +59,11 @@ pub fn commands(keys: &Keys, note: &Note, ttl_ms: u64, now: DateTime<Utc>) -> Ve
     match &note.waiting {
         Waiting::Untouched => {}
         Waiting::Until { key, until } => {
+            // no trim here: a set empties itself (Redis deletes an empty key), and
+            // what a dead worker left behind is trimmed when it is read, or expires
             let mut add = redis::cmd("ZADD");
             add.arg(key).arg(until.timestamp_millis()).arg(&note.id);
             out.push(add);
-            let mut trim = redis::cmd("ZREMRANGEBYSCORE");
-            trim.arg(key)
-                .arg("-inf")
-                .arg(format!("({}", now.timestamp_millis() - WAITING_GRACE_MS));
-            out.push(trim);
             let mut expire = redis::cmd("PEXPIRE");
             expire.arg(key).arg(ttl_ms);
             out.push(expire);
@@ -103,8 +100,8 @@ pub async fn record(
     Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
-/// How many jobs of `recipient` wait at `now` (those whose end went unnoted drop
-/// out [`WAITING_GRACE_MS`] after the instant they waited for).
+/// How many jobs of `recipient` wait at `now`; those whose end went unnoted are
+/// dropped from the set [`WAITING_GRACE_MS`] after the instant they waited for.
 pub async fn waiting(
     conn: &RedisConn,
     keys: &Keys,
@@ -112,12 +109,17 @@ pub async fn waiting(
     now: DateTime<Utc>,
 ) -> Result<u64, EngineError> {
     let mut conn = conn.clone();
-    Ok(redis::cmd("ZCOUNT")
-        .arg(keys.waiting(recipient))
-        .arg(now.timestamp_millis() - WAITING_GRACE_MS)
-        .arg("+inf")
+    let key = keys.waiting(recipient);
+    let (_, count): (i64, u64) = redis::pipe()
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(&key)
+        .arg("-inf")
+        .arg(format!("({}", now.timestamp_millis() - WAITING_GRACE_MS))
+        .cmd("ZCARD")
+        .arg(&key)
         .query_async(&mut conn)
-        .await?)
+        .await?;
+    Ok(count)
 }
 
 /// Mark job `id` cancelled at `now` (kept `ttl_ms`; older marks are dropped), and
