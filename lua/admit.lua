@@ -16,10 +16,12 @@
 -- KEYS[k]  the sorted set of job k's recipient (on a cluster, one job per call)
 -- ARGV[1]  lease ms: a reservation younger than this belongs to a live worker
 -- ARGV[2]  dedupe ms: keep every send at least this long, to recognise duplicates
--- ARGV[3]  P, the number of plans; then P plans, each of 4 + 2n values:
+-- ARGV[3]  P, the number of plans; then P plans, each of 5 + 2n values:
 --   valid_from ms  } the local day the caller planned for: calendar starts below
 --   valid_until ms } are only right while valid_from <= now < valid_until
 --   calendar expiry ms: when a send made today stops counting (0 if no calendar rule)
+--   shadow: 1 if the policy is in shadow mode (a refused job is recorded all the
+--   same and answers 6), else 0
 --   n, the number of rules, then n pairs (limit, bound): bound > 0 is the inclusive
 --   start (ms) of a calendar window; bound < 0 is minus the length (ms) of a rolling one
 -- then, for each job k in order: member (job id hash), plan number (1..P)
@@ -28,6 +30,8 @@
 -- follows that code (a flat reply spares Redis and the caller a table per job):
 --   1                 admitted, recorded with score now*2
 --   0, m, t1 .. tm    refused; t = times (ms) of the m sends still remembered
+--   6, m, t1 .. tm    a shadow policy's rules would refuse it; recorded as admitted
+--                     (score now*2) all the same; t as for 0
 --   2                 duplicate: this job was already dispatched
 --   3, reserved_at    another worker holds a live reservation for this job
 --   4                 now is outside [valid_from, valid_until): plan again with now
@@ -44,9 +48,10 @@ local plans = {}
 local a = 4
 for p = 1, tonumber(ARGV[3]) do
   local valid_from, valid_until = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local nrules = tonumber(ARGV[a + 3])
+  local nrules = tonumber(ARGV[a + 4])
   local plan = {
     valid = now >= valid_from and now < valid_until,
+    shadow = ARGV[a + 3] == '1',
     has_rules = nrules > 0,
     limits = {},
     starts2 = {},
@@ -54,7 +59,7 @@ for p = 1, tonumber(ARGV[3]) do
   local cutoff = now - dedupe + 1
   local expire_at = math.max(tonumber(ARGV[a + 2]), now + dedupe)
   for r = 0, nrules - 1 do
-    local limit, bound = tonumber(ARGV[a + 4 + 2 * r]), tonumber(ARGV[a + 5 + 2 * r])
+    local limit, bound = tonumber(ARGV[a + 5 + 2 * r]), tonumber(ARGV[a + 6 + 2 * r])
     local start = bound
     if bound < 0 then
       start = now + bound + 1
@@ -68,7 +73,7 @@ for p = 1, tonumber(ARGV[3]) do
   plan.below_cutoff = '(' .. string.format('%.0f', cutoff * 2)
   plan.expire_at = string.format('%.0f', expire_at)
   plans[p] = plan
-  a = a + 4 + 2 * nrules
+  a = a + 5 + 2 * nrules
 end
 local score = string.format('%.0f', now * 2)
 
@@ -127,7 +132,12 @@ local function admit(key, member, plan)
       if times[i] >= start2 then count = count + 1 end
     end
     if count >= plan.limits[r] then
-      return 0, times
+      if not plan.shadow then
+        return 0, times
+      end
+      redis.call('ZADD', key, score, member)
+      redis.call('PEXPIREAT', key, plan.expire_at)
+      return 6, times
     end
   end
 
@@ -149,7 +159,7 @@ for k = 1, #KEYS do
   if code == 3 then
     n = n + 1
     out[n] = extra
-  elseif code == 0 then
+  elseif code == 0 or code == 6 then
     n = n + 1
     out[n] = #extra
     for i = 1, #extra do

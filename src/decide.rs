@@ -13,7 +13,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::config::{Action, Policy};
+use crate::config::{Action, Mode, Policy};
 use crate::engine::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
@@ -186,27 +186,34 @@ pub fn triage(job: &Job<'_>, channels: &[String], now: DateTime<Utc>) -> Option<
 /// The job and its context, before Redis is asked: `None` when Redis must decide.
 /// Holds a job whose `not_before` is ahead until then, and a job whose send windows
 /// are closed `now` until they open (Redis is asked then, so that the caps see the
-/// sends recorded in between).
+/// sends recorded in between). A shadow policy's windows hold nothing.
 pub fn hold(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
     if let Some(at) = job.not_before.filter(|at| *at > now) {
-        return Some(wait(job, cx, at, DelayCause::Schedule));
+        return Some(wait(job, cx, at, DelayCause::Schedule, false));
     }
-    match windows_open(job, cx, now) {
+    match windows_open(job, cx, now, false) {
         Ok((_, None)) => None,
-        Ok((at, Some(cause))) => Some(wait(job, cx, at, cause)),
+        Ok((at, Some(cause))) => Some(wait(job, cx, at, cause, false)),
         Err(never) => Some(Decision::Dead(never)),
     }
 }
 
+/// Whether the job's policy holds and dead-letters jobs: enforced, or `as_enforced`
+/// (what a shadow policy would have done).
+fn enforced(cx: &Context<'_>, as_enforced: bool) -> bool {
+    as_enforced || cx.policy.mode == Mode::Enforce
+}
+
 /// The first instant at or after `at` at which the send windows that apply to `job`
 /// are all open, and what held it when that is later than `at`; a dead letter when
-/// they never are open together.
+/// they never are open together. A shadow policy's windows count only `as_enforced`.
 fn windows_open(
     job: &Job<'_>,
     cx: &Context<'_>,
     at: DateTime<Utc>,
+    as_enforced: bool,
 ) -> Result<(DateTime<Utc>, Option<DelayCause>), DeadLetter> {
-    let policy = cx.policy.send_windows.as_ref();
+    let policy = (cx.policy.send_windows.as_ref()).filter(|_| enforced(cx, as_enforced));
     let channel = cx
         .channel_windows
         .filter(|_| !cx.policy.ignore_channel_windows);
@@ -239,8 +246,14 @@ fn windows_open(
 
 /// Hold `job` until `until` for `cause`, unless it expires first or would wait
 /// longer than its policy's `max_wait` (a schedule the producer asked for is not
-/// bounded by it).
-fn wait(job: &Job<'_>, cx: &Context<'_>, until: DateTime<Utc>, cause: DelayCause) -> Decision {
+/// bounded by it; nor is any wait by a shadow policy's, unless `as_enforced`).
+fn wait(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    until: DateTime<Utc>,
+    cause: DelayCause,
+    as_enforced: bool,
+) -> Decision {
     if let Some(exp) = job.expires_at.filter(|exp| until > *exp) {
         let detail = format!(
             "{cause} allows it next at {}, after it expires at {}",
@@ -249,7 +262,8 @@ fn wait(job: &Job<'_>, cx: &Context<'_>, until: DateTime<Utc>, cause: DelayCause
         );
         return dead(Reason::Expired, detail);
     }
-    let bounded = !matches!(cause, DelayCause::Schedule | DelayCause::InFlight);
+    let bounded =
+        !matches!(cause, DelayCause::Schedule | DelayCause::InFlight) && enforced(cx, as_enforced);
     if let Some(max) = cx
         .policy
         .max_wait
@@ -276,7 +290,7 @@ pub fn decide(
 ) -> Decision {
     let expires = job.expires_at;
     match admission {
-        Admission::Admitted(ticket) => match expires {
+        Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. } => match expires {
             Some(exp) if exp <= now => Decision::ReleaseThenDead(
                 ticket,
                 DeadLetter {
@@ -318,8 +332,11 @@ pub fn decide(
             rule,
             seen,
             ..
-        } => match windows_open(job, cx, at) {
-            Ok((until, _)) => wait(job, cx, until, DelayCause::Cap { policy, rule, seen }),
+        } => match windows_open(job, cx, at, false) {
+            Ok((until, _)) => {
+                let cause = DelayCause::Cap { policy, rule, seen };
+                wait(job, cx, until, cause, false)
+            }
             Err(never) => Decision::Dead(never),
         },
         Admission::InFlight { retry_at } => Decision::Delay {
@@ -328,6 +345,93 @@ pub fn decide(
         },
         Admission::Duplicate => Decision::Duplicate,
     }
+}
+
+/// What a shadow policy would have done with a job it let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShadowVerdict {
+    /// Sent: its caps and windows allow it now.
+    Allowed,
+    /// Held by its caps (until they, and its windows, allow it).
+    HeldCap,
+    /// Held by its send windows.
+    HeldWindow,
+    /// Dead-lettered `capped`: refused with `action = "drop"`, never allowed, or
+    /// allowed only after its `max_wait`.
+    Dead,
+}
+
+impl ShadowVerdict {
+    /// The `verdict` label: `allowed`, `held_cap`, `held_window`, `dead`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ShadowVerdict::Allowed => "allowed",
+            ShadowVerdict::HeldCap => "held_cap",
+            ShadowVerdict::HeldWindow => "held_window",
+            ShadowVerdict::Dead => "dead",
+        }
+    }
+
+    /// Every verdict, in label order.
+    pub const ALL: [ShadowVerdict; 4] = [
+        ShadowVerdict::Allowed,
+        ShadowVerdict::HeldCap,
+        ShadowVerdict::HeldWindow,
+        ShadowVerdict::Dead,
+    ];
+}
+
+/// For a job of a shadow policy, what enforcing that policy would have done, given
+/// the engine's answer at `now`: its windows first (as [`hold`] checks them before
+/// Redis), then its caps as [`decide`] would have held or dead-lettered it. `None`
+/// for an enforced policy, and for answers that carry no verdict (a duplicate,
+/// another worker's reservation). The channel's own windows and rate are enforced
+/// whatever the policy's mode, so they are not part of the verdict.
+pub fn shadow(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    admission: &Admission,
+    now: DateTime<Utc>,
+) -> Option<ShadowVerdict> {
+    if cx.policy.mode != Mode::Shadow {
+        return None;
+    }
+    let held = |d: Decision| match d {
+        Decision::Delay { .. } => ShadowVerdict::HeldCap,
+        _ => ShadowVerdict::Dead,
+    };
+    let policy_only = Context {
+        channel_windows: None,
+        ..*cx
+    };
+    match admission {
+        Admission::Admitted(_) | Admission::Shadowed { .. } => {}
+        _ => return None,
+    }
+    if let Ok((_, Some(_))) = windows_open(job, &policy_only, now, true) {
+        return Some(ShadowVerdict::HeldWindow);
+    }
+    Some(match admission {
+        Admission::Shadowed {
+            retry_at: Some(at),
+            action: Action::Delay,
+            rule,
+            seen,
+            ..
+        } => match windows_open(job, &policy_only, *at, true) {
+            Ok((until, _)) => {
+                let cause = DelayCause::Cap {
+                    policy: cx.policy.name.clone(),
+                    rule: *rule,
+                    seen: *seen,
+                };
+                held(wait(job, cx, until, cause, true))
+            }
+            Err(_) => ShadowVerdict::Dead,
+        },
+        Admission::Shadowed { .. } => ShadowVerdict::Dead,
+        _ => ShadowVerdict::Allowed,
+    })
 }
 
 /// The broker refused the dispatch of a job handled `attempt` times before: when to
@@ -377,6 +481,7 @@ mod tests {
             send_windows: None,
             ignore_channel_windows: false,
             max_wait: None,
+            mode: Mode::Enforce,
         }
     }
 
@@ -634,6 +739,85 @@ mod tests {
         assert_eq!(
             d.detail,
             "cancelled by an operator at 2026-03-01T09:30:00+00:00"
+        );
+    }
+
+    #[test]
+    fn a_shadow_policy_holds_nothing_and_says_what_it_would_have_done() {
+        let ticket = Ticket::for_tests(at(10, 0));
+        let now = at(10, 0);
+        let shadowed = |retry_at, action| Admission::Shadowed {
+            ticket: ticket.clone(),
+            retry_at,
+            action,
+            rule: daily(),
+            seen: 1,
+        };
+        let mut p = policy();
+        p.mode = Mode::Shadow;
+        p.max_wait = Some(Duration::hours(6));
+        let c = cx(&p);
+        let j = job(None);
+        use ShadowVerdict::*;
+        #[rustfmt::skip]
+        let table = [
+            (Admission::Admitted(ticket.clone()), Some(Allowed)),
+            // its caps would hold it till 15:00, inside max_wait (6 h from 10:00)
+            (shadowed(Some(at(15, 0)), Action::Delay), Some(HeldCap)),
+            // ... or till 17:00, past max_wait; or never; or its action drops
+            (shadowed(Some(at(17, 0)), Action::Delay), Some(Dead)),
+            (shadowed(None, Action::Delay), Some(Dead)),
+            (shadowed(Some(at(15, 0)), Action::Drop), Some(Dead)),
+            // no verdict without an admission
+            (Admission::Duplicate, None),
+            (Admission::InFlight { retry_at: at(10, 2) }, None),
+        ];
+        for (admission, verdict) in table {
+            let shown = format!("{admission:?}");
+            assert_eq!(shadow(&j, &c, &admission, now), verdict, "{shown}");
+            // whatever the verdict, a shadowed or admitted job is dispatched
+            if matches!(
+                admission,
+                Admission::Admitted(_) | Admission::Shadowed { .. }
+            ) {
+                assert_eq!(
+                    decide(&j, &c, admission, now),
+                    Decision::Dispatch(ticket.clone())
+                );
+            }
+        }
+
+        // its windows hold nothing either, and are its verdict when closed
+        p.send_windows = Some(windows(&["daily 12:00-13:00"]));
+        let c = cx(&p);
+        assert_eq!(
+            hold(&j, &c, now),
+            None,
+            "a shadow policy's window holds nothing"
+        );
+        let admitted = Admission::Admitted(ticket.clone());
+        assert_eq!(shadow(&j, &c, &admitted, now), Some(HeldWindow));
+        assert_eq!(shadow(&j, &c, &admitted, at(12, 30)), Some(Allowed));
+        // the channel's windows are still enforced for its jobs
+        let sms = windows(&["daily 12:00-13:00"]);
+        let c = Context {
+            channel_windows: Some(&sms),
+            ..cx(&p)
+        };
+        assert!(
+            matches!(hold(&j, &c, now), Some(Decision::Delay { until, .. }) if until == at(12, 0))
+        );
+
+        // the same policy enforced holds the job instead
+        p.mode = Mode::Enforce;
+        let c = cx(&p);
+        assert!(
+            matches!(hold(&j, &c, now), Some(Decision::Delay { until, .. }) if until == at(12, 0))
+        );
+        assert_eq!(
+            shadow(&j, &c, &admitted, now),
+            None,
+            "no verdict for an enforced policy"
         );
     }
 

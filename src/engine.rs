@@ -26,7 +26,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::config::{Action, Policy, Rate, Scope, Settings};
+use crate::config::{Action, Mode, Policy, Rate, Scope, Settings};
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::window::{self, Rule};
@@ -36,6 +36,7 @@ use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
 use crate::redis::rate::{self, RateReply};
 use crate::redis::{refund, RedisConn, Scripts};
+use crate::rules::Rules;
 
 /// What the engine could not do.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +132,21 @@ impl Ticket {
 pub enum Admission {
     /// Every rule passed and the channel's rate allowed it: dispatch now, then commit.
     Admitted(Ticket),
+    /// A shadow policy's caps would have refused it; its send is recorded as
+    /// admitted all the same (dispatch now, then commit). The fields say what
+    /// enforcing the policy would have done.
+    Shadowed {
+        /// The admission, as for [`Admission::Admitted`].
+        ticket: Ticket,
+        /// The first instant at which every rule passes; `None`: never.
+        retry_at: Option<DateTime<Utc>>,
+        /// The policy's action for refused jobs.
+        action: Action,
+        /// A rule that is full now.
+        rule: Option<Rule>,
+        /// How many other sends of the recipient it saw remembered.
+        seen: usize,
+    },
     /// A recipient cap refused it.
     Refused {
         /// The first instant at which every rule passes; `None`: never (a limit of 0).
@@ -166,8 +182,10 @@ struct Pacer {
 pub struct Engine {
     conn: RedisConn,
     keys: Keys,
-    policies: HashMap<String, Arc<Policy>>,
-    rates: HashMap<String, (Option<Rate>, Pacer)>,
+    /// The rules in force, swapped whole by a reload.
+    rules: arc_swap::ArcSwap<Rules>,
+    /// One per configured channel (the set of channels never changes while running).
+    pacers: HashMap<String, Pacer>,
     lease_ms: i64,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     record_ttl: Duration,
@@ -186,8 +204,9 @@ pub struct Engine {
     plans: std::sync::Mutex<PlanCache>,
 }
 
-/// Plans by policy name, then zone, each with the local date it is for.
-type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Plan>)>>;
+/// Plans by policy name, then zone, each with the local date and the policy (as in
+/// force when it was made: a reload's new policy makes new plans) it is for.
+type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Policy>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -236,15 +255,11 @@ impl Engine {
         conn: RedisConn,
         settings: &Settings,
     ) -> Result<Engine, EngineError> {
-        let policies = settings
-            .policies()
-            .into_iter()
-            .map(|p| (p.name.clone(), Arc::new(p)))
-            .collect();
-        let rates = settings
+        let rules = arc_swap::ArcSwap::from_pointee(Rules::from_settings(settings));
+        let pacers = settings
             .channels
             .keys()
-            .map(|c| (c.clone(), (settings.rate(c), Pacer::default())))
+            .map(|c| (c.clone(), Pacer::default()))
             .collect();
         let lease_ms = settings.redis.reservation_lease.0.as_millis() as i64;
         let calls = Arc::new(AtomicU64::new(0));
@@ -260,8 +275,8 @@ impl Engine {
         let engine = Engine {
             conn,
             keys: Keys::from_settings(&settings.redis),
-            policies,
-            rates,
+            rules,
+            pacers,
             lease_ms,
             record_ttl: settings.redis.record_ttl.0,
             admitter,
@@ -299,12 +314,20 @@ impl Engine {
         count_call(&self.calls);
     }
 
-    /// The policy a category selects.
-    pub fn policy(&self, category: &str) -> &Arc<Policy> {
-        self.policies
-            .get(category)
-            .or_else(|| self.policies.get("default"))
-            .expect("a default policy is required by validation")
+    /// The rules in force now.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// Put `rules` in force for every decision from now on (a reload); returns the
+    /// ones they replace. Plans made for a replaced policy are not used again.
+    pub fn set_rules(&self, rules: Rules) -> Arc<Rules> {
+        self.rules.swap(Arc::new(rules))
+    }
+
+    /// The policy a category selects, as in force now.
+    pub fn policy(&self, category: &str) -> Arc<Policy> {
+        self.rules.load().policy(category).clone()
     }
 
     /// Read Redis `TIME` and remember how far it is from this machine's clock.
@@ -353,12 +376,21 @@ impl Engine {
     /// When the channel's rate refuses, this waits (pacing) until it allows; a
     /// recipient refusal returns at once with the exact retry time.
     pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, EngineError> {
-        let (rate, pacer) = self
-            .rates
-            .get(req.channel)
-            .ok_or_else(|| EngineError::UnknownChannel(req.channel.to_string()))?;
-        let rate = *rate;
-        let policy = self.policy(req.category).clone();
+        let rules = self.rules();
+        self.admit_under(req, &rules).await
+    }
+
+    /// [`Engine::admit`] under `rules` (the caller's snapshot of the rules in force,
+    /// so that one decision never mixes the rules before and after a reload).
+    pub async fn admit_under(
+        &self,
+        req: &Request<'_>,
+        rules: &Rules,
+    ) -> Result<Admission, EngineError> {
+        let unknown = || EngineError::UnknownChannel(req.channel.to_string());
+        let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
+        let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
+        let policy = rules.policy(req.category).clone();
         let key = self.recipient_key(req, &policy);
         let member = keys::member(req.id);
 
@@ -424,6 +456,25 @@ impl Engine {
                     seen: sends.len(),
                 }
             }
+            Verdict::Shadowed(now, sends) => {
+                let sends: Vec<DateTime<Utc>> =
+                    sends.into_iter().map(window::from_millis).collect();
+                let at = window::from_millis(now);
+                let refusal = window::refusal(&policy.rules, req.tz, at, &sends);
+                Admission::Shadowed {
+                    ticket: Ticket {
+                        key,
+                        member,
+                        admitted_at: at,
+                        channel: req.channel.to_string(),
+                        rate: rate.zip(taken),
+                    },
+                    retry_at: refusal.retry_at,
+                    action: policy.action,
+                    rule: refusal.rule,
+                    seen: sends.len(),
+                }
+            }
             Verdict::Duplicate(_) => Admission::Duplicate,
             Verdict::InFlight(_, reserved_at) => Admission::InFlight {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
@@ -443,7 +494,9 @@ impl Engine {
             }
         };
         match (&mut admission, rate) {
-            (Admission::Admitted(ticket), Some(r)) if taken.is_none() => {
+            (Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. }, Some(r))
+                if taken.is_none() =>
+            {
                 if let Some(reply) = rate_reply {
                     if reply.allowed < 0 {
                         // never reached: validation keeps cost <= burst
@@ -464,7 +517,7 @@ impl Engine {
                     }
                 }
             }
-            (Admission::Admitted(_), _) => {}
+            (Admission::Admitted(_) | Admission::Shadowed { .. }, _) => {}
             (_, Some(r)) => {
                 if let Some(tat) = taken {
                     self.refund(req.channel, r, tat).await?;
@@ -644,20 +697,23 @@ impl Engine {
         rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
     }
 
-    /// `plan(&policy.rules, tz, now)`, made once per policy, zone and local date.
-    fn cached_plan(&self, policy: &Policy, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
+    /// `plan(&policy.rules, tz, now)`, made once per policy (as in force), zone and
+    /// local date.
+    fn cached_plan(&self, policy: &Arc<Policy>, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
         let date = window::local_date(tz, now);
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((d, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
-            if *d == date {
+        if let Some((d, of, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
+            if *d == date && Arc::ptr_eq(of, policy) {
                 return p.clone();
             }
         }
-        let p = Arc::new(plan(&policy.rules, tz, now));
+        let mut made = plan(&policy.rules, tz, now);
+        made.shadow = policy.mode == Mode::Shadow;
+        let p = Arc::new(made);
         plans
             .entry(policy.name.clone())
             .or_default()
-            .insert(tz, (date, p.clone()));
+            .insert(tz, (date, policy.clone(), p.clone()));
         p
     }
 
@@ -665,7 +721,7 @@ impl Engine {
         &self,
         key: &str,
         member: &[u8],
-        policy: &Policy,
+        policy: &Arc<Policy>,
         tz: Tz,
         now: Option<i64>,
     ) -> Result<Verdict, EngineError> {

@@ -1,5 +1,7 @@
-//! HTTP for operators: `/metrics` (Prometheus text), `/healthz` (the process is up)
-//! and `/readyz` (broker connected with the topology declared, and Redis answering).
+//! HTTP for operators: `/` (the status page), `/status.json` (what it shows),
+//! `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz` (broker
+//! connected with the topology declared, and Redis answering) and `POST /reload`
+//! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`).
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -14,13 +16,14 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::status::Status;
 use crate::worker::Health;
 
 /// What the HTTP endpoint could not do.
@@ -39,23 +42,90 @@ pub enum HttpError {
     },
 }
 
+/// What the routes serve from.
 #[derive(Clone)]
-struct AppState {
-    metrics: Option<PrometheusHandle>,
-    health: Arc<Health>,
+pub struct App {
+    /// The recorder's handle; `None`: `/metrics` answers 404.
+    pub metrics: Option<PrometheusHandle>,
+    /// Readiness.
+    pub health: Arc<Health>,
+    /// The status page's state (with the reloader once the engine is connected).
+    pub status: Arc<Status>,
 }
 
-/// The routes: `/metrics`, `/healthz`, `/readyz`. Without a handle, `/metrics`
-/// answers 404.
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/`, `/status.json`, `POST
+/// /reload`. Without a handle, `/metrics` answers 404.
 pub fn router(metrics: Option<PrometheusHandle>, health: Arc<Health>) -> Router {
+    app(App {
+        metrics,
+        health,
+        status: Arc::default(),
+    })
+}
+
+/// [`router`] on `app`.
+pub fn app(app: App) -> Router {
     Router::new()
+        .route("/", get(page))
+        .route("/status.json", get(status_json))
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(AppState { metrics, health })
+        .route("/reload", post(reload))
+        .with_state(app)
 }
 
-async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// The status page: one HTML document with its script and style inline (no
+/// external assets), drawing `/status.json` every 5 s.
+async fn page() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        include_str!("status/page.html"),
+    )
+}
+
+async fn status_json(State(app): State<App>) -> impl IntoResponse {
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(app.status.report(&app.health)),
+    )
+}
+
+async fn reload(State(app): State<App>) -> impl IntoResponse {
+    let text = |code, body: String| {
+        (
+            code,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            body,
+        )
+    };
+    let Some(reloader) = app.status.reloader().cloned() else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the worker is not running yet (waiting for Redis): nothing to reload\n".into(),
+        );
+    };
+    match tokio::task::spawn_blocking(move || reloader.reload()).await {
+        Ok(Ok(changes)) if changes.is_empty() => text(
+            StatusCode::OK,
+            "applied: no policy or channel changed\n".into(),
+        ),
+        Ok(Ok(changes)) => text(StatusCode::OK, format!("applied: {}\n", changes.join("; "))),
+        Ok(Err(e @ crate::reload::ReloadError::NeedsRestart(_))) => {
+            text(StatusCode::CONFLICT, format!("refused: {e}\n"))
+        }
+        Ok(Err(e)) => text(StatusCode::UNPROCESSABLE_ENTITY, format!("refused: {e}\n")),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reload failed: {e}\n"),
+        ),
+    }
+}
+
+async fn render_metrics(State(state): State<App>) -> impl IntoResponse {
     match state.metrics {
         Some(handle) => (
             StatusCode::OK,
@@ -63,7 +133,10 @@ async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            handle.render(),
+            {
+                crate::metrics::process_collector().collect();
+                handle.render()
+            },
         ),
         None => (
             StatusCode::NOT_FOUND,
@@ -73,7 +146,7 @@ async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn ready(State(state): State<AppState>) -> impl IntoResponse {
+async fn ready(State(state): State<App>) -> impl IntoResponse {
     let broker = state.health.broker.load(Ordering::Relaxed);
     let redis = state.health.redis.load(Ordering::Relaxed);
     let word = |up: bool| if up { "up" } else { "down" };
@@ -136,6 +209,7 @@ pub async fn serve(
 pub async fn start(
     settings: &Settings,
     health: Arc<Health>,
+    status: Arc<Status>,
     shutdown: CancellationToken,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, HttpError> {
     if !settings.http.enabled {
@@ -143,9 +217,15 @@ pub async fn start(
     }
     let listener = bind(&settings.http.listen).await?;
     let handle = crate::metrics::install_recorder()?;
-    tracing::info!(listen = %settings.http.listen, "serving /metrics, /healthz and /readyz");
+    tokio::spawn(crate::status::sample(status.clone(), shutdown.clone()));
+    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz and POST /reload");
+    let app = App {
+        metrics: Some(handle),
+        health,
+        status,
+    };
     Ok(Some(tokio::spawn(async move {
-        if let Err(e) = serve(listener, router(Some(handle), health), shutdown).await {
+        if let Err(e) = serve(listener, self::app(app), shutdown).await {
             tracing::warn!(error = %e, "the HTTP endpoint stopped");
         }
     })))
@@ -167,27 +247,37 @@ pub fn local_address(listen: &str) -> Result<SocketAddr, std::net::AddrParseErro
 /// `GET path` on the worker at `addr` (HTTP/1.1, no client library, so the image
 /// needs no curl): the status code, within `timeout`.
 pub async fn probe(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<u16> {
+    ask(addr, "GET", path, timeout).await.map(|(code, _)| code)
+}
+
+/// `method path` on the worker at `addr` with an empty body: the status code and
+/// the body (read to the end: the request says `Connection: close`), within
+/// `timeout`.
+pub async fn ask(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Error, ErrorKind};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let ask = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await?;
-        let mut head = Vec::new();
-        let mut buf = [0u8; 256];
-        while !head.contains(&b'\n') && head.len() < 4096 {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        // "HTTP/1.1 200 OK"
-        let line = String::from_utf8_lossy(&head);
-        line.split_whitespace()
+        let mut all = Vec::new();
+        stream.read_to_end(&mut all).await?;
+        let text = String::from_utf8_lossy(&all);
+        // "HTTP/1.1 200 OK", headers, a blank line, the body
+        let code = text
+            .split_whitespace()
             .nth(1)
             .and_then(|code| code.parse().ok())
-            .ok_or_else(|| Error::new(ErrorKind::InvalidData, "not an HTTP response"))
+            .ok_or_else(|| Error::new(ErrorKind::InvalidData, "not an HTTP response"))?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Ok((code, body.to_string()))
     };
     tokio::time::timeout(timeout, ask)
         .await

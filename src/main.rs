@@ -10,6 +10,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use quota_worker::config::Settings;
 use quota_worker::engine::Engine;
+use quota_worker::reload::Reloader;
+use quota_worker::status::Status;
 use quota_worker::worker::{Health, Worker};
 use tokio_util::sync::CancellationToken;
 
@@ -148,6 +150,7 @@ fn block_on(
 }
 
 async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    let path = cli.config.clone();
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check { strict },
@@ -170,7 +173,7 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
         }
         Command::Run { no_http } => {
             settings.http.enabled &= !no_http;
-            run(settings).await.map(|()| ExitCode::SUCCESS)
+            run(settings, path).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Health { path, addr } => health(&settings, &path, addr).await,
         Command::Publish(args) => cli::publish::publish(&settings, args).await,
@@ -204,7 +207,7 @@ async fn health(
     }
 }
 
-async fn run(settings: Settings) -> anyhow::Result<()> {
+async fn run(settings: Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
     for warning in settings.warnings() {
         tracing::warn!("{warning}");
     }
@@ -212,7 +215,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     tokio::spawn(quota_worker::signals::on_terminate(shutdown.clone()));
     // served from the start: /healthz answers while Redis is awaited, /readyz says 503
     let health = Arc::new(Health::default());
-    let http = quota_worker::http::start(&settings, health.clone(), shutdown.clone()).await?;
+    let status = Arc::new(Status::default());
+    tokio::spawn(quota_worker::reload::on_hangup(
+        status.clone(),
+        shutdown.clone(),
+    ));
+    let http =
+        quota_worker::http::start(&settings, health.clone(), status.clone(), shutdown.clone())
+            .await?;
     let engine = Engine::connect_patiently(&settings, &shutdown)
         .await
         .with_context(|| {
@@ -225,7 +235,12 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::info!("stopped before Redis was reachable");
         return Ok(());
     };
-    let worker = Worker::new(settings.clone(), Arc::new(engine)).sharing_health(health);
+    let engine = Arc::new(engine);
+    let reloader = Arc::new(Reloader::new(path, settings.clone(), engine.clone()));
+    status.attach(reloader);
+    let worker = Worker::new(settings.clone(), engine)
+        .sharing_health(health)
+        .sharing_status(status);
     let worker = Arc::new(worker);
     worker.run(shutdown.clone()).await?;
     shutdown.cancel();

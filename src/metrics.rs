@@ -1,7 +1,10 @@
 //! Every metric the worker records, named once here: the names, their
 //! descriptions and histogram buckets, the Prometheus recorder `/metrics` renders,
-//! and the per-job handles a broker session looks up once.
+//! the outcome counters the rules in force look up once ([`JobMetrics`]), the
+//! per-session handles ([`SessionMetrics`]), and the gauges sampled in the
+//! background (queue depths, readiness, the process).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
@@ -31,6 +34,22 @@ pub const REDIS_ERRORS_TOTAL: &str = "quota_worker_redis_errors_total";
 pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
 pub const RECONNECTS_TOTAL: &str = "quota_worker_reconnects_total";
+/// Histogram: how long a delayed job is held, by `cause`.
+pub const DELAY_SECONDS: &str = "quota_worker_delay_seconds";
+/// Gauge: messages ready in each queue of the topology, by `role` and `queue`.
+pub const QUEUE_MESSAGES: &str = "quota_worker_queue_messages";
+/// Gauge: consumers of each queue of the topology, by `role` and `queue`.
+pub const QUEUE_CONSUMERS: &str = "quota_worker_queue_consumers";
+/// Gauge: 1 while ready (broker connected with the topology declared, Redis up).
+pub const READY: &str = "quota_worker_ready";
+/// Gauge: 1 while a `dependency` (broker, redis) is up.
+pub const UP: &str = "quota_worker_up";
+/// Gauge: always 1, labelled with the `version`.
+pub const BUILD_INFO: &str = "quota_worker_build_info";
+/// Counter: verdicts of shadow policies, by `policy` and `verdict`.
+pub const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
+/// Counter: configuration reloads, by `result` (applied, refused).
+pub const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
 
 /// Upper bounds (seconds) of the admission latency histogram: one Redis round trip
 /// is well under a millisecond on a LAN; pacing waits can take seconds.
@@ -44,6 +63,17 @@ pub const JOB_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Upper bounds of the jobs-per-admission-call histogram (at most
+/// [`crate::redis::admit::MAX_BATCH`]).
+pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// Upper bounds (seconds) of the delay-length histogram: from the ladder's first
+/// level (1 s) through a minute, an hour and a day to a week and its 12-day top.
+pub const DELAY_BUCKETS: &[f64] = &[
+    1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 10800.0, 21600.0, 43200.0, 86400.0, 172800.0, 604800.0,
+    1048576.0,
+];
+
 fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(ADMISSION_SECONDS.into()), ADMISSION_BUCKETS)?
@@ -51,6 +81,8 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
             Matcher::Full(ADMISSION_CALL_SECONDS.into()),
             ADMISSION_BUCKETS,
         )?
+        .set_buckets_for_metric(Matcher::Full(ADMISSION_BATCH_JOBS.into()), BATCH_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(DELAY_SECONDS.into()), DELAY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(JOB_SECONDS.into()), JOB_BUCKETS)
 }
 
@@ -73,6 +105,7 @@ pub fn local_recorder() -> Result<
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     let handle = builder()?.install_recorder()?;
     describe();
+    process_collector().describe();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -82,6 +115,14 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         }
     });
     Ok(handle)
+}
+
+/// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, ...), as Prometheus's own clients name them; read from
+/// `/proc` each time `/metrics` is rendered.
+pub fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
 /// Describe every metric the worker records, and register the error counters at 0
@@ -125,15 +166,82 @@ pub fn describe() {
         "Broker sessions that ended in an error"
     );
     describe_counter!(RECONNECTS_TOTAL, "Reconnections to the broker");
+    describe_counter!(
+        REDIS_CALLS_TOTAL,
+        "Redis commands sent (a script call or a pipeline counts once)"
+    );
+    describe_histogram!(
+        DELAY_SECONDS,
+        Unit::Seconds,
+        "How long a delayed job is held before it is decided again, by cause"
+    );
+    describe_gauge!(
+        QUEUE_MESSAGES,
+        "Messages ready in each queue of the topology, by role (jobs, delay, dispatch, dead) and queue; read every 5 s"
+    );
+    describe_gauge!(
+        QUEUE_CONSUMERS,
+        "Consumers of each queue of the topology, by role and queue; read every 5 s"
+    );
+    describe_gauge!(
+        READY,
+        "1 while the worker is ready: broker connected with the topology declared, and Redis answering"
+    );
+    describe_gauge!(UP, "1 while a dependency (broker, redis) is up");
+    describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs");
+    describe_counter!(
+        SHADOW_TOTAL,
+        "Jobs of shadow policies, by what enforcing the policy would have done (allowed, held_cap, held_window, dead)"
+    );
+    describe_counter!(
+        RELOADS_TOTAL,
+        "Configuration reloads (SIGHUP, admin reload), by result (applied, refused)"
+    );
     for name in [REDIS_ERRORS_TOTAL, BROKER_ERRORS_TOTAL, RECONNECTS_TOTAL] {
         metrics::counter!(name).absolute(0);
     }
+    for result in ["applied", "refused"] {
+        metrics::counter!(RELOADS_TOTAL, "result" => result).absolute(0);
+    }
     metrics::gauge!(IN_FLIGHT).set(0.0);
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    health(false, false);
 }
 
-/// Count one delay by its cause.
-pub(crate) fn delayed(cause: &crate::decide::DelayCause) {
+/// Record readiness: the broker and Redis, each up or not.
+pub fn health(broker: bool, redis: bool) {
+    let one = |up: bool| if up { 1.0 } else { 0.0 };
+    metrics::gauge!(READY).set(one(broker && redis));
+    metrics::gauge!(UP, "dependency" => "broker").set(one(broker));
+    metrics::gauge!(UP, "dependency" => "redis").set(one(redis));
+}
+
+/// Record the depth and consumers of one queue.
+pub fn queue(role: &'static str, queue: &str, messages: u32, consumers: u32) {
+    let labels = [("role", role.to_string()), ("queue", queue.to_string())];
+    metrics::gauge!(QUEUE_MESSAGES, &labels).set(f64::from(messages));
+    metrics::gauge!(QUEUE_CONSUMERS, &labels).set(f64::from(consumers));
+}
+
+/// Count one delay by its cause, with how long it holds the job.
+pub(crate) fn delayed(cause: &crate::decide::DelayCause, held: Duration) {
     metrics::counter!(DELAYS_TOTAL, "cause" => cause.label()).increment(1);
+    metrics::histogram!(DELAY_SECONDS, "cause" => cause.label()).record(held.as_secs_f64());
+}
+
+/// Count one verdict of a shadow policy.
+pub(crate) fn shadowed(policy: &str, verdict: crate::decide::ShadowVerdict) {
+    metrics::counter!(SHADOW_TOTAL, "policy" => policy.to_string(), "verdict" => verdict.label())
+        .increment(1);
+}
+
+/// Jobs settled by this process, by outcome kind (for the status page, which
+/// cannot read the recorder's counters back).
+static SETTLED: [AtomicU64; Outcome::KINDS] = [const { AtomicU64::new(0) }; Outcome::KINDS];
+
+/// Jobs this process settled so far, by outcome kind (see [`Outcome::labels`]).
+pub fn settled() -> [u64; Outcome::KINDS] {
+    std::array::from_fn(|k| SETTLED[k].load(Ordering::Relaxed))
 }
 
 /// The `policy` and `channel` labels a job's outcome is counted under, as indexes
@@ -148,12 +256,33 @@ pub struct JobLabels {
     pub channel: Option<usize>,
 }
 
-/// The per-job metrics' handles, looked up in the recorder once per session instead
-/// of once per job (every outcome's counter thereby shows from the start, at 0).
-pub(crate) struct JobMetrics {
+/// The handles a broker session records per job, looked up once per session.
+pub(crate) struct SessionMetrics {
     pub in_flight: metrics::Gauge,
     pub job_seconds: metrics::Histogram,
     pub admission_seconds: metrics::Histogram,
+}
+
+impl SessionMetrics {
+    pub fn new() -> SessionMetrics {
+        SessionMetrics {
+            in_flight: metrics::gauge!(IN_FLIGHT),
+            job_seconds: metrics::histogram!(JOB_SECONDS),
+            admission_seconds: metrics::histogram!(ADMISSION_SECONDS),
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionMetrics")
+    }
+}
+
+/// The outcome counters of every (policy, channel), looked up in the recorder once
+/// for the rules in force instead of once per job (every outcome's counter thereby
+/// shows from the start, at 0).
+pub(crate) struct JobMetrics {
     /// By (policy, channel), each an array by outcome kind.
     outcomes: Vec<[metrics::Counter; Outcome::KINDS]>,
     channels: usize,
@@ -182,9 +311,6 @@ impl JobMetrics {
             }
         }
         JobMetrics {
-            in_flight: metrics::gauge!(IN_FLIGHT),
-            job_seconds: metrics::histogram!(JOB_SECONDS),
-            admission_seconds: metrics::histogram!(ADMISSION_SECONDS),
             outcomes,
             channels: channels.len(),
             policies: policies.len(),
@@ -196,5 +322,6 @@ impl JobMetrics {
         let p = labels.policy.unwrap_or(self.policies).min(self.policies);
         let c = labels.channel.unwrap_or(self.channels).min(self.channels);
         self.outcomes[p * (self.channels + 1) + c][outcome.kind()].increment(1);
+        SETTLED[outcome.kind()].fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -138,7 +138,7 @@ impl<'a> Recipients<'a> {
     fn targets(&self, q: &RecipientQuery<'_>) -> Result<Vec<(Policy, Option<String>)>, AdminError> {
         self.check_channel(q.channel)?;
         let policies: Vec<Policy> = match q.category {
-            Some(c) => vec![(**self.engine.policy(c)).clone()],
+            Some(c) => vec![(*self.engine.policy(c)).clone()],
             None => self.settings.policies(),
         };
         let mut out = Vec::new();

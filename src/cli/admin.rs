@@ -4,7 +4,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{ArgGroup, Args, Subcommand};
@@ -40,6 +40,13 @@ pub enum AdminCommand {
     Recipient(RecipientArgs),
     /// One job by its id: where it is, until when it waits and why; or cancel it.
     Job(JobArgs),
+    /// Ask the running worker (on http.listen) to read its configuration again and
+    /// apply changed policies, rules, windows and channel rates (as SIGHUP does).
+    Reload {
+        /// Ask this address instead of http.listen.
+        #[arg(long)]
+        addr: Option<std::net::SocketAddr>,
+    },
 }
 
 /// `admin job`.
@@ -192,6 +199,36 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Dead { command } => dead(settings, command).await,
         AdminCommand::Recipient(args) => recipient(settings, args).await,
         AdminCommand::Job(args) => job(settings, args).await,
+        AdminCommand::Reload { addr } => reload(settings, addr).await,
+    }
+}
+
+/// `admin reload`: POST /reload to the running worker; 0 when applied, 2 when
+/// refused (the worker says why), 1 when it cannot be asked.
+async fn reload(
+    settings: &Settings,
+    addr: Option<std::net::SocketAddr>,
+) -> anyhow::Result<ExitCode> {
+    let addr = match addr {
+        Some(addr) => addr,
+        None if !settings.http.enabled => {
+            anyhow::bail!("HTTP is off (http.enabled = false): send the worker SIGHUP instead")
+        }
+        None => quota_worker::http::local_address(&settings.http.listen)?,
+    };
+    let timeout = std::time::Duration::from_secs(10);
+    let (code, body) = quota_worker::http::ask(addr, "POST", "/reload", timeout)
+        .await
+        .with_context(|| format!("asking the worker on {addr} to reload (is it running?)"))?;
+    match code {
+        200 => {
+            print!("{body}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            eprint!("{body}");
+            Ok(ExitCode::from(2))
+        }
     }
 }
 

@@ -457,6 +457,28 @@ pub enum Action {
     Drop,
 }
 
+/// Whether a policy holds jobs or only says what it would have done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Its caps, windows and `max_wait` hold and dead-letter jobs.
+    #[default]
+    Enforce,
+    /// Its sends are recorded and its verdict computed and counted
+    /// (`quota_worker_shadow_total`), but no job is held or dead-lettered by it.
+    Shadow,
+}
+
+impl Mode {
+    /// `enforce` or `shadow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
 /// A policy as written in the file (`[policies.NAME]`).
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -478,6 +500,8 @@ pub struct PolicySettings {
     pub ignore_channel_windows: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wait: Option<Dur>,
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 /// A channel (`[channels.NAME]`), with an optional GCRA send rate.
@@ -545,6 +569,8 @@ pub struct Policy {
     /// The longest a job may wait, from when the worker first saw it, for its caps
     /// and windows; a job that would wait longer is dead-lettered `capped`.
     pub max_wait: Option<chrono::Duration>,
+    /// Enforced, or only counted (shadow).
+    pub mode: Mode,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.
@@ -556,6 +582,23 @@ pub struct Rate {
     pub burst: u64,
     /// What one job costs.
     pub cost: u64,
+}
+
+impl fmt::Display for Rate {
+    /// `12.5 per second, burst 10` (and `, cost 2` when a job costs more than one).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per_second = 1e6 / self.interval_us as f64 / self.cost as f64;
+        write!(f, "{} per second, burst {}", trim(per_second), self.burst)?;
+        if self.cost != 1 {
+            write!(f, ", cost {}", self.cost)?;
+        }
+        return Ok(());
+
+        fn trim(x: f64) -> String {
+            let s = format!("{x:.3}");
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+    }
 }
 
 /// The environment's values by dotted key, with `<SECRET>_FILE` variables replaced
@@ -1023,6 +1066,55 @@ impl Settings {
         out
     }
 
+    /// The keys whose change from `self` to `new` a running worker cannot apply
+    /// (connections, names of queues and keys, the worker's runtime, HTTP, the set
+    /// of channels, each of which names a dispatch queue), as dotted paths; empty
+    /// when only policies and channels' rates and windows differ. No value is
+    /// printed: some are secrets.
+    pub fn needs_restart(&self, new: &Settings) -> Vec<String> {
+        fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+            use serde_json::Value::Object;
+            match (a, b) {
+                (Object(x), Object(y)) => {
+                    let keys: std::collections::BTreeSet<&String> =
+                        x.keys().chain(y.keys()).collect();
+                    for k in keys {
+                        let null = serde_json::Value::Null;
+                        let (va, vb) = (x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null));
+                        diff(&format!("{path}.{k}"), va, vb, out);
+                    }
+                }
+                (a, b) if a != b => out.push(path.to_string()),
+                _ => {}
+            }
+        }
+        let json = |v: &dyn erased::Section| v.json();
+        let mut out = Vec::new();
+        let sections: [(&str, &dyn erased::Section, &dyn erased::Section); 4] = [
+            ("amqp", &self.amqp, &new.amqp),
+            ("redis", &self.redis, &new.redis),
+            ("worker", &self.worker, &new.worker),
+            ("http", &self.http, &new.http),
+        ];
+        for (name, a, b) in sections {
+            diff(name, &json(a), &json(b), &mut out);
+        }
+        if self.redis.hash_key.expose_secret() != new.redis.hash_key.expose_secret() {
+            out.push("redis.hash_key".to_string());
+        }
+        let (old, now): (Vec<&String>, Vec<&String>) = (
+            self.channels.keys().collect(),
+            new.channels.keys().collect(),
+        );
+        for c in old.iter().filter(|c| !now.contains(c)) {
+            out.push(format!("channels.{c} (removed)"));
+        }
+        for c in now.iter().filter(|c| !old.contains(c)) {
+            out.push(format!("channels.{c} (added)"));
+        }
+        out
+    }
+
     /// Every policy, with its rules as read.
     pub fn policies(&self) -> Vec<Policy> {
         self.policies
@@ -1044,6 +1136,7 @@ impl Settings {
                 max_wait: p
                     .max_wait
                     .and_then(|d| chrono::Duration::from_std(d.0).ok()),
+                mode: p.mode,
             })
             .collect()
     }
@@ -1179,6 +1272,19 @@ impl fmt::Display for Settings {
     }
 }
 
+/// A section of the settings as JSON, for [`Settings::needs_restart`].
+mod erased {
+    pub trait Section {
+        fn json(&self) -> serde_json::Value;
+    }
+
+    impl<T: serde::Serialize> Section for T {
+        fn json(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1241,6 +1347,60 @@ mod tests {
                 cost: 1
             })
         );
+    }
+
+    #[test]
+    fn a_restart_is_needed_for_connections_names_and_channels_not_for_rules() {
+        let load = |vars: &[(&str, &str)]| Settings::load_with_env(None, env(vars)).unwrap();
+        let base = load(&[]);
+        let rules_only = load(&[
+            ("QUOTA_WORKER__CHANNELS__SMS__RATE", "10"),
+            ("QUOTA_WORKER__POLICIES__DEFAULT__MODE", "shadow"),
+            ("QUOTA_WORKER__POLICIES__PROMO__MAX_WAIT", "1h"),
+        ]);
+        assert_eq!(base.needs_restart(&rules_only), Vec::<String>::new());
+        assert_eq!(rules_only.policies["default"].mode, Mode::Shadow);
+        let fixed = load(&[
+            (
+                "QUOTA_WORKER__AMQP__URL",
+                "amqp://u:secret@10.0.0.1:5672/%2f",
+            ),
+            ("QUOTA_WORKER__AMQP__JOBS_QUEUE", "other.jobs"),
+            (
+                "QUOTA_WORKER__REDIS__HASH_KEY",
+                "another-key-of-32-characters-or-so",
+            ),
+            ("QUOTA_WORKER__HTTP__LISTEN", "127.0.0.1:1"),
+            ("QUOTA_WORKER__CHANNELS__FAX__RATE", "1"),
+        ]);
+        let keys = base.needs_restart(&fixed);
+        assert_eq!(
+            keys,
+            [
+                "amqp.jobs_queue",
+                "amqp.url",
+                "http.listen",
+                "redis.hash_key",
+                "channels.fax (added)"
+            ],
+            "no value is printed: {keys:?}"
+        );
+        assert!(!keys.concat().contains("secret"));
+    }
+
+    #[test]
+    fn a_rate_reads_as_jobs_per_second() {
+        let rate = |interval_us, burst, cost| {
+            Rate {
+                interval_us,
+                burst,
+                cost,
+            }
+            .to_string()
+        };
+        assert_eq!(rate(100_000, 1, 1), "10 per second, burst 1");
+        assert_eq!(rate(3_000, 50, 1), "333.333 per second, burst 50");
+        assert_eq!(rate(250_000, 4, 2), "2 per second, burst 4, cost 2");
     }
 
     #[test]

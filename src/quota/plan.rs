@@ -22,6 +22,8 @@ pub struct Plan {
     pub calendar_expiry_ms: i64,
     /// Per rule: limit, and bound (> 0 inclusive start ms; < 0 minus a rolling length).
     pub rules: Vec<(u32, i64)>,
+    /// The policy is in shadow mode: a job its rules refuse is recorded all the same.
+    pub shadow: bool,
 }
 
 /// Compute the request's calendar bounds for the instant `now`.
@@ -31,6 +33,7 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
         valid_until_ms: i64::MAX / 4,
         calendar_expiry_ms: 0,
         rules: Vec::with_capacity(rules.len()),
+        shadow: false,
     };
     let mut has_calendar = false;
     for rule in rules {

@@ -51,6 +51,9 @@ pub enum Verdict {
     Admitted(i64),
     /// Refused; the times (ms) of the sends still remembered.
     Refused(i64, Vec<i64>),
+    /// A shadow policy's rules would refuse it; recorded at `now` all the same; the
+    /// times (ms) of the other sends still remembered.
+    Shadowed(i64, Vec<i64>),
     /// Already dispatched.
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
@@ -67,6 +70,7 @@ impl Verdict {
         match self {
             Verdict::Admitted(now)
             | Verdict::Refused(now, _)
+            | Verdict::Shadowed(now, _)
             | Verdict::Duplicate(now)
             | Verdict::InFlight(now, _)
             | Verdict::Clock(now)
@@ -85,11 +89,15 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
         rest = tail;
         out.push(match code {
             1 => Verdict::Admitted(now),
-            0 => {
+            0 | 6 => {
                 let (&m, tail) = rest.split_first()?;
                 let m = usize::try_from(m).ok().filter(|m| *m <= tail.len())?;
                 rest = &tail[m..];
-                Verdict::Refused(now, tail[..m].to_vec())
+                let times = tail[..m].to_vec();
+                match code {
+                    0 => Verdict::Refused(now, times),
+                    _ => Verdict::Shadowed(now, times),
+                }
             }
             2 => Verdict::Duplicate(now),
             3 => {
@@ -183,7 +191,7 @@ impl Caller {
             .collect();
         // room for every argument, and about 80 bytes of them per job (key, member)
         let mut cmd = redis::Cmd::with_capacity(
-            6 + 3 * jobs.len() + plans.iter().map(|p| 4 + 2 * p.rules.len()).sum::<usize>(),
+            6 + 3 * jobs.len() + plans.iter().map(|p| 5 + 2 * p.rules.len()).sum::<usize>(),
             64 + 80 * jobs.len(),
         );
         cmd.arg("EVALSHA")
@@ -197,6 +205,7 @@ impl Caller {
             cmd.arg(p.valid_from_ms)
                 .arg(p.valid_until_ms)
                 .arg(p.calendar_expiry_ms)
+                .arg(u8::from(p.shadow))
                 .arg(p.rules.len());
             for (limit, bound) in &p.rules {
                 cmd.arg(*limit).arg(*bound);
@@ -283,9 +292,9 @@ mod tests {
     #[test]
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
-        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5];
+        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30];
         assert_eq!(
-            verdicts(&flat, 7),
+            verdicts(&flat, 8),
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
@@ -294,6 +303,7 @@ mod tests {
                 Verdict::Clock(now),
                 Verdict::Refused(now, vec![]),
                 Verdict::WrongType(now),
+                Verdict::Shadowed(now, vec![30]),
             ])
         );
         assert_eq!(Verdict::InFlight(now, 55).now(), now);

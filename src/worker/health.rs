@@ -37,6 +37,7 @@ pub(crate) async fn watch_redis(
             tokio::time::timeout(Duration::from_secs(1), engine.ping()).await,
             Ok(Ok(()))
         );
+        crate::metrics::health(health.broker.load(Ordering::Relaxed), up);
         if health.redis.swap(up, Ordering::Relaxed) != up {
             if up {
                 info!("redis is reachable");

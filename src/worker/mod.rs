@@ -26,7 +26,7 @@ use tracing::warn;
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
 use crate::engine::Engine;
-use crate::metrics::JobMetrics;
+use crate::metrics::SessionMetrics;
 use commits::Commits;
 
 pub use health::Health;
@@ -40,12 +40,12 @@ pub struct Worker {
     engine: Arc<Engine>,
     topology: Topology,
     default_tz: Tz,
-    /// The configured policies' names, sorted (the `policy` label's values).
-    policy_names: Vec<String>,
     /// The cancelled job ids, as last read from Redis.
     pub cancels: Arc<cancels::Cancels>,
     /// Readiness flags.
     pub health: Arc<Health>,
+    /// What the status page shows (queue depths read by the session).
+    pub status: Arc<crate::status::Status>,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -62,19 +62,25 @@ impl Worker {
     pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
         let topology = Topology::from_settings(&settings);
         let default_tz = settings.worker.default_timezone;
-        let policy_names = settings.policies.keys().cloned().collect();
         Worker {
             settings,
             engine,
             topology,
             default_tz,
-            policy_names,
             cancels: Arc::default(),
             health: Arc::new(Health {
                 broker: AtomicBool::new(false),
                 redis: AtomicBool::new(true),
             }),
+            status: Arc::default(),
         }
+    }
+
+    /// Record queue depths into `status` (served by the status page, which started
+    /// before the worker) instead of a state of its own.
+    pub fn sharing_status(mut self, status: Arc<crate::status::Status>) -> Worker {
+        self.status = status;
+        self
     }
 
     /// Report readiness into `health` (already served by `/readyz` while the engine
@@ -100,7 +106,7 @@ impl Worker {
                 publisher,
                 commits,
                 stop,
-                metrics: JobMetrics::new(&self.policy_names, &self.topology.channels),
+                metrics: SessionMetrics::new(),
             },
             committer,
         )

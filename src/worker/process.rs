@@ -25,6 +25,7 @@ use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
+use crate::rules::Rules;
 
 /// What the worker knows of a job's past: the times it was handled before, when a
 /// worker first saw it, and its policy's name.
@@ -46,34 +47,26 @@ pub enum ProcessError {
 }
 
 impl Worker {
-    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed,
-    /// with the labels to count it under. The caller acks on Ok and hands the delivery
-    /// back on Err.
-    pub async fn process(
-        &self,
-        s: &Session,
-        delivery: &Delivery,
-    ) -> Result<(Outcome, JobLabels), ProcessError> {
+    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
+    /// (and counted). The caller acks on Ok and hands the delivery back on Err.
+    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
         let now = self.engine.redis_now();
+        // one snapshot of the rules in force for the whole decision (a reload
+        // applies from the next job on)
+        let rules = self.engine.rules();
         let max_body = self.settings.worker.max_body_bytes;
         let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
                 let dead = decide::malformed(m);
                 let outcome = self.dead(&s.publisher, delivery, None, dead).await?;
-                return Ok((outcome, JobLabels::default()));
+                rules.metrics.count(&outcome, JobLabels::default());
+                return Ok(outcome);
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
-        let policy = self.engine.policy(&job.category);
-        let labels = JobLabels {
-            policy: self.policy_names.binary_search(&policy.name).ok(),
-            channel: self
-                .topology
-                .channels
-                .binary_search_by(|c| c.as_str().cmp(&job.channel))
-                .ok(),
-        };
+        let policy = rules.policy(&job.category);
+        let labels = rules.labels(&policy.name, &job.channel);
         let headers = delivery.properties.headers().as_ref();
         let (attempt, first_seen) = headers::attempt_info(headers);
         let seen = Seen {
@@ -100,7 +93,7 @@ impl Worker {
             }
             let cx = Context {
                 policy,
-                channel_windows: self.settings.channel_windows(&job.channel),
+                channel_windows: rules.channel(&job.channel).and_then(|c| c.windows.as_ref()),
                 first_seen: seen.first_seen,
             };
             if let Some(decision) = decide::hold(&job, &cx, now) {
@@ -113,8 +106,17 @@ impl Worker {
                 category: &job.category,
                 tz: job.tz,
             };
-            let admission = self.admit(&req, s).await?;
-            decide::decide(&job, &cx, admission, self.engine.redis_now())
+            let admission = self.admit(&req, &rules, s).await?;
+            let now = self.engine.redis_now();
+            if let Some(verdict) = decide::shadow(&job, &cx, &admission, now) {
+                crate::metrics::shadowed(&policy.name, verdict);
+                debug!(
+                    policy = %policy.name,
+                    verdict = verdict.label(),
+                    "shadow policy: what enforcing it would have done"
+                );
+            }
+            decide::decide(&job, &cx, admission, now)
         };
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
@@ -183,13 +185,22 @@ impl Worker {
                 }
             }
         };
-        outcome.map(|o| (o, labels))
+        if let Ok(outcome) = &outcome {
+            rules.metrics.count(outcome, labels);
+        }
+        outcome
     }
 
     /// Ask the engine, waiting out Redis outages (never a decision without Redis).
-    async fn admit(&self, req: &Request<'_>, s: &Session) -> Result<Admission, ProcessError> {
+    async fn admit(
+        &self,
+        req: &Request<'_>,
+        rules: &Rules,
+        s: &Session,
+    ) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admission = self.retry_redis(|| self.engine.admit(req), &s.stop).await?;
+        let admit = || self.engine.admit_under(req, rules);
+        let admission = self.retry_redis(admit, &s.stop).await?;
         s.metrics
             .admission_seconds
             .record(started.elapsed().as_secs_f64());
@@ -252,7 +263,7 @@ impl Worker {
         s.publisher
             .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
-        crate::metrics::delayed(cause);
+        crate::metrics::delayed(cause, (until - now).to_std().unwrap_or_default());
         debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
         let step = Step::Delayed {
             until,

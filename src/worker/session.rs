@@ -17,7 +17,7 @@ use super::commits::Commits;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
-use crate::metrics::JobMetrics;
+use crate::metrics::SessionMetrics;
 
 /// What the jobs of one broker session share.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub struct Session {
     /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
     /// Redis give up and are handed back.
     pub stop: CancellationToken,
-    pub(crate) metrics: JobMetrics,
+    pub(crate) metrics: SessionMetrics,
 }
 
 impl Worker {
@@ -68,6 +68,14 @@ impl Worker {
         };
         self.health.broker.store(true, Ordering::Relaxed);
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
+        let conn = Arc::new(conn);
+        let _queues =
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(crate::status::watch_queues(
+                self.status.clone(),
+                conn.clone(),
+                self.topology.clone(),
+                shutdown.child_token(),
+            )));
 
         let tasks = tokio_util::task::TaskTracker::new();
         let stop = shutdown.child_token();
@@ -152,8 +160,7 @@ impl Worker {
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
         span.in_scope(|| match result {
-            Ok((outcome, labels)) => {
-                s.metrics.count(&outcome, labels);
+            Ok(_) => {
                 s.metrics
                     .job_seconds
                     .record(started.elapsed().as_secs_f64());

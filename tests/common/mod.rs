@@ -267,7 +267,7 @@ pub async fn step(w: &Worker, conn: &Connection, s: &Settings) -> quota_worker::
         .await
         .unwrap();
     let (session, committer) = w.session_context(p, CancellationToken::new());
-    let (outcome, _) = w
+    let outcome = w
         .process(&session, &m.delivery)
         .await
         .expect("outcome confirmed");

@@ -1,0 +1,115 @@
+//! The rules in force: the part of the configuration a running worker may change
+//! (policies with their caps, windows, `max_wait` and mode; each channel's send rate
+//! and windows). The engine holds one [`Rules`] behind an atomic pointer; a reload
+//! ([`crate::reload`]) builds a new one from the re-read file and swaps it in whole,
+//! so a decision sees either the old rules or the new ones, never a mix. Recorded
+//! sends live in Redis and are untouched by a swap.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::{Policy, Rate, Settings};
+use crate::metrics::{JobLabels, JobMetrics};
+use crate::quota::send_windows::SendWindows;
+
+/// What applies to one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelRules {
+    /// Its send rate; `None`: not paced.
+    pub rate: Option<Rate>,
+    /// Its send windows; `None`: any time.
+    pub windows: Option<SendWindows>,
+}
+
+/// Policies and channels, as one immutable value.
+#[derive(Debug)]
+pub struct Rules {
+    policies: BTreeMap<String, Arc<Policy>>,
+    channels: BTreeMap<String, ChannelRules>,
+    /// The outcome counters by (policy, channel) of these names.
+    pub(crate) metrics: JobMetrics,
+}
+
+impl Rules {
+    /// The rules `settings` name (validated settings: `default` exists).
+    pub fn from_settings(settings: &Settings) -> Rules {
+        let policies: BTreeMap<String, Arc<Policy>> = settings
+            .policies()
+            .into_iter()
+            .map(|p| (p.name.clone(), Arc::new(p)))
+            .collect();
+        let channels: BTreeMap<String, ChannelRules> = settings
+            .channels
+            .keys()
+            .map(|c| {
+                let rules = ChannelRules {
+                    rate: settings.rate(c),
+                    windows: settings.channel_windows(c).cloned(),
+                };
+                (c.clone(), rules)
+            })
+            .collect();
+        let policy_names: Vec<String> = policies.keys().cloned().collect();
+        let channel_names: Vec<String> = channels.keys().cloned().collect();
+        Rules {
+            metrics: JobMetrics::new(&policy_names, &channel_names),
+            policies,
+            channels,
+        }
+    }
+
+    /// The policy a category selects (an unknown category: `default`).
+    pub fn policy(&self, category: &str) -> &Arc<Policy> {
+        self.policies
+            .get(category)
+            .or_else(|| self.policies.get("default"))
+            .expect("a default policy is required by validation")
+    }
+
+    /// Every policy, by name.
+    pub fn policies(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.policies.values()
+    }
+
+    /// A configured channel's rules.
+    pub fn channel(&self, name: &str) -> Option<&ChannelRules> {
+        self.channels.get(name)
+    }
+
+    /// Every channel with its rules, by name.
+    pub fn channels(&self) -> impl Iterator<Item = (&String, &ChannelRules)> {
+        self.channels.iter()
+    }
+
+    /// The labels a job of `policy` on `channel` is counted under.
+    pub fn labels(&self, policy: &str, channel: &str) -> JobLabels {
+        JobLabels {
+            policy: self.policies.keys().position(|p| p == policy),
+            channel: self.channels.keys().position(|c| c == channel),
+        }
+    }
+
+    /// What differs from `before`, one line per policy or channel, for the log of a
+    /// reload (empty: nothing changed).
+    pub fn changes_from(&self, before: &Rules) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, p) in &self.policies {
+            match before.policies.get(name) {
+                None => out.push(format!("policy `{name}` added")),
+                Some(old) if old != p => out.push(format!("policy `{name}` changed")),
+                Some(_) => {}
+            }
+        }
+        for name in before.policies.keys() {
+            if !self.policies.contains_key(name) {
+                out.push(format!("policy `{name}` removed"));
+            }
+        }
+        for (name, c) in &self.channels {
+            if before.channels.get(name) != Some(c) {
+                out.push(format!("channel `{name}` changed"));
+            }
+        }
+        out
+    }
+}
