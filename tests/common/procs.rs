@@ -687,6 +687,15 @@ pub fn worker_toml(s: &Settings) -> String {
 impl WorkerProc {
     /// Start `quota-worker run` for `s`; `dir` holds its config file and log.
     pub fn spawn(s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
+        Self::spawn_with(s, dir, tag, worker_env(s))
+    }
+
+    /// [`WorkerProc::spawn`], serving HTTP as `s.http` says.
+    pub fn spawn_serving(s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
+        Self::spawn_with(s, dir, tag, super::cli::env_for(s))
+    }
+
+    fn spawn_with(s: &Settings, dir: &Path, tag: &str, env: Vec<(String, String)>) -> WorkerProc {
         let config = dir.join("worker.toml");
         if !config.exists() {
             fs::write(&config, worker_toml(s)).unwrap();
@@ -701,7 +710,7 @@ impl WorkerProc {
             .args(["--log-format", "json", "--config"])
             .arg(&config)
             .arg("run")
-            .envs(worker_env(s))
+            .envs(env)
             .env(
                 "RUST_LOG",
                 std::env::var("QW_WORKER_LOG").unwrap_or_else(|_| "info".into()),
