@@ -29,6 +29,8 @@
 //!    dispatch, delay until the exact instant every rule passes and the send
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
 //!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.
+//!    For a shadow policy, [`decide::shadow`] says what enforcing it would have done
+//!    (counted), and the job goes out as admitted.
 //! 6. [`worker::process`] carries the decision out over [`amqp`]: publish with a
 //!    confirm ([`amqp::publisher`]), to the dispatch exchange, to the delay ladder
 //!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then
@@ -44,7 +46,11 @@
 //! - [`amqp::topology`]: every exchange and queue, declared at each session's start.
 //! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
 //!   and SIGINT into one shutdown token.
-//! - [`metrics`]: every metric name once; [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`rules`]: the policies and channel rates and windows in force, one immutable
+//!   value the engine swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
+//!   configuration again and swap them, or refuse naming why.
+//! - [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
+//!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
 //! - [`producer`]: the contract's job as a struct, published with confirms.
 //! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
 //!   recipient's recorded sends and waiting jobs, one job explained or cancelled.
