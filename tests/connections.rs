@@ -17,7 +17,7 @@ use common::{settings, unique};
 use quota_worker::amqp::{self, BrokerError, Topology};
 use quota_worker::config::{Settings, TlsSettings};
 use quota_worker::engine::{Admission, Engine, Request};
-use quota_worker::producer::{Job, Producer};
+use quota_worker::producer::Job;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
 
@@ -109,7 +109,7 @@ async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let producer = Producer::from_settings(&s)
+    let producer = quota_worker::producer::from_settings(&s)
         .await
         .expect("producer over TLS");
     let mut sent = Vec::new();
@@ -315,7 +315,7 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
 
     // it comes back, and works
     let conn = connect(&s.amqp.url, &s.amqp.tls).await.unwrap();
-    let producer = Producer::from_settings(&s).await.unwrap();
+    let producer = quota_worker::producer::from_settings(&s).await.unwrap();
     producer
         .publish(&Job::new("r-after", "sms").id("after-the-closes"))
         .await
@@ -358,7 +358,7 @@ async fn the_worker_waits_for_a_redis_that_is_not_there_yet() {
         assert!(Instant::now() < deadline, "{}", log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let producer = Producer::from_settings(&s).await.unwrap();
+    let producer = quota_worker::producer::from_settings(&s).await.unwrap();
     producer
         .publish(&Job::new("r", "sms").id("after-redis-came"))
         .await

@@ -43,7 +43,7 @@ async fn drain_jobs(
 async fn the_api_publishes_a_confirmed_job_with_a_generated_id() {
     let ns = unique("api");
     let (s, _c, conn) = declared(&ns).await;
-    let producer = Producer::from_settings(&s).await.unwrap();
+    let producer = quota_worker::producer::from_settings(&s).await.unwrap();
     let mut job = Job::new("+15550100", "sms")
         .category("promo")
         .timezone("Europe/Paris")
@@ -74,7 +74,7 @@ async fn the_api_publishes_a_confirmed_job_with_a_generated_id() {
 async fn the_api_refuses_bad_jobs_and_missing_exchanges_before_sending() {
     let ns = unique("apibad");
     let (s, _c, conn) = declared(&ns).await;
-    let producer = Producer::from_settings(&s).await.unwrap();
+    let producer = quota_worker::producer::from_settings(&s).await.unwrap();
     let err = producer
         .publish(&Job::new("r", "sms").timezone("Mars/Olympus"))
         .await

@@ -6,8 +6,10 @@
 pub(crate) mod acks;
 pub mod connect;
 pub mod ladder;
-pub mod publisher;
 pub mod topology;
+
+/// Publishing with confirms: the producer crate's, shared by the worker.
+pub use quota_worker_producer::publisher;
 
 pub use connect::{connect, BrokerError};
 pub use publisher::{confirmed, PublishError, Publisher};

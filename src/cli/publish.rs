@@ -102,7 +102,7 @@ async fn publish_one(
         extra: Default::default(),
     };
     check_channel(settings, &job.channel).map_err(anyhow::Error::msg)?;
-    let producer = Producer::from_settings(settings).await?;
+    let producer = quota_worker::producer::from_settings(settings).await?;
     let id = producer.publish(&job).await?;
     println!("{id}");
     producer.close().await;
@@ -147,7 +147,7 @@ async fn send(producer: &Producer, line: usize, id: JobId, body: Vec<u8>) -> Sen
 }
 
 async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<ExitCode> {
-    let producer = Producer::from_settings(settings).await?;
+    let producer = quota_worker::producer::from_settings(settings).await?;
     let stop = stop_on_signal();
     if std::io::stdin().is_terminal() {
         eprintln!("reading jobs as JSON lines from stdin (end with Ctrl-D)");

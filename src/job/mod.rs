@@ -2,10 +2,12 @@
 //! that travel with it ([`headers`]), what became of it ([`outcome`]) and what the
 //! worker notes about it for `admin job` ([`record`]). Pure.
 
-pub mod decode;
+/// Decoding a body: the producer crate's decoder, so producers check a job exactly as
+/// the worker reads it.
+pub use quota_worker_producer::decode;
 pub mod headers;
 pub mod outcome;
 pub mod record;
 
-pub use decode::{decode, Job, Malformed};
 pub use outcome::{Outcome, Reason};
+pub use quota_worker_producer::decode::{Job, Malformed};

@@ -145,9 +145,17 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
     })
 }
 
-/// An optional RFC 3339 field.
+/// An optional RFC 3339 field. The date and time are joined by `T` (or `t`), as
+/// RFC 3339's grammar and JSON Schema's `date-time` say; chrono would also take a
+/// space, which the schema refuses, so it is refused here too.
 fn instant(field: &str, text: Option<Cow<'_, str>>) -> Result<Option<DateTime<Utc>>, Malformed> {
     let Some(text) = text else { return Ok(None) };
+    if text.as_bytes().get(10) == Some(&b' ') {
+        return Err(Malformed(format!(
+            "the field `{field}` is not an RFC 3339 instant (a space where `T` joins date and time): {:?}",
+            truncate(&text)
+        )));
+    }
     DateTime::parse_from_rfc3339(&text)
         .map(|t| Some(t.with_timezone(&Utc)))
         .map_err(|e| {

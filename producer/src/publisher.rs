@@ -6,8 +6,6 @@ use std::time::Duration;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 
-use super::BrokerError;
-
 /// Why a publish did not land.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -35,7 +33,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// Open a confirm-mode channel on `conn`.
-    pub async fn open(conn: &Connection, timeout: Duration) -> Result<Publisher, BrokerError> {
+    pub async fn open(conn: &Connection, timeout: Duration) -> Result<Publisher, lapin::Error> {
         let channel = conn.create_channel().await?;
         channel
             .confirm_select(ConfirmSelectOptions::default())

@@ -1,0 +1,39 @@
+//! # quota-worker-producer
+//!
+//! What a service needs to publish jobs to `quota-worker`, and nothing of the
+//! worker itself (no Redis, no allocator, no HTTP server): the job contract as a
+//! type ([`Job`], with its JSON Schema, [`schema`]), the worker's own decoder
+//! ([`decode()`], so a job the worker would dead-letter as `malformed` is refused
+//! before it leaves), and a [`Producer`] that publishes persistent,
+//! `application/json`, `message_id` = id, mandatory, and waits for the broker's
+//! confirm ([`publisher`]). A job that no queue receives (the topology is not
+//! declared yet) comes back as an error, not a silent loss.
+//!
+//! ```no_run
+//! use quota_worker_producer::{Job, Producer};
+//! use serde_json::json;
+//!
+//! # async fn example() -> Result<(), quota_worker_producer::ProducerError> {
+//! let producer = Producer::connect("amqp://guest:guest@127.0.0.1:5672/%2f", "notify.jobs").await?;
+//! let job = Job::new("+8613800000000", "sms")
+//!     .category("marketing")
+//!     .timezone("Asia/Shanghai")
+//!     .payload(json!({ "template": "spring-sale" }));
+//! let id = producer.publish(&job).await?; // confirmed by the broker
+//! println!("published {id}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The worker depends on this crate for its decoder and its confirm-mode publisher,
+//! so the two cannot drift apart.
+#![warn(missing_docs)]
+
+pub mod decode;
+mod job;
+mod producer;
+pub mod publisher;
+
+pub use decode::{decode, Malformed};
+pub use job::{schema, Job, JobId};
+pub use producer::{encode, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};
