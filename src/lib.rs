@@ -51,7 +51,9 @@
 //!   configuration again and swap them, or refuse naming why.
 //! - [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
 //!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
-//! - [`producer`]: the contract's job as a struct, published with confirms.
+//! - [`producer`]: the `quota-worker-producer` crate (`producer/`: the job as a
+//!   struct, its JSON Schema, the decoder [`job::decode()`] and the confirm-mode
+//!   [`amqp::publisher`] the worker shares), connected as the settings say.
 //! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
 //!   recipient's recorded sends and waiting jobs, one job explained or cancelled.
 //!
