@@ -16,7 +16,8 @@ use crate::config::Settings;
 pub async fn from_settings(settings: &Settings) -> Result<Producer, ProducerError> {
     let a = &settings.amqp;
     let timeout = a.publish_timeout.0;
-    let conn = amqp::connect(&a.url, &a.tls, "quota-worker producer", timeout)
+    let urls = settings.amqp_urls();
+    let conn = amqp::connect_any(&urls, &a.tls, "quota-worker producer", timeout)
         .await
         .map_err(|e| ProducerError::Connect(e.into()))?;
     Producer::on_connection(

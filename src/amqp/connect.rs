@@ -110,6 +110,29 @@ pub async fn connect(
         .map_err(|_| BrokerError::Timeout("connecting to the broker", timeout))?
 }
 
+/// Connect to the first of `urls` that answers, trying them in order (the CLI's
+/// connections; the worker itself moves to the next URL with each session). The
+/// last error when none does; a fatal one ([`BrokerError::is_fatal`]) at once.
+pub async fn connect_any(
+    urls: &[&str],
+    tls: &TlsSettings,
+    name: &str,
+    timeout: Duration,
+) -> Result<Connection, BrokerError> {
+    let mut last = BrokerError::Url("no broker URL configured".into());
+    for url in urls {
+        match connect(url, tls, name, timeout).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, broker = %crate::config::redact_url(url), "trying the next broker");
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
 /// The TLS connection: TCP, then the rustls handshake with our own configuration
 /// (CA file or system roots, client certificate, server name), then AMQP.
 async fn connect_tls(

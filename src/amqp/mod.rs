@@ -11,6 +11,6 @@ pub mod topology;
 /// Publishing with confirms: the producer crate's, shared by the worker.
 pub use quota_worker_producer::publisher;
 
-pub use connect::{connect, BrokerError};
+pub use connect::{connect, connect_any, BrokerError};
 pub use publisher::{confirmed, PublishError, Publisher};
 pub use topology::{delete_all, Topology};

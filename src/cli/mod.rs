@@ -42,14 +42,18 @@ pub(crate) fn parse_zone(s: &str) -> Result<Tz, String> {
 }
 
 pub(crate) async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connection> {
-    amqp::connect(
-        &settings.amqp.url,
+    let urls = settings.amqp_urls();
+    amqp::connect_any(
+        &urls,
         &settings.amqp.tls,
         "quota-worker admin",
         settings.amqp.publish_timeout.0,
     )
     .await
-    .with_context(|| format!("connecting to {}", redact_url(&settings.amqp.url)))
+    .with_context(|| {
+        let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+        format!("connecting to {}", shown.join(" or "))
+    })
 }
 
 pub(crate) async fn engine(settings: &Settings) -> anyhow::Result<Engine> {

@@ -39,8 +39,9 @@ pub const REDACTED: &str = "<redacted>";
 /// The keys that may also be read from a file named by `<VARIABLE>_FILE` (as the
 /// official RabbitMQ, Redis and Postgres images do, for Docker and Kubernetes
 /// secrets). Other keys ending in `_file` (`amqp.tls.ca_file`) are paths themselves.
-pub const SECRET_KEYS: [&str; 4] = [
+pub const SECRET_KEYS: [&str; 5] = [
     "amqp.url",
+    "amqp.urls",
     "redis.url",
     "redis.cluster_urls",
     "redis.hash_key",
@@ -199,6 +200,10 @@ impl Serialize for Dur {
 #[serde(deny_unknown_fields)]
 pub struct AmqpSettings {
     pub url: String,
+    /// Several broker nodes (a cluster without a load balancer), tried in turn; when
+    /// set, `url` is not used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
     #[serde(default)]
     pub tls: TlsSettings,
     pub jobs_exchange: String,
@@ -254,6 +259,10 @@ impl fmt::Debug for AmqpSettings {
         let a = self;
         f.debug_struct("AmqpSettings")
             .field("url", &redact_url(&a.url))
+            .field(
+                "urls",
+                &a.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
             .field("tls", &a.tls)
             .field("jobs_exchange", &a.jobs_exchange)
             .field("jobs_queue", &a.jobs_queue)
@@ -644,7 +653,7 @@ impl EnvValues {
                 .strip_suffix('\n')
                 .map(|t| t.strip_suffix('\r').unwrap_or(t))
                 .unwrap_or(&text);
-            let value = if base == "redis.cluster_urls" {
+            let value = if base == "redis.cluster_urls" || base == "amqp.urls" {
                 let urls = text
                     .split([',', '\n'])
                     .map(str::trim)
@@ -722,7 +731,8 @@ impl Settings {
             .prefix_separator("__")
             .try_parsing(true)
             .list_separator(",")
-            .with_list_parse_key("redis.cluster_urls");
+            .with_list_parse_key("redis.cluster_urls")
+            .with_list_parse_key("amqp.urls");
         let env = EnvValues::read(&env)?;
         let sources = locate::Sources::new(file.zip(text.as_deref()), env.origins.clone())?;
         Self::merge(text.as_deref(), env.values).map_err(|e| sources.attach(e))
@@ -795,7 +805,7 @@ impl Settings {
             }
             _ => {}
         }
-        self.amqp_endpoint()?;
+        self.amqp_endpoints()?;
         self.redis_endpoints()?;
         if self.redis.cluster && self.redis.cluster_urls.is_empty() {
             return Err(invalid(
@@ -864,43 +874,68 @@ impl Settings {
         Ok(())
     }
 
-    /// The broker's URL, parsed, with its TLS settings checked (files read): an
-    /// `amqps://` URL whose TLS cannot be set up, and TLS keys with an `amqp://` URL,
-    /// are errors naming the key.
-    pub fn amqp_endpoint(&self) -> Result<Endpoint, ConfigError> {
+    /// The broker URLs the worker connects to, in the order it tries them:
+    /// `amqp.urls` when set, else `amqp.url`.
+    pub fn amqp_urls(&self) -> Vec<&str> {
+        match self.amqp.urls.is_empty() {
+            true => vec![self.amqp.url.as_str()],
+            false => self.amqp.urls.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// The broker URLs ([`Settings::amqp_urls`]), parsed, with their TLS settings
+    /// checked (files read): an `amqps://` URL whose TLS cannot be set up, TLS keys
+    /// with `amqp://` URLs, and a list mixing both, are errors naming the key.
+    pub fn amqp_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         use lapin::uri::{AMQPScheme, AMQPUri};
-        let url = &self.amqp.url;
-        let uri: AMQPUri = url.parse().map_err(|e| {
-            invalid(
-                "amqp.url",
-                format!("`{}` is not an AMQP URL: {e}", redact_url(url)),
-            )
-        })?;
-        if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+        let key = if self.amqp.urls.is_empty() {
+            "amqp.url"
+        } else {
+            "amqp.urls"
+        };
+        let mut out = Vec::new();
+        for url in self.amqp_urls() {
+            let uri: AMQPUri = url.parse().map_err(|e| {
+                invalid(
+                    key,
+                    format!("`{}` is not an AMQP URL: {e}", redact_url(url)),
+                )
+            })?;
+            if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+                return Err(invalid(
+                    key,
+                    "must start with amqp:// (plaintext) or amqps:// (TLS)",
+                ));
+            }
+            if uri.authority.host.is_empty() {
+                return Err(invalid(key, format!("`{}` names no host", redact_url(url))));
+            }
+            out.push(Endpoint {
+                tls: uri.scheme == AMQPScheme::AMQPS,
+                host: uri.authority.host,
+                port: uri.authority.port,
+                vhost: Some(uri.vhost),
+            });
+        }
+        let tls = out.iter().any(|e| e.tls);
+        if tls && out.iter().any(|e| !e.tls) {
             return Err(invalid(
-                "amqp.url",
-                "must start with amqp:// (plaintext) or amqps:// (TLS)",
+                key,
+                "mixes amqp:// and amqps:// URLs; use one scheme for every node",
             ));
         }
-        if uri.authority.host.is_empty() {
-            return Err(invalid("amqp.url", "names no host"));
-        }
-        let tls = uri.scheme == AMQPScheme::AMQPS;
         self.check_tls(&self.amqp.tls, "amqp", tls)?;
         if tls {
-            crate::tls::server_name(&self.amqp.tls, &uri.authority.host)
-                .map_err(|e| invalid(e.key, e.reason))?;
+            for e in &out {
+                crate::tls::server_name(&self.amqp.tls, &e.host)
+                    .map_err(|e| invalid(e.key, e.reason))?;
+            }
         }
-        Ok(Endpoint {
-            tls,
-            host: uri.authority.host,
-            port: uri.authority.port,
-            vhost: Some(uri.vhost),
-        })
+        Ok(out)
     }
 
     /// The Redis URLs (`redis.url`, or `redis.cluster_urls` with `cluster = true`),
-    /// parsed and checked as [`Settings::amqp_endpoint`] does.
+    /// parsed and checked as [`Settings::amqp_endpoints`] does.
     pub fn redis_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         use redis::{ConnectionAddr, IntoConnectionInfo};
         let (key, urls) = if self.redis.cluster {
@@ -1055,8 +1090,10 @@ impl Settings {
             format!("{name} {at}: TLS, {}", parts.join(", "))
         };
         let mut out = Vec::new();
-        if let Ok(e) = self.amqp_endpoint() {
-            out.push(describe("broker", "amqp", &e, &self.amqp.tls));
+        if let Ok(es) = self.amqp_endpoints() {
+            for e in es {
+                out.push(describe("broker", "amqp", &e, &self.amqp.tls));
+            }
         }
         if let Ok(es) = self.redis_endpoints() {
             for e in es {
@@ -1215,6 +1252,7 @@ impl Settings {
     pub fn redacted(&self) -> Settings {
         let mut s = self.clone();
         s.amqp.url = redact_url(&s.amqp.url);
+        s.amqp.urls = s.amqp.urls.iter().map(|u| redact_url(u)).collect();
         s.redis.url = redact_url(&s.redis.url);
         s.redis.cluster_urls = s.redis.cluster_urls.iter().map(|u| redact_url(u)).collect();
         s
@@ -1386,6 +1424,50 @@ mod tests {
             "no value is printed: {keys:?}"
         );
         assert!(!keys.concat().contains("secret"));
+    }
+
+    #[test]
+    fn several_broker_urls_are_checked_and_redacted_each() {
+        let load = |vars: &[(&str, &str)]| Settings::load_with_env(None, env(vars));
+        let s = load(&[(
+            "QUOTA_WORKER__AMQP__URLS",
+            "amqp://u:pw1@10.0.0.1:5672/%2f,amqp://u:pw2@10.0.0.2/prod",
+        )])
+        .unwrap();
+        assert_eq!(
+            s.amqp_urls(),
+            [
+                "amqp://u:pw1@10.0.0.1:5672/%2f",
+                "amqp://u:pw2@10.0.0.2/prod"
+            ]
+        );
+        let lines = s.connections();
+        assert!(lines[0].starts_with("broker 10.0.0.1:5672"), "{lines:?}");
+        assert!(
+            lines[1].starts_with("broker 10.0.0.2:5672 vhost `prod`"),
+            "{lines:?}"
+        );
+        let shown = format!("{s} {s:?}");
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        // without urls, url alone
+        assert_eq!(
+            Settings::defaults().amqp_urls(),
+            [Settings::defaults().amqp.url]
+        );
+        let mixed = load(&[(
+            "QUOTA_WORKER__AMQP__URLS",
+            "amqp://10.0.0.1/%2f,amqps://10.0.0.2/%2f",
+        )])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            mixed.contains("amqp.urls") && mixed.contains("mixes"),
+            "{mixed}"
+        );
+        let bad = load(&[("QUOTA_WORKER__AMQP__URLS", "amqp://10.0.0.1/%2f,http://x")])
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("amqp.urls"), "{bad}");
     }
 
     #[test]

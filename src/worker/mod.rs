@@ -46,6 +46,9 @@ pub struct Worker {
     pub health: Arc<Health>,
     /// What the status page shows (queue depths read by the session).
     pub status: Arc<crate::status::Status>,
+    /// Which of the broker URLs the next session takes (starting at a random one,
+    /// so that workers spread over a cluster's nodes).
+    next_url: std::sync::atomic::AtomicUsize,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -73,6 +76,7 @@ impl Worker {
                 redis: AtomicBool::new(true),
             }),
             status: Arc::default(),
+            next_url: std::sync::atomic::AtomicUsize::new(uuid::Uuid::now_v7().as_u128() as usize),
         }
     }
 

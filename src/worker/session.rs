@@ -38,12 +38,16 @@ impl Worker {
     ) -> Result<(), BrokerError> {
         let a = &self.settings.amqp;
         let timeout = a.publish_timeout.0;
+        // each session goes to the next broker URL (a cluster without a load
+        // balancer: a dead node costs one backoff step)
+        let urls = self.settings.amqp_urls();
+        let url = urls[self.next_url.fetch_add(1, Ordering::Relaxed) % urls.len()];
         let tag = format!("quota-worker-{}", uuid::Uuid::now_v7());
         // Connecting, declaring and subscribing, bounded (a broker that accepts the
         // connection but never answers must not stall the worker) and cut short by
         // shutdown.
         let setup = async {
-            let conn = amqp::connect(&a.url, &a.tls, "quota-worker", timeout).await?;
+            let conn = amqp::connect(url, &a.tls, "quota-worker", timeout).await?;
             self.topology.declare(&conn).await?;
             let publisher = Publisher::open(&conn, timeout).await?;
             let consume = conn.create_channel().await?;
@@ -67,7 +71,8 @@ impl Worker {
                 .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
         };
         self.health.broker.store(true, Ordering::Relaxed);
-        info!(queue = %a.jobs_queue, prefetch = a.prefetch, "consuming");
+        let broker = crate::config::redact_url(url);
+        info!(queue = %a.jobs_queue, prefetch = a.prefetch, %broker, "consuming");
         let conn = Arc::new(conn);
         let _queues =
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(crate::status::watch_queues(
