@@ -628,6 +628,76 @@ impl Drop for RabbitNode {
     }
 }
 
+/// A RabbitMQ cluster of private nodes on loopback (each a [`RabbitNode`] sharing one
+/// Erlang cookie), joined to the first: quorum queues declared afterwards have a
+/// replica on every node.
+pub struct RabbitCluster {
+    /// Its nodes; the first is the one the others joined.
+    pub nodes: Vec<RabbitNode>,
+}
+
+impl RabbitCluster {
+    /// Start `n` nodes and cluster them; returns once every node runs its app in
+    /// one cluster.
+    pub async fn start(n: usize) -> RabbitCluster {
+        let cookie = format!("QWCLUSTER{}{}", std::process::id(), free_port(None));
+        let mut nodes: Vec<RabbitNode> = (0..n).map(|_| RabbitNode::new()).collect();
+        for node in &nodes {
+            let path = node.dir.join(".erlang.cookie");
+            fs::write(&path, &cookie).unwrap();
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o400))
+                .unwrap();
+        }
+        // booting is mostly waiting on the Erlang VM: all at once
+        futures_util::future::join_all(nodes.iter_mut().map(|n| n.start())).await;
+        let first = nodes[0].name.clone();
+        for node in &nodes[1..] {
+            for args in [&["stop_app"][..], &["join_cluster", &first], &["start_app"]] {
+                let out = node.ctl(args);
+                assert!(
+                    out.status.success(),
+                    "rabbitmqctl {args:?} on {}: {}",
+                    node.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        let cluster = RabbitCluster { nodes };
+        let status = cluster.nodes[0].ctl(&["cluster_status", "--formatter", "json"]);
+        let text = String::from_utf8_lossy(&status.stdout);
+        for node in &cluster.nodes {
+            assert!(
+                text.contains(&node.name),
+                "{} not in the cluster: {text}",
+                node.name
+            );
+        }
+        cluster
+    }
+
+    /// Every node's AMQP URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RabbitNode::url).collect()
+    }
+
+    /// The index of the node process `pid` has an AMQP connection to, read from
+    /// the machine's sockets (`ss`).
+    pub fn connected_node(&self, pid: u32) -> Option<usize> {
+        let out = Command::new("ss")
+            .args(["-tnpH", "state", "established"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let owner = format!("pid={pid},");
+        text.lines().filter(|l| l.contains(&owner)).find_map(|l| {
+            self.nodes.iter().position(|n| {
+                l.split_whitespace()
+                    .any(|field| field.ends_with(&format!("127.0.0.1:{}", n.port)))
+            })
+        })
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // The worker binary
 

@@ -1,6 +1,6 @@
-//! The fault suite: the worker under kill -9, a broker restart, a broker hang, a
-//! Redis outage, four competing processes, SIGTERM under load and stale `x-death`
-//! headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
+//! The fault suite: the worker under kill -9, a broker restart, a broker hang, nodes
+//! of a three-node RabbitMQ cluster killed, a Redis outage, four competing
+//! processes, SIGTERM under load and stale `x-death` headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
 //! publishes a known set of jobs and ends with an audit (see `common::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
 //! against what was dispatched and what Redis recorded; duplicates counted and
@@ -27,6 +27,7 @@ mod broker_restart;
 mod four_workers;
 mod interrupted_admission;
 mod kill_9;
+mod rabbit_cluster;
 mod redis_outage;
 mod sigterm;
 mod stale_x_death;
