@@ -225,11 +225,14 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
              (as published). {} duplicate dispatches, every one explained by a kill: its first copy was among the last \
              {} messages dispatched before that kill (sent, not yet confirmed and recorded). {} extra copies waiting \
              and {} extra dead letters (an outcome confirmed, the kill before the ack; harmless: the copy is recognised \
-             when it comes back). Longest restart-to-consuming: {} s. Whole run: {} s.\n",
+             when it comes back). {} dispatched jobs left with their send recorded as reserved, not committed (the \
+             kill fell between the confirm and the commit batch: the send still counts for the caps; a copy after \
+             the lease would be sent again). Longest restart-to-consuming: {} s. Whole run: {} s.\n",
             cell(&v["mode"]), cell(&v["jobs"]), cell(&v["rate_per_second"]), cell(&v["faults"]),
             cell(&v["kills_over_seconds"]), cell(&v["dispatched"]), cell(&v["waiting"]), cell(&v["dead"]),
             cell(&v["duplicates"]), cell(&v["duplicate_farthest_before_kill"]), cell(&v["duplicate_waiting_copies"]),
-            cell(&v["duplicate_dead_letters"]), cell(&v["recovery_seconds"]), cell(&v["elapsed_seconds"]),
+            cell(&v["duplicate_dead_letters"]), cell(&v["uncommitted_after_kills"]), cell(&v["recovery_seconds"]),
+            cell(&v["elapsed_seconds"]),
         ));
     }
     for v in get("broker_restart") {
@@ -405,8 +408,10 @@ const TAIL: &str = r#"
 - **RabbitMQ cluster.** Keep `amqp.queue_type = "quorum"` (the default): the jobs, delay and
   dispatch queues are then Raft-replicated, and a publish is confirmed only once a majority
   of the nodes has it, so a confirmed outcome survives the loss of a minority of nodes.
-  Point `amqp.url` at a load balancer or DNS name in front of the nodes: when a node goes,
-  the worker's session ends and it reconnects (to another node) by itself. The delay ladder
+  List every node in `amqp.urls` (no load balancer needed; one behind a load balancer or
+  a DNS name in `amqp.url` works too): each broker session takes the next node, so when a
+  node goes, the worker's session ends and it reconnects to another one by itself (the
+  `rabbit_cluster` scenario above kills two of three nodes under load). The delay ladder
   relies on at-least-once dead-lettering (RabbitMQ ≥ 3.10 quorum queues): a message moves to
   the next level only once the next queue has confirmed it. On RabbitMQ 4.x the worker's
   explicit `x-delivery-limit` (1000) and dead-letter target replace the new default limit
