@@ -145,7 +145,7 @@ async fn rabbit_cluster_nodes_killed_under_load_the_worker_follows_and_loses_not
             "test": "tests/faults/rabbit_cluster.rs: rabbit_cluster_nodes_killed_under_load_the_worker_follows_and_loses_nothing",
             "jobs": n,
             "faults": 2,
-            "fault": "three-node cluster, quorum queues on every node: SIGKILL of a node the worker is not connected to, then of the one it is, then both restarted",
+            "fault": "SIGKILL of a node the worker is not connected to, then of the one it is (leaving one node of three: no majority), then both restarted",
             "cluster_boot_seconds": boot,
             "seconds_to_300_more_after_first_kill": moved_on.as_secs_f64(),
             "nodes_down_seconds": down.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
