@@ -290,8 +290,31 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
         .ok()?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
     Some((status, body))
+}
+
+/// A chunked HTTP/1.1 body, joined (a large answer, e.g. Prometheus's, comes so).
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, tail) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(tail.get(..size)?);
+        rest = tail.get(size + 2..)?;
+    }
 }
 
 pub mod audit;
