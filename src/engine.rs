@@ -613,11 +613,10 @@ impl Engine {
             cmd
         };
         let ttl_ms = self.record_ttl.as_millis() as u64;
-        let cmds = tickets.iter().map(zadd).chain(
-            notes
-                .iter()
-                .flat_map(|n| crate::redis::notes::commands(&self.keys, n, ttl_ms)),
-        );
+        let cmds = tickets
+            .iter()
+            .map(zadd)
+            .chain(crate::redis::notes::commands(&self.keys, notes, ttl_ms));
         self.count_call();
         self.conn.send_all(cmds).await
     }

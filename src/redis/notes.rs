@@ -49,41 +49,63 @@ pub enum Waiting {
     },
 }
 
-/// The commands that write `note`, kept `ttl_ms`.
-pub fn commands(keys: &Keys, note: &Note, ttl_ms: u64) -> Vec<Cmd> {
-    let mut out = Vec::with_capacity(4);
-    let json = serde_json::to_string(&note.record).unwrap_or_default();
-    let mut set = redis::cmd("SET");
-    set.arg(keys.job(&note.id)).arg(json).arg("PX").arg(ttl_ms);
-    out.push(set);
-    match &note.waiting {
-        Waiting::Untouched => {}
-        Waiting::Until { key, until } => {
+/// The commands that write `notes`, kept `ttl_ms`: a `SET` of each job's record;
+/// then, per recipient, one `ZADD` of its jobs that wait and one `PEXPIRE`, and one
+/// `ZREM` of those that ended (a batch often holds many jobs of one recipient: one
+/// command for them all, not two each).
+pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
+    let mut out = Vec::with_capacity(notes.len() + 4);
+    let mut waits: Vec<(&str, Cmd)> = Vec::new();
+    let mut ends: Vec<(&str, Cmd)> = Vec::new();
+    for note in notes {
+        let json = serde_json::to_string(&note.record).unwrap_or_default();
+        let mut set = redis::cmd("SET");
+        set.arg(keys.job(&note.id)).arg(json).arg("PX").arg(ttl_ms);
+        out.push(set);
+        if note.spend_cancel {
+            let (set, version) = keys.cancelled();
+            let mut rem = redis::cmd("ZREM");
+            rem.arg(set).arg(&note.id);
+            out.push(rem);
+            let mut incr = redis::cmd("INCR");
+            incr.arg(version);
+            out.push(incr);
+        }
+    }
+    for note in notes {
+        match &note.waiting {
+            Waiting::Untouched => {}
             // no trim here: a set empties itself (Redis deletes an empty key), and
             // what a dead worker left behind is trimmed when it is read, or expires
-            let mut add = redis::cmd("ZADD");
-            add.arg(key).arg(until.timestamp_millis()).arg(&note.id);
-            out.push(add);
-            let mut expire = redis::cmd("PEXPIRE");
-            expire.arg(key).arg(ttl_ms);
-            out.push(expire);
-        }
-        Waiting::Gone { key } => {
-            let mut rem = redis::cmd("ZREM");
-            rem.arg(key).arg(&note.id);
-            out.push(rem);
+            Waiting::Until { key, until } => {
+                let i = find_or_add(&mut waits, key, "ZADD");
+                waits[i].1.arg(until.timestamp_millis()).arg(&note.id);
+            }
+            Waiting::Gone { key } => {
+                let i = find_or_add(&mut ends, key, "ZREM");
+                ends[i].1.arg(&note.id);
+            }
         }
     }
-    if note.spend_cancel {
-        let (set, version) = keys.cancelled();
-        let mut rem = redis::cmd("ZREM");
-        rem.arg(set).arg(&note.id);
-        out.push(rem);
-        let mut incr = redis::cmd("INCR");
-        incr.arg(version);
-        out.push(incr);
+    for (key, add) in waits {
+        out.push(add);
+        let mut expire = redis::cmd("PEXPIRE");
+        expire.arg(key).arg(ttl_ms);
+        out.push(expire);
     }
+    out.extend(ends.into_iter().map(|(_, rem)| rem));
     out
+}
+
+/// The index of `key`'s command in `list`, adding `verb key` when it has none.
+fn find_or_add<'a>(list: &mut Vec<(&'a str, Cmd)>, key: &'a str, verb: &str) -> usize {
+    if let Some(i) = list.iter().position(|(k, _)| *k == key) {
+        return i;
+    }
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(key);
+    list.push((key, cmd));
+    list.len() - 1
 }
 
 /// Job `id`'s record, if one is kept.
@@ -180,4 +202,73 @@ pub async fn cancel_marks(
         .into_iter()
         .map(|(id, ms)| (id, window::from_millis(ms.round() as i64)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::record::Step;
+
+    fn note(id: &str, waiting: Waiting) -> Note {
+        let t = window::from_millis(1_000);
+        Note {
+            id: id.into(),
+            record: JobRecord {
+                step: Step::Dispatched,
+                at: t,
+                attempt: 1,
+                first_seen: t,
+                policy: None,
+                channel: "sms".into(),
+            },
+            waiting,
+            spend_cancel: false,
+        }
+    }
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recipients_jobs_of_one_batch_share_one_zadd_one_pexpire_and_one_zrem() {
+        let keys = Keys::new("qw", "k");
+        let until = |ms| Waiting::Until {
+            key: "w:a".into(),
+            until: window::from_millis(ms),
+        };
+        let notes = [
+            note("j1", until(10)),
+            note("j2", Waiting::Untouched),
+            note("j3", until(20)),
+            note("j4", Waiting::Gone { key: "w:b".into() }),
+            note(
+                "j5",
+                Waiting::Until {
+                    key: "w:b".into(),
+                    until: window::from_millis(30),
+                },
+            ),
+            note("j6", Waiting::Gone { key: "w:b".into() }),
+        ];
+        let cmds: Vec<Vec<String>> = commands(&keys, &notes, 500).iter().map(words).collect();
+        let verbs: Vec<&str> = cmds.iter().map(|c| c[0].as_str()).collect();
+        assert_eq!(
+            verbs,
+            [
+                "SET", "SET", "SET", "SET", "SET", "SET", "ZADD", "PEXPIRE", "ZADD", "PEXPIRE",
+                "ZREM"
+            ]
+        );
+        assert_eq!(cmds[6], ["ZADD", "w:a", "10", "j1", "20", "j3"]);
+        assert_eq!(cmds[7], ["PEXPIRE", "w:a", "500"]);
+        assert_eq!(cmds[8], ["ZADD", "w:b", "30", "j5"]);
+        assert_eq!(cmds[10], ["ZREM", "w:b", "j4", "j6"]);
+        assert_eq!(cmds[0][3..], ["PX", "500"]);
+    }
 }
