@@ -106,15 +106,24 @@ pub enum WindowsOf {
 }
 
 impl DelayCause {
+    /// Every label, in the order of [`DelayCause::index`].
+    pub const LABELS: [&'static str; 5] =
+        ["cap", "window", "schedule", "in_flight", "dispatch_refused"];
+
+    /// Its index in [`DelayCause::LABELS`].
+    pub fn index(&self) -> usize {
+        match self {
+            DelayCause::Cap { .. } => 0,
+            DelayCause::Window { .. } => 1,
+            DelayCause::Schedule => 2,
+            DelayCause::InFlight => 3,
+            DelayCause::DispatchRefused => 4,
+        }
+    }
+
     /// A short label: `cap`, `window`, `schedule`, `in_flight`, `dispatch_refused`.
     pub fn label(&self) -> &'static str {
-        match self {
-            DelayCause::Cap { .. } => "cap",
-            DelayCause::Window { .. } => "window",
-            DelayCause::Schedule => "schedule",
-            DelayCause::InFlight => "in_flight",
-            DelayCause::DispatchRefused => "dispatch_refused",
-        }
+        Self::LABELS[self.index()]
     }
 }
 

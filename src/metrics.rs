@@ -223,12 +223,6 @@ pub fn queue(role: &'static str, queue: &str, messages: u32, consumers: u32) {
     metrics::gauge!(QUEUE_CONSUMERS, &labels).set(f64::from(consumers));
 }
 
-/// Count one delay by its cause, with how long it holds the job.
-pub(crate) fn delayed(cause: &crate::decide::DelayCause, held: Duration) {
-    metrics::counter!(DELAYS_TOTAL, "cause" => cause.label()).increment(1);
-    metrics::histogram!(DELAY_SECONDS, "cause" => cause.label()).record(held.as_secs_f64());
-}
-
 /// Count one verdict of a shadow policy.
 pub(crate) fn shadowed(policy: &str, verdict: crate::decide::ShadowVerdict) {
     metrics::counter!(SHADOW_TOTAL, "policy" => policy.to_string(), "verdict" => verdict.label())
@@ -261,6 +255,8 @@ pub(crate) struct SessionMetrics {
     pub in_flight: metrics::Gauge,
     pub job_seconds: metrics::Histogram,
     pub admission_seconds: metrics::Histogram,
+    /// Delays and their lengths, by cause ([`crate::decide::DelayCause::index`]).
+    delays: [(metrics::Counter, metrics::Histogram); 5],
 }
 
 impl SessionMetrics {
@@ -269,7 +265,20 @@ impl SessionMetrics {
             in_flight: metrics::gauge!(IN_FLIGHT),
             job_seconds: metrics::histogram!(JOB_SECONDS),
             admission_seconds: metrics::histogram!(ADMISSION_SECONDS),
+            delays: crate::decide::DelayCause::LABELS.map(|cause| {
+                (
+                    metrics::counter!(DELAYS_TOTAL, "cause" => cause),
+                    metrics::histogram!(DELAY_SECONDS, "cause" => cause),
+                )
+            }),
         }
+    }
+
+    /// Count one delay by its cause, with how long it holds the job.
+    pub fn delayed(&self, cause: &crate::decide::DelayCause, held: Duration) {
+        let (count, length) = &self.delays[cause.index()];
+        count.increment(1);
+        length.record(held.as_secs_f64());
     }
 }
 

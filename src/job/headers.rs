@@ -107,11 +107,8 @@ pub fn attempt_info(headers: Option<&FieldTable>) -> (u64, Option<i64>) {
 
 /// Name what holds a delayed job (`x-notify-held-by`), e.g. "policy `default` (at
 /// most 1 per 1d)" or "the send windows of channel `sms`".
-pub fn held_by(headers: &mut FieldTable, cause: &crate::decide::DelayCause) {
-    headers.insert(
-        HELD_BY.into(),
-        AMQPValue::LongString(cause.to_string().into()),
-    );
+pub fn held_by(headers: &mut FieldTable, held_by: &str) {
+    headers.insert(HELD_BY.into(), AMQPValue::LongString(held_by.into()));
 }
 
 /// Read an integer header whatever integer type the publisher used.

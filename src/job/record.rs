@@ -15,6 +15,7 @@ pub enum Step {
     /// Sent round the delay ladder.
     Delayed {
         /// When it comes back to be decided again.
+        #[serde(with = "instant")]
         until: DateTime<Utc>,
         /// The delay in whole seconds (the ladder's bits).
         seconds: u64,
@@ -49,10 +50,12 @@ pub struct JobRecord {
     #[serde(flatten)]
     pub step: Step,
     /// When.
+    #[serde(with = "instant")]
     pub at: DateTime<Utc>,
     /// The times a worker handled it before.
     pub attempt: u64,
     /// When a worker first saw it.
+    #[serde(with = "instant")]
     pub first_seen: DateTime<Utc>,
     /// Its policy (none for a job dead before one applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,9 +111,56 @@ impl JobRecord {
     }
 }
 
+/// An instant as RFC 3339 in UTC to the millisecond (`2026-11-25T07:00:00.123Z`),
+/// written digit by digit: a note is written for every delayed job, and chrono's
+/// general formatter cost more than the rest of the note (BENCHMARKS.md item 16).
+/// Read back by chrono.
+mod instant {
+    use chrono::{DateTime, Datelike, Timelike, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        if !(0..=9999).contains(&t.year()) {
+            return s.collect_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        }
+        let mut b = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: u32| {
+            for i in (at..at + width).rev() {
+                b[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, t.year() as u32);
+        put(5, 2, t.month());
+        put(8, 2, t.day());
+        put(11, 2, t.hour());
+        put(14, 2, t.minute());
+        put(17, 2, t.second());
+        put(20, 3, t.timestamp_subsec_millis().min(999));
+        s.serialize_str(std::str::from_utf8(&b).expect("ASCII digits"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        DateTime::<Utc>::deserialize(d)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instants_are_written_as_chrono_writes_them_to_the_millisecond() {
+        #[derive(Serialize, Deserialize)]
+        struct T(#[serde(with = "instant")] DateTime<Utc>);
+        for ms in [0i64, 1, 999, 1_764_547_200_123, 253_402_300_799_999, -1] {
+            let t = crate::quota::window::from_millis(ms);
+            let text = serde_json::to_string(&T(t)).unwrap();
+            let chrono = t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            assert_eq!(text, format!("\"{chrono}\""));
+            assert_eq!(serde_json::from_str::<T>(&text).unwrap().0, t);
+        }
+    }
     use chrono::TimeZone;
 
     fn delayed(seconds: u64) -> JobRecord {

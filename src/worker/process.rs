@@ -250,26 +250,28 @@ impl Worker {
         let ladder = self.topology.ladder();
         let now = self.engine.redis_now();
         let seconds = ladder.seconds(now, until);
+        let held_by = cause.to_string();
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()))
             .with_headers({
                 let original = delivery.properties.headers().as_ref();
                 let mut headers = headers::next_headers(original, seen.first_seen, Some(until));
-                headers::held_by(&mut headers, cause);
+                headers::held_by(&mut headers, &held_by);
                 ladder.mark(&mut headers, seconds);
                 headers
             });
         s.publisher
             .publish("", &ladder.entry(seconds), &delivery.data, props)
             .await?;
-        crate::metrics::delayed(cause, (until - now).to_std().unwrap_or_default());
+        s.metrics
+            .delayed(cause, (until - now).to_std().unwrap_or_default());
         debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
         let step = Step::Delayed {
             until,
             seconds,
             cause: cause.label().to_string(),
-            held_by: cause.to_string(),
+            held_by,
             sends_seen: match cause {
                 DelayCause::Cap { seen, .. } => Some(*seen),
                 _ => None,
