@@ -55,12 +55,17 @@ pub enum Waiting {
 /// command for them all, not two each).
 pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
     let mut out = Vec::with_capacity(notes.len() + 4);
-    let mut waits: Vec<(&str, Cmd)> = Vec::new();
-    let mut ends: Vec<(&str, Cmd)> = Vec::new();
+    // (key, (score, id)) of the jobs that wait, and (key, id) of those that ended
+    let mut waits: Vec<(&str, Vec<(i64, &str)>)> = Vec::new();
+    let mut ends: Vec<(&str, Vec<&str>)> = Vec::new();
     for note in notes {
-        let json = serde_json::to_string(&note.record).unwrap_or_default();
-        let mut set = redis::cmd("SET");
-        set.arg(keys.job(&note.id)).arg(json).arg("PX").arg(ttl_ms);
+        // every buffer sized up front: growing them argument by argument cost more
+        // than the rest of the note
+        let mut json = Vec::with_capacity(320);
+        serde_json::to_writer(&mut json, &note.record).unwrap_or_default();
+        let key = keys.job(&note.id);
+        let mut set = Cmd::with_capacity(5, key.len() + json.len() + 32);
+        set.arg("SET").arg(key).arg(json).arg("PX").arg(ttl_ms);
         out.push(set);
         if note.spend_cancel {
             let (set, version) = keys.cancelled();
@@ -71,41 +76,50 @@ pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
             incr.arg(version);
             out.push(incr);
         }
-    }
-    for note in notes {
         match &note.waiting {
             Waiting::Untouched => {}
             // no trim here: a set empties itself (Redis deletes an empty key), and
             // what a dead worker left behind is trimmed when it is read, or expires
             Waiting::Until { key, until } => {
-                let i = find_or_add(&mut waits, key, "ZADD");
-                waits[i].1.arg(until.timestamp_millis()).arg(&note.id);
+                entry(&mut waits, key).push((until.timestamp_millis(), &note.id))
             }
-            Waiting::Gone { key } => {
-                let i = find_or_add(&mut ends, key, "ZREM");
-                ends[i].1.arg(&note.id);
-            }
+            Waiting::Gone { key } => entry(&mut ends, key).push(&note.id),
         }
     }
-    for (key, add) in waits {
+    for (key, members) in waits {
+        let bytes = key.len() + members.iter().map(|(_, id)| id.len() + 24).sum::<usize>();
+        let mut add = Cmd::with_capacity(2 + 2 * members.len(), bytes + 8);
+        add.arg("ZADD").arg(key);
+        for (score, id) in members {
+            add.arg(score).arg(id);
+        }
         out.push(add);
-        let mut expire = redis::cmd("PEXPIRE");
-        expire.arg(key).arg(ttl_ms);
+        let mut expire = Cmd::with_capacity(3, key.len() + 32);
+        expire.arg("PEXPIRE").arg(key).arg(ttl_ms);
         out.push(expire);
     }
-    out.extend(ends.into_iter().map(|(_, rem)| rem));
+    for (key, ids) in ends {
+        let bytes = key.len() + ids.iter().map(|id| id.len() + 4).sum::<usize>();
+        let mut rem = Cmd::with_capacity(2 + ids.len(), bytes + 8);
+        rem.arg("ZREM").arg(key);
+        for id in ids {
+            rem.arg(id);
+        }
+        out.push(rem);
+    }
     out
 }
 
-/// The index of `key`'s command in `list`, adding `verb key` when it has none.
-fn find_or_add<'a>(list: &mut Vec<(&'a str, Cmd)>, key: &'a str, verb: &str) -> usize {
-    if let Some(i) = list.iter().position(|(k, _)| *k == key) {
-        return i;
-    }
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(key);
-    list.push((key, cmd));
-    list.len() - 1
+/// `key`'s list in `lists`, added empty when it has none.
+fn entry<'l, 'a, T>(lists: &'l mut Vec<(&'a str, Vec<T>)>, key: &'a str) -> &'l mut Vec<T> {
+    let i = match lists.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            lists.push((key, Vec::new()));
+            lists.len() - 1
+        }
+    };
+    &mut lists[i].1
 }
 
 /// Job `id`'s record, if one is kept.
