@@ -121,10 +121,8 @@ fn legend(format: &str, metric: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
-    let (Some(prom), Some(chrome)) = (
-        which(&["/usr/bin/prometheus"]),
-        which(&["/usr/bin/chromium", "/usr/bin/chromium-browser"]),
-    ) else {
+    let (Some(prom), Some(chrome)) = (which(&["/usr/bin/prometheus"]), common::browser::chromium())
+    else {
         eprintln!("SKIPPED: needs Debian's prometheus and chromium (.ci/run installs both)");
         return;
     };
@@ -259,25 +257,15 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
         .unwrap_or(40)
         * 30
         + 60;
-    let shot = Command::new(&chrome)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--virtual-time-budget=3000",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("--window-size=1400,{height}"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .unwrap();
+    let window = format!("--window-size=1400,{height}");
+    let screenshot = format!("--screenshot={}", png.display());
+    let shot = common::browser::headless(
+        &chrome,
+        &dir.join("profile"),
+        3000,
+        &[&window, &screenshot],
+        &format!("file://{}", page.display()),
+    );
     let bytes = std::fs::read(&png).unwrap_or_default();
     assert!(
         bytes.starts_with(b"\x89PNG") && bytes.len() > 50_000,

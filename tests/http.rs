@@ -12,14 +12,6 @@ use common::*;
 use quota_worker::worker::Health;
 use tokio_util::sync::CancellationToken;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn readiness_follows_health_and_metrics_render() {
     let (recorder, handle) = quota_worker::metrics::local_recorder().unwrap();
@@ -86,18 +78,6 @@ impl Drop for Running {
     }
 }
 
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn run_serves_metrics_and_readiness_and_stops_on_sigterm() {
     serves_metrics_and_stops_on_sigterm(1).await;
@@ -115,7 +95,7 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     let mut s = settings(&ns);
     s.worker.threads = threads;
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", free_port());
+    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
     let _c = Cleanup::new(&s);
     let addr = s.http.listen.clone();
     let mut running = Running(Some(
@@ -219,7 +199,7 @@ async fn run_no_http_serves_nothing() {
     let ns = unique("nohttp");
     let mut s = settings(&ns);
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", free_port());
+    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
     let _c = Cleanup::new(&s);
     let _running = Running(Some(
         qw(&s, &["run", "--no-http"])

@@ -924,14 +924,6 @@ fn problems_in(at: &str, expr: &str, e: &Exposition) -> Vec<String> {
     out
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn job(id: &str, recipient: &str, category: &str) -> Vec<u8> {
     format!(r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms","category":"{category}"}}"#)
         .into_bytes()
@@ -945,7 +937,7 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     let ns = unique("obs");
     let mut s = settings(&ns);
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", free_port());
+    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
     // a shadow policy, so that its verdicts are counted
     let mut promo = s.policies["default"].clone();
     promo.mode = Mode::Shadow;

@@ -6,8 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::cli::*;
 use common::procs::{self, WorkerProc};
@@ -29,18 +28,6 @@ async fn serving(s: &mut Settings, dir: &Path, extra: &str) -> (WorkerProc, Path
     })
     .await;
     (w, config)
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn metrics(s: &Settings) -> String {
@@ -326,41 +313,14 @@ fn qw_with_config(s: &Settings, config: &Path, args: &[&str]) -> std::process::O
     qw(s, &all).output().unwrap()
 }
 
-/// Chromium's flags for this machine (closed network, root): as Debian's package
-/// runs headless, with nothing reaching out.
-const CHROMIUM_FLAGS: &[&str] = &[
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--virtual-time-budget=4000",
-];
-
-fn chromium() -> Option<PathBuf> {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
+/// The page in headless Chromium (the script gets 4 s of virtual time).
 fn browse(chrome: &Path, profile: &Path, args: &[&str], url: &str) -> std::process::Output {
-    Command::new(chrome)
-        .args(CHROMIUM_FLAGS)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .output()
-        .unwrap()
+    common::browser::headless(chrome, profile, 4000, args, url)
 }
 
 #[tokio::test]
 async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
-    let Some(chrome) = chromium() else {
+    let Some(chrome) = common::browser::chromium() else {
         eprintln!(
             "skipped: chromium not found (Debian: apt-get install chromium; .ci/run installs it)"
         );

@@ -317,7 +317,24 @@ fn dechunk(mut rest: &str) -> Option<String> {
     }
 }
 
+/// Poll `check` every 100 ms until it holds; panic naming `what` after `timeout`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub mod audit;
+pub mod browser;
 pub mod cli;
 pub mod pki;
 pub mod procs;
