@@ -8,7 +8,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use crate::config::{Policy, Rate, Settings};
+use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
 use crate::quota::send_windows::SendWindows;
 
@@ -28,6 +31,10 @@ pub struct Rules {
     channels: BTreeMap<String, ChannelRules>,
     /// The outcome counters by (policy, channel) of these names.
     pub(crate) metrics: JobMetrics,
+    /// What each cap of each policy says when it holds a job (the
+    /// `x-notify-held-by` header), written once: formatting it for every delayed
+    /// job cost more than the rest of the delay (BENCHMARKS.md item 18).
+    held_by: Vec<(DelayCause, String)>,
 }
 
 impl Rules {
@@ -51,11 +58,41 @@ impl Rules {
             .collect();
         let policy_names: Vec<String> = policies.keys().cloned().collect();
         let channel_names: Vec<String> = channels.keys().cloned().collect();
+        let held_by = policies
+            .values()
+            .flat_map(|p| {
+                let rules = p.rules.iter().map(|r| Some(*r)).chain([None]);
+                rules.map(|rule| DelayCause::Cap {
+                    policy: p.name.clone(),
+                    rule,
+                    seen: 0,
+                })
+            })
+            .map(|cause| {
+                let text = cause.to_string();
+                (cause, text)
+            })
+            .collect();
         Rules {
             metrics: JobMetrics::new(&policy_names, &channel_names),
             policies,
             channels,
+            held_by,
         }
+    }
+
+    /// What holds a job delayed by `cause`, in words (as [`DelayCause`] displays
+    /// it; a cap's text is looked up, not formatted).
+    pub fn held_by<'a>(&'a self, cause: &DelayCause) -> Cow<'a, str> {
+        if let DelayCause::Cap { policy, rule, .. } = cause {
+            let known = self.held_by.iter().find(|(c, _)| {
+                matches!(c, DelayCause::Cap { policy: p, rule: r, .. } if p == policy && r == rule)
+            });
+            if let Some((_, text)) = known {
+                return Cow::Borrowed(text);
+            }
+        }
+        Cow::Owned(cause.to_string())
     }
 
     /// The policy a category selects (an unknown category: `default`).
@@ -111,5 +148,42 @@ impl Rules {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caps_held_by_text_is_looked_up_and_says_what_formatting_it_says() {
+        let rules = Rules::from_settings(&Settings::defaults());
+        let policy = rules.policy("default").clone();
+        assert!(!policy.rules.is_empty());
+        let causes = policy.rules.iter().map(|r| Some(*r)).chain([None]);
+        for rule in causes {
+            let cause = DelayCause::Cap {
+                policy: policy.name.clone(),
+                rule,
+                seen: 7,
+            };
+            let text = rules.held_by(&cause);
+            assert!(matches!(text, Cow::Borrowed(_)), "{cause:?}");
+            assert_eq!(text, cause.to_string());
+        }
+        // a policy these rules do not know, and the other causes, are formatted
+        for cause in [
+            DelayCause::Cap {
+                policy: "gone".into(),
+                rule: None,
+                seen: 0,
+            },
+            DelayCause::Schedule,
+            DelayCause::DispatchRefused,
+        ] {
+            let text = rules.held_by(&cause);
+            assert!(matches!(text, Cow::Owned(_)));
+            assert_eq!(text, cause.to_string());
+        }
     }
 }

@@ -40,8 +40,13 @@ impl Ladder {
     /// Where a job delayed by `seconds` is published: straight to the queue of its
     /// highest bit (through the default exchange, so the broker routes nothing).
     pub fn entry(&self, seconds: u64) -> String {
+        self.queue(Ladder::entry_level(seconds, self.levels))
+    }
+
+    /// The level of [`Ladder::entry`] in a ladder of `levels`.
+    pub fn entry_level(seconds: u64, levels: u32) -> u32 {
         let top = 63 - seconds.max(1).leading_zeros();
-        self.queue(top.min(self.levels - 1))
+        top.min(levels - 1)
     }
 
     /// The longest delay one pass through the ladder holds, in seconds.

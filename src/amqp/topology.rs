@@ -20,6 +20,8 @@ pub struct Topology {
     pub amqp: AmqpSettings,
     /// The configured channels.
     pub channels: Vec<String>,
+    /// Each delay level's queue, by level (a delayed job is published to one).
+    delay_queues: Vec<String>,
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -61,10 +63,22 @@ fn long(s: &str) -> AMQPValue {
 impl Topology {
     /// The topology `settings` names.
     pub fn from_settings(settings: &Settings) -> Topology {
+        let ladder = Ladder {
+            prefix: settings.amqp.delay_prefix.clone(),
+            levels: settings.amqp.delay_levels,
+        };
         Topology {
             amqp: settings.amqp.clone(),
             channels: settings.channels.keys().cloned().collect(),
+            delay_queues: (0..ladder.levels).map(|n| ladder.queue(n)).collect(),
         }
+    }
+
+    /// The queue a job delayed by `seconds` is published to ([`Ladder::entry`],
+    /// named once rather than per delayed job).
+    pub fn delay_entry(&self, seconds: u64) -> &str {
+        let level = Ladder::entry_level(seconds, self.amqp.delay_levels);
+        &self.delay_queues[level as usize]
     }
 
     /// The delay ladder.

@@ -111,6 +111,164 @@ impl JobRecord {
     }
 }
 
+/// The stored form of a record: one line of `|`-separated fields, instants in
+/// milliseconds, the one free text of its step (what held it, the dead letter's
+/// detail, the newer job's id) last and as it is:
+///
+/// ```text
+/// r1|d|<at>|<attempt>|<first seen>|<policy>|<channel>|<until>|<seconds>|<cause>|<sends seen>|<held by>
+/// r1|x|<at>|<attempt>|<first seen>|<policy>|<channel>|<reason>|<detail>
+/// r1|s|<at>|<attempt>|<first seen>|<policy>|<channel>
+/// r1|c|<at>|<attempt>|<first seen>|<policy>|<channel>|<by>
+/// ```
+///
+/// A record is written for every delayed job, so it is built by hand: serde_json's
+/// writer cost more than the rest of the note, and the text was twice as long for
+/// Redis to copy (BENCHMARKS.md item 18). `%` and `|` in the named fields are
+/// written `%25` and `%7C`. [`JobRecord::decode`] also reads the JSON form earlier
+/// versions wrote.
+impl JobRecord {
+    /// The record as stored.
+    pub fn encode(&self) -> Vec<u8> {
+        let free = match &self.step {
+            Step::Delayed { held_by, .. } => held_by.len(),
+            Step::Dead { detail, .. } => detail.len() + 16,
+            Step::Superseded { by } => by.len(),
+            Step::Dispatched => 0,
+        };
+        let mut out = Vec::with_capacity(96 + free + self.channel.len());
+        let mut num = itoa::Buffer::new();
+        let state: &[u8] = match self.step {
+            Step::Delayed { .. } => b"r1|d|",
+            Step::Dead { .. } => b"r1|x|",
+            Step::Dispatched => b"r1|s|",
+            Step::Superseded { .. } => b"r1|c|",
+        };
+        out.extend_from_slice(state);
+        out.extend_from_slice(num.format(self.at.timestamp_millis()).as_bytes());
+        out.push(b'|');
+        out.extend_from_slice(num.format(self.attempt).as_bytes());
+        out.push(b'|');
+        out.extend_from_slice(num.format(self.first_seen.timestamp_millis()).as_bytes());
+        out.push(b'|');
+        escape(&mut out, self.policy.as_deref().unwrap_or(""));
+        out.push(b'|');
+        escape(&mut out, &self.channel);
+        match &self.step {
+            Step::Delayed {
+                until,
+                seconds,
+                cause,
+                held_by,
+                sends_seen,
+            } => {
+                out.push(b'|');
+                out.extend_from_slice(num.format(until.timestamp_millis()).as_bytes());
+                out.push(b'|');
+                out.extend_from_slice(num.format(*seconds).as_bytes());
+                out.push(b'|');
+                escape(&mut out, cause);
+                out.push(b'|');
+                if let Some(n) = sends_seen {
+                    out.extend_from_slice(num.format(*n).as_bytes());
+                }
+                out.push(b'|');
+                out.extend_from_slice(held_by.as_bytes());
+            }
+            Step::Dead { reason, detail } => {
+                out.push(b'|');
+                escape(&mut out, reason);
+                out.push(b'|');
+                out.extend_from_slice(detail.as_bytes());
+            }
+            Step::Dispatched => {}
+            Step::Superseded { by } => {
+                out.push(b'|');
+                out.extend_from_slice(by.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// A stored record, in the form [`JobRecord::encode`] writes or the JSON form of
+    /// earlier versions; `None` if it is neither.
+    pub fn decode(text: &str) -> Option<JobRecord> {
+        if text.starts_with('{') {
+            return serde_json::from_str(text).ok();
+        }
+        let rest = text.strip_prefix("r1|")?;
+        let (state, rest) = rest.split_once('|')?;
+        let extra = match state {
+            "d" => 5,
+            "x" => 2,
+            "s" => 0,
+            "c" => 1,
+            _ => return None,
+        };
+        let mut f = rest.splitn(5 + extra, '|');
+        let mut next = || f.next();
+        let at = millis(next()?)?;
+        let attempt = next()?.parse().ok()?;
+        let first_seen = millis(next()?)?;
+        let policy = Some(unescape(next()?)).filter(|p| !p.is_empty());
+        let channel = unescape(next()?);
+        let step = match state {
+            "d" => Step::Delayed {
+                until: millis(next()?)?,
+                seconds: next()?.parse().ok()?,
+                cause: unescape(next()?),
+                sends_seen: match next()? {
+                    "" => None,
+                    n => Some(n.parse().ok()?),
+                },
+                held_by: next()?.to_string(),
+            },
+            "x" => Step::Dead {
+                reason: unescape(next()?),
+                detail: next()?.to_string(),
+            },
+            "s" => Step::Dispatched,
+            _ => Step::Superseded {
+                by: next()?.to_string(),
+            },
+        };
+        Some(JobRecord {
+            step,
+            at,
+            attempt,
+            first_seen,
+            policy,
+            channel,
+        })
+    }
+}
+
+fn millis(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(text.parse().ok()?)
+}
+
+/// `text` with `%` and `|` written `%25` and `%7C`.
+fn escape(out: &mut Vec<u8>, text: &str) {
+    if !text.contains(['%', '|']) {
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
+    for b in text.bytes() {
+        match b {
+            b'%' => out.extend_from_slice(b"%25"),
+            b'|' => out.extend_from_slice(b"%7C"),
+            _ => out.push(b),
+        }
+    }
+}
+
+fn unescape(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_string();
+    }
+    text.replace("%7C", "|").replace("%25", "%")
+}
+
 /// An instant as RFC 3339 in UTC to the millisecond (`2026-11-25T07:00:00.123Z`),
 /// written digit by digit: a note is written for every delayed job, and chrono's
 /// general formatter cost more than the rest of the note (BENCHMARKS.md item 16).
@@ -204,6 +362,56 @@ mod tests {
     }
 
     #[test]
+    fn every_step_round_trips_through_the_stored_form() {
+        let r = delayed(5);
+        let text = String::from_utf8(r.encode()).unwrap();
+        assert_eq!(
+            text,
+            "r1|d|1795608000000|0|1795608000000|default|sms|1795608005000|5|cap|1|policy `default` (at most 1 per 1d)"
+        );
+        let odd = |step| JobRecord {
+            step,
+            policy: Some("a|b%7C".into()),
+            channel: "sms|%".into(),
+            ..delayed(5)
+        };
+        let steps = [
+            r.step.clone(),
+            Step::Delayed {
+                until: r.at,
+                seconds: 1,
+                cause: "window".into(),
+                held_by: "window | with | bars %".into(),
+                sends_seen: None,
+            },
+            Step::Dead {
+                reason: "capped".into(),
+                detail: "earliest 2026-12-01T00:00:00Z | later than max_wait".into(),
+            },
+            Step::Dispatched,
+            Step::Superseded {
+                by: "id|with|bars".into(),
+            },
+        ];
+        for step in steps {
+            for rec in [
+                odd(step.clone()),
+                JobRecord {
+                    step: step.clone(),
+                    policy: None,
+                    ..r.clone()
+                },
+            ] {
+                let text = String::from_utf8(rec.encode()).unwrap();
+                assert_eq!(JobRecord::decode(&text), Some(rec), "{text}");
+            }
+        }
+        assert_eq!(JobRecord::decode("r1|q|1|0|1||sms"), None);
+        assert_eq!(JobRecord::decode("r1|d|1|0|1||sms|2"), None);
+        assert_eq!(JobRecord::decode("garbage"), None);
+    }
+
+    #[test]
     fn records_round_trip_through_json() {
         let r = delayed(5);
         let text = serde_json::to_string(&r).unwrap();
@@ -220,5 +428,7 @@ mod tests {
         let text = serde_json::to_string(&dead).unwrap();
         assert!(!text.contains("policy"), "{text}");
         assert_eq!(serde_json::from_str::<JobRecord>(&text).unwrap(), dead);
+        // what earlier versions stored is still read
+        assert_eq!(JobRecord::decode(&text), Some(dead));
     }
 }

@@ -72,11 +72,14 @@ impl Keys {
     /// instant (ms) it waits for. `prefix:{tag}/waiting`: the `/` keeps it apart
     /// from every policy's set (`prefix:{tag}:policy`), in the same hash slot.
     pub fn waiting(&self, recipient: &str) -> String {
-        format!(
-            "{}:{{{}}}/waiting",
-            self.prefix,
-            self.recipient_tag(recipient)
-        )
+        // built without `format!`: one per delayed job
+        let tag = self.recipient_tag(recipient);
+        let mut key = String::with_capacity(self.prefix.len() + tag.len() + 11);
+        key.push_str(&self.prefix);
+        key.push_str(":{");
+        key.push_str(&tag);
+        key.push_str("}/waiting");
+        key
     }
 
     /// The hash of a recipient's collapse keys: field = collapse key, value =
@@ -91,7 +94,11 @@ impl Keys {
 
     /// What the worker last did with job `id` (`admin job ID` reads it).
     pub fn job(&self, id: &str) -> String {
-        format!("{}:job:{id}", self.prefix)
+        let mut key = String::with_capacity(self.prefix.len() + id.len() + 5);
+        key.push_str(&self.prefix);
+        key.push_str(":job:");
+        key.push_str(id);
+        key
     }
 
     /// The sorted set of cancelled job ids (score: when, ms), and the counter

@@ -55,17 +55,16 @@ pub enum Waiting {
 /// command for them all, not two each).
 pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
     let mut out = Vec::with_capacity(notes.len() + 4);
-    // (key, (score, id)) of the jobs that wait, and (key, id) of those that ended
-    let mut waits: Vec<(&str, Vec<(i64, &str)>)> = Vec::new();
-    let mut ends: Vec<(&str, Vec<&str>)> = Vec::new();
+    // (key, score, id) of the jobs that wait, and (key, id) of those that ended
+    let mut waits: Vec<(&str, i64, &str)> = Vec::new();
+    let mut ends: Vec<(&str, &str)> = Vec::new();
     for note in notes {
         // every buffer sized up front: growing them argument by argument cost more
         // than the rest of the note
-        let mut json = Vec::with_capacity(320);
-        serde_json::to_writer(&mut json, &note.record).unwrap_or_default();
+        let record = note.record.encode();
         let key = keys.job(&note.id);
-        let mut set = Cmd::with_capacity(5, key.len() + json.len() + 32);
-        set.arg("SET").arg(key).arg(json).arg("PX").arg(ttl_ms);
+        let mut set = Cmd::with_capacity(5, key.len() + record.len() + 32);
+        set.arg("SET").arg(key).arg(record).arg("PX").arg(ttl_ms);
         out.push(set);
         if note.spend_cancel {
             let (set, version) = keys.cancelled();
@@ -80,17 +79,19 @@ pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
             Waiting::Untouched => {}
             // no trim here: a set empties itself (Redis deletes an empty key), and
             // what a dead worker left behind is trimmed when it is read, or expires
-            Waiting::Until { key, until } => {
-                entry(&mut waits, key).push((until.timestamp_millis(), &note.id))
-            }
-            Waiting::Gone { key } => entry(&mut ends, key).push(&note.id),
+            Waiting::Until { key, until } => waits.push((key, until.timestamp_millis(), &note.id)),
+            Waiting::Gone { key } => ends.push((key, &note.id)),
         }
     }
-    for (key, members) in waits {
-        let bytes = key.len() + members.iter().map(|(_, id)| id.len() + 24).sum::<usize>();
-        let mut add = Cmd::with_capacity(2 + 2 * members.len(), bytes + 8);
+    // grouped by key (a stable sort keeps each recipient's jobs in batch order)
+    waits.sort_by(|a, b| a.0.cmp(b.0));
+    ends.sort_by(|a, b| a.0.cmp(b.0));
+    for group in waits.chunk_by(|a, b| a.0 == b.0) {
+        let key = group[0].0;
+        let bytes = key.len() + group.iter().map(|(_, _, id)| id.len() + 24).sum::<usize>();
+        let mut add = Cmd::with_capacity(2 + 2 * group.len(), bytes + 8);
         add.arg("ZADD").arg(key);
-        for (score, id) in members {
+        for (_, score, id) in group {
             add.arg(score).arg(id);
         }
         out.push(add);
@@ -98,28 +99,17 @@ pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
         expire.arg("PEXPIRE").arg(key).arg(ttl_ms);
         out.push(expire);
     }
-    for (key, ids) in ends {
-        let bytes = key.len() + ids.iter().map(|id| id.len() + 4).sum::<usize>();
-        let mut rem = Cmd::with_capacity(2 + ids.len(), bytes + 8);
+    for group in ends.chunk_by(|a, b| a.0 == b.0) {
+        let key = group[0].0;
+        let bytes = key.len() + group.iter().map(|(_, id)| id.len() + 4).sum::<usize>();
+        let mut rem = Cmd::with_capacity(2 + group.len(), bytes + 8);
         rem.arg("ZREM").arg(key);
-        for id in ids {
+        for (_, id) in group {
             rem.arg(id);
         }
         out.push(rem);
     }
     out
-}
-
-/// `key`'s list in `lists`, added empty when it has none.
-fn entry<'l, 'a, T>(lists: &'l mut Vec<(&'a str, Vec<T>)>, key: &'a str) -> &'l mut Vec<T> {
-    let i = match lists.iter().position(|(k, _)| *k == key) {
-        Some(i) => i,
-        None => {
-            lists.push((key, Vec::new()));
-            lists.len() - 1
-        }
-    };
-    &mut lists[i].1
 }
 
 /// Job `id`'s record, if one is kept.
@@ -133,7 +123,7 @@ pub async fn record(
         .arg(keys.job(id))
         .query_async(&mut conn)
         .await?;
-    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    Ok(text.and_then(|t| JobRecord::decode(&t)))
 }
 
 /// How many jobs of `recipient` wait at `now`; those whose end went unnoted are

@@ -141,7 +141,9 @@ impl Worker {
                 Ok(Outcome::Superseded)
             }
             Decision::Delay { until, cause } => {
-                self.delay(s, delivery, &job, &seen, until, &cause).await
+                let held_by = rules.held_by(&cause);
+                self.delay(s, delivery, &job, &seen, until, &cause, &held_by)
+                    .await
             }
             Decision::Dispatch(ticket) => {
                 let mut props = BasicProperties::default()
@@ -171,7 +173,9 @@ impl Worker {
                             .await?;
                         let until = decide::retry_refused_dispatch_at(attempt, now);
                         let cause = DelayCause::DispatchRefused;
-                        self.delay(s, delivery, &job, &seen, until, &cause).await
+                        let held_by = rules.held_by(&cause);
+                        self.delay(s, delivery, &job, &seen, until, &cause, &held_by)
+                            .await
                     }
                     Err(e) => {
                         // No confirm in time, or the connection dropped: the dispatch may
@@ -238,6 +242,7 @@ impl Worker {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn delay(
         &self,
         s: &Session,
@@ -246,23 +251,28 @@ impl Worker {
         seen: &Seen<'_>,
         until: DateTime<Utc>,
         cause: &DelayCause,
+        held_by: &str,
     ) -> Result<Outcome, ProcessError> {
         let ladder = self.topology.ladder();
         let now = self.engine.redis_now();
         let seconds = ladder.seconds(now, until);
-        let held_by = cause.to_string();
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(job.id.as_ref()))
             .with_headers({
                 let original = delivery.properties.headers().as_ref();
                 let mut headers = headers::next_headers(original, seen.first_seen, Some(until));
-                headers::held_by(&mut headers, &held_by);
+                headers::held_by(&mut headers, held_by);
                 ladder.mark(&mut headers, seconds);
                 headers
             });
         s.publisher
-            .publish("", &ladder.entry(seconds), &delivery.data, props)
+            .publish(
+                "",
+                self.topology.delay_entry(seconds),
+                &delivery.data,
+                props,
+            )
             .await?;
         s.metrics
             .delayed(cause, (until - now).to_std().unwrap_or_default());
@@ -271,7 +281,7 @@ impl Worker {
             until,
             seconds,
             cause: cause.label().to_string(),
-            held_by,
+            held_by: held_by.to_string(),
             sends_seen: match cause {
                 DelayCause::Cap { seen, .. } => Some(*seen),
                 _ => None,
