@@ -13,10 +13,14 @@
 -- its plan by number: two arguments per job instead of nine, which is most of what
 -- Redis spends reading a job's arguments.
 --
--- KEYS[k]  the sorted set of job k's recipient (on a cluster, one job per call)
+-- KEYS[k]  the sorted set of job k's recipient
 -- ARGV[1]  lease ms: a reservation younger than this belongs to a live worker
 -- ARGV[2]  dedupe ms: keep every send at least this long, to recognise duplicates
--- ARGV[3]  P, the number of plans; then P plans, each of 5 + 2n values:
+-- ARGV[3]  E, the number of jobs whose key is not among KEYS (on a Redis Cluster: a
+--          call declares one key, which routes it to the node that owns its slot,
+--          and carries the keys of the other jobs that node owns as arguments; the
+--          worker loads the script there with the flag allow-cross-slot-keys)
+-- ARGV[4]  P, the number of plans; then P plans, each of 5 + 2n values:
 --   valid_from ms  } the local day the caller planned for: calendar starts below
 --   valid_until ms } are only right while valid_from <= now < valid_until
 --   calendar expiry ms: when a send made today stops counting (0 if no calendar rule)
@@ -25,6 +29,7 @@
 --   n, the number of rules, then n pairs (limit, bound): bound > 0 is the inclusive
 --   start (ms) of a calendar window; bound < 0 is minus the length (ms) of a rolling one
 -- then, for each job k in order: member (job id hash), plan number (1..P)
+-- then the keys of jobs #KEYS + 1 .. #KEYS + E, in order
 --
 -- Returns one flat array: now (ms), then for each job in order its code and what
 -- follows that code (a flat reply spares Redis and the caller a table per job):
@@ -36,6 +41,9 @@
 --   3, reserved_at    another worker holds a live reservation for this job
 --   4                 now is outside [valid_from, valid_until): plan again with now
 --   5                 the key holds something else than a sorted set
+--   7                 the key is not on this node (a Redis Cluster whose slots moved
+--                     since the worker last read their owners): nothing was
+--                     written for this job; ask again with its key declared
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -45,8 +53,9 @@ local dedupe = tonumber(ARGV[2])
 -- day, every rule's limit and start (ms * 2, as scores are), the oldest score any
 -- rule or the duplicate check still needs, and the key's expiry after a send.
 local plans = {}
-local a = 4
-for p = 1, tonumber(ARGV[3]) do
+local undeclared = tonumber(ARGV[3])
+local a = 5
+for p = 1, tonumber(ARGV[4]) do
   local valid_from, valid_until = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local nrules = tonumber(ARGV[a + 4])
   local plan = {
@@ -146,14 +155,25 @@ local function admit(key, member, plan)
   return 1
 end
 
--- A job whose key cannot be read (another type was written there) answers 5 and
--- leaves the others of the call unharmed; its first command is a read, so it has
--- written nothing.
+-- A job whose key cannot be read (another type was written there, or it lives on
+-- another node) answers 5 or 7 and leaves the others of the call unharmed; its
+-- first command is a read, so it has written nothing.
+local function failure(e)
+  local text = type(e) == 'table' and e.err or tostring(e)
+  if string.find(text, 'non local key', 1, true) or string.find(text, 'MOVED', 1, true)
+    or string.find(text, 'ASK', 1, true) then
+    return 7
+  end
+  return 5
+end
 local out = {now}
 local n = 1
-for k = 1, #KEYS do
-  local ok, code, extra = pcall(admit, KEYS[k], ARGV[a], plans[tonumber(ARGV[a + 1])])
-  if not ok then code = 5 end
+local jobs = #KEYS + undeclared
+local tail = a + 2 * jobs - #KEYS - 1
+for k = 1, jobs do
+  local key = KEYS[k] or ARGV[tail + k]
+  local ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])])
+  if not ok then code = failure(code) end
   n = n + 1
   out[n] = code
   if code == 3 then

@@ -268,6 +268,7 @@ impl Engine {
         let admitter = Admitter::start(Caller {
             conn: conn.clone(),
             script: scripts.admit.clone(),
+            cross_slot: scripts.admit_cross_slot.clone(),
             lease_ms,
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
@@ -481,11 +482,13 @@ impl Engine {
             },
             // still outside the planned day after three plans (a wrong type never
             // gets here: call_admit turns it into an error)
-            Verdict::Clock(now) | Verdict::WrongType(now) => {
-                let code = if matches!(reply, Verdict::Clock(_)) {
-                    4
-                } else {
-                    5
+            // (the admitter asks a job that answered 7 again on its own; one that
+            // still does is an error, retried like Redis being away)
+            Verdict::Clock(now) | Verdict::WrongType(now) | Verdict::Elsewhere(now) => {
+                let code = match reply {
+                    Verdict::Clock(_) => 4,
+                    Verdict::WrongType(_) => 5,
+                    _ => 7,
                 };
                 return Err(EngineError::Reply {
                     script: "admit.lua",
@@ -617,8 +620,11 @@ impl Engine {
             .iter()
             .map(zadd)
             .chain(crate::redis::notes::commands(&self.keys, notes, ttl_ms));
-        self.count_call();
-        self.conn.send_all(cmds).await
+        let trips = self.conn.send_all(cmds).await?;
+        for _ in 0..trips {
+            self.count_call();
+        }
+        Ok(())
     }
 
     /// Whether job `id` of `recipient`, first seen at `first_seen`, is the newest of

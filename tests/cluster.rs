@@ -55,7 +55,7 @@ impl Drop for ClusterKeys {
 async fn the_connection_is_a_cluster_connection() {
     let ns = unique("c-kind");
     let e = engine(&cluster_settings(&ns)).await;
-    assert!(matches!(e.connection(), RedisConn::Cluster(_)));
+    assert!(matches!(e.connection(), RedisConn::Cluster(..)));
     e.ping().await.unwrap();
     e.sync_clock().await.unwrap();
 }
@@ -165,6 +165,91 @@ async fn recipients_spread_over_the_three_masters() {
     let counts: Vec<usize> = per_node.iter().map(|k| k.len()).collect();
     assert_eq!(counts.iter().sum::<usize>(), 60, "{counts:?}");
     assert!(counts.iter().all(|&n| n > 0), "keys per node: {counts:?}");
+}
+
+/// 300 admissions at once (150 recipients, two jobs each, one per day) for a
+/// cluster: each node gets one call for the jobs whose slots it owns, and each job
+/// is decided as if alone: exactly one admitted per recipient, in far fewer calls
+/// than jobs (each job its own call before batching per node).
+async fn burst_on_cluster(e: &std::sync::Arc<quota_worker::engine::Engine>, ns: &str) -> u64 {
+    let before = e.calls();
+    let admissions = (0..300).map(|i| {
+        let e = e.clone();
+        let (id, who) = (format!("{ns}-{i}"), format!("who-{}", i % 150));
+        tokio::spawn(async move { e.admit(&req(&id, &who, Tz::UTC)).await })
+    });
+    let mut admitted = std::collections::HashMap::<usize, usize>::new();
+    for (i, handle) in admissions.collect::<Vec<_>>().into_iter().enumerate() {
+        match handle.await.unwrap().unwrap() {
+            quota_worker::engine::Admission::Admitted(_) => {
+                *admitted.entry(i % 150).or_default() += 1
+            }
+            quota_worker::engine::Admission::Refused { .. } => {}
+            other => panic!("job {i}: {other:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 150, "every recipient got one");
+    assert!(admitted.values().all(|&n| n == 1), "{admitted:?}");
+    e.calls() - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_goes_to_each_node_in_one_call() {
+    let ns = unique("c-burst");
+    let _k = ClusterKeys(ns.clone());
+    let e = std::sync::Arc::new(engine(&cluster_settings(&ns)).await);
+    let calls = burst_on_cluster(&e, &ns).await;
+    eprintln!("{calls} Redis calls for 300 admissions on three masters");
+    // one by one they were 300 calls; batched per node, a few per burst
+    assert!(
+        calls < 100,
+        "{calls} calls for 300 admissions: not batched per node"
+    );
+}
+
+/// A slot map that is wrong (every slot put on one node, as if the others' slots
+/// had moved to it): the calls go where the map says, the keys that node does not
+/// own answer "not here" having written nothing, and those jobs are asked again on
+/// their own; every decision stays exact, and the map is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_slot_map_costs_calls_not_decisions() {
+    let ns = unique("c-stale");
+    let _k = ClusterKeys(ns.clone());
+    let e = std::sync::Arc::new(engine(&cluster_settings(&ns)).await);
+    let RedisConn::Cluster(_, slots) = e.connection() else {
+        panic!("a cluster connection")
+    };
+    let first = &cluster().urls()[0];
+    let port: i64 = first
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let all_on_one = redis::Value::Array(vec![redis::Value::Array(vec![
+        redis::Value::Int(0),
+        redis::Value::Int(16383),
+        redis::Value::Array(vec![
+            redis::Value::BulkString(b"127.0.0.1".to_vec()),
+            redis::Value::Int(port),
+        ]),
+    ])]);
+    let wrong = quota_worker::redis::slots::SlotMap::from_reply(&all_on_one).unwrap();
+    slots.set(wrong.clone());
+    let calls = burst_on_cluster(&e, &ns).await;
+    eprintln!("{calls} Redis calls for 300 admissions with a wrong slot map");
+    // the jobs whose key lives on another node than their call's (about two in
+    // three) were each asked again on their own
+    assert!(
+        calls >= 100,
+        "{calls} calls: the keys elsewhere were not asked again"
+    );
+    let now = slots.current().unwrap();
+    assert!(
+        slots.needs_refresh() || *now != wrong,
+        "the map was not marked stale nor read again"
+    );
 }
 
 /// The worker end to end on the cluster: dispatch, a cap delay to the recipient's

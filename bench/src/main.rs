@@ -93,6 +93,18 @@ struct Args {
     /// Redis URL.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// Run the worker on a Redis Cluster instead, given its nodes' URLs
+    /// (comma-separated; `bench/cluster.sh` starts three masters on loopback).
+    /// Mixes and the latency step only; Redis CPU is the sum of the nodes'.
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Vec<String>,
+}
+
+/// The Redis Cluster nodes of `--redis-cluster` (empty: one node, `--redis`).
+static CLUSTER_URLS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+fn cluster_urls() -> &'static [String] {
+    CLUSTER_URLS.get().map(Vec::as_slice).unwrap_or_default()
 }
 
 #[derive(Serialize, Debug, Clone, Default)]
@@ -193,6 +205,10 @@ fn base_settings(args: &Args, ns: &str) -> Result<Settings> {
     let mut s = Settings::defaults().in_namespace(ns);
     s.amqp.url = args.amqp.clone();
     s.redis.url = args.redis.clone();
+    if !args.redis_cluster.is_empty() {
+        s.redis.cluster = true;
+        s.redis.cluster_urls = args.redis_cluster.clone();
+    }
     if let Some(p) = args.prefetch {
         s.amqp.prefetch = p;
     }
@@ -216,6 +232,8 @@ fn worker_env(s: &Settings, port: u16) -> Vec<(String, String)> {
         ("AMQP__PREFETCH", a.prefetch.to_string()),
         ("REDIS__URL", s.redis.url.clone()),
         ("REDIS__KEY_PREFIX", s.redis.key_prefix.clone()),
+        ("REDIS__CLUSTER", s.redis.cluster.to_string()),
+        ("REDIS__CLUSTER_URLS", s.redis.cluster_urls.join(",")),
         ("WORKER__THREADS", s.worker.threads.to_string()),
         ("HTTP__ENABLED", "true".into()),
         ("HTTP__LISTEN", format!("127.0.0.1:{port}")),
@@ -260,6 +278,14 @@ async fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
 
+    if !args.redis_cluster.is_empty() {
+        CLUSTER_URLS.set(args.redis_cluster.clone()).ok();
+        if args.steps.iter().any(|s| s == "engine" || s == "memory") {
+            bail!(
+                "--redis-cluster runs the mixes and the latency step only (--steps a,b,c,latency)"
+            );
+        }
+    }
     let step = |name: &str| args.steps.iter().any(|s| s == name);
 
     if step("engine") {
@@ -711,11 +737,16 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
             &sha,
             "1",
             &key,
+            // lease, dedupe, no undeclared keys, one plan: valid from 0 to 2^53,
+            // no calendar expiry, not shadow, one rule (3 per rolling day); then
+            // the job: member, plan 1 (the layout lua/admit.lua opens with)
             "120000",
             "86400000",
+            "0",
             "1",
             "0",
             "9007199254740991",
+            "0",
             "0",
             "1",
             "3",
@@ -1160,11 +1191,29 @@ fn cpu_snapshot() -> [f64; 3] {
         let out = Command::new("pgrep").arg("-o").arg(name).output().ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
     };
+    let redis = match cluster_urls() {
+        [] => pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        nodes => nodes
+            .iter()
+            .filter_map(|url| server_pid(url).ok())
+            .filter_map(cpu_secs)
+            .sum(),
+    };
     [
         pid_of("beam.smp").and_then(cpu_secs).unwrap_or(0.0),
-        pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        redis,
         cpu_secs(std::process::id()).unwrap_or(0.0),
     ]
+}
+
+/// The pid `INFO server` of the Redis at `url` gives.
+fn server_pid(url: &str) -> Result<u32> {
+    let mut conn = redis::Client::open(url)?.get_connection()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .context("no process_id in INFO server")
 }
 
 /// `quota-worker run` for `s`, quiet, its HTTP endpoint on a free port.
@@ -1385,6 +1434,22 @@ async fn memory(s: &Settings, n: usize) -> Result<(f64, i64)> {
 }
 
 fn delete_keys(url: &str, prefix: &str) -> Result<()> {
+    if !cluster_urls().is_empty() {
+        // each node its own keys, one key a command (a cluster node refuses a
+        // command whose keys lie in different slots)
+        for url in cluster_urls() {
+            let mut c = redis::Client::open(url.as_str())?.get_connection()?;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}:*"))
+                .query(&mut c)?;
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            let _: () = pipe.query(&mut c)?;
+        }
+        return Ok(());
+    }
     let client = redis::Client::open(url)?;
     let mut c = client.get_connection()?;
     let mut cursor = 0u64;

@@ -12,8 +12,15 @@
 //! are out, new admissions wait and leave together with the next free slot, up to
 //! [`MAX_BATCH`] in one call. Within a call the script decides the jobs in order,
 //! each seeing what the previous ones recorded, exactly as if they had come one by
-//! one. On a Redis Cluster the jobs of one call would live in different hash slots,
-//! so there every admission is a call of its own.
+//! one.
+//!
+//! On a Redis Cluster the jobs of a batch live in different hash slots, and a call
+//! may declare keys of one slot only. So the batch is split by the node that owns
+//! each job's slot ([`super::slots`]), and each node gets one call: it declares the
+//! first job's key (which routes it there) and carries the others' keys as
+//! arguments, run by a copy of the script flagged `allow-cross-slot-keys` (Redis
+//! 7.0 and later). A key the node turns out not to own (the slots moved) answers
+//! code 7 having written nothing, and that job is asked again on its own.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -62,6 +69,9 @@ pub enum Verdict {
     Clock(i64),
     /// The recipient's key holds another type than a sorted set.
     WrongType(i64),
+    /// The key is not on the node the call went to (a cluster's slots moved):
+    /// nothing was written; ask again with the key declared.
+    Elsewhere(i64),
 }
 
 impl Verdict {
@@ -74,7 +84,8 @@ impl Verdict {
             | Verdict::Duplicate(now)
             | Verdict::InFlight(now, _)
             | Verdict::Clock(now)
-            | Verdict::WrongType(now) => *now,
+            | Verdict::WrongType(now)
+            | Verdict::Elsewhere(now) => *now,
         }
     }
 }
@@ -107,6 +118,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             }
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
+            7 => Verdict::Elsewhere(now),
             _ => return None,
         });
     }
@@ -115,7 +127,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
 
 type Reply = Result<Verdict, EngineError>;
 
-/// Sends admissions to Redis, batched on a single node, one by one on a cluster.
+/// Sends admissions to Redis, batched (on a cluster, one call per node).
 pub(crate) struct Admitter {
     caller: Arc<Caller>,
     tx: Option<mpsc::UnboundedSender<(AdmitArgs, oneshot::Sender<Reply>)>>,
@@ -125,6 +137,9 @@ pub(crate) struct Admitter {
 pub(crate) struct Caller {
     pub conn: RedisConn,
     pub script: Script,
+    /// The script flagged `allow-cross-slot-keys`, for calls that carry keys they
+    /// do not declare (a cluster's per-node calls).
+    pub cross_slot: Script,
     pub lease_ms: i64,
     pub dedupe_ms: i64,
     /// Redis commands sent (shared with the engine's counter).
@@ -132,19 +147,16 @@ pub(crate) struct Caller {
 }
 
 impl Admitter {
-    /// An admitter; on a single node it starts the batching task (which ends when
-    /// the admitter is dropped). Call inside a Tokio runtime.
+    /// An admitter and its batching task (which ends when the admitter is
+    /// dropped). Call inside a Tokio runtime.
     pub fn start(caller: Caller) -> Admitter {
         let caller = Arc::new(caller);
-        let tx = match caller.conn {
-            RedisConn::Single(_) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(run(caller.clone(), rx));
-                Some(tx)
-            }
-            RedisConn::Cluster(_) => None,
-        };
-        Admitter { caller, tx }
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(caller.clone(), rx));
+        Admitter {
+            caller,
+            tx: Some(tx),
+        }
     }
 
     /// The script's reply for one job.
@@ -164,7 +176,7 @@ impl Admitter {
             }
             None => args,
         };
-        let mut replies = self.caller.call(&[&args]).await?;
+        let mut replies = self.caller.call(&[&args], 1).await?;
         replies.pop().ok_or(EngineError::Reply {
             script: "admit.lua",
             reply: vec![],
@@ -173,10 +185,21 @@ impl Admitter {
 }
 
 impl Caller {
-    /// One script call for `jobs`: one reply per job, in order. The distinct plans
-    /// go once, each job names its own by number (see `lua/admit.lua`); the command
-    /// is built directly (no per-argument buffers) and the script loaded on NOSCRIPT.
-    pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Verdict>, EngineError> {
+    /// One script call for `jobs`, declaring the keys of the first `declared` and
+    /// carrying the others' as arguments: one reply per job, in order. The distinct
+    /// plans go once, each job names its own by number (see `lua/admit.lua`); the
+    /// command is built directly (no per-argument buffers) and the script loaded on
+    /// NOSCRIPT.
+    pub async fn call(
+        &self,
+        jobs: &[&AdmitArgs],
+        declared: usize,
+    ) -> Result<Vec<Verdict>, EngineError> {
+        let declared = declared.min(jobs.len());
+        let script = match declared < jobs.len() {
+            true => &self.cross_slot,
+            false => &self.script,
+        };
         let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
         let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
@@ -194,13 +217,14 @@ impl Caller {
             6 + 3 * jobs.len() + plans.iter().map(|p| 5 + 2 * p.rules.len()).sum::<usize>(),
             64 + 80 * jobs.len(),
         );
-        cmd.arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(jobs.len());
-        for job in jobs {
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(declared);
+        for job in &jobs[..declared] {
             cmd.arg(&job.key);
         }
-        cmd.arg(self.lease_ms).arg(self.dedupe_ms).arg(plans.len());
+        cmd.arg(self.lease_ms)
+            .arg(self.dedupe_ms)
+            .arg(jobs.len() - declared)
+            .arg(plans.len());
         for p in &plans {
             cmd.arg(p.valid_from_ms)
                 .arg(p.valid_until_ms)
@@ -214,12 +238,15 @@ impl Caller {
         for (job, number) in jobs.iter().zip(numbers) {
             cmd.arg(&job.member[..]).arg(number);
         }
+        for job in &jobs[declared..] {
+            cmd.arg(&job.key);
+        }
         super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
         let flat: Vec<i64> = match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.script.prepare_invoke().load_async(&mut conn).await?;
+                script.prepare_invoke().load_async(&mut conn).await?;
                 cmd.query_async(&mut conn).await?
             }
             result => result?,
@@ -232,11 +259,52 @@ impl Caller {
         })
     }
 
+    /// A batch's verdicts: one call on a single node; on a cluster one call per
+    /// node, all at once, then each job its key's node did not own asked again on
+    /// its own.
+    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Verdict>, EngineError> {
+        if matches!(self.conn, RedisConn::Single(_)) {
+            return self.call(jobs, jobs.len()).await;
+        }
+        let map = self.conn.slot_map().await;
+        let groups = super::conn::group_by_node(0..jobs.len(), map.as_deref(), |&i, m| {
+            m.owner(jobs[i].key.as_bytes())
+        });
+        let calls = groups.iter().map(|(_, indices)| async move {
+            let group: Vec<&AdmitArgs> = indices.iter().map(|&i| jobs[i]).collect();
+            metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(group.len() as f64);
+            self.call(&group, 1).await
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let mut out: Vec<Option<Verdict>> = vec![None; jobs.len()];
+        for ((_, indices), reply) in groups.iter().zip(replies) {
+            for (&i, verdict) in indices.iter().zip(reply?) {
+                out[i] = Some(verdict);
+            }
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let Some(Verdict::Elsewhere(_)) = slot {
+                self.conn.slots_moved();
+                *slot = self.call(&[jobs[i]], 1).await?.pop();
+            }
+        }
+        out.into_iter()
+            .map(|v| {
+                v.ok_or(EngineError::Reply {
+                    script: "admit.lua",
+                    reply: vec![],
+                })
+            })
+            .collect()
+    }
+
     /// Run one batch and hand each job its reply.
     async fn answer(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
         let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
-        metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
-        match self.call(&jobs).await {
+        if matches!(self.conn, RedisConn::Single(_)) {
+            metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
+        }
+        match self.decide(&jobs).await {
             Ok(replies) => {
                 for ((_, tx), reply) in batch.into_iter().zip(replies) {
                     let _ = tx.send(Ok(reply));
@@ -292,9 +360,9 @@ mod tests {
     #[test]
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
-        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30];
+        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7];
         assert_eq!(
-            verdicts(&flat, 8),
+            verdicts(&flat, 9),
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
@@ -304,6 +372,7 @@ mod tests {
                 Verdict::Refused(now, vec![]),
                 Verdict::WrongType(now),
                 Verdict::Shadowed(now, vec![30]),
+                Verdict::Elsewhere(now),
             ])
         );
         assert_eq!(Verdict::InFlight(now, 55).now(), now);

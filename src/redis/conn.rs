@@ -3,11 +3,14 @@
 //! `redis.tls` says (module [`crate::tls`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::slots::{SlotMap, Slots};
 use crate::engine::EngineError;
 
 /// A Redis connection: one node, or a cluster. Both reconnect by themselves.
@@ -15,8 +18,8 @@ use crate::engine::EngineError;
 pub enum RedisConn {
     /// A single node, through a connection manager.
     Single(redis::aio::ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(redis::cluster_async::ClusterConnection),
+    /// A Redis Cluster, and the owner of each slot as last read.
+    Cluster(redis::cluster_async::ClusterConnection, Arc<Slots>),
 }
 
 impl RedisConn {
@@ -41,6 +44,7 @@ impl RedisConn {
             }
             Ok(RedisConn::Cluster(
                 builder.build()?.get_async_connection().await?,
+                Arc::default(),
             ))
         } else {
             // verification is turned off only by its key (a `#insecure` in the URL
@@ -65,10 +69,12 @@ impl RedisConn {
 }
 
 impl RedisConn {
-    /// Send `cmds`, replies ignored: in one pipeline on a single node (one round
-    /// trip), each on its own and concurrently on a cluster (their keys may live in
-    /// different slots).
-    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<(), EngineError> {
+    /// Send `cmds`, replies ignored, and return the round trips it took: one
+    /// pipeline on a single node; on a cluster one pipeline per node that owns the
+    /// first key of some of them (the node each command names by its first
+    /// argument), all at once. A node that refuses part of its pipeline (its slots
+    /// moved) has that part sent again command by command, routed by the client.
+    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<u64, EngineError> {
         let mut conn = self.clone();
         match self {
             RedisConn::Single(_) => {
@@ -77,26 +83,150 @@ impl RedisConn {
                     pipe.add_command(cmd).ignore();
                 }
                 let _: () = pipe.query_async(&mut conn).await?;
+                Ok(1)
             }
-            RedisConn::Cluster(_) => {
-                let calls = cmds.map(|cmd| {
-                    let mut conn = conn.clone();
-                    async move { cmd.query_async::<redis::Value>(&mut conn).await }
+            RedisConn::Cluster(_, slots) => {
+                let map = self.slot_map().await;
+                let groups = group_by_node(cmds, map.as_deref(), |cmd, m| {
+                    first_key(cmd).and_then(|k| m.owner(k))
                 });
-                for result in futures_util::future::join_all(calls).await {
-                    result?;
+                let trips = groups.len() as u64;
+                let sends = groups.into_iter().map(|(node, cmds)| {
+                    let mut conn = conn.clone();
+                    async move {
+                        let node = match (node, cmds.len()) {
+                            (Some(node), 2..) => node,
+                            _ => return send_each(&conn, cmds).await.map(|_| 0),
+                        };
+                        let mut pipe = redis::pipe();
+                        for cmd in &cmds {
+                            pipe.add_command(cmd.clone());
+                        }
+                        let route = SingleNodeRoutingInfo::ByAddress {
+                            host: node.host.clone(),
+                            port: node.port,
+                        };
+                        let RedisConn::Cluster(c, _) = &mut conn else {
+                            unreachable!("a cluster connection")
+                        };
+                        let count = cmds.len();
+                        let replies = match c.route_pipeline(pipe, 0, count, route).await {
+                            Ok(replies) => replies,
+                            // the node may have answered some and not others:
+                            // every command here may be sent twice, none is lost
+                            Err(_) => {
+                                slots.mark_stale();
+                                return send_each(&conn, cmds).await;
+                            }
+                        };
+                        let refused: Vec<Cmd> = cmds
+                            .into_iter()
+                            .zip(replies)
+                            .filter(|(_, reply)| matches!(reply, Value::ServerError(_)))
+                            .map(|(cmd, _)| cmd)
+                            .collect();
+                        if refused.is_empty() {
+                            return Ok(0);
+                        }
+                        slots.mark_stale();
+                        send_each(&conn, refused).await
+                    }
+                });
+                let mut extra = 0;
+                for result in futures_util::future::join_all(sends).await {
+                    extra += result?;
                 }
+                Ok(trips + extra)
             }
         }
-        Ok(())
     }
+
+    /// The owner of each slot, read again if it is stale (`None` on a single node,
+    /// or when the cluster could not say: every key is then sent on its own).
+    pub async fn slot_map(&self) -> Option<Arc<SlotMap>> {
+        let RedisConn::Cluster(_, slots) = self else {
+            return None;
+        };
+        if slots.needs_refresh() {
+            let mut conn = self.clone();
+            let reply = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async(&mut conn)
+                .await;
+            match reply.ok().as_ref().and_then(SlotMap::from_reply) {
+                Some(map) => slots.set(map),
+                None => return slots.current(),
+            }
+        }
+        slots.current()
+    }
+
+    /// Mark the slot map stale (a node answered for a key it does not own).
+    pub fn slots_moved(&self) {
+        if let RedisConn::Cluster(_, slots) = self {
+            slots.mark_stale();
+        }
+    }
+}
+
+/// `items` grouped by the node `owner` finds for them in `map` (`None`: unknown
+/// owner, or no map; those go one by one), in order within each group.
+pub(crate) fn group_by_node<T>(
+    items: impl Iterator<Item = T>,
+    map: Option<&SlotMap>,
+    owner: impl Fn(&T, &SlotMap) -> Option<usize>,
+) -> Vec<(Option<super::slots::Node>, Vec<T>)> {
+    let mut by_node: Vec<Vec<T>> = Vec::new();
+    let mut alone: Vec<(Option<super::slots::Node>, Vec<T>)> = Vec::new();
+    for item in items {
+        match map.and_then(|m| owner(&item, m)) {
+            Some(i) => {
+                if by_node.len() <= i {
+                    by_node.resize_with(i + 1, Vec::new);
+                }
+                by_node[i].push(item);
+            }
+            None => alone.push((None, vec![item])),
+        }
+    }
+    let nodes = map.map(|m| m.nodes()).unwrap_or_default();
+    by_node
+        .into_iter()
+        .enumerate()
+        .filter(|(_, items)| !items.is_empty())
+        .map(|(i, items)| (nodes.get(i).cloned(), items))
+        .chain(alone)
+        .collect()
+}
+
+/// A command's first argument after its name (the key of every command the
+/// worker writes with).
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    match cmd.args_iter().nth(1)? {
+        redis::Arg::Simple(key) => Some(key),
+        _ => None,
+    }
+}
+
+/// Send each of `cmds` on its own, all at once (the cluster client routes each by
+/// its key); returns the round trips.
+async fn send_each(conn: &RedisConn, cmds: Vec<Cmd>) -> Result<u64, EngineError> {
+    let trips = cmds.len() as u64;
+    let calls = cmds.into_iter().map(|cmd| {
+        let mut conn = conn.clone();
+        async move { cmd.query_async::<Value>(&mut conn).await }
+    });
+    for result in futures_util::future::join_all(calls).await {
+        result?;
+    }
+    Ok(trips)
 }
 
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -108,14 +238,14 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             RedisConn::Single(c) => c.get_db(),
-            RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Cluster(c, _) => c.get_db(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod rate;
 pub mod record;
 pub mod refund;
 pub mod scripts;
+pub mod slots;
 
 pub use conn::RedisConn;
 pub use scripts::Scripts;

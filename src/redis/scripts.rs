@@ -23,6 +23,9 @@ pub const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
 pub struct Scripts {
     /// `lua/admit.lua`.
     pub admit: Script,
+    /// `lua/admit.lua` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
+    /// a cluster's per-node calls, which carry keys they do not declare.
+    pub admit_cross_slot: Script,
     /// `lua/rate.lua`.
     pub rate: Script,
     /// `lua/refund.lua`.
@@ -37,6 +40,9 @@ impl Default for Scripts {
     fn default() -> Self {
         Scripts {
             admit: Script::new(ADMIT_LUA),
+            admit_cross_slot: Script::new(&format!(
+                "#!lua flags=allow-cross-slot-keys\n{ADMIT_LUA}"
+            )),
             rate: Script::new(RATE_LUA),
             refund: Script::new(REFUND_LUA),
             record: Script::new(RECORD_LUA),
@@ -46,9 +52,13 @@ impl Default for Scripts {
 }
 
 impl Scripts {
-    /// `SCRIPT LOAD` every script (on a cluster, on every node).
+    /// `SCRIPT LOAD` every script (on a cluster, on every node, with the flagged
+    /// admission script).
     pub async fn load(&self, conn: &RedisConn) -> redis::RedisResult<()> {
         let mut conn = conn.clone();
+        if matches!(conn, RedisConn::Cluster(..)) {
+            self.admit_cross_slot.load_async(&mut conn).await?;
+        }
         for script in [
             &self.admit,
             &self.rate,
