@@ -34,7 +34,7 @@ use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
-use crate::redis::rate::{self, RateReply};
+use crate::redis::rate::{self, RateBatcher, RateReply, Taker};
 use crate::redis::{refund, RedisConn, Scripts};
 use crate::rules::Rules;
 
@@ -170,11 +170,11 @@ pub enum Admission {
     },
 }
 
-/// Serialises the jobs of one channel that wait for its send rate, so that a
-/// backlog paces through one waiter instead of stampeding Redis.
+/// How many jobs of one channel wait for its send rate. While any do, a newly
+/// admitted job joins them rather than racing them for the next free slot. (They
+/// do not stampede Redis: the ones that wake together ask in one call.)
 #[derive(Debug, Default)]
 struct Pacer {
-    gate: tokio::sync::Mutex<()>,
     waiting: AtomicUsize,
 }
 
@@ -186,6 +186,8 @@ pub struct Engine {
     rules: arc_swap::ArcSwap<Rules>,
     /// One per configured channel (the set of channels never changes while running).
     pacers: HashMap<String, Pacer>,
+    /// One per configured channel: its rate's takes, batched.
+    rates: HashMap<String, RateBatcher>,
     lease_ms: i64,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     record_ttl: Duration,
@@ -273,9 +275,24 @@ impl Engine {
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
         });
+        let keys = Keys::from_settings(&settings.redis);
+        let rates = settings
+            .channels
+            .keys()
+            .map(|c| {
+                let taker = Taker {
+                    conn: conn.clone(),
+                    script: scripts.rate.clone(),
+                    key: keys.rate(c),
+                    calls: calls.clone(),
+                };
+                (c.clone(), RateBatcher::start(taker))
+            })
+            .collect();
         let engine = Engine {
             conn,
-            keys: Keys::from_settings(&settings.redis),
+            keys,
+            rates,
             rules,
             pacers,
             lease_ms,
@@ -400,7 +417,7 @@ impl Engine {
             Some(r) if !pacing => {
                 let (a, b) = tokio::join!(
                     self.call_admit(&key, &member, &policy, req.tz, None),
-                    self.call_rate(req.channel, r, r.cost)
+                    self.take_rate(req.channel, r)
                 );
                 let a = a?;
                 match b {
@@ -535,10 +552,9 @@ impl Engine {
     /// returns the TAT the take left.
     async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<i64, EngineError> {
         pacer.waiting.fetch_add(1, Ordering::Relaxed);
-        let _gate = pacer.gate.lock().await;
         let result = async {
             loop {
-                let reply = self.call_rate(channel, rate, rate.cost).await?;
+                let reply = self.take_rate(channel, rate).await?;
                 match reply.allowed {
                     1 => return Ok(reply.tat_us),
                     0 => {
@@ -688,6 +704,15 @@ impl Engine {
         self.count_call();
         let key = self.keys.rate(channel);
         refund::refund(&self.conn, &self.scripts.refund, key, rate, tat).await
+    }
+
+    /// Take one job of `rate.cost` from the channel's rate, in one call with the
+    /// channel's other jobs asking at the same moment.
+    pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, EngineError> {
+        match self.rates.get(channel) {
+            Some(batcher) => batcher.take(rate).await,
+            None => self.call_rate(channel, rate, rate.cost).await,
+        }
     }
 
     /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).

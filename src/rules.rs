@@ -33,7 +33,7 @@ pub struct Rules {
     pub(crate) metrics: JobMetrics,
     /// What each cap of each policy says when it holds a job (the
     /// `x-notify-held-by` header), written once: formatting it for every delayed
-    /// job cost more than the rest of the delay (BENCHMARKS.md item 18).
+    /// job cost more than the rest of the delay (BENCHMARKS.md item 20).
     held_by: Vec<(DelayCause, String)>,
 }
 

@@ -96,6 +96,15 @@ async fn a_refused_job_leaves_no_trace_in_the_rate() {
     scenarios::a_refused_job_leaves_no_trace_in_the_rate(cluster_settings(&ns)).await;
 }
 
+/// The channel's rate key is one slot, on one node: batched takes keep its calls
+/// far below the jobs asking, and the rate exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_takes_drain_the_rate() {
+    let ns = unique("c-gcra-batch");
+    let _k = ClusterKeys(ns.clone());
+    scenarios::batched_takes_drain_the_rate(cluster_settings(&ns), 3, Duration::from_secs(2)).await;
+}
+
 #[tokio::test]
 async fn gcra_replies_and_state_are_exact_integers() {
     let ns = unique("c-gcra");

@@ -141,6 +141,13 @@ async fn channel_rate_holds_under_concurrency() {
         .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_takes_drain_the_rate() {
+    let ns = unique("gcra-batch");
+    let _g = RedisGuard(ns.clone());
+    scenarios::batched_takes_drain_the_rate(settings(&ns), 3, Duration::from_secs(2)).await;
+}
+
 #[tokio::test]
 async fn gcra_replies_and_state_are_exact_integers() {
     let ns = unique("gcra-int");

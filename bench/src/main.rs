@@ -59,7 +59,7 @@ struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     recipients: Option<usize>,
-    /// Steps to run (comma-separated: engine, a, b, c, latency, memory); each mix and
+    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, memory); each mix and
     /// the latency step measure their own ceiling right before.
     #[arg(
         long,
@@ -173,6 +173,12 @@ struct Report {
     engine_admissions_per_sec: f64,
     engine_ratio: Option<f64>,
     engine_redis_calls_per_admission: f64,
+    /// One channel's rate key: decisions per second, one per call (redis-benchmark).
+    rate_key_evalsha_per_sec: Option<f64>,
+    /// The same key through the engine's batched takes, 256 jobs asking at once.
+    rate_key_engine_per_sec: Option<f64>,
+    /// Redis calls per take of those.
+    rate_key_engine_calls_per_take: Option<f64>,
     mixes: Vec<MixResult>,
     latency: Vec<Latency>,
     memory_recipients: usize,
@@ -280,7 +286,11 @@ async fn run(args: Args) -> Result<()> {
 
     if !args.redis_cluster.is_empty() {
         CLUSTER_URLS.set(args.redis_cluster.clone()).ok();
-        if args.steps.iter().any(|s| s == "engine" || s == "memory") {
+        if args
+            .steps
+            .iter()
+            .any(|s| ["engine", "rate", "memory"].contains(&s.as_str()))
+        {
             bail!(
                 "--redis-cluster runs the mixes and the latency step only (--steps a,b,c,latency)"
             );
@@ -299,6 +309,19 @@ async fn run(args: Args) -> Result<()> {
         eprintln!(
             "      engine {:.0}/s, redis-benchmark EVALSHA {:?}/s",
             rate, report.redis_benchmark_evalsha_per_sec
+        );
+        delete_keys(&s.redis.url, &s.redis.key_prefix)?;
+    }
+
+    if step("rate") {
+        eprintln!("      rate: decisions per second on one channel's rate key");
+        let s = base_settings(&args, &format!("{run_id}r"))?;
+        let (one, batched, calls) = rate_key(&s, jobs.min(100_000)).await?;
+        report.rate_key_evalsha_per_sec = Some(one);
+        report.rate_key_engine_per_sec = Some(batched);
+        report.rate_key_engine_calls_per_take = Some(calls);
+        eprintln!(
+            "      rate key: {one:.0} decisions/s one per call (redis-benchmark EVALSHA), {batched:.0}/s through the engine's batched takes ({calls:.3} calls each)"
         );
         delete_keys(&s.redis.url, &s.redis.key_prefix)?;
     }
@@ -710,32 +733,12 @@ impl Teardown {
 
 /// `redis-benchmark` running the admission script by EVALSHA (50 clients).
 fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
-    let client = redis::Client::open(s.redis.url.as_str())?;
-    let mut c = client.get_connection()?;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(quota_worker::redis::scripts::ADMIT_LUA)
-        .query(&mut c)?;
-    let url = url_host_port(&s.redis.url);
     let key = format!("{}:{{bench__rand_int__}}:default", s.redis.key_prefix);
-    let out = Command::new("redis-benchmark")
-        .args([
-            "-h",
-            &url.0,
-            "-p",
-            &url.1,
-            "-n",
-            &n.to_string(),
-            "-c",
-            "50",
-            "-r",
-            "1000000",
-            "-q",
-        ])
-        .args([
-            "EVALSHA",
-            &sha,
-            "1",
+    evalsha_per_sec(
+        s,
+        n,
+        quota_worker::redis::scripts::ADMIT_LUA,
+        &[
             &key,
             // lease, dedupe, no undeclared keys, one plan: valid from 0 to 2^53,
             // no calendar expiry, not shadow, one rule (3 per rolling day); then
@@ -753,7 +756,33 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
             "-86400000",
             "m__rand_int__",
             "1",
+        ],
+    )
+}
+
+/// `redis-benchmark -c 50` running `script` by EVALSHA with one key and `args`
+/// (the key first): calls per second.
+fn evalsha_per_sec(s: &Settings, n: usize, script: &str, args: &[&str]) -> Result<f64> {
+    let client = redis::Client::open(s.redis.url.as_str())?;
+    let mut c = client.get_connection()?;
+    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut c)?;
+    let url = url_host_port(&s.redis.url);
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            &url.0,
+            "-p",
+            &url.1,
+            "-n",
+            &n.to_string(),
+            "-c",
+            "50",
+            "-r",
+            "1000000",
+            "-q",
         ])
+        .args(["EVALSHA", &sha, "1"])
+        .args(args)
         .output()
         .context("running redis-benchmark")?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -765,6 +794,41 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
         .and_then(|w| w.trim().parse::<f64>().ok())
         .with_context(|| format!("unexpected redis-benchmark output: {text}"))?;
     Ok(rate)
+}
+
+/// One channel's rate key: decisions per second when each is a call of its own
+/// (`redis-benchmark -c 50` running `lua/rate.lua` by EVALSHA on one key), and
+/// through the engine's batched takes with 256 jobs asking at once; and the
+/// engine's calls per decision. The rate is set far above both, so every take is
+/// granted and only the key's own speed counts.
+async fn rate_key(s: &Settings, n: usize) -> Result<(f64, f64, f64)> {
+    let key = format!("{}:rate:bench", s.redis.key_prefix);
+    let one_per_call = evalsha_per_sec(
+        s,
+        n,
+        quota_worker::redis::scripts::RATE_LUA,
+        &[&key, "1", "1000000000", "1", "1"],
+    )?;
+    let engine = Arc::new(Engine::connect(s).await?);
+    let rate = quota_worker::config::Rate {
+        interval_us: 1,
+        burst: 1_000_000_000,
+        cost: 1,
+    };
+    let started = Instant::now();
+    let calls_before = engine.calls();
+    let shared = engine.clone();
+    on_many_tasks(n, move |_| {
+        let engine = shared.clone();
+        async move {
+            let reply = engine.take_rate("sms", rate).await.expect("take");
+            assert_eq!(reply.allowed, 1, "the rate is far above the load");
+        }
+    })
+    .await?;
+    let secs = started.elapsed().as_secs_f64();
+    let calls = (engine.calls() - calls_before) as f64 / n as f64;
+    Ok((one_per_call, n as f64 / secs, calls))
 }
 
 fn url_host_port(url: &str) -> (String, String) {

@@ -124,7 +124,7 @@ impl JobRecord {
 ///
 /// A record is written for every delayed job, so it is built by hand: serde_json's
 /// writer cost more than the rest of the note, and the text was twice as long for
-/// Redis to copy (BENCHMARKS.md item 18). `%` and `|` in the named fields are
+/// Redis to copy (BENCHMARKS.md item 20). `%` and `|` in the named fields are
 /// written `%25` and `%7C`. [`JobRecord::decode`] also reads the JSON form earlier
 /// versions wrote.
 impl JobRecord {

@@ -1,15 +1,25 @@
-//! `lua/rate.lua`: take `cost` jobs from a channel's GCRA send rate; its arguments
-//! and its reply.
+//! `lua/rate.lua`: take jobs from a channel's GCRA send rate; its arguments and its
+//! reply, and [`RateBatcher`], which takes for all the jobs of a channel that ask at
+//! the same moment in one call.
+//!
+//! A channel's rate is one key, so on a Redis Cluster every job of the channel meets
+//! one shard: called once per job, that key would cap the channel at what one Redis
+//! core runs of the script (BENCHMARKS.md item 21 measures it). Batched, a call
+//! decides as many jobs as asked at once, and the rate itself is unchanged: the
+//! script grants them in order, each exactly as if it had come alone.
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
 use crate::config::Rate;
 use crate::engine::EngineError;
 
-/// The reply of the GCRA script.
+/// The reply of the GCRA script for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateReply {
     /// 1 allowed, 0 not yet, -1 never.
@@ -18,11 +28,11 @@ pub struct RateReply {
     pub remaining: i64,
     /// When not allowed: how long until it would be.
     pub retry_after: Duration,
-    /// The TAT the call left (µs of Redis time): what a refund of this take passes.
+    /// The TAT the take left (µs of Redis time): what a refund of this take passes.
     pub tat_us: i64,
 }
 
-/// Ask the rate at `key` for `cost` jobs.
+/// Ask the rate at `key` for one job of `cost`.
 pub async fn take(
     conn: &RedisConn,
     script: &Script,
@@ -30,24 +40,232 @@ pub async fn take(
     rate: Rate,
     cost: u64,
 ) -> Result<RateReply, EngineError> {
+    let mut replies = take_many(conn, script, key, rate, cost, 1).await?;
+    replies.pop().ok_or(EngineError::Reply {
+        script: "rate.lua",
+        reply: vec![],
+    })
+}
+
+/// Ask the rate at `key` for `asking` jobs of `cost` each, in one call: one reply
+/// per job, in order (the first ones granted, the rest told when to ask again).
+pub async fn take_many(
+    conn: &RedisConn,
+    script: &Script,
+    key: String,
+    rate: Rate,
+    cost: u64,
+    asking: usize,
+) -> Result<Vec<RateReply>, EngineError> {
     let mut conn = conn.clone();
     let reply: Vec<i64> = script
         .key(key)
         .arg(rate.interval_us)
         .arg(rate.burst)
         .arg(cost)
+        .arg(asking)
         .invoke_async(&mut conn)
         .await?;
-    match reply[..] {
-        [allowed, remaining, retry_after, _reset_after, tat_us] => Ok(RateReply {
-            allowed,
-            remaining,
-            retry_after: Duration::from_micros(retry_after.max(0) as u64),
-            tat_us,
-        }),
-        _ => Err(EngineError::Reply {
-            script: "rate.lua",
-            reply,
-        }),
+    split(&reply, rate.interval_us, rate.burst, cost, asking).ok_or(EngineError::Reply {
+        script: "rate.lua",
+        reply,
+    })
+}
+
+/// One reply per job from the script's reply for `asking` jobs (see `lua/rate.lua`).
+fn split(
+    reply: &[i64],
+    interval_us: u64,
+    burst: u64,
+    cost: u64,
+    asking: usize,
+) -> Option<Vec<RateReply>> {
+    let &[allowed, remaining, retry_after, reset_after, tat_us, granted] = reply else {
+        return None;
+    };
+    let granted = usize::try_from(granted).ok().filter(|g| *g <= asking)?;
+    if allowed == 1 && granted == 0 {
+        return None;
+    }
+    let span = (interval_us * cost) as i64;
+    // after the granted ones, the next job fits once the TAT has come within the
+    // burst's tolerance of now
+    let next_in = (reset_after + span - (interval_us * burst) as i64).max(0);
+    let out = (0..asking)
+        .map(|i| match allowed {
+            1 if i < granted => RateReply {
+                allowed: 1,
+                remaining,
+                retry_after: Duration::ZERO,
+                tat_us: tat_us - span * (granted - 1 - i) as i64,
+            },
+            1 => RateReply {
+                allowed: 0,
+                remaining: 0,
+                retry_after: Duration::from_micros(next_in as u64),
+                tat_us,
+            },
+            _ => RateReply {
+                allowed,
+                remaining,
+                retry_after: Duration::from_micros(retry_after.max(0) as u64),
+                tat_us,
+            },
+        })
+        .collect();
+    Some(out)
+}
+
+type Reply = Result<RateReply, EngineError>;
+
+/// Takes from one channel's rate for the jobs that ask at the same moment in one
+/// call (while [`IN_FLIGHT`] calls are out, new asks wait and leave together).
+pub(crate) struct RateBatcher {
+    tx: mpsc::UnboundedSender<(Rate, oneshot::Sender<Reply>)>,
+    taker: Arc<Taker>,
+}
+
+/// What a call needs.
+pub(crate) struct Taker {
+    pub conn: RedisConn,
+    pub script: Script,
+    /// The channel's key.
+    pub key: String,
+    /// Redis commands sent (shared with the engine's counter).
+    pub calls: Arc<AtomicU64>,
+}
+
+/// Calls out at once for one channel.
+pub const IN_FLIGHT: usize = 4;
+/// Most jobs in one call.
+pub const MAX_BATCH: usize = 256;
+
+impl RateBatcher {
+    /// A batcher and its task (which ends when the batcher is dropped). Call inside
+    /// a Tokio runtime.
+    pub fn start(taker: Taker) -> RateBatcher {
+        let taker = Arc::new(taker);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(taker.clone(), rx));
+        RateBatcher { tx, taker }
+    }
+
+    /// Take one job of `rate.cost` from the channel's rate.
+    pub async fn take(&self, rate: Rate) -> Reply {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if self.tx.send((rate, reply_tx)).is_err() {
+            // the task is gone (its runtime shut down): ask directly
+            super::conn::count_call(&self.taker.calls);
+            let t = &self.taker;
+            return take(&t.conn, &t.script, t.key.clone(), rate, rate.cost).await;
+        }
+        reply_rx
+            .await
+            .unwrap_or_else(|_| Err(EngineError::Batch("the rate task stopped".into())))
+    }
+}
+
+impl Taker {
+    /// One call for `asks` (all of one rate), each told its answer.
+    async fn answer(&self, rate: Rate, asks: Vec<oneshot::Sender<Reply>>) {
+        super::conn::count_call(&self.calls);
+        let result = take_many(
+            &self.conn,
+            &self.script,
+            self.key.clone(),
+            rate,
+            rate.cost,
+            asks.len(),
+        )
+        .await;
+        match result {
+            Ok(replies) => {
+                for (tx, reply) in asks.into_iter().zip(replies) {
+                    let _ = tx.send(Ok(reply));
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let mut first = Some(e);
+                for tx in asks {
+                    let err = first
+                        .take()
+                        .unwrap_or_else(|| EngineError::Batch(text.clone()));
+                    let _ = tx.send(Err(err));
+                }
+            }
+        }
+    }
+}
+
+async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Rate, oneshot::Sender<Reply>)>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        // one call per rate among them (a reload may change it while jobs ask)
+        let mut groups: Vec<(Rate, Vec<oneshot::Sender<Reply>>)> = Vec::new();
+        for (rate, tx) in batch {
+            match groups.iter_mut().find(|(r, _)| *r == rate) {
+                Some((_, txs)) => txs.push(tx),
+                None => groups.push((rate, vec![tx])),
+            }
+        }
+        let taker = taker.clone();
+        tokio::spawn(async move {
+            for (rate, txs) in groups {
+                taker.answer(rate, txs).await;
+            }
+            drop(slot);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_for_several_jobs_splits_into_each_ones_span_of_the_tat() {
+        // interval 1000 us, burst 5, cost 1: three of four granted, TAT ends at 9000
+        let replies = split(&[1, 0, 0, 4000, 9000, 3], 1000, 5, 1, 4).unwrap();
+        let tats: Vec<i64> = replies.iter().map(|r| r.tat_us).collect();
+        assert_eq!(tats[..3], [7000, 8000, 9000]);
+        assert!(replies[..3].iter().all(|r| r.allowed == 1));
+        // the fourth: the next fits when the TAT is within 5 intervals of now:
+        // 4000 + 1000 - 5000 = 0 us from now
+        assert_eq!(replies[3].allowed, 0);
+        assert_eq!(replies[3].retry_after, Duration::ZERO);
+        let later = split(&[1, 0, 0, 6500, 9000, 3], 1000, 5, 1, 4).unwrap();
+        assert_eq!(later[3].retry_after, Duration::from_micros(2500));
+    }
+
+    #[test]
+    fn refusals_and_odd_replies() {
+        let not_yet = split(&[0, 0, 1200, 5000, 9000, 0], 1000, 5, 1, 2).unwrap();
+        assert!(not_yet
+            .iter()
+            .all(|r| r.allowed == 0 && r.retry_after == Duration::from_micros(1200)));
+        let never = split(&[-1, 0, -1, 0, 0, 0], 1000, 5, 9, 1).unwrap();
+        assert_eq!(never[0].allowed, -1);
+        assert_eq!(
+            split(&[1, 0, 0, 0, 0, 3], 1000, 5, 1, 2),
+            None,
+            "more granted than asked"
+        );
+        assert_eq!(
+            split(&[1, 0, 0, 0, 0, 0], 1000, 5, 1, 2),
+            None,
+            "allowed, none granted"
+        );
+        assert_eq!(split(&[1, 0, 0, 0, 0], 1000, 5, 1, 1), None, "old shape");
     }
 }

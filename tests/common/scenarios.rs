@@ -227,6 +227,61 @@ pub async fn channel_rate_holds_under_concurrency(s: Settings, connections: usiz
     assert!(total >= 5, "the burst passes at once");
 }
 
+/// `engines` engines, each with 64 jobs asking a 2,000/s rate (burst 20) at once
+/// for `run`, each job waiting as long as the rate says when refused: the takes
+/// of a channel go in batches (far fewer calls than asks), and what passes is the
+/// rate, within 5 % (neither more, nor less: batching loses no slot).
+pub async fn batched_takes_drain_the_rate(s: Settings, engines: usize, run: Duration) {
+    let rate = Rate {
+        interval_us: 500,
+        burst: 20,
+        cost: 1,
+    };
+    let mut all = Vec::new();
+    for _ in 0..engines {
+        all.push(Arc::new(engine(&s).await));
+    }
+    let calls_before: u64 = all.iter().map(|e| e.calls()).sum();
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for e in &all {
+        for _ in 0..64 {
+            let e = e.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut granted, mut asks) = (0u64, 0u64);
+                while started.elapsed() < run {
+                    asks += 1;
+                    let reply = e.take_rate("sms", rate).await.unwrap();
+                    if reply.allowed == 1 {
+                        granted += 1;
+                    } else {
+                        tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await;
+                    }
+                }
+                (granted, asks)
+            }));
+        }
+    }
+    let (mut granted, mut asks) = (0u64, 0u64);
+    for t in tasks {
+        let (g, a) = t.await.unwrap();
+        granted += g;
+        asks += a;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let calls: u64 = all.iter().map(|e| e.calls()).sum::<u64>() - calls_before;
+    let expected = 20.0 + elapsed * 2000.0;
+    eprintln!("{granted} granted of {asks} asks in {calls} calls over {elapsed:.3} s; the rate allows {expected:.0}");
+    assert!(
+        (granted as f64 - expected).abs() <= expected * 0.05,
+        "{granted} granted in {elapsed:.3} s, expected {expected:.0} ± 5 %"
+    );
+    assert!(
+        calls * 4 <= asks,
+        "{calls} calls for {asks} asks: not batched"
+    );
+}
+
 /// A refund gives back only what its take added and is still unspent: at once it
 /// gives the whole token back, but after the bucket refilled (the take's span of
 /// time is past) it gives nothing, so a late refund never lets a job through
