@@ -24,7 +24,9 @@
 //! 4. [`engine::Engine::admit`] asks Redis: the recipient's caps
 //!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
 //!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
-//!    rate ([`redis::rate`], `lua/rate.lua`). One clock: Redis `TIME`.
+//!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
+//!    same moment share one call (on a Redis Cluster, one call per node, grouped
+//!    by [`redis::slots`]). One clock: Redis `TIME`.
 //! 5. [`decide::decide`] turns the engine's answer into a [`decide::Decision`]:
 //!    dispatch, delay until the exact instant every rule passes and the send
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
