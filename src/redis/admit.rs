@@ -129,6 +129,8 @@ pub(crate) struct Caller {
     pub dedupe_ms: i64,
     /// Redis commands sent (shared with the engine's counter).
     pub calls: Arc<AtomicU64>,
+    /// `redis.wait_replicas` and `redis.wait_timeout` (ms), when waiting is on.
+    pub wait: Option<(u32, u64)>,
 }
 
 impl Admitter {
@@ -137,7 +139,7 @@ impl Admitter {
     pub fn start(caller: Caller) -> Admitter {
         let caller = Arc::new(caller);
         let tx = match caller.conn {
-            RedisConn::Single(_) => {
+            RedisConn::Single(_) | RedisConn::Sentinel(_) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 tokio::spawn(run(caller.clone(), rx));
                 Some(tx)
@@ -168,7 +170,7 @@ impl Admitter {
         replies.pop().ok_or(EngineError::Reply {
             script: "admit.lua",
             reply: vec![],
-        })
+        })?
     }
 }
 
@@ -176,7 +178,9 @@ impl Caller {
     /// One script call for `jobs`: one reply per job, in order. The distinct plans
     /// go once, each job names its own by number (see `lua/admit.lua`); the command
     /// is built directly (no per-argument buffers) and the script loaded on NOSCRIPT.
-    pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Verdict>, EngineError> {
+    /// With waiting on, a job admitted by a call that too few replicas acknowledged
+    /// gets [`EngineError::Unreplicated`] instead of its verdict.
+    pub async fn call(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, EngineError> {
         let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
         let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
@@ -217,19 +221,63 @@ impl Caller {
         super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
-        let flat: Vec<i64> = match cmd.query_async(&mut conn).await {
+        let (flat, acked) = match self.call_once(&cmd, &mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.script.prepare_invoke().load_async(&mut conn).await?;
-                cmd.query_async(&mut conn).await?
+                self.call_once(&cmd, &mut conn).await?
             }
             result => result?,
         };
         metrics::histogram!(crate::metrics::ADMISSION_CALL_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
+        let verdicts = verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
             script: "admit.lua",
             reply: flat,
-        })
+        })?;
+        let short = match (self.wait, acked) {
+            (Some((wanted, _)), Some(acked)) => {
+                let short = acked < i64::from(wanted);
+                let result = if short { "short" } else { "replicated" };
+                metrics::counter!(crate::metrics::REPLICA_WAITS_TOTAL, "result" => result)
+                    .increment(1);
+                short.then_some((acked, wanted))
+            }
+            _ => None,
+        };
+        Ok(verdicts
+            .into_iter()
+            .map(|v| match (short, &v) {
+                (Some((acked, wanted)), Verdict::Admitted(at) | Verdict::Shadowed(at, _)) => {
+                    Err(EngineError::Unreplicated {
+                        reserved_at: *at,
+                        acked,
+                        wanted,
+                    })
+                }
+                _ => Ok(v),
+            })
+            .collect())
+    }
+
+    /// Send the script call, followed by `WAIT` in the same pipeline when waiting
+    /// is on: the flat reply, and how many replicas acknowledged.
+    async fn call_once(
+        &self,
+        cmd: &redis::Cmd,
+        conn: &mut RedisConn,
+    ) -> redis::RedisResult<(Vec<i64>, Option<i64>)> {
+        match self.wait {
+            None => Ok((cmd.query_async(conn).await?, None)),
+            Some((replicas, timeout_ms)) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone())
+                    .cmd("WAIT")
+                    .arg(replicas)
+                    .arg(timeout_ms);
+                let (flat, acked): (Vec<i64>, i64) = pipe.query_async(conn).await?;
+                Ok((flat, Some(acked)))
+            }
+        }
     }
 
     /// Run one batch and hand each job its reply.
@@ -239,7 +287,7 @@ impl Caller {
         match self.call(&jobs).await {
             Ok(replies) => {
                 for ((_, tx), reply) in batch.into_iter().zip(replies) {
-                    let _ = tx.send(Ok(reply));
+                    let _ = tx.send(reply);
                 }
             }
             Err(e) => {
