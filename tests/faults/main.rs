@@ -1,5 +1,6 @@
 //! The fault suite: the worker under kill -9, a broker restart, a broker hang, nodes
-//! of a three-node RabbitMQ cluster killed, a Redis outage, four competing
+//! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
+//! failover and a Redis Cluster master failing over to its replica, four competing
 //! processes, SIGTERM under load and stale `x-death` headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
 //! publishes a known set of jobs and ends with an audit (see `common::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
@@ -28,7 +29,9 @@ mod four_workers;
 mod interrupted_admission;
 mod kill_9;
 mod rabbit_cluster;
+mod redis_cluster_failover;
 mod redis_outage;
+mod redis_sentinel;
 mod sigterm;
 mod stale_x_death;
 mod unconfirmed_dispatch;
