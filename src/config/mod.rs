@@ -856,6 +856,14 @@ impl Settings {
             ));
         }
         self.check_sentinel()?;
+        if self.redis.wait_replicas > 0 && self.redis.cluster {
+            return Err(invalid(
+                "redis.wait_replicas",
+                "not supported with `redis.cluster = true` yet: after a master failed over, \
+                 the WAITs on the promoted master held its connection until every call to it \
+                 timed out (tests/faults/redis_cluster_failover.rs); use 0 on a cluster",
+            ));
+        }
         if self.redis.wait_replicas > 0 {
             let t = self.redis.wait_timeout.0;
             if t < Duration::from_millis(1) || t > Duration::from_millis(1500) {
@@ -1574,6 +1582,73 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("amqp.urls"), "{bad}");
+    }
+
+    #[test]
+    fn sentinel_and_replica_waits_are_checked_and_redacted() {
+        let load = |vars: &[(&str, &str)]| Settings::load_with_env(None, env(vars));
+        let s = load(&[
+            ("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", "main"),
+            (
+                "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+                "redis://:pw1@10.0.0.1:26379,redis://:pw2@10.0.0.2:26379",
+            ),
+            ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+        ])
+        .unwrap();
+        let sentinel = s.redis.sentinel.as_ref().unwrap();
+        assert_eq!(sentinel.master_name, "main");
+        assert_eq!(sentinel.urls.len(), 2);
+        assert_eq!(s.redis.wait_replicas, 1);
+        let shown = format!("{s} {s:?}");
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        assert_eq!(Settings::defaults().redis.wait_replicas, 0, "off by default");
+        assert!(Settings::defaults().redis.sentinel.is_none());
+
+        let key_of = |vars: &[(&str, &str)]| load(vars).unwrap_err().key().map(str::to_string);
+        let name = ("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", "main");
+        let urls = ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "redis://10.0.0.1:26379");
+        assert_eq!(
+            key_of(&[("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", ""), urls]).as_deref(),
+            Some("redis.sentinel.master_name")
+        );
+        assert_eq!(
+            key_of(&[name, ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "http://x")]).as_deref(),
+            Some("redis.sentinel.urls")
+        );
+        assert_eq!(
+            key_of(&[
+                name,
+                ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "rediss://10.0.0.1:26379")
+            ])
+            .as_deref(),
+            Some("redis.sentinel.urls")
+        );
+        assert_eq!(
+            key_of(&[name, urls, ("QUOTA_WORKER__REDIS__CLUSTER", "true"), (
+                "QUOTA_WORKER__REDIS__CLUSTER_URLS",
+                "redis://10.0.0.1:7000"
+            )])
+            .as_deref(),
+            Some("redis.sentinel")
+        );
+        assert_eq!(
+            key_of(&[
+                ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+                ("QUOTA_WORKER__REDIS__WAIT_TIMEOUT", "5s")
+            ])
+            .as_deref(),
+            Some("redis.wait_timeout")
+        );
+        assert_eq!(
+            key_of(&[
+                ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+                ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
+                ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000")
+            ])
+            .as_deref(),
+            Some("redis.wait_replicas")
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! a master under load; a replica is promoted and the worker follows the new slot
 //! map by itself (`redis.cluster_urls` names every node, the dead one included). As
 //! in the Sentinel scenario, the replicas are kept behind for a moment before the
-//! kill, and the run is made without and with `redis.wait_replicas = 1` (two
-//! replicas, so that the promoted one still has one to wait for).
+//! kill, so the audit counts the sends the failover forgot. (`redis.wait_replicas`
+//! is refused on a cluster: with it, the calls to the promoted master timed out
+//! until the end of the run.)
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,6 @@ use crate::common::procs::{self, RedisCluster, WorkerProc};
 use crate::common::reliability::{long, record};
 use crate::common::*;
 use crate::harness::*;
-use quota_worker::config::Dur;
 use serde_json::json;
 
 /// How long the replica is kept behind before its master is killed.
@@ -28,17 +28,13 @@ fn master_of(info: &str) -> Option<u16> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-async fn failover(wait: bool) -> serde_json::Value {
+async fn failover() -> serde_json::Value {
     let n = if long() { 6_000 } else { 1_500 };
     let mut cluster = RedisCluster::with_replicas(2, NODE_TIMEOUT_MS);
-    let ns = unique(if wait { "clusterfowait" } else { "clusterfo" });
+    let ns = unique("clusterfo");
     let mut s = fault_settings(&ns, 300);
     s.redis.cluster = true;
     s.redis.cluster_urls = cluster.urls();
-    if wait {
-        s.redis.wait_replicas = 1;
-        s.redis.wait_timeout = Dur(Duration::from_millis(500));
-    }
     let _c = Cleanup::new(&s);
     declare(&s).await;
     let mix = Mix::new(&ns, n, &noon_zone());
@@ -134,27 +130,23 @@ async fn failover(wait: bool) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_master_killed_under_load_the_worker_follows_its_replica() {
     let _heavy = heavy().await;
-    let without = failover(false).await;
-    let with = failover(true).await;
-    let sum = |key: &str| without[key].as_u64().unwrap_or(0) + with[key].as_u64().unwrap_or(0);
-    let bad = |v: &serde_json::Value| {
-        v["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
-            + v["violations"]["over_cap"].as_u64().unwrap_or(0)
-    };
-    record(json!({
+    let run = failover().await;
+    let mut figures = json!({
         "scenario": "redis_cluster_failover",
         "test": "tests/faults/redis_cluster_failover.rs: cluster_master_killed_under_load_the_worker_follows_its_replica",
-        "jobs": sum("jobs"),
-        "faults": 2,
+        "faults": 1,
         "fault": format!(
-            "a master's replica kept from resyncing for {} ms, then SIGKILL of that master (three masters with a replica each, cluster-node-timeout {} ms)",
+            "a master's replicas kept from resyncing for {} ms, then SIGKILL of that master (three masters with two replicas each, cluster-node-timeout {} ms)",
             BEHIND.as_millis(), NODE_TIMEOUT_MS
         ),
-        "lost": sum("lost"),
-        "duplicates": sum("duplicates"),
-        "violations": format!("{} without WAIT, {} with", bad(&without), bad(&with)),
-        "recovery_seconds": [without["recovery_seconds"].clone(), with["recovery_seconds"].clone()],
-        "runs": [without.clone(), with.clone()],
-    }));
-    assert_eq!(bad(&with), 0, "with wait_replicas = 1: {with}");
+    });
+    for (k, v) in run.as_object().unwrap() {
+        figures[k] = v.clone();
+    }
+    figures["violations"] = json!(
+        run["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
+            + run["violations"]["over_cap"].as_u64().unwrap_or(0)
+    );
+    figures["violations_by_kind"] = run["violations"].clone();
+    record(figures);
 }
