@@ -284,12 +284,10 @@ impl Engine {
             lease_ms,
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
-            wait: (settings.redis.wait_replicas > 0).then(|| {
-                (
-                    settings.redis.wait_replicas,
-                    settings.redis.wait_timeout.0.as_millis() as u64,
-                )
-            }),
+            wait: (settings.redis.wait_replicas > 0).then_some((
+                settings.redis.wait_replicas,
+                settings.redis.wait_timeout.0.as_millis() as u64,
+            )),
         });
         let engine = Engine {
             conn,

@@ -1602,12 +1602,19 @@ mod tests {
         assert_eq!(s.redis.wait_replicas, 1);
         let shown = format!("{s} {s:?}");
         assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
-        assert_eq!(Settings::defaults().redis.wait_replicas, 0, "off by default");
+        assert_eq!(
+            Settings::defaults().redis.wait_replicas,
+            0,
+            "off by default"
+        );
         assert!(Settings::defaults().redis.sentinel.is_none());
 
         let key_of = |vars: &[(&str, &str)]| load(vars).unwrap_err().key().map(str::to_string);
         let name = ("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", "main");
-        let urls = ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "redis://10.0.0.1:26379");
+        let urls = (
+            "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+            "redis://10.0.0.1:26379",
+        );
         assert_eq!(
             key_of(&[("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", ""), urls]).as_deref(),
             Some("redis.sentinel.master_name")
@@ -1619,16 +1626,21 @@ mod tests {
         assert_eq!(
             key_of(&[
                 name,
-                ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "rediss://10.0.0.1:26379")
+                (
+                    "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+                    "rediss://10.0.0.1:26379"
+                )
             ])
             .as_deref(),
             Some("redis.sentinel.urls")
         );
         assert_eq!(
-            key_of(&[name, urls, ("QUOTA_WORKER__REDIS__CLUSTER", "true"), (
-                "QUOTA_WORKER__REDIS__CLUSTER_URLS",
-                "redis://10.0.0.1:7000"
-            )])
+            key_of(&[
+                name,
+                urls,
+                ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
+                ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000")
+            ])
             .as_deref(),
             Some("redis.sentinel")
         );

@@ -73,20 +73,35 @@ impl SentinelConn {
 
     /// The connection to the master, asking the sentinels first if there is none.
     async fn get(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
-        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(c) = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Ok(c);
         }
         let mut client = self.client.lock().await;
         // another caller may have connected while this one waited
-        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(c) = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Ok(c);
         }
-        let conn = client.get_async_connection_with_config(&self.config).await?;
+        let conn = client
+            .get_async_connection_with_config(&self.config)
+            .await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let found = (generation, conn);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(found.clone());
         metrics::counter!(crate::metrics::REDIS_MASTER_CHANGES_TOTAL).increment(1);
-        tracing::info!(generation, "connected to the redis master named by the sentinels");
+        tracing::info!(
+            generation,
+            "connected to the redis master named by the sentinels"
+        );
         Ok(found)
     }
 

@@ -303,8 +303,8 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
         let run = |r: &Value| {
             format!(
                 "with `redis.wait_replicas = {}`: the replica promoted was {} bytes of replication \
-                 behind; the sentinels named it master {} s after the kill and dispatch resumed {} s \
-                 after it; {} dispatched jobs whose send the new master did not know \
+                 behind; the sentinels named it master {} s after the kill and the next dispatch came \
+                 {} s after the kill; {} dispatched jobs whose send the new master did not know \
                  (forgotten: the caps no longer count them), {} recipients over a cap, {} sends \
                  left reserved, not committed (their commit was forgotten; they still count), \
                  {} admissions held because no replica acknowledged them in time, {} lost, {} duplicates",
@@ -326,8 +326,8 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
     for v in get("redis_cluster_failover") {
         o.push_str(&format!(
             "- **Redis Cluster failover** ({} form): {}. The replica promoted was {} bytes of replication behind; \
-             the cluster was whole again {} s after the kill and dispatch resumed {} s after it, the worker \
-             following the new slot map by itself. {} dispatched jobs whose send the new master did not know \
+             the cluster was whole again {} s after the kill, the worker following the new slot map by \
+             itself (the next dispatch came {} s after the kill: jobs of the other masters' recipients went on). {} dispatched jobs whose send the new master did not know \
              (forgotten), {} recipients over a cap, {} sends left reserved, not committed; {} lost, {} duplicates. \
              `redis.wait_replicas` is refused on a cluster: with it, the calls to the promoted master timed out \
              until the end of the run.\n",
@@ -428,6 +428,7 @@ build, long forms on a release build); each row names the commit it measured.
 | **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
 | **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
 | **Runs unchanged on Redis Cluster.** | One hash slot per recipient; scripts loaded on every node at start and again on `NOSCRIPT`. | `cluster.rs` |
+| **Follows a Redis failover by itself.** With Sentinel (`[redis.sentinel]`) the worker finds the promoted master; on a Redis Cluster it follows the new slot map. With `redis.wait_replicas = 1` (Sentinel or one node with replicas) no dispatched job's send is forgotten by the failover. | A connection to the master the sentinels name, dropped and asked for again when a command on it fails as a lost or demoted node's would; the cluster client's own slot refresh. `WAIT` after each admission call, in the same round trip: a job is dispatched only once a replica has its send; one not acknowledged in `redis.wait_timeout` is held and retried. | `faults.rs`: `sentinel_failover_…` (with and without `WAIT`), `cluster_master_killed_…` |
 
 ## What happens on each fault
 

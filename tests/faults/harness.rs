@@ -502,7 +502,10 @@ pub(crate) fn failover_violations(violations: &[String]) -> serde_json::Value {
         .iter()
         .filter(|v| v.ends_with("dispatched without a recorded send"))
         .count();
-    let uncommitted = violations.iter().filter(|v| v.ends_with(UNCOMMITTED)).count();
+    let uncommitted = violations
+        .iter()
+        .filter(|v| v.ends_with(UNCOMMITTED))
+        .count();
     let over_cap = violations.len() - forgotten - uncommitted;
     serde_json::json!({
         "forgotten_sends": forgotten,

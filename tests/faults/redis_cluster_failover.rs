@@ -61,7 +61,10 @@ async fn failover() -> serde_json::Value {
         .collect();
     assert_eq!(replicas.len(), 2, "replicas of the victim");
     for &r in &replicas {
-        cut_replication(&cluster.nodes[victim], std::slice::from_ref(&cluster.nodes[r]));
+        cut_replication(
+            &cluster.nodes[victim],
+            std::slice::from_ref(&cluster.nodes[r]),
+        );
     }
     tokio::time::sleep(BEHIND).await;
     let master_offset = repl_offset(&cluster.nodes[victim].replication());
@@ -112,17 +115,28 @@ async fn failover() -> serde_json::Value {
         "elapsed_seconds": (end.quiet_at - started).as_secs_f64(),
         "worker_panics": worker_panics(&dir).len(),
     });
-    eprintln!("cluster failover, wait_replicas = {}: {figures}", s.redis.wait_replicas);
+    eprintln!(
+        "cluster failover, wait_replicas = {}: {figures}",
+        s.redis.wait_replicas
+    );
     assert!(
         end.stopped.map(|st| st.success()).unwrap_or(false),
         "worker exit:\n{}",
         w.tail(30)
     );
     assert!(worker_panics(&dir).is_empty(), "{:?}", worker_panics(&dir));
-    assert!(end.settled, "the run did not settle: {}", a.summary(&mix.jobs));
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
     assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
     assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(end.wrong_dead.is_empty(), "dead letters: {:?}", end.wrong_dead);
+    assert!(
+        end.wrong_dead.is_empty(),
+        "dead letters: {:?}",
+        end.wrong_dead
+    );
     assert!(resumed.is_some(), "dispatch never resumed:\n{}", w.tail(40));
     figures
 }

@@ -100,17 +100,28 @@ async fn failover(wait: bool) -> serde_json::Value {
         "elapsed_seconds": (end.quiet_at - started).as_secs_f64(),
         "worker_panics": worker_panics(&dir).len(),
     });
-    eprintln!("sentinel failover, wait_replicas = {}: {figures}", s.redis.wait_replicas);
+    eprintln!(
+        "sentinel failover, wait_replicas = {}: {figures}",
+        s.redis.wait_replicas
+    );
     assert!(
         end.stopped.map(|st| st.success()).unwrap_or(false),
         "worker exit:\n{}",
         w.tail(30)
     );
     assert!(worker_panics(&dir).is_empty(), "{:?}", worker_panics(&dir));
-    assert!(end.settled, "the run did not settle: {}", a.summary(&mix.jobs));
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
     assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
     assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(end.wrong_dead.is_empty(), "dead letters: {:?}", end.wrong_dead);
+    assert!(
+        end.wrong_dead.is_empty(),
+        "dead letters: {:?}",
+        end.wrong_dead
+    );
     assert!(resumed.is_some(), "dispatch never resumed:\n{}", w.tail(40));
     figures
 }
