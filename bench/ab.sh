@@ -10,7 +10,7 @@
 # execs the worker, to compare one setting on and off.
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-7} out=${4:-target/ab} jobs=${5:-30000}
-bench=$(dirname "$0")/../target/release/bench
+bench=${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/bench
 mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi

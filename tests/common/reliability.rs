@@ -302,8 +302,8 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
         let runs = v["runs"].as_array().cloned().unwrap_or_default();
         let run = |r: &Value| {
             format!(
-                "with `redis.wait_replicas = {}`: the replica promoted was {} bytes of replication \
-                 behind; the sentinels named it master {} s after the kill and the next dispatch came \
+                "with `redis.wait_replicas = {}`: a replica was {} bytes of replication behind at \
+                 the kill; the first sentinel named a new master {} s after the kill and the next dispatch came \
                  {} s after the kill; {} dispatched jobs whose send the new master did not know \
                  (forgotten: the caps no longer count them), {} recipients over a cap, {} sends \
                  left reserved, not committed (their commit was forgotten; they still count), \
@@ -325,7 +325,7 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
     }
     for v in get("redis_cluster_failover") {
         o.push_str(&format!(
-            "- **Redis Cluster failover** ({} form): {}. The replica promoted was {} bytes of replication behind; \
+            "- **Redis Cluster failover** ({} form): {}. A replica of that master was {} bytes of replication behind at the kill; \
              the cluster was whole again {} s after the kill, the worker following the new slot map by \
              itself (the next dispatch came {} s after the kill: jobs of the other masters' recipients went on). {} dispatched jobs whose send the new master did not know \
              (forgotten), {} recipients over a cap, {} sends left reserved, not committed; {} lost, {} duplicates. \
