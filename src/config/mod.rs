@@ -1206,7 +1206,20 @@ impl Settings {
                 out.push(describe("broker", "amqp", &e, &self.amqp.tls));
             }
         }
-        if let Ok(es) = self.redis_endpoints() {
+        if let Some(sentinel) = &self.redis.sentinel {
+            // the master's address is the sentinels' answer, not `redis.url`'s host
+            use redis::{ConnectionAddr, IntoConnectionInfo};
+            for url in &sentinel.urls {
+                if let Ok(info) = url.as_str().into_connection_info() {
+                    if let ConnectionAddr::Tcp(host, port) = info.addr() {
+                        out.push(format!(
+                            "redis master `{}` as sentinel {host}:{port} names it: plaintext (no TLS)",
+                            sentinel.master_name
+                        ));
+                    }
+                }
+            }
+        } else if let Ok(es) = self.redis_endpoints() {
             for e in es {
                 out.push(describe("redis", "redis", &e, &self.redis.tls));
             }
@@ -1602,6 +1615,13 @@ mod tests {
         assert_eq!(s.redis.wait_replicas, 1);
         let shown = format!("{s} {s:?}");
         assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        let lines = s.connections();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("redis master `main` as sentinel 10.0.0.2:26379")),
+            "{lines:?}"
+        );
         assert_eq!(
             Settings::defaults().redis.wait_replicas,
             0,
