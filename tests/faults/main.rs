@@ -11,7 +11,7 @@
 //! Quick form (CI): `cargo test --test faults`. Long form:
 //! `QW_FAULTS_LONG=1 cargo test --release --test faults` (20,000 jobs and 20 kills,
 //! a 30 s Redis outage, a 30 s broker hang, two broker restarts, the second a
-//! SIGKILL). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
+//! SIGKILL, Sentinel and cluster failovers of 6,000 jobs a run). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
 //! replays the random kill times; `QW_WORKER_LOG` sets the worker processes'
 //! `RUST_LOG` (their logs are in the scenario's temp dir, kept with `QW_KEEP_TMP=1`).
 //! Any panic in a worker process's log fails the scenario.
