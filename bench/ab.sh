@@ -4,16 +4,21 @@
 # rounds and B then A in even ones; then prints every round and the medians.
 #
 #   bench/ab.sh OLD_WORKER NEW_WORKER [ROUNDS=7] [OUT=target/ab] [JOBS=30000]
+#
+# BENCH_ARGS adds options to every bench run (e.g. BENCH_ARGS="--redis redis://127.0.0.1:7000"
+# for a Redis of one's own); a worker "binary" may be a script that sets variables and
+# execs the worker, to compare one setting on and off.
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-7} out=${4:-target/ab} jobs=${5:-30000}
-bench=$(dirname "$0")/../target/release/bench
+bench=${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/bench
 mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
   for which in $order; do
     bin=$old; [ "$which" = new ] && bin=$new
+    # shellcheck disable=SC2086
     "$bench" --steps a,b --jobs "$jobs" --rounds 1 --no-realtime --worker "$bin" \
-      --out "$out/$r-$which" > "$out/$r-$which.log" 2>&1
+      --out "$out/$r-$which" ${BENCH_ARGS:-} > "$out/$r-$which.log" 2>&1
   done
 done
 python3 - "$out" <<'PY'

@@ -48,6 +48,19 @@ pub enum EngineError {
     /// the original error).
     #[error("redis (batched admission): {0}")]
     Batch(String),
+    /// An admission was recorded on the master but fewer replicas than
+    /// `redis.wait_replicas` acknowledged it within `redis.wait_timeout`: the job is
+    /// held and retried (its reservation, made at `reserved_at` ms, is taken back
+    /// then), so a failover cannot forget a send that was dispatched.
+    #[error("redis: admission acknowledged by {acked} of {wanted} replicas in time")]
+    Unreplicated {
+        /// When the reservation was recorded (ms, Redis time).
+        reserved_at: i64,
+        /// Replicas that acknowledged.
+        acked: i64,
+        /// `redis.wait_replicas`.
+        wanted: u32,
+    },
     /// A script answered something it never should.
     #[error("unexpected reply from {script}: {reply:?}")]
     Reply {
@@ -274,6 +287,10 @@ impl Engine {
             lease_ms,
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
+            wait: (settings.redis.wait_replicas > 0).then_some((
+                settings.redis.wait_replicas,
+                settings.redis.wait_timeout.0.as_millis() as u64,
+            )),
         });
         let keys = Keys::from_settings(&settings.redis);
         let rates = settings
@@ -761,14 +778,30 @@ impl Engine {
             now.map(window::from_millis)
                 .unwrap_or_else(|| self.redis_now()),
         );
-        let reply = self
+        let reply = match self
             .admitter
             .admit(AdmitArgs {
                 key: key.to_string(),
                 member: member.to_vec(),
                 plan,
             })
-            .await?;
+            .await
+        {
+            Err(EngineError::Unreplicated {
+                reserved_at,
+                acked,
+                wanted,
+            }) => {
+                // ours: the retry takes it back instead of waiting out the lease
+                self.orphan(key, member, reserved_at);
+                return Err(EngineError::Unreplicated {
+                    reserved_at,
+                    acked,
+                    wanted,
+                });
+            }
+            reply => reply?,
+        };
         self.observe(reply.now());
         match reply {
             Verdict::WrongType(now) => Err(EngineError::Reply {

@@ -30,6 +30,12 @@ pub const IN_FLIGHT: &str = "quota_worker_in_flight";
 pub const REDIS_CALLS_TOTAL: &str = "quota_worker_redis_calls_total";
 /// Counter: Redis calls that failed (the job is held and retried).
 pub const REDIS_ERRORS_TOTAL: &str = "quota_worker_redis_errors_total";
+/// Counter: connections made to a Redis master named by the sentinels (the first,
+/// then one per failover or lost connection).
+pub const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_connections_total";
+/// Counter: `WAIT`s after admission calls (`redis.wait_replicas`), by `result`
+/// (replicated, short: fewer replicas than asked within `redis.wait_timeout`).
+pub const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
 /// Counter: broker sessions that ended in an error.
 pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
@@ -166,6 +172,14 @@ pub fn describe() {
         "Broker sessions that ended in an error"
     );
     describe_counter!(RECONNECTS_TOTAL, "Reconnections to the broker");
+    describe_counter!(
+        REDIS_MASTER_CHANGES_TOTAL,
+        "Connections made to the Redis master the sentinels name (the first, then one per failover or lost connection)"
+    );
+    describe_counter!(
+        REPLICA_WAITS_TOTAL,
+        "WAITs after admission calls (redis.wait_replicas), by result: replicated, or short (fewer replicas than asked in time: the jobs are held and retried)"
+    );
     describe_counter!(
         REDIS_CALLS_TOTAL,
         "Redis commands sent (a script call or a pipeline counts once)"

@@ -248,17 +248,85 @@ async fn a_stale_slot_map_costs_calls_not_decisions() {
     slots.set(wrong.clone());
     let calls = burst_on_cluster(&e, &ns).await;
     eprintln!("{calls} Redis calls for 300 admissions with a wrong slot map");
-    // the jobs whose key lives on another node than their call's (about two in
-    // three) were each asked again on their own
-    assert!(
-        calls >= 100,
-        "{calls} calls: the keys elsewhere were not asked again"
-    );
     let now = slots.current().unwrap();
     assert!(
         slots.needs_refresh() || *now != wrong,
         "the map was not marked stale nor read again"
     );
+}
+
+/// The per-node call itself: sent to one node with a key it owns declared and a
+/// key of another node carried as an argument, the script admits the first and
+/// answers 7 ("not here") for the second, having written nothing for it.
+#[tokio::test]
+async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
+    let ns = unique("c-nothere");
+    let _k = ClusterKeys(ns.clone());
+    // loads the flagged script on every node
+    let _e = engine(&cluster_settings(&ns)).await;
+    let urls = cluster().urls();
+    let mut first = redis::Client::open(urls[0].as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let reply: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut first)
+        .unwrap();
+    let map = quota_worker::redis::slots::SlotMap::from_reply(&reply).unwrap();
+    let key = |i: usize| format!("{ns}:{{r{i}}}:default");
+    let owner = |i: usize| map.owner(key(i).as_bytes()).unwrap();
+    let here = (0..).find(|&i| owner(i) == owner(0)).unwrap();
+    let there = (0..).find(|&i| owner(i) != owner(0)).unwrap();
+    let node = &map.nodes()[owner(0)];
+    let mut conn = redis::Client::open(format!("redis://{}:{}", node.host, node.port))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let sha = quota_worker::redis::Scripts::default()
+        .admit_cross_slot
+        .get_hash()
+        .to_string();
+    let flat: Vec<i64> = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg(key(here))
+        // lease, dedupe, one undeclared key, one plan (3 per rolling day)
+        .arg(120_000)
+        .arg(86_400_000)
+        .arg(1)
+        .arg(1)
+        .arg(0)
+        .arg(9_007_199_254_740_991i64)
+        .arg(0)
+        .arg(0)
+        .arg(1)
+        .arg(3)
+        .arg(-86_400_000)
+        .arg("m-here")
+        .arg(1)
+        .arg("m-there")
+        .arg(1)
+        .arg(key(there))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(flat[1..], [1, 7], "{flat:?}");
+    let elsewhere = &map.nodes()[owner(there)];
+    let mut owner_conn =
+        redis::Client::open(format!("redis://{}:{}", elsewhere.host, elsewhere.port))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(key(there))
+        .query(&mut owner_conn)
+        .unwrap();
+    assert_eq!(exists, 0, "nothing written for the key elsewhere");
+    let admitted: i64 = redis::cmd("EXISTS")
+        .arg(key(here))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(admitted, 1, "the key here holds its send");
 }
 
 /// The worker end to end on the cluster: dispatch, a cap delay to the recipient's

@@ -39,13 +39,17 @@ pub const REDACTED: &str = "<redacted>";
 /// The keys that may also be read from a file named by `<VARIABLE>_FILE` (as the
 /// official RabbitMQ, Redis and Postgres images do, for Docker and Kubernetes
 /// secrets). Other keys ending in `_file` (`amqp.tls.ca_file`) are paths themselves.
-pub const SECRET_KEYS: [&str; 5] = [
+pub const SECRET_KEYS: [&str; 6] = [
     "amqp.url",
     "amqp.urls",
     "redis.url",
     "redis.cluster_urls",
+    "redis.sentinel.urls",
     "redis.hash_key",
 ];
+
+/// The keys that hold a list of URLs (comma-separated in a variable or its file).
+const URL_LIST_KEYS: [&str; 3] = ["amqp.urls", "redis.cluster_urls", "redis.sentinel.urls"];
 
 /// A configuration that could not be read or is not valid.
 ///
@@ -240,6 +244,18 @@ pub struct RedisSettings {
     pub tls: TlsSettings,
     pub cluster: bool,
     pub cluster_urls: Vec<String>,
+    /// Redis Sentinel (`[redis.sentinel]`): the sentinels are asked for the master,
+    /// and asked again when it stops answering as one (a failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<SentinelSettings>,
+    /// After each admission call, wait until this many replicas have its writes
+    /// (`WAIT`) before the verdict counts; 0: do not wait. Replication is
+    /// asynchronous, so without it a failover can forget sends the old master had
+    /// recorded (and the caps start afresh for them).
+    pub wait_replicas: u32,
+    /// How long one `WAIT` may take; a job whose admission was not replicated in
+    /// time is held and retried, as when Redis is away.
+    pub wait_timeout: Dur,
     pub key_prefix: String,
     #[serde(serialize_with = "redacted_secret")]
     pub hash_key: SecretString,
@@ -248,6 +264,28 @@ pub struct RedisSettings {
     /// How long the notes about a job (`admin job`), its cancel mark and its
     /// recipient's collapse keys and waiting set are kept after their last write.
     pub record_ttl: Dur,
+}
+
+/// Redis Sentinel (`[redis.sentinel]`). `Debug` hides the URLs' passwords.
+#[allow(missing_docs)]
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelSettings {
+    /// The name the sentinels monitor the master under (`sentinel monitor NAME ...`).
+    pub master_name: String,
+    /// The sentinels, tried in turn (`redis://host:26379`; with a password to the
+    /// sentinels themselves, `redis://:password@host:26379`).
+    pub urls: Vec<String>,
+}
+
+impl fmt::Debug for SentinelSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
+        f.debug_struct("SentinelSettings")
+            .field("master_name", &self.master_name)
+            .field("urls", &urls)
+            .finish()
+    }
 }
 
 fn redacted_secret<S: Serializer>(_: &SecretString, s: S) -> Result<S::Ok, S::Error> {
@@ -289,6 +327,9 @@ impl fmt::Debug for RedisSettings {
             .field("tls", &r.tls)
             .field("cluster", &r.cluster)
             .field("cluster_urls", &urls)
+            .field("sentinel", &r.sentinel)
+            .field("wait_replicas", &r.wait_replicas)
+            .field("wait_timeout", &r.wait_timeout)
             .field("key_prefix", &r.key_prefix)
             .field("hash_key", &REDACTED)
             .field("dedupe_window", &r.dedupe_window)
@@ -653,7 +694,7 @@ impl EnvValues {
                 .strip_suffix('\n')
                 .map(|t| t.strip_suffix('\r').unwrap_or(t))
                 .unwrap_or(&text);
-            let value = if base == "redis.cluster_urls" || base == "amqp.urls" {
+            let value = if URL_LIST_KEYS.contains(&base) {
                 let urls = text
                     .split([',', '\n'])
                     .map(str::trim)
@@ -732,6 +773,7 @@ impl Settings {
             .try_parsing(true)
             .list_separator(",")
             .with_list_parse_key("redis.cluster_urls")
+            .with_list_parse_key("redis.sentinel.urls")
             .with_list_parse_key("amqp.urls");
         let env = EnvValues::read(&env)?;
         let sources = locate::Sources::new(file.zip(text.as_deref()), env.origins.clone())?;
@@ -812,6 +854,25 @@ impl Settings {
                 "redis.cluster_urls",
                 "cluster = true needs at least one URL",
             ));
+        }
+        self.check_sentinel()?;
+        if self.redis.wait_replicas > 0 && self.redis.cluster {
+            return Err(invalid(
+                "redis.wait_replicas",
+                "not supported with `redis.cluster = true` yet: after a master failed over, \
+                 the WAITs on the promoted master held its connection until every call to it \
+                 timed out (tests/faults/redis_cluster_failover.rs); use 0 on a cluster",
+            ));
+        }
+        if self.redis.wait_replicas > 0 {
+            let t = self.redis.wait_timeout.0;
+            if t < Duration::from_millis(1) || t > Duration::from_millis(1500) {
+                return Err(invalid(
+                    "redis.wait_timeout",
+                    "must be between 1ms and 1500ms (every Redis call gives up after 2 s, \
+                     and a WAIT holds the connection it runs on)",
+                ));
+            }
         }
         if self.redis.reservation_lease.0 < Duration::from_secs(1) {
             return Err(invalid("redis.reservation_lease", "must be at least 1s"));
@@ -1006,6 +1067,56 @@ impl Settings {
         Ok(out)
     }
 
+    /// `[redis.sentinel]`: a master name and plaintext sentinel URLs, not with
+    /// `cluster = true`.
+    fn check_sentinel(&self) -> Result<(), ConfigError> {
+        use redis::{ConnectionAddr, IntoConnectionInfo};
+        let Some(sentinel) = &self.redis.sentinel else {
+            return Ok(());
+        };
+        if self.redis.cluster {
+            return Err(invalid(
+                "redis.sentinel",
+                "set together with `redis.cluster = true`; a deployment is a Redis Cluster or \
+                 Sentinel-managed replicas, not both",
+            ));
+        }
+        if sentinel.master_name.trim().is_empty() {
+            return Err(invalid(
+                "redis.sentinel.master_name",
+                "must not be empty (the name in `sentinel monitor NAME host port quorum`)",
+            ));
+        }
+        if sentinel.urls.is_empty() {
+            return Err(invalid(
+                "redis.sentinel.urls",
+                "needs at least one sentinel URL",
+            ));
+        }
+        for url in &sentinel.urls {
+            let shown = redact_url(url);
+            let info = url.as_str().into_connection_info().map_err(|e| {
+                invalid(
+                    "redis.sentinel.urls",
+                    format!("`{shown}` is not a Redis URL: {e}"),
+                )
+            })?;
+            if !matches!(info.addr(), ConnectionAddr::Tcp(..)) {
+                return Err(invalid(
+                    "redis.sentinel.urls",
+                    format!("`{shown}`: only redis:// (TLS with Sentinel is not supported)"),
+                ));
+            }
+        }
+        if self.redis.url.starts_with("rediss://") {
+            return Err(invalid(
+                "redis.url",
+                "rediss:// with `[redis.sentinel]`: TLS with Sentinel is not supported",
+            ));
+        }
+        Ok(())
+    }
+
     /// TLS keys only with a TLS URL; their files readable and valid.
     fn check_tls(
         &self,
@@ -1095,7 +1206,20 @@ impl Settings {
                 out.push(describe("broker", "amqp", &e, &self.amqp.tls));
             }
         }
-        if let Ok(es) = self.redis_endpoints() {
+        if let Some(sentinel) = &self.redis.sentinel {
+            // the master's address is the sentinels' answer, not `redis.url`'s host
+            use redis::{ConnectionAddr, IntoConnectionInfo};
+            for url in &sentinel.urls {
+                if let Ok(info) = url.as_str().into_connection_info() {
+                    if let ConnectionAddr::Tcp(host, port) = info.addr() {
+                        out.push(format!(
+                            "redis master `{}` as sentinel {host}:{port} names it: plaintext (no TLS)",
+                            sentinel.master_name
+                        ));
+                    }
+                }
+            }
+        } else if let Ok(es) = self.redis_endpoints() {
             for e in es {
                 out.push(describe("redis", "redis", &e, &self.redis.tls));
             }
@@ -1255,6 +1379,9 @@ impl Settings {
         s.amqp.urls = s.amqp.urls.iter().map(|u| redact_url(u)).collect();
         s.redis.url = redact_url(&s.redis.url);
         s.redis.cluster_urls = s.redis.cluster_urls.iter().map(|u| redact_url(u)).collect();
+        if let Some(sentinel) = &mut s.redis.sentinel {
+            sentinel.urls = sentinel.urls.iter().map(|u| redact_url(u)).collect();
+        }
         s
     }
 }
@@ -1468,6 +1595,92 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("amqp.urls"), "{bad}");
+    }
+
+    #[test]
+    fn sentinel_and_replica_waits_are_checked_and_redacted() {
+        let load = |vars: &[(&str, &str)]| Settings::load_with_env(None, env(vars));
+        let s = load(&[
+            ("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", "main"),
+            (
+                "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+                "redis://:pw1@10.0.0.1:26379,redis://:pw2@10.0.0.2:26379",
+            ),
+            ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+        ])
+        .unwrap();
+        let sentinel = s.redis.sentinel.as_ref().unwrap();
+        assert_eq!(sentinel.master_name, "main");
+        assert_eq!(sentinel.urls.len(), 2);
+        assert_eq!(s.redis.wait_replicas, 1);
+        let shown = format!("{s} {s:?}");
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        let lines = s.connections();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("redis master `main` as sentinel 10.0.0.2:26379")),
+            "{lines:?}"
+        );
+        assert_eq!(
+            Settings::defaults().redis.wait_replicas,
+            0,
+            "off by default"
+        );
+        assert!(Settings::defaults().redis.sentinel.is_none());
+
+        let key_of = |vars: &[(&str, &str)]| load(vars).unwrap_err().key().map(str::to_string);
+        let name = ("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", "main");
+        let urls = (
+            "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+            "redis://10.0.0.1:26379",
+        );
+        assert_eq!(
+            key_of(&[("QUOTA_WORKER__REDIS__SENTINEL__MASTER_NAME", ""), urls]).as_deref(),
+            Some("redis.sentinel.master_name")
+        );
+        assert_eq!(
+            key_of(&[name, ("QUOTA_WORKER__REDIS__SENTINEL__URLS", "http://x")]).as_deref(),
+            Some("redis.sentinel.urls")
+        );
+        assert_eq!(
+            key_of(&[
+                name,
+                (
+                    "QUOTA_WORKER__REDIS__SENTINEL__URLS",
+                    "rediss://10.0.0.1:26379"
+                )
+            ])
+            .as_deref(),
+            Some("redis.sentinel.urls")
+        );
+        assert_eq!(
+            key_of(&[
+                name,
+                urls,
+                ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
+                ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000")
+            ])
+            .as_deref(),
+            Some("redis.sentinel")
+        );
+        assert_eq!(
+            key_of(&[
+                ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+                ("QUOTA_WORKER__REDIS__WAIT_TIMEOUT", "5s")
+            ])
+            .as_deref(),
+            Some("redis.wait_timeout")
+        );
+        assert_eq!(
+            key_of(&[
+                ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+                ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
+                ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000")
+            ])
+            .as_deref(),
+            Some("redis.wait_replicas")
+        );
     }
 
     #[test]

@@ -144,6 +144,8 @@ pub(crate) struct Caller {
     pub dedupe_ms: i64,
     /// Redis commands sent (shared with the engine's counter).
     pub calls: Arc<AtomicU64>,
+    /// `redis.wait_replicas` and `redis.wait_timeout` (ms), when waiting is on.
+    pub wait: Option<(u32, u64)>,
 }
 
 impl Admitter {
@@ -180,7 +182,7 @@ impl Admitter {
         replies.pop().ok_or(EngineError::Reply {
             script: "admit.lua",
             reply: vec![],
-        })
+        })?
     }
 }
 
@@ -189,12 +191,13 @@ impl Caller {
     /// carrying the others' as arguments: one reply per job, in order. The distinct
     /// plans go once, each job names its own by number (see `lua/admit.lua`); the
     /// command is built directly (no per-argument buffers) and the script loaded on
-    /// NOSCRIPT.
+    /// NOSCRIPT. With waiting on, a job admitted by a call that too few replicas
+    /// acknowledged gets [`EngineError::Unreplicated`] instead of its verdict.
     pub async fn call(
         &self,
         jobs: &[&AdmitArgs],
         declared: usize,
-    ) -> Result<Vec<Verdict>, EngineError> {
+    ) -> Result<Vec<Reply>, EngineError> {
         let declared = declared.min(jobs.len());
         let script = match declared < jobs.len() {
             true => &self.cross_slot,
@@ -244,26 +247,70 @@ impl Caller {
         super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
         let started = std::time::Instant::now();
-        let flat: Vec<i64> = match cmd.query_async(&mut conn).await {
+        let (flat, acked) = match self.call_once(&cmd, &mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 script.prepare_invoke().load_async(&mut conn).await?;
-                cmd.query_async(&mut conn).await?
+                self.call_once(&cmd, &mut conn).await?
             }
             result => result?,
         };
         metrics::histogram!(crate::metrics::ADMISSION_CALL_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
+        let verdicts = verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
             script: "admit.lua",
             reply: flat,
-        })
+        })?;
+        let short = match (self.wait, acked) {
+            (Some((wanted, _)), Some(acked)) => {
+                let short = acked < i64::from(wanted);
+                let result = if short { "short" } else { "replicated" };
+                metrics::counter!(crate::metrics::REPLICA_WAITS_TOTAL, "result" => result)
+                    .increment(1);
+                short.then_some((acked, wanted))
+            }
+            _ => None,
+        };
+        Ok(verdicts
+            .into_iter()
+            .map(|v| match (short, &v) {
+                (Some((acked, wanted)), Verdict::Admitted(at) | Verdict::Shadowed(at, _)) => {
+                    Err(EngineError::Unreplicated {
+                        reserved_at: *at,
+                        acked,
+                        wanted,
+                    })
+                }
+                _ => Ok(v),
+            })
+            .collect())
+    }
+
+    /// Send the script call, followed by `WAIT` in the same pipeline when waiting
+    /// is on: the flat reply, and how many replicas acknowledged.
+    async fn call_once(
+        &self,
+        cmd: &redis::Cmd,
+        conn: &mut RedisConn,
+    ) -> redis::RedisResult<(Vec<i64>, Option<i64>)> {
+        match self.wait {
+            None => Ok((cmd.query_async(conn).await?, None)),
+            Some((replicas, timeout_ms)) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone())
+                    .cmd("WAIT")
+                    .arg(replicas)
+                    .arg(timeout_ms);
+                let (flat, acked): (Vec<i64>, i64) = pipe.query_async(conn).await?;
+                Ok((flat, Some(acked)))
+            }
+        }
     }
 
     /// A batch's verdicts: one call on a single node; on a cluster one call per
     /// node, all at once, then each job its key's node did not own asked again on
     /// its own.
-    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Verdict>, EngineError> {
-        if matches!(self.conn, RedisConn::Single(_)) {
+    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, EngineError> {
+        if !matches!(self.conn, RedisConn::Cluster(..)) {
             return self.call(jobs, jobs.len()).await;
         }
         let map = self.conn.slot_map().await;
@@ -276,14 +323,14 @@ impl Caller {
             self.call(&group, 1).await
         });
         let replies = futures_util::future::join_all(calls).await;
-        let mut out: Vec<Option<Verdict>> = vec![None; jobs.len()];
+        let mut out: Vec<Option<Reply>> = (0..jobs.len()).map(|_| None).collect();
         for ((_, indices), reply) in groups.iter().zip(replies) {
             for (&i, verdict) in indices.iter().zip(reply?) {
                 out[i] = Some(verdict);
             }
         }
         for (i, slot) in out.iter_mut().enumerate() {
-            if let Some(Verdict::Elsewhere(_)) = slot {
+            if let Some(Ok(Verdict::Elsewhere(_))) = slot {
                 self.conn.slots_moved();
                 *slot = self.call(&[jobs[i]], 1).await?.pop();
             }
@@ -301,13 +348,13 @@ impl Caller {
     /// Run one batch and hand each job its reply.
     async fn answer(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
         let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
-        if matches!(self.conn, RedisConn::Single(_)) {
+        if !matches!(self.conn, RedisConn::Cluster(..)) {
             metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
         }
         match self.decide(&jobs).await {
             Ok(replies) => {
                 for ((_, tx), reply) in batch.into_iter().zip(replies) {
-                    let _ = tx.send(Ok(reply));
+                    let _ = tx.send(reply);
                 }
             }
             Err(e) => {

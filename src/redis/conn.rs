@@ -1,25 +1,130 @@
-//! The connection to Redis: one node through a connection manager, or a Redis
-//! Cluster; both reconnect by themselves. `rediss://` URLs connect with TLS as
-//! `redis.tls` says (module [`crate::tls`]).
+//! The connection to Redis: one node through a connection manager, the master of
+//! a Sentinel-managed group, or a Redis Cluster; all reconnect by themselves.
+//! `rediss://` URLs connect with TLS as `redis.tls` says (module [`crate::tls`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
 
 use super::slots::{SlotMap, Slots};
 use crate::engine::EngineError;
 
-/// A Redis connection: one node, or a cluster. Both reconnect by themselves.
+/// A Redis connection: one node, a Sentinel group's master, or a cluster. All
+/// reconnect by themselves.
 #[derive(Clone)]
 pub enum RedisConn {
     /// A single node, through a connection manager.
     Single(redis::aio::ConnectionManager),
+    /// The master of a group that Redis Sentinel watches (see [`SentinelConn`]).
+    Sentinel(Arc<SentinelConn>),
     /// A Redis Cluster, and the owner of each slot as last read.
     Cluster(redis::cluster_async::ClusterConnection, Arc<Slots>),
+}
+
+/// The master of a Sentinel group, found by asking the sentinels.
+///
+/// The redis crate finds the master (and checks with `ROLE` that it is one) but
+/// keeps no connection up across a failover, so this does: one multiplexed
+/// connection to the master, used until a command on it fails in a way that says
+/// the node is gone or no longer the master (a dropped connection, a timeout,
+/// `READONLY` from a demoted master). That command's error goes back to its caller,
+/// which retries with its backoff as for any Redis error; the next command asks
+/// the sentinels again. Until they have promoted a replica they name the old
+/// master, whose connection fails, so a failover costs the time Sentinel takes to
+/// decide (`down-after-milliseconds` plus the election), not a restart.
+pub struct SentinelConn {
+    client: tokio::sync::Mutex<SentinelClient>,
+    config: redis::AsyncConnectionConfig,
+    /// The connection in use and its generation (a failure seen on an older one
+    /// does not drop a newer one).
+    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    generation: AtomicU64,
+}
+
+impl SentinelConn {
+    fn new(
+        settings: &crate::config::RedisSettings,
+        sentinel: &crate::config::SentinelSettings,
+        timeout: Duration,
+    ) -> Result<SentinelConn, EngineError> {
+        // the master's user, password and database come from `redis.url`
+        let node = settings.url.as_str().into_connection_info()?;
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(node.redis_settings().clone());
+        let client = SentinelClient::build(
+            sentinel.urls.clone(),
+            sentinel.master_name.as_str(),
+            Some(node),
+            SentinelServerType::Master,
+        )?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        Ok(SentinelConn {
+            client: tokio::sync::Mutex::new(client),
+            config,
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// The connection to the master, asking the sentinels first if there is none.
+    async fn get(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
+        if let Some(c) = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(c);
+        }
+        let mut client = self.client.lock().await;
+        // another caller may have connected while this one waited
+        if let Some(c) = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(c);
+        }
+        let conn = client
+            .get_async_connection_with_config(&self.config)
+            .await?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let found = (generation, conn);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(found.clone());
+        metrics::counter!(crate::metrics::REDIS_MASTER_CHANGES_TOTAL).increment(1);
+        tracing::info!(
+            generation,
+            "connected to the redis master named by the sentinels"
+        );
+        Ok(found)
+    }
+
+    /// After `e` on the connection of `generation`: forget that connection if the
+    /// error says its node is gone or no longer the master.
+    fn failed(&self, generation: u64, e: &RedisError) {
+        let gone = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_unrecoverable_error()
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if !gone {
+            return;
+        }
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().map(|c| c.0) == Some(generation) {
+            tracing::warn!(error = %e, "redis master lost; asking the sentinels again");
+            *current = None;
+        }
+    }
 }
 
 impl RedisConn {
@@ -31,6 +136,12 @@ impl RedisConn {
         let timeout = Duration::from_secs(2);
         let certs = crate::tls::redis_certificates(&settings.tls)?;
         let insecure = settings.tls.insecure_skip_verify;
+        if let Some(sentinel) = &settings.sentinel {
+            let conn = SentinelConn::new(settings, sentinel, timeout)?;
+            // fail here as a lone node would when it is not there at start
+            conn.get().await?;
+            return Ok(RedisConn::Sentinel(Arc::new(conn)));
+        }
         if settings.cluster {
             let mut builder =
                 redis::cluster::ClusterClientBuilder::new(settings.cluster_urls.clone())
@@ -77,7 +188,7 @@ impl RedisConn {
     pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<u64, EngineError> {
         let mut conn = self.clone();
         match self {
-            RedisConn::Single(_) => {
+            RedisConn::Single(_) | RedisConn::Sentinel(_) => {
                 let mut pipe = redis::pipe();
                 for cmd in cmds {
                     pipe.add_command(cmd).ignore();
@@ -226,6 +337,14 @@ impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Sentinel(s) => Box::pin(async move {
+                let (generation, mut c) = s.get().await?;
+                let reply = c.req_packed_command(cmd).await;
+                if let Err(e) = &reply {
+                    s.failed(generation, e);
+                }
+                reply
+            }),
             RedisConn::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
@@ -238,6 +357,14 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Sentinel(s) => Box::pin(async move {
+                let (generation, mut c) = s.get().await?;
+                let reply = c.req_packed_commands(pipeline, offset, count).await;
+                if let Err(e) = &reply {
+                    s.failed(generation, e);
+                }
+                reply
+            }),
             RedisConn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -245,6 +372,12 @@ impl ConnectionLike for RedisConn {
     fn get_db(&self) -> i64 {
         match self {
             RedisConn::Single(c) => c.get_db(),
+            RedisConn::Sentinel(s) => s
+                .current
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map_or(0, |c| c.1.get_db()),
             RedisConn::Cluster(c, _) => c.get_db(),
         }
     }

@@ -1,5 +1,7 @@
 //! Processes a test starts and must not leave behind: a private `redis-server`, a
-//! three-master Redis Cluster, a private RabbitMQ node, and the worker binary.
+//! three-master Redis Cluster (with or without a replica per master), a Sentinel
+//! group (master, replica, three sentinels), a private RabbitMQ node, and the
+//! worker binary.
 //!
 //! Every process is killed when its handle drops. Because a handle kept in a static
 //! (the shared cluster) never drops, and a test process can itself be killed, each
@@ -129,6 +131,9 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     cluster: bool,
+    /// `cluster-node-timeout` (ms) of a cluster node: how long a master may be
+    /// unreachable before its replica takes over.
+    node_timeout_ms: u32,
     tls: Option<RedisTls>,
     child: Option<Child>,
 }
@@ -148,6 +153,26 @@ impl RedisServer {
                 port,
                 dir: temp_dir(&format!("redis-{port}")),
                 cluster,
+                node_timeout_ms: 5000,
+                tls: None,
+                child: None,
+            };
+            if r.start().is_ok() {
+                return r;
+            }
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// A cluster-enabled empty node whose master fails over after `node_timeout_ms`.
+    pub fn cluster_node(node_timeout_ms: u32) -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port(Some(10_000));
+            let mut r = RedisServer {
+                port,
+                dir: temp_dir(&format!("redis-{port}")),
+                cluster: true,
+                node_timeout_ms,
                 tls: None,
                 child: None,
             };
@@ -164,6 +189,7 @@ impl RedisServer {
             port,
             dir: temp_dir(&format!("redis-{port}")),
             cluster: false,
+            node_timeout_ms: 5000,
             tls: None,
             child: None,
         };
@@ -183,6 +209,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(&format!("redis-tls-{port}")),
                 cluster: false,
+                node_timeout_ms: 5000,
                 tls: Some(RedisTls {
                     port: tls_port,
                     args: vec![
@@ -249,7 +276,7 @@ impl RedisServer {
         if self.cluster {
             cmd.args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", &format!("{d}/nodes.conf")])
-                .args(["--cluster-node-timeout", "5000"]);
+                .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()]);
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -312,6 +339,28 @@ impl RedisServer {
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
+
+    /// `kill -9`: whatever it had not yet sent to its replicas is gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `INFO replication`, empty when it does not answer.
+    pub fn replication(&self) -> String {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return String::new();
+        };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+            return String::new();
+        };
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut c)
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for RedisServer {
@@ -323,9 +372,10 @@ impl Drop for RedisServer {
     }
 }
 
-/// A local Redis Cluster: three masters, no replicas, no persistence.
+/// A local Redis Cluster: three masters, no persistence, and no replicas
+/// ([`RedisCluster::start`]) or one per master ([`RedisCluster::with_replicas`]).
 pub struct RedisCluster {
-    /// Its nodes.
+    /// Its nodes (with replicas: `redis-cli` makes the first three the masters).
     pub nodes: Vec<RedisServer>,
 }
 
@@ -333,8 +383,29 @@ impl RedisCluster {
     /// Start three cluster-enabled nodes, create the cluster and wait until every
     /// node reports `cluster_state:ok` and knows all 16384 slots.
     pub fn start() -> RedisCluster {
+        Self::create((0..3).map(|_| RedisServer::new(true)).collect(), 0)
+    }
+
+    /// Three masters and `replicas` replicas for each, a master failing over after
+    /// `node_timeout_ms` unreachable; returns once every replica is in sync.
+    pub fn with_replicas(replicas: usize, node_timeout_ms: u32) -> RedisCluster {
+        let nodes = (0..3 * (1 + replicas))
+            .map(|_| RedisServer::cluster_node(node_timeout_ms))
+            .collect();
+        let cluster = Self::create(nodes, replicas);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.nodes.iter().all(|n| {
+            let info = n.replication();
+            info.contains("role:master") || info.contains("master_link_status:up")
+        }) {
+            assert!(Instant::now() < deadline, "replicas never in sync");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    fn create(nodes: Vec<RedisServer>, replicas: usize) -> RedisCluster {
         let started = Instant::now();
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::new(true)).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -343,7 +414,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli");
@@ -373,22 +444,42 @@ impl RedisCluster {
         cluster
     }
 
-    fn ok(&self) -> bool {
-        self.nodes.iter().all(|n| {
-            let mut c = n.connection();
+    /// Whether every running node reports `cluster_state:ok`, all 16384 slots
+    /// served, and knows every node.
+    pub fn ok(&self) -> bool {
+        let known = format!("cluster_known_nodes:{}", self.nodes.len());
+        self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+            let Ok(client) = redis::Client::open(n.url()) else {
+                return false;
+            };
+            let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+                return false;
+            };
             let info: String = redis::cmd("CLUSTER")
                 .arg("INFO")
                 .query(&mut c)
                 .unwrap_or_default();
             info.contains("cluster_state:ok")
                 && info.contains("cluster_slots_ok:16384")
-                && info.contains("cluster_known_nodes:3")
+                && info.contains(&known)
         })
     }
 
-    /// Seed URLs for `redis.cluster_urls`.
+    /// The indexes of the nodes that are masters now (read from each running node).
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].pid().is_some())
+            .filter(|&i| self.nodes[i].replication().contains("role:master"))
+            .collect()
+    }
+
+    /// Seed URLs for `redis.cluster_urls` (the running nodes).
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.url()).collect()
+        self.nodes
+            .iter()
+            .filter(|n| n.pid().is_some())
+            .map(|n| n.url())
+            .collect()
     }
 
     /// Run `cmd` on every node (e.g. `SCRIPT FLUSH`, or `KEYS` for cleanup).
@@ -410,6 +501,147 @@ impl RedisCluster {
             for k in keys {
                 let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut c);
             }
+        }
+    }
+}
+
+/// A Redis Sentinel group on loopback: a master, its replicas, and three sentinels
+/// (quorum 2) that fail the master over after `down_after_ms` without an answer.
+pub struct RedisSentinel {
+    /// The name the sentinels monitor the group under.
+    pub master_name: String,
+    /// The master the group started with, then its replicas.
+    pub nodes: Vec<RedisServer>,
+    /// The sentinels' ports.
+    pub sentinel_ports: Vec<u16>,
+    sentinels: Vec<Child>,
+}
+
+impl RedisSentinel {
+    /// Start the group with `replicas` replicas; returns once they are in sync and
+    /// every sentinel knows them and the two other sentinels (a failover needs both).
+    pub fn start(replicas: usize, down_after_ms: u32) -> RedisSentinel {
+        let started = Instant::now();
+        let master = RedisServer::new(false);
+        let master_name = format!("qw{}m{}", std::process::id(), master.port);
+        let mut nodes = vec![master];
+        for _ in 0..replicas {
+            let replica = RedisServer::new(false);
+            let _: () = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(nodes[0].port)
+                .query(&mut replica.connection())
+                .expect("REPLICAOF");
+            nodes.push(replica);
+        }
+        let mut group = RedisSentinel {
+            master_name,
+            nodes,
+            sentinel_ports: Vec::new(),
+            sentinels: Vec::new(),
+        };
+        for _ in 0..3 {
+            let port = free_port(None);
+            let dir = temp_dir(&format!("sentinel-{port}"));
+            let conf = dir.join("sentinel.conf");
+            fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {d}\nlogfile {d}/sentinel.log\n\
+                     sentinel monitor {name} 127.0.0.1 {mport} 2\n\
+                     sentinel down-after-milliseconds {name} {down_after_ms}\n\
+                     sentinel failover-timeout {name} 10000\n\
+                     sentinel parallel-syncs {name} 1\n",
+                    d = dir.display(),
+                    name = group.master_name,
+                    mport = group.nodes[0].port,
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("redis-server --sentinel");
+            watchdog(child.id(), false, "redis-server");
+            group.sentinels.push(child);
+            group.sentinel_ports.push(port);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !group.formed() {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel group never formed: {:?}",
+                group.master_state(0)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "sentinel group {} (master {}, replicas {:?}, sentinels {:?}) ready in {:.1}s",
+            group.master_name,
+            group.nodes[0].port,
+            group.nodes[1..].iter().map(|n| n.port).collect::<Vec<_>>(),
+            group.sentinel_ports,
+            started.elapsed().as_secs_f64()
+        );
+        group
+    }
+
+    fn formed(&self) -> bool {
+        let replicas = (self.nodes.len() - 1).to_string();
+        self.nodes[1..]
+            .iter()
+            .all(|n| n.replication().contains("master_link_status:up"))
+            && (0..self.sentinel_ports.len()).all(|i| {
+                let state = self.master_state(i);
+                state.get("num-slaves") == Some(&replicas)
+                    && state.get("num-other-sentinels").map(String::as_str) == Some("2")
+            })
+    }
+
+    /// `SENTINEL MASTER <name>` as asked of sentinel `i`, field by field.
+    pub fn master_state(&self, i: usize) -> std::collections::BTreeMap<String, String> {
+        let url = format!("redis://127.0.0.1:{}", self.sentinel_ports[i]);
+        let Ok(client) = redis::Client::open(url) else {
+            return Default::default();
+        };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+            return Default::default();
+        };
+        let flat: Vec<String> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(&self.master_name)
+            .query(&mut c)
+            .unwrap_or_default();
+        flat.chunks(2)
+            .filter(|kv| kv.len() == 2)
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect()
+    }
+
+    /// The port of the master as sentinel `i` names it now.
+    pub fn master_port(&self, i: usize) -> Option<u16> {
+        self.master_state(i).get("port")?.parse().ok()
+    }
+
+    /// The sentinels' URLs, for `redis.sentinel.urls`.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinel_ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for child in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

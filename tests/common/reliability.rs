@@ -134,6 +134,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "Redis stopped during a run, then back with its data",
     ),
     (
+        "redis_sentinel",
+        "Redis Sentinel failing the master over to a replica that is behind, without and with `redis.wait_replicas = 1`",
+    ),
+    (
+        "redis_cluster_failover",
+        "A Redis Cluster master killed while its replicas are behind; a replica promoted",
+    ),
+    (
         "four_workers",
         "Four worker processes on one queue, 1,000 jobs for 10 recipients at once",
     ),
@@ -290,6 +298,45 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             cell(&v["health_back_seconds"]),
         ));
     }
+    for v in get("redis_sentinel") {
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        let run = |r: &Value| {
+            format!(
+                "with `redis.wait_replicas = {}`: a replica was {} bytes of replication behind at \
+                 the kill; the first sentinel named a new master {} s after the kill and the next dispatch came \
+                 {} s after the kill; {} dispatched jobs whose send the new master did not know \
+                 (forgotten: the caps no longer count them), {} recipients over a cap, {} sends \
+                 left reserved, not committed (their commit was forgotten; they still count), \
+                 {} admissions held because no replica acknowledged them in time, {} lost, {} duplicates",
+                cell(&r["wait_replicas"]), cell(&r["replica_behind_bytes"]), cell(&r["promoted_seconds"]),
+                cell(&r["recovery_seconds"]), cell(&r["violations"]["forgotten_sends"]),
+                cell(&r["violations"]["over_cap"]), cell(&r["violations"]["uncommitted"]),
+                cell(&r["unreplicated_holds"]), cell(&r["lost"]), cell(&r["duplicates"]),
+            )
+        };
+        o.push_str(&format!(
+            "- **Redis Sentinel** ({} form): a master, two replicas and three sentinels started by the test, \
+             the worker given the master's name and the sentinels (`[redis.sentinel]`); {}. {} jobs per run. {}.\n",
+            cell(&v["mode"]),
+            cell(&v["fault"]),
+            runs.first().map(|r| cell(&r["jobs"])).unwrap_or_default(),
+            runs.iter().map(run).collect::<Vec<_>>().join("; "),
+        ));
+    }
+    for v in get("redis_cluster_failover") {
+        o.push_str(&format!(
+            "- **Redis Cluster failover** ({} form): {}. A replica of that master was {} bytes of replication behind at the kill; \
+             the cluster was whole again {} s after the kill, the worker following the new slot map by \
+             itself (the next dispatch came {} s after the kill: jobs of the other masters' recipients went on). {} dispatched jobs whose send the new master did not know \
+             (forgotten), {} recipients over a cap, {} sends left reserved, not committed; {} lost, {} duplicates. \
+             `redis.wait_replicas` is refused on a cluster: with it, the calls to the promoted master timed out \
+             until the end of the run.\n",
+            cell(&v["mode"]), cell(&v["fault"]), cell(&v["replica_behind_bytes"]), cell(&v["promoted_seconds"]),
+            cell(&v["recovery_seconds"]), cell(&v["violations_by_kind"]["forgotten_sends"]),
+            cell(&v["violations_by_kind"]["over_cap"]), cell(&v["violations_by_kind"]["uncommitted"]),
+            cell(&v["lost"]), cell(&v["duplicates"]),
+        ));
+    }
     for v in get("four_workers") {
         o.push_str(&format!(
             "- **Four workers** ({} form): {} jobs, {} recipients, cap {}: {} dispatched (exactly the cap for each \
@@ -381,6 +428,7 @@ build, long forms on a release build); each row names the commit it measured.
 | **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
 | **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
 | **Runs unchanged on Redis Cluster.** | One hash slot per recipient; scripts loaded on every node at start and again on `NOSCRIPT`. | `cluster.rs` |
+| **Follows a Redis failover by itself.** With Sentinel (`[redis.sentinel]`) the worker finds the promoted master; on a Redis Cluster it follows the new slot map. With `redis.wait_replicas = 1` (Sentinel or one node with replicas) no dispatched job's send is forgotten by the failover. | A connection to the master the sentinels name, dropped and asked for again when a command on it fails as a lost or demoted node's would; the cluster client's own slot refresh. `WAIT` after each admission call, in the same round trip: a job is dispatched only once a replica has its send; one not acknowledged in `redis.wait_timeout` is held and retried. | `faults.rs`: `sentinel_failover_…` (with and without `WAIT`), `cluster_master_killed_…` |
 
 ## What happens on each fault
 
@@ -391,7 +439,7 @@ build, long forms on a release build); each row names the commit it measured.
 | Broker hangs (frozen, partitioned: the connection stays open, nothing answers) | Each publish gives up after `amqp.publish_timeout` and its job is handed back with its reservation kept; connecting and declaring are bounded too (3 × `publish_timeout`); shutdown never waits past its grace period. If the broker wakes within lapin's heartbeat limit the same connection goes on, else the worker reconnects. | Dispatches sent during the hang arrive when it ends, and their jobs are sent again: up to `amqp.prefetch` duplicates per worker and hang (same `message_id`). A smaller prefetch bounds them. |
 | Redis unreachable | Every job in flight waits (retrying with jittered backoff up to 1 s, 2 s when it is not there at start); no new decisions; readiness false. | Dispatch stops; nothing is dead-lettered; it resumes within a couple of seconds of Redis returning. |
 | The broker refuses the worker (a queue exists with other arguments: 406; the user may not log in or configure: 403) | The worker stops with the broker's words and a hint (exit 1). | Fix the configuration or the broker; restarting alone would repeat the refusal. |
-| Redis loses its data (restart without persistence, failover to a lagging replica) | Not detectable by the worker. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates. Run Redis with AOF (`appendonly yes`) if that matters. |
+| Redis loses its data (restart without persistence, failover to a lagging replica) | Not detectable by the worker. With Sentinel (`[redis.sentinel]`) it finds the new master through the sentinels; on a cluster it follows the new slot map. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates (the `redis_sentinel` and `redis_cluster_failover` scenarios count them). Run Redis with AOF (`appendonly yes`) for restarts; for failovers set `redis.wait_replicas = 1` (Sentinel or a single node with replicas): a job is dispatched only once a replica has its send, and a job no replica acknowledges in `redis.wait_timeout` is held and retried. Commits are not waited for: a forgotten commit leaves the send reserved, still counted. |
 | A dispatch is returned (no queue bound) or nacked | The quota is given back and the job delayed (5 s, doubling per attempt, at most 5 min). | The job is retried, never acked as sent. |
 | SIGTERM | Stop consuming, finish in-flight jobs within the grace period, hand back the rest, exit 0. | Jobs still waiting for the channel's rate when the grace period ends go back to the queue and, being reserved, wait out the lease on the next worker. |
 | A malformed, oversized or hostile message | Dead-lettered `malformed` once, with a reason. | It is in `notify.dead` with `x-notify-reason` and `x-notify-detail`. |
@@ -416,9 +464,17 @@ const TAIL: &str = r#"
   the next level only once the next queue has confirmed it. On RabbitMQ 4.x the worker's
   explicit `x-delivery-limit` (1000) and dead-letter target replace the new default limit
   of 20, so a job that keeps failing is dead-lettered, never dropped.
-- **Redis.** A single node (with AOF persistence for the caps to survive a restart) or a
-  Redis Cluster (`redis.cluster = true`, `redis.cluster_urls`); every key of a recipient
-  shares one hash slot, and a channel's rate key has its own.
+- **Redis.** A single node (with AOF persistence for the caps to survive a restart), a
+  Sentinel-managed master with replicas (`[redis.sentinel]`: the master's name and the
+  sentinels' URLs; the worker asks the sentinels for the master again whenever it stops
+  answering as one), or a Redis Cluster (`redis.cluster = true`, `redis.cluster_urls`);
+  every key of a recipient shares one hash slot, and a channel's rate key has its own.
+  Replication is asynchronous, so a failover forgets the sends the old master had not
+  yet passed on (the `redis_sentinel` and `redis_cluster_failover` scenarios above count
+  them). `redis.wait_replicas = 1` closes that window under Sentinel: each admission call
+  is followed by `WAIT 1` and its jobs are dispatched only once a replica has it. With it,
+  losing every replica stops dispatch (as a Redis outage does), so run two replicas; it is
+  refused on a cluster for now.
 
 What each guarantee rests on:
 
@@ -435,8 +491,8 @@ What each guarantee rests on:
 | What | Command | Time here |
 |---|---|---|
 | Everything, quick forms (CI) | `cargo test` | under 4 min once built |
-| Fault suite, quick | `cargo test --test faults` | about 3 min |
-| Fault suite, long (20,000 jobs and 20 kills, a 30 s Redis outage and a 30 s broker hang, two broker restarts, the second a SIGKILL) | `QW_FAULTS_LONG=1 cargo test --release --test faults` | about 5 min, after a release build (about 10 min on two cores) |
+| Fault suite, quick | `cargo test --test faults` | about 4.5 min (267 s on 2026-11-25, the Sentinel and cluster-failover scenarios about 50 s and 25 s of it) |
+| Fault suite, long (20,000 jobs and 20 kills, a 30 s Redis outage and a 30 s broker hang, two broker restarts, the second a SIGKILL, Sentinel and cluster failovers of 6,000 jobs a run) | `QW_FAULTS_LONG=1 cargo test --release --test faults` | about 5 min, after a release build (about 10 min on two cores) |
 | Fuzzing, 1,000,000 cases per property (8 million inputs) | `QW_FUZZ_CASES=1000000 cargo test --release --test fuzz` | about 5 min |
 | Replay the kill times of a run | `QW_FAULTS_SEED=<seed printed by the test> cargo test --test faults kill_9` | |
 | Regenerate this file | `QW_WRITE_RELIABILITY=1 cargo test --test faults --test fuzz --test cluster` (add the long forms to include them) | |
@@ -444,7 +500,8 @@ What each guarantee rests on:
 Figures are kept per scenario and form in `target/reliability/*.json`; a quick run does not
 overwrite a long run's figures. The broker-restart scenario starts its own RabbitMQ node
 (from `/usr/lib/rabbitmq/bin`, on free ports, in a temp dir) and is recorded as skipped
-where that is missing; the Redis outage uses its own `redis-server`; the cluster tests start
-a three-master cluster. Nothing touches the shared RabbitMQ or Redis beyond each test's own
+where that is missing; the Redis outage uses its own `redis-server`; the Sentinel scenario
+starts a master, two replicas and three sentinels, the cluster-failover scenario three masters
+with two replicas each, and the cluster tests a three-master cluster. Nothing touches the shared RabbitMQ or Redis beyond each test's own
 queue names and key prefix.
 "#;

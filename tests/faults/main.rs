@@ -1,5 +1,6 @@
 //! The fault suite: the worker under kill -9, a broker restart, a broker hang, nodes
-//! of a three-node RabbitMQ cluster killed, a Redis outage, four competing
+//! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
+//! failover and a Redis Cluster master failing over to its replica, four competing
 //! processes, SIGTERM under load and stale `x-death` headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
 //! publishes a known set of jobs and ends with an audit (see `common::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
@@ -10,7 +11,7 @@
 //! Quick form (CI): `cargo test --test faults`. Long form:
 //! `QW_FAULTS_LONG=1 cargo test --release --test faults` (20,000 jobs and 20 kills,
 //! a 30 s Redis outage, a 30 s broker hang, two broker restarts, the second a
-//! SIGKILL). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
+//! SIGKILL, Sentinel and cluster failovers of 6,000 jobs a run). Scenarios run one at a time (they load the machine); `QW_FAULTS_SEED`
 //! replays the random kill times; `QW_WORKER_LOG` sets the worker processes'
 //! `RUST_LOG` (their logs are in the scenario's temp dir, kept with `QW_KEEP_TMP=1`).
 //! Any panic in a worker process's log fails the scenario.
@@ -28,7 +29,9 @@ mod four_workers;
 mod interrupted_admission;
 mod kill_9;
 mod rabbit_cluster;
+mod redis_cluster_failover;
 mod redis_outage;
+mod redis_sentinel;
 mod sigterm;
 mod stale_x_death;
 mod unconfirmed_dispatch;

@@ -1,0 +1,166 @@
+//! Fault scenario: a Redis Cluster of three masters, each with two replicas, loses
+//! a master under load; a replica is promoted and the worker follows the new slot
+//! map by itself (`redis.cluster_urls` names every node, the dead one included). As
+//! in the Sentinel scenario, the replicas are kept behind for a moment before the
+//! kill, so the audit counts the sends the failover forgot. (`redis.wait_replicas`
+//! is refused on a cluster: with it, the calls to the promoted master timed out
+//! until the end of the run.)
+
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{depth, noon_zone, publish_all};
+use crate::common::procs::{self, RedisCluster, WorkerProc};
+use crate::common::reliability::{long, record};
+use crate::common::*;
+use crate::harness::*;
+use serde_json::json;
+
+/// How long the replica is kept behind before its master is killed.
+const BEHIND: Duration = Duration::from_millis(1500);
+/// `cluster-node-timeout` of the nodes (ms): a master unreachable this long is
+/// failed over.
+const NODE_TIMEOUT_MS: u32 = 1000;
+
+/// The port of the master that `replica`'s `INFO replication` names.
+fn master_of(info: &str) -> Option<u16> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_port:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+async fn failover() -> serde_json::Value {
+    let n = if long() { 6_000 } else { 1_500 };
+    let mut cluster = RedisCluster::with_replicas(2, NODE_TIMEOUT_MS);
+    let ns = unique("clusterfo");
+    let mut s = fault_settings(&ns, 300);
+    s.redis.cluster = true;
+    s.redis.cluster_urls = cluster.urls();
+    let _c = Cleanup::new(&s);
+    declare(&s).await;
+    let mix = Mix::new(&ns, n, &noon_zone());
+    let conn = amqp().await;
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let dir = procs::temp_dir("clusterfo");
+    let started = Instant::now();
+    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no progress before the failover:\n{}",
+            w.tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // one master's replicas fall behind, then that master dies
+    let victim = cluster.masters()[0];
+    let victim_port = cluster.nodes[victim].port;
+    let replicas: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&i| master_of(&cluster.nodes[i].replication()) == Some(victim_port))
+        .collect();
+    assert_eq!(replicas.len(), 2, "replicas of the victim");
+    for &r in &replicas {
+        cut_replication(
+            &cluster.nodes[victim],
+            std::slice::from_ref(&cluster.nodes[r]),
+        );
+    }
+    tokio::time::sleep(BEHIND).await;
+    let master_offset = repl_offset(&cluster.nodes[victim].replication());
+    let replica_offset = repl_offset(&cluster.nodes[replicas[0]].replication());
+    cluster.nodes[victim].kill9();
+    let killed = Instant::now();
+    let at_kill = depth(&conn, &dispatch).await.unwrap_or(0);
+    for &r in &replicas {
+        restore_replication(std::slice::from_ref(&cluster.nodes[r]));
+    }
+    let mut promoted = None;
+    let mut resumed = None;
+    while killed.elapsed() < Duration::from_secs(60) && (promoted.is_none() || resumed.is_none()) {
+        if promoted.is_none()
+            && replicas
+                .iter()
+                .any(|&r| cluster.nodes[r].replication().contains("role:master"))
+            && cluster.ok()
+        {
+            promoted = Some(killed.elapsed());
+        }
+        if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > at_kill {
+            resumed = Some(killed.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let promoted = promoted.expect("the replica was never promoted");
+    // the audit reads the cluster through the nodes still running
+    let mut audit_settings = s.clone();
+    audit_settings.redis.cluster_urls = cluster.urls();
+    let limit = Duration::from_secs(if long() { 600 } else { 180 });
+    let end = finish(&conn, &audit_settings, &mix, limit, async { w.stop() }).await;
+    let a = &end.audit;
+    if !end.settled {
+        explain_stuck(a, &mix, &w);
+    }
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    let figures = json!({
+        "wait_replicas": s.redis.wait_replicas,
+        "jobs": n,
+        "replica_behind_bytes": master_offset.zip(replica_offset).map(|(m, r)| m - r),
+        "promoted_seconds": promoted.as_secs_f64(),
+        "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
+        "unreplicated_holds": log.matches("replicas in time").count(),
+        "lost": end.lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "violations": failover_violations(&end.violations),
+        "elapsed_seconds": (end.quiet_at - started).as_secs_f64(),
+        "worker_panics": worker_panics(&dir).len(),
+    });
+    eprintln!(
+        "cluster failover, wait_replicas = {}: {figures}",
+        s.redis.wait_replicas
+    );
+    assert!(
+        end.stopped.map(|st| st.success()).unwrap_or(false),
+        "worker exit:\n{}",
+        w.tail(30)
+    );
+    assert!(worker_panics(&dir).is_empty(), "{:?}", worker_panics(&dir));
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
+    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.wrong_dead.is_empty(),
+        "dead letters: {:?}",
+        end.wrong_dead
+    );
+    assert!(resumed.is_some(), "dispatch never resumed:\n{}", w.tail(40));
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_under_load_the_worker_follows_its_replica() {
+    let _heavy = heavy().await;
+    let run = failover().await;
+    let mut figures = json!({
+        "scenario": "redis_cluster_failover",
+        "test": "tests/faults/redis_cluster_failover.rs: cluster_master_killed_under_load_the_worker_follows_its_replica",
+        "faults": 1,
+        "fault": format!(
+            "a master's replicas kept from resyncing for {} ms, then SIGKILL of that master (three masters with two replicas each, cluster-node-timeout {} ms)",
+            BEHIND.as_millis(), NODE_TIMEOUT_MS
+        ),
+    });
+    for (k, v) in run.as_object().unwrap() {
+        figures[k] = v.clone();
+    }
+    figures["violations"] = json!(
+        run["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
+            + run["violations"]["over_cap"].as_u64().unwrap_or(0)
+    );
+    figures["violations_by_kind"] = run["violations"].clone();
+    record(figures);
+}

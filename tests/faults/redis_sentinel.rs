@@ -1,0 +1,156 @@
+//! Fault scenario: Redis Sentinel (a master, two replicas, three sentinels, all
+//! started here) fails the master over under load, the worker finding the new master
+//! through the sentinels (`[redis.sentinel]`). The master dies while its replicas
+//! are behind (their replication links cut a moment before the kill), so the
+//! replica promoted lacks the last sends the old master recorded. Run twice:
+//! without `redis.wait_replicas` (what a failover costs the caps) and with it set
+//! to 1 (each admission dispatched only once a replica has it: nothing forgotten).
+//! Two replicas, so that the new master still has one to wait for.
+
+use std::time::{Duration, Instant};
+
+use crate::common::audit::{depth, noon_zone, publish_all};
+use crate::common::procs::{self, RedisSentinel, WorkerProc};
+use crate::common::reliability::{long, record};
+use crate::common::*;
+use crate::harness::*;
+use quota_worker::config::{Dur, SentinelSettings};
+use serde_json::json;
+
+/// How long the replica is kept behind before the master is killed.
+const BEHIND: Duration = Duration::from_millis(1500);
+
+async fn failover(wait: bool) -> serde_json::Value {
+    let n = if long() { 6_000 } else { 1_500 };
+    let mut group = RedisSentinel::start(2, 1000);
+    let ns = unique(if wait { "sentinelwait" } else { "sentinel" });
+    let mut s = fault_settings(&ns, 300);
+    s.redis.url = group.nodes[0].url();
+    s.redis.sentinel = Some(SentinelSettings {
+        master_name: group.master_name.clone(),
+        urls: group.urls(),
+    });
+    if wait {
+        s.redis.wait_replicas = 1;
+        s.redis.wait_timeout = Dur(Duration::from_millis(500));
+    }
+    let _c = Cleanup::new(&s);
+    declare(&s).await;
+    let mix = Mix::new(&ns, n, &noon_zone());
+    let conn = amqp().await;
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let dir = procs::temp_dir("sentinel");
+    let started = Instant::now();
+    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no progress before the failover:\n{}",
+            w.tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // the replicas fall behind, then the master dies
+    let master_port = group.nodes[0].port;
+    cut_replication(&group.nodes[0], &group.nodes[1..]);
+    tokio::time::sleep(BEHIND).await;
+    let master_offset = repl_offset(&group.nodes[0].replication());
+    let replica_offset = repl_offset(&group.nodes[1].replication());
+    group.nodes[0].kill9();
+    let killed = Instant::now();
+    let at_kill = depth(&conn, &dispatch).await.unwrap_or(0);
+    restore_replication(&group.nodes[1..]);
+    let mut promoted = None;
+    let mut resumed = None;
+    while killed.elapsed() < Duration::from_secs(60) && (promoted.is_none() || resumed.is_none()) {
+        if promoted.is_none() && group.master_port(0).is_some_and(|p| p != master_port) {
+            promoted = Some(killed.elapsed());
+        }
+        if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > at_kill {
+            resumed = Some(killed.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let promoted = promoted.unwrap_or_else(|| {
+        panic!(
+            "the sentinels never promoted the replica: {:?}",
+            group.master_state(0)
+        )
+    });
+    let limit = Duration::from_secs(if long() { 600 } else { 180 });
+    let end = finish(&conn, &s, &mix, limit, async { w.stop() }).await;
+    let a = &end.audit;
+    if !end.settled {
+        explain_stuck(a, &mix, &w);
+    }
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    let figures = json!({
+        "wait_replicas": s.redis.wait_replicas,
+        "jobs": n,
+        "master_port": master_port,
+        "replica_behind_bytes": master_offset.zip(replica_offset).map(|(m, r)| m - r),
+        "promoted_seconds": promoted.as_secs_f64(),
+        "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
+        "unreplicated_holds": log.matches("replicas in time").count(),
+        "lost": end.lost.len(),
+        "duplicates": a.duplicate_dispatches(),
+        "violations": failover_violations(&end.violations),
+        "elapsed_seconds": (end.quiet_at - started).as_secs_f64(),
+        "worker_panics": worker_panics(&dir).len(),
+    });
+    eprintln!(
+        "sentinel failover, wait_replicas = {}: {figures}",
+        s.redis.wait_replicas
+    );
+    assert!(
+        end.stopped.map(|st| st.success()).unwrap_or(false),
+        "worker exit:\n{}",
+        w.tail(30)
+    );
+    assert!(worker_panics(&dir).is_empty(), "{:?}", worker_panics(&dir));
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
+    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.wrong_dead.is_empty(),
+        "dead letters: {:?}",
+        end.wrong_dead
+    );
+    assert!(resumed.is_some(), "dispatch never resumed:\n{}", w.tail(40));
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_under_load_forgets_sends_unless_admissions_wait_for_a_replica() {
+    let _heavy = heavy().await;
+    let without = failover(false).await;
+    let with = failover(true).await;
+    let sum = |key: &str| without[key].as_u64().unwrap_or(0) + with[key].as_u64().unwrap_or(0);
+    let bad = |v: &serde_json::Value| {
+        v["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
+            + v["violations"]["over_cap"].as_u64().unwrap_or(0)
+    };
+    record(json!({
+        "scenario": "redis_sentinel",
+        "test": "tests/faults/redis_sentinel.rs: sentinel_failover_under_load_forgets_sends_unless_admissions_wait_for_a_replica",
+        "jobs": sum("jobs"),
+        "faults": 2,
+        "fault": format!(
+            "the replica kept from resyncing for {} ms, then SIGKILL of the master; Sentinel (three sentinels, quorum 2, down-after 1 s) promotes the replica",
+            BEHIND.as_millis()
+        ),
+        "lost": sum("lost"),
+        "duplicates": sum("duplicates"),
+        "violations": format!("{} without WAIT, {} with", bad(&without), bad(&with)),
+        "recovery_seconds": [without["recovery_seconds"].clone(), with["recovery_seconds"].clone()],
+        "runs": [without.clone(), with.clone()],
+    }));
+    // with WAIT no dispatched job's send is forgotten, and no cap is exceeded
+    assert_eq!(bad(&with), 0, "with wait_replicas = 1: {with}");
+}
