@@ -2404,12 +2404,18 @@ fn plot_end_to_end(
     let x_max = lines
         .iter()
         .flat_map(|l| l.1.last().map(|p| p.0))
-        .fold(1.0, f64::max);
+        .fold(1.0, f64::max)
+        .ceil();
     let y_max = lines
         .iter()
         .flat_map(|l| l.1.iter().map(|p| p.1))
         .fold(1.0, f64::max)
         * 1.5;
+    let y_min = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.1))
+        .fold(y_max, f64::min)
+        / 1.5;
     let mut chart = ChartBuilder::on(area)
         .caption(
             "End-to-end latency (ms, publish to dispatch queue) by quantile",
@@ -2418,13 +2424,14 @@ fn plot_end_to_end(
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, (0.05f64..y_max).log_scale())?;
+        .build_cartesian_2d(0f64..x_max, (y_min..y_max).log_scale())?;
     chart
         .configure_mesh()
-        .x_desc("quantile")
+        .x_desc("quantile (the last point of a curve is its maximum)")
+        .x_labels(x_max as usize + 1)
         .x_label_formatter(&|x| {
             let q = 100.0 * (1.0 - 10f64.powf(-x));
-            format!("p{}", (q * 100.0).round() / 100.0)
+            format!("p{}", (q * 1000.0).round() / 1000.0)
         })
         .draw()?;
     for (name, points, color) in lines {
@@ -2462,7 +2469,7 @@ fn plot_scale(
         * 1.25;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            "CPU per job (us: broker, Redis, worker) by recipients in Redis and policies",
+            "CPU per job (us; blue broker, red Redis, green worker): recipients, policies",
             ("sans-serif", 16),
         )
         .margin(10)
