@@ -826,6 +826,8 @@ enum Leftover {
     Ceiling(Settings),
     /// A worker's whole topology and its Redis keys.
     Namespace(Settings),
+    /// A worker's whole topology; its keys are someone else's to delete.
+    Topology(Settings),
 }
 
 impl Teardown {
@@ -837,6 +839,11 @@ impl Teardown {
     /// Delete the topology and keys of `s` (now, or at the end of the run).
     async fn namespace(&self, s: &Settings) {
         self.delete(Leftover::Namespace(s.clone())).await;
+    }
+
+    /// Delete the topology of `s`, not its keys (now, or at the end of the run).
+    async fn topology(&self, s: &Settings) {
+        self.delete(Leftover::Topology(s.clone())).await;
     }
 
     async fn delete(&self, what: Leftover) {
@@ -858,6 +865,10 @@ impl Teardown {
             Leftover::Namespace(s) => {
                 let topology = Topology::from_settings(s);
                 (topology.queues(), topology.exchanges(), Some(s))
+            }
+            Leftover::Topology(s) => {
+                let topology = Topology::from_settings(s);
+                (topology.queues(), topology.exchanges(), None)
             }
         };
         let mut result = Ok(());
@@ -1160,10 +1171,28 @@ async fn scale(
         std::fs::write(&path, scale_config(p))?;
         files.insert(p, path);
     }
+    // a Redis server for each recipient count, where redis-server can be started;
+    // else the shared one (and the keys deleted by prefix at the end)
+    let mut own: HashMap<usize, OwnRedis> = HashMap::new();
+    for &r in recipients {
+        match OwnRedis::start() {
+            Ok(o) => {
+                own.insert(r, o);
+            }
+            Err(e) => {
+                eprintln!("[scale] {e:#}: the keys go to {}", args.redis);
+                own.clear();
+                break;
+            }
+        }
+    }
+    let redis_of = |r: usize| own.get(&r).map_or(args.redis.clone(), |o| o.url.clone());
+    let pid_of = |r: usize| own.get(&r).map_or(0, |o| o.child.id());
     let result = async {
         for &r in recipients {
             let mut s = base_settings(args, &prefix(r))?;
             s.redis.key_prefix = prefix(r);
+            s.redis.url = redis_of(r);
             eprintln!("[scale] writing {r} recipients' keys");
             let started = Instant::now();
             let written =
@@ -1189,6 +1218,7 @@ async fn scale(
                 if r <= 1_000_000 && round > 0 {
                     let mut s = base_settings(args, &prefix(r))?;
                     s.redis.key_prefix = prefix(r);
+                    s.redis.url = redis_of(r);
                     tokio::task::block_in_place(|| {
                         preload_recipients(&s, r, &args.scale_policies)
                     })?;
@@ -1196,11 +1226,15 @@ async fn scale(
                 let s = base_settings(args, &format!("{run_id}s{r}p{p}r{round}"))?;
                 let mut w = s.clone();
                 w.redis.key_prefix = prefix(r);
+                w.redis.url = redis_of(r);
+                REDIS_PID.store(pid_of(r), Ordering::Relaxed);
                 let conn = connect(&args.amqp).await?;
                 let env = [("QUOTA_WORKER_CONFIG".to_string(), files[&p].display().to_string())];
                 let m = run_mix_with(&conn, &w, worker_bin, &format!("scale:{r}:{p}:{round}"), n, &env).await;
                 let _ = conn.close(200, "bye".into()).await;
-                teardown.namespace(&s).await;
+                // its keys are the recipients' (deleted at the end of the step): a
+                // delete by prefix now would scan the whole keyspace between runs
+                teardown.topology(&s).await;
                 let m = m?;
                 eprintln!(
                     "      scale round {}: {r} recipients, {p} policies: {:.0} jobs/s ({:.2} of {ceiling:.0}), CPU/job {:.0} / {:.0} / {:.0} us",
@@ -1241,10 +1275,16 @@ async fn scale(
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    for &r in recipients {
+    REDIS_PID.store(0, Ordering::Relaxed);
+    // the most first: then the scans for the fewer keys have little left to go over
+    let mut by_size = recipients.to_vec();
+    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    for &r in by_size.iter().filter(|r| !own.contains_key(r)) {
         eprintln!("[scale] deleting the keys of {r} recipients");
-        let _ = tokio::task::block_in_place(|| delete_keys(&args.redis, &prefix(r)));
+        let _ = tokio::task::block_in_place(|| delete_keys(&redis_of(r), &prefix(r)));
     }
+    // its own servers go with their keys
+    drop(own);
     result
 }
 
@@ -1834,6 +1874,52 @@ fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// The Redis server whose CPU [`cpu_snapshot`] counts, when not the machine's
+/// oldest `redis-server` (the scale step's own servers).
+static REDIS_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A Redis server of the benchmark's own (no persistence, loopback, a free port),
+/// shut down when dropped: the scale step gives each recipient count one, so that
+/// the keyspace of one is not the other's.
+struct OwnRedis {
+    child: Child,
+    url: String,
+}
+
+impl OwnRedis {
+    fn start() -> Result<OwnRedis> {
+        let port = free_port()?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting redis-server")?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let mut own = OwnRedis { child, url };
+        for _ in 0..100 {
+            let up = redis::Client::open(own.url.as_str())
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if up.is_ok() {
+                return Ok(own);
+            }
+            if let Some(status) = own.child.try_wait()? {
+                bail!("redis-server exited: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("redis-server on port {port} did not answer")
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
 /// CPU seconds used so far by the broker, Redis and this process.
 fn cpu_snapshot() -> [f64; 3] {
     let pid_of = |name: &str| -> Option<u32> {
@@ -1842,7 +1928,12 @@ fn cpu_snapshot() -> [f64; 3] {
     };
     [
         pid_of("beam.smp").and_then(cpu_secs).unwrap_or(0.0),
-        pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        match REDIS_PID.load(Ordering::Relaxed) {
+            0 => pid_of("redis-server"),
+            pid => Some(pid),
+        }
+        .and_then(cpu_secs)
+        .unwrap_or(0.0),
         cpu_secs(std::process::id()).unwrap_or(0.0),
     ]
 }
