@@ -1146,6 +1146,23 @@ fn preload_recipients(s: &Settings, n: usize, policies: &[usize]) -> Result<u64>
     Ok(written)
 }
 
+/// Waits (at most 15 minutes) until no table of database 0 is being rehashed, by
+/// `DEBUG HTSTATS 0` (the "rehashing target" it lists while one is).
+fn wait_rehashed(url: &str) -> Result<()> {
+    let mut c = redis::Client::open(url)?.get_connection()?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let stats: String = redis::cmd("DEBUG").arg("HTSTATS").arg(0).query(&mut c)?;
+        if !stats.contains("rehashing target") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("still rehashing after 15 minutes");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 /// The scale step: for each recipient count, keys already in Redis; then rounds of
 /// (ceiling, then every configuration of recipients and policies, in an order that
 /// alternates round by round), each a drain of `n` jobs spread over the recipients.
@@ -1200,6 +1217,18 @@ async fn scale(
             let secs = started.elapsed().as_secs_f64();
             eprintln!("      {written} keys in {secs:.1} s");
             report.scale_preload.push((r, written, secs));
+            // a keyspace that has just grown is rehashed into a table twice the size,
+            // a little at a time (Redis's cron: 1 ms every 100 ms), and every lookup
+            // until then looks in both tables: wait for the end of it, so the runs
+            // measure the keyspace and not its growth
+            let waited = Instant::now();
+            match tokio::task::block_in_place(|| wait_rehashed(&s.redis.url)) {
+                Ok(()) => eprintln!(
+                    "      rehashed {:.1} s after the last key",
+                    waited.elapsed().as_secs_f64()
+                ),
+                Err(e) => eprintln!("      not waiting for the rehash: {e:#}"),
+            }
         }
         let mut runs: HashMap<(usize, usize), Vec<ScaleRound>> = HashMap::new();
         for round in 0..rounds {
@@ -1892,6 +1921,8 @@ impl OwnRedis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // DEBUG HTSTATS, to see when the keyspace's tables stop rehashing
+            .args(["--enable-debug-command", "local"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -2456,7 +2487,9 @@ fn plot_end_to_end(
     >,
 ) -> Result<()> {
     use plotters::prelude::*;
-    let mut lines: Vec<(String, Vec<(f64, f64)>, RGBColor)> = Vec::new();
+    /// A curve's legend, its points (nines, ms) and colour.
+    type Curve = (String, Vec<(f64, f64)>, RGBColor);
+    let mut lines: Vec<Curve> = Vec::new();
     let colors = [(RED, BLUE), (MAGENTA, CYAN)];
     for (k, share) in [0.5, 0.25].into_iter().enumerate() {
         let mut ls: Vec<&Latency> = r
