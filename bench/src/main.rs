@@ -14,10 +14,17 @@
 //! 3. **mixes** (a) all allowed, (b) Zipf-skewed recipients (many capped and
 //!    delayed), (c) all malformed: the real `quota-worker run` binary drains a
 //!    preloaded backlog; its `/metrics` gives latency and Redis calls, `/proc` its RSS.
-//! 4. **latency**: jobs offered at half the ceiling's rate, admission quantiles from
-//!    the worker's histogram; a second pass with the worker and Redis under
-//!    `SCHED_FIFO` (by `chrt`, where permitted).
+//! 4. **latency**: in each round, a ceiling, then jobs offered at half its rate and
+//!    at a quarter, to the worker and to the pass-through (the ceiling's relay, live)
+//!    in turn, the order alternating. The load generator stamps each job with a
+//!    header (`x-bench-sent-us`) and a consumer in the benchmark on the output queue
+//!    records publish-to-arrival times (end to end, as the pipe sees it); the
+//!    admission quantiles from the worker's histogram are the breakdown. A last pass
+//!    with the worker and Redis under `SCHED_FIFO` (by `chrt`, where permitted).
 //! 5. **memory**: Redis `used_memory` growth per recipient holding three sends.
+//! 6. **scale** (only when asked for): keys of 10,000 and of 10,000,000 recipients
+//!    already in Redis, 1 and 10 policies in use; rounds of a ceiling and every
+//!    configuration, the order alternating: jobs/s and CPU per job.
 //!
 //! Results: a table on stdout, `<out>/bench.json` and `<out>/bench.svg`.
 
@@ -59,14 +66,25 @@ struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     recipients: Option<usize>,
-    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, memory); each mix and
-    /// the latency step measure their own ceiling right before.
+    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, memory, scale);
+    /// each mix, each latency round and each scale round measure their own ceiling
+    /// right before. `scale` is not in the default run (it preloads millions of keys).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",
         value_delimiter = ','
     )]
     steps: Vec<String>,
+    /// Seconds each latency pass offers jobs (default 10 quick, 30 full).
+    #[arg(long)]
+    latency_secs: Option<u64>,
+    /// The scale step: recipients already in Redis, one run each (default 10,000 and
+    /// 100,000 quick; 10,000 and 10,000,000 full).
+    #[arg(long, value_delimiter = ',')]
+    scale_recipients: Vec<usize>,
+    /// The scale step: policies in use, one run each with every recipient count.
+    #[arg(long, value_delimiter = ',', default_value = "1,10")]
+    scale_policies: Vec<usize>,
     /// Paired runs (ceiling, then mix) per mix; the round with the median ratio is
     /// reported, and every round's ratio is listed (default 1 quick, 5 full).
     #[arg(long)]
@@ -161,6 +179,80 @@ struct Latency {
     redis_call_p999_ms: Option<f64>,
     /// Jobs per admission script call, on average.
     jobs_per_redis_call: Option<f64>,
+    /// The round (each round measures its own ceiling) and the share of that ceiling
+    /// offered.
+    round: usize,
+    share_of_ceiling: f64,
+    ceiling_msgs_per_sec: f64,
+    /// Publish to arrival in the dispatch queue, as the load generator sees it.
+    end_to_end: Option<EndToEnd>,
+    /// The same for the pass-through (the ceiling's relay, live) at the same rate in
+    /// the same round: publish to arrival in its output queue.
+    pass_through: Option<EndToEnd>,
+}
+
+/// Publish-to-arrival times of one pass, from a header the load generator stamps
+/// and a consumer in the benchmark on the output queue.
+#[derive(Serialize, Debug, Clone, Default)]
+struct EndToEnd {
+    sent: u64,
+    arrived: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+    /// (quantile, ms), denser towards the tail, for the plot.
+    curve: Vec<(f64, f64)>,
+}
+
+/// One offered rate over the latency rounds: medians of the end-to-end quantiles,
+/// worker against pass-through, and every round's p99s.
+#[derive(Serialize, Debug, Clone, Default)]
+struct LatencySummary {
+    share_of_ceiling: f64,
+    rounds: usize,
+    offered_jobs_per_sec: Vec<f64>,
+    worker_p50_ms: f64,
+    worker_p99_ms: f64,
+    worker_p999_ms: f64,
+    pass_through_p50_ms: f64,
+    pass_through_p99_ms: f64,
+    pass_through_p999_ms: f64,
+    /// Worker p99 minus pass-through p99, each round, and their median.
+    p99_gap_ms: Vec<f64>,
+    p99_gap_median_ms: f64,
+    admission_p99_ms: Vec<Option<f64>>,
+    /// The median gap is at most 2 ms.
+    within_2ms: bool,
+}
+
+/// One scale configuration (recipients already in Redis, policies in use) over the
+/// rounds.
+#[derive(Serialize, Debug, Clone, Default)]
+struct ScaleResult {
+    recipients: usize,
+    policies: usize,
+    jobs: usize,
+    /// Medians over the rounds.
+    jobs_per_sec: f64,
+    ratio_to_ceiling: f64,
+    cpu_us_per_job: f64,
+    /// Broker / Redis / worker, medians of each.
+    cpu_us_per_job_parts: [f64; 3],
+    redis_us_per_job: f64,
+    rounds: Vec<ScaleRound>,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+struct ScaleRound {
+    jobs_per_sec: f64,
+    ceiling_msgs_per_sec: f64,
+    ratio: f64,
+    cpu_us_per_job: [f64; 3],
+    ceiling_cpu_us_per_msg: [f64; 3],
+    admission_p99_ms: Option<f64>,
+    redis_calls_per_job: Option<f64>,
+    outcomes: HashMap<String, u64>,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -181,6 +273,10 @@ struct Report {
     rate_key_engine_calls_per_take: Option<f64>,
     mixes: Vec<MixResult>,
     latency: Vec<Latency>,
+    latency_summary: Vec<LatencySummary>,
+    scale: Vec<ScaleResult>,
+    /// Seconds to write the scale step's keys, and the keys written.
+    scale_preload: Vec<(usize, u64, f64)>,
     memory_recipients: usize,
     memory_bytes_per_recipient: f64,
     memory_usage_one_recipient: i64,
@@ -376,29 +472,71 @@ async fn run(args: Args) -> Result<()> {
 
     if step("latency") {
         let conn = connect(&args.amqp).await?;
-        let c = base_settings(&args, &format!("{run_id}lc"))?;
-        let (ceiling, _) = ceiling(&c, "a-allowed", jobs).await?;
-        teardown.ceiling(&c).await;
-        let rate = std::env::var("QW_BENCH_RATE")
+        let secs = args
+            .latency_secs
+            .unwrap_or(if args.quick { 10 } else { 30 });
+        // `QW_BENCH_RATE` fixes the first rate (the second is half of it)
+        let fixed: Option<f64> = std::env::var("QW_BENCH_RATE")
             .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(ceiling / 2.0);
-        let secs = if args.quick { 10 } else { 30 };
-        eprintln!("[3b] latency: {rate:.0} jobs/s (half the ceiling of {ceiling:.0}) for {secs} s");
-        let s = base_settings(&args, &format!("{run_id}l"))?;
-        report
-            .latency
-            .push(latency(&conn, &s, &worker_bin, rate, secs, None).await?);
-        teardown.namespace(&s).await;
+            .and_then(|r| r.parse().ok());
+        let mut half_rate = 0.0;
+        for round in 0..rounds {
+            let c = base_settings(&args, &format!("{run_id}lc{round}"))?;
+            let (ceiling, _) = ceiling(&c, "a-allowed", jobs).await?;
+            teardown.ceiling(&c).await;
+            let reference = fixed.map_or(ceiling, |r| r * 2.0);
+            for (k, share) in [0.5, 0.25].into_iter().enumerate() {
+                let rate = reference * share;
+                if k == 0 {
+                    half_rate = rate;
+                }
+                // alternate which of the two goes first
+                let worker_first = (round + k) % 2 == 1;
+                eprintln!(
+                    "[3b] latency round {}: {rate:.0} jobs/s ({share} of the ceiling of {ceiling:.0}) for {secs} s, {} first",
+                    round + 1,
+                    if worker_first { "worker" } else { "pass-through" }
+                );
+                let mut measured = None;
+                let mut pass = None;
+                for worker_turn in [worker_first, !worker_first] {
+                    if worker_turn {
+                        let s = base_settings(&args, &format!("{run_id}l{round}{k}"))?;
+                        measured = Some(latency(&conn, &s, &worker_bin, rate, secs, None).await?);
+                        teardown.namespace(&s).await;
+                    } else {
+                        let p = base_settings(&args, &format!("{run_id}lp{round}{k}"))?;
+                        pass = Some(live_pass_through(&conn, &p, rate, secs).await?);
+                        teardown.ceiling(&p).await;
+                    }
+                }
+                let mut l = measured.expect("the worker's pass ran");
+                l.round = round;
+                l.share_of_ceiling = share;
+                l.ceiling_msgs_per_sec = ceiling;
+                l.pass_through = pass;
+                eprintln!(
+                    "      end to end p50/p99/p99.9 ms: worker {}, pass-through {}; admission p99 {} ms",
+                    fmt_e2e(l.end_to_end.as_ref()),
+                    fmt_e2e(l.pass_through.as_ref()),
+                    fmt_ms(l.admission_p99_ms)
+                );
+                report.latency.push(l);
+            }
+        }
+        report.latency_summary = summarise_latency(&report.latency);
         if !args.no_realtime {
-            match redis_pid(&s) {
+            match redis_pid(&base_settings(&args, "qb")?) {
                 Ok(pid) => {
                     eprintln!(
-                        "[3b] latency again, the worker and Redis (pid {pid}) under SCHED_FIFO 10"
+                        "[3b] latency again at {half_rate:.0} jobs/s, the worker and Redis (pid {pid}) under SCHED_FIFO 10"
                     );
                     let s = base_settings(&args, &format!("{run_id}lr"))?;
-                    match latency(&conn, &s, &worker_bin, rate, secs, Some(pid)).await {
-                        Ok(l) => report.latency.push(l),
+                    match latency(&conn, &s, &worker_bin, half_rate, secs, Some(pid)).await {
+                        Ok(mut l) => {
+                            l.share_of_ceiling = 0.5;
+                            report.latency.push(l)
+                        }
                         Err(e) => eprintln!("      skipped: {e:#}"),
                     }
                     teardown.namespace(&s).await;
@@ -406,6 +544,29 @@ async fn run(args: Args) -> Result<()> {
                 Err(e) => eprintln!("      real-time pass skipped: {e:#}"),
             }
         }
+    }
+
+    if step("scale") {
+        let recipients = if args.scale_recipients.is_empty() {
+            if args.quick {
+                vec![10_000, 100_000]
+            } else {
+                vec![10_000, 10_000_000]
+            }
+        } else {
+            args.scale_recipients.clone()
+        };
+        scale(
+            &args,
+            &teardown,
+            &run_id,
+            &worker_bin,
+            &recipients,
+            jobs,
+            rounds,
+            &mut report,
+        )
+        .await?;
     }
 
     if step("memory") {
@@ -576,45 +737,97 @@ async fn pass_through(
     }
     preload(&ch, "", &src, job_bodies(mix, n)).await?;
 
+    let (mut consumer, publish) = relay_channels(conn, s.amqp.prefetch, &src).await?;
+    let cpu_before = cpu_snapshot();
+    let started = Instant::now();
+    let done = relay_loop(&mut consumer, &publish, &dst, n, None).await?;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_after = cpu_snapshot();
+    let cpu: [f64; 3] = std::array::from_fn(|i| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64);
+    Ok((done as f64 / secs, cpu))
+}
+
+/// The pass-through's consumer on `src` (prefetch as the worker's) and its
+/// publishing channel (confirms).
+async fn relay_channels(
+    conn: &Connection,
+    prefetch: u16,
+    src: &str,
+) -> Result<(lapin::Consumer, Channel)> {
     let consume = conn.create_channel().await?;
     consume
-        .basic_qos(s.amqp.prefetch, BasicQosOptions::default())
+        .basic_qos(prefetch, BasicQosOptions::default())
         .await?;
     let publish = conn.create_channel().await?;
     publish
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    let mut consumer = consume
+    let consumer = consume
         .basic_consume(
-            src.as_str().into(),
+            src.into(),
             "ceiling".into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
         .await?;
+    Ok((consumer, publish))
+}
+
+/// The pass-through at work on its own connection: [`relay_channels`], then
+/// [`relay_loop`] until `stop`.
+async fn relay(
+    conn: &Connection,
+    prefetch: u16,
+    src: &str,
+    dst: &str,
+    limit: usize,
+    stop: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<u64> {
+    let (mut consumer, publish) = relay_channels(conn, prefetch, src).await?;
+    relay_loop(&mut consumer, &publish, dst, limit, stop).await
+}
+
+/// Consume, publish with confirm, ack — no decision — for `limit` deliveries or
+/// until `stop`; returns how many were forwarded. A delivery's own headers go with
+/// it (the latency step's timestamp); the preloaded backlog of the ceiling has none.
+async fn relay_loop(
+    consumer: &mut lapin::Consumer,
+    publish: &Channel,
+    dst: &str,
+    limit: usize,
+    stop: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<u64> {
     // `QW_BENCH_CEILING_HEADERS=1`: the pass-through adds the two headers a job back
     // from the delay ladder carries (what they cost the broker, BENCHMARKS.md)
     let headers = std::env::var("QW_BENCH_CEILING_HEADERS").is_ok_and(|v| v == "1");
     let done = Arc::new(AtomicU64::new(0));
-    let cpu_before = cpu_snapshot();
-    let started = Instant::now();
     let tasks = tokio_util::task::TaskTracker::new();
     let mut taken = 0;
-    while taken < n {
-        let d = consumer.next().await.context("consumer ended")??;
+    while taken < limit {
+        let d = match stop {
+            None => consumer.next().await,
+            Some(stop) => tokio::select! {
+                _ = stop.cancelled() => break,
+                d = consumer.next() => d,
+            },
+        };
+        let d = d.context("consumer ended")??;
         taken += 1;
         let publish = publish.clone();
-        let dst = dst.clone();
+        let dst = dst.to_string();
         let done = done.clone();
         tasks.spawn(async move {
             let mut props = BasicProperties::default().with_delivery_mode(2);
+            let mut h = d.properties.headers().clone();
             if headers {
-                let mut h = FieldTable::default();
+                let h = h.get_or_insert_with(FieldTable::default);
                 h.insert(headers::ATTEMPT.into(), AMQPValue::LongLongInt(2));
                 h.insert(
                     headers::FIRST_SEEN.into(),
                     AMQPValue::LongLongInt(1_763_950_000_000),
                 );
+            }
+            if let Some(h) = h {
                 props = props.with_headers(h);
             }
             let opts = BasicPublishOptions {
@@ -634,10 +847,7 @@ async fn pass_through(
     }
     tasks.close();
     tasks.wait().await;
-    let secs = started.elapsed().as_secs_f64();
-    let cpu_after = cpu_snapshot();
-    let cpu: [f64; 3] = std::array::from_fn(|i| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64);
-    Ok((done.load(Ordering::Relaxed) as f64 / secs, cpu))
+    Ok(done.load(Ordering::Relaxed))
 }
 
 /// The ceiling's two queues.
@@ -665,6 +875,8 @@ enum Leftover {
     Ceiling(Settings),
     /// A worker's whole topology and its Redis keys.
     Namespace(Settings),
+    /// A worker's whole topology; its keys are someone else's to delete.
+    Topology(Settings),
 }
 
 impl Teardown {
@@ -676,6 +888,11 @@ impl Teardown {
     /// Delete the topology and keys of `s` (now, or at the end of the run).
     async fn namespace(&self, s: &Settings) {
         self.delete(Leftover::Namespace(s.clone())).await;
+    }
+
+    /// Delete the topology of `s`, not its keys (now, or at the end of the run).
+    async fn topology(&self, s: &Settings) {
+        self.delete(Leftover::Topology(s.clone())).await;
     }
 
     async fn delete(&self, what: Leftover) {
@@ -697,6 +914,10 @@ impl Teardown {
             Leftover::Namespace(s) => {
                 let topology = Topology::from_settings(s);
                 (topology.queues(), topology.exchanges(), Some(s))
+            }
+            Leftover::Topology(s) => {
+                let topology = Topology::from_settings(s);
+                (topology.queues(), topology.exchanges(), None)
             }
         };
         let mut result = Ok(());
@@ -920,8 +1141,290 @@ fn job_bodies(mix: &str, n: usize) -> Box<dyn Iterator<Item = Vec<u8>>> {
                 format!(r#"{{"id":"b{i}","recipient":"user{who}@example.com","channel":"sms","timezone":"Asia/Shanghai","payload":{{"text":"news {i}"}}}}"#).into_bytes()
             }))
         }
+        scale if scale.starts_with("scale:") => {
+            // scale:<recipients>:<policies>:<round>, see `scale_job`
+            let v: Vec<usize> = scale[6..].split(':').filter_map(|v| v.parse().ok()).collect();
+            let (recipients, policies, round) = (v[0], v[1], v[2]);
+            Box::new((0..n).map(move |i| scale_job(recipients, policies, round, n, i).into_bytes()))
+        }
         _ => Box::new((0..n).map(|i| format!(r#"{{"id":"c{i}","channel":"sms","payload":"no recipient"}}"#).into_bytes())),
     }
+}
+
+/// Recipient `r` of the scale step, and the policy (category) its jobs and keys use
+/// with `policies` policies in use: `default`, `p1` .. `p9` in turn.
+fn scale_recipient(r: usize, policies: usize) -> (String, String) {
+    let policy = match r % policies.max(1) {
+        0 => "default".to_string(),
+        k => format!("p{k}"),
+    };
+    (format!("s{r}@example.com"), policy)
+}
+
+/// Job `i` of `n` of a scale run: recipients spread over all `recipients` (a
+/// stride coprime with them; each round starts further on, so that with many
+/// recipients no key is hit twice over the rounds).
+fn scale_job(recipients: usize, policies: usize, round: usize, n: usize, i: usize) -> String {
+    let r = ((round * n + i) as u64 * 7919 % recipients as u64) as usize;
+    let (who, policy) = scale_recipient(r, policies);
+    format!(
+        r#"{{"id":"s{recipients}p{policies}r{round}j{i}","recipient":"{who}","channel":"sms","category":"{policy}","timezone":"Europe/Paris","payload":{{"text":"Your code is {i}"}}}}"#
+    )
+}
+
+/// The scale step's configuration for `policies` policies: `default` and `p1`..,
+/// each with two rules like the default policy's (a calendar day and a rolling
+/// week) but limits no run reaches, so that every job is admitted and dispatched.
+fn scale_config(policies: usize) -> String {
+    (0..policies.max(1))
+        .map(|k| {
+            let name = if k == 0 { "default".to_string() } else { format!("p{k}") };
+            format!(
+                "[policies.{name}]\nrules = [{{ limit = 100000, window = \"1d\" }}, {{ limit = 300000, window = \"7d\" }}]\n\n"
+            )
+        })
+        .collect()
+}
+
+/// Writes, for every recipient below `n` and every policy count in `policies`, the
+/// key the engine would use, holding three committed sends of the past week (a
+/// copy of one such sorted set by DUMP and RESTORE ... REPLACE, pipelined). Returns
+/// the keys written.
+fn preload_recipients(s: &Settings, n: usize, policies: &[usize]) -> Result<u64> {
+    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let client = redis::Client::open(s.redis.url.as_str())?;
+    let mut c = client.get_connection()?;
+    let proto = format!("{}:prototype", s.redis.key_prefix);
+    let t: Vec<u64> = redis::cmd("TIME").query(&mut c)?;
+    let now_ms = t[0] * 1000;
+    let day = 86_400_000u64;
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&proto)
+        .arg((now_ms - day / 2) * 2 + 1)
+        .arg("m0000000001a")
+        .arg((now_ms - 2 * day) * 2 + 1)
+        .arg("m0000000002b")
+        .arg((now_ms - 5 * day) * 2 + 1)
+        .arg("m0000000003c")
+        .query(&mut c)?;
+    let payload: Vec<u8> = redis::cmd("DUMP").arg(&proto).query(&mut c)?;
+    let _: i64 = redis::cmd("DEL").arg(&proto).query(&mut c)?;
+    let ttl = 7 * day;
+    let mut written = 0u64;
+    let mut in_pipe = 0;
+    let mut pipe = redis::pipe();
+    for r in 0..n {
+        let mut names: Vec<String> = policies.iter().map(|&p| scale_recipient(r, p).1).collect();
+        names.dedup();
+        names.sort();
+        names.dedup();
+        let who = format!("s{r}@example.com");
+        for policy in names {
+            pipe.cmd("RESTORE")
+                .arg(keys.recipient(&who, &policy, None))
+                .arg(ttl)
+                .arg(&payload[..])
+                .arg("REPLACE")
+                .ignore();
+            written += 1;
+            in_pipe += 1;
+        }
+        if in_pipe >= 10_000 {
+            pipe.query::<()>(&mut c)?;
+            pipe = redis::pipe();
+            in_pipe = 0;
+        }
+    }
+    if in_pipe > 0 {
+        pipe.query::<()>(&mut c)?;
+    }
+    Ok(written)
+}
+
+/// Until no table of database 0 is being rehashed (`DEBUG HTSTATS 0` lists a
+/// "rehashing target" while one is): Redis's cron alone moves about 8,000 keys a
+/// second, half an hour for 19,000,000, but every lookup moves a bucket of each
+/// table it looks in, so the keys written are looked up (`EXISTS`, pipelined, which
+/// also looks up their expiry) 100,000 at a time, in turn, until it is done.
+fn wait_rehashed(s: &Settings, n: usize, policies: &[usize]) -> Result<()> {
+    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let mut c = redis::Client::open(s.redis.url.as_str())?.get_connection()?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut r = 0;
+    loop {
+        let stats: String = redis::cmd("DEBUG").arg("HTSTATS").arg(0).query(&mut c)?;
+        if !stats.contains("rehashing target") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("still rehashing after 15 minutes");
+        }
+        let mut pipe = redis::pipe();
+        for _ in 0..100_000 {
+            let (who, policy) = scale_recipient(r % n.max(1), policies[r % policies.len()]);
+            pipe.cmd("EXISTS")
+                .arg(keys.recipient(&who, &policy, None))
+                .ignore();
+            r += 1;
+        }
+        pipe.query::<()>(&mut c)?;
+    }
+}
+
+/// The scale step: for each recipient count, keys already in Redis; then rounds of
+/// (ceiling, then every configuration of recipients and policies, in an order that
+/// alternates round by round), each a drain of `n` jobs spread over the recipients.
+#[allow(clippy::too_many_arguments)]
+async fn scale(
+    args: &Args,
+    teardown: &Teardown,
+    run_id: &str,
+    worker_bin: &Path,
+    recipients: &[usize],
+    n: usize,
+    rounds: usize,
+    report: &mut Report,
+) -> Result<()> {
+    let prefix = |r: usize| format!("{run_id}k{r}");
+    let configs: Vec<(usize, usize)> = recipients
+        .iter()
+        .flat_map(|&r| args.scale_policies.iter().map(move |&p| (r, p)))
+        .collect();
+    let mut files = HashMap::new();
+    for &p in &args.scale_policies {
+        let path = std::fs::canonicalize(&args.out)?.join(format!("scale-policies-{p}.toml"));
+        std::fs::write(&path, scale_config(p))?;
+        files.insert(p, path);
+    }
+    // a Redis server for each recipient count, where redis-server can be started;
+    // else the shared one (and the keys deleted by prefix at the end)
+    let mut own: HashMap<usize, OwnRedis> = HashMap::new();
+    for &r in recipients {
+        match OwnRedis::start() {
+            Ok(o) => {
+                own.insert(r, o);
+            }
+            Err(e) => {
+                eprintln!("[scale] {e:#}: the keys go to {}", args.redis);
+                own.clear();
+                break;
+            }
+        }
+    }
+    let redis_of = |r: usize| own.get(&r).map_or(args.redis.clone(), |o| o.url.clone());
+    let pid_of = |r: usize| own.get(&r).map_or(0, |o| o.child.id());
+    let result = async {
+        for &r in recipients {
+            let mut s = base_settings(args, &prefix(r))?;
+            s.redis.key_prefix = prefix(r);
+            s.redis.url = redis_of(r);
+            eprintln!("[scale] writing {r} recipients' keys");
+            let started = Instant::now();
+            let written =
+                tokio::task::block_in_place(|| preload_recipients(&s, r, &args.scale_policies))?;
+            let secs = started.elapsed().as_secs_f64();
+            eprintln!("      {written} keys in {secs:.1} s");
+            report.scale_preload.push((r, written, secs));
+            // a keyspace that has just grown is rehashed into a table twice the size,
+            // a little at a time, and every lookup until then looks in both tables
+            // and moves a bucket: finish it first, so the runs measure the keyspace
+            // and not its growth
+            let waited = Instant::now();
+            match tokio::task::block_in_place(|| {
+                wait_rehashed(&s, r, &args.scale_policies)
+            }) {
+                Ok(()) => eprintln!(
+                    "      rehashed {:.1} s after the last key",
+                    waited.elapsed().as_secs_f64()
+                ),
+                Err(e) => eprintln!("      not waiting for the rehash: {e:#}"),
+            }
+        }
+        let mut runs: HashMap<(usize, usize), Vec<ScaleRound>> = HashMap::new();
+        for round in 0..rounds {
+            let c = base_settings(args, &format!("{run_id}sc{round}"))?;
+            let (last_r, last_p) = *configs.last().context("no scale configuration")?;
+            let (ceiling, ceiling_cpu) =
+                ceiling(&c, &format!("scale:{last_r}:{last_p}:{round}"), n).await?;
+            teardown.ceiling(&c).await;
+            let mut order = configs.clone();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for (r, p) in order {
+                // few recipients: their keys written again each round, so no round
+                // starts with more sends per key than the first
+                if r <= 1_000_000 && round > 0 {
+                    let mut s = base_settings(args, &prefix(r))?;
+                    s.redis.key_prefix = prefix(r);
+                    s.redis.url = redis_of(r);
+                    tokio::task::block_in_place(|| {
+                        preload_recipients(&s, r, &args.scale_policies)
+                    })?;
+                }
+                let s = base_settings(args, &format!("{run_id}s{r}p{p}r{round}"))?;
+                let mut w = s.clone();
+                w.redis.key_prefix = prefix(r);
+                w.redis.url = redis_of(r);
+                REDIS_PID.store(pid_of(r), Ordering::Relaxed);
+                let conn = connect(&args.amqp).await?;
+                let env = [("QUOTA_WORKER_CONFIG".to_string(), files[&p].display().to_string())];
+                let m = run_mix_with(&conn, &w, worker_bin, &format!("scale:{r}:{p}:{round}"), n, &env).await;
+                let _ = conn.close(200, "bye".into()).await;
+                // its keys are the recipients' (deleted at the end of the step): a
+                // delete by prefix now would scan the whole keyspace between runs
+                teardown.topology(&s).await;
+                let m = m?;
+                eprintln!(
+                    "      scale round {}: {r} recipients, {p} policies: {:.0} jobs/s ({:.2} of {ceiling:.0}), CPU/job {:.0} / {:.0} / {:.0} us",
+                    round + 1,
+                    m.jobs_per_sec,
+                    m.jobs_per_sec / ceiling,
+                    m.cpu_us_per_job[0],
+                    m.cpu_us_per_job[1],
+                    m.cpu_us_per_job[2]
+                );
+                runs.entry((r, p)).or_default().push(ScaleRound {
+                    jobs_per_sec: m.jobs_per_sec,
+                    ceiling_msgs_per_sec: ceiling,
+                    ratio: m.jobs_per_sec / ceiling,
+                    cpu_us_per_job: m.cpu_us_per_job,
+                    ceiling_cpu_us_per_msg: ceiling_cpu,
+                    admission_p99_ms: m.admission_p99_ms,
+                    redis_calls_per_job: m.redis_calls_per_job,
+                    outcomes: m.outcomes,
+                });
+            }
+        }
+        for (r, p) in &configs {
+            let rs = runs.remove(&(*r, *p)).unwrap_or_default();
+            let part = |i: usize| median(rs.iter().map(|x| x.cpu_us_per_job[i]).collect());
+            report.scale.push(ScaleResult {
+                recipients: *r,
+                policies: *p,
+                jobs: n,
+                jobs_per_sec: median(rs.iter().map(|x| x.jobs_per_sec).collect()),
+                ratio_to_ceiling: median(rs.iter().map(|x| x.ratio).collect()),
+                cpu_us_per_job: median(rs.iter().map(|x| x.cpu_us_per_job.iter().sum()).collect()),
+                cpu_us_per_job_parts: [part(0), part(1), part(2)],
+                redis_us_per_job: part(1),
+                rounds: rs,
+            });
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    REDIS_PID.store(0, Ordering::Relaxed);
+    // the most first: then the scans for the fewer keys have little left to go over
+    let mut by_size = recipients.to_vec();
+    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    for &r in by_size.iter().filter(|r| !own.contains_key(r)) {
+        eprintln!("[scale] deleting the keys of {r} recipients");
+        let _ = tokio::task::block_in_place(|| delete_keys(&redis_of(r), &prefix(r)));
+    }
+    // its own servers go with their keys
+    drop(own);
+    result
 }
 
 async fn run_mix(
@@ -931,6 +1434,18 @@ async fn run_mix(
     mix: &str,
     n: usize,
 ) -> Result<MixResult> {
+    run_mix_with(conn, s, bin, mix, n, &[]).await
+}
+
+/// [`run_mix`] with more environment for the worker.
+async fn run_mix_with(
+    conn: &Connection,
+    s: &Settings,
+    bin: &Path,
+    mix: &str,
+    n: usize,
+    env: &[(String, String)],
+) -> Result<MixResult> {
     let topology = Topology::from_settings(s);
     topology.declare(conn).await?;
     let ch = conn.create_channel().await?;
@@ -938,7 +1453,7 @@ async fn run_mix(
     preload(&ch, &s.amqp.jobs_exchange, "", job_bodies(mix, n)).await?;
 
     let cpu_before = cpu_snapshot();
-    let (mut child, port) = spawn_worker(bin, s)?;
+    let (mut child, port) = spawn_worker_with(bin, s, env)?;
     // the clock starts when the worker consumes (its start-up is not throughput)
     wait_ready(port, &mut child).await?;
     let started = Instant::now();
@@ -1098,50 +1613,28 @@ async fn latency(
         None => None,
     };
     wait_ready(port, &mut child).await?;
-    let ch = conn.create_channel().await?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    let ticks_per_sec = 1000u64;
-    let mut tick = tokio::time::interval(Duration::from_millis(1000 / ticks_per_sec));
-    let mut sent = 0u64;
-    let started = Instant::now();
-    let mut pending = FuturesUnordered::new();
-    while started.elapsed() < Duration::from_secs(secs) {
-        tick.tick().await;
-        let due = (started.elapsed().as_secs_f64() * rate) as u64;
-        let props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into());
-        // this tick's jobs are handed to the client together, so they cost the load
-        // generator one hand-over to lapin's I/O thread instead of one each
-        let tick_jobs: Vec<_> = (sent..due)
-            .map(|i| {
-                let body = format!(
-                    r#"{{"id":"l{i}","recipient":"lat{i}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
-                );
-                let ch = &ch;
-                let props = props.clone();
-                let exchange = s.amqp.jobs_exchange.as_str();
-                async move {
-                    ch.basic_publish(
-                        exchange.into(),
-                        "".into(),
-                        BasicPublishOptions::default(),
-                        body.as_bytes(),
-                        props,
-                    )
-                    .await
-                }
-            })
-            .collect();
-        for confirm in futures_util::future::join_all(tick_jobs).await {
-            pending.push(confirm?);
+    let dispatch = topology.dispatch_queue("sms");
+    let arrivals = match Arrivals::start(conn, &dispatch).await {
+        Ok(a) => a,
+        Err(e) => {
+            stop(&mut child);
+            return Err(e);
         }
-        sent = sent.max(due);
-        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
-            r?;
+    };
+    let sent = offer(conn, &s.amqp.jobs_exchange, "", rate, secs, |i| {
+        format!(
+            r#"{{"id":"l{i}","recipient":"lat{i}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
+        )
+    })
+    .await;
+    let sent = match sent {
+        Ok(n) => n,
+        Err(e) => {
+            stop(&mut child);
+            return Err(e);
         }
-    }
-    while pending.next().await.transpose()?.is_some() {}
+    };
+    let end_to_end = arrivals.finish(sent).await?;
     // let the last jobs through
     let mut metrics = String::new();
     for _ in 0..100 {
@@ -1180,7 +1673,302 @@ async fn latency(
             ))
             .filter(|(_, n)| *n > 0.0)
             .map(|(sum, n)| sum / n),
+        end_to_end: Some(end_to_end),
+        ..Default::default()
     })
+}
+
+/// The header the load generator stamps on each job it offers: when it published
+/// it, in microseconds since the Unix epoch. The worker keeps a job's own headers on
+/// its dispatch (and the pass-through copies them), so the consumer on the output
+/// queue reads it back; the job's body is not touched.
+const SENT_HEADER: &str = "x-bench-sent-us";
+
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Publishes jobs at `rate` per second for `secs` seconds (each millisecond's jobs
+/// handed to the client together, so they cost the load generator one hand-over to
+/// lapin's I/O thread instead of one each), each stamped with [`SENT_HEADER`];
+/// returns how many it published, every one confirmed.
+async fn offer(
+    conn: &Connection,
+    exchange: &str,
+    routing_key: &str,
+    rate: f64,
+    secs: u64,
+    body: impl Fn(u64) -> String,
+) -> Result<u64> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0u64;
+    let started = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    while started.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        let tick_jobs: Vec<_> = (sent..due)
+            .map(|i| {
+                let body = body(i);
+                let mut h = FieldTable::default();
+                h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
+                let props = BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_content_type("application/json".into())
+                    .with_headers(h);
+                let ch = &ch;
+                async move {
+                    ch.basic_publish(
+                        exchange.into(),
+                        routing_key.into(),
+                        BasicPublishOptions::default(),
+                        body.as_bytes(),
+                        props,
+                    )
+                    .await
+                }
+            })
+            .collect();
+        for confirm in futures_util::future::join_all(tick_jobs).await {
+            pending.push(confirm?);
+        }
+        sent = sent.max(due);
+        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
+            r?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    let _ = ch.close(200, "".into()).await;
+    Ok(sent)
+}
+
+/// A consumer on an output queue (no acks, so it asks the broker for nothing per
+/// message) that records arrival minus [`SENT_HEADER`] for every message.
+struct Arrivals {
+    count: Arc<AtomicU64>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<Vec<u64>>>,
+}
+
+impl Arrivals {
+    async fn start(conn: &Connection, queue: &str) -> Result<Arrivals> {
+        let ch = conn.create_channel().await?;
+        let opts = BasicConsumeOptions {
+            no_ack: true,
+            ..Default::default()
+        };
+        let mut consumer = ch
+            .basic_consume(queue.into(), "e2e".into(), opts, FieldTable::default())
+            .await?;
+        let count = Arc::new(AtomicU64::new(0));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (n, halt) = (count.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut micros = Vec::new();
+            loop {
+                let d = tokio::select! {
+                    _ = halt.cancelled() => break,
+                    d = consumer.next() => d,
+                };
+                let Some(d) = d else { break };
+                let d = d?;
+                let now = unix_micros();
+                let sent = d
+                    .properties
+                    .headers()
+                    .as_ref()
+                    .and_then(|h| h.inner().get(SENT_HEADER))
+                    .and_then(|v| match v {
+                        AMQPValue::LongLongInt(v) => Some(*v),
+                        _ => None,
+                    });
+                if let Some(sent) = sent {
+                    micros.push((now - sent).max(0) as u64);
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = ch.close(200, "".into()).await;
+            Ok(micros)
+        });
+        Ok(Arrivals { count, stop, task })
+    }
+
+    /// Waits (at most 60 s) until `sent` messages have arrived, then stops.
+    async fn finish(self, sent: u64) -> Result<EndToEnd> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.stop.cancel();
+        let mut micros = self.task.await??;
+        micros.sort_unstable();
+        Ok(EndToEnd::of(sent, &micros))
+    }
+}
+
+impl EndToEnd {
+    /// Quantiles of sorted microseconds.
+    fn of(sent: u64, sorted: &[u64]) -> EndToEnd {
+        let at = |q: f64| -> f64 {
+            if sorted.is_empty() {
+                return 0.0;
+            }
+            let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            sorted[i] as f64 / 1e3
+        };
+        // quantiles 1 - 10^-x for x = 0, 0.05, ... as far as the data reach
+        let mut curve = Vec::new();
+        let mut x = 0.0f64;
+        while sorted.len() as f64 >= 10f64.powf(x) {
+            let q = 1.0 - 10f64.powf(-x);
+            curve.push((q, at(q)));
+            x += 0.05;
+        }
+        EndToEnd {
+            sent,
+            arrived: sorted.len() as u64,
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            p999_ms: at(0.999),
+            max_ms: at(1.0),
+            curve,
+        }
+    }
+}
+
+fn fmt_e2e(e: Option<&EndToEnd>) -> String {
+    e.map_or_else(
+        || "n/a".into(),
+        |e| format!("{:.2} / {:.2} / {:.2}", e.p50_ms, e.p99_ms, e.p999_ms),
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Per offered share of the ceiling, the medians over the rounds (default
+/// scheduling, the passes with a pass-through beside them).
+fn summarise_latency(all: &[Latency]) -> Vec<LatencySummary> {
+    [0.5, 0.25]
+        .into_iter()
+        .filter_map(|share| {
+            let ls: Vec<&Latency> = all
+                .iter()
+                .filter(|l| l.share_of_ceiling == share && l.pass_through.is_some())
+                .collect();
+            if ls.is_empty() {
+                return None;
+            }
+            let w = |f: fn(&EndToEnd) -> f64| {
+                median(
+                    ls.iter()
+                        .filter_map(|l| l.end_to_end.as_ref().map(f))
+                        .collect(),
+                )
+            };
+            let p = |f: fn(&EndToEnd) -> f64| {
+                median(
+                    ls.iter()
+                        .filter_map(|l| l.pass_through.as_ref().map(f))
+                        .collect(),
+                )
+            };
+            let gaps: Vec<f64> = ls
+                .iter()
+                .filter_map(|l| {
+                    Some(l.end_to_end.as_ref()?.p99_ms - l.pass_through.as_ref()?.p99_ms)
+                })
+                .collect();
+            let gap = median(gaps.clone());
+            Some(LatencySummary {
+                share_of_ceiling: share,
+                rounds: ls.len(),
+                offered_jobs_per_sec: ls.iter().map(|l| l.offered_jobs_per_sec).collect(),
+                worker_p50_ms: w(|e| e.p50_ms),
+                worker_p99_ms: w(|e| e.p99_ms),
+                worker_p999_ms: w(|e| e.p999_ms),
+                pass_through_p50_ms: p(|e| e.p50_ms),
+                pass_through_p99_ms: p(|e| e.p99_ms),
+                pass_through_p999_ms: p(|e| e.p999_ms),
+                p99_gap_ms: gaps,
+                p99_gap_median_ms: gap,
+                admission_p99_ms: ls.iter().map(|l| l.admission_p99_ms).collect(),
+                within_2ms: gap <= 2.0,
+            })
+        })
+        .collect()
+}
+
+/// The pass-through, live: its relay forwards from its source queue to its output
+/// queue (as in the ceiling, on a thread and runtime of its own) while the load
+/// generator offers jobs at `rate` to the source and a consumer times their arrival
+/// in the output.
+async fn live_pass_through(
+    conn: &Connection,
+    s: &Settings,
+    rate: f64,
+    secs: u64,
+) -> Result<EndToEnd> {
+    let [src, dst] = ceiling_queues(s);
+    {
+        let ch = conn.create_channel().await?;
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        for q in [&src, &dst] {
+            ch.queue_declare(q.as_str().into(), durable, quorum())
+                .await?;
+        }
+        let _ = ch.close(200, "".into()).await;
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let relay_stop = stop.clone();
+    let (url, prefetch, (from, to)) = (
+        s.amqp.url.clone(),
+        s.amqp.prefetch,
+        (src.clone(), dst.clone()),
+    );
+    let relay = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let conn = connect(&url).await?;
+                let result =
+                    relay(&conn, prefetch, &from, &to, usize::MAX, Some(&relay_stop)).await;
+                let _ = conn.close(200, "bye".into()).await;
+                result
+            })
+    });
+    let result = async {
+        let arrivals = Arrivals::start(conn, &dst).await?;
+        let sent = offer(conn, "", &src, rate, secs, |i| {
+            format!(
+                r#"{{"id":"l{i}","recipient":"lat{i}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
+            )
+        })
+        .await?;
+        arrivals.finish(sent).await
+    }
+    .await;
+    stop.cancel();
+    relay.await??;
+    result
 }
 
 /// A process (every thread of it) under SCHED_FIFO priority 10 until dropped, then
@@ -1249,6 +2037,54 @@ fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// The Redis server whose CPU [`cpu_snapshot`] counts, when not the machine's
+/// oldest `redis-server` (the scale step's own servers).
+static REDIS_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A Redis server of the benchmark's own (no persistence, loopback, a free port),
+/// shut down when dropped: the scale step gives each recipient count one, so that
+/// the keyspace of one is not the other's.
+struct OwnRedis {
+    child: Child,
+    url: String,
+}
+
+impl OwnRedis {
+    fn start() -> Result<OwnRedis> {
+        let port = free_port()?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // DEBUG HTSTATS, to see when the keyspace's tables stop rehashing
+            .args(["--enable-debug-command", "local"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting redis-server")?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let mut own = OwnRedis { child, url };
+        for _ in 0..100 {
+            let up = redis::Client::open(own.url.as_str())
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if up.is_ok() {
+                return Ok(own);
+            }
+            if let Some(status) = own.child.try_wait()? {
+                bail!("redis-server exited: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("redis-server on port {port} did not answer")
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
 /// CPU seconds used so far by the broker, Redis and this process.
 fn cpu_snapshot() -> [f64; 3] {
     let pid_of = |name: &str| -> Option<u32> {
@@ -1256,7 +2092,12 @@ fn cpu_snapshot() -> [f64; 3] {
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
     };
     let redis = match cluster_urls() {
-        [] => pid_of("redis-server").and_then(cpu_secs).unwrap_or(0.0),
+        [] => match REDIS_PID.load(Ordering::Relaxed) {
+            0 => pid_of("redis-server"),
+            pid => Some(pid),
+        }
+        .and_then(cpu_secs)
+        .unwrap_or(0.0),
         nodes => nodes
             .iter()
             .filter_map(|url| server_pid(url).ok())
@@ -1282,10 +2123,16 @@ fn server_pid(url: &str) -> Result<u32> {
 
 /// `quota-worker run` for `s`, quiet, its HTTP endpoint on a free port.
 fn spawn_worker(bin: &Path, s: &Settings) -> Result<(Child, u16)> {
+    spawn_worker_with(bin, s, &[])
+}
+
+/// [`spawn_worker`] with more environment.
+fn spawn_worker_with(bin: &Path, s: &Settings, env: &[(String, String)]) -> Result<(Child, u16)> {
     let port = free_port()?;
     let child = Command::new(bin)
         .arg("run")
         .envs(worker_env(s, port))
+        .envs(env.iter().cloned())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1590,11 +2437,76 @@ fn print_table(r: &Report) {
             cb + cr + cc
         );
     }
+    if !r.latency_summary.is_empty() {
+        println!("\nend-to-end latency (publish to arrival in the output queue), medians over the rounds, default scheduling:");
+        println!("| share of ceiling | rounds | worker p50 / p99 / p99.9 ms | pass-through p50 / p99 / p99.9 ms | p99 gap ms (rounds) | within +2 ms |");
+        println!("|---|---|---|---|---|---|");
+        for l in &r.latency_summary {
+            println!(
+                "| {} | {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:+.2} ({}) | {} |",
+                l.share_of_ceiling,
+                l.rounds,
+                l.worker_p50_ms,
+                l.worker_p99_ms,
+                l.worker_p999_ms,
+                l.pass_through_p50_ms,
+                l.pass_through_p99_ms,
+                l.pass_through_p999_ms,
+                l.p99_gap_median_ms,
+                l.p99_gap_ms
+                    .iter()
+                    .map(|v| format!("{v:+.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if l.within_2ms { "yes" } else { "no" }
+            );
+        }
+    }
+    if !r.scale.is_empty() {
+        println!("\nscale: jobs/s and CPU per job with recipients already in Redis and policies in use (medians over the rounds):");
+        println!("| recipients | policies | jobs/s | x ceiling (rounds) | CPU us/job broker / Redis / worker = total (rounds' totals) | outcomes (last round) |");
+        println!("|---|---|---|---|---|---|");
+        for x in &r.scale {
+            let [b, rd, w] = x.cpu_us_per_job_parts;
+            let mut o: Vec<_> = x
+                .rounds
+                .last()
+                .map(|l| l.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect())
+                .unwrap_or_default();
+            o.sort();
+            println!(
+                "| {} | {} | {:.0} | {:.2} ({}) | {b:.0} / {rd:.1} / {w:.0} = {:.0} ({}) | {} |",
+                x.recipients,
+                x.policies,
+                x.jobs_per_sec,
+                x.ratio_to_ceiling,
+                x.rounds
+                    .iter()
+                    .map(|v| format!("{:.2}", v.ratio))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                x.cpu_us_per_job,
+                x.rounds
+                    .iter()
+                    .map(|v| format!("{:.0}", v.cpu_us_per_job.iter().sum::<f64>()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                o.join(", ")
+            );
+        }
+    }
     for l in &r.latency {
         println!(
-            "\nadmission latency at {:.0} jobs/s (half the ceiling), scheduling {}, {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
+            "\nround {} at {:.0} jobs/s ({} of the ceiling), scheduling {}: end to end p50 / p99 / p99.9 ms: worker {}, pass-through {}",
+            l.round + 1,
             l.offered_jobs_per_sec,
+            l.share_of_ceiling,
             l.scheduling,
+            fmt_e2e(l.end_to_end.as_ref()),
+            fmt_e2e(l.pass_through.as_ref())
+        );
+        println!(
+            "  admission latency, {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
             l.jobs,
             l.seconds,
             fmt_ms(l.admission_p50_ms),
@@ -1617,9 +2529,13 @@ fn print_table(r: &Report) {
 
 fn plot(r: &Report, path: &Path) -> Result<()> {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (1440, 420)).into_drawing_area();
+    let root = SVGBackend::new(path, (1440, 840)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (left, rest) = root.split_horizontally(480);
+    let (upper, lower) = root.split_vertically(420);
+    let (e2e, scale_panel) = lower.split_horizontally(720);
+    plot_end_to_end(r, &e2e)?;
+    plot_scale(r, &scale_panel)?;
+    let (left, rest) = upper.split_horizontally(480);
     let (right, memory) = rest.split_horizontally(480);
     let mut bars: Vec<(String, f64)> = vec![("ceiling".into(), r.ceiling_jobs_per_sec)];
     bars.extend(r.mixes.iter().map(|m| (m.name.clone(), m.jobs_per_sec)));
@@ -1656,9 +2572,9 @@ fn plot(r: &Report, path: &Path) -> Result<()> {
                 ],
             )
         })
-        .chain(r.latency.iter().map(|l| {
+        .chain(r.latency.iter().filter(|l| l.round == 0).map(|l| {
             (
-                format!("rate/2, {}", l.scheduling),
+                format!("{}x, {}", l.share_of_ceiling, l.scheduling),
                 [
                     l.admission_p50_ms.unwrap_or(0.0),
                     l.admission_p99_ms.unwrap_or(0.0),
@@ -1725,5 +2641,153 @@ fn plot(r: &Report, path: &Path) -> Result<()> {
         .border_style(BLACK)
         .draw()?;
     root.present()?;
+    Ok(())
+}
+
+/// End-to-end latency by quantile, worker and pass-through on one panel: for each
+/// offered share of the ceiling, the round whose worker p99 is the median one. The
+/// x axis is in nines (1 = p90, 2 = p99, 3 = p99.9), the y axis logarithmic.
+fn plot_end_to_end(
+    r: &Report,
+    area: &plotters::prelude::DrawingArea<
+        plotters::prelude::SVGBackend<'_>,
+        plotters::coord::Shift,
+    >,
+) -> Result<()> {
+    use plotters::prelude::*;
+    /// A curve's legend, its points (nines, ms) and colour.
+    type Curve = (String, Vec<(f64, f64)>, RGBColor);
+    let mut lines: Vec<Curve> = Vec::new();
+    let colors = [(RED, BLUE), (MAGENTA, CYAN)];
+    for (k, share) in [0.5, 0.25].into_iter().enumerate() {
+        let mut ls: Vec<&Latency> = r
+            .latency
+            .iter()
+            .filter(|l| l.share_of_ceiling == share && l.pass_through.is_some())
+            .collect();
+        ls.sort_by(|a, b| {
+            let p = |l: &Latency| l.end_to_end.as_ref().map_or(0.0, |e| e.p99_ms);
+            p(a).total_cmp(&p(b))
+        });
+        let Some(l) = ls.get(ls.len() / 2) else {
+            continue;
+        };
+        let nines = |e: &EndToEnd| -> Vec<(f64, f64)> {
+            e.curve
+                .iter()
+                .map(|&(q, ms)| (-(1.0 - q).max(1e-9).log10(), ms.max(0.01)))
+                .collect()
+        };
+        let (wc, pc) = colors[k];
+        if let Some(e) = &l.end_to_end {
+            lines.push((
+                format!(
+                    "worker, {share} x ceiling ({:.0}/s)",
+                    l.offered_jobs_per_sec
+                ),
+                nines(e),
+                wc,
+            ));
+        }
+        if let Some(e) = &l.pass_through {
+            lines.push((format!("pass-through, {share} x ceiling"), nines(e), pc));
+        }
+    }
+    let x_max = lines
+        .iter()
+        .flat_map(|l| l.1.last().map(|p| p.0))
+        .fold(1.0, f64::max)
+        .ceil();
+    let y_max = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.5;
+    let y_min = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.1))
+        .fold(y_max, f64::min)
+        / 1.5;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "End-to-end latency (ms, publish to dispatch queue) by quantile",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x_max, (y_min..y_max).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("quantile (the last point of a curve is its maximum)")
+        .x_labels(x_max as usize + 1)
+        .x_label_formatter(&|x| {
+            let q = 100.0 * (1.0 - 10f64.powf(-x));
+            format!("p{}", (q * 1000.0).round() / 1000.0)
+        })
+        .draw()?;
+    for (name, points, color) in lines {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// The scale step: CPU per job (broker, Redis, worker stacked) for each
+/// configuration, its ratio to the paired ceiling written above.
+fn plot_scale(
+    r: &Report,
+    area: &plotters::prelude::DrawingArea<
+        plotters::prelude::SVGBackend<'_>,
+        plotters::coord::Shift,
+    >,
+) -> Result<()> {
+    use plotters::prelude::*;
+    let top = r
+        .scale
+        .iter()
+        .map(|x| x.cpu_us_per_job_parts.iter().sum::<f64>())
+        .fold(10.0, f64::max)
+        * 1.25;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "CPU per job (us; blue broker, red Redis, green worker): recipients, policies",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..r.scale.len().max(1) as f64, 0f64..top)?;
+    chart.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
+    let colors = [BLUE, RED, GREEN];
+    for (i, x) in r.scale.iter().enumerate() {
+        let mut base = 0.0;
+        for (j, v) in x.cpu_us_per_job_parts.iter().enumerate() {
+            let x0 = i as f64 + 0.2;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x0, base), (x0 + 0.6, base + v)],
+                colors[j].mix(0.6).filled(),
+            )))?;
+            base += v;
+        }
+        chart.draw_series(std::iter::once(Text::new(
+            format!(
+                "{} rcpt, {} pol: {:.2}x",
+                x.recipients, x.policies, x.ratio_to_ceiling
+            ),
+            (i as f64 + 0.05, base + top * 0.04),
+            ("sans-serif", 11),
+        )))?;
+    }
     Ok(())
 }

@@ -60,7 +60,9 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
         .arg(worker_binary())
         .args(["--quick", "--no-realtime", "--rounds", "1"])
         .args(["--jobs", &jobs.to_string(), "--recipients", "500"])
-        .args(["--steps", "engine,a,b,c,latency,memory"])
+        .args(["--steps", "engine,a,b,c,latency,memory,scale"])
+        .args(["--latency-secs", "3"])
+        .args(["--scale-recipients", "300,1000", "--scale-policies", "1,10"])
         .arg("--out")
         .arg(&out)
         .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
@@ -104,12 +106,57 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     }
 
     let latency = report["latency"].as_array().unwrap();
-    assert_eq!(latency.len(), 1, "--no-realtime: the default pass only");
-    assert_eq!(latency[0]["scheduling"], "default");
-    assert!(latency[0]["jobs"].as_u64().unwrap() > 0);
-    assert!(latency[0]["admission_p99_ms"].as_f64().is_some());
-    assert!(latency[0]["redis_call_p99_ms"].as_f64().is_some());
-    assert!(latency[0]["jobs_per_redis_call"].as_f64().unwrap() >= 1.0);
+    assert_eq!(
+        latency.len(),
+        2,
+        "--no-realtime, one round: half and a quarter of the rate, default scheduling"
+    );
+    for (l, share) in latency.iter().zip([0.5, 0.25]) {
+        assert_eq!(l["scheduling"], "default");
+        assert_eq!(l["share_of_ceiling"], share);
+        let sent = l["jobs"].as_u64().unwrap();
+        assert!(sent > 0, "{l}");
+        assert!(l["admission_p99_ms"].as_f64().is_some());
+        assert!(l["redis_call_p99_ms"].as_f64().is_some());
+        assert!(l["jobs_per_redis_call"].as_f64().unwrap() >= 1.0);
+        // every job offered arrives in the dispatch queue (the worker) or the output
+        // queue (the pass-through), its timestamp header intact
+        for side in ["end_to_end", "pass_through"] {
+            let e = &l[side];
+            assert!(e["sent"].as_u64().unwrap() > 0, "{side}: {l}");
+            assert_eq!(e["arrived"], e["sent"], "{side}: {l}");
+            assert!(e["p99_ms"].as_f64().unwrap() > 0.0, "{side}: {l}");
+            assert!(!e["curve"].as_array().unwrap().is_empty(), "{side}: {l}");
+        }
+        assert_eq!(l["end_to_end"]["sent"], sent, "{l}");
+    }
+    assert!(svg.contains("End-to-end latency"));
+    let summary = report["latency_summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2, "{summary:?}");
+
+    // scale: every configuration of recipients and policies, every job dispatched
+    let scale = report["scale"].as_array().unwrap();
+    let configs: Vec<(u64, u64)> = scale
+        .iter()
+        .map(|x| {
+            (
+                x["recipients"].as_u64().unwrap(),
+                x["policies"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(configs, [(300, 1), (300, 10), (1000, 1), (1000, 10)]);
+    for x in scale {
+        let rounds = x["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 1, "{x}");
+        assert_eq!(outcome(&rounds[0], "dispatched"), jobs, "{x}");
+        assert!(x["cpu_us_per_job"].as_f64().unwrap() > 0.0, "{x}");
+    }
+    // the keys written for it: 300 + 1000 with one policy, and with ten policies
+    // the nine tenths of them whose policy is not `default`
+    let preload = report["scale_preload"].as_array().unwrap();
+    assert_eq!(preload[0][1], 300 + 270);
+    assert_eq!(preload[1][1], 1000 + 900);
     assert!(report["engine_admissions_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(report["memory_recipients"], 500);
     assert!(report["memory_usage_one_recipient"].as_i64().unwrap() > 0);
@@ -122,10 +169,21 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     for q in [
         format!("bench{pid}m0r0a0.jobs"),
         format!("bench{pid}c0r0a0.jobs.src"),
-        format!("bench{pid}l.jobs"),
+        format!("bench{pid}l00.jobs"),
+        format!("bench{pid}lp01.jobs.src"),
+        format!("bench{pid}s1000p10r0.jobs"),
     ] {
         assert!(!exists(&conn, &q).await, "{q} left behind");
     }
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("bench{pid}*"))
+        .query(&mut redis)
+        .unwrap();
+    assert!(keys.is_empty(), "keys left behind: {keys:?}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
