@@ -587,7 +587,7 @@ async fn run(args: Args) -> Result<()> {
     )?;
     plot(&report, &args.out.join("bench.svg"))?;
     eprintln!("wrote {0}/bench.json and {0}/bench.svg", args.out.display());
-    let _ = conn.close(200, "bye".into()).await;
+    let _ = closed(conn.close(200, "bye".into())).await;
     teardown.finish().await;
     Ok(())
 }
@@ -630,7 +630,7 @@ async fn paired_round(
         .await;
         match result {
             Ok(r) => {
-                let _ = conn.close(200, "bye".into()).await;
+                let _ = closed(conn.close(200, "bye".into())).await;
                 return Ok((s, r));
             }
             Err(e) if attempt == 0 => {
@@ -711,7 +711,7 @@ async fn ceiling(s: &Settings, mix: &str, n: usize) -> Result<(f64, [f64; 3])> {
             .block_on(async {
                 let conn = connect(&s.amqp.url).await?;
                 let result = pass_through(&conn, &s, &mix, n).await;
-                let _ = conn.close(200, "bye".into()).await;
+                let _ = closed(conn.close(200, "bye".into())).await;
                 result
             })
     })
@@ -940,7 +940,7 @@ impl Teardown {
             // give the segment writer time with large queues before the next step
             None => tokio::time::sleep(Duration::from_secs(2)).await,
         }
-        let _ = conn.close(200, "bye".into()).await;
+        let _ = closed(conn.close(200, "bye".into())).await;
     }
 
     /// Everything deferred so far.
@@ -1370,7 +1370,7 @@ async fn scale(
                 let conn = connect(&args.amqp).await?;
                 let env = [("QUOTA_WORKER_CONFIG".to_string(), files[&p].display().to_string())];
                 let m = run_mix_with(&conn, &w, worker_bin, &format!("scale:{r}:{p}:{round}"), n, &env).await;
-                let _ = conn.close(200, "bye".into()).await;
+                let _ = closed(conn.close(200, "bye".into())).await;
                 // its keys are the recipients' (deleted at the end of the step): a
                 // delete by prefix now would scan the whole keyspace between runs
                 teardown.topology(&s).await;
@@ -1531,7 +1531,8 @@ async fn run_mix_with(
     let per_job = |i: usize| (cpu_after[i] - cpu_before[i]) * 1e6 / n as f64;
     let cpu_us_per_job = [per_job(0), per_job(1), worker_cpu * 1e6 / n as f64];
     stop(&mut child);
-    let _ = watch.close(200, "".into()).await;
+    // bounded: a close the broker never confirms must not hold the run
+    let _ = closed(watch.close(200, "".into())).await;
     let metrics = result?;
     let q = quantiles(&metrics, "quota_worker_admission_seconds");
     let calls = metric_sum(&metrics, "quota_worker_redis_calls_total");
@@ -1554,6 +1555,14 @@ async fn run_mix_with(
         round_ratios: Vec::new(),
         rounds: Vec::new(),
     })
+}
+
+/// A connection's or channel's close, bounded: a close the broker never confirms
+/// (seen now and then after a run) must not hold the benchmark.
+async fn closed<T>(close: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(5), close)
+        .await
+        .ok()
 }
 
 /// The messages ready in `queue` (not counting those delivered and unacked).
@@ -1951,7 +1960,7 @@ async fn live_pass_through(
                 let conn = connect(&url).await?;
                 let result =
                     relay(&conn, prefetch, &from, &to, usize::MAX, Some(&relay_stop)).await;
-                let _ = conn.close(200, "bye".into()).await;
+                let _ = closed(conn.close(200, "bye".into())).await;
                 result
             })
     });
