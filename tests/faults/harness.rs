@@ -513,3 +513,77 @@ pub(crate) fn failover_violations(violations: &[String]) -> serde_json::Value {
         "uncommitted": uncommitted,
     })
 }
+
+/// What a Redis failover scenario measured around the kill of the master.
+pub(crate) struct Failover {
+    pub(crate) jobs: usize,
+    /// How far the replica that took over was behind at the kill.
+    pub(crate) replica_behind_bytes: Option<i64>,
+    /// From the kill to a replica serving as master.
+    pub(crate) promoted: Duration,
+    /// From the kill to the next dispatch.
+    pub(crate) resumed: Option<Duration>,
+    pub(crate) started: Instant,
+}
+
+/// The end of a Redis failover scenario: its figures (`extra`'s fields first) and
+/// the checks every such scenario makes: the worker exited cleanly and never
+/// panicked, the run settled, no job was lost, in two places or dead-lettered for
+/// a wrong reason, and dispatch resumed after the kill.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conclude_failover(
+    what: &str,
+    s: &Settings,
+    end: &Ending<Option<std::process::ExitStatus>>,
+    mix: &Mix,
+    w: &WorkerProc,
+    dir: &std::path::Path,
+    run: Failover,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let a = &end.audit;
+    if !end.settled {
+        explain_stuck(a, mix, w);
+    }
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    let mut figures = extra;
+    figures["wait_replicas"] = s.redis.wait_replicas.into();
+    figures["jobs"] = run.jobs.into();
+    figures["replica_behind_bytes"] = run.replica_behind_bytes.into();
+    figures["promoted_seconds"] = run.promoted.as_secs_f64().into();
+    figures["recovery_seconds"] = run.resumed.map(|d| d.as_secs_f64()).into();
+    figures["unreplicated_holds"] = log.matches("replicas in time").count().into();
+    figures["lost"] = end.lost.len().into();
+    figures["duplicates"] = a.duplicate_dispatches().into();
+    figures["violations"] = failover_violations(&end.violations);
+    figures["elapsed_seconds"] = (end.quiet_at - run.started).as_secs_f64().into();
+    figures["worker_panics"] = worker_panics(dir).len().into();
+    eprintln!(
+        "{what}, wait_replicas = {}: {figures}",
+        s.redis.wait_replicas
+    );
+    assert!(
+        end.stopped.map(|st| st.success()).unwrap_or(false),
+        "worker exit:\n{}",
+        w.tail(30)
+    );
+    assert!(worker_panics(dir).is_empty(), "{:?}", worker_panics(dir));
+    assert!(
+        end.settled,
+        "the run did not settle: {}",
+        a.summary(&mix.jobs)
+    );
+    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.wrong_dead.is_empty(),
+        "dead letters: {:?}",
+        end.wrong_dead
+    );
+    assert!(
+        run.resumed.is_some(),
+        "dispatch never resumed:\n{}",
+        w.tail(40)
+    );
+    figures
+}

@@ -97,48 +97,14 @@ async fn failover() -> serde_json::Value {
     audit_settings.redis.cluster_urls = cluster.urls();
     let limit = Duration::from_secs(if long() { 600 } else { 180 });
     let end = finish(&conn, &audit_settings, &mix, limit, async { w.stop() }).await;
-    let a = &end.audit;
-    if !end.settled {
-        explain_stuck(a, &mix, &w);
-    }
-    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
-    let figures = json!({
-        "wait_replicas": s.redis.wait_replicas,
-        "jobs": n,
-        "replica_behind_bytes": master_offset.zip(replica_offset).map(|(m, r)| m - r),
-        "promoted_seconds": promoted.as_secs_f64(),
-        "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
-        "unreplicated_holds": log.matches("replicas in time").count(),
-        "lost": end.lost.len(),
-        "duplicates": a.duplicate_dispatches(),
-        "violations": failover_violations(&end.violations),
-        "elapsed_seconds": (end.quiet_at - started).as_secs_f64(),
-        "worker_panics": worker_panics(&dir).len(),
-    });
-    eprintln!(
-        "cluster failover, wait_replicas = {}: {figures}",
-        s.redis.wait_replicas
-    );
-    assert!(
-        end.stopped.map(|st| st.success()).unwrap_or(false),
-        "worker exit:\n{}",
-        w.tail(30)
-    );
-    assert!(worker_panics(&dir).is_empty(), "{:?}", worker_panics(&dir));
-    assert!(
-        end.settled,
-        "the run did not settle: {}",
-        a.summary(&mix.jobs)
-    );
-    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.wrong_dead.is_empty(),
-        "dead letters: {:?}",
-        end.wrong_dead
-    );
-    assert!(resumed.is_some(), "dispatch never resumed:\n{}", w.tail(40));
-    figures
+    let run = Failover {
+        jobs: n,
+        replica_behind_bytes: master_offset.zip(replica_offset).map(|(m, r)| m - r),
+        promoted,
+        resumed,
+        started,
+    };
+    conclude_failover("cluster failover", &s, &end, &mix, &w, &dir, run, json!({}))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
