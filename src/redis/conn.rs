@@ -73,24 +73,22 @@ impl SentinelConn {
         })
     }
 
-    /// The connection to the master, asking the sentinels first if there is none.
-    async fn get(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
-        if let Some(c) = self
-            .current
+    /// The connection in use, if there is one.
+    fn in_use(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.current
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-        {
+    }
+
+    /// The connection to the master, asking the sentinels first if there is none.
+    async fn get(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
+        if let Some(c) = self.in_use() {
             return Ok(c);
         }
         let mut client = self.client.lock().await;
         // another caller may have connected while this one waited
-        if let Some(c) = self
-            .current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
+        if let Some(c) = self.in_use() {
             return Ok(c);
         }
         let conn = client
