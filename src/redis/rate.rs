@@ -87,17 +87,23 @@ fn split(
     if allowed == 1 && granted == 0 {
         return None;
     }
-    let span = (interval_us * cost) as i64;
+    // saturating: a cost no configuration gives (above the burst, answered -1)
+    // must not overflow here
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let span = as_i64(interval_us.saturating_mul(cost));
     // after the granted ones, the next job fits once the TAT has come within the
     // burst's tolerance of now
-    let next_in = (reset_after + span - (interval_us * burst) as i64).max(0);
+    let next_in = reset_after
+        .saturating_add(span)
+        .saturating_sub(as_i64(interval_us.saturating_mul(burst)))
+        .max(0);
     let out = (0..asking)
         .map(|i| match allowed {
             1 if i < granted => RateReply {
                 allowed: 1,
                 remaining,
                 retry_after: Duration::ZERO,
-                tat_us: tat_us - span * (granted - 1 - i) as i64,
+                tat_us: tat_us.saturating_sub(span.saturating_mul((granted - 1 - i) as i64)),
             },
             1 => RateReply {
                 allowed: 0,
@@ -267,5 +273,8 @@ mod tests {
             "allowed, none granted"
         );
         assert_eq!(split(&[1, 0, 0, 0, 0], 1000, 5, 1, 1), None, "old shape");
+        // a cost no configuration gives does not overflow
+        let huge = split(&[-1, 0, -1, 0, 5, 0], 10_000_000, 3, u64::MAX, 1).unwrap();
+        assert_eq!(huge[0].allowed, -1);
     }
 }
