@@ -587,3 +587,67 @@ pub(crate) fn conclude_failover(
     );
     figures
 }
+
+/// A Redis failover scenario under way: its backlog published, one worker process
+/// running, a fifth of the jobs dispatched.
+pub(crate) struct Loaded {
+    pub(crate) conn: lapin::Connection,
+    pub(crate) mix: Mix,
+    pub(crate) dispatch: String,
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) started: Instant,
+    pub(crate) w: WorkerProc,
+}
+
+/// Declare `s`'s topology, publish a mix of `n` jobs, start a worker process (its
+/// log under a temp dir named `tag`) and wait until a fifth of them went out.
+pub(crate) async fn load_and_start(s: &Settings, ns: &str, n: usize, tag: &str) -> Loaded {
+    declare(s).await;
+    let mix = Mix::new(ns, n, &audit::noon_zone());
+    let conn = amqp().await;
+    audit::publish_all(&conn, s, &mix.jobs).await;
+    let dispatch = topology(s).dispatch_queue("sms");
+    let dir = procs::temp_dir(tag);
+    let started = Instant::now();
+    let w = WorkerProc::spawn(s, &dir, "0");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no progress before the failover:\n{}",
+            w.tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Loaded {
+        conn,
+        mix,
+        dispatch,
+        dir,
+        started,
+        w,
+    }
+}
+
+/// After the master's kill at `killed` (with `at_kill` dispatched then): how long
+/// until `promoted` says a replica serves as master, and until the next dispatch
+/// (each `None` if not within a minute).
+pub(crate) async fn watch_failover(
+    conn: &lapin::Connection,
+    dispatch: &str,
+    killed: Instant,
+    at_kill: u32,
+    mut promoted: impl FnMut() -> bool,
+) -> (Option<Duration>, Option<Duration>) {
+    let (mut promoted_at, mut resumed) = (None, None);
+    while killed.elapsed() < Duration::from_secs(60) && (promoted_at.is_none() || resumed.is_none())
+    {
+        if promoted_at.is_none() && promoted() {
+            promoted_at = Some(killed.elapsed());
+        }
+        if resumed.is_none() && depth(conn, dispatch).await.unwrap_or(0) > at_kill {
+            resumed = Some(killed.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (promoted_at, resumed)
+}

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, RedisCluster, WorkerProc};
+use crate::common::audit::depth;
+use crate::common::procs::RedisCluster;
 use crate::common::reliability::{long, record};
 use crate::common::*;
 use crate::harness::*;
@@ -36,22 +36,14 @@ async fn failover() -> serde_json::Value {
     s.redis.cluster = true;
     s.redis.cluster_urls = cluster.urls();
     let _c = Cleanup::new(&s);
-    declare(&s).await;
-    let mix = Mix::new(&ns, n, &noon_zone());
-    let conn = amqp().await;
-    publish_all(&conn, &s, &mix.jobs).await;
-    let dispatch = topology(&s).dispatch_queue("sms");
-    let dir = procs::temp_dir("clusterfo");
-    let started = Instant::now();
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
-    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no progress before the failover:\n{}",
-            w.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Loaded {
+        conn,
+        mix,
+        dispatch,
+        dir,
+        started,
+        mut w,
+    } = load_and_start(&s, &ns, n, "clusterfo").await;
 
     // one master's replicas fall behind, then that master dies
     let victim = cluster.masters()[0];
@@ -75,22 +67,13 @@ async fn failover() -> serde_json::Value {
     for &r in &replicas {
         restore_replication(std::slice::from_ref(&cluster.nodes[r]));
     }
-    let mut promoted = None;
-    let mut resumed = None;
-    while killed.elapsed() < Duration::from_secs(60) && (promoted.is_none() || resumed.is_none()) {
-        if promoted.is_none()
-            && replicas
-                .iter()
-                .any(|&r| cluster.nodes[r].replication().contains("role:master"))
+    let (promoted, resumed) = watch_failover(&conn, &dispatch, killed, at_kill, || {
+        replicas
+            .iter()
+            .any(|&r| cluster.nodes[r].replication().contains("role:master"))
             && cluster.ok()
-        {
-            promoted = Some(killed.elapsed());
-        }
-        if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > at_kill {
-            resumed = Some(killed.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    })
+    .await;
     let promoted = promoted.expect("the replica was never promoted");
     // the audit reads the cluster through the nodes still running
     let mut audit_settings = s.clone();

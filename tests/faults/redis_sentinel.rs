@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, RedisSentinel, WorkerProc};
+use crate::common::audit::depth;
+use crate::common::procs::RedisSentinel;
 use crate::common::reliability::{long, record};
 use crate::common::*;
 use crate::harness::*;
@@ -35,22 +35,14 @@ async fn failover(wait: bool) -> serde_json::Value {
         s.redis.wait_timeout = Dur(Duration::from_millis(500));
     }
     let _c = Cleanup::new(&s);
-    declare(&s).await;
-    let mix = Mix::new(&ns, n, &noon_zone());
-    let conn = amqp().await;
-    publish_all(&conn, &s, &mix.jobs).await;
-    let dispatch = topology(&s).dispatch_queue("sms");
-    let dir = procs::temp_dir("sentinel");
-    let started = Instant::now();
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
-    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no progress before the failover:\n{}",
-            w.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Loaded {
+        conn,
+        mix,
+        dispatch,
+        dir,
+        started,
+        mut w,
+    } = load_and_start(&s, &ns, n, "sentinel").await;
 
     // the replicas fall behind, then the master dies
     let master_port = group.nodes[0].port;
@@ -62,17 +54,10 @@ async fn failover(wait: bool) -> serde_json::Value {
     let killed = Instant::now();
     let at_kill = depth(&conn, &dispatch).await.unwrap_or(0);
     restore_replication(&group.nodes[1..]);
-    let mut promoted = None;
-    let mut resumed = None;
-    while killed.elapsed() < Duration::from_secs(60) && (promoted.is_none() || resumed.is_none()) {
-        if promoted.is_none() && group.master_port(0).is_some_and(|p| p != master_port) {
-            promoted = Some(killed.elapsed());
-        }
-        if resumed.is_none() && depth(&conn, &dispatch).await.unwrap_or(0) > at_kill {
-            resumed = Some(killed.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let (promoted, resumed) = watch_failover(&conn, &dispatch, killed, at_kill, || {
+        group.master_port(0).is_some_and(|p| p != master_port)
+    })
+    .await;
     let promoted = promoted.unwrap_or_else(|| {
         panic!(
             "the sentinels never promoted the replica: {:?}",
