@@ -360,15 +360,7 @@ impl Caller {
             Err(e) => {
                 // the call as a whole failed (Redis away, a timeout): every job of it
                 // hears so and is retried by its caller
-                let text = e.to_string();
-                let mut first = Some(e);
-                for (_, tx) in batch {
-                    let err = match first.take() {
-                        Some(e) => e,
-                        None => EngineError::Batch(text.clone()),
-                    };
-                    let _ = tx.send(Err(err));
-                }
+                super::fail_all(e, batch.into_iter().map(|(_, tx)| tx));
             }
         }
     }

@@ -18,3 +18,22 @@ pub mod slots;
 
 pub use conn::RedisConn;
 pub use scripts::Scripts;
+
+/// A batched call failed as a whole (Redis away, a timeout): every job of it hears
+/// so and is retried by its caller; the first gets the error itself, the others
+/// its text.
+pub(crate) fn fail_all<T>(
+    e: crate::engine::EngineError,
+    waiters: impl IntoIterator<
+        Item = tokio::sync::oneshot::Sender<Result<T, crate::engine::EngineError>>,
+    >,
+) {
+    let text = e.to_string();
+    let mut first = Some(e);
+    for tx in waiters {
+        let err = first
+            .take()
+            .unwrap_or_else(|| crate::engine::EngineError::Batch(text.clone()));
+        let _ = tx.send(Err(err));
+    }
+}

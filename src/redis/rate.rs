@@ -190,16 +190,7 @@ impl Taker {
                     let _ = tx.send(Ok(reply));
                 }
             }
-            Err(e) => {
-                let text = e.to_string();
-                let mut first = Some(e);
-                for tx in asks {
-                    let err = first
-                        .take()
-                        .unwrap_or_else(|| EngineError::Batch(text.clone()));
-                    let _ = tx.send(Err(err));
-                }
-            }
+            Err(e) => super::fail_all(e, asks),
         }
     }
 }
