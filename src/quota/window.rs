@@ -224,18 +224,29 @@ pub fn next_day_start(tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> {
 /// * `CalendarDays(n)`: counts iff `local_date(send) >= local_date(at) - (n-1)`
 ///   days, i.e. "today and the previous n-1 local days".
 pub fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> bool {
+    let (today, date) = match window {
+        Window::CalendarDays(_) if send <= at => (local_date(tz, at), local_date(tz, send)),
+        _ => (NaiveDate::MIN, NaiveDate::MIN),
+    };
+    counts_dated(window, at, today, send, date)
+}
+
+/// [`counts`] given the local dates of `at` (`today`) and of `send` (`date`),
+/// which only calendar windows read.
+fn counts_dated(
+    window: Window,
+    at: DateTime<Utc>,
+    today: NaiveDate,
+    send: DateTime<Utc>,
+    date: NaiveDate,
+) -> bool {
     if send > at {
         return false;
     }
     match window {
         // `send > at - d` rewritten as `at - send < d` so that it cannot overflow.
         Window::Rolling(d) => at.signed_duration_since(send) < d,
-        Window::CalendarDays(n) => {
-            let days_ago = local_date(tz, at)
-                .signed_duration_since(local_date(tz, send))
-                .num_days();
-            days_ago < i64::from(n)
-        }
+        Window::CalendarDays(n) => today.signed_duration_since(date).num_days() < i64::from(n),
     }
 }
 
@@ -312,26 +323,68 @@ pub fn earliest_allowed(
     now: DateTime<Utc>,
     sends: &[DateTime<Utc>],
 ) -> Option<DateTime<Utc>> {
-    let mut earliest = now;
+    scan(rules, tz, now, sends).0
+}
+
+/// One pass over `rules` at `now`: the earliest admitted instant (as
+/// [`earliest_allowed`]) and the first rule that is full at `now` (as
+/// [`admits`] would find it, one rule at a time). Each send's local date and
+/// today's are computed once, however many calendar rules there are: a refused
+/// job's retry time is worked out on every refusal.
+fn scan(
+    rules: &[Rule],
+    tz: Tz,
+    now: DateTime<Utc>,
+    sends: &[DateTime<Utc>],
+) -> (Option<DateTime<Utc>>, Option<Rule>) {
+    let calendar = rules
+        .iter()
+        .any(|r| matches!(r.window, Window::CalendarDays(_)));
+    // (send, its local date): the date only when a calendar rule needs it
+    let dated: Vec<(DateTime<Utc>, NaiveDate)> = sends
+        .iter()
+        .map(|&send| {
+            let date = if calendar {
+                local_date(tz, send)
+            } else {
+                NaiveDate::MIN
+            };
+            (send, date)
+        })
+        .collect();
+    let today = if calendar {
+        local_date(tz, now)
+    } else {
+        NaiveDate::MIN
+    };
+    let mut earliest = Some(now);
+    let mut full = None;
+    let mut counting: Vec<(DateTime<Utc>, NaiveDate)> = Vec::with_capacity(sends.len());
     for rule in rules {
-        if rule.limit == 0 {
-            return None;
-        }
-        let mut counting: Vec<DateTime<Utc>> = sends
-            .iter()
-            .copied()
-            .filter(|&send| counts(rule.window, tz, now, send))
-            .collect();
-        let limit = usize::try_from(rule.limit).unwrap_or(usize::MAX);
-        if counting.len() < limit {
+        counting.clear();
+        counting.extend(
+            dated
+                .iter()
+                .copied()
+                .filter(|&(send, date)| counts_dated(rule.window, now, today, send, date)),
+        );
+        if (counting.len() as u64) < u64::from(rule.limit) {
             continue;
         }
-        // Index of the (k-L+1)-th oldest counting send.
-        let index = counting.len() - limit;
-        let (_, &mut must_expire, _) = counting.select_nth_unstable(index);
-        earliest = earliest.max(expires_checked(rule.window, tz, must_expire)?);
+        full.get_or_insert(*rule);
+        // A rule with limit 0 never admits; otherwise the (k-L+1)-th oldest
+        // counting send must stop counting.
+        earliest = match (earliest, rule.limit) {
+            (None, _) | (_, 0) => None,
+            (Some(at), limit) => {
+                let index = counting.len() - limit as usize;
+                let (_, &mut (must_expire, date), _) =
+                    counting.select_nth_unstable_by_key(index, |&(send, _)| send);
+                expiry_dated(rule.window, tz, must_expire, date).map(|e| at.max(e))
+            }
+        };
     }
-    Some(earliest)
+    (earliest, full)
 }
 
 /// Milliseconds since the epoch (Redis time, as the scripts answer it) as an
@@ -355,22 +408,32 @@ pub struct Refusal {
 /// answered with. The retry time is at least a millisecond after `now`, so a job
 /// refused at the very instant its window turns comes back after it.
 pub fn refusal(rules: &[Rule], tz: Tz, now: DateTime<Utc>, sends: &[DateTime<Utc>]) -> Refusal {
-    let retry_at =
-        earliest_allowed(rules, tz, now, sends).map(|t| t.max(now + Duration::milliseconds(1)));
-    let rule = rules
-        .iter()
-        .find(|r| !admits(std::slice::from_ref(r), tz, now, sends))
-        .copied();
+    let (earliest, rule) = scan(rules, tz, now, sends);
+    let retry_at = earliest.map(|t| t.max(now + Duration::milliseconds(1)));
     Refusal { retry_at, rule }
 }
 
 /// `expires` without saturation: `None` when the instant is not representable.
 fn expires_checked(window: Window, tz: Tz, send: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let date = match window {
+        Window::CalendarDays(_) => local_date(tz, send),
+        Window::Rolling(_) => NaiveDate::MIN,
+    };
+    expiry_dated(window, tz, send, date)
+}
+
+/// [`expires_checked`] given `send`'s local date (`date`, which only calendar
+/// windows read).
+fn expiry_dated(
+    window: Window,
+    tz: Tz,
+    send: DateTime<Utc>,
+    date: NaiveDate,
+) -> Option<DateTime<Utc>> {
     match window {
         Window::Rolling(d) => send.checked_add_signed(d),
         Window::CalendarDays(n) => {
-            let date = local_date(tz, send).checked_add_days(Days::new(u64::from(n)))?;
-            day_start_checked(tz, date)
+            day_start_checked(tz, date.checked_add_days(Days::new(u64::from(n)))?)
         }
     }
 }

@@ -702,6 +702,30 @@ proptest! {
     }
 
     #[test]
+    fn a_refusal_agrees_with_admits_rule_by_rule_and_with_earliest_allowed(
+        zone in 0usize..ZONES.len(),
+        rules in rules_strategy(),
+        now in start_instant(),
+        ages in prop::collection::vec(
+            prop_oneof![-5_000i64..10_000, 0i64..86_400_000, 0i64..864_000_000],
+            0..20,
+        ),
+    ) {
+        // Sends possibly after `now` (another worker's clock), which never count.
+        let tz = ZONES[zone];
+        let sends: Vec<DateTime<Utc>> = ages.iter().map(|&age| now - ms(age)).collect();
+        let r = refusal(&rules, tz, now, &sends);
+        let first_full = rules
+            .iter()
+            .find(|rule| !reference_admits(std::slice::from_ref(rule), tz, now, &sends))
+            .copied();
+        prop_assert_eq!(r.rule, first_full);
+        let earliest = earliest_allowed(&rules, tz, now, &sends)
+            .expect("limits are >= 1 so a send is eventually allowed");
+        prop_assert_eq!(r.retry_at, Some(earliest.max(now + ms(1))));
+    }
+
+    #[test]
     fn counts_agrees_with_window_start_expires_and_reference(
         zone in 0usize..ZONES.len(),
         w in 0usize..6,
