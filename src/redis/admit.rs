@@ -371,19 +371,8 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<(AdmitArgs, oneshot::Sender<Reply>)>,
 ) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
-        };
-        // everything that queued up while waiting for the slot goes along
-        let mut batch = Vec::with_capacity(16);
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    // everything that queued up while waiting for a slot goes along
+    while let Some((slot, batch)) = super::next_batch(&mut rx, &slots, MAX_BATCH).await {
         let caller = caller.clone();
         tokio::spawn(async move {
             caller.answer(batch).await;

@@ -19,6 +19,27 @@ pub mod slots;
 pub use conn::RedisConn;
 pub use scripts::Scripts;
 
+/// The next batch of a batcher (admissions, rate takes): wait for a request and
+/// for one of the call slots, then take what else queued meanwhile, up to `max`.
+/// `None` once every sender is gone (or the slots are closed).
+pub(crate) async fn next_batch<T>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    slots: &std::sync::Arc<tokio::sync::Semaphore>,
+    max: usize,
+) -> Option<(tokio::sync::OwnedSemaphorePermit, Vec<T>)> {
+    let first = rx.recv().await?;
+    let slot = slots.clone().acquire_owned().await.ok()?;
+    let mut batch = Vec::with_capacity(max.min(16));
+    batch.push(first);
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    Some((slot, batch))
+}
+
 /// A batched call failed as a whole (Redis away, a timeout): every job of it hears
 /// so and is retried by its caller; the first gets the error itself, the others
 /// its text.

@@ -197,17 +197,7 @@ impl Taker {
 
 async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Rate, oneshot::Sender<Reply>)>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    while let Some((slot, batch)) = super::next_batch(&mut rx, &slots, MAX_BATCH).await {
         // one call per rate among them (a reload may change it while jobs ask)
         let mut groups: Vec<(Rate, Vec<oneshot::Sender<Reply>>)> = Vec::new();
         for (rate, tx) in batch {
