@@ -4,11 +4,14 @@
 //! ## The ladder
 //! Level `n` (0 ≤ n < levels) is a queue `<prefix>.<2^n>s` whose messages expire after
 //! exactly 2^n seconds, and a headers exchange `<prefix>.x<n>`. A delay of D seconds
-//! is written in binary as message headers `notify-delay-<n>: "1"`, one per set bit.
-//! Exchange `x<n>` sends a message carrying bit n to queue `2^n s`; any other message
-//! goes on to its alternate exchange `x<n-1>`. Each queue dead-letters to the next
-//! exchange down, and level 0 (queue and alternate exchange) to the jobs exchange.
-//! A delayed job is published straight to the queue of its highest bit. Every queue holds
+//! is written in binary as message headers `notify-delay-<n>: "1"`, one per set bit
+//! below the highest. Exchange `x<n>` sends a message carrying bit n to queue `2^n s`;
+//! any other message goes on to its alternate exchange `x<n-1>`. Each queue
+//! dead-letters to the next exchange down, and level 0 (queue and alternate exchange)
+//! to the jobs exchange. A delayed job is published straight to the queue of its
+//! highest bit, so it never passes that bit's exchange and carries no header for it
+//! (a header costs the broker and the worker each about a quarter of a microsecond,
+//! BENCHMARKS.md item 24). Every queue holds
 //! one TTL only, so a message never waits behind a longer one (no head-of-line
 //! blocking), and a delay costs at most one hop per level. (A headers exchange with
 //! one binding matches in constant time; a topic exchange would walk a trie of
@@ -84,9 +87,11 @@ impl Ladder {
         None
     }
 
-    /// Add the headers that spell `seconds` to `headers`.
+    /// Add the headers that spell `seconds` to `headers`: one per set bit but the
+    /// highest, whose queue is [`Ladder::entry`] (the job is published there, past
+    /// that level's exchange).
     pub fn mark(&self, headers: &mut FieldTable, seconds: u64) {
-        for n in self.bits(seconds) {
+        for n in self.bits(seconds).skip(1) {
             let name = BIT_HEADERS
                 .get(n as usize)
                 .copied()
@@ -190,17 +195,23 @@ mod tests {
         for secs in 1..=l.max_seconds() {
             let mut h = FieldTable::default();
             l.mark(&mut h, secs);
-            // the queues a message visits, as the exchanges route it
-            let total: u64 = (0..l.levels)
-                .filter(|n| {
-                    l.binding(*n)
-                        .inner()
-                        .iter()
-                        .filter(|(k, _)| k.as_str() != "x-match")
-                        .all(|(k, v)| h.inner().get(k.as_str()) == Some(v))
-                })
-                .map(|n| 1u64 << n)
-                .sum();
+            // published to the entry queue, past its level's exchange: no header
+            // spells that level
+            let entry = Ladder::entry_level(secs, l.levels);
+            assert!(!h.contains_key(bit_header(entry).as_str()));
+            // the queues a message visits: the entry, then as the exchanges below
+            // it route it
+            let total: u64 = (1u64 << entry)
+                + (0..entry)
+                    .filter(|n| {
+                        l.binding(*n)
+                            .inner()
+                            .iter()
+                            .filter(|(k, _)| k.as_str() != "x-match")
+                            .all(|(k, v)| h.inner().get(k.as_str()) == Some(v))
+                    })
+                    .map(|n| 1u64 << n)
+                    .sum::<u64>();
             assert_eq!(total, secs);
         }
         // a job sent round again drops the bits of its last delay

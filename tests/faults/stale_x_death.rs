@@ -132,7 +132,10 @@ async fn stale_x_death_headers_do_not_get_a_delayed_job_dropped() {
     );
     // and a stale routing bit of the delay ladder: kept, it would send the job to
     // the 2^19 s (six-day) queue instead of a 2 s wait
-    ladder.mark(&mut h, 1 << 19);
+    h.insert(
+        format!("{}19", quota_worker::amqp::ladder::BIT_PREFIX).into(),
+        lapin::types::AMQPValue::LongString("1".into()),
+    );
     publish_with(
         &conn,
         &s,
