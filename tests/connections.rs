@@ -246,6 +246,9 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     let ns = unique("closed");
     let mut s = settings(&ns);
     s.amqp.url = node.url();
+    // the private node goes with the test; the recipient key it writes in the
+    // machine's Redis would not
+    let _cleanup = common::Cleanup::new(&s);
     let dir = temp_dir("closed");
 
     // Closes inside the broker, each as soon as the node holds N queues and the
