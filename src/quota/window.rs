@@ -224,11 +224,17 @@ pub fn next_day_start(tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> {
 /// * `CalendarDays(n)`: counts iff `local_date(send) >= local_date(at) - (n-1)`
 ///   days, i.e. "today and the previous n-1 local days".
 pub fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> bool {
-    let (today, date) = match window {
-        Window::CalendarDays(_) if send <= at => (local_date(tz, at), local_date(tz, send)),
-        _ => (NaiveDate::MIN, NaiveDate::MIN),
-    };
+    let (today, date) = (date_for(window, tz, at), date_for(window, tz, send));
     counts_dated(window, at, today, send, date)
+}
+
+/// `t`'s local date where `window` counts calendar days; where it does not, a
+/// placeholder it never reads (no zone lookup).
+fn date_for(window: Window, tz: Tz, t: DateTime<Utc>) -> NaiveDate {
+    match window {
+        Window::CalendarDays(_) => local_date(tz, t),
+        Window::Rolling(_) => NaiveDate::MIN,
+    }
 }
 
 /// [`counts`] given the local dates of `at` (`today`) and of `send` (`date`),
@@ -415,11 +421,7 @@ pub fn refusal(rules: &[Rule], tz: Tz, now: DateTime<Utc>, sends: &[DateTime<Utc
 
 /// `expires` without saturation: `None` when the instant is not representable.
 fn expires_checked(window: Window, tz: Tz, send: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let date = match window {
-        Window::CalendarDays(_) => local_date(tz, send),
-        Window::Rolling(_) => NaiveDate::MIN,
-    };
-    expiry_dated(window, tz, send, date)
+    expiry_dated(window, tz, send, date_for(window, tz, send))
 }
 
 /// [`expires_checked`] given `send`'s local date (`date`, which only calendar
