@@ -20,7 +20,7 @@ async fn explain(engine: &Engine, s: &Settings, id: &str) -> JobStatus {
     Jobs::new(engine, s).explain(id).await.unwrap()
 }
 
-async fn waiting(engine: &Engine, s: &Settings, recipient: &str) -> u64 {
+async fn waiting(engine: &Engine, s: &Settings, recipient: &str) -> Option<u64> {
     let q = RecipientQuery {
         recipient,
         category: None,
@@ -98,7 +98,7 @@ async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
         }
         other => panic!("c1 should be noted as delayed, not {other:?}"),
     }
-    assert_eq!(waiting(&engine, &s, "held").await, 3);
+    assert_eq!(waiting(&engine, &s, "held").await, Some(3));
 
     // cancel them where they are: c1 and c2 through the library, c3 through the CLI
     let jobs = Jobs::new(&engine, &s);
@@ -131,7 +131,7 @@ async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
         matches!(&status.record.unwrap().step, Step::Dead { reason, detail }
             if reason == "cancelled" && detail.starts_with("cancelled by an operator at ")),
     );
-    assert_eq!(waiting(&engine, &s, "held").await, 0);
+    assert_eq!(waiting(&engine, &s, "held").await, Some(0));
     // a job that ended cannot be cancelled; the CLI says why
     let out = run(&s, &["admin", "job", "c1", "cancel"], None);
     assert!(!out.status.success());
@@ -176,7 +176,7 @@ async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_
             "{id}: {outcome:?}"
         );
     }
-    assert_eq!(waiting(&engine, &s, "shopper").await, 5);
+    assert_eq!(waiting(&engine, &s, "shopper").await, Some(5));
     // explained: where, until when, why, with the count it saw
     let status = explain(&engine, &s, "r3").await;
     assert!(
@@ -237,7 +237,70 @@ async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_
     assert_eq!(depth(&conn, &dispatch).await, 0, "nothing else sent");
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 0, "nothing dead");
     assert_eq!(explain(&engine, &s, "r5").await.place, Place::Dispatched);
-    assert_eq!(waiting(&engine, &s, "shopper").await, 0);
+    assert_eq!(waiting(&engine, &s, "shopper").await, Some(0));
     // a job never delayed has no record
     assert_eq!(explain(&engine, &s, "sent").await.place, Place::Unknown);
+}
+
+#[tokio::test]
+async fn with_notes_off_nothing_is_noted_and_a_cancel_still_ends_the_job() {
+    let ns = unique("nonotes");
+    let mut s = settings(&ns);
+    s.redis.notes = false;
+    s.amqp.delay_levels = 3;
+    let (_c, w, conn) = rig(&s).await;
+    let engine = Engine::connect(&s).await.unwrap();
+    let at = |secs| (Utc::now() + chrono::Duration::seconds(secs)).to_rfc3339();
+    let body = |id: &str, not_before: String| {
+        format!(r#"{{"id":"{id}","recipient":"held","channel":"sms","not_before":"{not_before}"}}"#)
+            .into_bytes()
+    };
+    // one job held for an hour, one for two seconds: both wait, the second is sent
+    // after its wait
+    publish(&conn, &s, &body("c1", at(3600))).await;
+    publish(&conn, &s, &body("s1", at(2))).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let m = take(&conn, &dispatch, Duration::from_secs(20))
+        .await
+        .expect("s1 dispatched after its wait");
+    assert_eq!(message_id(&m), "s1");
+    // both waited and one ended, and none of it was noted (with notes on, each
+    // has a record and c1 an entry in the recipient's waiting set by now: see
+    // the tests above)
+    let keys = engine.keys();
+    let mut r = redis_sync();
+    for key in [keys.job("c1"), keys.job("s1"), keys.waiting("held")] {
+        let exists: bool = redis::cmd("EXISTS").arg(&key).query(&mut r).unwrap();
+        assert!(!exists, "{key} written with notes off");
+    }
+    let status = explain(&engine, &s, "c1").await;
+    assert_eq!((status.place, status.record), (Place::Unknown, None));
+    assert_eq!(waiting(&engine, &s, "held").await, None);
+    let out = run(&s, &["admin", "recipient", "held"], None);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("waiting jobs not counted (`redis.notes = false`)"),
+        "{text}"
+    );
+    let out = run(&s, &["admin", "job", "c1"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("notes:       off (`redis.notes = false`)"),
+        "{text}"
+    );
+
+    // a cancel needs no note: the job ends `cancelled` and its mark is spent
+    let jobs = Jobs::new(&engine, &s);
+    assert!(!jobs.cancel("c1").await.unwrap().already);
+    let dead = dead_letters(&conn, &s, 1, Duration::from_secs(30)).await;
+    assert_eq!(dead, [("c1".to_string(), "cancelled".to_string())]);
+    wait_for("c1's cancel mark spent", Duration::from_secs(5), || async {
+        explain(&engine, &s, "c1").await.cancelled_at.is_none()
+    })
+    .await;
+    stop.cancel();
+    handle.await.unwrap();
+    assert_eq!(depth(&conn, &dispatch).await, 0, "nothing else sent");
 }

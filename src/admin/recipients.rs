@@ -89,8 +89,8 @@ pub struct RecipientStatus {
     /// Redis time.
     pub now: DateTime<Utc>,
     /// How many of the recipient's jobs wait in the delay ladder (as the workers
-    /// noted them; not read from the queues).
-    pub waiting: u64,
+    /// noted them; not read from the queues); `None` with `redis.notes = false`.
+    pub waiting: Option<u64>,
     /// One entry per policy (and channel).
     pub policies: Vec<PolicyStatus>,
 }
@@ -253,7 +253,11 @@ impl<'a> Recipients<'a> {
                 next_allowed,
             });
         }
-        let waiting = notes::waiting(&self.engine.connection(), keys, q.recipient, now).await?;
+        let waiting = if self.settings.redis.notes {
+            Some(notes::waiting(&self.engine.connection(), keys, q.recipient, now).await?)
+        } else {
+            None
+        };
         Ok(RecipientStatus {
             recipient_tag: keys.recipient_tag(q.recipient),
             timezone: q.tz.name().to_string(),

@@ -241,7 +241,7 @@ async fn job(settings: &Settings, args: JobArgs) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&status)?;
             } else {
-                print_job(&status);
+                print_job(&status, settings.redis.notes);
             }
         }
         Some(JobAction::Cancel) => {
@@ -285,12 +285,15 @@ fn print_place(place: &Place, record: Option<&JobRecord>, now: DateTime<Utc>) ->
     }
 }
 
-fn print_job(s: &JobStatus) {
+fn print_job(s: &JobStatus, notes: bool) {
     println!("job:         {}", s.id);
     println!(
         "where:       {}",
         print_place(&s.place, s.record.as_ref(), s.now)
     );
+    if !notes && s.record.is_none() {
+        println!("notes:       off (`redis.notes = false`): the workers note no job");
+    }
     if let Some(at) = s.cancelled_at {
         println!(
             "cancelled:   at {} (ends as a dead letter `cancelled` when a worker next handles it)",
@@ -623,7 +626,10 @@ fn print_status(s: &RecipientStatus) {
         s.timezone,
         s.now.to_rfc3339()
     );
-    println!("{} job(s) waiting in the delay ladder", s.waiting);
+    match s.waiting {
+        Some(n) => println!("{n} job(s) waiting in the delay ladder"),
+        None => println!("waiting jobs not counted (`redis.notes = false`)"),
+    }
     for p in &s.policies {
         let channel = p
             .channel

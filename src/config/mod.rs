@@ -264,6 +264,9 @@ pub struct RedisSettings {
     /// How long the notes about a job (`admin job`), its cancel mark and its
     /// recipient's collapse keys and waiting set are kept after their last write.
     pub record_ttl: Dur,
+    /// Whether the worker writes its notes about waiting and ended jobs (`admin
+    /// job`, the recipient's waiting count). Cancel marks are spent either way.
+    pub notes: bool,
 }
 
 /// Redis Sentinel (`[redis.sentinel]`). `Debug` hides the URLs' passwords.
@@ -335,6 +338,7 @@ impl fmt::Debug for RedisSettings {
             .field("dedupe_window", &r.dedupe_window)
             .field("reservation_lease", &r.reservation_lease)
             .field("record_ttl", &r.record_ttl)
+            .field("notes", &r.notes)
             .finish()
     }
 }

@@ -22,8 +22,9 @@ pub const WAITING_GRACE_MS: i64 = 3_600_000;
 pub struct Note {
     /// The job id.
     pub id: String,
-    /// What happened to it.
-    pub record: JobRecord,
+    /// What happened to it; `None` when notes are off (`redis.notes = false`) and
+    /// the note only spends a cancel mark.
+    pub record: Option<JobRecord>,
     /// What becomes of it in its recipient's set of waiting jobs.
     pub waiting: Waiting,
     /// Its cancel mark is spent (it has just been dead-lettered `cancelled`).
@@ -59,13 +60,15 @@ pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
     let mut waits: Vec<(&str, i64, &str)> = Vec::new();
     let mut ends: Vec<(&str, &str)> = Vec::new();
     for note in notes {
-        // every buffer sized up front: growing them argument by argument cost more
-        // than the rest of the note
-        let record = note.record.encode();
-        let key = keys.job(&note.id);
-        let mut set = Cmd::with_capacity(5, key.len() + record.len() + 32);
-        set.arg("SET").arg(key).arg(record).arg("PX").arg(ttl_ms);
-        out.push(set);
+        if let Some(record) = &note.record {
+            // every buffer sized up front: growing them argument by argument cost
+            // more than the rest of the note
+            let record = record.encode();
+            let key = keys.job(&note.id);
+            let mut set = Cmd::with_capacity(5, key.len() + record.len() + 32);
+            set.arg("SET").arg(key).arg(record).arg("PX").arg(ttl_ms);
+            out.push(set);
+        }
         if note.spend_cancel {
             let (set, version) = keys.cancelled();
             let mut rem = redis::cmd("ZREM");
@@ -217,14 +220,14 @@ mod tests {
         let t = window::from_millis(1_000);
         Note {
             id: id.into(),
-            record: JobRecord {
+            record: Some(JobRecord {
                 step: Step::Dispatched,
                 at: t,
                 attempt: 1,
                 first_seen: t,
                 policy: None,
                 channel: "sms".into(),
-            },
+            }),
             waiting,
             spend_cancel: false,
         }
@@ -274,5 +277,24 @@ mod tests {
         assert_eq!(cmds[8], ["ZADD", "w:b", "30", "j5"]);
         assert_eq!(cmds[10], ["ZREM", "w:b", "j4", "j6"]);
         assert_eq!(cmds[0][3..], ["PX", "500"]);
+    }
+
+    #[test]
+    fn with_notes_off_only_a_cancel_mark_is_spent() {
+        let keys = Keys::new("qw", "k");
+        let spent = Note {
+            record: None,
+            spend_cancel: true,
+            ..note("j1", Waiting::Untouched)
+        };
+        let cmds: Vec<Vec<String>> = commands(&keys, &[spent], 500).iter().map(words).collect();
+        let (set, version) = keys.cancelled();
+        assert_eq!(
+            cmds,
+            [
+                vec!["ZREM".to_string(), set, "j1".into()],
+                vec!["INCR".to_string(), version]
+            ]
+        );
     }
 }

@@ -311,6 +311,7 @@ impl Worker {
 
     /// Note what became of `job` for `admin job` (and, when it waits or has waited,
     /// in its recipient's waiting jobs): written with the next batch of commits.
+    /// With `redis.notes = false` only a spent cancel mark is written.
     fn note(
         &self,
         s: &Session,
@@ -321,7 +322,12 @@ impl Worker {
     ) {
         let spend_cancel =
             matches!(&step, Step::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
+        let notes = self.settings.redis.notes;
+        if !notes && !spend_cancel {
+            return;
+        }
         let waiting = match waits_until {
+            _ if !notes => Waiting::Untouched,
             Some(until) => Waiting::Until {
                 key: self.engine.keys().waiting(&job.recipient),
                 until,
@@ -333,14 +339,14 @@ impl Worker {
         };
         s.commits.note(Note {
             id: job.id.to_string(),
-            record: JobRecord {
+            record: notes.then(|| JobRecord {
                 step,
                 at: self.engine.redis_now(),
                 attempt: seen.attempt,
                 first_seen: seen.first_seen,
                 policy: Some(seen.policy.to_string()),
                 channel: job.channel.to_string(),
-            },
+            }),
             waiting,
             spend_cancel,
         });
