@@ -284,6 +284,9 @@ async fn with_notes_off_nothing_is_noted_and_a_cancel_still_ends_the_job() {
         text.contains("waiting jobs not counted (`redis.notes = false`)"),
         "{text}"
     );
+    let out = run(&s, &["admin", "recipient", "held", "--json"], None);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["waiting"].is_null(), "{json}");
     let out = run(&s, &["admin", "job", "c1"], None);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
