@@ -3,7 +3,7 @@
 //! Three steps, around the one question only Redis answers. [`triage`] looks at the
 //! job alone (a channel that is not configured, already expired; a body that is not
 //! a job is [`malformed`]); [`hold`] at the job and its [`Context`] (a `not_before`
-//! still ahead, send windows closed now); [`decide`] turns the engine's
+//! still ahead, send windows closed now); [`decide`] turns the store's
 //! [`Admission`] into a [`Decision`], holding a capped job until the first instant
 //! at which every cap passes *and* its send windows are open. Every hold is bounded:
 //! by the job's `expires_at` (dead `expired`) and by its policy's `max_wait` counted
@@ -14,13 +14,13 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::{Action, Mode, Policy};
-use crate::engine::{Admission, Ticket};
+use crate::admission::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
 use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
 
-/// What a decision knows besides the job and the engine's answer.
+/// What a decision knows besides the job and the store's answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
     /// The job's policy (its category's, or `default`).
@@ -290,7 +290,7 @@ fn wait(
     Decision::Delay { until, cause }
 }
 
-/// The engine's answer for `job`, at `now` (Redis time, after the admission).
+/// The store's answer for `job`, at `now` (Redis time, after the admission).
 pub fn decide(
     job: &Job<'_>,
     cx: &Context<'_>,
@@ -391,7 +391,7 @@ impl ShadowVerdict {
 }
 
 /// For a job of a shadow policy, what enforcing that policy would have done, given
-/// the engine's answer at `now`: its windows first (as [`hold`] checks them before
+/// the store's answer at `now`: its windows first (as [`hold`] checks them before
 /// Redis), then its caps as [`decide`] would have held or dead-lettered it. `None`
 /// for an enforced policy, and for answers that carry no verdict (a duplicate,
 /// another worker's reservation). The channel's own windows and rate are enforced

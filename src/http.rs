@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::status::Status;
-use crate::worker::Health;
+use crate::health::Health;
 
 /// What the HTTP endpoint could not do.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +49,7 @@ pub struct App {
     pub metrics: Option<PrometheusHandle>,
     /// Readiness.
     pub health: Arc<Health>,
-    /// The status page's state (with the reloader once the engine is connected).
+    /// The status page's state (with the reloader once the store is connected).
     pub status: Arc<Status>,
 }
 

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!  producers ──▶ notify.jobs ──▶ decode ──▶ triage ──▶ admit ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
-//!  (exchange)    (quorum queue)  job/       decide     engine    decide   ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
+//!  (exchange)    (quorum queue)  job/       decide     store    decide   ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
 //!                                                      (Redis)            └──▶ dead      notify.dead (reason, detail)
 //! ```
 //!
@@ -21,13 +21,13 @@
 //!    expired; pure); for a job with a `collapse_key`, whether a newer one replaced
 //!    it ([`redis::collapse`], `lua/collapse.lua`); [`decide::hold`] (a `not_before`
 //!    ahead, send windows closed now: [`quota::send_windows`]; pure).
-//! 4. [`engine::Engine::admit`] asks Redis: the recipient's caps
+//! 4. [`store::QuotaStore::admit`] asks Redis: the recipient's caps
 //!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
 //!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
 //!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
 //!    same moment share one call (on a Redis Cluster, one call per node, grouped
 //!    by [`redis::slots`]). One clock: Redis `TIME`.
-//! 5. [`decide::decide`] turns the engine's answer into a [`decide::Decision`]:
+//! 5. [`decide::decide`] turns the store's answer into a [`decide::Decision`]:
 //!    dispatch, delay until the exact instant every rule passes and the send
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
 //!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.
@@ -49,7 +49,7 @@
 //! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
 //!   and SIGINT into one shutdown token.
 //! - [`rules`]: the policies and channel rates and windows in force, one immutable
-//!   value the engine swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
+//!   value the store swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
 //!   configuration again and swap them, or refuse naming why.
 //! - [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
 //!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
@@ -67,10 +67,12 @@
 
 pub mod admin;
 pub mod amqp;
+pub mod admission;
 pub mod backoff;
 pub mod config;
 pub mod decide;
-pub mod engine;
+pub mod store;
+pub mod health;
 pub mod http;
 pub mod job;
 pub mod metrics;

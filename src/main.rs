@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use quota_worker::config::Settings;
-use quota_worker::engine::Engine;
+use quota_worker::store::QuotaStore;
 use quota_worker::reload::Reloader;
 use quota_worker::status::Status;
 use quota_worker::worker::{Health, Worker};
@@ -216,14 +216,14 @@ async fn run(settings: Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
     // served from the start: /healthz answers while Redis is awaited, /readyz says 503
     let health = Arc::new(Health::default());
     let status = Arc::new(Status::default());
-    tokio::spawn(quota_worker::reload::on_hangup(
+    tokio::spawn(quota_worker::signals::on_hangup(
         status.clone(),
         shutdown.clone(),
     ));
     let http =
         quota_worker::http::start(&settings, health.clone(), status.clone(), shutdown.clone())
             .await?;
-    let engine = Engine::connect_patiently(&settings, &shutdown)
+    let store = QuotaStore::connect_patiently(&settings, &shutdown)
         .await
         .with_context(|| {
             format!(
@@ -231,14 +231,14 @@ async fn run(settings: Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
                 quota_worker::config::redact_url(&settings.redis.url)
             )
         })?;
-    let Some(engine) = engine else {
+    let Some(store) = store else {
         tracing::info!("stopped before Redis was reachable");
         return Ok(());
     };
-    let engine = Arc::new(engine);
-    let reloader = Arc::new(Reloader::new(path, settings.clone(), engine.clone()));
+    let store = Arc::new(store);
+    let reloader = Arc::new(Reloader::new(path, settings.clone(), store.clone()));
     status.attach(reloader);
-    let worker = Worker::new(settings.clone(), engine)
+    let worker = Worker::new(settings.clone(), store)
         .sharing_health(health)
         .sharing_status(status);
     let worker = Arc::new(worker);

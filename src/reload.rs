@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::config::{ConfigError, Settings};
-use crate::engine::Engine;
+use crate::store::QuotaStore;
 use crate::rules::Rules;
 
 /// Why a reload was refused.
@@ -43,7 +43,7 @@ pub struct ReloadReport {
 #[derive(Debug)]
 pub struct Reloader {
     path: Option<PathBuf>,
-    engine: Arc<Engine>,
+    store: Arc<QuotaStore>,
     /// The settings in force (those of the start, with the last applied rules).
     running: Mutex<Settings>,
     last: Mutex<Option<ReloadReport>>,
@@ -52,10 +52,10 @@ pub struct Reloader {
 impl Reloader {
     /// A reloader for a worker started with `settings` read from `path` (and the
     /// environment).
-    pub fn new(path: Option<PathBuf>, settings: Settings, engine: Arc<Engine>) -> Reloader {
+    pub fn new(path: Option<PathBuf>, settings: Settings, store: Arc<QuotaStore>) -> Reloader {
         Reloader {
             path,
-            engine,
+            store,
             running: Mutex::new(settings),
             last: Mutex::new(None),
         }
@@ -95,8 +95,8 @@ impl Reloader {
             return Err(ReloadError::NeedsRestart(fixed));
         }
         let rules = Rules::from_settings(&new);
-        let before = self.engine.set_rules(rules);
-        let changes = self.engine.rules().changes_from(&before);
+        let before = self.store.set_rules(rules);
+        let changes = self.store.rules().changes_from(&before);
         running.policies = new.policies;
         running.channels = new.channels;
         Ok(changes)
@@ -104,37 +104,11 @@ impl Reloader {
 
     /// The rules in force now.
     pub fn rules(&self) -> Arc<Rules> {
-        self.engine.rules()
+        self.store.rules()
     }
 
     /// The last reload, if any.
     pub fn last(&self) -> Option<ReloadReport> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-/// Reload on every `SIGHUP` until `shutdown`, with the reloader `status` holds
-/// (installed from the start: a SIGHUP before Redis is reachable is logged and
-/// ignored, never the default action, which ends the process).
-pub async fn on_hangup(
-    status: Arc<crate::status::Status>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("no SIGHUP handler: reload with `quota-worker admin reload`");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            Some(()) = hup.recv() => match status.reloader() {
-                Some(reloader) => {
-                    tracing::info!("SIGHUP: reloading the configuration");
-                    let _ = reloader.reload();
-                }
-                None => tracing::warn!("SIGHUP before the worker runs (waiting for Redis): nothing to reload"),
-            },
-        }
     }
 }

@@ -1,6 +1,6 @@
 //! The rules in force: the part of the configuration a running worker may change
 //! (policies with their caps, windows, `max_wait` and mode; each channel's send rate
-//! and windows). The engine holds one [`Rules`] behind an atomic pointer; a reload
+//! and windows). The store holds one [`Rules`] behind an atomic pointer; a reload
 //! ([`crate::reload`]) builds a new one from the re-read file and swaps it in whole,
 //! so a decision sees either the old rules or the new ones, never a mix. Recorded
 //! sends live in Redis and are untouched by a swap.

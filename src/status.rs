@@ -18,7 +18,7 @@ use crate::admin::queues::QueueStat;
 use crate::amqp::Topology;
 use crate::job::Outcome;
 use crate::reload::Reloader;
-use crate::worker::Health;
+use crate::health::Health;
 
 /// How often queues are read and outcomes sampled.
 pub const EVERY: Duration = Duration::from_secs(5);
@@ -119,7 +119,7 @@ impl Status {
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some((Utc::now(), stats));
     }
 
-    /// Attach the reloader (once the engine is connected): the page then shows the
+    /// Attach the reloader (once the store is connected): the page then shows the
     /// rules in force and the last reload, and `POST /reload` works.
     pub fn attach(&self, reloader: Arc<Reloader>) {
         let _ = self.reloader.set(reloader);

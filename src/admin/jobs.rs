@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::AdminError;
 use crate::amqp::ladder::Ladder;
 use crate::config::Settings;
-use crate::engine::Engine;
+use crate::store::QuotaStore;
 use crate::job::record::{JobRecord, Place, Step};
 use crate::redis::notes;
 use crate::worker::cancels::POLL;
@@ -49,24 +49,24 @@ pub struct Cancelled {
 /// Reads and cancels jobs.
 #[derive(Debug)]
 pub struct Jobs<'a> {
-    engine: &'a Engine,
+    store: &'a QuotaStore,
     ladder: Ladder,
 }
 
 impl<'a> Jobs<'a> {
-    /// Over a connected engine and its settings.
-    pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
+    /// Over a connected store and its settings.
+    pub fn new(store: &'a QuotaStore, settings: &'a Settings) -> Self {
         Jobs {
-            engine,
+            store,
             ladder: crate::amqp::Topology::from_settings(settings).ladder(),
         }
     }
 
     /// Where job `id` is and why, from its record and cancel mark.
     pub async fn explain(&self, id: &str) -> Result<JobStatus, AdminError> {
-        let now = self.engine.sync_clock().await?;
-        let conn = self.engine.connection();
-        let keys = self.engine.keys();
+        let now = self.store.sync_clock().await?;
+        let conn = self.store.connection();
+        let keys = self.store.keys();
         let record = notes::record(&conn, keys, id).await?;
         let cancelled_at = notes::cancel_marks(&conn, keys)
             .await?
@@ -103,9 +103,9 @@ impl<'a> Jobs<'a> {
                 )));
             }
         }
-        let ttl = self.engine.record_ttl().as_millis() as u64;
-        let conn = self.engine.connection();
-        let already = notes::cancel(&conn, self.engine.keys(), id, status.now, ttl).await?;
+        let ttl = self.store.record_ttl().as_millis() as u64;
+        let conn = self.store.connection();
+        let already = notes::cancel(&conn, self.store.keys(), id, status.now, ttl).await?;
         Ok(Cancelled {
             id: id.to_string(),
             at: status.cancelled_at.unwrap_or(status.now),

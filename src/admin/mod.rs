@@ -9,7 +9,7 @@ pub mod queues;
 pub mod recipients;
 
 use crate::amqp::{BrokerError, PublishError};
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 
 pub use dead_letters::{DeadLetter, DeadLetters, Selection, Step, WalkReport};
 pub use jobs::{Cancelled, JobStatus, Jobs};
@@ -24,7 +24,7 @@ pub enum AdminError {
     Broker(#[from] BrokerError),
     /// Redis failed.
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    QuotaStore(#[from] StoreError),
     /// The dead-letter queue is not there.
     #[error("the dead-letter queue `{0}` does not exist (the worker declares it at start)")]
     NoDeadQueue(String),
@@ -49,7 +49,7 @@ impl From<lapin::Error> for AdminError {
 
 impl From<redis::RedisError> for AdminError {
     fn from(e: redis::RedisError) -> Self {
-        AdminError::Engine(EngineError::Redis(e))
+        AdminError::QuotaStore(StoreError::Redis(e))
     }
 }
 

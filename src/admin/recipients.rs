@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::AdminError;
 use crate::config::{Policy, Scope, Settings};
-use crate::engine::Engine;
+use crate::store::QuotaStore;
 use crate::quota::keys;
 use crate::quota::{send_windows, window};
 use crate::redis::{notes, record};
@@ -111,7 +111,7 @@ pub struct RecipientQuery<'a> {
 /// Reads and edits a recipient's recorded sends.
 #[derive(Debug)]
 pub struct Recipients<'a> {
-    engine: &'a Engine,
+    store: &'a QuotaStore,
     settings: &'a Settings,
 }
 
@@ -120,9 +120,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl<'a> Recipients<'a> {
-    /// Over a connected engine and its settings.
-    pub fn new(engine: &'a Engine, settings: &'a Settings) -> Self {
-        Recipients { engine, settings }
+    /// Over a connected store and its settings.
+    pub fn new(store: &'a QuotaStore, settings: &'a Settings) -> Self {
+        Recipients { store, settings }
     }
 
     fn check_channel(&self, channel: Option<&str>) -> Result<(), AdminError> {
@@ -138,7 +138,7 @@ impl<'a> Recipients<'a> {
     fn targets(&self, q: &RecipientQuery<'_>) -> Result<Vec<(Policy, Option<String>)>, AdminError> {
         self.check_channel(q.channel)?;
         let policies: Vec<Policy> = match q.category {
-            Some(c) => vec![(*self.engine.policy(c)).clone()],
+            Some(c) => vec![(*self.store.policy(c)).clone()],
             None => self.settings.policies(),
         };
         let mut out = Vec::new();
@@ -160,9 +160,9 @@ impl<'a> Recipients<'a> {
     /// per policy, at Redis time.
     pub async fn status(&self, q: &RecipientQuery<'_>) -> Result<RecipientStatus, AdminError> {
         let targets = self.targets(q)?;
-        let now = self.engine.sync_clock().await?;
-        let keys = self.engine.keys();
-        let mut conn = self.engine.connection();
+        let now = self.store.sync_clock().await?;
+        let keys = self.store.keys();
+        let mut conn = self.store.connection();
         let mut policies = Vec::new();
         for (policy, channel) in targets {
             let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
@@ -254,7 +254,7 @@ impl<'a> Recipients<'a> {
             });
         }
         let waiting = if self.settings.redis.notes {
-            Some(notes::waiting(&self.engine.connection(), keys, q.recipient, now).await?)
+            Some(notes::waiting(&self.store.connection(), keys, q.recipient, now).await?)
         } else {
             None
         };
@@ -277,7 +277,7 @@ impl<'a> Recipients<'a> {
         id: &str,
     ) -> Result<Recorded, AdminError> {
         self.check_channel(q.channel)?;
-        let policy = self.engine.policy(q.category.unwrap_or("default")).clone();
+        let policy = self.store.policy(q.category.unwrap_or("default")).clone();
         let channel = match (policy.scope, q.channel) {
             (Scope::Recipient, _) => None,
             (Scope::Channel, Some(c)) => Some(c),
@@ -288,7 +288,7 @@ impl<'a> Recipients<'a> {
                 )))
             }
         };
-        let now = self.engine.sync_clock().await?;
+        let now = self.store.sync_clock().await?;
         if at > now {
             return Err(AdminError::Invalid(format!(
                 "{} is in the future (Redis time is {}): only past sends can be recorded",
@@ -311,11 +311,11 @@ impl<'a> Recipients<'a> {
             )));
         }
         let key = self
-            .engine
+            .store
             .keys()
             .recipient(q.recipient, &policy.name, channel);
-        let script = &self.engine.scripts().record;
-        let conn = self.engine.connection();
+        let script = &self.store.scripts().record;
+        let conn = self.store.connection();
         let reply = record::record(&conn, script, &key, &keys::member(id), at, until).await?;
         Ok(Recorded {
             policy: policy.name.clone(),
@@ -331,7 +331,7 @@ impl<'a> Recipients<'a> {
     /// Delete every key of the recipient: all policies, and every channel of the
     /// per-channel ones. Returns how many keys existed.
     pub async fn reset(&self, recipient: &str) -> Result<u32, AdminError> {
-        let keys = self.engine.keys();
+        let keys = self.store.keys();
         let mut names = Vec::new();
         for p in self.settings.policies() {
             names.push(keys.recipient(recipient, &p.name, None));
@@ -339,7 +339,7 @@ impl<'a> Recipients<'a> {
                 names.push(keys.recipient(recipient, &p.name, Some(c)));
             }
         }
-        let mut conn = self.engine.connection();
+        let mut conn = self.store.connection();
         let deleted: u32 = redis::cmd("DEL").arg(&names).query_async(&mut conn).await?;
         Ok(deleted)
     }

@@ -165,7 +165,6 @@ mod tests {
             assert_eq!(*name, bit_header(n as u32));
         }
     }
-    use crate::job::headers::{dead_headers, next_headers};
     use chrono::TimeZone;
 
     fn ladder() -> Ladder {
@@ -214,18 +213,6 @@ mod tests {
                     .sum::<u64>();
             assert_eq!(total, secs);
         }
-        // a job sent round again drops the bits of its last delay
-        let mut h = FieldTable::default();
-        l.mark(&mut h, 7);
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        assert!(!next_headers(Some(&h), now, None)
-            .inner()
-            .keys()
-            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
-        assert!(!dead_headers(Some(&h), "capped", "d")
-            .inner()
-            .keys()
-            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono_tz::Tz;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::{
-    amqp, engine, parse_instant, parse_zone, print_json, stop_on_signal, EXIT_INTERRUPTED,
+    amqp, store, parse_instant, parse_zone, print_json, stop_on_signal, EXIT_INTERRUPTED,
 };
 use quota_worker::admin::{
     self, DeadLetter, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients,
@@ -233,8 +233,8 @@ async fn reload(
 }
 
 async fn job(settings: &Settings, args: JobArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine(settings).await?;
-    let jobs = Jobs::new(&engine, settings);
+    let store = store(settings).await?;
+    let jobs = Jobs::new(&store, settings);
     match args.action {
         None => {
             let status = jobs.explain(&args.id).await?;
@@ -558,8 +558,8 @@ fn interrupted_or_ok(report: &admin::WalkReport) -> ExitCode {
 }
 
 async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine(settings).await?;
-    let recipients = Recipients::new(&engine, settings);
+    let store = store(settings).await?;
+    let recipients = Recipients::new(&store, settings);
     let tz = match args.timezone {
         Some(tz) => tz,
         None => settings.worker.default_timezone,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use quota_worker::amqp;
 use quota_worker::config::{redact_url, Settings};
-use quota_worker::engine::Engine;
+use quota_worker::store::QuotaStore;
 
 /// Exit code: some input lines were bad (the others were published).
 pub const EXIT_PARTIAL: u8 = 2;
@@ -56,8 +56,8 @@ pub(crate) async fn amqp(settings: &Settings) -> anyhow::Result<lapin::Connectio
     })
 }
 
-pub(crate) async fn engine(settings: &Settings) -> anyhow::Result<Engine> {
-    Engine::connect(settings)
+pub(crate) async fn store(settings: &Settings) -> anyhow::Result<QuotaStore> {
+    QuotaStore::connect(settings)
         .await
         .with_context(|| format!("connecting to Redis at {}", redact_url(&settings.redis.url)))
 }

@@ -605,7 +605,7 @@ pub struct Settings {
     pub channels: BTreeMap<String, ChannelSettings>,
 }
 
-/// A validated policy, ready for the engine.
+/// A validated policy, ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Its name (the job category that selects it).

@@ -213,4 +213,23 @@ mod tests {
         );
         assert!(second.contains_key("trace") && !second.contains_key(NOT_BEFORE));
     }
+
+    #[test]
+    fn a_job_sent_round_again_drops_the_bits_of_its_last_delay() {
+        let l = Ladder {
+            prefix: "d".into(),
+            levels: 5,
+        };
+        let mut h = FieldTable::default();
+        l.mark(&mut h, 7);
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        assert!(!next_headers(Some(&h), now, None)
+            .inner()
+            .keys()
+            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
+        assert!(!dead_headers(Some(&h), "capped", "d")
+            .inner()
+            .keys()
+            .any(|k| k.as_str().starts_with(BIT_PREFIX)));
+    }
 }

@@ -1,7 +1,7 @@
 //! The caps themselves, in pure Rust: calendar and rolling windows in the
 //! recipient's zone ([`window`]), the bounds one admission carries to Redis
 //! ([`plan`]), and the names of the keys that hold the recorded sends ([`keys`]).
-//! No I/O: the engine ([`crate::engine`]) carries them to Redis.
+//! No I/O: the store ([`crate::store`]) carries them to Redis.
 
 pub mod keys;
 pub mod plan;

@@ -29,7 +29,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 use crate::quota::plan::Plan;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
@@ -125,7 +125,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
     (out.len() == jobs).then_some(out)
 }
 
-type Reply = Result<Verdict, EngineError>;
+type Reply = Result<Verdict, StoreError>;
 
 /// Sends admissions to Redis, batched (on a cluster, one call per node).
 pub(crate) struct Admitter {
@@ -142,7 +142,7 @@ pub(crate) struct Caller {
     pub cross_slot: Script,
     pub lease_ms: i64,
     pub dedupe_ms: i64,
-    /// Redis commands sent (shared with the engine's counter).
+    /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
     /// `redis.wait_replicas` and `redis.wait_timeout` (ms), when waiting is on.
     pub wait: Option<(u32, u64)>,
@@ -169,7 +169,7 @@ impl Admitter {
                 match tx.send((args, reply_tx)) {
                     Ok(()) => {
                         return reply_rx.await.unwrap_or_else(|_| {
-                            Err(EngineError::Batch("the batching task stopped".into()))
+                            Err(StoreError::Batch("the batching task stopped".into()))
                         })
                     }
                     // the batching task is gone (its runtime shut down): go direct
@@ -179,7 +179,7 @@ impl Admitter {
             None => args,
         };
         let mut replies = self.caller.call(&[&args], 1).await?;
-        replies.pop().ok_or(EngineError::Reply {
+        replies.pop().ok_or(StoreError::Reply {
             script: "admit.lua",
             reply: vec![],
         })?
@@ -192,12 +192,12 @@ impl Caller {
     /// plans go once, each job names its own by number (see `lua/admit.lua`); the
     /// command is built directly (no per-argument buffers) and the script loaded on
     /// NOSCRIPT. With waiting on, a job admitted by a call that too few replicas
-    /// acknowledged gets [`EngineError::Unreplicated`] instead of its verdict.
+    /// acknowledged gets [`StoreError::Unreplicated`] instead of its verdict.
     pub async fn call(
         &self,
         jobs: &[&AdmitArgs],
         declared: usize,
-    ) -> Result<Vec<Reply>, EngineError> {
+    ) -> Result<Vec<Reply>, StoreError> {
         let declared = declared.min(jobs.len());
         let script = match declared < jobs.len() {
             true => &self.cross_slot,
@@ -256,7 +256,7 @@ impl Caller {
         };
         metrics::histogram!(crate::metrics::ADMISSION_CALL_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        let verdicts = verdicts(&flat, jobs.len()).ok_or(EngineError::Reply {
+        let verdicts = verdicts(&flat, jobs.len()).ok_or(StoreError::Reply {
             script: "admit.lua",
             reply: flat,
         })?;
@@ -274,7 +274,7 @@ impl Caller {
             .into_iter()
             .map(|v| match (short, &v) {
                 (Some((acked, wanted)), Verdict::Admitted(at) | Verdict::Shadowed(at, _)) => {
-                    Err(EngineError::Unreplicated {
+                    Err(StoreError::Unreplicated {
                         reserved_at: *at,
                         acked,
                         wanted,
@@ -309,7 +309,7 @@ impl Caller {
     /// A batch's verdicts: one call on a single node; on a cluster one call per
     /// node, all at once, then each job its key's node did not own asked again on
     /// its own.
-    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, EngineError> {
+    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, StoreError> {
         if !matches!(self.conn, RedisConn::Cluster(..)) {
             return self.call(jobs, jobs.len()).await;
         }
@@ -337,7 +337,7 @@ impl Caller {
         }
         out.into_iter()
             .map(|v| {
-                v.ok_or(EngineError::Reply {
+                v.ok_or(StoreError::Reply {
                     script: "admit.lua",
                     reply: vec![],
                 })

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use redis::Script;
 
 use super::conn::RedisConn;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 
 /// The script's answer for one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub async fn collapse(
     id: &str,
     first_seen: DateTime<Utc>,
     ttl: std::time::Duration,
-) -> Result<Collapse, EngineError> {
+) -> Result<Collapse, StoreError> {
     let mut conn = conn.clone();
     let (code, newer): (i64, String) = script
         .key(key)
@@ -39,7 +39,7 @@ pub async fn collapse(
     match code {
         1 => Ok(Collapse::Newest),
         0 => Ok(Collapse::SupersededBy(newer)),
-        _ => Err(EngineError::Reply {
+        _ => Err(StoreError::Reply {
             script: "collapse.lua",
             reply: vec![code],
         }),

@@ -12,7 +12,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
 
 use super::slots::{SlotMap, Slots};
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 
 /// A Redis connection: one node, a Sentinel group's master, or a cluster. All
 /// reconnect by themselves.
@@ -51,7 +51,7 @@ impl SentinelConn {
         settings: &crate::config::RedisSettings,
         sentinel: &crate::config::SentinelSettings,
         timeout: Duration,
-    ) -> Result<SentinelConn, EngineError> {
+    ) -> Result<SentinelConn, StoreError> {
         // the master's user, password and database come from `redis.url`
         let node = settings.url.as_str().into_connection_info()?;
         let node = SentinelNodeConnectionInfo::default()
@@ -130,7 +130,7 @@ impl RedisConn {
     /// (the files were checked when the settings were loaded).
     pub async fn connect(
         settings: &crate::config::RedisSettings,
-    ) -> Result<RedisConn, EngineError> {
+    ) -> Result<RedisConn, StoreError> {
         let timeout = Duration::from_secs(2);
         let certs = crate::tls::redis_certificates(&settings.tls)?;
         let insecure = settings.tls.insecure_skip_verify;
@@ -183,7 +183,7 @@ impl RedisConn {
     /// first key of some of them (the node each command names by its first
     /// argument), all at once. A node that refuses part of its pipeline (its slots
     /// moved) has that part sent again command by command, routed by the client.
-    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<u64, EngineError> {
+    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<u64, StoreError> {
         let mut conn = self.clone();
         match self {
             RedisConn::Single(_) | RedisConn::Sentinel(_) => {
@@ -319,7 +319,7 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
 
 /// Send each of `cmds` on its own, all at once (the cluster client routes each by
 /// its key); returns the round trips.
-async fn send_each(conn: &RedisConn, cmds: Vec<Cmd>) -> Result<u64, EngineError> {
+async fn send_each(conn: &RedisConn, cmds: Vec<Cmd>) -> Result<u64, StoreError> {
     let trips = cmds.len() as u64;
     let calls = cmds.into_iter().map(|cmd| {
         let mut conn = conn.clone();

@@ -4,7 +4,7 @@
 //! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
 //! the cancel marks), all registered in
 //! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
-//! elsewhere ([`crate::engine`], [`crate::decide`]).
+//! elsewhere ([`crate::store`], [`crate::decide`]).
 
 pub(crate) mod admit;
 pub mod collapse;
@@ -16,7 +16,10 @@ pub mod refund;
 pub mod scripts;
 pub mod slots;
 
+mod error;
+
 pub use conn::RedisConn;
+pub use error::StoreError;
 pub use scripts::Scripts;
 
 /// The next batch of a batcher (admissions, rate takes): wait for a request and
@@ -44,9 +47,9 @@ pub(crate) async fn next_batch<T>(
 /// so and is retried by its caller; the first gets the error itself, the others
 /// its text.
 pub(crate) fn fail_all<T>(
-    e: crate::engine::EngineError,
+    e: crate::redis::StoreError,
     waiters: impl IntoIterator<
-        Item = tokio::sync::oneshot::Sender<Result<T, crate::engine::EngineError>>,
+        Item = tokio::sync::oneshot::Sender<Result<T, crate::redis::StoreError>>,
     >,
 ) {
     let text = e.to_string();
@@ -54,7 +57,7 @@ pub(crate) fn fail_all<T>(
     for tx in waiters {
         let err = first
             .take()
-            .unwrap_or_else(|| crate::engine::EngineError::Batch(text.clone()));
+            .unwrap_or_else(|| crate::redis::StoreError::Batch(text.clone()));
         let _ = tx.send(Err(err));
     }
 }

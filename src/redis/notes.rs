@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use redis::Cmd;
 
 use super::conn::RedisConn;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 use crate::job::record::JobRecord;
 use crate::quota::keys::Keys;
 use crate::quota::window;
@@ -120,7 +120,7 @@ pub async fn record(
     conn: &RedisConn,
     keys: &Keys,
     id: &str,
-) -> Result<Option<JobRecord>, EngineError> {
+) -> Result<Option<JobRecord>, StoreError> {
     let mut conn = conn.clone();
     let text: Option<String> = redis::cmd("GET")
         .arg(keys.job(id))
@@ -136,7 +136,7 @@ pub async fn waiting(
     keys: &Keys,
     recipient: &str,
     now: DateTime<Utc>,
-) -> Result<u64, EngineError> {
+) -> Result<u64, StoreError> {
     let mut conn = conn.clone();
     let key = keys.waiting(recipient);
     let (_, count): (i64, u64) = redis::pipe()
@@ -159,7 +159,7 @@ pub async fn cancel(
     id: &str,
     now: DateTime<Utc>,
     ttl_ms: u64,
-) -> Result<bool, EngineError> {
+) -> Result<bool, StoreError> {
     let (set, version) = keys.cancelled();
     let mut conn = conn.clone();
     let (added, _, _, _): (u32, i64, i64, i64) = redis::pipe()
@@ -183,7 +183,7 @@ pub async fn cancel(
 }
 
 /// The version of the cancel marks (0 before the first).
-pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, EngineError> {
+pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, StoreError> {
     let mut conn = conn.clone();
     let v: Option<i64> = redis::cmd("GET")
         .arg(keys.cancelled().1)
@@ -196,7 +196,7 @@ pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, Engine
 pub async fn cancel_marks(
     conn: &RedisConn,
     keys: &Keys,
-) -> Result<Vec<(String, DateTime<Utc>)>, EngineError> {
+) -> Result<Vec<(String, DateTime<Utc>)>, StoreError> {
     let mut conn = conn.clone();
     let marks: Vec<(String, f64)> = redis::cmd("ZRANGE")
         .arg(keys.cancelled().0)

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
 use crate::config::Rate;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 
 /// The reply of the GCRA script for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +39,9 @@ pub async fn take(
     key: String,
     rate: Rate,
     cost: u64,
-) -> Result<RateReply, EngineError> {
+) -> Result<RateReply, StoreError> {
     let mut replies = take_many(conn, script, key, rate, cost, 1).await?;
-    replies.pop().ok_or(EngineError::Reply {
+    replies.pop().ok_or(StoreError::Reply {
         script: "rate.lua",
         reply: vec![],
     })
@@ -56,7 +56,7 @@ pub async fn take_many(
     rate: Rate,
     cost: u64,
     asking: usize,
-) -> Result<Vec<RateReply>, EngineError> {
+) -> Result<Vec<RateReply>, StoreError> {
     let mut conn = conn.clone();
     let reply: Vec<i64> = script
         .key(key)
@@ -66,7 +66,7 @@ pub async fn take_many(
         .arg(asking)
         .invoke_async(&mut conn)
         .await?;
-    split(&reply, rate.interval_us, rate.burst, cost, asking).ok_or(EngineError::Reply {
+    split(&reply, rate.interval_us, rate.burst, cost, asking).ok_or(StoreError::Reply {
         script: "rate.lua",
         reply,
     })
@@ -122,7 +122,7 @@ fn split(
     Some(out)
 }
 
-type Reply = Result<RateReply, EngineError>;
+type Reply = Result<RateReply, StoreError>;
 
 /// Takes from one channel's rate for the jobs that ask at the same moment in one
 /// call (while [`IN_FLIGHT`] calls are out, new asks wait and leave together).
@@ -137,7 +137,7 @@ pub(crate) struct Taker {
     pub script: Script,
     /// The channel's key.
     pub key: String,
-    /// Redis commands sent (shared with the engine's counter).
+    /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
 }
 
@@ -167,7 +167,7 @@ impl RateBatcher {
         }
         reply_rx
             .await
-            .unwrap_or_else(|_| Err(EngineError::Batch("the rate task stopped".into())))
+            .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
     }
 }
 

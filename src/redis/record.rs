@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use redis::Script;
 
 use super::conn::RedisConn;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 use crate::quota::window;
 
 /// What recording one send did.
@@ -25,7 +25,7 @@ pub async fn record(
     member: &[u8],
     at: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> Result<RecordReply, EngineError> {
+) -> Result<RecordReply, StoreError> {
     let mut conn = conn.clone();
     let reply: Vec<i64> = script
         .key(key)
@@ -35,7 +35,7 @@ pub async fn record(
         .invoke_async(&mut conn)
         .await?;
     let [added, expire] = reply[..] else {
-        return Err(EngineError::Reply {
+        return Err(StoreError::Reply {
             script: "record.lua",
             reply,
         });

@@ -7,7 +7,7 @@ use redis::Script;
 
 use super::conn::RedisConn;
 use crate::config::Rate;
-use crate::engine::EngineError;
+use crate::redis::StoreError;
 
 /// Refund the take that left the TAT `tat` (µs) at `key`; the credit given back.
 pub async fn refund(
@@ -16,7 +16,7 @@ pub async fn refund(
     key: String,
     rate: Rate,
     tat: i64,
-) -> Result<Duration, EngineError> {
+) -> Result<Duration, StoreError> {
     let mut conn = conn.clone();
     let credit: i64 = script
         .key(key)

@@ -11,7 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Engine, EngineError};
+use crate::redis::StoreError;
+use crate::store::QuotaStore;
 use crate::redis::notes;
 
 /// How often workers look for new cancel marks.
@@ -45,13 +46,13 @@ impl Cancels {
     }
 
     /// Reread the marks if their version moved since the last read.
-    pub async fn refresh(&self, engine: &Engine) -> Result<(), EngineError> {
-        let conn = engine.connection();
-        let version = notes::cancel_version(&conn, engine.keys()).await?;
+    pub async fn refresh(&self, store: &QuotaStore) -> Result<(), StoreError> {
+        let conn = store.connection();
+        let version = notes::cancel_version(&conn, store.keys()).await?;
         if version == self.version.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let marks = notes::cancel_marks(&conn, engine.keys()).await?;
+        let marks = notes::cancel_marks(&conn, store.keys()).await?;
         *self.marks.write().unwrap_or_else(|e| e.into_inner()) = marks.into_iter().collect();
         self.version.store(version, Ordering::Relaxed);
         Ok(())
@@ -59,10 +60,10 @@ impl Cancels {
 }
 
 /// Keep `cancels` up to date until `stop`.
-pub async fn watch(cancels: Arc<Cancels>, engine: Arc<Engine>, stop: CancellationToken) {
+pub async fn watch(cancels: Arc<Cancels>, store: Arc<QuotaStore>, stop: CancellationToken) {
     let mut warned = false;
     loop {
-        match cancels.refresh(&engine).await {
+        match cancels.refresh(&store).await {
             Ok(()) => warned = false,
             Err(e) if !warned => {
                 tracing::warn!(error = %e, "could not read the cancel marks; retrying");

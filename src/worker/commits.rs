@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Engine, Ticket};
+use crate::admission::Ticket;
+use crate::store::QuotaStore;
 use crate::redis::notes::Note;
 
 /// Largest batch sent at once.
@@ -32,14 +33,14 @@ pub struct Commits {
 }
 
 impl Commits {
-    /// Start a committer on `engine`; it ends when every handle is dropped, after
+    /// Start a committer on `store`; it ends when every handle is dropped, after
     /// writing what it was given (retrying while Redis is away, until `stop`).
     pub fn start(
-        engine: Arc<Engine>,
+        store: Arc<QuotaStore>,
         stop: CancellationToken,
     ) -> (Commits, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Commits { tx }, tokio::spawn(run(engine, rx, stop)))
+        (Commits { tx }, tokio::spawn(run(store, rx, stop)))
     }
 
     /// Commit `ticket` soon.
@@ -53,7 +54,7 @@ impl Commits {
     }
 }
 
-async fn run(engine: Arc<Engine>, mut rx: mpsc::UnboundedReceiver<Write>, stop: CancellationToken) {
+async fn run(store: Arc<QuotaStore>, mut rx: mpsc::UnboundedReceiver<Write>, stop: CancellationToken) {
     let mut tickets = Vec::with_capacity(BATCH);
     let mut notes = Vec::new();
     let take = |w: Write, tickets: &mut Vec<Ticket>, notes: &mut Vec<Note>| match w {
@@ -70,7 +71,7 @@ async fn run(engine: Arc<Engine>, mut rx: mpsc::UnboundedReceiver<Write>, stop: 
         }
         let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            match engine.write_after(&tickets, &notes).await {
+            match store.write_after(&tickets, &notes).await {
                 Ok(()) => break,
                 Err(e) => {
                     metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);

@@ -7,11 +7,10 @@
 //! delivery in, one confirmed [`crate::job::Outcome`] out; it carries out the pure
 //! [`crate::decide`] decision. Dispatched jobs are committed, and what became of
 //! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
-//! ([`cancels`]); readiness is kept in [`health`].
+//! ([`cancels`]); readiness is kept in [`crate::health`].
 
 pub mod cancels;
 pub(crate) mod commits;
-pub mod health;
 pub mod process;
 pub mod session;
 
@@ -25,11 +24,11 @@ use tracing::warn;
 
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
-use crate::engine::Engine;
+use crate::store::QuotaStore;
 use crate::metrics::SessionMetrics;
 use commits::Commits;
 
-pub use health::Health;
+use crate::health::{self, Health};
 pub use process::ProcessError;
 pub use session::Session;
 
@@ -37,7 +36,7 @@ pub use session::Session;
 #[derive(Debug)]
 pub struct Worker {
     settings: Settings,
-    engine: Arc<Engine>,
+    store: Arc<QuotaStore>,
     topology: Topology,
     default_tz: Tz,
     /// The cancelled job ids, as last read from Redis.
@@ -61,13 +60,13 @@ pub enum WorkerError {
 }
 
 impl Worker {
-    /// A worker for validated settings and a connected engine.
-    pub fn new(settings: Settings, engine: Arc<Engine>) -> Worker {
+    /// A worker for validated settings and a connected store.
+    pub fn new(settings: Settings, store: Arc<QuotaStore>) -> Worker {
         let topology = Topology::from_settings(&settings);
         let default_tz = settings.worker.default_timezone;
         Worker {
             settings,
-            engine,
+            store,
             topology,
             default_tz,
             cancels: Arc::default(),
@@ -87,7 +86,7 @@ impl Worker {
         self
     }
 
-    /// Report readiness into `health` (already served by `/readyz` while the engine
+    /// Report readiness into `health` (already served by `/readyz` while the store
     /// was connecting) instead of a flag set of its own.
     pub fn sharing_health(mut self, health: Arc<Health>) -> Worker {
         health
@@ -104,7 +103,7 @@ impl Worker {
         publisher: Publisher,
         stop: CancellationToken,
     ) -> (Session, tokio::task::JoinHandle<()>) {
-        let (commits, committer) = Commits::start(self.engine.clone(), stop.clone());
+        let (commits, committer) = Commits::start(self.store.clone(), stop.clone());
         (
             Session {
                 publisher,
@@ -125,16 +124,16 @@ impl Worker {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(health::watch_redis(
             self.health.clone(),
-            self.engine.clone(),
+            self.store.clone(),
             shutdown.clone(),
         )));
         // the cancel marks before the first job, then kept up to date
-        if let Err(e) = self.cancels.refresh(&self.engine).await {
+        if let Err(e) = self.cancels.refresh(&self.store).await {
             warn!(error = %e, "could not read the cancel marks; reading them again shortly");
         }
         let _cancels = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(cancels::watch(
             self.cancels.clone(),
-            self.engine.clone(),
+            self.store.clone(),
             shutdown.clone(),
         )));
         let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));

@@ -1,7 +1,7 @@
 //! One delivery to one confirmed outcome: decode; then the first step that settles
 //! it decides (a cancel mark, known in memory; triage; the newest of its collapse
 //! key, asked of Redis only for jobs that carry one; its schedule and send windows;
-//! the engine's admission); then carry out the [`Decision`] (publish, then commit
+//! the store's admission); then carry out the [`Decision`] (publish, then commit
 //! or release) and note it for `admin job`. The decision itself is pure
 //! ([`crate::decide`]); this is its executor.
 
@@ -18,7 +18,8 @@ use tracing::{debug, info, warn};
 use super::{Session, Worker};
 use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
-use crate::engine::{Admission, EngineError, Request};
+use crate::admission::{Admission, Request};
+use crate::redis::StoreError;
 use crate::job::decode::{self, Job};
 use crate::job::record::{JobRecord, Step};
 use crate::job::{headers, Outcome, Reason};
@@ -50,10 +51,10 @@ impl Worker {
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
     /// (and counted). The caller acks on Ok and hands the delivery back on Err.
     pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
-        let now = self.engine.redis_now();
+        let now = self.store.redis_now();
         // one snapshot of the rules in force for the whole decision (a reload
         // applies from the next job on)
-        let rules = self.engine.rules();
+        let rules = self.store.rules();
         let max_body = self.settings.worker.max_body_bytes;
         let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
@@ -85,7 +86,7 @@ impl Worker {
             if let Some(key) = job.collapse_key.as_deref() {
                 let newest = || {
                     let (recipient, id) = (&job.recipient, &job.id);
-                    self.engine.collapse(recipient, key, id, seen.first_seen)
+                    self.store.collapse(recipient, key, id, seen.first_seen)
                 };
                 if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
                     break 'decided Decision::Superseded { by };
@@ -107,7 +108,7 @@ impl Worker {
                 tz: job.tz,
             };
             let admission = self.admit(&req, &rules, s).await?;
-            let now = self.engine.redis_now();
+            let now = self.store.redis_now();
             if let Some(verdict) = decide::shadow(&job, &cx, &admission, now) {
                 crate::metrics::shadowed(&policy.name, verdict);
                 debug!(
@@ -124,7 +125,7 @@ impl Worker {
         let outcome = match decision {
             Decision::Dead(dead) => self.dead_noted(s, delivery, &job, &seen, dead).await,
             Decision::ReleaseThenDead(ticket, dead) => {
-                self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                self.retry_redis(|| self.store.release(&ticket), &s.stop)
                     .await?;
                 self.dead_noted(s, delivery, &job, &seen, dead).await
             }
@@ -169,7 +170,7 @@ impl Worker {
                     }
                     Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
                         warn!(error = %e, "dispatch refused by the broker; giving the quota back");
-                        self.retry_redis(|| self.engine.release(&ticket), &s.stop)
+                        self.retry_redis(|| self.store.release(&ticket), &s.stop)
                             .await?;
                         let until = decide::retry_refused_dispatch_at(attempt, now);
                         let cause = DelayCause::DispatchRefused;
@@ -181,9 +182,9 @@ impl Worker {
                         // No confirm in time, or the connection dropped: the dispatch may
                         // have been delivered. Keep its reservation so the recipient's slot
                         // is not given to another job; the retry of this job takes it back
-                        // (see Engine::keep_reservation).
+                        // (see QuotaStore::keep_reservation).
                         warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
-                        self.engine.keep_reservation(&ticket);
+                        self.store.keep_reservation(&ticket);
                         Err(e.into())
                     }
                 }
@@ -195,7 +196,7 @@ impl Worker {
         outcome
     }
 
-    /// Ask the engine, waiting out Redis outages (never a decision without Redis).
+    /// Ask the store, waiting out Redis outages (never a decision without Redis).
     async fn admit(
         &self,
         req: &Request<'_>,
@@ -203,7 +204,7 @@ impl Worker {
         s: &Session,
     ) -> Result<Admission, ProcessError> {
         let started = Instant::now();
-        let admit = || self.engine.admit_under(req, rules);
+        let admit = || self.store.admit_under(req, rules);
         let admission = self.retry_redis(admit, &s.stop).await?;
         s.metrics
             .admission_seconds
@@ -219,7 +220,7 @@ impl Worker {
     ) -> Result<T, ProcessError>
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, EngineError>> + 'a,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + 'a,
     {
         let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
         loop {
@@ -254,7 +255,7 @@ impl Worker {
         held_by: &str,
     ) -> Result<Outcome, ProcessError> {
         let ladder = self.topology.ladder();
-        let now = self.engine.redis_now();
+        let now = self.store.redis_now();
         let seconds = ladder.seconds(now, until);
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
@@ -329,11 +330,11 @@ impl Worker {
         let waiting = match waits_until {
             _ if !notes => Waiting::Untouched,
             Some(until) => Waiting::Until {
-                key: self.engine.keys().waiting(&job.recipient),
+                key: self.store.keys().waiting(&job.recipient),
                 until,
             },
             None if seen.attempt > 0 => Waiting::Gone {
-                key: self.engine.keys().waiting(&job.recipient),
+                key: self.store.keys().waiting(&job.recipient),
             },
             None => Waiting::Untouched,
         };
@@ -341,7 +342,7 @@ impl Worker {
             id: job.id.to_string(),
             record: notes.then(|| JobRecord {
                 step,
-                at: self.engine.redis_now(),
+                at: self.store.redis_now(),
                 attempt: seen.attempt,
                 first_seen: seen.first_seen,
                 policy: Some(seen.policy.to_string()),

@@ -1,10 +1,10 @@
-//! The quota engine: the Redis side of every decision.
+//! The quota store: the Redis side of every decision.
 //!
-//! [`Engine::admit`] asks two scripts: `lua/admit.lua` (the recipient's caps, one
+//! [`QuotaStore::admit`] asks two scripts: `lua/admit.lua` (the recipient's caps, one
 //! sorted set per recipient and policy) and `lua/rate.lua` (the channel's GCRA send
 //! rate). When the channel is not pacing, both go out at once on the multiplexed
 //! connection, so the allow path costs one round trip; the dispatch is then
-//! confirmed with [`Engine::commit`] (or undone with [`Engine::release`]).
+//! confirmed with [`QuotaStore::commit`] (or undone with [`QuotaStore::release`]).
 //! Admissions that wait at the same moment share one `admit.lua` call (module
 //! [`crate::redis::admit`]) on a single node.
 //!
@@ -26,162 +26,18 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::config::{Action, Mode, Policy, Rate, Scope, Settings};
+use crate::config::{Mode, Policy, Rate, Scope, Settings};
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
-use crate::quota::window::{self, Rule};
+use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
 use crate::redis::rate::{self, RateBatcher, RateReply, Taker};
-use crate::redis::{refund, RedisConn, Scripts};
+use crate::admission::{Admission, Request, Ticket};
+use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
-
-/// What the engine could not do.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// Redis is unreachable or answered with an error: the world is broken, not the job.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// A batched admission call failed as a whole (the first job of the batch got
-    /// the original error).
-    #[error("redis (batched admission): {0}")]
-    Batch(String),
-    /// An admission was recorded on the master but fewer replicas than
-    /// `redis.wait_replicas` acknowledged it within `redis.wait_timeout`: the job is
-    /// held and retried (its reservation, made at `reserved_at` ms, is taken back
-    /// then), so a failover cannot forget a send that was dispatched.
-    #[error("redis: admission acknowledged by {acked} of {wanted} replicas in time")]
-    Unreplicated {
-        /// When the reservation was recorded (ms, Redis time).
-        reserved_at: i64,
-        /// Replicas that acknowledged.
-        acked: i64,
-        /// `redis.wait_replicas`.
-        wanted: u32,
-    },
-    /// A script answered something it never should.
-    #[error("unexpected reply from {script}: {reply:?}")]
-    Reply {
-        /// Which script.
-        script: &'static str,
-        /// What it said.
-        reply: Vec<i64>,
-    },
-    /// The job names a channel that is not configured.
-    #[error("unknown channel `{0}`")]
-    UnknownChannel(String),
-    /// TLS cannot be set up as configured.
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// A cost the channel's burst can never allow.
-    #[error("a cost of {cost} can never pass channel `{channel}`'s burst of {burst}")]
-    CostAboveBurst {
-        /// The channel the job names.
-        channel: String,
-        /// The job's cost in tokens.
-        cost: u64,
-        /// The most tokens the channel's bucket ever holds.
-        burst: u64,
-    },
-}
-
-impl EngineError {
-    /// Whether waiting cannot help: TLS that cannot be set up, or Redis refusing
-    /// the credentials in the URL.
-    pub fn is_fatal(&self) -> bool {
-        match self {
-            EngineError::Tls(_) => true,
-            EngineError::Redis(e) => e.kind() == redis::ErrorKind::AuthenticationFailed,
-            _ => false,
-        }
-    }
-}
-
-/// What the engine needs to know of a job.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    /// The idempotency key.
-    pub id: &'a str,
-    /// Opaque recipient (hashed before it reaches Redis).
-    pub recipient: &'a str,
-    /// The channel: selects the send rate.
-    pub channel: &'a str,
-    /// The category: selects the policy (unknown ones use `default`).
-    pub category: &'a str,
-    /// The recipient's zone, for calendar windows.
-    pub tz: Tz,
-}
-
-/// A granted admission: what [`Engine::commit`] or [`Engine::release`] needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ticket {
-    key: String,
-    member: Vec<u8>,
-    /// Redis time of the admission.
-    pub admitted_at: DateTime<Utc>,
-    channel: String,
-    /// The channel's rate and the TAT its take left, when the channel is paced.
-    rate: Option<(Rate, i64)>,
-}
-
-#[cfg(test)]
-impl Ticket {
-    /// A ticket for pure tests of what is done with one.
-    pub(crate) fn for_tests(admitted_at: DateTime<Utc>) -> Ticket {
-        Ticket {
-            key: "k".into(),
-            member: vec![1],
-            admitted_at,
-            channel: "sms".into(),
-            rate: None,
-        }
-    }
-}
-
-/// The engine's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
-    /// Every rule passed and the channel's rate allowed it: dispatch now, then commit.
-    Admitted(Ticket),
-    /// A shadow policy's caps would have refused it; its send is recorded as
-    /// admitted all the same (dispatch now, then commit). The fields say what
-    /// enforcing the policy would have done.
-    Shadowed {
-        /// The admission, as for [`Admission::Admitted`].
-        ticket: Ticket,
-        /// The first instant at which every rule passes; `None`: never.
-        retry_at: Option<DateTime<Utc>>,
-        /// The policy's action for refused jobs.
-        action: Action,
-        /// A rule that is full now.
-        rule: Option<Rule>,
-        /// How many other sends of the recipient it saw remembered.
-        seen: usize,
-    },
-    /// A recipient cap refused it.
-    Refused {
-        /// The first instant at which every rule passes; `None`: never (a limit of 0).
-        retry_at: Option<DateTime<Utc>>,
-        /// The policy's action for refused jobs.
-        action: Action,
-        /// The policy that refused it.
-        policy: String,
-        /// A rule that is full now, for the logs.
-        rule: Option<Rule>,
-        /// How many sends of the recipient it saw remembered.
-        seen: usize,
-    },
-    /// This job was already dispatched.
-    Duplicate,
-    /// Another worker holds a live reservation for this job (it is being dispatched);
-    /// look again at `retry_at`, when that reservation would lapse.
-    InFlight {
-        /// When the reservation lapses.
-        retry_at: DateTime<Utc>,
-    },
-}
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
@@ -191,8 +47,8 @@ struct Pacer {
     waiting: AtomicUsize,
 }
 
-/// The quota engine. Cheap to share behind an `Arc`.
-pub struct Engine {
+/// The quota store. Cheap to share behind an `Arc`.
+pub struct QuotaStore {
     conn: RedisConn,
     keys: Keys,
     /// The rules in force, swapped whole by a reload.
@@ -208,7 +64,7 @@ pub struct Engine {
     scripts: Scripts,
     offset_ms: AtomicI64,
     calls: Arc<AtomicU64>,
-    /// Reservations this engine recorded for admissions that then failed (Redis went
+    /// Reservations this store recorded for admissions that then failed (Redis went
     /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
     /// reserved_at ms. The retry of the same job takes its own reservation back
     /// instead of waiting out the lease as if another worker held it.
@@ -223,34 +79,34 @@ pub struct Engine {
 /// force when it was made: a reload's new policy makes new plans) it is for.
 type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Policy>, Arc<Plan>)>>;
 
-impl std::fmt::Debug for Engine {
+impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
+        f.debug_struct("QuotaStore")
             .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
 
-impl Engine {
+impl QuotaStore {
     /// Connect to Redis, load the scripts and read Redis's clock.
-    pub async fn connect(settings: &Settings) -> Result<Engine, EngineError> {
+    pub async fn connect(settings: &Settings) -> Result<QuotaStore, StoreError> {
         let conn = RedisConn::connect(&settings.redis).await?;
         Self::with_connection(conn, settings).await
     }
 
-    /// [`Engine::connect`], waiting out a Redis that is not there yet (it starts
+    /// [`QuotaStore::connect`], waiting out a Redis that is not there yet (it starts
     /// after the worker, restarts, fails over) with the jittered backoff; `None` when
-    /// `shutdown` comes first. What waiting cannot fix ([`EngineError::is_fatal`])
+    /// `shutdown` comes first. What waiting cannot fix ([`StoreError::is_fatal`])
     /// returns at once.
     pub async fn connect_patiently(
         settings: &Settings,
         shutdown: &tokio_util::sync::CancellationToken,
-    ) -> Result<Option<Engine>, EngineError> {
+    ) -> Result<Option<QuotaStore>, StoreError> {
         let mut backoff =
             crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
         loop {
-            match Engine::connect(settings).await {
-                Ok(engine) => return Ok(Some(engine)),
+            match QuotaStore::connect(settings).await {
+                Ok(store) => return Ok(Some(store)),
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
                     let retry_in = backoff.next().unwrap_or_default();
@@ -269,7 +125,7 @@ impl Engine {
     pub(crate) async fn with_connection(
         conn: RedisConn,
         settings: &Settings,
-    ) -> Result<Engine, EngineError> {
+    ) -> Result<QuotaStore, StoreError> {
         let rules = arc_swap::ArcSwap::from_pointee(Rules::from_settings(settings));
         let pacers = settings
             .channels
@@ -306,7 +162,7 @@ impl Engine {
                 (c.clone(), RateBatcher::start(taker))
             })
             .collect();
-        let engine = Engine {
+        let store = QuotaStore {
             conn,
             keys,
             rates,
@@ -321,8 +177,8 @@ impl Engine {
             orphans: Default::default(),
             plans: Default::default(),
         };
-        engine.sync_clock().await?;
-        Ok(engine)
+        store.sync_clock().await?;
+        Ok(store)
     }
 
     /// The key names in use.
@@ -366,7 +222,7 @@ impl Engine {
     }
 
     /// Read Redis `TIME` and remember how far it is from this machine's clock.
-    pub async fn sync_clock(&self) -> Result<DateTime<Utc>, EngineError> {
+    pub async fn sync_clock(&self) -> Result<DateTime<Utc>, StoreError> {
         let mut conn = self.conn.clone();
         self.count_call();
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
@@ -376,7 +232,7 @@ impl Engine {
     }
 
     /// Ping Redis (readiness).
-    pub async fn ping(&self) -> Result<(), EngineError> {
+    pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         Ok(())
@@ -389,7 +245,7 @@ impl Engine {
         );
     }
 
-    /// Move this engine's idea of Redis time (tests simulate a skewed worker clock).
+    /// Move this store's idea of Redis time (tests simulate a skewed worker clock).
     #[cfg(feature = "test-util")]
     pub fn skew_clock_for_tests(&self, by: chrono::Duration) {
         self.offset_ms
@@ -410,19 +266,19 @@ impl Engine {
     ///
     /// When the channel's rate refuses, this waits (pacing) until it allows; a
     /// recipient refusal returns at once with the exact retry time.
-    pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, EngineError> {
+    pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, StoreError> {
         let rules = self.rules();
         self.admit_under(req, &rules).await
     }
 
-    /// [`Engine::admit`] under `rules` (the caller's snapshot of the rules in force,
+    /// [`QuotaStore::admit`] under `rules` (the caller's snapshot of the rules in force,
     /// so that one decision never mixes the rules before and after a reload).
     pub async fn admit_under(
         &self,
         req: &Request<'_>,
         rules: &Rules,
-    ) -> Result<Admission, EngineError> {
-        let unknown = || EngineError::UnknownChannel(req.channel.to_string());
+    ) -> Result<Admission, StoreError> {
+        let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let policy = rules.policy(req.category).clone();
@@ -524,7 +380,7 @@ impl Engine {
                     Verdict::WrongType(_) => 5,
                     _ => 7,
                 };
-                return Err(EngineError::Reply {
+                return Err(StoreError::Reply {
                     script: "admit.lua",
                     reply: vec![code, now],
                 });
@@ -537,7 +393,7 @@ impl Engine {
                 if let Some(reply) = rate_reply {
                     if reply.allowed < 0 {
                         // never reached: validation keeps cost <= burst
-                        return Err(EngineError::CostAboveBurst {
+                        return Err(StoreError::CostAboveBurst {
                             channel: req.channel.to_string(),
                             cost: r.cost,
                             burst: r.burst,
@@ -567,7 +423,7 @@ impl Engine {
 
     /// Wait until the channel's rate allows one more job, one waiter at a time;
     /// returns the TAT the take left.
-    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<i64, EngineError> {
+    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<i64, StoreError> {
         pacer.waiting.fetch_add(1, Ordering::Relaxed);
         let result = async {
             loop {
@@ -578,7 +434,7 @@ impl Engine {
                         tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await
                     }
                     _ => {
-                        return Err(EngineError::CostAboveBurst {
+                        return Err(StoreError::CostAboveBurst {
                             channel: channel.to_string(),
                             cost: rate.cost,
                             burst: rate.burst,
@@ -625,18 +481,18 @@ impl Engine {
     }
 
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
-    pub async fn commit(&self, ticket: &Ticket) -> Result<(), EngineError> {
+    pub async fn commit(&self, ticket: &Ticket) -> Result<(), StoreError> {
         self.write_after(std::slice::from_ref(ticket), &[]).await
     }
 
-    /// Commit `tickets` (as [`Engine::commit`]) and write `notes`: one pipeline on a
+    /// Commit `tickets` (as [`QuotaStore::commit`]) and write `notes`: one pipeline on a
     /// single node (one round trip), concurrent commands on a cluster (their keys
     /// live in different slots).
     pub(crate) async fn write_after(
         &self,
         tickets: &[Ticket],
         notes: &[Note],
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), StoreError> {
         let zadd = |t: &Ticket| {
             // sized up front: growing the buffers argument by argument cost more
             // than the rest of the commit
@@ -668,7 +524,7 @@ impl Engine {
         field: &str,
         id: &str,
         first_seen: DateTime<Utc>,
-    ) -> Result<Collapse, EngineError> {
+    ) -> Result<Collapse, StoreError> {
         self.count_call();
         let key = self.keys.collapse(recipient);
         let script = &self.scripts.collapse;
@@ -691,7 +547,7 @@ impl Engine {
 
     /// Undo an admission whose dispatch failed: the recipient's send and the
     /// channel's rate are given back.
-    pub async fn release(&self, ticket: &Ticket) -> Result<(), EngineError> {
+    pub async fn release(&self, ticket: &Ticket) -> Result<(), StoreError> {
         self.release_recipient(ticket).await?;
         if let Some((rate, tat)) = ticket.rate {
             self.refund(&ticket.channel, rate, tat).await?;
@@ -699,7 +555,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn release_recipient(&self, ticket: &Ticket) -> Result<(), EngineError> {
+    async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         self.count_call();
         let _: i64 = redis::cmd("ZREM")
@@ -717,7 +573,7 @@ impl Engine {
         channel: &str,
         rate: Rate,
         tat: i64,
-    ) -> Result<Duration, EngineError> {
+    ) -> Result<Duration, StoreError> {
         self.count_call();
         let key = self.keys.rate(channel);
         refund::refund(&self.conn, &self.scripts.refund, key, rate, tat).await
@@ -725,7 +581,7 @@ impl Engine {
 
     /// Take one job of `rate.cost` from the channel's rate, in one call with the
     /// channel's other jobs asking at the same moment.
-    pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, EngineError> {
+    pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, StoreError> {
         match self.rates.get(channel) {
             Some(batcher) => batcher.take(rate).await,
             None => self.call_rate(channel, rate, rate.cost).await,
@@ -738,7 +594,7 @@ impl Engine {
         channel: &str,
         rate: Rate,
         cost: u64,
-    ) -> Result<RateReply, EngineError> {
+    ) -> Result<RateReply, StoreError> {
         self.count_call();
         let key = self.keys.rate(channel);
         rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
@@ -771,7 +627,7 @@ impl Engine {
         policy: &Arc<Policy>,
         tz: Tz,
         now: Option<i64>,
-    ) -> Result<Verdict, EngineError> {
+    ) -> Result<Verdict, StoreError> {
         let plan = self.cached_plan(
             policy,
             tz,
@@ -787,14 +643,14 @@ impl Engine {
             })
             .await
         {
-            Err(EngineError::Unreplicated {
+            Err(StoreError::Unreplicated {
                 reserved_at,
                 acked,
                 wanted,
             }) => {
                 // ours: the retry takes it back instead of waiting out the lease
                 self.orphan(key, member, reserved_at);
-                return Err(EngineError::Unreplicated {
+                return Err(StoreError::Unreplicated {
                     reserved_at,
                     acked,
                     wanted,
@@ -804,7 +660,7 @@ impl Engine {
         };
         self.observe(reply.now());
         match reply {
-            Verdict::WrongType(now) => Err(EngineError::Reply {
+            Verdict::WrongType(now) => Err(StoreError::Reply {
                 script: "admit.lua",
                 reply: vec![5, now],
             }),

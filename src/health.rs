@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::engine::Engine;
+use crate::store::QuotaStore;
 
 /// Readiness, as `/readyz` reports it.
 #[derive(Debug, Default)]
@@ -29,12 +29,12 @@ impl Health {
 /// Keep `health.redis` current even while no job is asking Redis anything.
 pub(crate) async fn watch_redis(
     health: Arc<Health>,
-    engine: Arc<Engine>,
+    store: Arc<QuotaStore>,
     shutdown: CancellationToken,
 ) {
     loop {
         let up = matches!(
-            tokio::time::timeout(Duration::from_secs(1), engine.ping()).await,
+            tokio::time::timeout(Duration::from_secs(1), store.ping()).await,
             Ok(Ok(()))
         );
         crate::metrics::health(health.broker.load(Ordering::Relaxed), up);

@@ -1,0 +1,93 @@
+//! What an admission asks and answers: the data the quota store
+//! ([`crate::store`]) and the pure decision ([`crate::decide`]) share. Types only.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use crate::config::{Action, Rate};
+use crate::quota::window::Rule;
+
+/// What the store needs to know of a job.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The idempotency key.
+    pub id: &'a str,
+    /// Opaque recipient (hashed before it reaches Redis).
+    pub recipient: &'a str,
+    /// The channel: selects the send rate.
+    pub channel: &'a str,
+    /// The category: selects the policy (unknown ones use `default`).
+    pub category: &'a str,
+    /// The recipient's zone, for calendar windows.
+    pub tz: Tz,
+}
+
+/// A granted admission: what [`QuotaStore::commit`] or [`QuotaStore::release`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub(crate) key: String,
+    pub(crate) member: Vec<u8>,
+    /// Redis time of the admission.
+    pub admitted_at: DateTime<Utc>,
+    pub(crate) channel: String,
+    /// The channel's rate and the TAT its take left, when the channel is paced.
+    pub(crate) rate: Option<(Rate, i64)>,
+}
+
+#[cfg(test)]
+impl Ticket {
+    /// A ticket for pure tests of what is done with one.
+    pub(crate) fn for_tests(admitted_at: DateTime<Utc>) -> Ticket {
+        Ticket {
+            key: "k".into(),
+            member: vec![1],
+            admitted_at,
+            channel: "sms".into(),
+            rate: None,
+        }
+    }
+}
+
+/// The store's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Every rule passed and the channel's rate allowed it: dispatch now, then commit.
+    Admitted(Ticket),
+    /// A shadow policy's caps would have refused it; its send is recorded as
+    /// admitted all the same (dispatch now, then commit). The fields say what
+    /// enforcing the policy would have done.
+    Shadowed {
+        /// The admission, as for [`Admission::Admitted`].
+        ticket: Ticket,
+        /// The first instant at which every rule passes; `None`: never.
+        retry_at: Option<DateTime<Utc>>,
+        /// The policy's action for refused jobs.
+        action: Action,
+        /// A rule that is full now.
+        rule: Option<Rule>,
+        /// How many other sends of the recipient it saw remembered.
+        seen: usize,
+    },
+    /// A recipient cap refused it.
+    Refused {
+        /// The first instant at which every rule passes; `None`: never (a limit of 0).
+        retry_at: Option<DateTime<Utc>>,
+        /// The policy's action for refused jobs.
+        action: Action,
+        /// The policy that refused it.
+        policy: String,
+        /// A rule that is full now, for the logs.
+        rule: Option<Rule>,
+        /// How many sends of the recipient it saw remembered.
+        seen: usize,
+    },
+    /// This job was already dispatched.
+    Duplicate,
+    /// Another worker holds a live reservation for this job (it is being dispatched);
+    /// look again at `retry_at`, when that reservation would lapse.
+    InFlight {
+        /// When the reservation lapses.
+        retry_at: DateTime<Utc>,
+    },
+}
+
