@@ -12,7 +12,8 @@ use quota_worker::config::Settings;
 use quota_worker::store::QuotaStore;
 use quota_worker::reload::Reloader;
 use quota_worker::status::Status;
-use quota_worker::worker::{Health, Worker};
+use quota_worker::health::Health;
+use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
 
 /// jemalloc instead of the system allocator: a job's allocations (a task of about a
