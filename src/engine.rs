@@ -26,9 +26,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::config::{Action, Mode, Policy, Rate, Scope, Settings};
+use crate::config::Settings;
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
+use crate::quota::policy::{Action, Mode, Policy, Rate, Scope};
 use crate::quota::window::{self, Rule};
 use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::redis::collapse::Collapse;

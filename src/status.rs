@@ -211,7 +211,7 @@ impl Status {
 
 mod views {
     use super::{ChannelView, PolicyView};
-    use crate::config::Action;
+    use crate::quota::policy::Action;
     use crate::quota::window::Window;
     use crate::rules::Rules;
 

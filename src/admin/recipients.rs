@@ -6,9 +6,10 @@ use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::AdminError;
-use crate::config::{Policy, Scope, Settings};
+use crate::config::Settings;
 use crate::engine::Engine;
 use crate::quota::keys;
+use crate::quota::policy::{Policy, Scope};
 use crate::quota::{send_windows, window};
 use crate::redis::{notes, record};
 

@@ -16,8 +16,8 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use crate::config::Rate;
 use crate::engine::EngineError;
+use crate::quota::policy::Rate;
 
 /// The reply of the GCRA script for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

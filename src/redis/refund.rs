@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::Script;
 
 use super::conn::RedisConn;
-use crate::config::Rate;
 use crate::engine::EngineError;
+use crate::quota::policy::Rate;
 
 /// Refund the take that left the TAT `tat` (µs) at `key`; the credit given back.
 pub async fn refund(
