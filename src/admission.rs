@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::config::{Action, Rate};
+use crate::quota::policy::{Action, Rate};
 use crate::quota::window::Rule;
 
 /// What the store needs to know of a job.
@@ -90,4 +90,3 @@ pub enum Admission {
         retry_at: DateTime<Utc>,
     },
 }
-

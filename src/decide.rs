@@ -13,10 +13,10 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::config::{Action, Mode, Policy};
 use crate::admission::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
+use crate::quota::policy::{Action, Mode, Policy};
 use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
 

@@ -23,8 +23,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::status::Status;
 use crate::health::Health;
+use crate::status::Status;
 
 /// What the HTTP endpoint could not do.
 #[derive(Debug, thiserror::Error)]

@@ -66,12 +66,11 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod amqp;
 pub mod admission;
+pub mod amqp;
 pub mod backoff;
 pub mod config;
 pub mod decide;
-pub mod store;
 pub mod health;
 pub mod http;
 pub mod job;
@@ -83,5 +82,6 @@ pub mod reload;
 pub mod rules;
 pub mod signals;
 pub mod status;
+pub mod store;
 pub mod tls;
 pub mod worker;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use quota_worker::config::Settings;
-use quota_worker::store::QuotaStore;
+use quota_worker::health::Health;
 use quota_worker::reload::Reloader;
 use quota_worker::status::Status;
-use quota_worker::health::Health;
+use quota_worker::store::QuotaStore;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
 

@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::config::{ConfigError, Settings};
-use crate::store::QuotaStore;
 use crate::rules::Rules;
+use crate::store::QuotaStore;
 
 /// Why a reload was refused.
 #[derive(Debug, thiserror::Error)]

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use std::borrow::Cow;
 
-use crate::config::{Policy, Rate, Settings};
+use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
+use crate::quota::policy::{Policy, Rate};
 use crate::quota::send_windows::SendWindows;
 
 /// What applies to one channel.

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::queues::QueueStat;
 use crate::amqp::Topology;
+use crate::health::Health;
 use crate::job::Outcome;
 use crate::reload::Reloader;
-use crate::health::Health;
 
 /// How often queues are read and outcomes sampled.
 pub const EVERY: Duration = Duration::from_secs(5);
@@ -211,7 +211,7 @@ impl Status {
 
 mod views {
     use super::{ChannelView, PolicyView};
-    use crate::config::Action;
+    use crate::quota::policy::Action;
     use crate::quota::window::Window;
     use crate::rules::Rules;
 

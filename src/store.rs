@@ -26,16 +26,17 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::config::{Mode, Policy, Rate, Scope, Settings};
+use crate::admission::{Admission, Request, Ticket};
+use crate::config::Settings;
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
+use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
 use crate::redis::rate::{self, RateBatcher, RateReply, Taker};
-use crate::admission::{Admission, Request, Ticket};
 use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 

@@ -7,8 +7,12 @@
 //! keeps TLS from being set up (an unreadable CA file, a key that does not parse)
 //! is an error naming the key, at `config check` and at start alike. The files are
 //! read here and nowhere else.
+//!
+//! The settings of one connection's TLS ([`TlsSettings`]) are defined here; the
+//! configuration reads them into its `[amqp.tls]` and `[redis.tls]` sections and
+//! calls `load` to check them. This module knows nothing of the configuration.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -17,7 +21,40 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::config::TlsSettings;
+use serde::{Deserialize, Serialize};
+
+/// TLS settings of one connection (`[amqp.tls]`, `[redis.tls]`). They apply to an
+/// `amqps://` or `rediss://` URL and are refused with a plaintext one. Unset, the
+/// server's certificate is verified against the URL's host with the system's roots,
+/// and no client certificate is sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM file of the CAs to trust, instead of the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (chain), for mutual TLS; needs `key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must carry, when it is not the URL's host
+    /// (AMQP only: the Redis client verifies the URL's host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Accept any server certificate: encrypted, but anyone on the path can read
+    /// and change the traffic. Every start and `config check` warn about it.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+impl TlsSettings {
+    /// Whether any TLS key is set.
+    pub fn is_set(&self) -> bool {
+        *self != TlsSettings::default()
+    }
+}
 
 /// TLS could not be set up as configured; `key` names the setting to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

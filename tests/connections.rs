@@ -15,9 +15,10 @@ use common::pki::Pki;
 use common::procs::{free_port, temp_dir, RabbitNode, RedisServer, WorkerProc};
 use common::{settings, unique};
 use quota_worker::amqp::{self, BrokerError, Topology};
-use quota_worker::config::{Settings, TlsSettings};
+use quota_worker::config::Settings;
 use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::producer::Job;
+use quota_worker::tls::TlsSettings;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
 

@@ -689,7 +689,7 @@ async fn the_gcra_script_with_negative_or_huge_costs() {
     let _g = RedisGuard(ns.clone());
     let s = settings(&ns);
     let e = quota_worker::engine::Engine::connect(&s).await.unwrap();
-    let rate = quota_worker::config::Rate {
+    let rate = quota_worker::quota::policy::Rate {
         interval_us: 10_000_000,
         burst: 3,
         cost: 1,

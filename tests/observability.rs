@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quota_worker::config::Mode;
 use quota_worker::engine::Engine;
+use quota_worker::quota::policy::Mode;
 use quota_worker::status::Status;
 use quota_worker::worker::{Health, Worker};
 use serde_json::Value as Json;

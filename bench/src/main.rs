@@ -1031,7 +1031,7 @@ async fn rate_key(s: &Settings, n: usize) -> Result<(f64, f64, f64)> {
         &[&key, "1", "1000000000", "1", "1"],
     )?;
     let engine = Arc::new(Engine::connect(s).await?);
-    let rate = quota_worker::config::Rate {
+    let rate = quota_worker::quota::policy::Rate {
         interval_us: 1,
         burst: 1_000_000_000,
         cost: 1,

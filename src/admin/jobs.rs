@@ -9,9 +9,9 @@ use serde::Serialize;
 use super::AdminError;
 use crate::amqp::ladder::Ladder;
 use crate::config::Settings;
-use crate::store::QuotaStore;
 use crate::job::record::{JobRecord, Place, Step};
 use crate::redis::notes;
+use crate::store::QuotaStore;
 use crate::worker::cancels::POLL;
 
 /// What `admin job ID` shows.

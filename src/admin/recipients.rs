@@ -6,11 +6,12 @@ use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::AdminError;
-use crate::config::{Policy, Scope, Settings};
-use crate::store::QuotaStore;
+use crate::config::Settings;
 use crate::quota::keys;
+use crate::quota::policy::{Policy, Scope};
 use crate::quota::{send_windows, window};
 use crate::redis::{notes, record};
+use crate::store::QuotaStore;
 
 /// One recorded send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

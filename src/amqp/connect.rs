@@ -15,7 +15,7 @@ use lapin::tcp::{AsyncTcpStream, RustlsConnector};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties};
 
-use crate::config::TlsSettings;
+use crate::tls::TlsSettings;
 use crate::tls::{self, TlsError};
 
 /// A broker failure.

@@ -9,9 +9,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{ArgGroup, Args, Subcommand};
 
-use super::{
-    amqp, store, parse_instant, parse_zone, print_json, stop_on_signal, EXIT_INTERRUPTED,
-};
+use super::{amqp, parse_instant, parse_zone, print_json, stop_on_signal, store, EXIT_INTERRUPTED};
 use quota_worker::admin::{
     self, DeadLetter, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients,
     Selection, Step as Walk,

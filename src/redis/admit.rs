@@ -29,8 +29,8 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use crate::redis::StoreError;
 use crate::quota::plan::Plan;
+use crate::redis::StoreError;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
 /// hold it for well under a millisecond).

@@ -128,9 +128,7 @@ impl SentinelConn {
 impl RedisConn {
     /// Connect as the settings say: `rediss://` URLs with TLS as `redis.tls` says
     /// (the files were checked when the settings were loaded).
-    pub async fn connect(
-        settings: &crate::config::RedisSettings,
-    ) -> Result<RedisConn, StoreError> {
+    pub async fn connect(settings: &crate::config::RedisSettings) -> Result<RedisConn, StoreError> {
         let timeout = Duration::from_secs(2);
         let certs = crate::tls::redis_certificates(&settings.tls)?;
         let insecure = settings.tls.insecure_skip_verify;

@@ -48,9 +48,7 @@ pub(crate) async fn next_batch<T>(
 /// its text.
 pub(crate) fn fail_all<T>(
     e: crate::redis::StoreError,
-    waiters: impl IntoIterator<
-        Item = tokio::sync::oneshot::Sender<Result<T, crate::redis::StoreError>>,
-    >,
+    waiters: impl IntoIterator<Item = tokio::sync::oneshot::Sender<Result<T, crate::redis::StoreError>>>,
 ) {
     let text = e.to_string();
     let mut first = Some(e);

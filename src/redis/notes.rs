@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use redis::Cmd;
 
 use super::conn::RedisConn;
-use crate::redis::StoreError;
 use crate::job::record::JobRecord;
 use crate::quota::keys::Keys;
 use crate::quota::window;
+use crate::redis::StoreError;
 
 /// A waiting job whose end was not noted (its worker died between the two) stops
 /// counting as waiting this long after the instant it waited for.

@@ -16,7 +16,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use crate::config::Rate;
+use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
 /// The reply of the GCRA script for one job.

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use redis::Script;
 
 use super::conn::RedisConn;
-use crate::redis::StoreError;
 use crate::quota::window;
+use crate::redis::StoreError;
 
 /// What recording one send did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::conn::RedisConn;
-use crate::config::Rate;
+use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
 /// Refund the take that left the TAT `tat` (µs) at `key`; the credit given back.

@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::redis::notes;
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
-use crate::redis::notes;
 
 /// How often workers look for new cancel marks.
 pub const POLL: Duration = Duration::from_millis(500);

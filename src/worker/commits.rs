@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Ticket;
-use crate::store::QuotaStore;
 use crate::redis::notes::Note;
+use crate::store::QuotaStore;
 
 /// Largest batch sent at once.
 pub const BATCH: usize = 512;
@@ -54,7 +54,11 @@ impl Commits {
     }
 }
 
-async fn run(store: Arc<QuotaStore>, mut rx: mpsc::UnboundedReceiver<Write>, stop: CancellationToken) {
+async fn run(
+    store: Arc<QuotaStore>,
+    mut rx: mpsc::UnboundedReceiver<Write>,
+    stop: CancellationToken,
+) {
     let mut tickets = Vec::with_capacity(BATCH);
     let mut notes = Vec::new();
     let take = |w: Write, tickets: &mut Vec<Ticket>, notes: &mut Vec<Note>| match w {

@@ -24,8 +24,8 @@ use tracing::warn;
 
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
-use crate::store::QuotaStore;
 use crate::metrics::SessionMetrics;
+use crate::store::QuotaStore;
 use commits::Commits;
 
 use crate::health::{self, Health};

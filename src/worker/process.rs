@@ -16,16 +16,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{Session, Worker};
+use crate::admission::{Admission, Request};
 use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
-use crate::admission::{Admission, Request};
-use crate::redis::StoreError;
 use crate::job::decode::{self, Job};
 use crate::job::record::{JobRecord, Step};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
+use crate::redis::StoreError;
 use crate::rules::Rules;
 
 /// What the worker knows of a job's past: the times it was handled before, when a

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use quota_worker::config::{Rate, RuleSettings, Settings};
+use quota_worker::config::{RuleSettings, Settings};
 use quota_worker::engine::{Admission, Engine, Request, Ticket};
+use quota_worker::quota::policy::Rate;
 use quota_worker::quota::window;
 use quota_worker::redis::RedisConn;
 

@@ -1,0 +1,116 @@
+//! Which changes of the configuration a running worker can take on a reload, and
+//! which need a restart ([`Settings::needs_restart`]).
+
+use secrecy::ExposeSecret;
+
+use super::Settings;
+
+impl Settings {
+    /// The keys whose change from `self` to `new` a running worker cannot apply
+    /// (connections, names of queues and keys, the worker's runtime, HTTP, the set
+    /// of channels, each of which names a dispatch queue), as dotted paths; empty
+    /// when only policies and channels' rates and windows differ. No value is
+    /// printed: some are secrets.
+    pub fn needs_restart(&self, new: &Settings) -> Vec<String> {
+        fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+            use serde_json::Value::Object;
+            match (a, b) {
+                (Object(x), Object(y)) => {
+                    let keys: std::collections::BTreeSet<&String> =
+                        x.keys().chain(y.keys()).collect();
+                    for k in keys {
+                        let null = serde_json::Value::Null;
+                        let (va, vb) = (x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null));
+                        diff(&format!("{path}.{k}"), va, vb, out);
+                    }
+                }
+                (a, b) if a != b => out.push(path.to_string()),
+                _ => {}
+            }
+        }
+        let json = |v: &dyn erased::Section| v.json();
+        let mut out = Vec::new();
+        let sections: [(&str, &dyn erased::Section, &dyn erased::Section); 4] = [
+            ("amqp", &self.amqp, &new.amqp),
+            ("redis", &self.redis, &new.redis),
+            ("worker", &self.worker, &new.worker),
+            ("http", &self.http, &new.http),
+        ];
+        for (name, a, b) in sections {
+            diff(name, &json(a), &json(b), &mut out);
+        }
+        if self.redis.hash_key.expose_secret() != new.redis.hash_key.expose_secret() {
+            out.push("redis.hash_key".to_string());
+        }
+        let (old, now): (Vec<&String>, Vec<&String>) = (
+            self.channels.keys().collect(),
+            new.channels.keys().collect(),
+        );
+        for c in old.iter().filter(|c| !now.contains(c)) {
+            out.push(format!("channels.{c} (removed)"));
+        }
+        for c in now.iter().filter(|c| !old.contains(c)) {
+            out.push(format!("channels.{c} (added)"));
+        }
+        out
+    }
+}
+
+/// A section of the settings as JSON, for [`Settings::needs_restart`].
+mod erased {
+    pub trait Section {
+        fn json(&self) -> serde_json::Value;
+    }
+
+    impl<T: serde::Serialize> Section for T {
+        fn json(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::env::env;
+    use crate::config::Settings;
+    use crate::quota::policy::Mode;
+
+    #[test]
+    fn a_restart_is_needed_for_connections_names_and_channels_not_for_rules() {
+        let load = |vars: &[(&str, &str)]| Settings::load_with_env(None, env(vars)).unwrap();
+        let base = load(&[]);
+        let rules_only = load(&[
+            ("QUOTA_WORKER__CHANNELS__SMS__RATE", "10"),
+            ("QUOTA_WORKER__POLICIES__DEFAULT__MODE", "shadow"),
+            ("QUOTA_WORKER__POLICIES__PROMO__MAX_WAIT", "1h"),
+        ]);
+        assert_eq!(base.needs_restart(&rules_only), Vec::<String>::new());
+        assert_eq!(rules_only.policies["default"].mode, Mode::Shadow);
+        let fixed = load(&[
+            (
+                "QUOTA_WORKER__AMQP__URL",
+                "amqp://u:secret@10.0.0.1:5672/%2f",
+            ),
+            ("QUOTA_WORKER__AMQP__JOBS_QUEUE", "other.jobs"),
+            (
+                "QUOTA_WORKER__REDIS__HASH_KEY",
+                "another-key-of-32-characters-or-so",
+            ),
+            ("QUOTA_WORKER__HTTP__LISTEN", "127.0.0.1:1"),
+            ("QUOTA_WORKER__CHANNELS__FAX__RATE", "1"),
+        ]);
+        let keys = base.needs_restart(&fixed);
+        assert_eq!(
+            keys,
+            [
+                "amqp.jobs_queue",
+                "amqp.url",
+                "http.listen",
+                "redis.hash_key",
+                "channels.fax (added)"
+            ],
+            "no value is printed: {keys:?}"
+        );
+        assert!(!keys.concat().contains("secret"));
+    }
+}

@@ -1,0 +1,213 @@
+//! Tests of a whole configuration as loaded: the defaults, and errors located in
+//! the file or the environment across sections.
+
+use super::env::env;
+use super::*;
+use crate::quota::window::{Rule, Window};
+
+#[test]
+fn defaults_are_valid_and_as_documented() {
+    let s = Settings::load_with_env(None, env(&[])).unwrap();
+    assert_eq!(s.amqp.url, "amqp://guest:guest@127.0.0.1:5672/%2f");
+    assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+    assert_eq!(
+        s.channels.keys().collect::<Vec<_>>(),
+        ["email", "push", "sms"]
+    );
+    let policies = s.policies();
+    let default = policies.iter().find(|p| p.name == "default").unwrap();
+    assert_eq!(
+        default.rules,
+        vec![
+            Rule {
+                limit: 1,
+                window: Window::CalendarDays(1)
+            },
+            Rule {
+                limit: 3,
+                window: Window::CalendarDays(7)
+            }
+        ]
+    );
+    let transactional = policies.iter().find(|p| p.name == "transactional").unwrap();
+    assert!(transactional.rules.is_empty());
+    assert_eq!(s.rate("sms"), None);
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    for (vars, key) in [
+        (
+            vec![("QUOTA_WORKER__WORKER__DEFAULT_TIMEZONE", "Mars/Olympus")],
+            "worker.default_timezone",
+        ),
+        (
+            vec![("QUOTA_WORKER__CHANNELS__SMS__RATE", "0")],
+            "channels.sms.rate",
+        ),
+        (
+            vec![
+                ("QUOTA_WORKER__CHANNELS__SMS__RATE", "5"),
+                ("QUOTA_WORKER__CHANNELS__SMS__BURST", "0"),
+            ],
+            "channels.sms.burst",
+        ),
+        (vec![("QUOTA_WORKER__AMQP__PREFETCH", "0")], "amqp.prefetch"),
+        (
+            vec![("QUOTA_WORKER__REDIS__RESERVATION_LEASE", "1d")],
+            "reservation_lease",
+        ),
+        (
+            vec![("QUOTA_WORKER__REDIS__RECORD_TTL", "24h")],
+            "redis.record_ttl",
+        ),
+    ] {
+        let err = Settings::load_with_env(None, env(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{err} should name {key}");
+    }
+}
+
+#[test]
+fn errors_in_a_file_carry_its_path_and_line() {
+    let path = std::env::temp_dir().join(format!("qw-config-{}.toml", std::process::id()));
+    std::fs::write(&path, "[amqp]\nprefetch = 8\n\n[channels.sms]\nrate = 0\n").unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[])).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(err.key(), Some("channels.sms.rate"));
+    assert_eq!(
+        err.origin(),
+        Some(&Origin::File {
+            path: path.clone(),
+            line: 5
+        })
+    );
+    assert!(err
+        .to_string()
+        .starts_with(&format!("{}:5: ", path.display())));
+}
+
+#[test]
+fn send_windows_load_typed_and_bad_ones_name_key_and_line() {
+    let path = std::env::temp_dir().join(format!("qw-windows-{}.toml", std::process::id()));
+    let write_and_load = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let loaded = Settings::load_with_env(Some(&path), env(&[]));
+        std::fs::remove_file(&path).unwrap();
+        loaded
+    };
+    let s = write_and_load(
+        "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmax_wait = \"72h\"\n\
+         send_windows = [{ days = \"mon-fri\", from = \"08:00\", to = \"21:00\" },\n\
+         { days = \"sat\", from = \"10:00\", to = \"18:00\" }]\n\n\
+         [channels.sms]\nsend_windows = [{ days = \"daily\", from = \"22:00\", to = \"06:00\" }]\n",
+    )
+    .unwrap();
+    let promo = s
+        .policies()
+        .into_iter()
+        .find(|p| p.name == "promo")
+        .unwrap();
+    assert_eq!(
+        promo.send_windows.unwrap().to_string(),
+        "mon,tue,wed,thu,fri 08:00-21:00; sat 10:00-18:00"
+    );
+    assert_eq!(promo.max_wait, Some(chrono::Duration::days(3)));
+    assert_eq!(
+        s.channel_windows("sms").unwrap().to_string(),
+        "mon,tue,wed,thu,fri,sat,sun 22:00-06:00"
+    );
+    // the defaults: `default` waits at most 7 days, `transactional` ignores windows
+    let policies = s.policies();
+    let by = |n: &str| policies.iter().find(|p| p.name == n).unwrap().clone();
+    assert_eq!(by("default").max_wait, Some(chrono::Duration::days(7)));
+    assert!(by("transactional").ignore_channel_windows);
+    // what a file says back loads again to the same windows
+    assert!(s.to_string().contains("send_windows"), "{s}");
+
+    for (text, key, line, says) in [
+        (
+            "[policies.promo]\nsend_windows = [{ days = \"mon-fry\", from = \"08:00\", to = \"21:00\" }]\n",
+            "policies.promo.send_windows",
+            2,
+            "`fry`",
+        ),
+        (
+            "[channels.sms]\n\nsend_windows = [{ days = \"sat\", from = \"8:00\", to = \"21:00\" }]\n",
+            "channels.sms.send_windows",
+            3,
+            "\"8:00\"",
+        ),
+        (
+            "[channels.sms]\nsend_windows = []\n",
+            "channels.sms.send_windows",
+            2,
+            "never opens",
+        ),
+        (
+            "[policies.promo]\nmax_wait = \"10ms\"\n",
+            "policies.promo.max_wait",
+            2,
+            "at least 1s",
+        ),
+    ] {
+        let err = write_and_load(text).unwrap_err();
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert_eq!(
+            err.origin(),
+            Some(&Origin::File {
+                path: path.clone(),
+                line
+            }),
+            "{err}"
+        );
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
+fn tls_keys_need_a_tls_url_and_urls_are_checked() {
+    for (vars, key, says) in [
+        (
+            vec![("QUOTA_WORKER__AMQP__TLS__CA_FILE", "/etc/ca.pem")],
+            "amqp.tls.ca_file",
+            "amqps://",
+        ),
+        (
+            vec![("QUOTA_WORKER__REDIS__TLS__INSECURE_SKIP_VERIFY", "true")],
+            "redis.tls.insecure_skip_verify",
+            "rediss://",
+        ),
+        (
+            vec![
+                ("QUOTA_WORKER__AMQP__URL", "amqps://u:p@h/%2f"),
+                ("QUOTA_WORKER__AMQP__TLS__CA_FILE", "/nonexistent/ca.pem"),
+            ],
+            "amqp.tls.ca_file",
+            "/nonexistent/ca.pem",
+        ),
+        (
+            vec![("QUOTA_WORKER__REDIS__URL", "rediss://h:6380/#insecure")],
+            "redis.url",
+            "insecure_skip_verify",
+        ),
+        (
+            vec![("QUOTA_WORKER__AMQP__URL", "http://h:5672/")],
+            "amqp.url",
+            "amqp",
+        ),
+        (
+            vec![
+                ("QUOTA_WORKER__REDIS__URL", "rediss://h:6380"),
+                ("QUOTA_WORKER__REDIS__TLS__SERVER_NAME", "x"),
+            ],
+            "redis.tls.server_name",
+            "not supported",
+        ),
+    ] {
+        let err = Settings::load_with_env(None, env(&vars)).unwrap_err();
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert!(err.to_string().contains(says), "{err} should say {says}");
+    }
+}
