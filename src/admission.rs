@@ -85,7 +85,7 @@ pub enum Admission {
     Duplicate,
     /// Another worker holds a live reservation for this job (it is being dispatched);
     /// look again at `retry_at`, when that reservation would lapse.
-    InFlight {
+    Reserved {
         /// When the reservation lapses.
         retry_at: DateTime<Utc>,
     },

@@ -3,7 +3,7 @@
 //! Three steps, around the one question only Redis answers. [`triage`] looks at the
 //! job alone (a channel that is not configured, already expired; a body that is not
 //! a job is [`malformed`]); [`hold`] at the job and its [`Context`] (a `not_before`
-//! still ahead, send windows closed now); [`decide`] turns the store's
+//! still ahead, send windows closed now); [`after_admission`] turns the store's
 //! [`Admission`] into a [`Decision`], holding a capped job until the first instant
 //! at which every cap passes *and* its send windows are open. Every hold is bounded:
 //! by the job's `expires_at` (dead `expired`) and by its policy's `max_wait` counted
@@ -91,7 +91,7 @@ pub enum DelayCause {
     /// Its `not_before` is still ahead.
     Schedule,
     /// Another worker holds its reservation; look again when that lapses.
-    InFlight,
+    Reserved,
     /// The broker refused its dispatch; try again later.
     DispatchRefused,
 }
@@ -116,7 +116,7 @@ impl DelayCause {
             DelayCause::Cap { .. } => 0,
             DelayCause::Window { .. } => 1,
             DelayCause::Schedule => 2,
-            DelayCause::InFlight => 3,
+            DelayCause::Reserved => 3,
             DelayCause::DispatchRefused => 4,
         }
     }
@@ -147,7 +147,7 @@ impl std::fmt::Display for DelayCause {
                 write!(f, "the send windows of channel `{name}`")
             }
             DelayCause::Schedule => f.write_str("its not_before"),
-            DelayCause::InFlight => f.write_str("another worker's reservation of it"),
+            DelayCause::Reserved => f.write_str("another worker's reservation of it"),
             DelayCause::DispatchRefused => f.write_str("the broker's refusal of its dispatch"),
         }
     }
@@ -272,7 +272,7 @@ fn wait(
         return dead(Reason::Expired, detail);
     }
     let bounded =
-        !matches!(cause, DelayCause::Schedule | DelayCause::InFlight) && enforced(cx, as_enforced);
+        !matches!(cause, DelayCause::Schedule | DelayCause::Reserved) && enforced(cx, as_enforced);
     if let Some(max) = cx
         .policy
         .max_wait
@@ -291,7 +291,7 @@ fn wait(
 }
 
 /// The store's answer for `job`, at `now` (Redis time, after the admission).
-pub fn decide(
+pub fn after_admission(
     job: &Job<'_>,
     cx: &Context<'_>,
     admission: Admission,
@@ -348,9 +348,9 @@ pub fn decide(
             }
             Err(never) => Decision::Dead(never),
         },
-        Admission::InFlight { retry_at } => Decision::Delay {
+        Admission::Reserved { retry_at } => Decision::Delay {
             until: retry_at,
-            cause: DelayCause::InFlight,
+            cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
     }
@@ -557,14 +557,14 @@ mod tests {
             (None, refused(Some(at(23, 0)), Action::Drop), dead(Reason::Capped,
                 "policy `default` refused it (at most 1 per 1d) and drops refused jobs; next allowed 2026-03-01T23:00:00+00:00".into())),
             // another worker's reservation; a duplicate
-            (None, Admission::InFlight { retry_at: at(10, 2) }, Decision::Delay { until: at(10, 2), cause: DelayCause::InFlight }),
+            (None, Admission::Reserved { retry_at: at(10, 2) }, Decision::Delay { until: at(10, 2), cause: DelayCause::Reserved }),
             (Some(at(9, 0)), Admission::Duplicate, Decision::Duplicate),
         ];
         for (expires, admission, expected) in table {
             let shown = format!("{admission:?} expiring {expires:?}");
             let p = policy();
             assert_eq!(
-                decide(&job(expires), &cx(&p), admission, now),
+                after_admission(&job(expires), &cx(&p), admission, now),
                 expected,
                 "{shown}"
             );
@@ -684,7 +684,7 @@ mod tests {
             seen: 1,
         };
         assert_eq!(
-            decide(&job(None), &cx(&p), refused_until_23.clone(), now),
+            after_admission(&job(None), &cx(&p), refused_until_23.clone(), now),
             Decision::Delay {
                 until: Utc.with_ymd_and_hms(2026, 3, 8, 9, 0, 0).unwrap(),
                 cause: cap.clone()
@@ -692,7 +692,7 @@ mod tests {
         );
         // ... which max_wait of 3 days refuses, naming the instant
         p.max_wait = Some(Duration::days(3));
-        match decide(&job(None), &cx(&p), refused_until_23.clone(), now) {
+        match after_admission(&job(None), &cx(&p), refused_until_23.clone(), now) {
             Decision::Dead(d) => {
                 assert_eq!(d.reason, Reason::Capped);
                 assert!(
@@ -711,14 +711,19 @@ mod tests {
             ..cx(&p)
         };
         assert_eq!(
-            decide(&job(None), &cx(&p), refused_until_23.clone(), now),
+            after_admission(&job(None), &cx(&p), refused_until_23.clone(), now),
             Decision::Delay {
                 until: at(23, 0),
                 cause: cap
             }
         );
         assert_eq!(
-            reason(&decide(&job(None), &seen_long_ago, refused_until_23, now)),
+            reason(&after_admission(
+                &job(None),
+                &seen_long_ago,
+                refused_until_23,
+                now
+            )),
             Some(Reason::Capped)
         );
     }
@@ -779,7 +784,7 @@ mod tests {
             (shadowed(Some(at(15, 0)), Action::Drop), Some(Dead)),
             // no verdict without an admission
             (Admission::Duplicate, None),
-            (Admission::InFlight { retry_at: at(10, 2) }, None),
+            (Admission::Reserved { retry_at: at(10, 2) }, None),
         ];
         for (admission, verdict) in table {
             let shown = format!("{admission:?}");
@@ -790,7 +795,7 @@ mod tests {
                 Admission::Admitted(_) | Admission::Shadowed { .. }
             ) {
                 assert_eq!(
-                    decide(&j, &c, admission, now),
+                    after_admission(&j, &c, admission, now),
                     Decision::Dispatch(ticket.clone())
                 );
             }

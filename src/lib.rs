@@ -27,7 +27,7 @@
 //!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
 //!    same moment share one call (on a Redis Cluster, one call per node, grouped
 //!    by [`redis::slots`]). One clock: Redis `TIME`.
-//! 5. [`decide::decide`] turns the store's answer into a [`decide::Decision`]:
+//! 5. [`decide::after_admission`] turns the store's answer into a [`decide::Decision`]:
 //!    dispatch, delay until the exact instant every rule passes and the send
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
 //!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.

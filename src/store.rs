@@ -321,7 +321,7 @@ impl QuotaStore {
                 _ => break,
             }
         }
-        if let Verdict::InFlight(_, at) = reply {
+        if let Verdict::Reserved(_, at) = reply {
             if self.adopt(&key, &member, at) {
                 reply = Verdict::Admitted(at);
             }
@@ -368,7 +368,7 @@ impl QuotaStore {
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
-            Verdict::InFlight(_, reserved_at) => Admission::InFlight {
+            Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
             },
             // still outside the planned day after three plans (a wrong type never

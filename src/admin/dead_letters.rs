@@ -49,7 +49,7 @@ use crate::job::headers;
 
 /// One dead letter, as an operator reads it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeadLetter {
+pub struct DeadLetterInfo {
     /// The job id: the `message_id`, or else the body's `id` field.
     pub id: Option<String>,
     /// `x-notify-reason` (`malformed`, `unknown_channel`, `capped`, `expired`), or for a
@@ -77,7 +77,7 @@ pub struct DeadLetter {
     pub body: Option<Value>,
 }
 
-impl DeadLetter {
+impl DeadLetterInfo {
     /// Read a dead letter's properties and body; `full` keeps headers and body.
     pub fn read(props: &BasicProperties, body: &[u8], now: DateTime<Utc>, full: bool) -> Self {
         let headers = props.headers().as_ref();
@@ -112,7 +112,7 @@ impl DeadLetter {
             .and_then(|s| Utc.timestamp_opt(s as i64, 0).single())
             .or(death.as_ref().and_then(|d| d.time));
         let (attempt, first_seen) = headers::attempt_info(headers);
-        DeadLetter {
+        DeadLetterInfo {
             id: props
                 .message_id()
                 .as_ref()
@@ -237,7 +237,7 @@ pub struct Selection {
 
 impl Selection {
     /// Whether `d` is selected.
-    pub fn matches(&self, d: &DeadLetter) -> bool {
+    pub fn matches(&self, d: &DeadLetterInfo) -> bool {
         (self.reasons.is_empty() || self.reasons.contains(&d.reason))
             && (self.ids.is_empty() || d.id.as_ref().is_some_and(|id| self.ids.contains(id)))
     }
@@ -245,7 +245,7 @@ impl Selection {
 
 /// What a walk does with one dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum WalkAction {
     /// Put a fresh copy back at the tail of the dead-letter queue.
     Keep,
     /// Publish it to the jobs exchange, without its dead-letter headers.
@@ -367,7 +367,7 @@ impl<'a> DeadLetters<'a> {
     }
 
     /// Visit every message present at the start once, in queue order, and do with it
-    /// what `decide` says. Stops between two messages when `stop` is cancelled.
+    /// what `choose` says. Stops between two messages when `stop` is cancelled.
     ///
     /// The messages are consumed with a prefetch of P = min(N, 256) and manual acks.
     /// A kept, replayed or dropped message is acked once its publish is confirmed, but
@@ -377,10 +377,10 @@ impl<'a> DeadLetters<'a> {
     pub async fn walk<F>(
         &self,
         stop: &CancellationToken,
-        mut decide: F,
+        mut choose: F,
     ) -> Result<WalkReport, AdminError>
     where
-        F: FnMut(&Delivery) -> Step,
+        F: FnMut(&Delivery) -> WalkAction,
     {
         let found = self.count().await?;
         let mut report = WalkReport {
@@ -435,7 +435,7 @@ impl<'a> DeadLetters<'a> {
                 Ok(None) | Err(_) => break,
             };
             report.visited += 1;
-            let step = decide(&delivery);
+            let step = choose(&delivery);
             if let Err(e) = self
                 .apply(
                     step,
@@ -465,7 +465,7 @@ impl<'a> DeadLetters<'a> {
             }
             if let Err(e) = self
                 .apply(
-                    Step::Keep,
+                    WalkAction::Keep,
                     delivery,
                     &publish,
                     &mut pending,
@@ -503,7 +503,7 @@ impl<'a> DeadLetters<'a> {
 
     async fn apply(
         &self,
-        step: Step,
+        step: WalkAction,
         delivery: Delivery,
         publish: &lapin::Channel,
         pending: &mut VecDeque<Pending>,
@@ -512,11 +512,11 @@ impl<'a> DeadLetters<'a> {
     ) -> Result<(), AdminError> {
         let dead_queue = self.topology.amqp.dead_queue.as_str();
         let (exchange, routing_key, props, what) = match step {
-            Step::Drop => {
+            WalkAction::Drop => {
                 report.dropped += 1;
                 return acks.ack(delivery).await;
             }
-            Step::Keep => {
+            WalkAction::Keep => {
                 report.kept += 1;
                 (
                     "",
@@ -525,7 +525,7 @@ impl<'a> DeadLetters<'a> {
                     "the copy of a kept dead letter".to_string(),
                 )
             }
-            Step::Replay => {
+            WalkAction::Replay => {
                 report.replayed += 1;
                 (
                     self.topology.amqp.jobs_exchange.as_str(),

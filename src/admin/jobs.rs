@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::AdminError;
 use crate::amqp::ladder::Ladder;
 use crate::config::Settings;
-use crate::job::record::{JobRecord, Place, Step};
+use crate::job::note::{JobNote, JobState, Place};
 use crate::redis::notes;
 use crate::store::QuotaStore;
 use crate::worker::cancels::POLL;
@@ -25,7 +25,7 @@ pub struct JobStatus {
     #[serde(rename = "where")]
     pub place: Place,
     /// The last step the worker noted.
-    pub record: Option<JobRecord>,
+    pub record: Option<JobNote>,
     /// When it was cancelled, if a cancel mark waits for it.
     pub cancelled_at: Option<DateTime<Utc>>,
 }
@@ -67,7 +67,7 @@ impl<'a> Jobs<'a> {
         let now = self.store.sync_clock().await?;
         let conn = self.store.connection();
         let keys = self.store.keys();
-        let record = notes::record(&conn, keys, id).await?;
+        let record = notes::read(&conn, keys, id).await?;
         let cancelled_at = notes::cancel_marks(&conn, keys)
             .await?
             .into_iter()
@@ -89,12 +89,12 @@ impl<'a> Jobs<'a> {
         let status = self.explain(id).await?;
         if let Some(r) = &status.record {
             let ended = match &r.step {
-                Step::Dispatched => Some("was dispatched".to_string()),
-                Step::Superseded { by } => Some(format!("was superseded by job `{by}`")),
-                Step::Dead { reason, .. } => {
+                JobState::Dispatched => Some("was dispatched".to_string()),
+                JobState::Superseded { by } => Some(format!("was superseded by job `{by}`")),
+                JobState::Dead { reason, .. } => {
                     Some(format!("went to the dead-letter queue (reason `{reason}`)"))
                 }
-                Step::Delayed { .. } => None,
+                JobState::Delayed { .. } => None,
             };
             if let Some(ended) = ended {
                 return Err(AdminError::Invalid(format!(

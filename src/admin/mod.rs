@@ -11,7 +11,7 @@ pub mod recipients;
 use crate::amqp::{BrokerError, PublishError};
 use crate::redis::StoreError;
 
-pub use dead_letters::{DeadLetter, DeadLetters, Selection, Step, WalkReport};
+pub use dead_letters::{DeadLetterInfo, DeadLetters, Selection, WalkAction, WalkReport};
 pub use jobs::{Cancelled, JobStatus, Jobs};
 pub use queues::{queue_stats, QueueStat};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};

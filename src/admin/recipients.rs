@@ -10,7 +10,7 @@ use crate::config::Settings;
 use crate::quota::keys;
 use crate::quota::policy::{Policy, Scope};
 use crate::quota::{send_windows, window};
-use crate::redis::{notes, record};
+use crate::redis::{import, notes};
 use crate::store::QuotaStore;
 
 /// One recorded send.
@@ -271,7 +271,7 @@ impl<'a> Recipients<'a> {
     /// Import a past send at `at` (committed, under job id `id`), so the caps hold
     /// from day one; the key's expiry is raised to cover it. A job with the same id
     /// arriving later is a duplicate.
-    pub async fn record(
+    pub async fn import_send(
         &self,
         q: &RecipientQuery<'_>,
         at: DateTime<Utc>,
@@ -315,9 +315,9 @@ impl<'a> Recipients<'a> {
             .store
             .keys()
             .recipient(q.recipient, &policy.name, channel);
-        let script = &self.store.scripts().record;
+        let script = &self.store.scripts().import;
         let conn = self.store.connection();
-        let reply = record::record(&conn, script, &key, &keys::member(id), at, until).await?;
+        let reply = import::import_send(&conn, script, &key, &keys::member(id), at, until).await?;
         Ok(Recorded {
             policy: policy.name.clone(),
             channel: channel.map(str::to_string),

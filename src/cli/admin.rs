@@ -11,12 +11,12 @@ use clap::{ArgGroup, Args, Subcommand};
 
 use super::{amqp, parse_instant, parse_zone, print_json, stop_on_signal, store, EXIT_INTERRUPTED};
 use quota_worker::admin::{
-    self, DeadLetter, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients,
-    Selection, Step as Walk,
+    self, DeadLetterInfo, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus,
+    Recipients, Selection, WalkAction,
 };
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
-use quota_worker::job::record::{JobRecord, Place, Step};
+use quota_worker::job::note::{JobNote, JobState, Place};
 
 /// `quota-worker admin`.
 #[derive(Subcommand, Debug)]
@@ -260,9 +260,9 @@ async fn job(settings: &Settings, args: JobArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_place(place: &Place, record: Option<&JobRecord>, now: DateTime<Utc>) -> String {
+fn print_place(place: &Place, record: Option<&JobNote>, now: DateTime<Utc>) -> String {
     let until = record.and_then(|r| match &r.step {
-        Step::Delayed { until, .. } => Some(*until),
+        JobState::Delayed { until, .. } => Some(*until),
         _ => None,
     });
     match place {
@@ -305,7 +305,7 @@ fn print_job(s: &JobStatus, notes: bool) {
         age(Some((s.now - r.at).num_seconds()))
     );
     match &r.step {
-        Step::Delayed {
+        JobState::Delayed {
             cause,
             held_by,
             sends_seen,
@@ -316,9 +316,9 @@ fn print_job(s: &JobStatus, notes: bool) {
                 .unwrap_or_default();
             println!("held by:     {held_by} ({cause}{seen})");
         }
-        Step::Dead { reason, detail } => println!("dead:        {reason}: {detail}"),
-        Step::Dispatched => println!("dispatched:  after waiting"),
-        Step::Superseded { by } => println!("superseded:  by job `{by}`"),
+        JobState::Dead { reason, detail } => println!("dead:        {reason}: {detail}"),
+        JobState::Dispatched => println!("dispatched:  after waiting"),
+        JobState::Superseded { by } => println!("superseded:  by job `{by}`"),
     }
     println!(
         "policy:      {}, channel {}",
@@ -398,11 +398,11 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let mut seen = Vec::new();
             let report = letters
                 .walk(&stop, |d| {
-                    let letter = DeadLetter::read(&d.properties, &d.data, now, false);
+                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
                     if filter.matches(&letter) {
                         seen.push(letter);
                     }
-                    Walk::Keep
+                    WalkAction::Keep
                 })
                 .await?;
             if json {
@@ -438,11 +438,11 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let mut seen = Vec::new();
             let report = letters
                 .walk(&stop, |d| {
-                    let letter = DeadLetter::read(&d.properties, &d.data, now, false);
+                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
                     if letter.id.as_deref() == Some(id.as_str()) {
-                        seen.push(DeadLetter::read(&d.properties, &d.data, now, true));
+                        seen.push(DeadLetterInfo::read(&d.properties, &d.data, now, true));
                     }
-                    Walk::Keep
+                    WalkAction::Keep
                 })
                 .await?;
             walk_note(&report);
@@ -482,12 +482,12 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let mut replayed = Vec::new();
             let report = letters
                 .walk(&stop, |d| {
-                    let letter = DeadLetter::read(&d.properties, &d.data, now, false);
+                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
                     if sel.matches(&letter) {
                         replayed.push(letter);
-                        Walk::Replay
+                        WalkAction::Replay
                     } else {
-                        Walk::Keep
+                        WalkAction::Keep
                     }
                 })
                 .await?;
@@ -528,10 +528,10 @@ async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitC
             let sel = selection.selection();
             let report = letters
                 .walk(&stop, |d| {
-                    if sel.matches(&DeadLetter::read(&d.properties, &d.data, now, false)) {
-                        Walk::Drop
+                    if sel.matches(&DeadLetterInfo::read(&d.properties, &d.data, now, false)) {
+                        WalkAction::Drop
                     } else {
-                        Walk::Keep
+                        WalkAction::Keep
                     }
                 })
                 .await?;
@@ -579,7 +579,7 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
         }
         Some(RecipientAction::Record { at, id }) => {
             let id = id.unwrap_or_else(|| format!("imported-{}", uuid::Uuid::now_v7()));
-            let recorded = recipients.record(&query, at, &id).await?;
+            let recorded = recipients.import_send(&query, at, &id).await?;
             if args.json {
                 print_json(&recorded)?;
             } else if recorded.added {

@@ -133,7 +133,7 @@ fn progress_bar() -> ProgressBar {
 }
 
 /// Jobs awaiting their confirm at once when reading stdin.
-const IN_FLIGHT: usize = 64;
+const UNCONFIRMED: usize = 64;
 
 type Sent = (
     usize,
@@ -214,11 +214,11 @@ async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Publishes awaiting their confirm, at most [`IN_FLIGHT`]; each id is printed once
+/// Publishes awaiting their confirm, at most [`UNCONFIRMED`]; each id is printed once
 /// confirmed, in input order. The first failure is kept (what follows it is not
 /// printed as published).
 struct Confirms<'a, F: std::future::Future<Output = Sent>> {
-    in_flight: FuturesOrdered<F>,
+    unconfirmed: FuturesOrdered<F>,
     bar: &'a ProgressBar,
     failure: Option<anyhow::Error>,
 }
@@ -226,22 +226,22 @@ struct Confirms<'a, F: std::future::Future<Output = Sent>> {
 impl<'a, F: std::future::Future<Output = Sent>> Confirms<'a, F> {
     fn new(bar: &'a ProgressBar) -> Self {
         Confirms {
-            in_flight: FuturesOrdered::new(),
+            unconfirmed: FuturesOrdered::new(),
             bar,
             failure: None,
         }
     }
 
-    /// Add a publish, waiting for confirms while [`IN_FLIGHT`] are out.
+    /// Add a publish, waiting for confirms while [`UNCONFIRMED`] are out.
     async fn push(&mut self, publish: F) {
-        self.in_flight.push_back(publish);
-        while self.in_flight.len() >= IN_FLIGHT {
+        self.unconfirmed.push_back(publish);
+        while self.unconfirmed.len() >= UNCONFIRMED {
             self.next().await;
         }
     }
 
     async fn next(&mut self) {
-        let Some((line, id, result)) = self.in_flight.next().await else {
+        let Some((line, id, result)) = self.unconfirmed.next().await else {
             return;
         };
         let printed = result
@@ -257,7 +257,7 @@ impl<'a, F: std::future::Future<Output = Sent>> Confirms<'a, F> {
 
     /// Wait for every confirm; the first failure, if any.
     async fn finish(mut self) -> Option<anyhow::Error> {
-        while !self.in_flight.is_empty() {
+        while !self.unconfirmed.is_empty() {
             self.next().await;
         }
         self.failure

@@ -49,13 +49,13 @@ impl fmt::Display for Origin {
 
 /// One step of a dotted key: a table key or an array index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
+enum Segment {
     Key(String),
     Index(usize),
 }
 
 /// `policies.default.rules[1].window` → `policies`, `default`, `rules`, `1`, `window`.
-fn steps(key: &str) -> Vec<Step> {
+fn segments(key: &str) -> Vec<Segment> {
     let mut out = Vec::new();
     for part in key.split('.') {
         let (name, mut rest) = match part.find('[') {
@@ -63,13 +63,13 @@ fn steps(key: &str) -> Vec<Step> {
             None => (part, ""),
         };
         if !name.is_empty() {
-            out.push(Step::Key(name.to_string()));
+            out.push(Segment::Key(name.to_string()));
         }
         while let Some(inner) = rest.strip_prefix('[') {
             let Some(end) = inner.find(']') else { break };
             match inner[..end].parse() {
-                Ok(i) => out.push(Step::Index(i)),
-                Err(_) => out.push(Step::Key(inner[..end].to_string())),
+                Ok(i) => out.push(Segment::Index(i)),
+                Err(_) => out.push(Segment::Key(inner[..end].to_string())),
             }
             rest = &inner[end + 1..];
         }
@@ -78,15 +78,15 @@ fn steps(key: &str) -> Vec<Step> {
 }
 
 /// The span of the deepest step of `path` found in `table`, and how many steps that was.
-fn find(table: &DeTable<'_>, path: &[Step]) -> Option<(Range<usize>, usize)> {
-    let Some((Step::Key(first), rest)) = path.split_first() else {
+fn find(table: &DeTable<'_>, path: &[Segment]) -> Option<(Range<usize>, usize)> {
+    let Some((Segment::Key(first), rest)) = path.split_first() else {
         return None;
     };
     let (key, value) = table.iter().find(|(k, _)| k.get_ref() == first)?;
     let here = (key.span(), 1);
     let deeper = match (value.get_ref(), rest.first()) {
-        (DeValue::Table(t), Some(Step::Key(_))) => find(t, rest),
-        (DeValue::Array(a), Some(Step::Index(i))) => a.get(*i).map(|item| {
+        (DeValue::Table(t), Some(Segment::Key(_))) => find(t, rest),
+        (DeValue::Array(a), Some(Segment::Index(i))) => a.get(*i).map(|item| {
             let after = &rest[1..];
             match (item.get_ref(), after.is_empty()) {
                 (DeValue::Table(t), false) => match find(t, after) {
@@ -120,7 +120,7 @@ struct Doc<'a> {
 
 impl<'a> Doc<'a> {
     /// The line of `path`, and whether the whole path was found (else an ancestor's).
-    fn line(&self, path: &[Step]) -> Option<(usize, bool)> {
+    fn line(&self, path: &[Segment]) -> Option<(usize, bool)> {
         let (span, n) = find(&self.table, path)?;
         Some((line_of(self.text, span.start), n == path.len()))
     }
@@ -185,9 +185,9 @@ impl<'a> Sources<'a> {
     /// the file, the defaults. When no source has the key itself (a value is missing,
     /// or a key depends on another), the nearest enclosing key that a source has.
     pub fn locate(&self, key: &str) -> Option<Origin> {
-        let path = steps(key);
+        let path = segments(key);
         let env_var = |(_, var): (&String, &String)| Origin::Env { var: var.clone() };
-        let env_covers = |(k, _): &(&String, &String)| path.starts_with(&steps(k));
+        let env_covers = |(k, _): &(&String, &String)| path.starts_with(&segments(k));
         if let Some(found) = self.env.iter().find(env_covers) {
             return Some(env_var(found));
         }
@@ -206,7 +206,11 @@ impl<'a> Sources<'a> {
         if let Some((line, true)) = in_defaults {
             return Some(Origin::Default { line });
         }
-        if let Some(found) = self.env.iter().find(|(k, _)| steps(k).starts_with(&path)) {
+        if let Some(found) = self
+            .env
+            .iter()
+            .find(|(k, _)| segments(k).starts_with(&path))
+        {
             return Some(env_var(found));
         }
         if let Some(found) = in_file {
@@ -233,18 +237,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_split_into_steps() {
+    fn keys_split_into_segments() {
         assert_eq!(
-            steps("policies.default.rules[1].window"),
+            segments("policies.default.rules[1].window"),
             vec![
-                Step::Key("policies".into()),
-                Step::Key("default".into()),
-                Step::Key("rules".into()),
-                Step::Index(1),
-                Step::Key("window".into()),
+                Segment::Key("policies".into()),
+                Segment::Key("default".into()),
+                Segment::Key("rules".into()),
+                Segment::Index(1),
+                Segment::Key("window".into()),
             ]
         );
-        assert_eq!(steps("amqp"), vec![Step::Key("amqp".into())]);
+        assert_eq!(segments("amqp"), vec![Segment::Key("amqp".into())]);
     }
 
     const FILE: &str = "\

@@ -8,8 +8,8 @@
 //! call for the whole burst pays that once, and its jobs all get their answer after
 //! one round trip instead of queueing behind each other's calls.
 //!
-//! There is no timer: a lone admission goes out at once. While [`IN_FLIGHT`] calls
-//! are out, new admissions wait and leave together with the next free slot, up to
+//! There is no timer: a lone admission goes out at once. While [`OUTSTANDING`] calls
+//! are out, new admissions wait and leave together with the next free permit, up to
 //! [`MAX_BATCH`] in one call. Within a call the script decides the jobs in order,
 //! each seeing what the previous ones recorded, exactly as if they had come one by
 //! one.
@@ -35,8 +35,8 @@ use crate::redis::StoreError;
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
 /// hold it for well under a millisecond).
 pub const MAX_BATCH: usize = 128;
-/// Script calls out at once; more admissions wait for a slot and share it.
-pub const IN_FLIGHT: usize = 4;
+/// Script calls out at once; more admissions wait for a permit and share it.
+pub const OUTSTANDING: usize = 4;
 
 /// One job's admission, as the script takes it.
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ pub enum Verdict {
     /// Already dispatched.
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
-    InFlight(i64, i64),
+    Reserved(i64, i64),
     /// `now` is outside the day the plan was made for.
     Clock(i64),
     /// The recipient's key holds another type than a sorted set.
@@ -82,7 +82,7 @@ impl Verdict {
             | Verdict::Refused(now, _)
             | Verdict::Shadowed(now, _)
             | Verdict::Duplicate(now)
-            | Verdict::InFlight(now, _)
+            | Verdict::Reserved(now, _)
             | Verdict::Clock(now)
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now) => *now,
@@ -114,7 +114,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             3 => {
                 let (&at, tail) = rest.split_first()?;
                 rest = tail;
-                Verdict::InFlight(now, at)
+                Verdict::Reserved(now, at)
             }
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
@@ -309,7 +309,7 @@ impl Caller {
     /// A batch's verdicts: one call on a single node; on a cluster one call per
     /// node, all at once, then each job its key's node did not own asked again on
     /// its own.
-    async fn decide(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, StoreError> {
+    async fn admit_batch(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, StoreError> {
         if !matches!(self.conn, RedisConn::Cluster(..)) {
             return self.call(jobs, jobs.len()).await;
         }
@@ -351,7 +351,7 @@ impl Caller {
         if !matches!(self.conn, RedisConn::Cluster(..)) {
             metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
         }
-        match self.decide(&jobs).await {
+        match self.admit_batch(&jobs).await {
             Ok(replies) => {
                 for ((_, tx), reply) in batch.into_iter().zip(replies) {
                     let _ = tx.send(reply);
@@ -370,13 +370,13 @@ async fn run(
     caller: Arc<Caller>,
     mut rx: mpsc::UnboundedReceiver<(AdmitArgs, oneshot::Sender<Reply>)>,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    // everything that queued up while waiting for a slot goes along
-    while let Some((slot, batch)) = super::next_batch(&mut rx, &slots, MAX_BATCH).await {
+    let permits = Arc::new(Semaphore::new(OUTSTANDING));
+    // everything that queued up while waiting for a permit goes along
+    while let Some((permit, batch)) = super::next_batch(&mut rx, &permits, MAX_BATCH).await {
         let caller = caller.clone();
         tokio::spawn(async move {
             caller.answer(batch).await;
-            drop(slot);
+            drop(permit);
         });
     }
 }
@@ -395,7 +395,7 @@ mod tests {
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
                 Verdict::Duplicate(now),
-                Verdict::InFlight(now, 55),
+                Verdict::Reserved(now, 55),
                 Verdict::Clock(now),
                 Verdict::Refused(now, vec![]),
                 Verdict::WrongType(now),
@@ -403,7 +403,7 @@ mod tests {
                 Verdict::Elsewhere(now),
             ])
         );
-        assert_eq!(Verdict::InFlight(now, 55).now(), now);
+        assert_eq!(Verdict::Reserved(now, 55).now(), now);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Redis, one module per script: each owns its arguments and its reply
 //! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
-//! channel's GCRA; [`record`]: the admin's import; [`collapse`]: the newest job of a
+//! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
 //! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
 //! the cancel marks), all registered in
 //! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
@@ -9,9 +9,9 @@
 pub(crate) mod admit;
 pub mod collapse;
 pub mod conn;
+pub mod import;
 pub mod notes;
 pub mod rate;
-pub mod record;
 pub mod refund;
 pub mod scripts;
 pub mod slots;
@@ -23,15 +23,15 @@ pub use error::StoreError;
 pub use scripts::Scripts;
 
 /// The next batch of a batcher (admissions, rate takes): wait for a request and
-/// for one of the call slots, then take what else queued meanwhile, up to `max`.
-/// `None` once every sender is gone (or the slots are closed).
+/// for a permit to call, then take what else queued meanwhile, up to `max`.
+/// `None` once every sender is gone (or the permits are closed).
 pub(crate) async fn next_batch<T>(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
-    slots: &std::sync::Arc<tokio::sync::Semaphore>,
+    permits: &std::sync::Arc<tokio::sync::Semaphore>,
     max: usize,
 ) -> Option<(tokio::sync::OwnedSemaphorePermit, Vec<T>)> {
     let first = rx.recv().await?;
-    let slot = slots.clone().acquire_owned().await.ok()?;
+    let permit = permits.clone().acquire_owned().await.ok()?;
     let mut batch = Vec::with_capacity(max.min(16));
     batch.push(first);
     while batch.len() < max {
@@ -40,7 +40,7 @@ pub(crate) async fn next_batch<T>(
             Err(_) => break,
         }
     }
-    Some((slot, batch))
+    Some((permit, batch))
 }
 
 /// A batched call failed as a whole (Redis away, a timeout): every job of it hears

@@ -1,5 +1,5 @@
 //! What the worker notes in Redis besides the caps, and the admin reads back: a
-//! job's [`JobRecord`] (`admin job ID`), the recipient's set of waiting jobs (how
+//! job's [`JobNote`] (`admin job ID`), the recipient's set of waiting jobs (how
 //! many wait, counted without reading the queues) and the cancel marks. Plain
 //! commands, no script: each note is a few writes sent in the committer's pipeline
 //! (see `worker::writes`), never a round trip of the job's own.
@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use redis::Cmd;
 
 use super::conn::RedisConn;
-use crate::job::record::JobRecord;
+use crate::job::note::JobNote;
 use crate::quota::keys::Keys;
 use crate::quota::window;
 use crate::redis::StoreError;
@@ -24,7 +24,7 @@ pub struct Note {
     pub id: String,
     /// What happened to it; `None` when notes are off (`redis.notes = false`) and
     /// the note only spends a cancel mark.
-    pub record: Option<JobRecord>,
+    pub record: Option<JobNote>,
     /// What becomes of it in its recipient's set of waiting jobs.
     pub waiting: Waiting,
     /// Its cancel mark is spent (it has just been dead-lettered `cancelled`).
@@ -115,18 +115,14 @@ pub fn commands(keys: &Keys, notes: &[Note], ttl_ms: u64) -> Vec<Cmd> {
     out
 }
 
-/// Job `id`'s record, if one is kept.
-pub async fn record(
-    conn: &RedisConn,
-    keys: &Keys,
-    id: &str,
-) -> Result<Option<JobRecord>, StoreError> {
+/// Job `id`'s note, if one is kept.
+pub async fn read(conn: &RedisConn, keys: &Keys, id: &str) -> Result<Option<JobNote>, StoreError> {
     let mut conn = conn.clone();
     let text: Option<String> = redis::cmd("GET")
         .arg(keys.job(id))
         .query_async(&mut conn)
         .await?;
-    Ok(text.and_then(|t| JobRecord::decode(&t)))
+    Ok(text.and_then(|t| JobNote::decode(&t)))
 }
 
 /// How many jobs of `recipient` wait at `now`; those whose end went unnoted are
@@ -214,14 +210,14 @@ pub async fn cancel_marks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::record::Step;
+    use crate::job::note::JobState;
 
     fn note(id: &str, waiting: Waiting) -> Note {
         let t = window::from_millis(1_000);
         Note {
             id: id.into(),
-            record: Some(JobRecord {
-                step: Step::Dispatched,
+            record: Some(JobNote {
+                step: JobState::Dispatched,
                 at: t,
                 attempt: 1,
                 first_seen: t,

@@ -125,7 +125,7 @@ fn split(
 type Reply = Result<RateReply, StoreError>;
 
 /// Takes from one channel's rate for the jobs that ask at the same moment in one
-/// call (while [`IN_FLIGHT`] calls are out, new asks wait and leave together).
+/// call (while [`OUTSTANDING`] calls are out, new asks wait and leave together).
 pub(crate) struct RateBatcher {
     tx: mpsc::UnboundedSender<(Rate, oneshot::Sender<Reply>)>,
     taker: Arc<Taker>,
@@ -142,7 +142,7 @@ pub(crate) struct Taker {
 }
 
 /// Calls out at once for one channel.
-pub const IN_FLIGHT: usize = 4;
+pub const OUTSTANDING: usize = 4;
 /// Most jobs in one call.
 pub const MAX_BATCH: usize = 256;
 
@@ -196,8 +196,8 @@ impl Taker {
 }
 
 async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Rate, oneshot::Sender<Reply>)>) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some((slot, batch)) = super::next_batch(&mut rx, &slots, MAX_BATCH).await {
+    let permits = Arc::new(Semaphore::new(OUTSTANDING));
+    while let Some((permit, batch)) = super::next_batch(&mut rx, &permits, MAX_BATCH).await {
         // one call per rate among them (a reload may change it while jobs ask)
         let mut groups: Vec<(Rate, Vec<oneshot::Sender<Reply>>)> = Vec::new();
         for (rate, tx) in batch {
@@ -211,7 +211,7 @@ async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Rate, oneshot::
             for (rate, txs) in groups {
                 taker.answer(rate, txs).await;
             }
-            drop(slot);
+            drop(permit);
         });
     }
 }

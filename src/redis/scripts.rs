@@ -13,8 +13,8 @@ pub const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
 pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
-/// `lua/record.lua`: a past send imported by the admin.
-pub const RECORD_LUA: &str = include_str!("../../lua/record.lua");
+/// `lua/import.lua`: a past send imported by the admin.
+pub const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
 pub const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
 
@@ -30,8 +30,8 @@ pub struct Scripts {
     pub rate: Script,
     /// `lua/refund.lua`.
     pub refund: Script,
-    /// `lua/record.lua`.
-    pub record: Script,
+    /// `lua/import.lua`.
+    pub import: Script,
     /// `lua/collapse.lua`.
     pub collapse: Script,
 }
@@ -45,7 +45,7 @@ impl Default for Scripts {
             )),
             rate: Script::new(RATE_LUA),
             refund: Script::new(REFUND_LUA),
-            record: Script::new(RECORD_LUA),
+            import: Script::new(IMPORT_LUA),
             collapse: Script::new(COLLAPSE_LUA),
         }
     }
@@ -63,7 +63,7 @@ impl Scripts {
             &self.admit,
             &self.rate,
             &self.refund,
-            &self.record,
+            &self.import,
             &self.collapse,
         ] {
             script.load_async(&mut conn).await?;

@@ -30,7 +30,7 @@ use commits::Commits;
 
 use crate::health::{self, Health};
 pub use process::ProcessError;
-pub use session::Session;
+pub use session::BrokerLink;
 
 /// The running service.
 #[derive(Debug)]
@@ -102,10 +102,10 @@ impl Worker {
         &self,
         publisher: Publisher,
         stop: CancellationToken,
-    ) -> (Session, tokio::task::JoinHandle<()>) {
+    ) -> (BrokerLink, tokio::task::JoinHandle<()>) {
         let (commits, committer) = Commits::start(self.store.clone(), stop.clone());
         (
-            Session {
+            BrokerLink {
                 publisher,
                 commits,
                 stop,

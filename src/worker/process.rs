@@ -15,12 +15,12 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Session, Worker};
+use super::{BrokerLink, Worker};
 use crate::admission::{Admission, Request};
 use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
 use crate::job::decode::{self, Job};
-use crate::job::record::{JobRecord, Step};
+use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
 use crate::redis::collapse::Collapse;
@@ -50,7 +50,11 @@ pub enum ProcessError {
 impl Worker {
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
     /// (and counted). The caller acks on Ok and hands the delivery back on Err.
-    pub async fn process(&self, s: &Session, delivery: &Delivery) -> Result<Outcome, ProcessError> {
+    pub async fn process(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+    ) -> Result<Outcome, ProcessError> {
         let now = self.store.redis_now();
         // one snapshot of the rules in force for the whole decision (a reload
         // applies from the next job on)
@@ -117,7 +121,7 @@ impl Worker {
                     "shadow policy: what enforcing it would have done"
                 );
             }
-            decide::decide(&job, &cx, admission, now)
+            decide::after_admission(&job, &cx, admission, now)
         };
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
@@ -138,7 +142,7 @@ impl Worker {
                     by,
                     "superseded by a newer job with its collapse key; acked, not sent"
                 );
-                self.note(s, &job, &seen, Step::Superseded { by }, None);
+                self.note(s, &job, &seen, JobState::Superseded { by }, None);
                 Ok(Outcome::Superseded)
             }
             Decision::Delay { until, cause } => {
@@ -163,7 +167,7 @@ impl Worker {
                         s.commits.commit(ticket);
                         if attempt > 0 {
                             // it had waited: out of its recipient's waiting jobs
-                            self.note(s, &job, &seen, Step::Dispatched, None);
+                            self.note(s, &job, &seen, JobState::Dispatched, None);
                         }
                         debug!(channel = %job.channel, "dispatched");
                         Ok(Outcome::Dispatched)
@@ -201,7 +205,7 @@ impl Worker {
         &self,
         req: &Request<'_>,
         rules: &Rules,
-        s: &Session,
+        s: &BrokerLink,
     ) -> Result<Admission, ProcessError> {
         let started = Instant::now();
         let admit = || self.store.admit_under(req, rules);
@@ -246,7 +250,7 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     async fn delay(
         &self,
-        s: &Session,
+        s: &BrokerLink,
         delivery: &Delivery,
         job: &Job<'_>,
         seen: &Seen<'_>,
@@ -278,7 +282,7 @@ impl Worker {
         s.metrics
             .delayed(cause, (until - now).to_std().unwrap_or_default());
         debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
-        let step = Step::Delayed {
+        let step = JobState::Delayed {
             until,
             seconds,
             cause: cause.label().to_string(),
@@ -295,13 +299,13 @@ impl Worker {
     /// Dead-letter a job, and note it (spending its cancel mark if that was why).
     async fn dead_noted(
         &self,
-        s: &Session,
+        s: &BrokerLink,
         delivery: &Delivery,
         job: &Job<'_>,
         seen: &Seen<'_>,
         dead: DeadLetter,
     ) -> Result<Outcome, ProcessError> {
-        let step = Step::Dead {
+        let step = JobState::Dead {
             reason: dead.reason.as_str().to_string(),
             detail: dead.detail.clone(),
         };
@@ -315,14 +319,14 @@ impl Worker {
     /// With `redis.notes = false` only a spent cancel mark is written.
     fn note(
         &self,
-        s: &Session,
+        s: &BrokerLink,
         job: &Job<'_>,
         seen: &Seen<'_>,
-        step: Step,
+        step: JobState,
         waits_until: Option<DateTime<Utc>>,
     ) {
         let spend_cancel =
-            matches!(&step, Step::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
+            matches!(&step, JobState::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
         let notes = self.settings.redis.notes;
         if !notes && !spend_cancel {
             return;
@@ -340,7 +344,7 @@ impl Worker {
         };
         s.commits.note(Note {
             id: job.id.to_string(),
-            record: notes.then(|| JobRecord {
+            record: notes.then(|| JobNote {
                 step,
                 at: self.store.redis_now(),
                 attempt: seen.attempt,

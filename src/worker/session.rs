@@ -21,7 +21,7 @@ use crate::metrics::SessionMetrics;
 
 /// What the jobs of one broker session share.
 #[derive(Debug)]
-pub struct Session {
+pub struct BrokerLink {
     /// Confirm-mode publisher for outcomes.
     pub publisher: Publisher,
     pub(crate) commits: Commits,
@@ -149,7 +149,7 @@ impl Worker {
     /// One delivery's task. Its own state stays at about a kilobyte: the decision's
     /// larger state (about three) lives in one box instead of being copied along each
     /// time the task is built, moved and spawned.
-    async fn handle(self: Arc<Self>, s: Arc<Session>, acks: Acks, delivery: Delivery) {
+    async fn handle(self: Arc<Self>, s: Arc<BrokerLink>, acks: Acks, delivery: Delivery) {
         s.metrics.in_flight.increment(1.0);
         let span = info_span!(
             "job",

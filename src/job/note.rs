@@ -1,7 +1,7 @@
 //! What the worker notes about a job when it delays it, dead-letters it, sends it
-//! after a wait or finds it superseded: a [`JobRecord`], kept in Redis for
+//! after a wait or finds it superseded: a [`JobNote`], kept in Redis for
 //! `redis.record_ttl`, which `admin job ID` reads back. Pure: the record and what it
-//! says about where the job is now ([`JobRecord::place`]).
+//! says about where the job is now ([`JobNote::place`]).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -11,7 +11,7 @@ use crate::amqp::ladder::Ladder;
 /// The last thing a worker did with a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum Step {
+pub enum JobState {
     /// Sent round the delay ladder.
     Delayed {
         /// When it comes back to be decided again.
@@ -45,10 +45,10 @@ pub enum Step {
 
 /// A job's record: its last step, when, and what it was decided under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub struct JobNote {
     /// What happened last.
     #[serde(flatten)]
-    pub step: Step,
+    pub step: JobState,
     /// When.
     #[serde(with = "instant")]
     pub at: DateTime<Utc>,
@@ -89,11 +89,11 @@ pub enum Place {
     Unknown,
 }
 
-impl JobRecord {
+impl JobNote {
     /// Where the job is at `now`, given the ladder it waits in.
     pub fn place(&self, ladder: &Ladder, now: DateTime<Utc>) -> Place {
         match &self.step {
-            Step::Delayed { seconds, .. } => {
+            JobState::Delayed { seconds, .. } => {
                 let elapsed = (now - self.at).num_milliseconds();
                 match ladder.level_at(*seconds, elapsed) {
                     Some(n) => Place::DelayQueue {
@@ -104,9 +104,9 @@ impl JobRecord {
                     },
                 }
             }
-            Step::Dead { .. } => Place::Dead,
-            Step::Dispatched => Place::Dispatched,
-            Step::Superseded { .. } => Place::Superseded,
+            JobState::Dead { .. } => Place::Dead,
+            JobState::Dispatched => Place::Dispatched,
+            JobState::Superseded { .. } => Place::Superseded,
         }
     }
 }
@@ -125,24 +125,24 @@ impl JobRecord {
 /// A record is written for every delayed job, so it is built by hand: serde_json's
 /// writer cost more than the rest of the note, and the text was twice as long for
 /// Redis to copy (BENCHMARKS.md item 20). `%` and `|` in the named fields are
-/// written `%25` and `%7C`. [`JobRecord::decode`] also reads the JSON form earlier
+/// written `%25` and `%7C`. [`JobNote::decode`] also reads the JSON form earlier
 /// versions wrote.
-impl JobRecord {
+impl JobNote {
     /// The record as stored.
     pub fn encode(&self) -> Vec<u8> {
         let free = match &self.step {
-            Step::Delayed { held_by, .. } => held_by.len(),
-            Step::Dead { detail, .. } => detail.len() + 16,
-            Step::Superseded { by } => by.len(),
-            Step::Dispatched => 0,
+            JobState::Delayed { held_by, .. } => held_by.len(),
+            JobState::Dead { detail, .. } => detail.len() + 16,
+            JobState::Superseded { by } => by.len(),
+            JobState::Dispatched => 0,
         };
         let mut out = Vec::with_capacity(96 + free + self.channel.len());
         let mut num = itoa::Buffer::new();
         let state: &[u8] = match self.step {
-            Step::Delayed { .. } => b"r1|d|",
-            Step::Dead { .. } => b"r1|x|",
-            Step::Dispatched => b"r1|s|",
-            Step::Superseded { .. } => b"r1|c|",
+            JobState::Delayed { .. } => b"r1|d|",
+            JobState::Dead { .. } => b"r1|x|",
+            JobState::Dispatched => b"r1|s|",
+            JobState::Superseded { .. } => b"r1|c|",
         };
         out.extend_from_slice(state);
         out.extend_from_slice(num.format(self.at.timestamp_millis()).as_bytes());
@@ -155,7 +155,7 @@ impl JobRecord {
         out.push(b'|');
         escape(&mut out, &self.channel);
         match &self.step {
-            Step::Delayed {
+            JobState::Delayed {
                 until,
                 seconds,
                 cause,
@@ -175,14 +175,14 @@ impl JobRecord {
                 out.push(b'|');
                 out.extend_from_slice(held_by.as_bytes());
             }
-            Step::Dead { reason, detail } => {
+            JobState::Dead { reason, detail } => {
                 out.push(b'|');
                 escape(&mut out, reason);
                 out.push(b'|');
                 out.extend_from_slice(detail.as_bytes());
             }
-            Step::Dispatched => {}
-            Step::Superseded { by } => {
+            JobState::Dispatched => {}
+            JobState::Superseded { by } => {
                 out.push(b'|');
                 out.extend_from_slice(by.as_bytes());
             }
@@ -190,9 +190,9 @@ impl JobRecord {
         out
     }
 
-    /// A stored record, in the form [`JobRecord::encode`] writes or the JSON form of
+    /// A stored record, in the form [`JobNote::encode`] writes or the JSON form of
     /// earlier versions; `None` if it is neither.
-    pub fn decode(text: &str) -> Option<JobRecord> {
+    pub fn decode(text: &str) -> Option<JobNote> {
         if text.starts_with('{') {
             return serde_json::from_str(text).ok();
         }
@@ -213,7 +213,7 @@ impl JobRecord {
         let policy = Some(unescape(next()?)).filter(|p| !p.is_empty());
         let channel = unescape(next()?);
         let step = match state {
-            "d" => Step::Delayed {
+            "d" => JobState::Delayed {
                 until: millis(next()?)?,
                 seconds: next()?.parse().ok()?,
                 cause: unescape(next()?),
@@ -223,16 +223,16 @@ impl JobRecord {
                 },
                 held_by: next()?.to_string(),
             },
-            "x" => Step::Dead {
+            "x" => JobState::Dead {
                 reason: unescape(next()?),
                 detail: next()?.to_string(),
             },
-            "s" => Step::Dispatched,
-            _ => Step::Superseded {
+            "s" => JobState::Dispatched,
+            _ => JobState::Superseded {
                 by: next()?.to_string(),
             },
         };
-        Some(JobRecord {
+        Some(JobNote {
             step,
             at,
             attempt,
@@ -321,10 +321,10 @@ mod tests {
     }
     use chrono::TimeZone;
 
-    fn delayed(seconds: u64) -> JobRecord {
+    fn delayed(seconds: u64) -> JobNote {
         let at = Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap();
-        JobRecord {
-            step: Step::Delayed {
+        JobNote {
+            step: JobState::Delayed {
                 until: at + chrono::Duration::seconds(seconds as i64),
                 seconds,
                 cause: "cap".into(),
@@ -369,7 +369,7 @@ mod tests {
             text,
             "r1|d|1795608000000|0|1795608000000|default|sms|1795608005000|5|cap|1|policy `default` (at most 1 per 1d)"
         );
-        let odd = |step| JobRecord {
+        let odd = |step| JobNote {
             step,
             policy: Some("a|b%7C".into()),
             channel: "sms|%".into(),
@@ -377,38 +377,38 @@ mod tests {
         };
         let steps = [
             r.step.clone(),
-            Step::Delayed {
+            JobState::Delayed {
                 until: r.at,
                 seconds: 1,
                 cause: "window".into(),
                 held_by: "window | with | bars %".into(),
                 sends_seen: None,
             },
-            Step::Dead {
+            JobState::Dead {
                 reason: "capped".into(),
                 detail: "earliest 2026-12-01T00:00:00Z | later than max_wait".into(),
             },
-            Step::Dispatched,
-            Step::Superseded {
+            JobState::Dispatched,
+            JobState::Superseded {
                 by: "id|with|bars".into(),
             },
         ];
         for step in steps {
             for rec in [
                 odd(step.clone()),
-                JobRecord {
+                JobNote {
                     step: step.clone(),
                     policy: None,
                     ..r.clone()
                 },
             ] {
                 let text = String::from_utf8(rec.encode()).unwrap();
-                assert_eq!(JobRecord::decode(&text), Some(rec), "{text}");
+                assert_eq!(JobNote::decode(&text), Some(rec), "{text}");
             }
         }
-        assert_eq!(JobRecord::decode("r1|q|1|0|1||sms"), None);
-        assert_eq!(JobRecord::decode("r1|d|1|0|1||sms|2"), None);
-        assert_eq!(JobRecord::decode("garbage"), None);
+        assert_eq!(JobNote::decode("r1|q|1|0|1||sms"), None);
+        assert_eq!(JobNote::decode("r1|d|1|0|1||sms|2"), None);
+        assert_eq!(JobNote::decode("garbage"), None);
     }
 
     #[test]
@@ -416,9 +416,9 @@ mod tests {
         let r = delayed(5);
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains(r#""state":"delayed""#), "{text}");
-        assert_eq!(serde_json::from_str::<JobRecord>(&text).unwrap(), r);
-        let dead = JobRecord {
-            step: Step::Dead {
+        assert_eq!(serde_json::from_str::<JobNote>(&text).unwrap(), r);
+        let dead = JobNote {
+            step: JobState::Dead {
                 reason: "cancelled".into(),
                 detail: "cancelled".into(),
             },
@@ -427,8 +427,8 @@ mod tests {
         };
         let text = serde_json::to_string(&dead).unwrap();
         assert!(!text.contains("policy"), "{text}");
-        assert_eq!(serde_json::from_str::<JobRecord>(&text).unwrap(), dead);
+        assert_eq!(serde_json::from_str::<JobNote>(&text).unwrap(), dead);
         // what earlier versions stored is still read
-        assert_eq!(JobRecord::decode(&text), Some(dead));
+        assert_eq!(JobNote::decode(&text), Some(dead));
     }
 }

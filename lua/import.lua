@@ -1,4 +1,4 @@
--- record.lua: import a past send (for migrating from another system), committed,
+-- import.lua: import a past send (for migrating from another system), committed,
 -- and keep the recipient's sorted set at least until that send stops counting.
 --
 -- KEYS[1]  the recipient's sorted set (see admit.lua)

@@ -1,4 +1,4 @@
-//! `lua/record.lua`: record one past send in a recipient's sorted set (the admin's
+//! `lua/import.lua`: record one past send in a recipient's sorted set (the admin's
 //! import, so caps hold from the first day); its arguments and its reply.
 
 use chrono::{DateTime, Utc};
@@ -10,7 +10,7 @@ use crate::redis::StoreError;
 
 /// What recording one send did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordReply {
+pub struct ImportReply {
     /// Whether the send was new (a send of the same id was there already).
     pub added: bool,
     /// When the key now expires, if it has a TTL.
@@ -18,14 +18,14 @@ pub struct RecordReply {
 }
 
 /// Record the send of `member` at `at` in `key`, counting until `until`.
-pub async fn record(
+pub async fn import_send(
     conn: &RedisConn,
     script: &Script,
     key: &str,
     member: &[u8],
     at: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> Result<RecordReply, StoreError> {
+) -> Result<ImportReply, StoreError> {
     let mut conn = conn.clone();
     let reply: Vec<i64> = script
         .key(key)
@@ -36,11 +36,11 @@ pub async fn record(
         .await?;
     let [added, expire] = reply[..] else {
         return Err(StoreError::Reply {
-            script: "record.lua",
+            script: "import.lua",
             reply,
         });
     };
-    Ok(RecordReply {
+    Ok(ImportReply {
         added: added == 1,
         key_expires_at: (expire >= 0).then(|| window::from_millis(expire)),
     })
