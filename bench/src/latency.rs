@@ -45,7 +45,7 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
             if k == 0 {
                 half_rate = rate;
             }
-            let mut l = worker_and_pass_through(b, &conn, round, k, rate, secs).await?;
+            let mut l = worker_and_pass_through(b, &conn, round, k, rate, ceiling, secs).await?;
             l.round = round;
             l.share_of_ceiling = share;
             l.ceiling_msgs_per_sec = ceiling;
@@ -67,22 +67,23 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// One share `k` of round `round`: jobs offered at `rate` to the worker and to the
-/// pass-through in turn (which goes first alternates); the worker's pass with the
-/// pass-through's beside it.
+/// Share `k` of round `round`, whose ceiling is `ceiling`: jobs offered at `rate` to
+/// the worker and to the pass-through in turn (which goes first alternates); the
+/// worker's pass with the pass-through's beside it.
 async fn worker_and_pass_through(
     b: &Bench,
     conn: &Connection,
     round: usize,
     k: usize,
     rate: f64,
+    ceiling: f64,
     secs: u64,
 ) -> Result<Latency> {
     let worker_first = (round + k) % 2 == 1;
     header(
         "latency",
         format!(
-            "round {}: {rate:.0} jobs/s ({} of the ceiling) for {secs} s, {} first",
+            "round {}: {rate:.0} jobs/s ({} of the ceiling of {ceiling:.0}) for {secs} s, {} first",
             round + 1,
             SHARES[k],
             if worker_first {

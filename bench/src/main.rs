@@ -34,12 +34,12 @@
 //! Results ([`report`]): a table on stdout ([`table`]), `<out>/bench.json` and
 //! `<out>/bench.svg` ([`plot`]).
 //!
-//! Around the steps: [`cli`] the arguments, [`jobs`] the job bodies, [`broker`] the load
-//! generator (backlogs, offered rates, arrival times), [`procs`] the worker and Redis
-//! processes, [`sample`] CPU and RSS from `/proc`, [`metrics`] the worker's HTTP
-//! endpoint and its Prometheus text, [`teardown`] deleting what the steps declared,
-//! [`env`] the URL and port helpers and the worker's environment, [`cluster`] the
-//! nodes of `--redis-cluster`.
+//! Around the steps: [`cli`] the arguments, [`jobs`] the job bodies, [`broker`] the
+//! benchmark's own broker work (backlogs, offered rates, arrival times), [`procs`]
+//! the worker and Redis processes, [`sample`] CPU and RSS from `/proc`, [`metrics`]
+//! the worker's HTTP endpoint and its Prometheus text, [`teardown`] deleting what the
+//! steps declared, [`env`] the port and URL helpers and the worker's environment,
+//! [`cluster`] the nodes of `--redis-cluster`.
 
 mod broker;
 mod ceiling;
