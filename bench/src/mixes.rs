@@ -38,8 +38,8 @@ pub async fn step(b: &Bench, i: usize, report: &mut Report) -> Result<()> {
     header(
         step_name(mix),
         format!(
-            "{mix}: {} paired rounds of a ceiling and the worker draining {} jobs",
-            b.rounds, b.jobs
+            "{mix}: {} jobs; rounds (a ceiling, then the worker draining them): {}",
+            b.jobs, b.rounds
         ),
     );
     let mut done = Vec::new();
