@@ -1,0 +1,221 @@
+//! The benchmark's own broker work: connecting, closing with a bound, quorum queues,
+//! publishing a backlog, offering jobs at a rate stamped with [`SENT_HEADER`], and
+//! timing their arrival in an output queue ([`Arrivals`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+use crate::report::EndToEnd;
+
+/// A connection to the broker at `url`.
+pub async fn connect(url: &str) -> Result<Connection> {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .context("connecting to RabbitMQ")
+}
+
+/// A connection's or channel's close, bounded: a close the broker never confirms
+/// (seen now and then after a run) must not hold the benchmark.
+pub async fn closed<T>(close: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(5), close)
+        .await
+        .ok()
+}
+
+/// Declares `queues`, durable quorum queues, on a channel of their own.
+pub async fn declare_quorum(conn: &Connection, queues: &[&String]) -> Result<()> {
+    let ch = conn.create_channel().await?;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    for q in queues {
+        ch.queue_declare(q.as_str().into(), durable, quorum())
+            .await?;
+    }
+    let _ = ch.close(200, "".into()).await;
+    Ok(())
+}
+
+fn quorum() -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    t
+}
+
+/// Publishes `bodies` (persistent, confirmed, at most 2,000 unconfirmed at a time).
+pub async fn preload(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    bodies: impl Iterator<Item = Vec<u8>>,
+) -> Result<()> {
+    let mut pending = FuturesUnordered::new();
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into());
+    for body in bodies {
+        let c = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.clone(),
+            )
+            .await?;
+        pending.push(c);
+        while pending.len() >= 2_000 {
+            pending.next().await.transpose()?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    Ok(())
+}
+
+/// The header the load generator stamps on each job it offers: when it published
+/// it, in microseconds since the Unix epoch. The worker keeps a job's own headers on
+/// its dispatch (and the pass-through copies them), so the consumer on the output
+/// queue reads it back; the job's body is not touched.
+pub const SENT_HEADER: &str = "x-bench-sent-us";
+
+/// Now, in microseconds since the Unix epoch.
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Publishes jobs at `rate` per second for `secs` seconds (each millisecond's jobs
+/// handed to the client together, so they cost the load generator one hand-over to
+/// lapin's I/O thread instead of one each), each stamped with [`SENT_HEADER`];
+/// returns how many it published, every one confirmed.
+pub async fn offer(
+    conn: &Connection,
+    exchange: &str,
+    routing_key: &str,
+    rate: f64,
+    secs: u64,
+    body: impl Fn(u64) -> String,
+) -> Result<u64> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0u64;
+    let started = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    while started.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        let tick_jobs: Vec<_> = (sent..due)
+            .map(|i| {
+                let body = body(i);
+                let mut h = FieldTable::default();
+                h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
+                let props = BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_content_type("application/json".into())
+                    .with_headers(h);
+                let ch = &ch;
+                async move {
+                    ch.basic_publish(
+                        exchange.into(),
+                        routing_key.into(),
+                        BasicPublishOptions::default(),
+                        body.as_bytes(),
+                        props,
+                    )
+                    .await
+                }
+            })
+            .collect();
+        for confirm in futures_util::future::join_all(tick_jobs).await {
+            pending.push(confirm?);
+        }
+        sent = sent.max(due);
+        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
+            r?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    let _ = ch.close(200, "".into()).await;
+    Ok(sent)
+}
+
+/// A consumer on an output queue (no acks, so it asks the broker for nothing per
+/// message) that records arrival minus [`SENT_HEADER`] for every message.
+pub struct Arrivals {
+    count: Arc<AtomicU64>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<Vec<u64>>>,
+}
+
+impl Arrivals {
+    /// Starts consuming `queue`.
+    pub async fn start(conn: &Connection, queue: &str) -> Result<Arrivals> {
+        let ch = conn.create_channel().await?;
+        let opts = BasicConsumeOptions {
+            no_ack: true,
+            ..Default::default()
+        };
+        let mut consumer = ch
+            .basic_consume(queue.into(), "e2e".into(), opts, FieldTable::default())
+            .await?;
+        let count = Arc::new(AtomicU64::new(0));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (n, halt) = (count.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut micros = Vec::new();
+            loop {
+                let d = tokio::select! {
+                    _ = halt.cancelled() => break,
+                    d = consumer.next() => d,
+                };
+                let Some(d) = d else { break };
+                let d = d?;
+                let now = unix_micros();
+                let sent = d
+                    .properties
+                    .headers()
+                    .as_ref()
+                    .and_then(|h| h.inner().get(SENT_HEADER))
+                    .and_then(|v| match v {
+                        AMQPValue::LongLongInt(v) => Some(*v),
+                        _ => None,
+                    });
+                if let Some(sent) = sent {
+                    micros.push((now - sent).max(0) as u64);
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = ch.close(200, "".into()).await;
+            Ok(micros)
+        });
+        Ok(Arrivals { count, stop, task })
+    }
+
+    /// Waits (at most 60 s) until `sent` messages have arrived, then stops.
+    pub async fn finish(self, sent: u64) -> Result<EndToEnd> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.stop.cancel();
+        let mut micros = self.task.await??;
+        micros.sort_unstable();
+        Ok(EndToEnd::of(sent, &micros))
+    }
+}

@@ -1,0 +1,109 @@
+//! The command line: every option of `bench`, and the defaults that depend on
+//! `--quick`. Pure: no I/O.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmark quota-worker against the broker's own ceiling")]
+pub struct Args {
+    /// A short run (under a minute) for CI.
+    #[arg(long)]
+    pub quick: bool,
+    /// Jobs per mix (default 30,000 quick, 200,000 full).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
+    #[arg(long)]
+    pub recipients: Option<usize>,
+    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, memory, scale);
+    /// each mix, each latency round and each scale round measure their own ceiling
+    /// right before. `scale` is not in the default run (it preloads millions of keys).
+    #[arg(
+        long,
+        default_value = "engine,a,b,c,latency,memory",
+        value_delimiter = ','
+    )]
+    pub steps: Vec<String>,
+    /// Seconds each latency pass offers jobs (default 10 quick, 30 full).
+    #[arg(long)]
+    pub latency_secs: Option<u64>,
+    /// The scale step: recipients already in Redis, one run each (default 10,000 and
+    /// 100,000 quick; 10,000 and 10,000,000 full).
+    #[arg(long, value_delimiter = ',')]
+    pub scale_recipients: Vec<usize>,
+    /// The scale step: policies in use, one run each with every recipient count.
+    #[arg(long, value_delimiter = ',', default_value = "1,10")]
+    pub scale_policies: Vec<usize>,
+    /// Paired runs (ceiling, then mix) per mix; the round with the median ratio is
+    /// reported, and every round's ratio is listed (default 1 quick, 5 full).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Prefetch for the ceiling and the worker alike (default: the worker's default).
+    #[arg(long)]
+    pub prefetch: Option<u16>,
+    /// Skip the latency step's second pass, with the worker and Redis under
+    /// real-time scheduling (SCHED_FIFO, by `chrt`).
+    #[arg(long)]
+    pub no_realtime: bool,
+    /// Delete queues only at the end of the run (always so from 500,000 jobs per mix).
+    #[arg(long)]
+    pub defer_deletes: bool,
+    /// Where to write bench.json and bench.svg.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// The worker binary (default: `quota-worker` next to this one).
+    #[arg(long)]
+    pub worker: Option<PathBuf>,
+    /// AMQP URL.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp: String,
+    /// Redis URL.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    pub redis: String,
+    /// Run the worker on a Redis Cluster instead, given its nodes' URLs
+    /// (comma-separated; `bench/cluster.sh` starts three masters on loopback).
+    /// Mixes and the latency step only; Redis CPU is the sum of the nodes'.
+    #[arg(long, value_delimiter = ',')]
+    pub redis_cluster: Vec<String>,
+}
+
+impl Args {
+    /// Jobs per mix.
+    pub fn jobs(&self) -> usize {
+        self.jobs
+            .unwrap_or(if self.quick { 30_000 } else { 200_000 })
+    }
+
+    /// Paired rounds per mix, latency share and scale configuration.
+    pub fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(if self.quick { 1 } else { 5 }).max(1)
+    }
+
+    /// Recipients of the memory step.
+    pub fn recipients(&self) -> usize {
+        self.recipients
+            .unwrap_or(if self.quick { 10_000 } else { 1_000_000 })
+    }
+
+    /// Seconds each latency pass offers jobs.
+    pub fn latency_secs(&self) -> u64 {
+        self.latency_secs
+            .unwrap_or(if self.quick { 10 } else { 30 })
+    }
+
+    /// Recipient counts of the scale step.
+    pub fn scale_recipients(&self) -> Vec<usize> {
+        match (self.scale_recipients.is_empty(), self.quick) {
+            (false, _) => self.scale_recipients.clone(),
+            (true, true) => vec![10_000, 100_000],
+            (true, false) => vec![10_000, 10_000_000],
+        }
+    }
+
+    /// Whether `--steps` names `step`.
+    pub fn runs(&self, step: &str) -> bool {
+        self.steps.iter().any(|s| s == step)
+    }
+}

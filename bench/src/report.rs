@@ -1,0 +1,217 @@
+//! The report: what every step measured, as written to `bench.json` (the field names
+//! are that file's contract with `bench/ab.sh`, BENCHMARKS.md and the tests), and
+//! the quantile and median arithmetic the steps summarise with. Pure but for
+//! [`write`].
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct MixResult {
+    pub name: String,
+    pub jobs: usize,
+    pub seconds: f64,
+    pub jobs_per_sec: f64,
+    pub ceiling_jobs_per_sec: f64,
+    pub ratio_to_ceiling: f64,
+    pub outcomes: HashMap<String, u64>,
+    pub admission_p50_ms: Option<f64>,
+    pub admission_p99_ms: Option<f64>,
+    pub admission_p999_ms: Option<f64>,
+    pub redis_calls_per_job: Option<f64>,
+    pub peak_rss_mib: f64,
+    pub rss_curve_mib: Vec<(f64, f64)>,
+    /// CPU microseconds per job: broker, Redis, worker.
+    pub cpu_us_per_job: [f64; 3],
+    /// CPU microseconds per message in the paired ceiling: broker, Redis, client.
+    pub ceiling_cpu_us_per_msg: [f64; 3],
+    /// The ratio to the ceiling of every paired round, in run order.
+    pub round_ratios: Vec<f64>,
+    /// Every paired round, in run order.
+    pub rounds: Vec<RoundResult>,
+}
+
+/// One paired round: the mix and its own ceiling.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct RoundResult {
+    pub jobs_per_sec: f64,
+    pub ceiling_msgs_per_sec: f64,
+    pub ratio: f64,
+    /// Broker + Redis + worker CPU microseconds per job.
+    pub cpu_us_per_job: f64,
+    /// Broker + client CPU microseconds per message in the ceiling.
+    pub ceiling_cpu_us_per_msg: f64,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Latency {
+    /// How the worker and Redis were scheduled: "default", or "SCHED_FIFO 10" for
+    /// both (the broker and the load generator keep the default).
+    pub scheduling: String,
+    pub offered_jobs_per_sec: f64,
+    pub seconds: u64,
+    pub jobs: u64,
+    pub admission_p50_ms: Option<f64>,
+    pub admission_p99_ms: Option<f64>,
+    pub admission_p999_ms: Option<f64>,
+    /// One admission script call (a batch of jobs) from sending it to its reply.
+    pub redis_call_p50_ms: Option<f64>,
+    pub redis_call_p99_ms: Option<f64>,
+    pub redis_call_p999_ms: Option<f64>,
+    /// Jobs per admission script call, on average.
+    pub jobs_per_redis_call: Option<f64>,
+    /// The round (each round measures its own ceiling) and the share of that ceiling
+    /// offered.
+    pub round: usize,
+    pub share_of_ceiling: f64,
+    pub ceiling_msgs_per_sec: f64,
+    /// Publish to arrival in the dispatch queue, as the load generator sees it.
+    pub end_to_end: Option<EndToEnd>,
+    /// The same for the pass-through (the ceiling's relay, live) at the same rate in
+    /// the same round: publish to arrival in its output queue.
+    pub pass_through: Option<EndToEnd>,
+}
+
+/// Publish-to-arrival times of one pass, from a header the load generator stamps
+/// and a consumer in the benchmark on the output queue.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct EndToEnd {
+    pub sent: u64,
+    pub arrived: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// (quantile, ms), denser towards the tail, for the plot.
+    pub curve: Vec<(f64, f64)>,
+}
+
+/// One offered rate over the latency rounds: medians of the end-to-end quantiles,
+/// worker against pass-through, and every round's p99s.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct LatencySummary {
+    pub share_of_ceiling: f64,
+    pub rounds: usize,
+    pub offered_jobs_per_sec: Vec<f64>,
+    pub worker_p50_ms: f64,
+    pub worker_p99_ms: f64,
+    pub worker_p999_ms: f64,
+    pub pass_through_p50_ms: f64,
+    pub pass_through_p99_ms: f64,
+    pub pass_through_p999_ms: f64,
+    /// Worker p99 minus pass-through p99, each round, and their median.
+    pub p99_gap_ms: Vec<f64>,
+    pub p99_gap_median_ms: f64,
+    pub admission_p99_ms: Vec<Option<f64>>,
+    /// The median gap is at most 2 ms.
+    pub within_2ms: bool,
+}
+
+/// One scale configuration (recipients already in Redis, policies in use) over the
+/// rounds.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct ScaleResult {
+    pub recipients: usize,
+    pub policies: usize,
+    pub jobs: usize,
+    /// Medians over the rounds.
+    pub jobs_per_sec: f64,
+    pub ratio_to_ceiling: f64,
+    pub cpu_us_per_job: f64,
+    /// Broker / Redis / worker, medians of each.
+    pub cpu_us_per_job_parts: [f64; 3],
+    pub redis_us_per_job: f64,
+    pub rounds: Vec<ScaleRound>,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct ScaleRound {
+    pub jobs_per_sec: f64,
+    pub ceiling_msgs_per_sec: f64,
+    pub ratio: f64,
+    pub cpu_us_per_job: [f64; 3],
+    pub ceiling_cpu_us_per_msg: [f64; 3],
+    pub admission_p99_ms: Option<f64>,
+    pub redis_calls_per_job: Option<f64>,
+    pub outcomes: HashMap<String, u64>,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct Report {
+    pub machine: String,
+    pub quick: bool,
+    pub jobs_per_mix: usize,
+    pub ceiling_jobs_per_sec: f64,
+    pub redis_benchmark_evalsha_per_sec: Option<f64>,
+    pub engine_admissions_per_sec: f64,
+    pub engine_ratio: Option<f64>,
+    pub engine_redis_calls_per_admission: f64,
+    /// One channel's rate key: decisions per second, one per call (redis-benchmark).
+    pub rate_key_evalsha_per_sec: Option<f64>,
+    /// The same key through the engine's batched takes, 256 jobs asking at once.
+    pub rate_key_engine_per_sec: Option<f64>,
+    /// Redis calls per take of those.
+    pub rate_key_engine_calls_per_take: Option<f64>,
+    pub mixes: Vec<MixResult>,
+    pub latency: Vec<Latency>,
+    pub latency_summary: Vec<LatencySummary>,
+    pub scale: Vec<ScaleResult>,
+    /// Seconds to write the scale step's keys, and the keys written.
+    pub scale_preload: Vec<(usize, u64, f64)>,
+    pub memory_recipients: usize,
+    pub memory_bytes_per_recipient: f64,
+    pub memory_usage_one_recipient: i64,
+}
+
+impl EndToEnd {
+    /// Quantiles of sorted microseconds.
+    pub fn of(sent: u64, sorted: &[u64]) -> EndToEnd {
+        let at = |q: f64| -> f64 {
+            if sorted.is_empty() {
+                return 0.0;
+            }
+            let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            sorted[i] as f64 / 1e3
+        };
+        // quantiles 1 - 10^-x for x = 0, 0.05, ... as far as the data reach
+        let mut curve = Vec::new();
+        let mut x = 0.0f64;
+        while sorted.len() as f64 >= 10f64.powf(x) {
+            let q = 1.0 - 10f64.powf(-x);
+            curve.push((q, at(q)));
+            x += 0.05;
+        }
+        EndToEnd {
+            sent,
+            arrived: sorted.len() as u64,
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            p999_ms: at(0.999),
+            max_ms: at(1.0),
+            curve,
+        }
+    }
+}
+
+/// The median (of an even count, the mean of the middle two); 0 for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Writes `r` to `<out>/bench.json`, pretty-printed.
+pub fn write(r: &Report, out: &Path) -> Result<()> {
+    std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(r)?)?;
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The table on stdout: the report in Markdown tables and lines, in the order
+//! BENCHMARKS.md quotes them. Prints only; computes nothing the report lacks.
+
+use std::collections::HashMap;
+
+use crate::report::{EndToEnd, Report};
+
+/// Milliseconds to two decimals, or `n/a`.
+pub fn fmt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into())
+}
+
+/// End-to-end p50 / p99 / p99.9 in milliseconds, or `n/a`.
+pub fn fmt_e2e(e: Option<&EndToEnd>) -> String {
+    e.map_or_else(
+        || "n/a".into(),
+        |e| format!("{:.2} / {:.2} / {:.2}", e.p50_ms, e.p99_ms, e.p999_ms),
+    )
+}
+
+/// Outcomes as `name count`, sorted, comma-separated.
+fn outcomes(o: &HashMap<String, u64>) -> String {
+    let mut o: Vec<_> = o.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    o.sort();
+    o.join(", ")
+}
+
+/// Every part of the report, on stdout.
+pub fn print(r: &Report) {
+    print_ceiling_and_engine(r);
+    print_mixes(r);
+    print_latency_summary(r);
+    print_scale(r);
+    print_latency_passes(r);
+    println!(
+        "\nRedis memory: {:.1} bytes per recipient with 3 sends ({} recipients); MEMORY USAGE of one: {} bytes",
+        r.memory_bytes_per_recipient, r.memory_recipients, r.memory_usage_one_recipient
+    );
+}
+
+fn print_ceiling_and_engine(r: &Report) {
+    println!("\nmachine: {}", r.machine);
+    println!(
+        "ceiling (pass-through, quorum, confirms), mean of the paired runs: {:.0} msgs/s",
+        r.ceiling_jobs_per_sec
+    );
+    println!(
+        "engine: {:.0} admissions/s ({:.2} Redis calls each); redis-benchmark EVALSHA admit.lua: {}; ratio {}",
+        r.engine_admissions_per_sec,
+        r.engine_redis_calls_per_admission,
+        r.redis_benchmark_evalsha_per_sec.map(|v| format!("{v:.0}/s")).unwrap_or_else(|| "n/a".into()),
+        r.engine_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
+    );
+}
+
+/// The mixes: one row each, then their CPU per job against the paired ceiling.
+fn print_mixes(r: &Report) {
+    println!("\n| mix | jobs | jobs/s | ceiling msgs/s | x ceiling (rounds) | p50 ms | p99 ms | p99.9 ms | Redis calls/job | peak RSS MiB | outcomes |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for m in &r.mixes {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} ({}) | {} | {} | {} | {} | {:.1} | {} |",
+            m.name,
+            m.jobs,
+            m.jobs_per_sec,
+            m.ceiling_jobs_per_sec,
+            m.ratio_to_ceiling,
+            m.round_ratios
+                .iter()
+                .map(|v| format!("{v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            fmt_ms(m.admission_p50_ms),
+            fmt_ms(m.admission_p99_ms),
+            fmt_ms(m.admission_p999_ms),
+            m.redis_calls_per_job
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "n/a".into()),
+            m.peak_rss_mib,
+            outcomes(&m.outcomes)
+        );
+    }
+    println!("\nCPU per job in microseconds (broker / Redis / worker), against the paired ceiling (broker / Redis / pass-through client):");
+    for m in &r.mixes {
+        let [b, rd, w] = m.cpu_us_per_job;
+        let [cb, cr, cc] = m.ceiling_cpu_us_per_msg;
+        println!(
+            "  {}: {b:.0} / {rd:.0} / {w:.0} = {:.0}; ceiling {cb:.0} / {cr:.0} / {cc:.0} = {:.0}",
+            m.name,
+            b + rd + w,
+            cb + cr + cc
+        );
+    }
+}
+
+fn print_latency_summary(r: &Report) {
+    if r.latency_summary.is_empty() {
+        return;
+    }
+    println!("\nend-to-end latency (publish to arrival in the output queue), medians over the rounds, default scheduling:");
+    println!("| share of ceiling | rounds | worker p50 / p99 / p99.9 ms | pass-through p50 / p99 / p99.9 ms | p99 gap ms (rounds) | within +2 ms |");
+    println!("|---|---|---|---|---|---|");
+    for l in &r.latency_summary {
+        println!(
+            "| {} | {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:+.2} ({}) | {} |",
+            l.share_of_ceiling,
+            l.rounds,
+            l.worker_p50_ms,
+            l.worker_p99_ms,
+            l.worker_p999_ms,
+            l.pass_through_p50_ms,
+            l.pass_through_p99_ms,
+            l.pass_through_p999_ms,
+            l.p99_gap_median_ms,
+            l.p99_gap_ms
+                .iter()
+                .map(|v| format!("{v:+.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if l.within_2ms { "yes" } else { "no" }
+        );
+    }
+}
+
+fn print_scale(r: &Report) {
+    if r.scale.is_empty() {
+        return;
+    }
+    println!("\nscale: jobs/s and CPU per job with recipients already in Redis and policies in use (medians over the rounds):");
+    println!("| recipients | policies | jobs/s | x ceiling (rounds) | CPU us/job broker / Redis / worker = total (rounds' totals) | outcomes (last round) |");
+    println!("|---|---|---|---|---|---|");
+    for x in &r.scale {
+        let [b, rd, w] = x.cpu_us_per_job_parts;
+        println!(
+            "| {} | {} | {:.0} | {:.2} ({}) | {b:.0} / {rd:.1} / {w:.0} = {:.0} ({}) | {} |",
+            x.recipients,
+            x.policies,
+            x.jobs_per_sec,
+            x.ratio_to_ceiling,
+            x.rounds
+                .iter()
+                .map(|v| format!("{:.2}", v.ratio))
+                .collect::<Vec<_>>()
+                .join(", "),
+            x.cpu_us_per_job,
+            x.rounds
+                .iter()
+                .map(|v| format!("{:.0}", v.cpu_us_per_job.iter().sum::<f64>()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            x.rounds
+                .last()
+                .map(|l| outcomes(&l.outcomes))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Every latency pass, the real-time one included.
+fn print_latency_passes(r: &Report) {
+    for l in &r.latency {
+        println!(
+            "\nround {} at {:.0} jobs/s ({} of the ceiling), scheduling {}: end to end p50 / p99 / p99.9 ms: worker {}, pass-through {}",
+            l.round + 1,
+            l.offered_jobs_per_sec,
+            l.share_of_ceiling,
+            l.scheduling,
+            fmt_e2e(l.end_to_end.as_ref()),
+            fmt_e2e(l.pass_through.as_ref())
+        );
+        println!(
+            "  admission latency, {} jobs over {} s: p50 {} ms, p99 {} ms, p99.9 {} ms",
+            l.jobs,
+            l.seconds,
+            fmt_ms(l.admission_p50_ms),
+            fmt_ms(l.admission_p99_ms),
+            fmt_ms(l.admission_p999_ms)
+        );
+        println!(
+            "  of which one Redis script call: p50 {} ms, p99 {} ms, p99.9 {} ms ({:.1} jobs per call)",
+            fmt_ms(l.redis_call_p50_ms),
+            fmt_ms(l.redis_call_p99_ms),
+            fmt_ms(l.redis_call_p999_ms),
+            l.jobs_per_redis_call.unwrap_or(0.0)
+        );
+    }
+}
