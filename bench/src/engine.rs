@@ -13,9 +13,9 @@ use quota_worker::admission::Request;
 use quota_worker::config::{RuleSettings, Settings};
 use quota_worker::store::QuotaStore;
 
+use crate::context::{header, Bench};
 use crate::env::url_host_port;
 use crate::report::Report;
-use crate::run::{header, Bench};
 use crate::teardown::delete_keys;
 
 /// Runs the step into `report`; deletes its keys.

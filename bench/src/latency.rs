@@ -16,11 +16,11 @@ use quota_worker::config::Settings;
 
 use crate::broker::{connect, offer, Arrivals};
 use crate::ceiling::{ceiling, live_pass_through};
+use crate::context::{header, Bench};
 use crate::jobs::latency_job;
 use crate::metrics::{metric_sum, outcome_counts, quantiles, scrape};
 use crate::procs::{redis_pid, spawn_worker, stop, wait_ready, Realtime};
 use crate::report::{median, EndToEnd, Latency, LatencySummary, Report};
-use crate::run::{header, Bench};
 use crate::table::{fmt_e2e, fmt_ms};
 
 /// The shares of each round's ceiling offered, in order.

@@ -45,6 +45,7 @@ mod broker;
 mod ceiling;
 mod cli;
 mod cluster;
+mod context;
 mod engine;
 mod env;
 mod jobs;

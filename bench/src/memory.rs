@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 use quota_worker::config::Settings;
 use quota_worker::store::QuotaStore;
 
+use crate::context::{header, Bench};
 use crate::engine::{on_many_tasks, sms_request, with_default_rule};
 use crate::report::Report;
-use crate::run::{header, Bench};
 use crate::teardown::delete_keys;
 
 /// Runs the step into `report`; deletes its keys.

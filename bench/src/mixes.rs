@@ -17,11 +17,11 @@ use quota_worker::config::Settings;
 
 use crate::broker::{closed, connect, preload};
 use crate::ceiling::ceiling;
+use crate::context::{header, Bench};
 use crate::jobs::job_bodies;
 use crate::metrics::{metric_sum, outcome_counts, quantiles, scrape};
 use crate::procs::{spawn_worker, stop, wait_ready};
 use crate::report::{MixResult, Report, RoundResult};
-use crate::run::{header, Bench};
 use crate::sample::{cpu_secs, cpu_snapshot, rss_mib};
 
 /// The mixes, in run order; each runs when `--steps` names its first letter.

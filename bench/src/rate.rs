@@ -7,9 +7,9 @@ use anyhow::Result;
 use quota_worker::config::Settings;
 use quota_worker::store::QuotaStore;
 
+use crate::context::{header, Bench};
 use crate::engine::{evalsha_per_sec, timed_on_many_tasks};
 use crate::report::Report;
-use crate::run::{header, Bench};
 use crate::teardown::delete_keys;
 
 /// Runs the step into `report`; deletes its keys.

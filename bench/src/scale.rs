@@ -14,11 +14,11 @@ use quota_worker::config::Settings;
 
 use crate::broker::{closed, connect};
 use crate::ceiling::ceiling;
+use crate::context::{header, Bench};
 use crate::jobs::scale_recipient;
 use crate::mixes::drain;
 use crate::procs::OwnRedis;
 use crate::report::{median, Report, ScaleResult, ScaleRound};
-use crate::run::{header, Bench};
 use crate::sample::set_redis_pid;
 use crate::teardown::delete_keys;
 
