@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::procs::{self};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::Dur;
+use testkit::procs::{self};
+use testkit::*;
 
 /// Regression: a job whose admission Redis interrupted after its reservation was
 /// recorded (here: while it waited for the channel's rate) used to find its own

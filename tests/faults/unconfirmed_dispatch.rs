@@ -1,7 +1,7 @@
 //! Fault scenario: a dispatch whose fate is unknown.
 
-use crate::common::*;
 use crate::harness::*;
+use testkit::*;
 
 /// A dispatch whose fate is unknown keeps its recipient's slot: the same job on the
 /// same worker gets its reservation back at once, another job of that recipient is

@@ -1,7 +1,7 @@
 //! Engine scenarios that must hold on a single Redis node and on a Redis Cluster
 //! alike. Each takes the settings of one test (its own key prefix, pointing at the
-//! backend); `tests/engine.rs` runs them on the machine's Redis and
-//! `tests/cluster.rs` on a local three-master cluster. Checks read Redis through the
+//! backend); `engine` runs them on the machine's Redis and `cluster` on a local
+//! three-master cluster. Checks read Redis through the
 //! engine's own connection, so they work on both.
 
 use std::sync::Arc;

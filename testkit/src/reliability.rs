@@ -1,8 +1,7 @@
 //! Figures for RELIABILITY.md. Each scenario records what it measured in
 //! `target/reliability/<scenario>.json`; with `QW_WRITE_RELIABILITY=1` every record
-//! also re-renders `RELIABILITY.md` at the crate root from all the records present,
+//! also re-renders `RELIABILITY.md` at the workspace root from all the records present,
 //! so the document's figures are written by the suite, never typed by hand.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -11,10 +10,16 @@ use serde_json::{json, Value};
 
 static WRITING: Mutex<()> = Mutex::new(());
 
+/// The workspace root (this crate's parent): where RELIABILITY.md and `target/` are.
+fn root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().expect("the workspace root").to_path_buf()
+}
+
 fn results_dir() -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|_| root().join("target"));
     target.join("reliability")
 }
 
@@ -36,13 +41,9 @@ pub fn record(mut figures: Value) {
     figures["at"] = json!(chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string());
     // the code measured: the commit, `-dirty` with uncommitted changes
     let commit = std::process::Command::new("git")
-        .args([
-            "-C",
-            env!("CARGO_MANIFEST_DIR"),
-            "describe",
-            "--always",
-            "--dirty",
-        ])
+        .arg("-C")
+        .arg(root())
+        .args(["describe", "--always", "--dirty"])
         .output()
         .ok()
         .filter(|o| o.status.success())
@@ -60,10 +61,7 @@ pub fn record(mut figures: Value) {
         .unwrap_or(false)
     {
         let doc = render(&load());
-        let _ = std::fs::write(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md"),
-            doc,
-        );
+        let _ = std::fs::write(root().join("RELIABILITY.md"), doc);
     }
 }
 

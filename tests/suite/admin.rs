@@ -1,13 +1,10 @@
 //! `quota-worker admin` against the machine's RabbitMQ and Redis, output parsed.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::cli::*;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use common::cli::*;
-use common::*;
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeleteOptions};
 use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Scope, Settings};
@@ -15,6 +12,7 @@ use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::job::Outcome;
 use quota_worker::quota::window;
 use serde_json::Value;
+use testkit::*;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);

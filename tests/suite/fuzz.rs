@@ -12,17 +12,12 @@
 //! dispatched or dead-lettered exactly once; and "negative or huge cost" is covered
 //! where cost lives: the configuration and the GCRA script.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use chrono_tz::Tz;
-use common::audit::{self, Audit};
-use common::reliability::record;
-use common::*;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
@@ -33,6 +28,9 @@ use quota_worker::config::Settings;
 use quota_worker::job::decode::{self, Malformed, MAX_ID_CHARS, MAX_RECIPIENT_CHARS};
 use quota_worker::job::headers::{self, ATTEMPT, DETAIL, FIRST_SEEN, NOT_BEFORE, REASON};
 use serde_json::json;
+use testkit::audit::{self, Audit};
+use testkit::reliability::record;
+use testkit::*;
 
 const MAX: usize = 4096;
 
@@ -70,7 +68,7 @@ impl Tally {
     fn record(&self, name: &str) {
         record(json!({
             "scenario": format!("fuzz_{name}"),
-            "test": format!("tests/fuzz.rs: {name}"),
+            "test": format!("tests/suite/fuzz.rs: {name}"),
             "inputs": self.inputs.load(Ordering::Relaxed),
             "jobs": self.jobs.load(Ordering::Relaxed),
             "malformed": self.malformed.load(Ordering::Relaxed),
@@ -627,7 +625,7 @@ async fn hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once() {
     );
     record(json!({
         "scenario": "bad_input_end_to_end",
-        "test": "tests/fuzz.rs: hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once",
+        "test": "tests/suite/fuzz.rs: hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once",
         "jobs": cases.len(),
         "lost": 0,
         "duplicates": 0,

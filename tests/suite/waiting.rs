@@ -2,19 +2,17 @@
 //! the delay ladder, superseded by a newer job with the same collapse key, explained
 //! by `admin job`, and counted per recipient by `admin recipient`.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::cli::run;
 use chrono::Utc;
-use common::cli::run;
-use common::*;
 use quota_worker::admin::{JobStatus, Jobs, RecipientQuery, Recipients};
 use quota_worker::config::{PolicySettings, RuleSettings, Settings};
 use quota_worker::engine::Engine;
 use quota_worker::job::record::{Place, Step};
 use quota_worker::job::Outcome;
+use testkit::*;
 
 async fn explain(engine: &Engine, s: &Settings, id: &str) -> JobStatus {
     Jobs::new(engine, s).explain(id).await.unwrap()
