@@ -5,7 +5,7 @@
 //! body is either a job that meets the contract or a `Malformed` with a reason.
 //!
 //! `QW_FUZZ_CASES` sets the cases per property (CI: 2,000). A long run:
-//! `QW_FUZZ_CASES=1000000 cargo test --release --test fuzz` (about two million
+//! `QW_FUZZ_CASES=1000000 cargo test --release --test suite fuzz::` (about two million
 //! decoder inputs per million cases, as some properties try several bodies per case).
 //!
 //! Then hand-written cases go end to end through the running worker, each
@@ -445,7 +445,7 @@ proptest! {
     }
 }
 
-/// Record the tallies once every property of this binary has run (the harness runs
+/// Record the tallies once every property of this module has run (the harness runs
 /// tests in parallel; this one waits for the others' counters to stop moving).
 #[test]
 fn zz_record_fuzz_figures() {
