@@ -2,13 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{self, WorkerProc};
+use testkit::reliability::{long, record};
+use testkit::*;
 
 /// A broker that hangs instead of going away (SIGSTOP of the node: connections stay
 /// open, nothing answers, as in a network partition). Every wait of the worker has a
@@ -46,7 +46,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     publish_all(&conn, &s, &mix.jobs).await;
     let dispatch = topology(&s).dispatch_queue("sms");
     let started = Instant::now();
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     while depth(&conn, &dispatch).await.unwrap_or(0) < 300 {
         assert!(
             started.elapsed() < Duration::from_secs(60),
@@ -82,7 +82,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     node.freeze();
     let thaw = Thaw(node);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut connecting = WorkerProc::spawn(&s, &dir, "connecting");
+    let mut connecting = WorkerProc::spawn(crate::BIN, &s, &dir, "connecting");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let termed = Instant::now();
     w.term();
@@ -95,7 +95,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
 
     // 3. a fresh worker finishes the run
     let conn = connect(node.url()).await;
-    let mut f = WorkerProc::spawn(&s, &dir, "finish");
+    let mut f = WorkerProc::spawn(crate::BIN, &s, &dir, "finish");
     let end = finish(
         &conn,
         &s,

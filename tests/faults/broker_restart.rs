@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{self, WorkerProc};
+use testkit::reliability::{long, record};
+use testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
@@ -38,7 +38,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     publish_all(&conn, &s, &mix.jobs).await;
     let dispatch = topology(&s).dispatch_queue("sms");
     let started = Instant::now();
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     let mut recovery = Vec::new();
     let mut down_for = Vec::new();
     for (i, how) in restarts.iter().enumerate() {

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{self, noon_zone, publish_all, Audit, Published};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::RuleSettings;
 use serde_json::json;
+use testkit::audit::{self, noon_zone, publish_all, Audit, Published};
+use testkit::procs::{self, WorkerProc};
+use testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_one_queue_hold_the_caps_exactly() {
@@ -37,7 +37,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
         })
         .collect();
     let mut procs: Vec<WorkerProc> = (0..workers)
-        .map(|i| WorkerProc::spawn(&s, &dir, &i.to_string()))
+        .map(|i| WorkerProc::spawn(crate::BIN, &s, &dir, &i.to_string()))
         .collect();
     wait_consumers(
         &conn,

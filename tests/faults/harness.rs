@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{self, depth, Audit, Published};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::*;
 use quota_worker::config::{ChannelSettings, Dur, PolicySettings, RuleSettings, Settings};
+use testkit::audit::{self, depth, Audit, Published};
+use testkit::procs::{self, WorkerProc};
+use testkit::*;
 /// Scenarios load the machine; run them one at a time.
 pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -441,7 +441,7 @@ pub(crate) fn conclude(
     let panics = worker_panics(dir);
     figures["worker_panics"] = serde_json::json!(panics.len());
     figures["lost"] = serde_json::json!(lost.len());
-    crate::common::reliability::record(figures);
+    testkit::reliability::record(figures);
     assert!(panics.is_empty(), "worker panics: {panics:#?}");
     assert!(settled, "the run did not settle: {summary}");
     assert!(
@@ -609,7 +609,7 @@ pub(crate) async fn load_and_start(s: &Settings, ns: &str, n: usize, tag: &str) 
     let dispatch = topology(s).dispatch_queue("sms");
     let dir = procs::temp_dir(tag);
     let started = Instant::now();
-    let w = WorkerProc::spawn(s, &dir, "0");
+    let w = WorkerProc::spawn(crate::BIN, s, &dir, "0");
     while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
         assert!(
             started.elapsed() < Duration::from_secs(120),

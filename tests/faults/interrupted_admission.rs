@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::procs::{self};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::Dur;
+use testkit::procs::{self};
+use testkit::*;
 
 /// Regression: a job whose admission Redis interrupted after its reservation was
 /// recorded (here: while it waited for the channel's rate) used to find its own
@@ -14,14 +14,15 @@ use quota_worker::config::Dur;
 /// reservation lease (2 min by default) before being dispatched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_interrupted_by_redis_takes_its_own_reservation_back() {
-    use quota_worker::engine::{Admission, Engine, Request};
+    use quota_worker::admission::{Admission, Request};
+    use quota_worker::store::QuotaStore;
     let mut redis = procs::RedisServer::new(false);
     let ns = unique("orphan");
     let mut s = fault_settings(&ns, 1);
     s.channels.get_mut("sms").unwrap().burst = Some(1);
     s.redis.url = redis.url();
     s.redis.reservation_lease = Dur(Duration::from_secs(120));
-    let e = Arc::new(Engine::connect(&s).await.unwrap());
+    let e = Arc::new(QuotaStore::connect(&s).await.unwrap());
     let req = |id: &'static str, who: &'static str| Request {
         id,
         recipient: who,

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all, Rng};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::long;
-use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all, Rng};
+use testkit::procs::{self, WorkerProc};
+use testkit::reliability::long;
+use testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
@@ -29,7 +29,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     let mut rng = Rng::from_env();
     let started = Instant::now();
 
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     let mut recovery = Vec::new();
     recovery.push(
         wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
@@ -47,7 +47,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
         w.kill9();
         wait_consumers(&conn, &s.amqp.jobs_queue, 0, Duration::from_secs(10)).await;
         kill_depths.push(depth(&conn, &dispatch).await.unwrap_or(0) as usize);
-        w = WorkerProc::spawn(&s, &dir, &(k + 1).to_string());
+        w = WorkerProc::spawn(crate::BIN, &s, &dir, &(k + 1).to_string());
         recovery.push(
             wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
                 .await

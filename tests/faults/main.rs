@@ -2,7 +2,7 @@
 //! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
 //! failover and a Redis Cluster master failing over to its replica, four competing
 //! processes, SIGTERM under load and stale `x-death` headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
-//! publishes a known set of jobs and ends with an audit (see `common::audit`): each
+//! publishes a known set of jobs and ends with an audit (see `testkit::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
 //! against what was dispatched and what Redis recorded; duplicates counted and
 //! explained. Figures go to `target/reliability/*.json` and, with
@@ -19,8 +19,6 @@
 //! skipped (and recorded as skipped) where `/usr/lib/rabbitmq/bin/rabbitmq-server`
 //! is missing; the Redis outage starts its own `redis-server`.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod harness;
 
 mod broker_hang;
@@ -35,3 +33,6 @@ mod redis_sentinel;
 mod sigterm;
 mod stale_x_death;
 mod unconfirmed_dispatch;
+
+/// The `quota-worker` binary cargo built for these tests.
+const BIN: &str = env!("CARGO_BIN_EXE_quota-worker");

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, RabbitCluster, RabbitNode, WorkerProc};
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{self, RabbitCluster, RabbitNode, WorkerProc};
+use testkit::reliability::{long, record};
+use testkit::*;
 
 async fn connect_any(urls: &[String]) -> lapin::Connection {
     for _ in 0..600 {
@@ -88,7 +88,7 @@ async fn rabbit_cluster_nodes_killed_under_load_the_worker_follows_and_loses_not
     publish_all(&conn, &s, &mix.jobs).await;
     let dispatch = topology(&s).dispatch_queue("sms");
     let started = Instant::now();
-    let mut w = WorkerProc::spawn(&s, &dir, "0");
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     let limit = Duration::from_secs(if long() { 600 } else { 180 });
     wait_dispatched(&mut conn, &urls, &dispatch, 300, &w, limit).await;
 

@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::depth;
-use crate::common::procs::RedisCluster;
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
+use testkit::audit::depth;
+use testkit::procs::RedisCluster;
+use testkit::reliability::{long, record};
+use testkit::*;
 
 /// How long the replica is kept behind before its master is killed.
 const BEHIND: Duration = Duration::from_millis(1500);

@@ -3,17 +3,17 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self};
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{self};
+use testkit::reliability::{long, record};
+use testkit::*;
 
 /// GET `path` on `addr`: (status, body), (0, "") when nothing answers.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    crate::common::http_get(&addr.to_string(), path)
+    testkit::http_get(&addr.to_string(), path)
         .await
         .unwrap_or((0, String::new()))
 }

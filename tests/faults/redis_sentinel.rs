@@ -9,13 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::depth;
-use crate::common::procs::RedisSentinel;
-use crate::common::reliability::{long, record};
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::{Dur, SentinelSettings};
 use serde_json::json;
+use testkit::audit::depth;
+use testkit::procs::RedisSentinel;
+use testkit::reliability::{long, record};
+use testkit::*;
 
 /// How long the replica is kept behind before the master is killed.
 const BEHIND: Duration = Duration::from_millis(1500);

@@ -2,13 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{depth, noon_zone, publish_all};
-use crate::common::procs::{self, WorkerProc};
-use crate::common::reliability::record;
-use crate::common::*;
 use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{self, WorkerProc};
+use testkit::reliability::record;
+use testkit::*;
 
 /// SIGTERM with a backlog: the worker stops consuming, finishes what it holds (or,
 /// when the grace period is shorter than that, hands it back) and exits 0 within
@@ -31,7 +31,7 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         let conn = amqp().await;
         publish_all(&conn, &s, &mix.jobs).await;
         let dispatch = topology(&s).dispatch_queue("sms");
-        let mut w = WorkerProc::spawn(&s, &dir, "0");
+        let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
         let started = Instant::now();
         while depth(&conn, &dispatch).await.unwrap_or(0) < 40 {
             assert!(
@@ -50,7 +50,7 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         let mut unpaced = s.clone();
         unpaced.channels.get_mut("sms").unwrap().rate = Some(1_000);
         let fdir = procs::temp_dir("sigterm-finish");
-        let mut f = WorkerProc::spawn(&unpaced, &fdir, "finish");
+        let mut f = WorkerProc::spawn(crate::BIN, &unpaced, &fdir, "finish");
         let end = finish(&conn, &s, &mix, Duration::from_secs(120), async {
             f.stop()
         })

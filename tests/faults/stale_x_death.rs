@@ -2,11 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::audit::{self, depth, noon_zone, publish_all, Audit, Published};
-use crate::common::reliability::record;
-use crate::common::*;
 use crate::harness::*;
 use serde_json::json;
+use testkit::audit::{self, depth, noon_zone, publish_all, Audit, Published};
+use testkit::reliability::record;
+use testkit::*;
 
 fn x_death(entries: &[(&str, &str)]) -> lapin::types::FieldTable {
     use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};

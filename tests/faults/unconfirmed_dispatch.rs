@@ -1,19 +1,20 @@
 //! Fault scenario: a dispatch whose fate is unknown.
 
-use crate::common::*;
 use crate::harness::*;
+use testkit::*;
 
 /// A dispatch whose fate is unknown keeps its recipient's slot: the same job on the
 /// same worker gets its reservation back at once, another job of that recipient is
 /// refused, and a second worker (another engine) waits out the lease.
 #[tokio::test]
 async fn an_unconfirmed_dispatch_keeps_its_slot() {
-    use quota_worker::engine::{Admission, Engine, Request};
+    use quota_worker::admission::{Admission, Request};
+    use quota_worker::store::QuotaStore;
     let ns = unique("keep");
     let _g = RedisGuard(ns.clone());
     let s = fault_settings(&ns, 1000);
-    let e = Engine::connect(&s).await.unwrap();
-    let other = Engine::connect(&s).await.unwrap();
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let other = QuotaStore::connect(&s).await.unwrap();
     let req = |id: &'static str| Request {
         id,
         recipient: "kept",
@@ -27,7 +28,7 @@ async fn an_unconfirmed_dispatch_keeps_its_slot() {
     e.keep_reservation(&ticket);
     assert!(matches!(
         other.admit(&req("x")).await.unwrap(),
-        Admission::InFlight { .. }
+        Admission::Reserved { .. }
     ));
     assert!(matches!(
         e.admit(&req("y")).await.unwrap(),

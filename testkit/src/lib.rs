@@ -1,10 +1,39 @@
-//! Shared test support: unique names per test, settings pointing at the machine's
-//! RabbitMQ and Redis, and a guard that deletes everything a test created.
-#![allow(dead_code)]
+//! What the integration tests (`tests/suite`, `tests/faults`) and the benchmark share,
+//! compiled once: the tests' RabbitMQ and Redis (`QW_TEST_AMQP_URL`,
+//! `QW_TEST_REDIS_URL`), names no other test uses, free loopback ports, and a guard
+//! that deletes everything a test created. Then, by module:
+//!
+//! - [`env`]: a [`Settings`] as the environment (and the file) of a `quota-worker`
+//!   process;
+//! - [`procs`]: processes a test starts and must not leave behind (`redis-server`
+//!   nodes, clusters and Sentinel groups, private RabbitMQ nodes, the worker binary);
+//! - [`pki`]: certificates for the TLS tests;
+//! - [`audit`]: the audit that finds every published job exactly once;
+//! - [`reliability`]: the figures the fault scenarios write into RELIABILITY.md;
+//! - [`browser`]: headless Chromium, for the pages the worker serves.
+//!
+//! Nothing here knows where the `quota-worker` binary is (only a test target does, by
+//! `env!("CARGO_BIN_EXE_quota-worker")`): what runs it takes its path.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
+use lapin::options::BasicGetOptions;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use quota_worker::amqp::{Publisher, Topology};
 use quota_worker::config::Settings;
+use quota_worker::store::QuotaStore;
+use quota_worker::worker::Worker;
+use tokio_util::sync::CancellationToken;
+
+pub mod audit;
+pub mod browser;
+pub mod env;
+pub mod pki;
+pub mod procs;
+pub mod reliability;
 
 /// Redis for tests (override with QW_TEST_REDIS_URL).
 pub fn redis_url() -> String {
@@ -49,6 +78,31 @@ pub fn settings(ns: &str) -> Settings {
     s
 }
 
+/// A loopback port nobody listens on (and, with `plus`, `port + plus` as well).
+pub fn free_port(plus: Option<u16>) -> u16 {
+    for _ in 0..200 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().unwrap().port();
+        let Some(off) = plus else { return port };
+        if port.checked_add(off).is_none() {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port + off)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair");
+}
+
+/// Whether something accepts TCP connections on `port`.
+pub fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
 /// Deletes the test's Redis keys when dropped (also when the test panics).
 pub struct RedisGuard(pub String);
 
@@ -69,17 +123,6 @@ impl Drop for RedisGuard {
         }
     }
 }
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use lapin::options::BasicGetOptions;
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
-use quota_worker::amqp::{Publisher, Topology};
-use quota_worker::engine::Engine;
-use quota_worker::worker::Worker;
-use tokio_util::sync::CancellationToken;
 
 /// Connect to the test broker.
 pub async fn amqp() -> Connection {
@@ -133,7 +176,7 @@ impl Drop for Cleanup {
 
 /// A worker for `settings`, its engine connected, its topology declared.
 pub async fn worker(s: &Settings) -> Arc<Worker> {
-    let engine = Arc::new(Engine::connect(s).await.expect("redis"));
+    let engine = Arc::new(QuotaStore::connect(s).await.expect("redis"));
     let w = Arc::new(Worker::new(s.clone(), engine));
     let conn = amqp().await;
     w.topology().declare(&conn).await.expect("topology");
@@ -332,11 +375,3 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-
-pub mod audit;
-pub mod browser;
-pub mod cli;
-pub mod pki;
-pub mod procs;
-pub mod reliability;
-pub mod scenarios;

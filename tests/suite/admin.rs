@@ -1,21 +1,20 @@
 //! `quota-worker admin` against the machine's RabbitMQ and Redis, output parsed.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::cli::*;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use common::cli::*;
-use common::*;
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeleteOptions};
+use quota_worker::admission::{Admission, Request};
 use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Settings};
-use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::job::Outcome;
 use quota_worker::quota::policy::Scope;
 use quota_worker::quota::window;
+use quota_worker::store::QuotaStore;
 use serde_json::Value;
+use testkit::*;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -314,7 +313,7 @@ async fn recipient_show_record_and_reset() {
         },
     );
     let _c = Cleanup::new(&s);
-    let engine = Engine::connect(&s).await.unwrap();
+    let engine = QuotaStore::connect(&s).await.unwrap();
     let tz: Tz = "Asia/Shanghai".parse().unwrap();
     let zone = ["--timezone", "Asia/Shanghai"];
 
@@ -474,7 +473,7 @@ async fn recipient_show_record_and_reset() {
 
 #[tokio::test]
 async fn an_interrupted_replay_loses_nothing_and_keeps_the_order() {
-    use quota_worker::admin::{DeadLetter, DeadLetters, Step};
+    use quota_worker::admin::{DeadLetterInfo, DeadLetters, WalkAction};
     let ns = unique("interrupt");
     let s = settings(&ns);
     let _c = Cleanup::new(&s);
@@ -493,7 +492,7 @@ async fn an_interrupted_replay_loses_nothing_and_keeps_the_order() {
             if seen == 3 {
                 stop.cancel();
             }
-            Step::Replay
+            WalkAction::Replay
         })
         .await
         .unwrap();
@@ -504,8 +503,8 @@ async fn an_interrupted_replay_loses_nothing_and_keeps_the_order() {
     let mut left = Vec::new();
     let report = letters
         .walk(&CancellationToken::new(), |d| {
-            left.push(DeadLetter::read(&d.properties, &d.data, Utc::now(), false).id);
-            Step::Keep
+            left.push(DeadLetterInfo::read(&d.properties, &d.data, Utc::now(), false).id);
+            WalkAction::Keep
         })
         .await
         .unwrap();
@@ -518,7 +517,7 @@ async fn an_interrupted_replay_loses_nothing_and_keeps_the_order() {
 
 #[tokio::test]
 async fn a_walk_longer_than_its_prefetch_sees_each_message_once() {
-    use quota_worker::admin::{DeadLetter, DeadLetters, Step};
+    use quota_worker::admin::{DeadLetterInfo, DeadLetters, WalkAction};
     let ns = unique("prefetch");
     let s = settings(&ns);
     let _c = Cleanup::new(&s);
@@ -535,11 +534,11 @@ async fn a_walk_longer_than_its_prefetch_sees_each_message_once() {
         let mut counted = 0;
         let report = letters
             .walk(&CancellationToken::new(), |d| {
-                ids.push(DeadLetter::read(&d.properties, &d.data, Utc::now(), false).id);
+                ids.push(DeadLetterInfo::read(&d.properties, &d.data, Utc::now(), false).id);
                 if header(&d.properties, "x-delivery-count").is_some_and(|c| c != "0") {
                     counted += 1;
                 }
-                Step::Keep
+                WalkAction::Keep
             })
             .await
             .unwrap();

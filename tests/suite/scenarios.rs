@@ -1,7 +1,7 @@
-//! Engine scenarios that must hold on a single Redis node and on a Redis Cluster
+//! QuotaStore scenarios that must hold on a single Redis node and on a Redis Cluster
 //! alike. Each takes the settings of one test (its own key prefix, pointing at the
-//! backend); `tests/engine.rs` runs them on the machine's Redis and
-//! `tests/cluster.rs` on a local three-master cluster. Checks read Redis through the
+//! backend); `engine` runs them on the machine's Redis and `cluster` on a local
+//! three-master cluster. Checks read Redis through the
 //! engine's own connection, so they work on both.
 
 use std::sync::Arc;
@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use quota_worker::admission::{Admission, Request, Ticket};
 use quota_worker::config::{RuleSettings, Settings};
-use quota_worker::engine::{Admission, Engine, Request, Ticket};
 use quota_worker::quota::policy::Rate;
 use quota_worker::quota::window;
 use quota_worker::redis::RedisConn;
+use quota_worker::store::QuotaStore;
 
 pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
     Request {
@@ -25,8 +26,8 @@ pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
     }
 }
 
-pub async fn engine(s: &Settings) -> Engine {
-    Engine::connect(s).await.expect("redis")
+pub async fn engine(s: &Settings) -> QuotaStore {
+    QuotaStore::connect(s).await.expect("redis")
 }
 
 pub fn admitted(a: &Admission) -> &Ticket {
@@ -93,7 +94,7 @@ pub async fn same_job_twice_is_in_flight_then_a_duplicate_and_counts_once(s: Set
     let ticket = admitted(&e.admit(&req("same", "carol", Tz::UTC)).await.unwrap()).clone();
     assert_eq!(
         e.admit(&req("same", "carol", Tz::UTC)).await.unwrap(),
-        Admission::InFlight {
+        Admission::Reserved {
             retry_at: ticket.admitted_at + chrono::Duration::minutes(2)
         }
     );

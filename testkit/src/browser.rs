@@ -1,5 +1,4 @@
-//! Debian's Chromium, headless, for the tests that look at a page (`common::browser`).
-#![allow(dead_code)]
+//! Debian's Chromium, headless, for the tests that look at a page.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,28 +1,25 @@
 //! The engine and the worker against a Redis Cluster: a local three-master cluster
 //! started from the machine's `redis-server` (cluster mode, no persistence, free
-//! loopback ports, temp dirs), shared by every test of this binary and killed when
-//! the binary exits. Each test keeps its own key prefix.
+//! loopback ports, temp dirs), shared by every test of this module and killed when
+//! the test process exits. Each test keeps its own key prefix.
 //!
-//! They run the engine scenarios of `tests/common/scenarios.rs` that
-//! `tests/engine.rs` runs on a single node (caps, exact retry times, duplicates,
-//! release, the GCRA rate, concurrent admissions), the cluster's own cases (scripts
-//! on every node, keys spread over the masters) and one end-to-end run of the worker,
-//! with `redis.cluster = true`.
-
-mod common;
+//! They run the engine scenarios (`scenarios`) that `engine` runs on a single node
+//! (caps, exact retry times, duplicates, release, the GCRA rate, concurrent
+//! admissions), the cluster's own cases (scripts on every node, keys spread over the
+//! masters) and one end-to-end run of the worker, with `redis.cluster = true`.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::scenarios::{self, admitted, engine, req};
 use chrono_tz::Tz;
-use common::audit::{self, noon_zone, publish_all, Audit, Published};
-use common::procs::RedisCluster;
-use common::reliability::record;
-use common::scenarios::{self, admitted, engine, req};
-use common::*;
 use quota_worker::config::Settings;
 use quota_worker::redis::RedisConn;
 use serde_json::json;
+use testkit::audit::{self, noon_zone, publish_all, Audit, Published};
+use testkit::procs::RedisCluster;
+use testkit::reliability::record;
+use testkit::*;
 
 static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
 
@@ -180,7 +177,7 @@ async fn recipients_spread_over_the_three_masters() {
 /// cluster: each node gets one call for the jobs whose slots it owns, and each job
 /// is decided as if alone: exactly one admitted per recipient, in far fewer calls
 /// than jobs (each job its own call before batching per node).
-async fn burst_on_cluster(e: &std::sync::Arc<quota_worker::engine::Engine>, ns: &str) -> u64 {
+async fn burst_on_cluster(e: &std::sync::Arc<quota_worker::store::QuotaStore>, ns: &str) -> u64 {
     let before = e.calls();
     let admissions = (0..300).map(|i| {
         let e = e.clone();
@@ -190,10 +187,10 @@ async fn burst_on_cluster(e: &std::sync::Arc<quota_worker::engine::Engine>, ns: 
     let mut admitted = std::collections::HashMap::<usize, usize>::new();
     for (i, handle) in admissions.collect::<Vec<_>>().into_iter().enumerate() {
         match handle.await.unwrap().unwrap() {
-            quota_worker::engine::Admission::Admitted(_) => {
+            quota_worker::admission::Admission::Admitted(_) => {
                 *admitted.entry(i % 150).or_default() += 1
             }
-            quota_worker::engine::Admission::Refused { .. } => {}
+            quota_worker::admission::Admission::Refused { .. } => {}
             other => panic!("job {i}: {other:?}"),
         }
     }
@@ -393,7 +390,7 @@ async fn the_worker_runs_unchanged_on_the_cluster() {
     );
     record(json!({
         "scenario": "redis_cluster",
-        "test": "tests/cluster.rs (engine scenarios and the_worker_runs_unchanged_on_the_cluster)",
+        "test": "tests/suite/cluster.rs (engine scenarios and the_worker_runs_unchanged_on_the_cluster)",
         "jobs": jobs.len() + 1,
         "nodes": 3,
         "dispatched": a.dispatched.len(),

@@ -1,17 +1,15 @@
 //! Send windows, scheduled sends and the bound on waiting, end to end through
 //! RabbitMQ and Redis: where a held job goes, until when, and what its headers say.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
-use common::*;
 use quota_worker::config::{PolicySettings, RuleSettings};
 use quota_worker::job::{Outcome, Reason};
 use quota_worker::quota::send_windows::SendWindows;
 use quota_worker::quota::window;
+use testkit::*;
 
 fn job(id: &str, zone: &str, extra: &str) -> Vec<u8> {
     format!(r#"{{"id":"{id}","recipient":"r-{id}","channel":"sms","timezone":"{zone}"{extra}}}"#)
@@ -110,7 +108,7 @@ async fn a_capped_job_held_overnight_comes_out_at_the_windows_opening() {
     let ns = unique("overnight");
     let mut s = settings(&ns);
     // one a local day, sent only 08:00-21:00 on any day, in a zone where it is noon now
-    let zone = common::audit::noon_zone();
+    let zone = testkit::audit::noon_zone();
     let tz: Tz = zone.parse().unwrap();
     s.policies.insert(
         "reminder".into(),
@@ -152,7 +150,7 @@ async fn a_capped_job_held_overnight_comes_out_at_the_windows_opening() {
         Some(morning.timestamp_millis().to_string())
     );
     // `admin recipient` shows the windows and the same next allowed instant
-    let engine = quota_worker::engine::Engine::connect(&s).await.unwrap();
+    let engine = quota_worker::store::QuotaStore::connect(&s).await.unwrap();
     let status = quota_worker::admin::recipients::Recipients::new(&engine, &s)
         .status(&quota_worker::admin::recipients::RecipientQuery {
             recipient: "same",
@@ -211,7 +209,7 @@ async fn a_scheduled_job_arrives_at_its_time() {
 async fn a_job_that_would_wait_longer_than_max_wait_is_dead_lettered_capped() {
     let ns = unique("maxwait");
     let mut s = settings(&ns);
-    let zone = common::audit::noon_zone();
+    let zone = testkit::audit::noon_zone();
     s.policies.get_mut("default").unwrap().max_wait =
         Some(quota_worker::config::Dur(Duration::from_secs(3600)));
     let (_c, w, conn) = rig(&s).await;

@@ -1,15 +1,13 @@
 //! HTTP: the router in-process, and `quota-worker run` serving /metrics and /readyz.
 
-mod common;
-
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cli::*;
-use common::*;
-use quota_worker::worker::Health;
+use crate::cli::*;
+use quota_worker::health::Health;
+use testkit::*;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -30,15 +28,15 @@ async fn readiness_follows_health_and_metrics_render() {
         stop.clone(),
     ));
 
-    assert_eq!(common::http_get(&addr, "/healthz").await.unwrap().0, 200);
-    let (status, body) = common::http_get(&addr, "/readyz").await.unwrap();
+    assert_eq!(testkit::http_get(&addr, "/healthz").await.unwrap().0, 200);
+    let (status, body) = testkit::http_get(&addr, "/readyz").await.unwrap();
     assert_eq!(status, 503);
     assert!(
         body.contains("broker: down") && body.contains("redis: down"),
         "{body}"
     );
     health.broker.store(true, Ordering::Relaxed);
-    let (status, body) = common::http_get(&addr, "/readyz").await.unwrap();
+    let (status, body) = testkit::http_get(&addr, "/readyz").await.unwrap();
     assert_eq!(status, 503);
     assert!(
         body.contains("broker: up") && body.contains("redis: down"),
@@ -46,11 +44,11 @@ async fn readiness_follows_health_and_metrics_render() {
     );
     health.redis.store(true, Ordering::Relaxed);
     assert_eq!(
-        common::http_get(&addr, "/readyz").await.unwrap(),
+        testkit::http_get(&addr, "/readyz").await.unwrap(),
         (200, "ready\nbroker: up\nredis: up\n".into())
     );
 
-    let (status, body) = common::http_get(&addr, "/metrics").await.unwrap();
+    let (status, body) = testkit::http_get(&addr, "/metrics").await.unwrap();
     assert_eq!(status, 200);
     assert!(
         body.contains(r#"quota_worker_jobs_total{outcome="dispatched",reason=""} 3"#),
@@ -61,7 +59,7 @@ async fn readiness_follows_health_and_metrics_render() {
         body.contains(r#"quota_worker_admission_seconds_bucket{le="0.0025"} 1"#),
         "{body}"
     );
-    assert_eq!(common::http_get(&addr, "/nope").await.unwrap().0, 404);
+    assert_eq!(testkit::http_get(&addr, "/nope").await.unwrap().0, 404);
     stop.cancel();
     server.await.unwrap().unwrap();
 }
@@ -95,7 +93,7 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     let mut s = settings(&ns);
     s.worker.threads = threads;
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
+    s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     let _c = Cleanup::new(&s);
     let addr = s.http.listen.clone();
     let mut running = Running(Some(
@@ -107,10 +105,10 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     ));
 
     wait_for("/readyz 200", Duration::from_secs(30), || async {
-        matches!(common::http_get(&addr, "/readyz").await, Some((200, _)))
+        matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _)))
     })
     .await;
-    assert_eq!(common::http_get(&addr, "/healthz").await.unwrap().0, 200);
+    assert_eq!(testkit::http_get(&addr, "/healthz").await.unwrap().0, 200);
     // the image's health check: the binary asks http.listen itself
     let health = qw(&s, &["health"]).output().unwrap();
     assert!(health.status.success(), "{health:?}");
@@ -126,12 +124,12 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     .await;
     let dispatched = r#"quota_worker_jobs_total{outcome="dispatched",reason="",policy="default",channel="sms"} 1"#;
     wait_for("the job in /metrics", Duration::from_secs(15), || async {
-        common::http_get(&addr, "/metrics")
+        testkit::http_get(&addr, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains(dispatched))
     })
     .await;
-    let metrics = common::http_get(&addr, "/metrics").await.unwrap().1;
+    let metrics = testkit::http_get(&addr, "/metrics").await.unwrap().1;
     for expected in [
         "# TYPE quota_worker_jobs_total counter",
         "# TYPE quota_worker_admission_seconds histogram",
@@ -166,7 +164,7 @@ async fn serves_metrics_and_stops_on_sigterm(threads: usize) {
     };
     assert!(status.success(), "{status:?}");
     running.0 = None;
-    assert!(common::http_get(&addr, "/healthz").await.is_none());
+    assert!(testkit::http_get(&addr, "/healthz").await.is_none());
     // nothing listens now: unhealthy, and it says why
     let health = qw(&s, &["health"]).output().unwrap();
     assert_eq!(health.status.code(), Some(1));
@@ -199,7 +197,7 @@ async fn run_no_http_serves_nothing() {
     let ns = unique("nohttp");
     let mut s = settings(&ns);
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
+    s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     let _c = Cleanup::new(&s);
     let _running = Running(Some(
         qw(&s, &["run", "--no-http"])
@@ -231,5 +229,7 @@ async fn run_no_http_serves_nothing() {
         }
     })
     .await;
-    assert!(common::http_get(&s.http.listen, "/healthz").await.is_none());
+    assert!(testkit::http_get(&s.http.listen, "/healthz")
+        .await
+        .is_none());
 }

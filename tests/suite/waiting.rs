@@ -2,25 +2,23 @@
 //! the delay ladder, superseded by a newer job with the same collapse key, explained
 //! by `admin job`, and counted per recipient by `admin recipient`.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::cli::run;
 use chrono::Utc;
-use common::cli::run;
-use common::*;
 use quota_worker::admin::{JobStatus, Jobs, RecipientQuery, Recipients};
 use quota_worker::config::{PolicySettings, RuleSettings, Settings};
-use quota_worker::engine::Engine;
-use quota_worker::job::record::{Place, Step};
+use quota_worker::job::note::{JobState, Place};
 use quota_worker::job::Outcome;
+use quota_worker::store::QuotaStore;
+use testkit::*;
 
-async fn explain(engine: &Engine, s: &Settings, id: &str) -> JobStatus {
+async fn explain(engine: &QuotaStore, s: &Settings, id: &str) -> JobStatus {
     Jobs::new(engine, s).explain(id).await.unwrap()
 }
 
-async fn waiting(engine: &Engine, s: &Settings, recipient: &str) -> Option<u64> {
+async fn waiting(engine: &QuotaStore, s: &Settings, recipient: &str) -> Option<u64> {
     let q = RecipientQuery {
         recipient,
         category: None,
@@ -58,7 +56,7 @@ async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
     // 7 s, through each level in turn
     s.amqp.delay_levels = 3;
     let (_c, w, conn) = rig(&s).await;
-    let engine = Engine::connect(&s).await.unwrap();
+    let engine = QuotaStore::connect(&s).await.unwrap();
     let (stop, handle) = spawn_worker(w.clone()).await;
     let later = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     let body = |id: &str| {
@@ -90,7 +88,7 @@ async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
     );
     let status = explain(&engine, &s, "c1").await;
     match status.record.as_ref().map(|r| &r.step) {
-        Some(Step::Delayed { cause, held_by, .. }) => {
+        Some(JobState::Delayed { cause, held_by, .. }) => {
             assert_eq!(
                 (cause.as_str(), held_by.as_str()),
                 ("schedule", "its not_before")
@@ -128,7 +126,7 @@ async fn a_cancelled_job_ends_cancelled_from_any_delay_level() {
     assert_eq!(status.place, Place::Dead);
     assert_eq!(status.cancelled_at, None);
     assert!(
-        matches!(&status.record.unwrap().step, Step::Dead { reason, detail }
+        matches!(&status.record.unwrap().step, JobState::Dead { reason, detail }
             if reason == "cancelled" && detail.starts_with("cancelled by an operator at ")),
     );
     assert_eq!(waiting(&engine, &s, "held").await, Some(0));
@@ -157,7 +155,7 @@ async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_
         },
     );
     let (_c, w, conn) = rig(&s).await;
-    let engine = Engine::connect(&s).await.unwrap();
+    let engine = QuotaStore::connect(&s).await.unwrap();
     let body = |id: &str, collapse: &str| {
         format!(
             r#"{{"id":"{id}","recipient":"shopper","channel":"sms","category":"cart"{collapse}}}"#
@@ -186,7 +184,7 @@ async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_
     let record = status.record.unwrap();
     assert_eq!(record.policy.as_deref(), Some("cart"));
     match &record.step {
-        Step::Delayed {
+        JobState::Delayed {
             cause,
             held_by,
             sends_seen,
@@ -223,7 +221,7 @@ async fn five_jobs_with_one_collapse_key_held_by_a_cap_give_one_dispatch_of_the_
         superseded = 0;
         for id in &ids[..4] {
             let status = explain(&engine, &s, id).await;
-            if let Some(Step::Superseded { by }) = status.record.map(|r| r.step) {
+            if let Some(JobState::Superseded { by }) = status.record.map(|r| r.step) {
                 assert_eq!(by, "r5");
                 assert_eq!(status.place, Place::Superseded);
                 superseded += 1;
@@ -249,7 +247,7 @@ async fn with_notes_off_nothing_is_noted_and_a_cancel_still_ends_the_job() {
     s.redis.notes = false;
     s.amqp.delay_levels = 3;
     let (_c, w, conn) = rig(&s).await;
-    let engine = Engine::connect(&s).await.unwrap();
+    let engine = QuotaStore::connect(&s).await.unwrap();
     let at = |secs| (Utc::now() + chrono::Duration::seconds(secs)).to_rfc3339();
     let body = |id: &str, not_before: String| {
         format!(r#"{{"id":"{id}","recipient":"held","channel":"sms","not_before":"{not_before}"}}"#)

@@ -1,14 +1,12 @@
 //! Producers: the Rust API and `quota-worker publish`, against the machine's RabbitMQ.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::cli::*;
-use common::*;
+use crate::cli::*;
 use quota_worker::producer::{Job, Producer, ProducerError};
 use serde_json::{json, Value};
+use testkit::*;
 
 async fn declared(ns: &str) -> (quota_worker::config::Settings, Cleanup, lapin::Connection) {
     let s = settings(ns);

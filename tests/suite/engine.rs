@@ -1,26 +1,26 @@
 //! The quota engine against the machine's real Redis: caps, exact retry times,
 //! duplicates, reservations, the GCRA rate, concurrency, one clock, memory.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::scenarios::{self, admitted, engine, req, retry_at};
 use chrono_tz::Tz;
-use common::scenarios::{self, admitted, engine, req, retry_at};
-use common::{settings, unique, RedisGuard};
+use quota_worker::admission::Admission;
 use quota_worker::config::RuleSettings;
-use quota_worker::engine::{Admission, Engine, EngineError};
 use quota_worker::quota::window;
+use quota_worker::redis::StoreError;
+use quota_worker::store::QuotaStore;
+use testkit::{settings, unique, RedisGuard};
 
 /// One burst: `n` admissions at once, each in a task of its own, so that they wait
 /// for Redis together and share calls. `job(i)` gives job i's id, recipient, zone and
 /// category; the outcomes come back in job order.
 async fn burst(
-    e: &Arc<Engine>,
+    e: &Arc<QuotaStore>,
     n: usize,
     job: impl Fn(usize) -> (String, String, Tz, &'static str),
-) -> Vec<Result<Admission, EngineError>> {
+) -> Vec<Result<Admission, StoreError>> {
     let tasks: Vec<_> = (0..n)
         .map(|i| {
             let e = e.clone();
@@ -57,7 +57,7 @@ async fn fourth_job_in_seven_days_waits_until_the_oldest_leaves_the_window() {
     let today = window::local_date(tz, now);
     // three committed sends at local noon 6, 4 and 2 days ago
     let key = e.keys().recipient("alice", "default", None);
-    let mut c = common::redis_sync();
+    let mut c = testkit::redis_sync();
     let mut oldest = None;
     for (i, back) in [6i64, 4, 2].iter().enumerate() {
         let day = today - chrono::Duration::days(*back);
@@ -107,7 +107,7 @@ async fn an_abandoned_reservation_is_admitted_again_after_its_lease() {
     let key = e.keys().recipient("dave", "default", None);
     let n: i64 = redis::cmd("ZCARD")
         .arg(&key)
-        .query(&mut common::redis_sync())
+        .query(&mut testkit::redis_sync())
         .unwrap();
     assert_eq!(n, 1);
 }
@@ -200,7 +200,7 @@ async fn idle_recipients_expire_and_three_sends_fit_in_150_bytes() {
             .unwrap();
     }
     let key = e.keys().recipient(&who, "default", None);
-    let mut c = common::redis_sync();
+    let mut c = testkit::redis_sync();
     let bytes: i64 = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(&key)
@@ -266,7 +266,7 @@ async fn a_burst_mixing_zones_and_policies_decides_each_job_by_its_own_plan() {
         Tz::America__St_Johns,
     ];
     let earlier = chrono::Utc::now() - chrono::Duration::hours(13);
-    let mut c = common::redis_sync();
+    let mut c = testkit::redis_sync();
     for i in 0..100 {
         let key = e.keys().recipient(&format!("who-{i}"), "default", None);
         let score = earlier.timestamp_millis() * 2 + 1;
@@ -350,7 +350,7 @@ async fn a_broken_key_fails_its_own_job_only() {
     let _: () = redis::cmd("SET")
         .arg(&bad)
         .arg("not a sorted set")
-        .query(&mut common::redis_sync())
+        .query(&mut testkit::redis_sync())
         .unwrap();
     for round in 0..5 {
         let outcomes = burst(&e, 40, |i| {

@@ -7,10 +7,8 @@
 //! (the shared cluster) never drops, and a test process can itself be killed, each
 //! process also gets a watchdog: a tiny `sh` loop that kills it (by pid or process
 //! group, nothing broader) once the test process is gone. Temp dirs get one too.
-#![allow(dead_code)]
 
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -18,10 +16,13 @@ use std::time::{Duration, Instant};
 
 use quota_worker::config::Settings;
 
+use crate::env::{env_for, worker_env, worker_toml};
+use crate::{free_port, port_open};
+
 /// A fresh directory under the system temp dir, removed once the test process exits
 /// (kept with `QW_KEEP_TMP=1`, e.g. to read the worker logs of a failed scenario).
 pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(super::unique(name));
+    let dir = std::env::temp_dir().join(crate::unique(name));
     fs::create_dir_all(&dir).expect("temp dir");
     if std::env::var("QW_KEEP_TMP").is_ok_and(|v| v == "1") {
         eprintln!("keeping {}", dir.display());
@@ -80,31 +81,6 @@ pub fn signal(target: &str, signal: &str) {
         .arg(target)
         .stderr(Stdio::null())
         .status();
-}
-
-/// A loopback port nobody listens on (and, with `plus`, `port + plus` as well).
-pub fn free_port(plus: Option<u16>) -> u16 {
-    for _ in 0..200 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = l.local_addr().unwrap().port();
-        let Some(off) = plus else { return port };
-        if port.checked_add(off).is_none() {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", port + off)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port pair");
-}
-
-/// Whether something accepts TCP connections on `port`.
-pub fn port_open(port: u16) -> bool {
-    std::net::TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(200),
-    )
-    .is_ok()
 }
 
 fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
@@ -199,7 +175,7 @@ impl RedisServer {
 
     /// A single node that also listens with TLS (`--tls-port`), with `pki`'s server
     /// certificate; `require_client_cert`: clients must present one signed by its CA.
-    pub fn with_tls(pki: &super::pki::Pki, require_client_cert: bool) -> RedisServer {
+    pub fn with_tls(pki: &crate::pki::Pki, require_client_cert: bool) -> RedisServer {
         let path = |p: &Path| p.to_str().unwrap().to_string();
         for _ in 0..5 {
             let port = free_port(None);
@@ -673,6 +649,7 @@ impl RabbitNode {
     }
 
     /// Prepare (not start) a node.
+    #[allow(clippy::new_without_default)] // it takes ports and writes files
     pub fn new() -> RabbitNode {
         let port = free_port(None);
         let dist_port = free_port(None);
@@ -697,7 +674,7 @@ impl RabbitNode {
 
     /// Prepare a node that also listens with TLS, with `pki`'s server certificate;
     /// `mutual`: clients must present a certificate signed by its CA.
-    pub fn with_tls(pki: &super::pki::Pki, mutual: bool) -> RabbitNode {
+    pub fn with_tls(pki: &crate::pki::Pki, mutual: bool) -> RabbitNode {
         let mut node = RabbitNode::new();
         let tls_port = free_port(None);
         let conf = node.dir.join("rabbitmq.conf");
@@ -942,62 +919,25 @@ pub struct WorkerProc {
     pub started: Instant,
 }
 
-/// The environment of `quota-worker run` for `s` ([`super::cli::env_for`]), HTTP off.
-pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
-    let mut env = super::cli::env_for(s);
-    env.retain(|(k, _)| k != "QUOTA_WORKER__HTTP__ENABLED");
-    env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "false".into()));
-    env
-}
-
-/// The `[policies.*]` and `[channels.*]` tables of `s` as TOML.
-pub fn worker_toml(s: &Settings) -> String {
-    let mut out = String::new();
-    for (name, p) in &s.policies {
-        out.push_str(&format!("[policies.{name}]\nrules = ["));
-        let rules: Vec<String> = p
-            .rules
-            .iter()
-            .map(|r| format!("{{ limit = {}, window = \"{}\" }}", r.limit, r.window))
-            .collect();
-        out.push_str(&rules.join(", "));
-        let v = serde_json::to_value(p).unwrap();
-        out.push_str(&format!(
-            "]\nscope = {}\naction = {}\n\n",
-            v["scope"], v["action"]
-        ));
-    }
-    for (name, c) in &s.channels {
-        out.push_str(&format!("[channels.{name}]\n"));
-        if let Some(rate) = c.rate {
-            out.push_str(&format!("rate = {rate}\n"));
-        }
-        if let Some(p) = c.period {
-            out.push_str(&format!(
-                "period = \"{}\"\n",
-                serde_json::to_value(p).unwrap().as_str().unwrap()
-            ));
-        }
-        if let Some(b) = c.burst {
-            out.push_str(&format!("burst = {b}\n"));
-        }
-        out.push_str(&format!("cost = {}\n\n", c.cost));
-    }
-    out
-}
-
 impl WorkerProc {
-    /// Start `quota-worker run` for `s`; `dir` holds its config file and log.
-    pub fn spawn(s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
-        Self::spawn_with(s, dir, tag, worker_env(s))
+    /// Start `bin run` (the `quota-worker` binary) for `s`; `dir` holds its config
+    /// file and log.
+    pub fn spawn(bin: impl AsRef<Path>, s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
+        Self::spawn_with(bin.as_ref(), s, dir, tag, worker_env(s))
     }
 
     /// [`WorkerProc::spawn`], serving HTTP as `s.http` says.
-    pub fn spawn_serving(s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
-        Self::spawn_with(s, dir, tag, super::cli::env_for(s))
+    pub fn spawn_serving(bin: impl AsRef<Path>, s: &Settings, dir: &Path, tag: &str) -> WorkerProc {
+        Self::spawn_with(bin.as_ref(), s, dir, tag, env_for(s))
     }
 
-    fn spawn_with(s: &Settings, dir: &Path, tag: &str, env: Vec<(String, String)>) -> WorkerProc {
+    fn spawn_with(
+        bin: &Path,
+        s: &Settings,
+        dir: &Path,
+        tag: &str,
+        env: Vec<(String, String)>,
+    ) -> WorkerProc {
         let config = dir.join("worker.toml");
         if !config.exists() {
             fs::write(&config, worker_toml(s)).unwrap();
@@ -1008,7 +948,7 @@ impl WorkerProc {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_quota-worker"))
+        let child = Command::new(bin)
             .args(["--log-format", "json", "--config"])
             .arg(&config)
             .arg("run")

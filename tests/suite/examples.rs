@@ -7,21 +7,20 @@
 //! An example whose runtime or client library is missing is skipped with a line on
 //! stderr saying how to install it (`.ci/run` installs both).
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use common::audit::{Audit, Published};
-use common::cli::{env_for, stderr, stdout};
-use common::*;
+use crate::cli::{stderr, stdout};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
 use quota_worker::config::Settings;
 use serde_json::{json, Value};
+use testkit::audit::{Audit, Published};
+use testkit::env::env_for;
+use testkit::*;
 
 const WAIT: Duration = Duration::from_secs(10);
 

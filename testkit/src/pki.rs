@@ -3,7 +3,6 @@
 //! a client certificate it signed (mutual TLS), and a second CA that signed neither
 //! (to see a wrong CA refused). EC P-256 keys, PKCS#8 PEM (`BEGIN PRIVATE KEY`),
 //! which rustls, Erlang (RabbitMQ) and OpenSSL (Redis) all read.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,8 +104,9 @@ fn leaf(dir: &Path, ca: &str, name: &str, subject: &str, ext: &str) {
 
 impl Pki {
     /// Make every file in a fresh temp dir (removed when the test process exits).
+    #[allow(clippy::new_without_default)] // it runs openssl: not a default value
     pub fn new() -> Pki {
-        let dir = super::procs::temp_dir("pki");
+        let dir = crate::procs::temp_dir("pki");
         ca(&dir, "ca");
         ca(&dir, "other-ca");
         leaf(

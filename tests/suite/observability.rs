@@ -8,21 +8,20 @@
 //! Without `promtool` (Debian's `prometheus` package) the promtool steps say so on
 //! stderr and are skipped; everything else runs.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
-use quota_worker::engine::Engine;
+use quota_worker::health::Health;
 use quota_worker::quota::policy::Mode;
 use quota_worker::status::Status;
-use quota_worker::worker::{Health, Worker};
+use quota_worker::store::QuotaStore;
+use quota_worker::worker::Worker;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
+use testkit::*;
 use tokio_util::sync::CancellationToken;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -934,10 +933,16 @@ type Expected<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
+    // it installs the process-wide recorder, which would count other tests' jobs too
+    if crate::in_own_process(
+        "observability::every_metric_and_label_the_dashboard_and_the_alerts_use_is_served",
+    ) {
+        return;
+    }
     let ns = unique("obs");
     let mut s = settings(&ns);
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", common::procs::free_port(None));
+    s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     // a shadow policy, so that its verdicts are counted
     let mut promo = s.policies["default"].clone();
     promo.mode = Mode::Shadow;
@@ -954,7 +959,7 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         .await
         .unwrap()
         .expect("HTTP is on");
-    let engine = Arc::new(Engine::connect(&s).await.expect("redis"));
+    let engine = Arc::new(QuotaStore::connect(&s).await.expect("redis"));
     let worker = Arc::new(
         Worker::new(s.clone(), engine)
             .sharing_health(health)

@@ -5,15 +5,13 @@
 //! positions in headless Chromium: the picture in README.md. Skipped, saying so,
 //! where `prometheus` or `chromium` is missing (`.ci/run` installs both).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::procs::{self, WorkerProc};
-use common::*;
 use serde_json::{json, Value};
+use testkit::procs::{self, WorkerProc};
+use testkit::*;
 
 fn which(names: &[&str]) -> Option<PathBuf> {
     names.iter().map(PathBuf::from).find(|p| p.exists())
@@ -39,7 +37,7 @@ struct Prometheus {
 
 impl Prometheus {
     async fn start(bin: &Path, dir: &Path, target: &str) -> Prometheus {
-        let port = procs::free_port(None);
+        let port = testkit::free_port(None);
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -121,8 +119,10 @@ fn legend(format: &str, metric: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
-    let (Some(prom), Some(chrome)) = (which(&["/usr/bin/prometheus"]), common::browser::chromium())
-    else {
+    let (Some(prom), Some(chrome)) = (
+        which(&["/usr/bin/prometheus"]),
+        testkit::browser::chromium(),
+    ) else {
         eprintln!("SKIPPED: needs Debian's prometheus and chromium (.ci/run installs both)");
         return;
     };
@@ -131,11 +131,11 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let _c = Cleanup::new(&s);
     let dir = procs::temp_dir(&ns);
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", procs::free_port(None));
+    s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n";
     let config = dir.join("worker.toml");
-    std::fs::write(&config, format!("{}{extra}", procs::worker_toml(&s))).unwrap();
-    let mut w = WorkerProc::spawn_serving(&s, &dir, "0");
+    std::fs::write(&config, format!("{}{extra}", testkit::env::worker_toml(&s))).unwrap();
+    let mut w = WorkerProc::spawn_serving(crate::BIN, &s, &dir, "0");
     let addr = s.http.listen.clone();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !matches!(http_get(&addr, "/readyz").await, Some((200, _))) {
@@ -170,7 +170,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
             publish(&conn, &s, body.as_bytes()).await;
         }
         if round == 30 {
-            let out = common::cli::qw(
+            let out = crate::cli::qw(
                 &s,
                 &["--config", config.to_str().unwrap(), "admin", "reload"],
             )
@@ -259,7 +259,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
         + 60;
     let window = format!("--window-size=1400,{height}");
     let screenshot = format!("--screenshot={}", png.display());
-    let shot = common::browser::headless(
+    let shot = testkit::browser::headless(
         &chrome,
         &dir.join("profile"),
         3000,

@@ -2,14 +2,12 @@
 //! delivery) and go out at the configured rate, with one worker and with three
 //! sharing the rate through Redis. Nothing is churned through the delay queues.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::FieldTable;
+use testkit::*;
 
 const RATE: u64 = 50; // jobs per second
 const WINDOW: Duration = Duration::from_secs(10);

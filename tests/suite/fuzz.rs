@@ -5,14 +5,12 @@
 //! body is either a job that meets the contract or a `Malformed` with a reason.
 //!
 //! `QW_FUZZ_CASES` sets the cases per property (CI: 2,000). A long run:
-//! `QW_FUZZ_CASES=1000000 cargo test --release --test fuzz` (about two million
+//! `QW_FUZZ_CASES=1000000 cargo test --release --test suite fuzz::` (about two million
 //! decoder inputs per million cases, as some properties try several bodies per case).
 //!
 //! Then hand-written cases go end to end through the running worker, each
 //! dispatched or dead-lettered exactly once; and "negative or huge cost" is covered
 //! where cost lives: the configuration and the GCRA script.
-
-mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +18,6 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use chrono_tz::Tz;
-use common::audit::{self, Audit};
-use common::reliability::record;
-use common::*;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
@@ -33,6 +28,9 @@ use quota_worker::config::Settings;
 use quota_worker::job::decode::{self, Malformed, MAX_ID_CHARS, MAX_RECIPIENT_CHARS};
 use quota_worker::job::headers::{self, ATTEMPT, DETAIL, FIRST_SEEN, NOT_BEFORE, REASON};
 use serde_json::json;
+use testkit::audit::{self, Audit};
+use testkit::reliability::record;
+use testkit::*;
 
 const MAX: usize = 4096;
 
@@ -70,7 +68,7 @@ impl Tally {
     fn record(&self, name: &str) {
         record(json!({
             "scenario": format!("fuzz_{name}"),
-            "test": format!("tests/fuzz.rs: {name}"),
+            "test": format!("tests/suite/fuzz.rs: {name}"),
             "inputs": self.inputs.load(Ordering::Relaxed),
             "jobs": self.jobs.load(Ordering::Relaxed),
             "malformed": self.malformed.load(Ordering::Relaxed),
@@ -447,7 +445,7 @@ proptest! {
     }
 }
 
-/// Record the tallies once every property of this binary has run (the harness runs
+/// Record the tallies once every property of this module has run (the harness runs
 /// tests in parallel; this one waits for the others' counters to stop moving).
 #[test]
 fn zz_record_fuzz_figures() {
@@ -627,7 +625,7 @@ async fn hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once() {
     );
     record(json!({
         "scenario": "bad_input_end_to_end",
-        "test": "tests/fuzz.rs: hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once",
+        "test": "tests/suite/fuzz.rs: hand_written_bad_inputs_are_each_dispatched_or_dead_lettered_once",
         "jobs": cases.len(),
         "lost": 0,
         "duplicates": 0,
@@ -688,7 +686,7 @@ async fn the_gcra_script_with_negative_or_huge_costs() {
     let ns = unique("cost");
     let _g = RedisGuard(ns.clone());
     let s = settings(&ns);
-    let e = quota_worker::engine::Engine::connect(&s).await.unwrap();
+    let e = quota_worker::store::QuotaStore::connect(&s).await.unwrap();
     let rate = quota_worker::quota::policy::Rate {
         interval_us: 10_000_000,
         burst: 3,

@@ -1,18 +1,16 @@
 //! The worker end to end against the machine's RabbitMQ and Redis: every outcome of
 //! the contract, one job at a time through `Worker::process`, and the running loop.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::Utc;
 use chrono_tz::Tz;
-use common::*;
 use lapin::options::QueueDeleteOptions;
 use quota_worker::amqp::Publisher;
 use quota_worker::config::RuleSettings;
 use quota_worker::job::{Outcome, Reason};
 use quota_worker::quota::window;
+use testkit::*;
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -1,25 +1,24 @@
 //! Production connections against servers the tests start: a private RabbitMQ node
 //! with a TLS listener and a `redis-server --tls-port`, both with certificates made
-//! here (`common::pki`). Jobs flow end to end over `amqps://` and `rediss://` with
+//! here (`testkit::pki`). Jobs flow end to end over `amqps://` and `rediss://` with
 //! mutual TLS; a wrong CA, a missing client certificate, a wrong server name and a
 //! plaintext port are refused; Redis with an ACL user; and the worker outlives the
 //! broker closing its connection again and again, in the middle of declaring.
-
-mod common;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
-use common::procs::{free_port, temp_dir, RabbitNode, RedisServer, WorkerProc};
-use common::{settings, unique};
+use quota_worker::admission::{Admission, Request};
 use quota_worker::amqp::{self, BrokerError, Topology};
 use quota_worker::config::Settings;
-use quota_worker::engine::{Admission, Engine, Request};
 use quota_worker::producer::Job;
+use quota_worker::store::QuotaStore;
 use quota_worker::tls::TlsSettings;
 use quota_worker::worker::Worker;
+use testkit::pki::Pki;
+use testkit::procs::{temp_dir, RabbitNode, RedisServer, WorkerProc};
+use testkit::{free_port, settings, unique};
 use tokio_util::sync::CancellationToken;
 
 fn tls(ca: &Path, client: Option<&Pki>) -> TlsSettings {
@@ -50,8 +49,8 @@ async fn take_ids(conn: &lapin::Connection, queue: &str, n: usize, wait: Duratio
     let mut ids = Vec::new();
     let deadline = Instant::now() + wait;
     while ids.len() < n && Instant::now() < deadline {
-        match common::take(conn, queue, Duration::from_millis(200)).await {
-            Some(m) => ids.push(common::message_id(&m).to_string()),
+        match testkit::take(conn, queue, Duration::from_millis(200)).await {
+            Some(m) => ids.push(testkit::message_id(&m).to_string()),
             None => continue,
         }
     }
@@ -93,7 +92,7 @@ async fn jobs_flow_end_to_end_over_amqps_and_rediss_with_mutual_tls() {
     let ns = unique("tls-flow");
     let s = tls_settings(&ns, &pki, &node, &redis);
 
-    let engine = Arc::new(Engine::connect(&s).await.expect("redis over TLS"));
+    let engine = Arc::new(QuotaStore::connect(&s).await.expect("redis over TLS"));
     let worker = Arc::new(Worker::new(s.clone(), engine.clone()));
     let stop = CancellationToken::new();
     let run = tokio::spawn(worker.clone().run(stop.clone()));
@@ -187,12 +186,15 @@ async fn what_cannot_be_verified_is_refused_with_a_clear_error() {
     let mut s = settings(&unique("tls-refused"));
     s.redis.url = redis.tls_url();
     s.redis.tls = tls(&pki.other_ca, Some(&pki));
-    let err = Engine::connect(&s).await.unwrap_err().to_string();
+    let err = QuotaStore::connect(&s).await.unwrap_err().to_string();
     assert!(err.to_lowercase().contains("certificate"), "{err}");
     s.redis.tls = tls(&pki.ca, None);
-    assert!(Engine::connect(&s).await.is_err(), "no client certificate");
+    assert!(
+        QuotaStore::connect(&s).await.is_err(),
+        "no client certificate"
+    );
     s.redis.tls = tls(&pki.ca, Some(&pki));
-    let engine = Engine::connect(&s).await.expect("mutual TLS to Redis");
+    let engine = QuotaStore::connect(&s).await.expect("mutual TLS to Redis");
     assert!(matches!(
         engine.admit(&request("r")).await.unwrap(),
         Admission::Admitted(_)
@@ -201,7 +203,7 @@ async fn what_cannot_be_verified_is_refused_with_a_clear_error() {
     // the CLI says why, naming what failed
     let mut s = settings(&unique("tls-cli"));
     s.amqp.url = url.clone();
-    let out = common::cli::qw(&s, &["admin", "queues"])
+    let out = crate::cli::qw(&s, &["admin", "queues"])
         .env("QUOTA_WORKER__AMQP__TLS__CA_FILE", &pki.other_ca)
         .output()
         .unwrap();
@@ -218,13 +220,15 @@ async fn redis_with_an_acl_user() {
     let redis = RedisServer::with_acl("qwuser", "s3cret");
     let mut s = settings(&unique("acl"));
     s.redis.url = format!("redis://qwuser:s3cret@127.0.0.1:{}", redis.port);
-    let engine = Engine::connect(&s).await.expect("the ACL user connects");
+    let engine = QuotaStore::connect(&s)
+        .await
+        .expect("the ACL user connects");
     assert!(matches!(
         engine.admit(&request("r")).await.unwrap(),
         Admission::Admitted(_)
     ));
     s.redis.url = format!("redis://qwuser:wrong@127.0.0.1:{}", redis.port);
-    let err = Engine::connect(&s).await.unwrap_err().to_string();
+    let err = QuotaStore::connect(&s).await.unwrap_err().to_string();
     assert!(
         err.to_lowercase().contains("authentication failed"),
         "{err}"
@@ -249,7 +253,7 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     s.amqp.url = node.url();
     // the private node goes with the test; the recipient key it writes in the
     // machine's Redis would not
-    let _cleanup = common::Cleanup::new(&s);
+    let _cleanup = testkit::Cleanup::new(&s);
     let dir = temp_dir("closed");
 
     // Closes inside the broker, each as soon as the node holds N queues and the
@@ -273,7 +277,7 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     let (out, mut worker) = std::thread::scope(|scope| {
         let closer = scope.spawn(|| node.ctl(&["eval", &burst]));
         std::thread::sleep(Duration::from_millis(500));
-        let worker = WorkerProc::spawn(&s, &dir, "w");
+        let worker = WorkerProc::spawn(crate::BIN, &s, &dir, "w");
         (closer.join().unwrap(), worker)
     });
     assert!(
@@ -344,9 +348,9 @@ async fn the_worker_waits_for_a_redis_that_is_not_there_yet() {
     let ns = unique("late-redis");
     let mut s = settings(&ns);
     s.redis.url = format!("redis://127.0.0.1:{port}");
-    let _cleanup = common::Cleanup::new(&s);
+    let _cleanup = testkit::Cleanup::new(&s);
     let dir = temp_dir("late-redis");
-    let mut worker = WorkerProc::spawn(&s, &dir, "w");
+    let mut worker = WorkerProc::spawn(crate::BIN, &s, &dir, "w");
     let log_path = worker.log.clone();
     let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -367,7 +371,7 @@ async fn the_worker_waits_for_a_redis_that_is_not_there_yet() {
         .publish(&Job::new("r", "sms").id("after-redis-came"))
         .await
         .unwrap();
-    let conn = common::amqp().await;
+    let conn = testkit::amqp().await;
     let queue = Topology::from_settings(&s).dispatch_queue("sms");
     let got = take_ids(&conn, &queue, 1, Duration::from_secs(30)).await;
     assert_eq!(got, ["after-redis-came"], "{}", worker.tail(10));

@@ -1,7 +1,6 @@
 //! The audit every fault scenario ends with: publish a known set of jobs, then find
 //! each job id exactly once as dispatched, delayed (still waiting in the delay ladder
 //! or the jobs queue) or dead-lettered with a reason; count duplicates; check caps.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -14,7 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
 use quota_worker::config::Settings;
 
-use super::topology;
+use crate::topology;
 
 /// One job the test published.
 #[derive(Debug, Clone)]
@@ -70,12 +69,12 @@ pub async fn publish_all(conn: &Connection, s: &Settings, jobs: &[Published]) {
 
 /// Ready messages in `queue` (None when the queue or the connection is not there).
 pub async fn depth(conn: &Connection, queue: &str) -> Option<u32> {
-    Some(super::inspect(conn, queue).await?.message_count())
+    Some(crate::inspect(conn, queue).await?.message_count())
 }
 
 /// Consumers of `queue`.
 pub async fn consumers(conn: &Connection, queue: &str) -> Option<u32> {
-    Some(super::inspect(conn, queue).await?.consumer_count())
+    Some(crate::inspect(conn, queue).await?.consumer_count())
 }
 
 /// A message taken from a queue by the audit.
@@ -128,7 +127,7 @@ pub async fn drain(conn: &Connection, queue: &str) -> Vec<Taken> {
                 .as_ref()
                 .map(|m| m.as_str().to_string())
                 .unwrap_or_default(),
-            reason: super::header(&d.properties, "x-notify-reason"),
+            reason: crate::header(&d.properties, "x-notify-reason"),
             body: d.data,
             props: d.properties,
         });
@@ -355,6 +354,7 @@ impl Rng {
     }
 
     /// Next value.
+    #[allow(clippy::should_implement_trait)] // a generator without end, not an iterator
     pub fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;

@@ -3,25 +3,23 @@
 //! a real headless Chromium. Each test runs `quota-worker run` with HTTP on a free
 //! port and its own queue names and key prefix.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::cli::*;
-use common::procs::{self, WorkerProc};
-use common::*;
+use crate::cli::*;
 use quota_worker::config::Settings;
 use serde_json::Value;
+use testkit::procs::{self, WorkerProc};
+use testkit::*;
 
 /// A serving worker for `s` with `extra` TOML after the test's policies and
 /// channels; returns it with its config file.
 async fn serving(s: &mut Settings, dir: &Path, extra: &str) -> (WorkerProc, PathBuf) {
     s.http.enabled = true;
-    s.http.listen = format!("127.0.0.1:{}", procs::free_port(None));
+    s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     let config = dir.join("worker.toml");
-    std::fs::write(&config, format!("{}{extra}", procs::worker_toml(s))).unwrap();
-    let w = WorkerProc::spawn_serving(s, dir, "0");
+    std::fs::write(&config, format!("{}{extra}", testkit::env::worker_toml(s))).unwrap();
+    let w = WorkerProc::spawn_serving(crate::BIN, s, dir, "0");
     let addr = s.http.listen.clone();
     wait_for("/readyz 200", Duration::from_secs(30), || async {
         matches!(http_get(&addr, "/readyz").await, Some((200, _)))
@@ -315,12 +313,12 @@ fn qw_with_config(s: &Settings, config: &Path, args: &[&str]) -> std::process::O
 
 /// The page in headless Chromium (the script gets 4 s of virtual time).
 fn browse(chrome: &Path, profile: &Path, args: &[&str], url: &str) -> std::process::Output {
-    common::browser::headless(chrome, profile, 4000, args, url)
+    testkit::browser::headless(chrome, profile, 4000, args, url)
 }
 
 #[tokio::test]
 async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
-    let Some(chrome) = common::browser::chromium() else {
+    let Some(chrome) = testkit::browser::chromium() else {
         eprintln!(
             "skipped: chromium not found (Debian: apt-get install chromium; .ci/run installs it)"
         );

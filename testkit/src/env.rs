@@ -1,0 +1,108 @@
+//! A [`Settings`] as a `quota-worker` process receives it: `QUOTA_WORKER__SECTION__KEY`
+//! variables for the scalar sections, and a configuration file for the tables that
+//! cannot be variables (policies' rules, channels). The tests' binary runs and the
+//! benchmark's worker processes get their names and settings so.
+
+use quota_worker::config::Settings;
+use serde_json::Value;
+
+/// The environment that gives the binary `s`'s scalar sections (`[amqp]` with its
+/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`) and each custom
+/// policy's scope and action, as `QUOTA_WORKER__SECTION__KEY` variables. The hash
+/// key is left out (it serializes redacted); a test that needs its own sets it.
+/// Rules, lists of tables, cannot be variables: [`worker_toml`] writes them for a
+/// file.
+pub fn env_for(s: &Settings) -> Vec<(String, String)> {
+    let v = serde_json::to_value(s).unwrap();
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    let mut env = Vec::new();
+    for section in ["amqp", "redis", "worker", "http"] {
+        let var = |k: &str| {
+            format!(
+                "QUOTA_WORKER__{}__{}",
+                section.to_uppercase(),
+                k.to_uppercase()
+            )
+        };
+        for (k, v) in v[section].as_object().unwrap() {
+            match v {
+                Value::Object(tls) => {
+                    for (k2, v2) in tls {
+                        env.push((format!("{}__{}", var(k), k2.to_uppercase()), scalar(v2)));
+                    }
+                }
+                Value::Array(a) if a.is_empty() => {}
+                _ if k == "hash_key" => {}
+                v => env.push((var(k), scalar(v))),
+            }
+        }
+    }
+    for (name, p) in &s.policies {
+        if name != "default" && name != "transactional" {
+            let p = serde_json::to_value(p).unwrap();
+            for key in ["scope", "action"] {
+                env.push((
+                    format!(
+                        "QUOTA_WORKER__POLICIES__{}__{}",
+                        name.to_uppercase(),
+                        key.to_uppercase()
+                    ),
+                    scalar(&p[key]),
+                ));
+            }
+        }
+    }
+    env
+}
+
+/// The environment of `quota-worker run` for `s` ([`env_for`]), HTTP off.
+pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
+    let mut env = env_for(s);
+    env.retain(|(k, _)| k != "QUOTA_WORKER__HTTP__ENABLED");
+    env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "false".into()));
+    env
+}
+
+/// The `[policies.*]` and `[channels.*]` tables of `s` as TOML.
+pub fn worker_toml(s: &Settings) -> String {
+    let mut out = String::new();
+    for (name, p) in &s.policies {
+        out.push_str(&format!("[policies.{name}]\nrules = ["));
+        let rules: Vec<String> = p
+            .rules
+            .iter()
+            .map(|r| format!("{{ limit = {}, window = \"{}\" }}", r.limit, r.window))
+            .collect();
+        out.push_str(&rules.join(", "));
+        let v = serde_json::to_value(p).unwrap();
+        out.push_str(&format!(
+            "]\nscope = {}\naction = {}\n\n",
+            v["scope"], v["action"]
+        ));
+    }
+    for (name, c) in &s.channels {
+        out.push_str(&format!("[channels.{name}]\n"));
+        if let Some(rate) = c.rate {
+            out.push_str(&format!("rate = {rate}\n"));
+        }
+        if let Some(p) = c.period {
+            out.push_str(&format!(
+                "period = \"{}\"\n",
+                serde_json::to_value(p).unwrap().as_str().unwrap()
+            ));
+        }
+        if let Some(b) = c.burst {
+            out.push_str(&format!("burst = {b}\n"));
+        }
+        out.push_str(&format!("cost = {}\n\n", c.cost));
+    }
+    out
+}
