@@ -375,3 +375,28 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A fresh directory under the system temp dir, removed once the test process exits
+/// (kept with `QW_KEEP_TMP=1`, e.g. to read the worker logs of a failed scenario).
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(unique(name));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    if std::env::var("QW_KEEP_TMP").is_ok_and(|v| v == "1") {
+        eprintln!("keeping {}", dir.display());
+        return dir;
+    }
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 1; done; case "$2" in */qwt-*) rm -rf -- "$2";; esac"#;
+    let _ = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("qw-dir-watchdog")
+        .arg(std::process::id().to_string())
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    dir
+}

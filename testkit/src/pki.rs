@@ -106,7 +106,7 @@ impl Pki {
     /// Make every file in a fresh temp dir (removed when the test process exits).
     #[allow(clippy::new_without_default)] // it runs openssl: not a default value
     pub fn new() -> Pki {
-        let dir = crate::procs::temp_dir("pki");
+        let dir = crate::temp_dir("pki");
         ca(&dir, "ca");
         ca(&dir, "other-ca");
         leaf(

@@ -17,31 +17,7 @@ use std::time::{Duration, Instant};
 use quota_worker::config::Settings;
 
 use crate::env::{env_for, worker_env, worker_toml};
-use crate::{free_port, port_open};
-
-/// A fresh directory under the system temp dir, removed once the test process exits
-/// (kept with `QW_KEEP_TMP=1`, e.g. to read the worker logs of a failed scenario).
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(crate::unique(name));
-    fs::create_dir_all(&dir).expect("temp dir");
-    if std::env::var("QW_KEEP_TMP").is_ok_and(|v| v == "1") {
-        eprintln!("keeping {}", dir.display());
-        return dir;
-    }
-    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 1; done; case "$2" in */qwt-*) rm -rf -- "$2";; esac"#;
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("qw-dir-watchdog")
-        .arg(std::process::id().to_string())
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    dir
-}
+use crate::{free_port, port_open, temp_dir};
 
 /// Kill `pid` (or its process group) once this test process has exited, unless it
 /// has exited first. `comm` guards against a recycled pid. (`sh` may be dash, whose

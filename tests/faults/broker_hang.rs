@@ -6,7 +6,7 @@ use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
 use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::reliability::{long, record};
 use testkit::*;
 
@@ -34,7 +34,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     s.amqp.url = node.url();
     s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
     let _g = RedisGuard(ns.clone());
-    let dir = procs::temp_dir("brokerhang");
+    let dir = testkit::temp_dir("brokerhang");
     let connect = |url: String| async move {
         lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
             .await

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use serde_json::json;
 use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::reliability::{long, record};
 use testkit::*;
 
@@ -26,7 +26,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     let mut s = fault_settings(&ns, 200);
     s.amqp.url = node.url();
     let _g = RedisGuard(ns.clone());
-    let dir = procs::temp_dir("brokerrestart");
+    let dir = testkit::temp_dir("brokerrestart");
     let connect = |url: String| async move {
         lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
             .await

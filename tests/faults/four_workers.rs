@@ -6,7 +6,7 @@ use crate::harness::*;
 use quota_worker::config::RuleSettings;
 use serde_json::json;
 use testkit::audit::{self, noon_zone, publish_all, Audit, Published};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,7 +20,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
         window: "1d".parse().unwrap(),
     }];
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir("four");
+    let dir = testkit::temp_dir("four");
     declare(&s).await;
     let conn = amqp().await;
     let zone = noon_zone();

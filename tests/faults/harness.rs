@@ -607,7 +607,7 @@ pub(crate) async fn load_and_start(s: &Settings, ns: &str, n: usize, tag: &str) 
     let conn = amqp().await;
     audit::publish_all(&conn, s, &mix.jobs).await;
     let dispatch = topology(s).dispatch_queue("sms");
-    let dir = procs::temp_dir(tag);
+    let dir = testkit::temp_dir(tag);
     let started = Instant::now();
     let w = WorkerProc::spawn(crate::BIN, s, &dir, "0");
     while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {

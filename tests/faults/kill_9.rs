@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use serde_json::json;
 use testkit::audit::{depth, noon_zone, publish_all, Rng};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::reliability::long;
 use testkit::*;
 
@@ -20,7 +20,7 @@ async fn kill_9_at_random_moments_loses_nothing_and_breaks_no_cap() {
     let ns = unique("kill");
     let s = fault_settings(&ns, rate);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir("kill");
+    let dir = testkit::temp_dir("kill");
     declare(&s).await;
     let mix = Mix::new(&ns, n, &noon_zone());
     let conn = amqp().await;

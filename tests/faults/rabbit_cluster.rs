@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use serde_json::json;
 use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::{self, RabbitCluster, RabbitNode, WorkerProc};
+use testkit::procs::{RabbitCluster, RabbitNode, WorkerProc};
 use testkit::reliability::{long, record};
 use testkit::*;
 
@@ -70,7 +70,7 @@ async fn rabbit_cluster_nodes_killed_under_load_the_worker_follows_and_loses_not
     s.amqp.url = urls[0].clone();
     s.amqp.urls = urls.clone();
     let _g = RedisGuard(ns.clone());
-    let dir = procs::temp_dir("rabbitcluster");
+    let dir = testkit::temp_dir("rabbitcluster");
     let mut conn = connect_any(&urls).await;
     topology(&s).declare(&conn).await.unwrap();
     // every quorum queue has a replica on each node

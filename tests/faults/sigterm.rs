@@ -6,7 +6,7 @@ use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
 use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::reliability::record;
 use testkit::*;
 
@@ -25,7 +25,7 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         let mut s = fault_settings(&ns, rate);
         s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
         let _c = Cleanup::new(&s);
-        let dir = procs::temp_dir("sigterm");
+        let dir = testkit::temp_dir("sigterm");
         declare(&s).await;
         let mix = Mix::new(&ns, n, &noon_zone());
         let conn = amqp().await;
@@ -49,7 +49,7 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
         // a fresh, unpaced worker finishes the run
         let mut unpaced = s.clone();
         unpaced.channels.get_mut("sms").unwrap().rate = Some(1_000);
-        let fdir = procs::temp_dir("sigterm-finish");
+        let fdir = testkit::temp_dir("sigterm-finish");
         let mut f = WorkerProc::spawn(crate::BIN, &unpaced, &fdir, "finish");
         let end = finish(&conn, &s, &mix, Duration::from_secs(120), async {
             f.stop()

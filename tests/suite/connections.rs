@@ -17,7 +17,8 @@ use quota_worker::store::QuotaStore;
 use quota_worker::tls::TlsSettings;
 use quota_worker::worker::Worker;
 use testkit::pki::Pki;
-use testkit::procs::{temp_dir, RabbitNode, RedisServer, WorkerProc};
+use testkit::procs::{RabbitNode, RedisServer, WorkerProc};
+use testkit::temp_dir;
 use testkit::{free_port, settings, unique};
 use tokio_util::sync::CancellationToken;
 

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::*;
 
 fn which(names: &[&str]) -> Option<PathBuf> {
@@ -129,7 +129,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let ns = unique("dashboard");
     let mut s = settings(&ns);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir(&ns);
+    let dir = testkit::temp_dir(&ns);
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
     let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n";

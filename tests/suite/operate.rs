@@ -68,7 +68,7 @@ async fn a_shadow_policy_sends_every_job_records_it_and_counts_what_it_would_hav
     let ns = unique("shadow");
     let mut s = settings(&ns);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir(&ns);
+    let dir = testkit::temp_dir(&ns);
     let promo = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n";
     let (mut w, config) = serving(&mut s, &dir, promo).await;
     let conn = amqp().await;
@@ -124,7 +124,7 @@ async fn metrics_answer_operators_questions_each_with_help_and_histograms_not_su
     let ns = unique("opmetrics");
     let mut s = settings(&ns);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir(&ns);
+    let dir = testkit::temp_dir(&ns);
     let (mut w, _) = serving(&mut s, &dir, "").await;
     let conn = amqp().await;
     publish(&conn, &s, &job("m1", "r1", "default")).await;
@@ -221,7 +221,7 @@ async fn a_reload_applies_new_rules_keeps_recorded_sends_and_refuses_what_it_can
     let ns = unique("reload");
     let mut s = settings(&ns);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir(&ns);
+    let dir = testkit::temp_dir(&ns);
     let (mut w, config) = serving(&mut s, &dir, "").await;
     let written = std::fs::read_to_string(&config).unwrap();
     let conn = amqp().await;
@@ -327,7 +327,7 @@ async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
     let ns = unique("page");
     let mut s = settings(&ns);
     let _c = Cleanup::new(&s);
-    let dir = procs::temp_dir(&ns);
+    let dir = testkit::temp_dir(&ns);
     let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\nsend_windows = [{ days = \"mon-fri\", from = \"08:00\", to = \"21:00\" }]\n";
     let extra = format!("{extra}\n[channels.sms]\nrate = 20\nperiod = \"1s\"\nburst = 5\n");
     // the test's channels without sms, which `extra` gives with a rate
