@@ -14,9 +14,9 @@ use quota_worker::config::{RuleSettings, Settings};
 use quota_worker::store::QuotaStore;
 
 use crate::context::{header, Bench};
-use crate::env::url_host_port;
 use crate::report::Report;
 use crate::teardown::delete_keys;
+use testkit::redis_host_port;
 
 /// Runs the step into `report`; deletes its keys.
 pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
@@ -83,7 +83,7 @@ pub fn evalsha_per_sec(s: &Settings, n: usize, script: &str, args: &[&str]) -> R
     let client = redis::Client::open(s.redis.url.as_str())?;
     let mut c = client.get_connection()?;
     let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut c)?;
-    let url = url_host_port(&s.redis.url);
+    let url = redis_host_port(&s.redis.url);
     let out = Command::new("redis-benchmark")
         .args([
             "-h",

@@ -38,8 +38,9 @@
 //! benchmark's own broker work (backlogs, offered rates, arrival times), [`procs`]
 //! the worker and Redis processes, [`sample`] CPU and RSS from `/proc`, [`metrics`]
 //! the worker's HTTP endpoint and its Prometheus text, [`teardown`] deleting what the
-//! steps declared, [`env`] the port and URL helpers and the worker's environment,
-//! [`cluster`] the nodes of `--redis-cluster`.
+//! steps declared, [`context`] what every step is given, [`cluster`] the nodes of
+//! `--redis-cluster`. Free ports, URLs and the worker's environment come from the
+//! support crate the tests share (`testkit`).
 
 mod broker;
 mod ceiling;
@@ -47,7 +48,6 @@ mod cli;
 mod cluster;
 mod context;
 mod engine;
-mod env;
 mod jobs;
 mod latency;
 mod memory;

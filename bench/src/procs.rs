@@ -9,17 +9,20 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use quota_worker::config::Settings;
 
-use crate::env::{free_port, url_host_port, worker_env};
 use crate::metrics::get;
 use crate::sample::server_pid;
+use testkit::{free_port, redis_host_port};
 
 /// `quota-worker run` for `s`, quiet, its HTTP endpoint on a free port, with `env`
 /// added to its environment.
 pub fn spawn_worker(bin: &Path, s: &Settings, env: &[(String, String)]) -> Result<(Child, u16)> {
-    let port = free_port()?;
+    let port = free_port(None);
+    let mut w = s.clone();
+    w.http.enabled = true;
+    w.http.listen = format!("127.0.0.1:{port}");
     let child = Command::new(bin)
         .arg("run")
-        .envs(worker_env(s, port))
+        .envs(testkit::env::env_for(&w))
         .envs(env.iter().cloned())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -72,7 +75,7 @@ pub struct OwnRedis {
 
 impl OwnRedis {
     pub fn start() -> Result<OwnRedis> {
-        let port = free_port()?;
+        let port = free_port(None);
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -137,7 +140,7 @@ impl Drop for Realtime {
 
 /// The pid of the Redis server, when it runs on this machine.
 pub fn redis_pid(s: &Settings) -> Result<u32> {
-    let (host, _) = url_host_port(&s.redis.url);
+    let (host, _) = redis_host_port(&s.redis.url);
     if !["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str()) {
         bail!("Redis at {host} is not on this machine");
     }

@@ -8,15 +8,7 @@ use std::process::Command;
 
 use lapin::{Connection, ConnectionProperties};
 use serde_json::Value;
-
-fn amqp_url() -> String {
-    std::env::var("QW_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-fn redis_url() -> String {
-    std::env::var("QW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
+use testkit::{amqp_url, redis_url};
 
 /// The worker binary the benchmark runs: beside the bench binary in the workspace's
 /// target directory (`cargo test` at the root builds it; alone, build it here).

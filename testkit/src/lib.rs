@@ -54,6 +54,22 @@ pub fn amqp_url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
+/// The host and port of a `redis://` URL (6379 when it names none).
+pub fn redis_host_port(url: &str) -> (String, String) {
+    let rest = url.trim_start_matches("redis://");
+    let hostport = rest
+        .rsplit('@')
+        .next()
+        .unwrap_or(rest)
+        .split('/')
+        .next()
+        .unwrap_or(rest);
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_string(), p.to_string()),
+        None => (hostport.to_string(), "6379".into()),
+    }
+}
+
 /// A name no other test (or test run) uses.
 pub fn unique(name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
