@@ -34,7 +34,7 @@ pub struct Context<'a> {
 
 /// What the worker must do with one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Publish to the dispatch exchange, then commit the ticket.
     Dispatch(Ticket),
     /// Hold it in the delay ladder until `until`, then decide again.
@@ -61,7 +61,7 @@ pub enum Decision {
 
 /// Why a job goes to the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
+pub(crate) struct DeadLetter {
     /// The `x-notify-reason`.
     pub reason: Reason,
     /// The `x-notify-detail`: a sentence that says why.
@@ -107,7 +107,7 @@ pub enum WindowsOf {
 
 impl DelayCause {
     /// Every label, in the order of [`DelayCause::index`].
-    pub const LABELS: [&'static str; 5] =
+    pub(crate) const LABELS: [&'static str; 5] =
         ["cap", "window", "schedule", "in_flight", "dispatch_refused"];
 
     /// Its index in [`DelayCause::LABELS`].
@@ -175,7 +175,7 @@ pub fn cancelled(at: DateTime<Utc>) -> DeadLetter {
 
 /// The job alone, before Redis is asked: `None` when Redis must decide.
 /// `channels`: the configured channels, sorted.
-pub fn triage(job: &Job<'_>, channels: &[String], now: DateTime<Utc>) -> Option<Decision> {
+pub(crate) fn triage(job: &Job<'_>, channels: &[String], now: DateTime<Utc>) -> Option<Decision> {
     if channels
         .binary_search_by(|c| c.as_str().cmp(&job.channel))
         .is_err()
@@ -291,7 +291,7 @@ fn wait(
 }
 
 /// The store's answer for `job`, at `now` (Redis time, after the admission).
-pub fn after_admission(
+pub(crate) fn after_admission(
     job: &Job<'_>,
     cx: &Context<'_>,
     admission: Admission,
@@ -358,7 +358,7 @@ pub fn after_admission(
 
 /// What a shadow policy would have done with a job it let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShadowVerdict {
+pub(crate) enum ShadowVerdict {
     /// Sent: its caps and windows allow it now.
     Allowed,
     /// Held by its caps (until they, and its windows, allow it).
@@ -380,19 +380,11 @@ impl ShadowVerdict {
             ShadowVerdict::Dead => "dead",
         }
     }
-
-    /// Every verdict, in label order.
-    pub const ALL: [ShadowVerdict; 4] = [
-        ShadowVerdict::Allowed,
-        ShadowVerdict::HeldCap,
-        ShadowVerdict::HeldWindow,
-        ShadowVerdict::Dead,
-    ];
 }
 
 /// For a job of a shadow policy, what enforcing that policy would have done, given
 /// the store's answer at `now`: its windows first (as [`hold`] checks them before
-/// Redis), then its caps as [`decide`] would have held or dead-lettered it. `None`
+/// Redis), then its caps as [`after_admission`] would have held or dead-lettered it. `None`
 /// for an enforced policy, and for answers that carry no verdict (a duplicate,
 /// another worker's reservation). The channel's own windows and rate are enforced
 /// whatever the policy's mode, so they are not part of the verdict.
@@ -446,7 +438,7 @@ pub fn shadow(
 /// The broker refused the dispatch of a job handled `attempt` times before: when to
 /// try again (it waits in the delay ladder until then): after 5 s, doubling with
 /// each attempt, at most 5 minutes.
-pub fn retry_refused_dispatch_at(attempt: u64, now: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn retry_refused_dispatch_at(attempt: u64, now: DateTime<Utc>) -> DateTime<Utc> {
     now + Duration::seconds(5i64 << attempt.min(6)).min(Duration::minutes(5))
 }
 

@@ -47,7 +47,7 @@ pub enum HttpError {
 pub struct App {
     /// The recorder's handle; `None`: `/metrics` answers 404.
     pub metrics: Option<PrometheusHandle>,
-    /// Readiness.
+    /// Broker and Redis readiness, as `/readyz` answers it.
     pub health: Arc<Health>,
     /// The status page's state (with the reloader once the store is connected).
     pub status: Arc<Status>,

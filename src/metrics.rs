@@ -12,70 +12,70 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 use crate::job::Outcome;
 
 /// Counter: jobs with a confirmed outcome, by `outcome` and dead-letter `reason`.
-pub const JOBS_TOTAL: &str = "quota_worker_jobs_total";
+pub(crate) const JOBS_TOTAL: &str = "quota_worker_jobs_total";
 /// Counter: jobs delayed, by `cause` (cap, window, schedule, in_flight,
 /// dispatch_refused).
-pub const DELAYS_TOTAL: &str = "quota_worker_delays_total";
+pub(crate) const DELAYS_TOTAL: &str = "quota_worker_delays_total";
 /// Histogram: time to decide a job in Redis, pacing waits included.
-pub const ADMISSION_SECONDS: &str = "quota_worker_admission_seconds";
+pub(crate) const ADMISSION_SECONDS: &str = "quota_worker_admission_seconds";
 /// Histogram: one admission script call, from sending it to its reply.
-pub const ADMISSION_CALL_SECONDS: &str = "quota_worker_admission_call_seconds";
+pub(crate) const ADMISSION_CALL_SECONDS: &str = "quota_worker_admission_call_seconds";
 /// Histogram: jobs decided by one admission script call.
-pub const ADMISSION_BATCH_JOBS: &str = "quota_worker_admission_batch_jobs";
+pub(crate) const ADMISSION_BATCH_JOBS: &str = "quota_worker_admission_batch_jobs";
 /// Histogram: time from delivery to a confirmed outcome.
-pub const JOB_SECONDS: &str = "quota_worker_job_seconds";
+pub(crate) const JOB_SECONDS: &str = "quota_worker_job_seconds";
 /// Gauge: deliveries being processed now.
-pub const IN_FLIGHT: &str = "quota_worker_in_flight";
+pub(crate) const IN_FLIGHT: &str = "quota_worker_in_flight";
 /// Counter: Redis commands sent (script calls included).
-pub const REDIS_CALLS_TOTAL: &str = "quota_worker_redis_calls_total";
+pub(crate) const REDIS_CALLS_TOTAL: &str = "quota_worker_redis_calls_total";
 /// Counter: Redis calls that failed (the job is held and retried).
-pub const REDIS_ERRORS_TOTAL: &str = "quota_worker_redis_errors_total";
+pub(crate) const REDIS_ERRORS_TOTAL: &str = "quota_worker_redis_errors_total";
 /// Counter: connections made to a Redis master named by the sentinels (the first,
 /// then one per failover or lost connection).
-pub const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_connections_total";
+pub(crate) const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_connections_total";
 /// Counter: `WAIT`s after admission calls (`redis.wait_replicas`), by `result`
 /// (replicated, short: fewer replicas than asked within `redis.wait_timeout`).
-pub const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
+pub(crate) const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
 /// Counter: broker sessions that ended in an error.
-pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
+pub(crate) const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
-pub const RECONNECTS_TOTAL: &str = "quota_worker_reconnects_total";
+pub(crate) const RECONNECTS_TOTAL: &str = "quota_worker_reconnects_total";
 /// Histogram: how long a delayed job is held, by `cause`.
-pub const DELAY_SECONDS: &str = "quota_worker_delay_seconds";
+pub(crate) const DELAY_SECONDS: &str = "quota_worker_delay_seconds";
 /// Gauge: messages ready in each queue of the topology, by `role` and `queue`.
-pub const QUEUE_MESSAGES: &str = "quota_worker_queue_messages";
+pub(crate) const QUEUE_MESSAGES: &str = "quota_worker_queue_messages";
 /// Gauge: consumers of each queue of the topology, by `role` and `queue`.
-pub const QUEUE_CONSUMERS: &str = "quota_worker_queue_consumers";
+pub(crate) const QUEUE_CONSUMERS: &str = "quota_worker_queue_consumers";
 /// Gauge: 1 while ready (broker connected with the topology declared, Redis up).
 pub const READY: &str = "quota_worker_ready";
 /// Gauge: 1 while a `dependency` (broker, redis) is up.
-pub const UP: &str = "quota_worker_up";
+pub(crate) const UP: &str = "quota_worker_up";
 /// Gauge: always 1, labelled with the `version`.
-pub const BUILD_INFO: &str = "quota_worker_build_info";
+pub(crate) const BUILD_INFO: &str = "quota_worker_build_info";
 /// Counter: verdicts of shadow policies, by `policy` and `verdict`.
-pub const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
+pub(crate) const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
 /// Counter: configuration reloads, by `result` (applied, refused).
-pub const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
+pub(crate) const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
 
 /// Upper bounds (seconds) of the admission latency histogram: one Redis round trip
 /// is well under a millisecond on a LAN; pacing waits can take seconds.
-pub const ADMISSION_BUCKETS: &[f64] = &[
+pub(crate) const ADMISSION_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Upper bounds (seconds) of the whole-job latency histogram.
-pub const JOB_BUCKETS: &[f64] = &[
+pub(crate) const JOB_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
 /// Upper bounds of the jobs-per-admission-call histogram (at most
 /// [`crate::redis::admit::MAX_BATCH`]).
-pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+pub(crate) const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
 /// Upper bounds (seconds) of the delay-length histogram: from the ladder's first
 /// level (1 s) through a minute, an hour and a day to a week and its 12-day top.
-pub const DELAY_BUCKETS: &[f64] = &[
+pub(crate) const DELAY_BUCKETS: &[f64] = &[
     1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 10800.0, 21600.0, 43200.0, 86400.0, 172800.0, 604800.0,
     1048576.0,
 ];
@@ -108,7 +108,7 @@ pub fn local_recorder() -> Result<
 /// Install the Prometheus recorder for the whole process, describe the worker's
 /// metrics, and return the handle `/metrics` renders. Call once, before the worker
 /// starts. Spawns the recorder's periodic upkeep (needs a Tokio runtime).
-pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
+pub(crate) fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     let handle = builder()?.install_recorder()?;
     describe();
     process_collector().describe();
@@ -126,7 +126,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
 /// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
 /// `process_open_fds`, ...), as Prometheus's own clients name them; read from
 /// `/proc` each time `/metrics` is rendered.
-pub fn process_collector() -> &'static metrics_process::Collector {
+pub(crate) fn process_collector() -> &'static metrics_process::Collector {
     static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
     COLLECTOR.get_or_init(metrics_process::Collector::default)
 }

@@ -129,7 +129,7 @@ impl Rules {
 
     /// What differs from `before`, one line per policy or channel, for the log of a
     /// reload (empty: nothing changed).
-    pub fn changes_from(&self, before: &Rules) -> Vec<String> {
+    pub(crate) fn changes_from(&self, before: &Rules) -> Vec<String> {
         let mut out = Vec::new();
         for (name, p) in &self.policies {
             match before.policies.get(name) {

@@ -21,7 +21,7 @@ use crate::job::Outcome;
 use crate::reload::Reloader;
 
 /// How often queues are read and outcomes sampled.
-pub const EVERY: Duration = Duration::from_secs(5);
+pub(crate) const EVERY: Duration = Duration::from_secs(5);
 /// Samples kept: 15 minutes of them.
 const KEPT: usize = 180;
 
@@ -42,7 +42,7 @@ pub struct Status {
 /// `/status.json`.
 #[derive(Debug, Serialize)]
 pub struct Report {
-    /// Now.
+    /// When the report was made.
     pub at: DateTime<Utc>,
     /// Broker and Redis both up.
     pub ready: bool,
@@ -115,7 +115,7 @@ const OUTCOMES: [&str; 5] = ["dispatched", "delayed", "duplicate", "superseded",
 
 impl Status {
     /// Record the queues as just read.
-    pub fn set_queues(&self, stats: Vec<QueueStat>) {
+    pub(crate) fn set_queues(&self, stats: Vec<QueueStat>) {
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some((Utc::now(), stats));
     }
 
@@ -261,7 +261,7 @@ pub async fn sample(status: Arc<Status>, shutdown: CancellationToken) {
 
 /// Read every queue of `topology` on `conn` every [`EVERY`] (passive declares on
 /// one channel), into `status` and the queue gauges, until `stop`.
-pub async fn watch_queues(
+pub(crate) async fn watch_queues(
     status: Arc<Status>,
     conn: Arc<lapin::Connection>,
     topology: Topology,

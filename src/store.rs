@@ -213,7 +213,7 @@ impl QuotaStore {
 
     /// Put `rules` in force for every decision from now on (a reload); returns the
     /// ones they replace. Plans made for a replaced policy are not used again.
-    pub fn set_rules(&self, rules: Rules) -> Arc<Rules> {
+    pub(crate) fn set_rules(&self, rules: Rules) -> Arc<Rules> {
         self.rules.swap(Arc::new(rules))
     }
 
@@ -254,7 +254,7 @@ impl QuotaStore {
     }
 
     /// This machine's clock, corrected by the offset last seen from Redis.
-    pub fn redis_now(&self) -> DateTime<Utc> {
+    pub(crate) fn redis_now(&self) -> DateTime<Utc> {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
 
@@ -274,7 +274,7 @@ impl QuotaStore {
 
     /// [`QuotaStore::admit`] under `rules` (the caller's snapshot of the rules in force,
     /// so that one decision never mixes the rules before and after a reload).
-    pub async fn admit_under(
+    pub(crate) async fn admit_under(
         &self,
         req: &Request<'_>,
         rules: &Rules,
@@ -542,7 +542,7 @@ impl QuotaStore {
     }
 
     /// How long notes, cancel marks and collapse keys are kept.
-    pub fn record_ttl(&self) -> Duration {
+    pub(crate) fn record_ttl(&self) -> Duration {
         self.record_ttl
     }
 

@@ -51,7 +51,7 @@ pub struct TlsSettings {
 
 impl TlsSettings {
     /// Whether any TLS key is set.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         *self != TlsSettings::default()
     }
 }

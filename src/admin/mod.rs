@@ -3,9 +3,9 @@
 //! recipient's recorded sends ([`recipients`]), and one job by its id: where it is,
 //! why, and cancelling it ([`jobs`]). Returns data; the binary prints it.
 
-pub mod dead_letters;
-pub mod jobs;
-pub mod queues;
+pub(crate) mod dead_letters;
+pub(crate) mod jobs;
+pub(crate) mod queues;
 pub mod recipients;
 
 use crate::amqp::{BrokerError, PublishError};

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 /// How a delivery is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settle {
+pub(crate) enum Settle {
     /// Its outcome is confirmed: ack.
     Ack,
     /// It could not be settled: hand it back to the queue.
@@ -22,18 +22,18 @@ pub enum Settle {
 
 /// How long a finished delivery may wait behind an unfinished one before it is
 /// acked on its own.
-pub const HOLD: Duration = Duration::from_millis(50);
+pub(crate) const HOLD: Duration = Duration::from_millis(50);
 
 /// What to send to the broker, decided from the finished deliveries (pure).
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     next: u64,
     done: BTreeMap<u64, (Settle, Instant, bool)>,
 }
 
 /// One frame to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// `basic.ack` with `multiple`.
     AckUpTo(u64),
     /// `basic.ack` of one delivery.
@@ -97,7 +97,7 @@ impl Ledger {
 
 /// Handle to the batcher task of one consuming channel.
 #[derive(Debug, Clone)]
-pub struct Acks {
+pub(crate) struct Acks {
     tx: mpsc::UnboundedSender<(u64, Settle)>,
 }
 

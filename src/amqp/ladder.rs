@@ -47,13 +47,13 @@ impl Ladder {
     }
 
     /// The level of [`Ladder::entry`] in a ladder of `levels`.
-    pub fn entry_level(seconds: u64, levels: u32) -> u32 {
+    pub(crate) fn entry_level(seconds: u64, levels: u32) -> u32 {
         let top = 63 - seconds.max(1).leading_zeros();
         top.min(levels - 1)
     }
 
     /// The longest delay one pass through the ladder holds, in seconds.
-    pub fn max_seconds(&self) -> u64 {
+    pub(crate) fn max_seconds(&self) -> u64 {
         (1u64 << self.levels) - 1
     }
 
@@ -75,7 +75,7 @@ impl Ladder {
     /// The level whose queue holds a job delayed by `seconds`, `elapsed_ms` after it
     /// was published (it waits in each set bit's queue in turn, highest first);
     /// `None` once the delay is over (it is back in the jobs queue).
-    pub fn level_at(&self, seconds: u64, elapsed_ms: i64) -> Option<u32> {
+    pub(crate) fn level_at(&self, seconds: u64, elapsed_ms: i64) -> Option<u32> {
         let mut left = elapsed_ms.max(0);
         for n in self.bits(seconds) {
             let hold = 1000i64 << n;
@@ -101,7 +101,7 @@ impl Ladder {
     }
 
     /// The binding arguments of level `n`'s queue to its exchange.
-    pub fn binding(&self, n: u32) -> FieldTable {
+    pub(crate) fn binding(&self, n: u32) -> FieldTable {
         let mut args = FieldTable::default();
         args.insert("x-match".into(), AMQPValue::LongString("all".into()));
         args.insert(bit_header(n).into(), AMQPValue::LongString("1".into()));

@@ -4,9 +4,9 @@
 //! ([`acks`]). AMQP code only moves messages; it decides nothing.
 
 pub(crate) mod acks;
-pub mod connect;
+pub(crate) mod connect;
 pub mod ladder;
-pub mod topology;
+pub(crate) mod topology;
 
 /// Publishing with confirms: the producer crate's, shared by the worker.
 pub use quota_worker_producer::publisher;

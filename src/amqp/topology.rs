@@ -76,7 +76,7 @@ impl Topology {
 
     /// The queue a job delayed by `seconds` is published to ([`Ladder::entry`],
     /// named once rather than per delayed job).
-    pub fn delay_entry(&self, seconds: u64) -> &str {
+    pub(crate) fn delay_entry(&self, seconds: u64) -> &str {
         let level = Ladder::entry_level(seconds, self.amqp.delay_levels);
         &self.delay_queues[level as usize]
     }

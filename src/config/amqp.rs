@@ -134,7 +134,7 @@ impl AmqpSettings {
 
     /// The broker URLs the worker connects to, in the order it tries them:
     /// `urls` when set, else `url`.
-    pub fn connect_urls(&self) -> Vec<&str> {
+    pub(crate) fn connect_urls(&self) -> Vec<&str> {
         match self.urls.is_empty() {
             true => vec![self.url.as_str()],
             false => self.urls.iter().map(String::as_str).collect(),
@@ -144,7 +144,7 @@ impl AmqpSettings {
     /// The broker URLs ([`AmqpSettings::connect_urls`]), parsed, with their TLS settings
     /// checked (files read): an `amqps://` URL whose TLS cannot be set up, TLS keys
     /// with `amqp://` URLs, and a list mixing both, are errors naming the key.
-    pub fn endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+    pub(crate) fn endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         use lapin::uri::{AMQPScheme, AMQPUri};
         let key = if self.urls.is_empty() {
             "amqp.url"

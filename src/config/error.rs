@@ -72,7 +72,8 @@ impl ConfigError {
     }
 
     /// Where the key the error is about was set, when known.
-    pub fn origin(&self) -> Option<&Origin> {
+    #[cfg(test)]
+    pub(crate) fn origin(&self) -> Option<&Origin> {
         match self {
             ConfigError::At { origin, .. } => Some(origin),
             _ => None,

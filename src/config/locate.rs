@@ -184,7 +184,7 @@ impl<'a> Sources<'a> {
     /// Where the value of `key` was set, highest precedence first: the environment,
     /// the file, the defaults. When no source has the key itself (a value is missing,
     /// or a key depends on another), the nearest enclosing key that a source has.
-    pub fn locate(&self, key: &str) -> Option<Origin> {
+    pub(crate) fn locate(&self, key: &str) -> Option<Origin> {
         let path = segments(key);
         let env_var = |(_, var): (&String, &String)| Origin::Env { var: var.clone() };
         let env_covers = |(k, _): &(&String, &String)| path.starts_with(&segments(k));

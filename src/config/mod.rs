@@ -54,7 +54,7 @@ use crate::quota::send_windows::SendWindows;
 use error::from_serde;
 
 /// The built-in defaults: the commented file shipped in `config/default.toml`.
-pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+pub(crate) const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// The built-in `redis.hash_key`: public, so it protects nothing (see
 /// [`Settings::warnings`]).
@@ -62,7 +62,7 @@ pub const DEFAULT_HASH_KEY: &str = "quota-worker-default-key";
 
 /// What `config check` prints in place of a secret. Refused as a value, so a printed
 /// configuration loaded back fails loudly instead of hashing with another key.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -187,13 +187,13 @@ impl Settings {
     /// The broker URLs ([`Settings::amqp_urls`]), parsed, with their TLS settings
     /// checked (files read): an `amqps://` URL whose TLS cannot be set up, TLS keys
     /// with `amqp://` URLs, and a list mixing both, are errors naming the key.
-    pub fn amqp_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+    pub(crate) fn amqp_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         self.amqp.endpoints()
     }
 
     /// The Redis URLs (`redis.url`, or `redis.cluster_urls` with `cluster = true`),
     /// parsed and checked as [`Settings::amqp_endpoints`] does.
-    pub fn redis_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+    pub(crate) fn redis_endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         self.redis.endpoints()
     }
 
@@ -206,7 +206,7 @@ impl Settings {
     }
 
     /// A channel's send windows; `None` when it has none (or is not configured).
-    pub fn channel_windows(&self, channel: &str) -> Option<&SendWindows> {
+    pub(crate) fn channel_windows(&self, channel: &str) -> Option<&SendWindows> {
         self.channels.get(channel)?.send_windows.as_ref()
     }
 

@@ -192,7 +192,7 @@ impl RedisSettings {
 
     /// The Redis URLs (`url`, or `cluster_urls` with `cluster = true`), parsed and
     /// checked as [`super::AmqpSettings::endpoints`] does.
-    pub fn endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+    pub(crate) fn endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
         use redis::{ConnectionAddr, IntoConnectionInfo};
         let (key, urls) = if self.cluster {
             ("redis.cluster_urls", self.cluster_urls.clone())

@@ -11,7 +11,7 @@ impl Settings {
     /// of channels, each of which names a dispatch queue), as dotted paths; empty
     /// when only policies and channels' rates and windows differ. No value is
     /// printed: some are secrets.
-    pub fn needs_restart(&self, new: &Settings) -> Vec<String> {
+    pub(crate) fn needs_restart(&self, new: &Settings) -> Vec<String> {
         fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
             use serde_json::Value::Object;
             match (a, b) {
@@ -58,7 +58,7 @@ impl Settings {
 
 /// A section of the settings as JSON, for [`Settings::needs_restart`].
 mod erased {
-    pub trait Section {
+    pub(crate) trait Section {
         fn json(&self) -> serde_json::Value;
     }
 

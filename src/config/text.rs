@@ -47,7 +47,7 @@ pub(super) mod zone_name {
             .map_err(|_| serde::de::Error::custom(format!("`{name}` is not an IANA time zone")))
     }
 
-    pub fn serialize<S: Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(tz.name())
     }
 }
@@ -74,7 +74,7 @@ pub(super) mod window_text {
         Ok(window)
     }
 
-    pub fn serialize<S: Serializer>(w: &Window, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(w: &Window, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(w)
     }
 }
@@ -111,7 +111,10 @@ pub(super) mod send_windows_text {
         Ok(Some(SendWindows::new(openings)))
     }
 
-    pub fn serialize<S: Serializer>(w: &Option<SendWindows>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        w: &Option<SendWindows>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         let written: Option<Vec<Written>> = w.as_ref().map(|w| {
             w.openings()
                 .iter()

@@ -19,7 +19,7 @@ pub const NOT_BEFORE: &str = "x-notify-not-before";
 pub const REASON: &str = "x-notify-reason";
 /// What holds a delayed job: a cap, send windows, its schedule (for people and
 /// `admin`; the worker does not read it back).
-pub const HELD_BY: &str = "x-notify-held-by";
+pub(crate) const HELD_BY: &str = "x-notify-held-by";
 /// Header on dead letters: a sentence for people.
 pub const DETAIL: &str = "x-notify-detail";
 

@@ -7,7 +7,7 @@
 pub use quota_worker_producer::decode;
 pub mod headers;
 pub mod note;
-pub mod outcome;
+pub(crate) mod outcome;
 
 pub use outcome::{Outcome, Reason};
 pub use quota_worker_producer::decode::{Job, Malformed};

@@ -49,7 +49,7 @@ pub struct JobNote {
     /// What happened last.
     #[serde(flatten)]
     pub step: JobState,
-    /// When.
+    /// When the worker did it (Redis time).
     #[serde(with = "instant")]
     pub at: DateTime<Utc>,
     /// The times a worker handled it before.
@@ -80,7 +80,7 @@ pub enum Place {
     },
     /// In the dead-letter queue (unless replayed or purged since).
     Dead,
-    /// Sent.
+    /// Dispatched after it had waited.
     Dispatched,
     /// Acked unsent, replaced by a newer job.
     Superseded,
@@ -277,7 +277,7 @@ mod instant {
     use chrono::{DateTime, Datelike, Timelike, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         if !(0..=9999).contains(&t.year()) {
             return s.collect_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         }

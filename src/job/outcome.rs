@@ -21,7 +21,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 5] = [
+    pub(crate) const ALL: [Reason; 5] = [
         Reason::Malformed,
         Reason::UnknownChannel,
         Reason::Capped,

@@ -119,7 +119,7 @@ impl Keys {
 /// Bytes of the job-id hash kept as the sorted-set member. Seven bytes (56 bits)
 /// keep a recipient with three sends in Redis's 136-byte allocation class (eight
 /// would take 152); two ids of one recipient collide with odds of about 1 in 7e16.
-pub const MEMBER_BYTES: usize = 7;
+pub(crate) const MEMBER_BYTES: usize = 7;
 
 /// The sorted-set member that stands for a job id: the first [`MEMBER_BYTES`] bytes
 /// of its BLAKE3 hash, whatever the id's length.

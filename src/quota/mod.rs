@@ -5,7 +5,7 @@
 //! No I/O: the store ([`crate::store`]) carries them to Redis.
 
 pub mod keys;
-pub mod plan;
+pub(crate) mod plan;
 pub mod policy;
 pub mod send_windows;
 pub mod window;

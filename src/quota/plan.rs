@@ -13,7 +13,7 @@ use super::window::{self, Rule, Window};
 /// The calendar bounds of one request, computed in Rust for the local day Redis is
 /// believed to be in (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Redis time must be at or after this (ms)...
     pub valid_from_ms: i64,
     /// ...and before this (ms).

@@ -64,7 +64,7 @@ const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
 /// Parses `"mon-fri"`, `"sat"`, `"mon,wed,fri"`, `"fri-mon"` (a range may wrap
 /// past Sunday), `"sat-sun,wed"`, or `"daily"`, into a weekday bit set.
-pub fn parse_days(text: &str) -> Result<u8, OpeningError> {
+pub(crate) fn parse_days(text: &str) -> Result<u8, OpeningError> {
     let day = |name: &str| {
         DAY_NAMES
             .iter()
@@ -101,7 +101,7 @@ pub fn parse_days(text: &str) -> Result<u8, OpeningError> {
 }
 
 /// Parses `"HH:MM"` (24-hour, `"24:00"` only where `end` allows it) into minutes.
-pub fn parse_time(text: &str, end: bool) -> Result<u16, OpeningError> {
+pub(crate) fn parse_time(text: &str, end: bool) -> Result<u16, OpeningError> {
     let bad = || {
         OpeningError(format!(
             "{text:?} is not a time of day; write \"HH:MM\" from \"00:00\" to \"23:59\"{}",
@@ -181,13 +181,13 @@ impl SendWindows {
     }
 
     /// The openings, as written.
-    pub fn openings(&self) -> &[Opening] {
+    pub(crate) fn openings(&self) -> &[Opening] {
         &self.0
     }
 
     /// The earliest instant at or after `at` inside one of the openings; `None` when
     /// the set never opens.
-    pub fn next_open(&self, tz: Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_open(&self, tz: Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let today = window::local_date(tz, at);
         let mut best: Option<DateTime<Utc>> = None;
         // yesterday's openings may reach past midnight; a week and a day covers
@@ -219,7 +219,7 @@ impl SendWindows {
 /// The earliest instant at or after `at` that every set of `sets` allows, and, when
 /// that is later than `at`, which set held it last. `None` when the sets have no
 /// instant in common within the next 15 days (they never overlap).
-pub fn next_open(
+pub(crate) fn next_open(
     sets: &[&SendWindows],
     tz: Tz,
     at: DateTime<Utc>,

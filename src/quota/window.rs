@@ -266,7 +266,7 @@ fn counts_dated(
 /// For a send `s <= at`, `counts(window, tz, at, s)` holds iff `s` is after
 /// (or, when inclusive, at) the bound. Saturates to `MIN_UTC` when the bound
 /// lies before chrono's range.
-pub fn window_start(window: Window, tz: Tz, at: DateTime<Utc>) -> (DateTime<Utc>, bool) {
+pub(crate) fn window_start(window: Window, tz: Tz, at: DateTime<Utc>) -> (DateTime<Utc>, bool) {
     match window {
         Window::Rolling(d) => (
             at.checked_sub_signed(d).unwrap_or(if d > Duration::zero() {
@@ -323,7 +323,7 @@ pub fn admits(rules: &[Rule], tz: Tz, at: DateTime<Utc>, sends: &[DateTime<Utc>]
 /// counting: `t_rule = expires(window, tz, that send)`; the answer is the
 /// maximum over all rules (and `now`). Also `None` if that instant lies
 /// beyond chrono's representable range.
-pub fn earliest_allowed(
+pub(crate) fn earliest_allowed(
     rules: &[Rule],
     tz: Tz,
     now: DateTime<Utc>,
@@ -449,7 +449,7 @@ fn day_start_checked(tz: Tz, date: NaiveDate) -> Option<DateTime<Utc>> {
 /// The first instant at which the local wall clock in `tz` reads `local` or later:
 /// `local` itself where it exists (the earlier one where the clock repeats it), the
 /// end of the gap where it does not. Saturates as [`day_start`] does.
-pub fn first_reading(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+pub(crate) fn first_reading(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
     first_reading_checked(tz, local).unwrap_or(if local.year() < 1970 {
         DateTime::<Utc>::MIN_UTC
     } else {

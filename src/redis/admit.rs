@@ -34,13 +34,13 @@ use crate::redis::StoreError;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
 /// hold it for well under a millisecond).
-pub const MAX_BATCH: usize = 128;
+pub(crate) const MAX_BATCH: usize = 128;
 /// Script calls out at once; more admissions wait for a permit and share it.
-pub const OUTSTANDING: usize = 4;
+pub(crate) const OUTSTANDING: usize = 4;
 
 /// One job's admission, as the script takes it.
 #[derive(Debug, Clone)]
-pub struct AdmitArgs {
+pub(crate) struct AdmitArgs {
     /// The recipient's sorted set.
     pub key: String,
     /// The job id's hash.
@@ -53,7 +53,7 @@ pub struct AdmitArgs {
 /// One job's answer from `lua/admit.lua`; each carries the call's Redis time `now`
 /// (ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Admitted and recorded at `now`.
     Admitted(i64),
     /// Refused; the times (ms) of the sends still remembered.

@@ -181,7 +181,10 @@ impl RedisConn {
     /// first key of some of them (the node each command names by its first
     /// argument), all at once. A node that refuses part of its pipeline (its slots
     /// moved) has that part sent again command by command, routed by the client.
-    pub async fn send_all(&self, cmds: impl Iterator<Item = Cmd>) -> Result<u64, StoreError> {
+    pub(crate) async fn send_all(
+        &self,
+        cmds: impl Iterator<Item = Cmd>,
+    ) -> Result<u64, StoreError> {
         let mut conn = self.clone();
         match self {
             RedisConn::Single(_) | RedisConn::Sentinel(_) => {
@@ -250,7 +253,7 @@ impl RedisConn {
 
     /// The owner of each slot, read again if it is stale (`None` on a single node,
     /// or when the cluster could not say: every key is then sent on its own).
-    pub async fn slot_map(&self) -> Option<Arc<SlotMap>> {
+    pub(crate) async fn slot_map(&self) -> Option<Arc<SlotMap>> {
         let RedisConn::Cluster(_, slots) = self else {
             return None;
         };
@@ -269,7 +272,7 @@ impl RedisConn {
     }
 
     /// Mark the slot map stale (a node answered for a key it does not own).
-    pub fn slots_moved(&self) {
+    pub(crate) fn slots_moved(&self) {
         if let RedisConn::Cluster(_, slots) = self {
             slots.mark_stale();
         }

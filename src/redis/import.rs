@@ -10,7 +10,7 @@ use crate::redis::StoreError;
 
 /// What recording one send did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImportReply {
+pub(crate) struct ImportReply {
     /// Whether the send was new (a send of the same id was there already).
     pub added: bool,
     /// When the key now expires, if it has a TTL.

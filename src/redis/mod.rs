@@ -7,12 +7,12 @@
 //! elsewhere ([`crate::store`], [`crate::decide`]).
 
 pub(crate) mod admit;
-pub mod collapse;
-pub mod conn;
-pub mod import;
-pub mod notes;
-pub mod rate;
-pub mod refund;
+pub(crate) mod collapse;
+pub(crate) mod conn;
+pub(crate) mod import;
+pub(crate) mod notes;
+pub(crate) mod rate;
+pub(crate) mod refund;
 pub mod scripts;
 pub mod slots;
 

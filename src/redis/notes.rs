@@ -15,11 +15,11 @@ use crate::redis::StoreError;
 
 /// A waiting job whose end was not noted (its worker died between the two) stops
 /// counting as waiting this long after the instant it waited for.
-pub const WAITING_GRACE_MS: i64 = 3_600_000;
+pub(crate) const WAITING_GRACE_MS: i64 = 3_600_000;
 
 /// One job's note.
 #[derive(Debug, Clone)]
-pub struct Note {
+pub(crate) struct Note {
     /// The job id.
     pub id: String,
     /// What happened to it; `None` when notes are off (`redis.notes = false`) and
@@ -179,7 +179,7 @@ pub async fn cancel(
 }
 
 /// The version of the cancel marks (0 before the first).
-pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, StoreError> {
+pub(crate) async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, StoreError> {
     let mut conn = conn.clone();
     let v: Option<i64> = redis::cmd("GET")
         .arg(keys.cancelled().1)
@@ -189,7 +189,7 @@ pub async fn cancel_version(conn: &RedisConn, keys: &Keys) -> Result<i64, StoreE
 }
 
 /// Every cancel mark: job id and when it was cancelled.
-pub async fn cancel_marks(
+pub(crate) async fn cancel_marks(
     conn: &RedisConn,
     keys: &Keys,
 ) -> Result<Vec<(String, DateTime<Utc>)>, StoreError> {

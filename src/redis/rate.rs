@@ -49,7 +49,7 @@ pub async fn take(
 
 /// Ask the rate at `key` for `asking` jobs of `cost` each, in one call: one reply
 /// per job, in order (the first ones granted, the rest told when to ask again).
-pub async fn take_many(
+pub(crate) async fn take_many(
     conn: &RedisConn,
     script: &Script,
     key: String,
@@ -142,9 +142,9 @@ pub(crate) struct Taker {
 }
 
 /// Calls out at once for one channel.
-pub const OUTSTANDING: usize = 4;
+pub(crate) const OUTSTANDING: usize = 4;
 /// Most jobs in one call.
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 impl RateBatcher {
     /// A batcher and its task (which ends when the batcher is dropped). Call inside

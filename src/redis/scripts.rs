@@ -14,9 +14,9 @@ pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
 /// `lua/import.lua`: a past send imported by the admin.
-pub const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
+pub(crate) const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
-pub const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
+pub(crate) const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
 
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]

@@ -31,7 +31,7 @@ pub fn slot(key: &[u8]) -> u16 {
 pub struct Node {
     /// Host name or address, as the cluster announces it.
     pub host: String,
-    /// Port.
+    /// TCP port, as the cluster announces it.
     pub port: u16,
 }
 
@@ -122,7 +122,7 @@ impl Slots {
 
     /// A node answered for a key it does not own: read the map again before the
     /// next grouping.
-    pub fn mark_stale(&self) {
+    pub(crate) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Relaxed);
     }
 

@@ -16,7 +16,7 @@ use crate::redis::StoreError;
 use crate::store::QuotaStore;
 
 /// How often workers look for new cancel marks.
-pub const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// The cancelled job ids a worker knows of, with when each was cancelled.
 #[derive(Debug)]

@@ -9,10 +9,10 @@
 //! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
 //! ([`cancels`]); readiness is kept in [`crate::health`].
 
-pub mod cancels;
+pub(crate) mod cancels;
 pub(crate) mod commits;
-pub mod process;
-pub mod session;
+pub(crate) mod process;
+pub(crate) mod session;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
