@@ -149,7 +149,7 @@ impl QuotaStore {
                 settings.redis.wait_timeout.0.as_millis() as u64,
             )),
         });
-        let keys = Keys::from_settings(&settings.redis);
+        let keys = settings.redis.keys();
         let rates = settings
             .channels
             .keys()

@@ -256,7 +256,7 @@ fn scale_config(policies: usize) -> String {
 /// copy of one such sorted set by DUMP and RESTORE ... REPLACE, pipelined). Returns
 /// the keys written.
 fn preload_recipients(s: &Settings, n: usize, policies: &[usize]) -> Result<u64> {
-    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let keys = s.redis.keys();
     let client = redis::Client::open(s.redis.url.as_str())?;
     let mut c = client.get_connection()?;
     let proto = format!("{}:prototype", s.redis.key_prefix);
@@ -312,7 +312,7 @@ fn preload_recipients(s: &Settings, n: usize, policies: &[usize]) -> Result<u64>
 /// table it looks in, so the keys written are looked up (`EXISTS`, pipelined, which
 /// also looks up their expiry) 100,000 at a time, in turn, until it is done.
 fn wait_rehashed(s: &Settings, n: usize, policies: &[usize]) -> Result<()> {
-    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let keys = s.redis.keys();
     let mut c = redis::Client::open(s.redis.url.as_str())?.get_connection()?;
     let deadline = Instant::now() + Duration::from_secs(900);
     let mut r = 0;

@@ -125,6 +125,12 @@ impl fmt::Debug for RedisSettings {
 }
 
 impl RedisSettings {
+    /// The key names `key_prefix` and `hash_key` give.
+    pub fn keys(&self) -> crate::quota::keys::Keys {
+        use secrecy::ExposeSecret;
+        crate::quota::keys::Keys::new(&self.key_prefix, self.hash_key.expose_secret())
+    }
+
     /// Check every value that parsing alone cannot: the key prefix and hash key
     /// ([`RedisSettings::validate_names`]), then the rest
     /// ([`RedisSettings::validate_servers`]).

@@ -31,12 +31,6 @@ impl Keys {
         }
     }
 
-    /// The keys `redis.key_prefix` and `redis.hash_key` give.
-    pub fn from_settings(redis: &crate::config::RedisSettings) -> Keys {
-        use secrecy::ExposeSecret;
-        Keys::new(&redis.key_prefix, redis.hash_key.expose_secret())
-    }
-
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix

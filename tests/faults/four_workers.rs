@@ -63,7 +63,7 @@ async fn four_workers_one_queue_hold_the_caps_exactly() {
     let a = Audit::collect(&conn, &s, &jobs).await;
     eprintln!("{}", a.summary(&jobs));
     let per = a.dispatched_per_recipient(&jobs);
-    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let keys = s.redis.keys();
     let mut r = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()

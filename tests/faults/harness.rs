@@ -298,7 +298,7 @@ pub(crate) async fn check_caps(s: &Settings, mix: &Mix, a: &Audit) -> Vec<String
             ));
         }
     }
-    let keys = quota_worker::quota::keys::Keys::from_settings(&s.redis);
+    let keys = s.redis.keys();
     // as the worker connects: one node, the master the sentinels name, or a cluster
     let mut conn = quota_worker::redis::RedisConn::connect(&s.redis)
         .await

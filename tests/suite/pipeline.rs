@@ -72,8 +72,7 @@ async fn fourth_job_in_seven_days_waits_for_the_oldest_to_leave() {
     let (_c, w, conn) = rig(&s).await;
     let tz: Tz = "America/Santiago".parse().unwrap();
     let today = window::local_date(tz, Utc::now());
-    let key =
-        quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r4", "default", None);
+    let key = s.redis.keys().recipient("r4", "default", None);
     let mut r = redis_sync();
     let mut oldest = None;
     for (i, back) in [5i64, 3, 1].iter().enumerate() {
@@ -213,8 +212,7 @@ async fn a_returned_dispatch_gives_the_quota_back_and_loses_nothing() {
         "retried later: {outcome:?}"
     );
     // the quota was given back: the recipient has no recorded send
-    let key =
-        quota_worker::quota::keys::Keys::from_settings(&s.redis).recipient("r", "default", None);
+    let key = s.redis.keys().recipient("r", "default", None);
     let mut r = redis_sync();
     let n: i64 = redis::cmd("ZCARD").arg(&key).query(&mut r).unwrap();
     assert_eq!(n, 0);
