@@ -11,8 +11,8 @@ use crate::amqp::ladder::Ladder;
 use crate::config::Settings;
 use crate::job::note::{JobNote, JobState, Place};
 use crate::redis::notes;
+use crate::redis::notes::CANCEL_POLL;
 use crate::store::QuotaStore;
-use crate::worker::cancels::POLL;
 
 /// What `admin job ID` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -111,7 +111,7 @@ impl<'a> Jobs<'a> {
             at: status.cancelled_at.unwrap_or(status.now),
             already,
             place: status.place,
-            known_within_ms: POLL.as_millis() as u64 * 2,
+            known_within_ms: CANCEL_POLL.as_millis() as u64 * 2,
         })
     }
 }

@@ -13,6 +13,9 @@ use crate::quota::keys::Keys;
 use crate::quota::window;
 use crate::redis::StoreError;
 
+/// How often workers look for new cancel marks (their version, one `GET`).
+pub(crate) const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A waiting job whose end was not noted (its worker died between the two) stops
 /// counting as waiting this long after the instant it waited for.
 pub(crate) const WAITING_GRACE_MS: i64 = 3_600_000;

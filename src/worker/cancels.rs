@@ -1,12 +1,11 @@
 //! The cancel marks, held in memory so that checking a job costs no Redis round
-//! trip: [`watch`] asks Redis for the marks' version every [`POLL`] and rereads the
+//! trip: [`watch`] asks Redis for the marks' version every [`CANCEL_POLL`](crate::redis::notes::CANCEL_POLL) and rereads the
 //! marks only when it moved (`admin job ID cancel` raises it, and so does a worker
 //! that spends a mark). A cancel thus reaches every worker within about one `POLL`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -15,8 +14,7 @@ use crate::redis::notes;
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
 
-/// How often workers look for new cancel marks.
-pub(crate) const POLL: Duration = Duration::from_millis(500);
+use crate::redis::notes::CANCEL_POLL as POLL;
 
 /// The cancelled job ids a worker knows of, with when each was cancelled.
 #[derive(Debug)]
