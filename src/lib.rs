@@ -21,7 +21,8 @@
 //!    expired; pure); for a job with a `collapse_key`, whether a newer one replaced
 //!    it ([`redis::collapse`], `lua/collapse.lua`); [`decide::hold`] (a `not_before`
 //!    ahead, send windows closed now: [`quota::send_windows`]; pure).
-//! 4. [`store::QuotaStore::admit`] asks Redis: the recipient's caps
+//! 4. [`store::QuotaStore::admit`] (the quota store: what an admission asks and
+//!    answers is [`admission`]) asks Redis: the recipient's caps
 //!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
 //!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
 //!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
@@ -38,12 +39,14 @@
 //!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then
 //!    commit the dispatch in Redis ([`worker::commits`]) or give the admission back
 //!    ([`redis::refund`]), and ack the delivery ([`amqp::acks`]). What became of a
-//!    job that waits or waited is noted for `admin job` ([`job::record`],
+//!    job that waits or waited is noted for `admin job` ([`job::note`],
 //!    [`redis::notes`]) in the commits' pipeline.
 //!
 //! ## Around the flow
-//! - [`config`]: the typed configuration (defaults file, `--config`, environment,
-//!   `*_FILE` secrets); errors name the key and the file line or variable.
+//! - [`config`]: the typed configuration, a file per section (defaults file,
+//!   `--config`, environment, `*_FILE` secrets); errors name the key and the file
+//!   line or variable. It builds the domain's values: [`quota::policy`] (policies,
+//!   rates) and the key names ([`quota::keys`]).
 //! - [`tls`]: rustls for `amqps://` and `rediss://`, never falling back to plaintext.
 //! - [`amqp::topology`]: every exchange and queue, declared at each session's start.
 //! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
@@ -51,13 +54,33 @@
 //! - [`rules`]: the policies and channel rates and windows in force, one immutable
 //!   value the store swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
 //!   configuration again and swap them, or refuse naming why.
-//! - [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
+//! - [`health`]: readiness (broker and Redis); [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
 //!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
 //! - [`producer`]: the `quota-worker-producer` crate (`producer/`: the job as a
 //!   struct, its JSON Schema, the decoder [`job::decode()`] and the confirm-mode
 //!   [`amqp::publisher`] the worker shares), connected as the settings say.
 //! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
 //!   recipient's recorded sends and waiting jobs, one job explained or cancelled.
+//!
+//! ## Layers
+//! Each layer imports only from the layers below it; no source file of any crate
+//! of the workspace is in an import circle (`cargo test --test suite layers::`
+//! checks every crate). From the bottom:
+//!
+//! | layer | modules | does I/O |
+//! |---|---|---|
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, key names), [`admission`] (what an admission asks and answers), [`backoff`], [`tls`] | no (`tls` reads certificate files) |
+//! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
+//! | messages | [`amqp`] (connect, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
+//! | decision, pure | [`decide`]: triage, hold, after the admission | no |
+//! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters) | no |
+//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes; owns [`redis::StoreError`] | Redis |
+//! | quota store | [`store`]: admissions, commits, releases, the clock | Redis |
+//! | around the store | [`health`], [`reload`], [`admin`] | Redis, broker |
+//! | service | [`status`], [`worker`] (session, process, commits, cancels), [`http`], [`signals`], [`producer`] | all |
+//!
+//! The binary (`src/main.rs`, `src/cli/`) sits on top and prints what the library
+//! returns.
 //!
 //! `src/main.rs` and `src/cli/` are the binary: arguments, logging, the async runtime
 //! (one thread unless `worker.threads` says more), jemalloc as the allocator, and
