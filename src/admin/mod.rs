@@ -3,6 +3,7 @@
 //! recipient's recorded sends ([`recipients`]), and one job by its id: where it is,
 //! why, and cancelling it ([`jobs`]). Returns data; the binary prints it.
 
+pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub(crate) mod jobs;
 pub(crate) mod queues;
@@ -11,7 +12,8 @@ pub mod recipients;
 use crate::amqp::{BrokerError, PublishError};
 use crate::redis::StoreError;
 
-pub use dead_letters::{DeadLetterInfo, DeadLetters, Selection, WalkAction, WalkReport};
+pub use dead_letter_info::{DeadLetterInfo, Selection};
+pub use dead_letters::{DeadLetters, WalkAction, WalkReport};
 pub use jobs::{Cancelled, JobStatus, Jobs};
 pub use queues::{queue_stats, QueueStat};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};

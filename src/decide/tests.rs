@@ -1,0 +1,382 @@
+//! The decision as a table: every admission and expiry to its outcome.
+
+use super::*;
+use crate::quota::window::Window;
+use chrono::TimeZone;
+use chrono_tz::Tz;
+
+fn at(h: u32, m: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 1, h, m, 0).unwrap()
+}
+
+fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
+    Job {
+        id: "j1".into(),
+        recipient: "r".into(),
+        channel: "sms".into(),
+        category: "default".into(),
+        tz: Tz::UTC,
+        expires_at,
+        not_before: None,
+        collapse_key: None,
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        name: "default".into(),
+        rules: daily().into_iter().collect(),
+        scope: Default::default(),
+        action: Action::Delay,
+        send_windows: None,
+        ignore_channel_windows: false,
+        max_wait: None,
+        mode: Mode::Enforce,
+    }
+}
+
+fn cx(policy: &Policy) -> Context<'_> {
+    Context {
+        policy,
+        channel_windows: None,
+        first_seen: at(10, 0),
+    }
+}
+
+fn windows(text: &[&str]) -> SendWindows {
+    SendWindows::new(text.iter().map(|o| o.parse().unwrap()).collect())
+}
+
+fn daily() -> Option<Rule> {
+    Some(Rule {
+        limit: 1,
+        window: Window::CalendarDays(1),
+    })
+}
+
+fn refused(retry_at: Option<DateTime<Utc>>, action: Action) -> Admission {
+    Admission::Refused {
+        retry_at,
+        action,
+        policy: "default".into(),
+        rule: daily(),
+        seen: 1,
+    }
+}
+
+fn reason(d: &Decision) -> Option<Reason> {
+    match d {
+        Decision::Dead(d) | Decision::ReleaseThenDead(_, d) => Some(d.reason),
+        _ => None,
+    }
+}
+
+#[test]
+fn each_admission_leads_to_its_decision() {
+    let ticket = Ticket::for_tests(at(10, 0));
+    let now = at(10, 0);
+    let cap = DelayCause::Cap {
+        policy: "default".into(),
+        rule: daily(),
+        seen: 1,
+    };
+    #[rustfmt::skip]
+    let table: Vec<(Option<DateTime<Utc>>, Admission, Decision)> = vec![
+        // admitted: dispatch, unless it expired while its channel paced it
+        (None, Admission::Admitted(ticket.clone()), Decision::Dispatch(ticket.clone())),
+        (Some(at(11, 0)), Admission::Admitted(ticket.clone()), Decision::Dispatch(ticket.clone())),
+        (Some(at(10, 0)), Admission::Admitted(ticket.clone()), Decision::ReleaseThenDead(
+            ticket.clone(), DeadLetter { reason: Reason::Expired,
+            detail: "it expired at 2026-03-01T10:00:00+00:00 while waiting for the channel's send rate".into() })),
+        // refused by a cap: wait for the retry time, unless it expires first
+        (None, refused(Some(at(23, 0)), Action::Delay), Decision::Delay { until: at(23, 0), cause: cap.clone() }),
+        (Some(at(23, 0)), refused(Some(at(23, 0)), Action::Delay), Decision::Delay { until: at(23, 0), cause: cap.clone() }),
+        (Some(at(22, 59)), refused(Some(at(23, 0)), Action::Delay), dead(Reason::Expired,
+            "policy `default` (at most 1 per 1d) allows it next at 2026-03-01T23:00:00+00:00, after it expires at 2026-03-01T22:59:00+00:00".into())),
+        // refused for good, or by a policy that drops
+        (None, refused(None, Action::Delay), dead(Reason::Capped, "policy `default` can never admit it (at most 1 per 1d)".into())),
+        (None, refused(Some(at(23, 0)), Action::Drop), dead(Reason::Capped,
+            "policy `default` refused it (at most 1 per 1d) and drops refused jobs; next allowed 2026-03-01T23:00:00+00:00".into())),
+        // another worker's reservation; a duplicate
+        (None, Admission::Reserved { retry_at: at(10, 2) }, Decision::Delay { until: at(10, 2), cause: DelayCause::Reserved }),
+        (Some(at(9, 0)), Admission::Duplicate, Decision::Duplicate),
+    ];
+    for (expires, admission, expected) in table {
+        let shown = format!("{admission:?} expiring {expires:?}");
+        let p = policy();
+        assert_eq!(
+            after_admission(&job(expires), &cx(&p), admission, now),
+            expected,
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn triage_catches_what_needs_no_redis() {
+    let channels = vec!["email".to_string(), "sms".to_string()];
+    let now = at(10, 0);
+    let with = |channel: &'static str, expires_at| Job {
+        channel: channel.into(),
+        ..job(expires_at)
+    };
+    assert_eq!(triage(&with("sms", None), &channels, now), None);
+    assert_eq!(
+        triage(&with("email", Some(at(10, 1))), &channels, now),
+        None
+    );
+    assert_eq!(
+        triage(&with("fax", None), &channels, now),
+        Some(dead(
+            Reason::UnknownChannel,
+            "channel `fax` is not configured (configured: email, sms)".into()
+        ))
+    );
+    let expired = triage(&with("sms", Some(now)), &channels, now);
+    assert_eq!(expired.as_ref().and_then(reason), Some(Reason::Expired));
+    let m = malformed(Malformed("the field `id` is missing".into()));
+    assert_eq!(m.reason, Reason::Malformed);
+}
+
+#[test]
+fn holds_for_schedules_and_windows_bounded_by_expiry_and_max_wait() {
+    // 2026-03-01 is a Sunday
+    let now = at(10, 0);
+    let weekdays = windows(&["mon-fri 08:00-21:00"]);
+    let sundays = windows(&["sun 09:00-12:00"]);
+    let mut p = policy();
+    let plain = cx(&p);
+    let held = |until, cause| Some(Decision::Delay { until, cause });
+    let window = |of, name: &str| DelayCause::Window {
+        of,
+        name: name.into(),
+    };
+    let scheduled = |at| Job {
+        not_before: Some(at),
+        ..job(None)
+    };
+    let monday_8 = Utc.with_ymd_and_hms(2026, 3, 2, 8, 0, 0).unwrap();
+
+    // nothing to hold: ask Redis
+    assert_eq!(hold(&job(None), &plain, now), None);
+    assert_eq!(hold(&scheduled(at(9, 0)), &plain, now), None);
+    assert_eq!(hold(&scheduled(now), &plain, now), None);
+    // a schedule ahead: held until then, not bounded by max_wait
+    p.max_wait = Some(Duration::minutes(1));
+    assert_eq!(
+        hold(&scheduled(at(18, 0)), &cx(&p), now),
+        held(at(18, 0), DelayCause::Schedule)
+    );
+    let late = Job {
+        expires_at: Some(at(17, 0)),
+        ..scheduled(at(18, 0))
+    };
+    assert_eq!(
+        hold(&late, &cx(&p), now).as_ref().and_then(reason),
+        Some(Reason::Expired)
+    );
+    p.max_wait = None;
+    // the channel's windows closed on a Sunday: Monday's opening
+    let on_channel = Context {
+        channel_windows: Some(&weekdays),
+        ..cx(&p)
+    };
+    assert_eq!(
+        hold(&job(None), &on_channel, now),
+        held(monday_8, window(WindowsOf::Channel, "sms"))
+    );
+    // ... unless the policy ignores them
+    p.ignore_channel_windows = true;
+    assert_eq!(
+        hold(
+            &job(None),
+            &Context {
+                channel_windows: Some(&weekdays),
+                ..cx(&p)
+            },
+            now
+        ),
+        None
+    );
+    p.ignore_channel_windows = false;
+    // the policy's open, the channel's closed; both closed and never together
+    p.send_windows = Some(sundays.clone());
+    let both = Context {
+        channel_windows: Some(&weekdays),
+        ..cx(&p)
+    };
+    let never = hold(&job(None), &both, now);
+    assert_eq!(never.as_ref().and_then(reason), Some(Reason::Capped));
+    // the policy's windows alone: open now
+    assert_eq!(hold(&job(None), &cx(&p), now), None);
+    assert_eq!(
+        hold(&job(None), &cx(&p), at(13, 0)),
+        held(
+            Utc.with_ymd_and_hms(2026, 3, 8, 9, 0, 0).unwrap(),
+            window(WindowsOf::Policy, "default")
+        )
+    );
+
+    // a cap's retry time at 23:00 falls outside Sunday 09:00-12:00: next Sunday's opening
+    let refused_until_23 = refused(Some(at(23, 0)), Action::Delay);
+    let cap = DelayCause::Cap {
+        policy: "default".into(),
+        rule: daily(),
+        seen: 1,
+    };
+    assert_eq!(
+        after_admission(&job(None), &cx(&p), refused_until_23.clone(), now),
+        Decision::Delay {
+            until: Utc.with_ymd_and_hms(2026, 3, 8, 9, 0, 0).unwrap(),
+            cause: cap.clone()
+        }
+    );
+    // ... which max_wait of 3 days refuses, naming the instant
+    p.max_wait = Some(Duration::days(3));
+    match after_admission(&job(None), &cx(&p), refused_until_23.clone(), now) {
+        Decision::Dead(d) => {
+            assert_eq!(d.reason, Reason::Capped);
+            assert!(
+                d.detail.contains("2026-03-08T09:00:00+00:00"),
+                "{}",
+                d.detail
+            );
+            assert!(d.detail.contains("max_wait"), "{}", d.detail);
+        }
+        other => panic!("{other:?}"),
+    }
+    // without windows, the retry time itself; max_wait counts from the first sighting
+    p.send_windows = None;
+    let seen_long_ago = Context {
+        first_seen: at(10, 0) - Duration::days(3),
+        ..cx(&p)
+    };
+    assert_eq!(
+        after_admission(&job(None), &cx(&p), refused_until_23.clone(), now),
+        Decision::Delay {
+            until: at(23, 0),
+            cause: cap
+        }
+    );
+    assert_eq!(
+        reason(&after_admission(
+            &job(None),
+            &seen_long_ago,
+            refused_until_23,
+            now
+        )),
+        Some(Reason::Capped)
+    );
+}
+
+#[test]
+fn causes_say_what_holds_the_job() {
+    let cap = DelayCause::Cap {
+        policy: "default".into(),
+        rule: daily(),
+        seen: 1,
+    };
+    assert_eq!(cap.to_string(), "policy `default` (at most 1 per 1d)");
+    assert_eq!(cap.label(), "cap");
+    let w = DelayCause::Window {
+        of: WindowsOf::Channel,
+        name: "sms".into(),
+    };
+    assert_eq!(w.to_string(), "the send windows of channel `sms`");
+    assert_eq!(DelayCause::Schedule.label(), "schedule");
+}
+
+#[test]
+fn a_cancelled_job_is_dead_cancelled_saying_when() {
+    let d = cancelled(at(9, 30));
+    assert_eq!(d.reason, Reason::Cancelled);
+    assert_eq!(d.reason.as_str(), "cancelled");
+    assert_eq!(
+        d.detail,
+        "cancelled by an operator at 2026-03-01T09:30:00+00:00"
+    );
+}
+
+#[test]
+fn a_shadow_policy_holds_nothing_and_says_what_it_would_have_done() {
+    let ticket = Ticket::for_tests(at(10, 0));
+    let now = at(10, 0);
+    let shadowed = |retry_at, action| Admission::Shadowed {
+        ticket: ticket.clone(),
+        retry_at,
+        action,
+        rule: daily(),
+        seen: 1,
+    };
+    let mut p = policy();
+    p.mode = Mode::Shadow;
+    p.max_wait = Some(Duration::hours(6));
+    let c = cx(&p);
+    let j = job(None);
+    use ShadowVerdict::*;
+    #[rustfmt::skip]
+    let table = [
+        (Admission::Admitted(ticket.clone()), Some(Allowed)),
+        // its caps would hold it till 15:00, inside max_wait (6 h from 10:00)
+        (shadowed(Some(at(15, 0)), Action::Delay), Some(HeldCap)),
+        // ... or till 17:00, past max_wait; or never; or its action drops
+        (shadowed(Some(at(17, 0)), Action::Delay), Some(Dead)),
+        (shadowed(None, Action::Delay), Some(Dead)),
+        (shadowed(Some(at(15, 0)), Action::Drop), Some(Dead)),
+        // no verdict without an admission
+        (Admission::Duplicate, None),
+        (Admission::Reserved { retry_at: at(10, 2) }, None),
+    ];
+    for (admission, verdict) in table {
+        let shown = format!("{admission:?}");
+        assert_eq!(shadow(&j, &c, &admission, now), verdict, "{shown}");
+        // whatever the verdict, a shadowed or admitted job is dispatched
+        if matches!(
+            admission,
+            Admission::Admitted(_) | Admission::Shadowed { .. }
+        ) {
+            assert_eq!(
+                after_admission(&j, &c, admission, now),
+                Decision::Dispatch(ticket.clone())
+            );
+        }
+    }
+
+    // its windows hold nothing either, and are its verdict when closed
+    p.send_windows = Some(windows(&["daily 12:00-13:00"]));
+    let c = cx(&p);
+    assert_eq!(
+        hold(&j, &c, now),
+        None,
+        "a shadow policy's window holds nothing"
+    );
+    let admitted = Admission::Admitted(ticket.clone());
+    assert_eq!(shadow(&j, &c, &admitted, now), Some(HeldWindow));
+    assert_eq!(shadow(&j, &c, &admitted, at(12, 30)), Some(Allowed));
+    // the channel's windows are still enforced for its jobs
+    let sms = windows(&["daily 12:00-13:00"]);
+    let c = Context {
+        channel_windows: Some(&sms),
+        ..cx(&p)
+    };
+    assert!(matches!(hold(&j, &c, now), Some(Decision::Delay { until, .. }) if until == at(12, 0)));
+
+    // the same policy enforced holds the job instead
+    p.mode = Mode::Enforce;
+    let c = cx(&p);
+    assert!(matches!(hold(&j, &c, now), Some(Decision::Delay { until, .. }) if until == at(12, 0)));
+    assert_eq!(
+        shadow(&j, &c, &admitted, now),
+        None,
+        "no verdict for an enforced policy"
+    );
+}
+
+#[test]
+fn a_refused_dispatch_backs_off_to_five_minutes() {
+    let now = at(10, 0);
+    let waits: Vec<i64> = [0, 1, 2, 5, 6, 60]
+        .map(|attempt| (retry_refused_dispatch_at(attempt, now) - now).num_seconds())
+        .to_vec();
+    assert_eq!(waits, [5, 10, 20, 160, 300, 300]);
+}
