@@ -11,6 +11,7 @@
 
 pub mod cancels;
 pub(crate) mod commits;
+pub(crate) mod lanes;
 pub mod process;
 pub mod session;
 
