@@ -478,6 +478,7 @@ mod tests {
             expires_at,
             not_before: None,
             collapse_key: None,
+            priority: None,
         }
     }
 
