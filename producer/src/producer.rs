@@ -215,7 +215,7 @@ mod tests {
     fn every_field_round_trips_and_extras_are_kept() {
         let line = r#"{"id":"j1","recipient":"r","channel":"sms","category":"promo",
             "timezone":"Asia/Kolkata","expires_at":"2026-12-01T00:00:00+08:00",
-            "payload":{"a":[1,2]},"trace":"abc","priority":5}"#;
+            "payload":{"a":[1,2]},"trace":"abc","tier":5}"#;
         let job: Job = serde_json::from_str(line).unwrap();
         assert_eq!(job.extra.len(), 2);
         let (id, body) = encode(&job, 1000).unwrap();
