@@ -53,7 +53,10 @@ async fn pass(b: &Bench, conn: &Connection, workers: usize, backlog: usize) -> R
         format!("{workers} worker(s), {backlog} bulk jobs at {RATE}/s, urgent jobs at {URGENT_RATE}/s for {URGENT_SECS} s"),
     );
     let s = b.settings(&format!("ln{workers}"));
-    let env = [("QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(), RATE.to_string())];
+    let env = [(
+        "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
+        RATE.to_string(),
+    )];
     let mut procs = Vec::new();
     for _ in 0..workers {
         let (mut child, port) = spawn_worker(&b.worker, &s, &env)?;
@@ -99,9 +102,19 @@ async fn measure(
     }
     let arrivals = Arrivals::start(conn, &topology.dispatch_queue("sms")).await?;
     let body = |i: u64| {
-        format!(r#"{{"id":"{ns}-u{i}","recipient":"u{i}","channel":"sms","category":"transactional"}}"#)
+        format!(
+            r#"{{"id":"{ns}-u{i}","recipient":"u{i}","channel":"sms","category":"transactional"}}"#
+        )
     };
-    let sent = offer(conn, &s.amqp.jobs_exchange, "", URGENT_RATE, URGENT_SECS, body).await?;
+    let sent = offer(
+        conn,
+        &s.amqp.jobs_exchange,
+        "",
+        URGENT_RATE,
+        URGENT_SECS,
+        body,
+    )
+    .await?;
     let bulk_waiting = ready(conn, &topology.lane_queue("sms", Priority::Bulk)).await?;
     // the last urgent ones' way through (the count also sees bulk arrivals)
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -10,7 +10,18 @@ use serde::{Deserialize, Serialize};
 /// Which lane a job waits in when its channel's rate makes it wait: urgent jobs take
 /// the channel's next send slots, then normal ones, then bulk.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize, JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {

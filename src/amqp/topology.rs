@@ -98,9 +98,9 @@ impl Topology {
 
     /// Every lane queue with its channel and lane, channel by channel, urgent first.
     pub fn lane_queues(&self) -> impl Iterator<Item = (String, &str, Priority)> + '_ {
-        self.laned.iter().flat_map(move |c| {
-            Priority::ALL.map(|p| (self.lane_queue(c, p), c.as_str(), p))
-        })
+        self.laned
+            .iter()
+            .flat_map(move |c| Priority::ALL.map(|p| (self.lane_queue(c, p), c.as_str(), p)))
     }
 
     /// The queue a job delayed by `seconds` is published to ([`Ladder::entry`],
@@ -258,9 +258,14 @@ impl Topology {
         let mut lanes_args = FieldTable::default();
         lanes_args.insert("alternate-exchange".into(), long(&a.jobs_exchange));
         let lanes = &self.lanes.exchange;
-        ch.exchange_declare(lanes.as_str().into(), ExchangeKind::Direct, durable, lanes_args)
-            .await
-            .map_err(failed(format!("exchange `{lanes}`")))?;
+        ch.exchange_declare(
+            lanes.as_str().into(),
+            ExchangeKind::Direct,
+            durable,
+            lanes_args,
+        )
+        .await
+        .map_err(failed(format!("exchange `{lanes}`")))?;
         for (q, c, p) in self.lane_queues() {
             let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
             queue(q.clone(), args).await?;

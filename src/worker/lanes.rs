@@ -57,10 +57,9 @@ impl Worker {
         rules: &Rules,
     ) -> Result<Step, ProcessError> {
         let channel = rules.channel(&job.channel);
-        let (Some(rate), Some(lanes)) = (
-            channel.and_then(|c| c.rate),
-            channel.and_then(|c| c.lanes),
-        ) else {
+        let (Some(rate), Some(lanes)) =
+            (channel.and_then(|c| c.rate), channel.and_then(|c| c.lanes))
+        else {
             return Ok(Step::Admit(RateStep::Wait(None)));
         };
         let ask = LaneAsk { lane, lanes };
@@ -85,7 +84,10 @@ impl Worker {
 
     /// Count a job of a lane queue given its send slot, and how long it waited.
     pub(crate) fn lane_taken(&self, delivery: &Delivery, channel: &str, lane: Priority) {
-        let labels = [("channel", channel.to_string()), ("lane", lane.as_str().to_string())];
+        let labels = [
+            ("channel", channel.to_string()),
+            ("lane", lane.as_str().to_string()),
+        ];
         let now = self.store.redis_now().timestamp_millis();
         let since = delivery
             .properties
@@ -145,9 +147,8 @@ pub(crate) struct LaneConsumers {
     /// The channel they consume on (acks go back on it).
     pub channel: Channel,
     /// Every lane's deliveries, merged.
-    pub deliveries: stream::SelectAll<
-        stream::BoxStream<'static, (Priority, Result<Delivery, lapin::Error>)>,
-    >,
+    pub deliveries:
+        stream::SelectAll<stream::BoxStream<'static, (Priority, Result<Delivery, lapin::Error>)>>,
     /// The consumer tags, to cancel them at shutdown.
     pub tags: Vec<String>,
 }

@@ -24,12 +24,12 @@ use crate::job::decode::{self, Job};
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
+use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
-use crate::quota::lanes::Priority;
 use crate::redis::StoreError;
-use crate::store::RateStep;
 use crate::rules::Rules;
+use crate::store::RateStep;
 
 /// What the worker knows of a job's past: the times it was handled before, when a
 /// worker first saw it, and its policy's name.

@@ -129,7 +129,8 @@ impl Worker {
             let _ = tokio::time::timeout_at(deadline, cancel).await;
             if let Some(ch) = &lane_channel {
                 for lane_tag in &lane_tags {
-                    let cancel = ch.basic_cancel(lane_tag.as_str().into(), BasicCancelOptions::default());
+                    let cancel =
+                        ch.basic_cancel(lane_tag.as_str().into(), BasicCancelOptions::default());
                     let _ = tokio::time::timeout_at(deadline, cancel).await;
                 }
             }

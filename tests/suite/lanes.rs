@@ -38,11 +38,14 @@ fn body(id: &str, category: &str, priority: Option<&str>) -> String {
 }
 
 async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) {
-    let p = Publisher::open(conn, Duration::from_secs(10)).await.unwrap();
+    let p = Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
     // a few at a time, each confirmed
     for chunk in bodies.chunks(64) {
         let sends = chunk.iter().map(|b| {
-            let props = lapin::BasicProperties::default().with_content_type("application/json".into());
+            let props =
+                lapin::BasicProperties::default().with_content_type("application/json".into());
             p.publish(&s.amqp.jobs_exchange, "", b.as_bytes(), props)
         });
         for r in futures_util::future::join_all(sends).await {
@@ -140,11 +143,7 @@ async fn urgent_overtakes(workers: usize) {
     let urgent: Vec<String> = (0..URGENT / 2)
         .flat_map(|i| [format!("u-old-{i}"), format!("u-new-{i}")])
         .collect();
-    let all_in = |ids: &[(String, Instant)]| {
-        urgent
-            .iter()
-            .all(|u| ids.iter().any(|(i, _)| i == u))
-    };
+    let all_in = |ids: &[(String, Instant)]| urgent.iter().all(|u| ids.iter().any(|(i, _)| i == u));
     out.read_until(Duration::from_secs(30), all_in).await;
     for (stop, handle) in running {
         stop.cancel();
@@ -153,7 +152,10 @@ async fn urgent_overtakes(workers: usize) {
     producer.close().await;
     let positions: Vec<usize> = urgent
         .iter()
-        .map(|u| out.position(u).unwrap_or_else(|| panic!("{u} never dispatched")))
+        .map(|u| {
+            out.position(u)
+                .unwrap_or_else(|| panic!("{u} never dispatched"))
+        })
         .collect();
     let last = *positions.iter().max().unwrap();
     println!(
@@ -266,11 +268,18 @@ async fn a_delayed_job_returns_to_its_own_lane() {
     let due = out
         .ids
         .iter()
-        .position(|(_, t)| chrono::Utc::now() - chrono::Duration::from_std(t.elapsed()).unwrap() >= at)
+        .position(|(_, t)| {
+            chrono::Utc::now() - chrono::Duration::from_std(t.elapsed()).unwrap() >= at
+        })
         .expect("sends after its not_before");
-    let late = out.position("late").expect("the delayed job was dispatched");
+    let late = out
+        .position("late")
+        .expect("the delayed job was dispatched");
     println!("due at send {due}, dispatched at send {late}");
-    assert!(late >= due.saturating_sub(1), "it went out before its not_before");
+    assert!(
+        late >= due.saturating_sub(1),
+        "it went out before its not_before"
+    );
     assert!(
         late < due + 50,
         "it waited {} sends behind the backlog after its not_before",
