@@ -57,6 +57,19 @@ pub(crate) const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
 /// Counter: configuration reloads, by `result` (applied, refused).
 pub(crate) const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
 
+/// Counter: jobs of paced channels by lane, by `channel`, `lane` and `step`
+/// (parked: put in the lane's queue; taken: given a send slot from it).
+pub const LANE_JOBS_TOTAL: &str = "quota_worker_lane_jobs_total";
+/// Histogram: how long a job waited in its lane, from being parked (or published
+/// to the lane) to its send slot, by `channel` and `lane`.
+pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
+
+/// Upper bounds (seconds) of the lane wait histogram: urgent jobs should take
+/// well under a second; bulk ones may wait hours behind a campaign.
+pub const LANE_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+];
+
 /// Upper bounds (seconds) of the admission latency histogram: one Redis round trip
 /// is well under a millisecond on a LAN; pacing waits can take seconds.
 pub(crate) const ADMISSION_BUCKETS: &[f64] = &[
@@ -89,7 +102,8 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         )?
         .set_buckets_for_metric(Matcher::Full(ADMISSION_BATCH_JOBS.into()), BATCH_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(DELAY_SECONDS.into()), DELAY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(JOB_SECONDS.into()), JOB_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(JOB_SECONDS.into()), JOB_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(LANE_WAIT_SECONDS.into()), LANE_BUCKETS)
 }
 
 /// A recorder that is not installed globally, and its handle (tests).
@@ -191,7 +205,7 @@ pub fn describe() {
     );
     describe_gauge!(
         QUEUE_MESSAGES,
-        "Messages ready in each queue of the topology, by role (jobs, delay, dispatch, dead) and queue; read every 5 s"
+        "Messages ready in each queue of the topology, by role (jobs, lane, delay, dispatch, dead) and queue; read every 5 s"
     );
     describe_gauge!(
         QUEUE_CONSUMERS,
@@ -210,6 +224,15 @@ pub fn describe() {
     describe_counter!(
         RELOADS_TOTAL,
         "Configuration reloads (SIGHUP, admin reload), by result (applied, refused)"
+    );
+    describe_counter!(
+        LANE_JOBS_TOTAL,
+        "Jobs of paced channels by channel, lane (urgent, normal, bulk) and step: parked (put in the lane's queue), taken (given a send slot from it)"
+    );
+    describe_histogram!(
+        LANE_WAIT_SECONDS,
+        Unit::Seconds,
+        "How long a job waited in its lane for its channel's rate, by channel and lane"
     );
     for name in [REDIS_ERRORS_TOTAL, BROKER_ERRORS_TOTAL, RECONNECTS_TOTAL] {
         metrics::counter!(name).absolute(0);

@@ -12,7 +12,7 @@ use crate::config::Settings;
 
 /// A producer connected as the worker's settings say: `amqp.url` with
 /// `[amqp.tls]`, `amqp.jobs_exchange`, `amqp.publish_timeout` and
-/// `worker.max_body_bytes`.
+/// `worker.max_body_bytes`; jobs with a `priority` go to `lanes.exchange`.
 pub async fn from_settings(settings: &Settings) -> Result<Producer, ProducerError> {
     let a = &settings.amqp;
     let timeout = a.publish_timeout.0;
@@ -27,4 +27,5 @@ pub async fn from_settings(settings: &Settings) -> Result<Producer, ProducerErro
         settings.worker.max_body_bytes,
     )
     .await
+    .map(|p| p.with_lanes(&settings.lanes.exchange))
 }

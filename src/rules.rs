@@ -23,6 +23,8 @@ pub struct ChannelRules {
     pub rate: Option<Rate>,
     /// Its send windows; `None`: any time.
     pub windows: Option<SendWindows>,
+    /// How its lanes share its rate; `None`: not paced.
+    pub lanes: Option<crate::quota::lanes::LaneRate>,
 }
 
 /// Policies and channels, as one immutable value.
@@ -53,6 +55,7 @@ impl Rules {
                 let rules = ChannelRules {
                     rate: settings.rate(c),
                     windows: settings.channel_windows(c).cloned(),
+                    lanes: settings.lane_rate(c),
                 };
                 (c.clone(), rules)
             })

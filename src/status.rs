@@ -111,7 +111,14 @@ pub struct ChannelView {
 }
 
 /// The outcome labels without the reason, in the order of the page.
-const OUTCOMES: [&str; 5] = ["dispatched", "delayed", "duplicate", "superseded", "dead"];
+const OUTCOMES: [&str; 6] = [
+    "dispatched",
+    "delayed",
+    "duplicate",
+    "superseded",
+    "dead",
+    "parked",
+];
 
 impl Status {
     /// Record the queues as just read.

@@ -36,7 +36,7 @@ use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
-use crate::redis::rate::{self, RateBatcher, RateReply, Taker};
+use crate::redis::rate::{self, LaneAsk, RateBatcher, RateReply, Taker};
 use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
@@ -46,6 +46,18 @@ use crate::rules::Rules;
 #[derive(Debug, Default)]
 struct Pacer {
     waiting: AtomicUsize,
+}
+
+/// How [`QuotaStore::admit_with`] takes the channel's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateStep {
+    /// Take it; when it refuses, wait for it here (in the lane, when given).
+    Wait(Option<LaneAsk>),
+    /// Take it; when it refuses, give the recipient's reservation back and answer
+    /// `None`: the job is parked in its lane.
+    Park(Option<LaneAsk>),
+    /// Already taken (the TAT the take left): only the recipient is asked.
+    Taken(i64),
 }
 
 /// The quota store. Cheap to share behind an `Arc`.
@@ -158,6 +170,8 @@ impl QuotaStore {
                     conn: conn.clone(),
                     script: scripts.rate.clone(),
                     key: keys.rate(c),
+                    lanes_script: scripts.lanes.clone(),
+                    lanes_key: keys.lanes(c),
                     calls: calls.clone(),
                 };
                 (c.clone(), RateBatcher::start(taker))
@@ -279,6 +293,19 @@ impl QuotaStore {
         req: &Request<'_>,
         rules: &Rules,
     ) -> Result<Admission, StoreError> {
+        let admission = self.admit_with(req, rules, RateStep::Wait(None)).await?;
+        admission.ok_or_else(|| StoreError::Batch("a waiting admission was parked".into()))
+    }
+
+    /// [`QuotaStore::admit_under`], the channel's rate taken as `step` says; `None`
+    /// when `step` is [`RateStep::Park`] and the rate would make the job wait (the
+    /// recipient's reservation, if one was taken, is given back).
+    pub(crate) async fn admit_with(
+        &self,
+        req: &Request<'_>,
+        rules: &Rules,
+        step: RateStep,
+    ) -> Result<Option<Admission>, StoreError> {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
@@ -287,11 +314,27 @@ impl QuotaStore {
         let member = keys::member(req.id);
 
         let pacing = rate.is_some() && pacer.waiting.load(Ordering::Relaxed) > 0;
-        let (first, rate_reply) = match rate {
-            Some(r) if !pacing => {
+        let lane = match step {
+            RateStep::Wait(lane) | RateStep::Park(lane) => lane,
+            RateStep::Taken(_) => None,
+        };
+        let (first, rate_reply) = match (rate, step) {
+            (Some(_), RateStep::Taken(tat_us)) => {
+                let a = self
+                    .call_admit(&key, &member, &policy, req.tz, None)
+                    .await?;
+                let taken = RateReply {
+                    allowed: 1,
+                    remaining: 0,
+                    retry_after: Duration::ZERO,
+                    tat_us,
+                };
+                (a, Some(taken))
+            }
+            (Some(r), _) if !pacing => {
                 let (a, b) = tokio::join!(
                     self.call_admit(&key, &member, &policy, req.tz, None),
-                    self.take_rate(req.channel, r)
+                    self.take_rate_in(req.channel, r, lane)
                 );
                 let a = a?;
                 match b {
@@ -401,7 +444,11 @@ impl QuotaStore {
                         });
                     }
                 }
-                match self.pace(req.channel, r, pacer).await {
+                if let RateStep::Park(_) = step {
+                    self.release_recipient(ticket).await?;
+                    return Ok(None);
+                }
+                match self.pace(req.channel, r, pacer, lane).await {
                     Ok(tat) => ticket.rate = Some((r, tat)),
                     Err(e) => {
                         if self.release_recipient(ticket).await.is_err() {
@@ -419,16 +466,44 @@ impl QuotaStore {
             }
             _ => {}
         }
-        Ok(admission)
+        Ok(Some(admission))
+    }
+
+    /// Whether jobs of `channel` wait for its rate in this process now.
+    pub(crate) fn is_pacing(&self, channel: &str) -> bool {
+        self.pacers
+            .get(channel)
+            .is_some_and(|p| p.waiting.load(Ordering::Relaxed) > 0)
+    }
+
+    /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
+    /// the TAT the take left (for [`RateStep::Taken`]).
+    pub(crate) async fn pace_in_lane(
+        &self,
+        channel: &str,
+        rate: Rate,
+        ask: LaneAsk,
+    ) -> Result<i64, StoreError> {
+        let pacer = self
+            .pacers
+            .get(channel)
+            .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
+        self.pace(channel, rate, pacer, Some(ask)).await
     }
 
     /// Wait until the channel's rate allows one more job, one waiter at a time;
     /// returns the TAT the take left.
-    async fn pace(&self, channel: &str, rate: Rate, pacer: &Pacer) -> Result<i64, StoreError> {
+    async fn pace(
+        &self,
+        channel: &str,
+        rate: Rate,
+        pacer: &Pacer,
+        lane: Option<LaneAsk>,
+    ) -> Result<i64, StoreError> {
         pacer.waiting.fetch_add(1, Ordering::Relaxed);
         let result = async {
             loop {
-                let reply = self.take_rate(channel, rate).await?;
+                let reply = self.take_rate_in(channel, rate, lane).await?;
                 match reply.allowed {
                     1 => return Ok(reply.tat_us),
                     0 => {
@@ -583,8 +658,18 @@ impl QuotaStore {
     /// Take one job of `rate.cost` from the channel's rate, in one call with the
     /// channel's other jobs asking at the same moment.
     pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, StoreError> {
+        self.take_rate_in(channel, rate, None).await
+    }
+
+    /// [`QuotaStore::take_rate`] for a job in a lane (`lua/lanes.lua`) when `lane` is given.
+    pub async fn take_rate_in(
+        &self,
+        channel: &str,
+        rate: Rate,
+        lane: Option<LaneAsk>,
+    ) -> Result<RateReply, StoreError> {
         match self.rates.get(channel) {
-            Some(batcher) => batcher.take(rate).await,
+            Some(batcher) => batcher.take(rate, lane).await,
             None => self.call_rate(channel, rate, rate.cost).await,
         }
     }

@@ -17,9 +17,11 @@ pub struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     pub recipients: Option<usize>,
-    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, memory, scale);
-    /// each mix, each latency round and each scale round measure their own ceiling
-    /// right before. `scale` is not in the default run (it preloads millions of keys).
+    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, memory,
+    /// scale); each mix, each latency round and each scale round measure their own
+    /// ceiling right before. `scale` is not in the default run (it preloads millions
+    /// of keys), nor `lanes` (the urgent wait behind a bulk backlog of `--jobs`,
+    /// default 100,000, paced at 100/s: about 20 minutes per pass).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",

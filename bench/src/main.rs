@@ -28,6 +28,10 @@
 //! - **scale** ([`scale`], only when asked for): keys of 10,000 and of 10,000,000
 //!   recipients already in Redis, 1 and 10 policies in use; rounds of a ceiling and
 //!   every configuration, the order alternating: jobs/s and CPU per job.
+//! - **lanes** ([`lanes`], only when asked for): a channel paced at 100 jobs/s, a
+//!   bulk backlog parked in its lane (`--jobs`, default 100,000), then urgent jobs at
+//!   2/s as an old producer sends them: their publish-to-dispatch times, on one
+//!   worker and on three.
 //! - **memory** ([`memory`]): Redis `used_memory` growth per recipient holding three
 //!   sends.
 //!
@@ -49,6 +53,7 @@ mod cluster;
 mod context;
 mod engine;
 mod jobs;
+mod lanes;
 mod latency;
 mod memory;
 mod metrics;

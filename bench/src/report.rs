@@ -75,6 +75,17 @@ pub struct Latency {
     pub pass_through: Option<EndToEnd>,
 }
 
+/// One pass: the urgent jobs' wait with `workers` workers behind `backlog` bulk jobs.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct LaneWait {
+    pub workers: usize,
+    pub backlog: usize,
+    pub rate: u64,
+    /// Bulk jobs still waiting in their lane when the last urgent job was published.
+    pub bulk_waiting: u32,
+    pub urgent: EndToEnd,
+}
+
 /// Publish-to-arrival times of one pass, from a header the load generator stamps
 /// and a consumer in the benchmark on the output queue.
 #[derive(Serialize, Debug, Clone, Default)]
@@ -164,6 +175,8 @@ pub struct Report {
     pub memory_recipients: usize,
     pub memory_bytes_per_recipient: f64,
     pub memory_usage_one_recipient: i64,
+    /// The lanes step: the urgent wait behind a bulk backlog, by workers.
+    pub lanes: Vec<LaneWait>,
 }
 
 impl EndToEnd {

@@ -9,7 +9,9 @@ use crate::cli::Args;
 use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
-use crate::{cluster, engine, latency, memory, mixes, plot, rate, report, sample, scale, table};
+use crate::{
+    cluster, engine, lanes, latency, memory, mixes, plot, rate, report, sample, scale, table,
+};
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
 pub async fn run(args: Args) -> Result<()> {
@@ -38,6 +40,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     if b.args.runs("scale") {
         scale::step(&b, &mut report).await?;
+    }
+    if b.args.runs("lanes") {
+        lanes::step(&b, &mut report).await?;
     }
     if b.args.runs("memory") {
         memory::step(&b, &mut report).await?;

@@ -16,10 +16,12 @@ const { parseArgs } = require('node:util');
 const amqp = require('amqplib');
 
 const url = process.env.QUOTA_WORKER__AMQP__URL || 'amqp://guest:guest@127.0.0.1:5672/%2f';
-const exchange = process.env.QUOTA_WORKER__AMQP__JOBS_EXCHANGE || 'notify.jobs';
+const jobsExchange = process.env.QUOTA_WORKER__AMQP__JOBS_EXCHANGE || 'notify.jobs';
+const lanesExchange = process.env.QUOTA_WORKER__LANES__EXCHANGE || 'notify.lanes';
+const LANES = ['urgent', 'normal', 'bulk'];
 
 const USAGE = `usage: node publish.js --recipient R --channel C [--category C] [--timezone ZONE]
-                       [--payload JSON] [--id ID]`;
+                       [--payload JSON] [--priority urgent|normal|bulk] [--id ID]`;
 
 function readJob() {
   const { values } = parseArgs({
@@ -29,6 +31,7 @@ function readJob() {
       category: { type: 'string' }, // selects the quota policy (default: default)
       timezone: { type: 'string' }, // the recipient's IANA zone
       payload: { type: 'string' }, // any JSON, passed through untouched
+      priority: { type: 'string' }, // its lane while its channel's rate makes it wait
       id: { type: 'string' }, // the idempotency key (default: a new UUID)
     },
   });
@@ -36,6 +39,10 @@ function readJob() {
   const job = { id: values.id || randomUUID(), recipient: values.recipient, channel: values.channel };
   if (values.category !== undefined) job.category = values.category;
   if (values.timezone !== undefined) job.timezone = values.timezone;
+  if (values.priority !== undefined) {
+    if (!LANES.includes(values.priority)) throw new Error('--priority is urgent, normal or bulk');
+    job.priority = values.priority;
+  }
   if (values.payload !== undefined) {
     try {
       job.payload = JSON.parse(values.payload);
@@ -46,7 +53,14 @@ function readJob() {
   return job;
 }
 
+// A job that knows its lane goes straight to it: the lanes exchange routes
+// "<channel>.<priority>" (a channel without lanes: on to the jobs exchange).
+function destination(job) {
+  return job.priority ? [lanesExchange, `${job.channel}.${job.priority}`] : [jobsExchange, ''];
+}
+
 async function publish(job) {
+  const [exchange, routingKey] = destination(job);
   const connection = await amqp.connect(url);
   try {
     // publisher confirms: waitForConfirms() resolves once the broker has the job,
@@ -60,7 +74,7 @@ async function publish(job) {
     channel.on('error', (err) => {
       channelError = err; // reported below; without a listener it would crash the process
     });
-    channel.publish(exchange, '', Buffer.from(JSON.stringify(job)), {
+    channel.publish(exchange, routingKey, Buffer.from(JSON.stringify(job)), {
       persistent: true, // delivery mode 2: survives a broker restart
       contentType: 'application/json',
       messageId: job.id,
@@ -95,7 +109,7 @@ async function main() {
   try {
     await publish(job);
   } catch (err) {
-    console.error(`publishing job ${job.id} to ${exchange}: ${err.message}`);
+    console.error(`publishing job ${job.id} to ${destination(job)[0]}: ${err.message}`);
     process.exitCode = 1;
     return;
   }

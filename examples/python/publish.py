@@ -37,11 +37,16 @@ def main():
     parser.add_argument("--category", help="selects the quota policy (default: default)")
     parser.add_argument("--timezone", help="the recipient's IANA zone, e.g. Asia/Shanghai")
     parser.add_argument("--payload", type=json_value, help="any JSON, passed through untouched")
+    parser.add_argument(
+        "--priority",
+        choices=("urgent", "normal", "bulk"),
+        help="its lane while its channel's rate makes it wait (default: its policy's)",
+    )
     parser.add_argument("--id", help="the idempotency key (default: a new UUID)")
     args = parser.parse_args()
 
     job = {"id": args.id or str(uuid.uuid4()), "recipient": args.recipient, "channel": args.channel}
-    for field in ("category", "timezone", "payload"):
+    for field in ("category", "timezone", "priority", "payload"):
         if getattr(args, field) is not None:
             job[field] = getattr(args, field)
     # compact UTF-8 JSON; the worker dispatches these bytes as they are
@@ -49,6 +54,12 @@ def main():
 
     url = os.environ.get("QUOTA_WORKER__AMQP__URL") or DEFAULT_URL
     exchange = os.environ.get("QUOTA_WORKER__AMQP__JOBS_EXCHANGE") or "notify.jobs"
+    routing_key = ""  # the jobs exchange is a fanout: it ignores it
+    if args.priority:
+        # a job that knows its lane goes straight to it: the lanes exchange routes
+        # "<channel>.<priority>" (a channel without lanes: on to the jobs exchange)
+        exchange = os.environ.get("QUOTA_WORKER__LANES__EXCHANGE") or "notify.lanes"
+        routing_key = f"{args.channel}.{args.priority}"
     try:
         connection = pika.BlockingConnection(pika.URLParameters(url))
         try:
@@ -58,7 +69,7 @@ def main():
             channel.confirm_delivery()
             channel.basic_publish(
                 exchange=exchange,
-                routing_key="",  # a fanout exchange ignores it
+                routing_key=routing_key,
                 body=body,
                 properties=pika.BasicProperties(
                     delivery_mode=pika.DeliveryMode.Persistent,  # 2: survives a broker restart

@@ -9,6 +9,8 @@ use chrono_tz::Tz;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
+use crate::priority::Priority;
+
 /// Longest accepted job id, in characters (and never above 255 bytes, the AMQP
 /// `message_id` limit).
 pub const MAX_ID_CHARS: usize = 128;
@@ -37,6 +39,8 @@ pub struct Job<'a> {
     /// Jobs of one recipient with the same collapse key replace each other while
     /// they wait: only the newest is sent.
     pub collapse_key: Option<Cow<'a, str>>,
+    /// The lane the job asked for; `None`: its policy's.
+    pub priority: Option<Priority>,
 }
 
 /// Why a body is not a job.
@@ -62,6 +66,8 @@ struct Wire<'a> {
     not_before: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     collapse_key: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    priority: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -133,6 +139,13 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         None => None,
         Some(k) => Some(required("collapse_key", Some(k), MAX_COLLAPSE_KEY_CHARS)?),
     };
+    let priority = match wire.priority {
+        None => None,
+        Some(word) => Some(
+            word.parse::<Priority>()
+                .map_err(|e| Malformed(format!("the field `priority` is {e}")))?,
+        ),
+    };
     Ok(Job {
         id,
         recipient,
@@ -142,6 +155,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         expires_at,
         not_before,
         collapse_key,
+        priority,
     })
 }
 
@@ -214,6 +228,15 @@ mod tests {
         assert_eq!(j.category, "default");
         assert_eq!(j.tz, chrono_tz::Europe::Paris);
         assert_eq!(j.expires_at, None);
+        assert_eq!(j.priority, None);
+    }
+
+    #[test]
+    fn a_priority_is_one_of_three_words() {
+        let j = ok(r#"{"id":"j","recipient":"r","channel":"sms","priority":"urgent"}"#);
+        assert_eq!(j.priority, Some(Priority::Urgent));
+        let e = bad(br#"{"id":"j","recipient":"r","channel":"sms","priority":"high"}"#);
+        assert!(e.contains("`priority`") && e.contains("\"high\""), "{e}");
     }
 
     #[test]

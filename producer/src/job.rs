@@ -8,6 +8,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::priority::Priority;
+
 /// A notification job, as the contract defines it (see the README).
 ///
 /// Unknown fields are kept in [`Job::extra`] and published as they are, so a
@@ -61,6 +63,11 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub collapse_key: Option<String>,
+    /// The lane the job waits in when its channel's rate makes it wait: `urgent`
+    /// jobs take the next send slots, then `normal`, then `bulk`; absent or null:
+    /// its policy's (`normal` unless the policy says otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -81,6 +88,7 @@ impl Job {
             expires_at: None,
             not_before: None,
             collapse_key: None,
+            priority: None,
             payload: None,
             extra: Map::new(),
         }
@@ -121,6 +129,12 @@ impl Job {
     /// replaces this one while it waits (only the newest is sent).
     pub fn collapse_key(mut self, key: impl Into<String>) -> Job {
         self.collapse_key = Some(key.into());
+        self
+    }
+
+    /// Put it in a lane (`urgent`, `normal` or `bulk`) instead of its policy's.
+    pub fn priority(mut self, priority: Priority) -> Job {
+        self.priority = Some(priority);
         self
     }
 

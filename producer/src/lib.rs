@@ -31,9 +31,11 @@
 
 pub mod decode;
 mod job;
+pub mod priority;
 mod producer;
 pub mod publisher;
 
 pub use decode::{decode, Malformed};
 pub use job::{schema, Job, JobId};
+pub use priority::Priority;
 pub use producer::{encode, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};

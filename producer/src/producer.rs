@@ -47,6 +47,8 @@ pub struct Producer {
     conn: Connection,
     publisher: Publisher,
     exchange: String,
+    /// The lanes exchange, for jobs that name their priority ([`Producer::with_lanes`]).
+    lanes: Option<String>,
     max_body_bytes: usize,
 }
 
@@ -100,8 +102,20 @@ impl Producer {
             conn,
             publisher,
             exchange: exchange.to_string(),
+            lanes: None,
             max_body_bytes,
         })
+    }
+
+    /// Publish jobs that carry a `priority` to the worker's lanes exchange
+    /// (`amqp.lanes_exchange`, `notify.lanes` by default), routed `<channel>.<priority>`,
+    /// so that the worker need not read them from the jobs queue to park them in
+    /// their lane. A channel with no lanes (not paced) gets them through the
+    /// exchange's alternate, the jobs exchange. Jobs without a priority still go
+    /// to the jobs exchange.
+    pub fn with_lanes(mut self, exchange: &str) -> Producer {
+        self.lanes = Some(exchange.to_string());
+        self
     }
 
     /// The body that [`Producer::publish`] would send for `job`, and its id: the job
@@ -113,18 +127,34 @@ impl Producer {
     /// Publish one job and wait for the broker's confirm; returns its id.
     pub async fn publish(&self, job: &Job) -> Result<JobId, ProducerError> {
         let (id, body) = self.encode(job)?;
-        self.publish_encoded(&id, &body).await?;
+        match (&self.lanes, job.priority) {
+            (Some(lanes), Some(p)) => {
+                let key = p.routing_key(&job.channel);
+                self.publish_to(lanes, &key, &id, &body).await?
+            }
+            _ => self.publish_encoded(&id, &body).await?,
+        }
         Ok(id)
     }
 
-    /// Publish a body from [`Producer::encode`].
+    /// Publish a body from [`Producer::encode`] to the jobs exchange.
     pub async fn publish_encoded(&self, id: &JobId, body: &[u8]) -> Result<(), ProducerError> {
+        self.publish_to(&self.exchange, "", id, body).await
+    }
+
+    async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        id: &JobId,
+        body: &[u8],
+    ) -> Result<(), ProducerError> {
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(id.as_str()))
             .with_timestamp(Utc::now().timestamp().max(0) as u64);
         self.publisher
-            .publish(&self.exchange, "", body, props)
+            .publish(exchange, routing_key, body, props)
             .await
             .map_err(|source| ProducerError::Publish {
                 id: id.clone(),
@@ -148,7 +178,13 @@ pub fn encode(job: &Job, max_body_bytes: usize) -> Result<(JobId, Vec<u8>), Prod
     for key in job.extra.keys() {
         if matches!(
             key.as_str(),
-            "id" | "recipient" | "channel" | "category" | "timezone" | "expires_at" | "payload"
+            "id" | "recipient"
+                | "channel"
+                | "category"
+                | "timezone"
+                | "expires_at"
+                | "priority"
+                | "payload"
         ) {
             return Err(ProducerError::Invalid(format!(
                 "the extra field `{key}` repeats a field of the contract"
@@ -179,7 +215,7 @@ mod tests {
     fn every_field_round_trips_and_extras_are_kept() {
         let line = r#"{"id":"j1","recipient":"r","channel":"sms","category":"promo",
             "timezone":"Asia/Kolkata","expires_at":"2026-12-01T00:00:00+08:00",
-            "payload":{"a":[1,2]},"trace":"abc","priority":5}"#;
+            "payload":{"a":[1,2]},"trace":"abc","tier":5}"#;
         let job: Job = serde_json::from_str(line).unwrap();
         assert_eq!(job.extra.len(), 2);
         let (id, body) = encode(&job, 1000).unwrap();

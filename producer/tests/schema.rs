@@ -44,12 +44,23 @@ const VALID: &[&str] = &[
     r#"{"id":"j","recipient":"r","channel":"sms","not_before":"2016-12-31T23:59:60Z"}"#,
     r#"{"id":"j","recipient":"r","channel":"sms","payload":"just text"}"#,
     r#"{"id":"j","recipient":"r","channel":"sms","payload":[1,{"deep":{"er":null}}]}"#,
-    r#"{"id":"j","recipient":"r","channel":"sms","trace_id":"abc","priority":5}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","trace_id":"abc","tier":5}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","priority":"urgent"}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","priority":"bulk","category":"promo"}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","priority":null}"#,
 ];
 
 /// Jobs the worker dead-letters as `malformed`, with what is wrong.
 const INVALID: &[(&str, &str)] = &[
     (r#"[1,2]"#, "not an object"),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","priority":"high"}"#,
+        "a priority that is not a lane",
+    ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","priority":5}"#,
+        "a numeric priority",
+    ),
     (r#""a job""#, "a string"),
     (r#"{"recipient":"r","channel":"sms"}"#, "no id"),
     (

@@ -14,9 +14,10 @@ use crate::amqp::Topology;
 pub struct QueueStat {
     /// Queue name.
     pub name: String,
-    /// What it is for: `jobs`, `delay`, `dispatch` or `dead`.
+    /// What it is for: `jobs`, `lane`, `delay`, `dispatch` or `dead`.
     pub role: &'static str,
-    /// The delay level's seconds or the dispatch queue's channel.
+    /// The lane's `<channel>.<priority>`, the delay level's seconds or the dispatch
+    /// queue's channel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Whether the queue exists.
@@ -27,7 +28,7 @@ pub struct QueueStat {
     pub consumers: Option<u32>,
 }
 
-/// Every queue of the topology, in the order jobs flow: jobs, delay levels,
+/// Every queue of the topology, in the order jobs flow: jobs, lanes, delay levels,
 /// dispatch queues, dead letters. A missing queue is reported, not an error.
 pub async fn queue_stats(
     conn: &Connection,
@@ -36,6 +37,11 @@ pub async fn queue_stats(
     let ladder = topology.ladder();
     let mut wanted: Vec<(String, &'static str, Option<String>)> =
         vec![(topology.amqp.jobs_queue.clone(), "jobs", None)];
+    wanted.extend(
+        topology
+            .lane_queues()
+            .map(|(q, c, p)| (q, "lane", Some(p.routing_key(c)))),
+    );
     wanted.extend(
         (0..ladder.levels).map(|n| (ladder.queue(n), "delay", Some(format!("{}s", 1u64 << n)))),
     );

@@ -11,7 +11,8 @@ use lapin::{Channel, Connection, ExchangeKind};
 
 use super::ladder::Ladder;
 use super::BrokerError;
-use crate::config::{AmqpSettings, QueueType, Settings};
+use crate::config::{AmqpSettings, LaneSettings, QueueType, Settings};
+use crate::quota::lanes::Priority;
 
 /// Every name of the topology, derived from the settings.
 #[derive(Debug, Clone)]
@@ -22,6 +23,10 @@ pub struct Topology {
     pub channels: Vec<String>,
     /// Each delay level's queue, by level (a delayed job is published to one).
     delay_queues: Vec<String>,
+    /// Where jobs that wait for their channel's rate wait.
+    pub lanes: LaneSettings,
+    /// The channels with lanes (the paced ones, as configured at start).
+    pub laned: Vec<String>,
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -71,7 +76,31 @@ impl Topology {
             amqp: settings.amqp.clone(),
             channels: settings.channels.keys().cloned().collect(),
             delay_queues: (0..ladder.levels).map(|n| ladder.queue(n)).collect(),
+            lanes: settings.lanes.clone(),
+            laned: settings
+                .channels
+                .keys()
+                .filter(|c| settings.rate(c).is_some())
+                .cloned()
+                .collect(),
         }
+    }
+
+    /// The queue of `channel`'s `lane`: `<lanes.queue_prefix><channel>.<lane>`.
+    pub fn lane_queue(&self, channel: &str, lane: Priority) -> String {
+        format!("{}{}", self.lanes.queue_prefix, lane.routing_key(channel))
+    }
+
+    /// Whether `channel` has lane queues.
+    pub fn has_lanes(&self, channel: &str) -> bool {
+        self.laned.iter().any(|c| c == channel)
+    }
+
+    /// Every lane queue with its channel and lane, channel by channel, urgent first.
+    pub fn lane_queues(&self) -> impl Iterator<Item = (String, &str, Priority)> + '_ {
+        self.laned
+            .iter()
+            .flat_map(move |c| Priority::ALL.map(|p| (self.lane_queue(c, p), c.as_str(), p)))
     }
 
     /// The queue a job delayed by `seconds` is published to ([`Ladder::entry`],
@@ -94,10 +123,12 @@ impl Topology {
         format!("{}{channel}", self.amqp.dispatch_queue_prefix)
     }
 
-    /// Every queue, in the order an operator reads them: jobs, delays, dispatch, dead.
+    /// Every queue, in the order an operator reads them: jobs, lanes, delays,
+    /// dispatch, dead.
     pub fn queues(&self) -> Vec<String> {
         let ladder = self.ladder();
         let mut q = vec![self.amqp.jobs_queue.clone()];
+        q.extend(self.lane_queues().map(|(name, ..)| name));
         q.extend((0..ladder.levels).map(|n| ladder.queue(n)));
         q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
         q.push(self.amqp.dead_queue.clone());
@@ -111,6 +142,7 @@ impl Topology {
             self.amqp.jobs_exchange.clone(),
             self.amqp.dispatch_exchange.clone(),
             self.amqp.dead_exchange.clone(),
+            self.lanes.exchange.clone(),
         ];
         x.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
         x
@@ -219,6 +251,25 @@ impl Topology {
             let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
             queue(q.clone(), args).await?;
             bind(&ch, &q, &a.dispatch_exchange, c, FieldTable::default()).await?;
+        }
+
+        // lanes: a direct exchange whose unroutable messages (a channel with no
+        // lanes) go on to the jobs exchange, and a queue per paced channel and lane
+        let mut lanes_args = FieldTable::default();
+        lanes_args.insert("alternate-exchange".into(), long(&a.jobs_exchange));
+        let lanes = &self.lanes.exchange;
+        ch.exchange_declare(
+            lanes.as_str().into(),
+            ExchangeKind::Direct,
+            durable,
+            lanes_args,
+        )
+        .await
+        .map_err(failed(format!("exchange `{lanes}`")))?;
+        for (q, c, p) in self.lane_queues() {
+            let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+            queue(q.clone(), args).await?;
+            bind(&ch, &q, lanes, &p.routing_key(c), FieldTable::default()).await?;
         }
 
         let ladder = self.ladder();

@@ -16,6 +16,7 @@ use tokio::io::AsyncBufReadExt;
 use super::{parse_instant, parse_json, stop_on_signal, EXIT_INTERRUPTED, EXIT_PARTIAL};
 use quota_worker::config::Settings;
 use quota_worker::producer::{Job, JobId, Producer};
+use quota_worker::quota::lanes::Priority;
 
 /// `quota-worker publish`: one job from flags, or JSON lines on stdin.
 #[derive(Args, Debug)]
@@ -51,6 +52,10 @@ pub struct PublishArgs {
     /// one while it waits.
     #[arg(long, requires = "recipient")]
     pub collapse_key: Option<String>,
+    /// Lane of the job while its channel's rate makes it wait: urgent, normal or
+    /// bulk (default: its policy's). Published to the lanes exchange.
+    #[arg(long, requires = "recipient")]
+    pub priority: Option<Priority>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -98,6 +103,7 @@ async fn publish_one(
         expires_at: args.expires_at,
         not_before: args.not_before,
         collapse_key: args.collapse_key,
+        priority: args.priority,
         payload: args.payload,
         extra: Default::default(),
     };

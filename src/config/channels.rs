@@ -36,6 +36,23 @@ pub struct ChannelSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub send_windows: Option<SendWindows>,
+    /// Paced channels: while urgent (or owed normal) jobs wait for the rate, a lower
+    /// lane takes only while the bucket keeps this fraction of it (of `burst`
+    /// jobs) per waiting lane above it: 0 to 0.5, default 0.5.
+    #[serde(default = "half")]
+    pub reserve: f64,
+    /// Paced channels: the share of the rate `normal` jobs keep while urgent ones
+    /// wait steadily: 0 to 1, default 0.1 (0: urgent always first).
+    #[serde(default = "tenth")]
+    pub normal_share: f64,
+}
+
+fn half() -> f64 {
+    super::lanes::DEFAULT_RESERVE
+}
+
+fn tenth() -> f64 {
+    super::lanes::DEFAULT_NORMAL_SHARE
 }
 
 impl Default for ChannelSettings {
@@ -46,6 +63,8 @@ impl Default for ChannelSettings {
             burst: None,
             cost: 1,
             send_windows: None,
+            reserve: half(),
+            normal_share: tenth(),
         }
     }
 }
@@ -142,7 +161,7 @@ mod tests {
             period: Some(Dur(period)),
             burst,
             cost,
-            send_windows: None,
+            ..ChannelSettings::default()
         }
     }
 

@@ -26,6 +26,7 @@ mod endpoint;
 mod env;
 mod error;
 mod http;
+mod lanes;
 mod locate;
 mod policies;
 mod redis;
@@ -42,6 +43,7 @@ pub use endpoint::Endpoint;
 pub use env::{ENV_PREFIX, SECRET_KEYS};
 pub use error::ConfigError;
 pub use http::HttpSettings;
+pub use lanes::LaneSettings;
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{RedisSettings, SentinelSettings};
@@ -80,6 +82,8 @@ pub struct Settings {
     pub policies: BTreeMap<String, PolicySettings>,
     /// The channels by name (`[channels.NAME]`); at least one.
     pub channels: BTreeMap<String, ChannelSettings>,
+    /// Where jobs that wait for their channel's rate wait, by priority (`[lanes]`).
+    pub lanes: LaneSettings,
 }
 
 impl Settings {
@@ -107,6 +111,8 @@ impl Settings {
         a.dead_queue = format!("{ns}.dead");
         a.delay_prefix = format!("{ns}.delay");
         self.redis.key_prefix = ns.to_string();
+        self.lanes.exchange = format!("{ns}.lanes");
+        self.lanes.queue_prefix = format!("{ns}.lanes.");
         self
     }
 
@@ -175,7 +181,8 @@ impl Settings {
         self.worker.validate()?;
         self.http.validate()?;
         policies::validate(&self.policies, self.redis.record_ttl.0)?;
-        channels::validate(&self.channels)
+        channels::validate(&self.channels)?;
+        self.lanes.validate(&self.channels)
     }
 
     /// The broker URLs the worker connects to, in the order it tries them:
@@ -214,5 +221,16 @@ impl Settings {
     pub fn rate(&self, channel: &str) -> Option<Rate> {
         let c = self.channels.get(channel)?;
         channels::rate(channel, c).ok().flatten()
+    }
+
+    /// How a paced channel's lanes share its rate; `None` when it is not paced.
+    pub fn lane_rate(&self, channel: &str) -> Option<crate::quota::lanes::LaneRate> {
+        let c = self.channels.get(channel)?;
+        let rate = self.rate(channel)?;
+        Some(crate::quota::lanes::LaneRate::new(
+            rate,
+            c.reserve,
+            c.normal_share,
+        ))
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
 use super::text::{send_windows_text, window_text, Dur};
+use crate::quota::lanes::Priority;
 use crate::quota::policy::{Action, Mode, Policy, Scope};
 use crate::quota::send_windows::SendWindows;
 use crate::quota::window::{Rule, Window};
@@ -60,6 +61,11 @@ pub struct PolicySettings {
     /// are recorded and what it would have done is counted.
     #[serde(default)]
     pub mode: Mode,
+    /// The lane of its jobs that carry no `priority`: `urgent`, `normal` (the
+    /// default) or `bulk`. Jobs wait in their lane only while their channel's rate
+    /// makes them wait; urgent ones take the channel's next send slots.
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -115,6 +121,7 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
             .max_wait
             .and_then(|d| chrono::Duration::from_std(d.0).ok()),
         mode: p.mode,
+        priority: p.priority,
     }
 }
 

@@ -19,6 +19,7 @@ fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
         expires_at,
         not_before: None,
         collapse_key: None,
+        priority: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn policy() -> Policy {
         ignore_channel_windows: false,
         max_wait: None,
         mode: Mode::Enforce,
+        priority: Default::default(),
     }
 }
 

@@ -97,6 +97,21 @@ fn kept(original: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> FieldTabl
     out
 }
 
+/// When the worker parked a job in its lane (ms of Redis time), for the lane wait.
+pub const PARKED_AT: &str = "x-notify-parked-at";
+
+/// Headers for a job parked in its lane: its own headers (the ladder's bits and the
+/// broker's `x-death` family dropped; the attempt count and first-seen time kept
+/// as they are: parking is no attempt) and when it was parked.
+pub fn parked_headers(original: Option<&FieldTable>, now: DateTime<Utc>) -> FieldTable {
+    let mut out = kept(original, |name| name != PARKED_AT);
+    out.insert(
+        PARKED_AT.into(),
+        AMQPValue::LongLongInt(now.timestamp_millis()),
+    );
+    out
+}
+
 /// (attempts so far, first-seen ms) from a job's headers.
 pub fn attempt_info(headers: Option<&FieldTable>) -> (u64, Option<i64>) {
     let Some(h) = headers else { return (0, None) };

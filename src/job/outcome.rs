@@ -58,11 +58,14 @@ pub enum Outcome {
     Superseded,
     /// Published to the dead-letter queue.
     Dead(Reason),
+    /// Its channel's rate would have made it wait: published to its lane's queue,
+    /// where it waits for the rate (and is decided again).
+    Parked,
 }
 
 impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
-    pub(crate) const KINDS: usize = 4 + Reason::ALL.len();
+    pub(crate) const KINDS: usize = 5 + Reason::ALL.len();
 
     /// Its kind, in `0..KINDS`: the index of its counter.
     pub(crate) fn kind(&self) -> usize {
@@ -72,6 +75,7 @@ impl Outcome {
             Outcome::Duplicate => 2,
             Outcome::Superseded => 3,
             Outcome::Dead(r) => 4 + *r as usize,
+            Outcome::Parked => 4 + Reason::ALL.len(),
         }
     }
 
@@ -82,6 +86,7 @@ impl Outcome {
             1 => ("delayed", ""),
             2 => ("duplicate", ""),
             3 => ("superseded", ""),
+            k if k == 4 + Reason::ALL.len() => ("parked", ""),
             k => ("dead", Reason::ALL[k - 4].as_str()),
         }
     }
@@ -102,7 +107,8 @@ mod tests {
             Outcome::Superseded,
         ]
         .into_iter()
-        .chain(Reason::ALL.map(Outcome::Dead));
+        .chain(Reason::ALL.map(Outcome::Dead))
+        .chain([Outcome::Parked]);
         let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
         assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {

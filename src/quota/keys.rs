@@ -108,6 +108,11 @@ impl Keys {
     pub fn rate(&self, channel: &str) -> String {
         format!("{}:rate:{{{channel}}}", self.prefix)
     }
+
+    /// A channel's lane state (`lua/lanes.lua`), in its rate key's slot.
+    pub fn lanes(&self, channel: &str) -> String {
+        format!("{}:lanes:{{{channel}}}", self.prefix)
+    }
 }
 
 /// Bytes of the job-id hash kept as the sorted-set member. Seven bytes (56 bits)

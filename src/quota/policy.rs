@@ -77,6 +77,8 @@ pub struct Policy {
     pub max_wait: Option<chrono::Duration>,
     /// Enforced, or only counted (shadow).
     pub mode: Mode,
+    /// The lane of its jobs that name none (`policies.NAME.priority`).
+    pub priority: super::lanes::Priority,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.

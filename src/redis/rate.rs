@@ -16,6 +16,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
+use crate::quota::lanes::{LaneRate, Priority};
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
@@ -72,6 +73,44 @@ pub(crate) async fn take_many(
     })
 }
 
+/// A take by a job in a lane: its lane, and how the channel's lanes share the rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneAsk {
+    /// The job's lane.
+    pub lane: Priority,
+    /// The channel's reserve and normal share.
+    pub lanes: LaneRate,
+}
+
+/// [`take_many`] for jobs of one lane (`lua/lanes.lua`, with the channel's lane
+/// state at `state`).
+pub async fn take_many_in_lane(
+    conn: &RedisConn,
+    script: &Script,
+    (key, state): (String, String),
+    rate: Rate,
+    ask: LaneAsk,
+    asking: usize,
+) -> Result<Vec<RateReply>, StoreError> {
+    let mut conn = conn.clone();
+    let reply: Vec<i64> = script
+        .key(key)
+        .key(state)
+        .arg(rate.interval_us)
+        .arg(rate.burst)
+        .arg(rate.cost)
+        .arg(asking)
+        .arg(ask.lane.rank())
+        .arg(ask.lanes.reserve_us)
+        .arg(ask.lanes.share_interval_us)
+        .invoke_async(&mut conn)
+        .await?;
+    split(&reply, rate.interval_us, rate.burst, rate.cost, asking).ok_or(StoreError::Reply {
+        script: "lanes.lua",
+        reply,
+    })
+}
+
 /// One reply per job from the script's reply for `asking` jobs (see `lua/rate.lua`).
 fn split(
     reply: &[i64],
@@ -123,11 +162,13 @@ fn split(
 }
 
 type Reply = Result<RateReply, StoreError>;
+/// What one job asks: the rate, and its lane when it has one.
+type Ask = (Rate, Option<LaneAsk>);
 
 /// Takes from one channel's rate for the jobs that ask at the same moment in one
 /// call (while [`OUTSTANDING`] calls are out, new asks wait and leave together).
 pub(crate) struct RateBatcher {
-    tx: mpsc::UnboundedSender<(Rate, oneshot::Sender<Reply>)>,
+    tx: mpsc::UnboundedSender<(Ask, oneshot::Sender<Reply>)>,
     taker: Arc<Taker>,
 }
 
@@ -137,6 +178,10 @@ pub(crate) struct Taker {
     pub script: Script,
     /// The channel's key.
     pub key: String,
+    /// `lua/lanes.lua`.
+    pub lanes_script: Script,
+    /// The channel's lane state.
+    pub lanes_key: String,
     /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
 }
@@ -156,14 +201,16 @@ impl RateBatcher {
         RateBatcher { tx, taker }
     }
 
-    /// Take one job of `rate.cost` from the channel's rate.
-    pub async fn take(&self, rate: Rate) -> Reply {
+    /// Take one job of `rate.cost` from the channel's rate (in `lane` when given).
+    pub async fn take(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
         let (reply_tx, reply_rx) = oneshot::channel();
-        if self.tx.send((rate, reply_tx)).is_err() {
+        if self.tx.send(((rate, lane), reply_tx)).is_err() {
             // the task is gone (its runtime shut down): ask directly
-            super::conn::count_call(&self.taker.calls);
-            let t = &self.taker;
-            return take(&t.conn, &t.script, t.key.clone(), rate, rate.cost).await;
+            let (tx, rx) = oneshot::channel();
+            self.taker.answer((rate, lane), vec![tx]).await;
+            return rx
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())));
         }
         reply_rx
             .await
@@ -172,18 +219,20 @@ impl RateBatcher {
 }
 
 impl Taker {
-    /// One call for `asks` (all of one rate), each told its answer.
-    async fn answer(&self, rate: Rate, asks: Vec<oneshot::Sender<Reply>>) {
+    /// One call for `asks` (all of one rate and lane), each told its answer.
+    async fn answer(&self, (rate, lane): Ask, asks: Vec<oneshot::Sender<Reply>>) {
         super::conn::count_call(&self.calls);
-        let result = take_many(
-            &self.conn,
-            &self.script,
-            self.key.clone(),
-            rate,
-            rate.cost,
-            asks.len(),
-        )
-        .await;
+        let result = match lane {
+            None => {
+                let key = self.key.clone();
+                take_many(&self.conn, &self.script, key, rate, rate.cost, asks.len()).await
+            }
+            Some(ask) => {
+                let keys = (self.key.clone(), self.lanes_key.clone());
+                let script = &self.lanes_script;
+                take_many_in_lane(&self.conn, script, keys, rate, ask, asks.len()).await
+            }
+        };
         match result {
             Ok(replies) => {
                 for (tx, reply) in asks.into_iter().zip(replies) {
@@ -195,11 +244,12 @@ impl Taker {
     }
 }
 
-async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Rate, oneshot::Sender<Reply>)>) {
+async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Ask, oneshot::Sender<Reply>)>) {
     let permits = Arc::new(Semaphore::new(OUTSTANDING));
     while let Some((permit, batch)) = super::next_batch(&mut rx, &permits, MAX_BATCH).await {
-        // one call per rate among them (a reload may change it while jobs ask)
-        let mut groups: Vec<(Rate, Vec<oneshot::Sender<Reply>>)> = Vec::new();
+        // one call per rate and lane among them (a reload may change the rate
+        // while jobs ask)
+        let mut groups: Vec<(Ask, Vec<oneshot::Sender<Reply>>)> = Vec::new();
         for (rate, tx) in batch {
             match groups.iter_mut().find(|(r, _)| *r == rate) {
                 Some((_, txs)) => txs.push(tx),

@@ -11,6 +11,8 @@ use super::conn::RedisConn;
 pub const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
 /// `lua/rate.lua`: a channel's GCRA send rate.
 pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
+/// `lua/lanes.lua`: a channel's GCRA send rate, taken by a job in a lane.
+pub const LANES_LUA: &str = include_str!("../../lua/lanes.lua");
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
 /// `lua/import.lua`: a past send imported by the admin.
@@ -28,6 +30,8 @@ pub struct Scripts {
     pub admit_cross_slot: Script,
     /// `lua/rate.lua`.
     pub rate: Script,
+    /// `lua/lanes.lua`.
+    pub lanes: Script,
     /// `lua/refund.lua`.
     pub refund: Script,
     /// `lua/import.lua`.
@@ -44,6 +48,7 @@ impl Default for Scripts {
                 "#!lua flags=allow-cross-slot-keys\n{ADMIT_LUA}"
             )),
             rate: Script::new(RATE_LUA),
+            lanes: Script::new(LANES_LUA),
             refund: Script::new(REFUND_LUA),
             import: Script::new(IMPORT_LUA),
             collapse: Script::new(COLLAPSE_LUA),
@@ -62,6 +67,7 @@ impl Scripts {
         for script in [
             &self.admit,
             &self.rate,
+            &self.lanes,
             &self.refund,
             &self.import,
             &self.collapse,

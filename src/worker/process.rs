@@ -15,6 +15,7 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::lanes::{self, Step};
 use super::{BrokerLink, Worker};
 use crate::admission::{Admission, Request};
 use crate::amqp::{PublishError, Publisher};
@@ -23,10 +24,12 @@ use crate::job::decode::{self, Job};
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
+use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
 use crate::redis::StoreError;
 use crate::rules::Rules;
+use crate::store::RateStep;
 
 /// What the worker knows of a job's past: the times it was handled before, when a
 /// worker first saw it, and its policy's name.
@@ -54,6 +57,17 @@ impl Worker {
         &self,
         s: &BrokerLink,
         delivery: &Delivery,
+    ) -> Result<Outcome, ProcessError> {
+        self.process_from(s, delivery, None).await
+    }
+
+    /// [`Worker::process`] for a delivery read from the queue of lane `from` (`None`:
+    /// the jobs queue).
+    pub async fn process_from(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        from: Option<Priority>,
     ) -> Result<Outcome, ProcessError> {
         let now = self.store.redis_now();
         // one snapshot of the rules in force for the whole decision (a reload
@@ -111,7 +125,17 @@ impl Worker {
                 category: &job.category,
                 tz: job.tz,
             };
-            let admission = self.admit(&req, &rules, s).await?;
+            let lane = lanes::lane_of(&job, cx.policy, from);
+            let step = match self.rate_step(s, &job, lane, from, &rules).await? {
+                Step::Admit(step) => step,
+                Step::Park(lane) => return self.parked(s, delivery, &job, lane, &rules).await,
+            };
+            let Some(admission) = self.admit(&req, &rules, s, step).await? else {
+                return self.parked(s, delivery, &job, lane, &rules).await;
+            };
+            if let (Some(lane), RateStep::Taken(_)) = (from, step) {
+                self.lane_taken(delivery, &job.channel, lane);
+            }
             let now = self.store.redis_now();
             if let Some(verdict) = decide::shadow(&job, &cx, &admission, now) {
                 crate::metrics::shadowed(&policy.name, verdict);
@@ -200,15 +224,34 @@ impl Worker {
         outcome
     }
 
-    /// Ask the store, waiting out Redis outages (never a decision without Redis).
+    /// Park a job in its lane, and count it.
+    async fn parked(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        lane: Priority,
+        rules: &Rules,
+    ) -> Result<Outcome, ProcessError> {
+        let outcome = self.park(s, delivery, job, lane).await?;
+        let policy = rules.policy(&job.category);
+        rules
+            .metrics
+            .count(&outcome, rules.labels(&policy.name, &job.channel));
+        Ok(outcome)
+    }
+
+    /// Ask the store, waiting out Redis outages (never a decision without Redis);
+    /// `None`: park the job ([`RateStep::Park`]).
     async fn admit(
         &self,
         req: &Request<'_>,
         rules: &Rules,
         s: &BrokerLink,
-    ) -> Result<Admission, ProcessError> {
+        step: RateStep,
+    ) -> Result<Option<Admission>, ProcessError> {
         let started = Instant::now();
-        let admit = || self.store.admit_under(req, rules);
+        let admit = || self.store.admit_with(req, rules, step);
         let admission = self.retry_redis(admit, &s.stop).await?;
         s.metrics
             .admission_seconds
@@ -217,7 +260,7 @@ impl Worker {
     }
 
     /// Run a Redis operation until it succeeds, backing off while Redis is away.
-    async fn retry_redis<'a, T, F, Fut>(
+    pub(super) async fn retry_redis<'a, T, F, Fut>(
         &'a self,
         op: F,
         stop: &CancellationToken,

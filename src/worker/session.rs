@@ -14,10 +14,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
 use super::commits::Commits;
+use super::lanes::LaneConsumers;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
 use crate::metrics::SessionMetrics;
+use crate::quota::lanes::Priority;
 
 /// What the jobs of one broker session share.
 #[derive(Debug)]
@@ -62,10 +64,11 @@ impl Worker {
                     FieldTable::default(),
                 )
                 .await?;
-            Ok::<_, BrokerError>((conn, publisher, consume, consumer))
+            let lanes = LaneConsumers::start(self, &conn, &tag).await?;
+            Ok::<_, BrokerError>((conn, publisher, consume, consumer, lanes))
         };
         let limit = timeout * 3;
-        let (conn, publisher, consume, mut consumer) = tokio::select! {
+        let (conn, publisher, consume, mut consumer, lanes) = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             setup = tokio::time::timeout(limit, setup) => setup
                 .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
@@ -87,15 +90,29 @@ impl Worker {
         let (session, committer) = self.session_context(publisher, stop.clone());
         let session = Arc::new(session);
         let (acks, batcher) = Acks::start(consume.clone());
+        let (lane_channel, mut lane_deliveries, lane_tags) = match lanes {
+            Some(l) => (Some(l.channel), l.deliveries, l.tags),
+            None => Default::default(),
+        };
+        // never ends, so that a session without lanes waits on the jobs alone
+        lane_deliveries.push(futures_util::stream::pending().boxed());
+        let lane_acks = lane_channel.clone().map(Acks::start);
         let result = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
-                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery));
+                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, None));
                     }
                     Some(Err(e)) => break Err(BrokerError::Amqp(e)),
                     None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
+                },
+                Some((lane, next)) = lane_deliveries.next() => match (next, &lane_acks) {
+                    (Ok(delivery), Some((acks, _))) => {
+                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, Some(lane)));
+                    }
+                    (Ok(_), None) => unreachable!("lane deliveries come with their channel"),
+                    (Err(e), _) => break Err(BrokerError::Amqp(e)),
                 },
             }
         };
@@ -110,6 +127,14 @@ impl Worker {
             let deadline = tokio::time::Instant::now() + grace;
             let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
             let _ = tokio::time::timeout_at(deadline, cancel).await;
+            if let Some(ch) = &lane_channel {
+                for lane_tag in &lane_tags {
+                    let cancel =
+                        ch.basic_cancel(lane_tag.as_str().into(), BasicCancelOptions::default());
+                    let _ = tokio::time::timeout_at(deadline, cancel).await;
+                }
+            }
+
             if tokio::time::timeout_at(deadline, tasks.wait())
                 .await
                 .is_err()
@@ -131,6 +156,14 @@ impl Worker {
         drop(acks);
         drop(session);
         let _ = tokio::time::timeout_at(close_by, batcher).await;
+        if let Some((lane_acks, lane_batcher)) = lane_acks {
+            drop(lane_acks);
+            let _ = tokio::time::timeout_at(close_by, lane_batcher).await;
+        }
+        if let Some(ch) = &lane_channel {
+            let qos = ch.basic_qos(self.topology.lanes.prefetch, BasicQosOptions::default());
+            let _ = tokio::time::timeout_at(close_by, qos).await;
+        }
         let _ = tokio::time::timeout_at(close_by, committer).await;
         // one round trip on the channel, so the broker has applied the last acks
         // before the channel closes (quorum queues can lose acks sent just before)
@@ -149,7 +182,13 @@ impl Worker {
     /// One delivery's task. Its own state stays at about a kilobyte: the decision's
     /// larger state (about three) lives in one box instead of being copied along each
     /// time the task is built, moved and spawned.
-    async fn handle(self: Arc<Self>, s: Arc<BrokerLink>, acks: Acks, delivery: Delivery) {
+    async fn handle(
+        self: Arc<Self>,
+        s: Arc<BrokerLink>,
+        acks: Acks,
+        delivery: Delivery,
+        lane: Option<Priority>,
+    ) {
         s.metrics.in_flight.increment(1.0);
         let span = info_span!(
             "job",
@@ -157,7 +196,7 @@ impl Worker {
             tag = delivery.delivery_tag
         );
         let started = Instant::now();
-        let result = Box::pin(self.process(&s, &delivery))
+        let result = Box::pin(self.process_from(&s, &delivery, lane))
             .instrument(span.clone())
             .await;
         // In a closure, never `span.enter()` across an await: a guard held over an

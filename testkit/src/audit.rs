@@ -141,7 +141,7 @@ pub async fn drain(conn: &Connection, queue: &str) -> Vec<Taken> {
 pub struct Audit {
     /// id -> copies in the dispatch queues, with their positions (queue order).
     pub dispatched: BTreeMap<String, Vec<usize>>,
-    /// id -> copies waiting (delay ladder or back in the jobs queue).
+    /// id -> copies waiting (delay ladder, back in the jobs queue, or in a lane).
     pub waiting: BTreeMap<String, usize>,
     /// id -> the queues its waiting copies were found in.
     pub waiting_in: BTreeMap<String, Vec<String>>,
@@ -181,6 +181,7 @@ impl Audit {
         let mut waiting_queues: Vec<String> =
             (0..ladder.levels).rev().map(|n| ladder.queue(n)).collect();
         waiting_queues.push(s.amqp.jobs_queue.clone());
+        waiting_queues.extend(t.lane_queues().map(|(q, ..)| q));
         for q in waiting_queues {
             for m in drain(conn, &q).await {
                 *a.waiting.entry(m.id.clone()).or_default() += 1;

@@ -7,8 +7,8 @@ use quota_worker::config::Settings;
 use serde_json::Value;
 
 /// The environment that gives the binary `s`'s scalar sections (`[amqp]` with its
-/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`) and each custom
-/// policy's scope and action, as `QUOTA_WORKER__SECTION__KEY` variables. The hash
+/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`, `[lanes]`) and
+/// each custom policy's scope, action and priority, as `QUOTA_WORKER__SECTION__KEY` variables. The hash
 /// key is left out (it serializes redacted); a test that needs its own sets it.
 /// Rules, lists of tables, cannot be variables: [`worker_toml`] writes them for a
 /// file.
@@ -24,7 +24,7 @@ pub fn env_for(s: &Settings) -> Vec<(String, String)> {
         other => other.to_string(),
     };
     let mut env = Vec::new();
-    for section in ["amqp", "redis", "worker", "http"] {
+    for section in ["amqp", "redis", "worker", "http", "lanes"] {
         let var = |k: &str| {
             format!(
                 "QUOTA_WORKER__{}__{}",
@@ -48,7 +48,7 @@ pub fn env_for(s: &Settings) -> Vec<(String, String)> {
     for (name, p) in &s.policies {
         if name != "default" && name != "transactional" {
             let p = serde_json::to_value(p).unwrap();
-            for key in ["scope", "action"] {
+            for key in ["scope", "action", "priority"] {
                 env.push((
                     format!(
                         "QUOTA_WORKER__POLICIES__{}__{}",
@@ -84,8 +84,8 @@ pub fn worker_toml(s: &Settings) -> String {
         out.push_str(&rules.join(", "));
         let v = serde_json::to_value(p).unwrap();
         out.push_str(&format!(
-            "]\nscope = {}\naction = {}\n\n",
-            v["scope"], v["action"]
+            "]\nscope = {}\naction = {}\npriority = {}\n\n",
+            v["scope"], v["action"], v["priority"]
         ));
     }
     for (name, c) in &s.channels {
@@ -102,7 +102,10 @@ pub fn worker_toml(s: &Settings) -> String {
         if let Some(b) = c.burst {
             out.push_str(&format!("burst = {b}\n"));
         }
-        out.push_str(&format!("cost = {}\n\n", c.cost));
+        out.push_str(&format!(
+            "cost = {}\nreserve = {}\nnormal_share = {}\n\n",
+            c.cost, c.reserve, c.normal_share
+        ));
     }
     out
 }

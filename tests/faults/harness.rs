@@ -70,7 +70,7 @@ pub(crate) struct Mix {
 }
 
 impl Mix {
-    /// `n` jobs: 80 % uncapped over 500 recipients, 10 % daily-capped over n/100
+    /// `n` jobs: 80 % uncapped over 500 recipients (in the three lanes), 10 % daily-capped over n/100
     /// recipients, 7 % rolling-capped over n/50, 3 % malformed.
     pub(crate) fn new(ns: &str, n: usize, zone: &str) -> Mix {
         let mut jobs = Vec::with_capacity(n);
@@ -99,7 +99,13 @@ impl Mix {
                 _ => {
                     free += 1;
                     let r = format!("free-{}", free % 500);
-                    let b = audit::job_body(&id, &r, "sms", "transactional", zone);
+                    let mut b = audit::job_body(&id, &r, "sms", "transactional", zone);
+                    // lane traffic: a third urgent, a third bulk, the rest their
+                    // policy's (normal); sms is paced, so they wait in their lanes
+                    if let Some(lane) = [Some("urgent"), Some("bulk"), None][free % 3] {
+                        b.pop();
+                        b.extend_from_slice(format!(r#","priority":"{lane}"}}"#).as_bytes());
+                    }
                     (Kind::Free, r, b)
                 }
             };
@@ -161,10 +167,14 @@ pub(crate) async fn wait_until_quiet(
         for n in 0..5 {
             short += depth(conn, &ladder.queue(n)).await.unwrap_or(1);
         }
+        let mut lanes = 0;
+        for (q, ..) in t.lane_queues() {
+            lanes += depth(conn, &q).await.unwrap_or(1);
+        }
         last = format!(
-            "dispatch {d}/{dispatched}, dead {x}/{dead}, jobs queue {j}, short delays {short}"
+            "dispatch {d}/{dispatched}, dead {x}/{dead}, jobs queue {j}, short delays {short}, lanes {lanes}"
         );
-        if d >= dispatched && x >= dead && j == 0 && short == 0 {
+        if d >= dispatched && x >= dead && j == 0 && short == 0 && lanes == 0 {
             calm += 1;
             if calm >= 3 {
                 return true;

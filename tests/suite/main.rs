@@ -24,6 +24,7 @@ mod engine;
 mod examples;
 mod fuzz;
 mod http;
+mod lanes;
 mod layers;
 mod observability;
 mod operate;

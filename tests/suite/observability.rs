@@ -947,6 +947,9 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     let mut promo = s.policies["default"].clone();
     promo.mode = Mode::Shadow;
     s.policies.insert("promo".into(), promo);
+    // a paced channel, so that a job waits in its lane
+    let push = s.channels.get_mut("push").unwrap();
+    push.rate = Some(1);
     let _c = Cleanup::new(&s);
 
     // as `quota-worker run` starts (main.rs): HTTP and the process-wide recorder
@@ -981,6 +984,13 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     publish(&conn, &s, b"not json").await;
     publish(&conn, &s, &job("obs-3", "r2", "promo")).await;
     publish(&conn, &s, &job("obs-4", "r2", "promo")).await;
+    // two urgent jobs on `push` at 1/s: the second waits in the urgent lane
+    for (id, who) in [("obs-5", "r5"), ("obs-6", "r6")] {
+        let body = format!(
+            r#"{{"id":"{id}","recipient":"{who}","channel":"push","category":"transactional"}}"#
+        );
+        publish(&conn, &s, body.as_bytes()).await;
+    }
 
     // settled, and the queues read since (every 5 s)
     let jobs_queue = s.amqp.jobs_queue.clone();
@@ -1045,6 +1055,21 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
             1.0,
         ),
         ("quota_worker_in_flight", vec![], 0.0),
+        (
+            "quota_worker_lane_jobs_total",
+            vec![("channel", "push"), ("lane", "urgent"), ("step", "parked")],
+            1.0,
+        ),
+        (
+            "quota_worker_lane_jobs_total",
+            vec![("channel", "push"), ("lane", "urgent"), ("step", "taken")],
+            1.0,
+        ),
+        (
+            "quota_worker_lane_wait_seconds_count",
+            vec![("channel", "push"), ("lane", "urgent")],
+            1.0,
+        ),
     ];
     let deadline = Instant::now() + Duration::from_secs(30);
     let body = loop {

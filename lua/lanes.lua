@@ -1,0 +1,82 @@
+-- lanes.lua: rate.lua for a job in a lane (urgent, normal, bulk): one GCRA per
+-- channel shared by every lane and every worker, where a lower lane takes only
+-- while the bucket keeps a reserve for the higher lanes that have jobs waiting.
+--
+-- A lane "has jobs waiting" while one of its takes was refused and its retry is
+-- not over (field u: urgent, n: normal, an instant in µs). Normal keeps a minimum
+-- share: its own GCRA at share_interval (field s, counted only while lanes
+-- compete); while normal is owed its share and waits, urgent keeps the reserve
+-- for it. The reserve is per waiting lane above (bulk behind urgent and normal
+-- keeps two). Without waiting lanes every lane takes exactly as in rate.lua.
+--
+-- KEYS[1]  the channel's key (as in rate.lua)
+-- KEYS[2]  the channel's lane state, a hash {u, n, s} in the same slot
+-- ARGV[1..4] as rate.lua: interval_us, burst, cost, asking
+-- ARGV[5]  lane: 0 urgent, 1 normal, 2 bulk
+-- ARGV[6]  reserve per waiting lane above, µs of the bucket
+-- ARGV[7]  normal's share as an interval, µs (0: no minimum share)
+--
+-- Returns as rate.lua: {allowed, remaining, retry_after_us, reset_after_us, tat_us, granted}
+local key, state = KEYS[1], KEYS[2]
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local asking = tonumber(ARGV[4] or '1')
+local lane = tonumber(ARGV[5])
+local reserve = tonumber(ARGV[6])
+local share = tonumber(ARGV[7])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local tat = tonumber(redis.call('GET', key) or now)
+if tat < now then tat = now end
+if cost > burst then
+  return {-1, 0, -1, tat - now, tat, 0}
+end
+
+local f = redis.call('HMGET', state, 'u', 'n', 's')
+local urgent_waits = tonumber(f[1] or 0) > now
+local normal_waits = tonumber(f[2] or 0) > now
+local share_tat = tonumber(f[3] or 0)
+local owed = share > 0 and share_tat <= now and normal_waits
+local above = 0
+if lane == 0 then
+  if owed then above = 1 end
+elseif lane == 1 then
+  if urgent_waits and not owed then above = 1 end
+else
+  if urgent_waits then above = above + 1 end
+  if normal_waits then above = above + 1 end
+end
+local tolerance = interval * burst - reserve * above
+local keep_ms = math.ceil((interval * burst + share + interval * cost) / 1000) + 1000
+
+local allow_at = tat + interval * cost - tolerance
+if allow_at > now then
+  local retry = math.min(allow_at - now, tat - now + interval * cost)
+  if lane < 2 then
+    -- this lane waits until its retry, and a little longer for the retry to arrive
+    local until_us = now + retry + interval * cost + 20000
+    redis.call('HSET', state, lane == 0 and 'u' or 'n', string.format('%.0f', until_us))
+    redis.call('PEXPIRE', state, keep_ms + math.ceil(retry / 1000))
+  end
+  return {0, 0, retry, tat - now, tat, 0}
+end
+
+local granted = asking
+if cost > 0 then
+  granted = math.min(asking, 1 + math.floor((now - allow_at) / (interval * cost)))
+end
+local new_tat = tat + interval * cost * granted
+local remaining = math.floor((now - (new_tat - interval * burst)) / interval)
+if cost > 0 then
+  local ttl_ms = math.ceil((new_tat - now) / 1000)
+  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
+end
+if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
+  -- normal's share is counted only while lanes compete
+  local s = math.max(share_tat, now) + share * granted
+  redis.call('HSET', state, 's', string.format('%.0f', s))
+  redis.call('PEXPIRE', state, keep_ms + math.ceil((s - now) / 1000))
+end
+return {1, remaining, 0, new_tat - now, new_tat, granted}

@@ -1,0 +1,120 @@
+//! The lanes (`[lanes]`, and `reserve` and `normal_share` of each paced channel):
+//! where jobs that wait for their channel's rate are parked, by priority, and how
+//! the lanes share the rate.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::channels::ChannelSettings;
+use super::error::{invalid, ConfigError};
+
+/// `channels.NAME.reserve` when unset.
+pub const DEFAULT_RESERVE: f64 = 0.5;
+/// `channels.NAME.normal_share` when unset.
+pub const DEFAULT_NORMAL_SHARE: f64 = 0.1;
+
+/// Lane settings (`[lanes]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneSettings {
+    /// Direct exchange a producer that knows a job's lane may publish it to, routing
+    /// key `<channel>.<priority>` (default `notify.lanes`); a channel with no lanes
+    /// (not paced) gets it through the alternate exchange, `amqp.jobs_exchange`.
+    pub exchange: String,
+    /// Every paced channel has a queue per lane, `<queue_prefix><channel>.<priority>`
+    /// (default `notify.lanes.`).
+    pub queue_prefix: String,
+    /// Deliveries the worker takes from each lane queue at once (default 32; at
+    /// least 1): how many jobs of one lane wait for the rate inside one worker.
+    pub prefetch: u16,
+}
+
+impl LaneSettings {
+    /// Check the values parsing alone cannot.
+    pub(super) fn validate(
+        &self,
+        channels: &BTreeMap<String, ChannelSettings>,
+    ) -> Result<(), ConfigError> {
+        if self.exchange.is_empty() {
+            return Err(invalid("lanes.exchange", "must not be empty"));
+        }
+        if self.queue_prefix.is_empty() {
+            return Err(invalid("lanes.queue_prefix", "must not be empty"));
+        }
+        if self.prefetch == 0 {
+            return Err(invalid("lanes.prefetch", "must be at least 1"));
+        }
+        for (name, c) in channels {
+            if !(0.0..=0.5).contains(&c.reserve) {
+                return Err(invalid(
+                    format!("channels.{name}.reserve"),
+                    format!("must be from 0 to 0.5, not {}", c.reserve),
+                ));
+            }
+            if !(0.0..=1.0).contains(&c.normal_share) {
+                return Err(invalid(
+                    format!("channels.{name}.normal_share"),
+                    format!("must be from 0 to 1, not {}", c.normal_share),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ChannelSettings, Settings};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn fractions_and_names_are_checked() {
+        let s = Settings::defaults();
+        assert_eq!(s.lanes.exchange, "notify.lanes");
+        assert!(s.lanes.validate(&s.channels).is_ok());
+        let key_of = |c: ChannelSettings| {
+            let channels = BTreeMap::from([("sms".to_string(), c)]);
+            s.lanes
+                .validate(&channels)
+                .unwrap_err()
+                .key()
+                .map(str::to_string)
+        };
+        let reserve = ChannelSettings {
+            reserve: 0.6,
+            ..ChannelSettings::default()
+        };
+        assert_eq!(key_of(reserve).as_deref(), Some("channels.sms.reserve"));
+        let share = ChannelSettings {
+            normal_share: -0.1,
+            ..ChannelSettings::default()
+        };
+        assert_eq!(key_of(share).as_deref(), Some("channels.sms.normal_share"));
+        let mut l = s.lanes.clone();
+        l.prefetch = 0;
+        assert_eq!(
+            l.validate(&s.channels).unwrap_err().key(),
+            Some("lanes.prefetch")
+        );
+    }
+
+    #[test]
+    fn the_keys_read_from_a_file_and_the_environment() {
+        let vars = [(
+            "QUOTA_WORKER__CHANNELS__SMS__RESERVE".to_string(),
+            "0.25".to_string(),
+        )];
+        let s = Settings::load_from_vars(None, vars).unwrap();
+        assert_eq!(s.channels["sms"].reserve, 0.25);
+        assert_eq!(s.channels["sms"].normal_share, 0.1);
+        assert_eq!(
+            s.policies["transactional"].priority,
+            crate::quota::lanes::Priority::Urgent
+        );
+        assert_eq!(
+            s.policies["default"].priority,
+            crate::quota::lanes::Priority::Normal
+        );
+    }
+}

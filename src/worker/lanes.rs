@@ -1,0 +1,192 @@
+//! Lanes, the worker's side: a job whose channel's rate would make it wait is not
+//! held here; it is parked in its lane's queue (`<lanes.queue_prefix><channel>.<lane>`),
+//! and the lane queues are consumed as the rate allows, urgent first
+//! (`lua/lanes.lua` decides, for every worker at once). Which lane a job is in, how
+//! its rate is taken ([`RateStep`]), the park itself, and the lane consumers of a
+//! broker session.
+//!
+//! A job read from the jobs queue asks the rate as before, in its lane; only when
+//! the rate refuses is it parked (one extra publish), after its recipient's
+//! reservation is given back: nothing is held or counted while it waits. While
+//! this worker already has jobs of the channel waiting in their lanes, a new one
+//! is parked without asking Redis. A job read from a lane queue first waits in
+//! the worker for a send slot in its lane (a bounded number per lane,
+//! `lanes.prefetch`), then is decided as any other with that slot taken.
+
+use chrono::Utc;
+use futures_util::stream::{self, StreamExt};
+use lapin::message::Delivery;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection};
+use tracing::debug;
+
+use super::{BrokerLink, ProcessError, Worker};
+use crate::amqp::BrokerError;
+use crate::job::decode::Job;
+use crate::job::{headers, Outcome};
+use crate::quota::lanes::Priority;
+use crate::quota::policy::Policy;
+use crate::redis::rate::LaneAsk;
+use crate::rules::Rules;
+use crate::store::RateStep;
+
+/// Where a job's rate step leads.
+pub(crate) enum Step {
+    /// Ask the store with this step.
+    Admit(RateStep),
+    /// Park it now (this worker's jobs of the channel already wait for the rate).
+    Park(Priority),
+}
+
+/// The lane of a job: the lane queue it was read from, else its `priority`, else
+/// its policy's.
+pub(crate) fn lane_of(job: &Job<'_>, policy: &Policy, from: Option<Priority>) -> Priority {
+    from.or(job.priority).unwrap_or(policy.priority)
+}
+
+impl Worker {
+    /// How to take `job`'s channel's rate; for a job read from a lane queue, this
+    /// waits for its send slot (and gives up at `s.stop`).
+    pub(crate) async fn rate_step(
+        &self,
+        s: &BrokerLink,
+        job: &Job<'_>,
+        lane: Priority,
+        from: Option<Priority>,
+        rules: &Rules,
+    ) -> Result<Step, ProcessError> {
+        let channel = rules.channel(&job.channel);
+        let (Some(rate), Some(lanes)) =
+            (channel.and_then(|c| c.rate), channel.and_then(|c| c.lanes))
+        else {
+            return Ok(Step::Admit(RateStep::Wait(None)));
+        };
+        let ask = LaneAsk { lane, lanes };
+        if !self.topology.has_lanes(&job.channel) {
+            // paced since a reload: no lane queue to park in; it waits here, in its lane
+            return Ok(Step::Admit(RateStep::Wait(Some(ask))));
+        }
+        if from.is_none() {
+            return Ok(if self.store.is_pacing(&job.channel) {
+                Step::Park(lane)
+            } else {
+                Step::Admit(RateStep::Park(Some(ask)))
+            });
+        }
+        let slot = || self.store.pace_in_lane(&job.channel, rate, ask);
+        let tat = tokio::select! {
+            _ = s.stop.cancelled() => return Err(ProcessError::Interrupted),
+            tat = self.retry_redis(slot, &s.stop) => tat?,
+        };
+        Ok(Step::Admit(RateStep::Taken(tat)))
+    }
+
+    /// Count a job of a lane queue given its send slot, and how long it waited.
+    pub(crate) fn lane_taken(&self, delivery: &Delivery, channel: &str, lane: Priority) {
+        let labels = [
+            ("channel", channel.to_string()),
+            ("lane", lane.as_str().to_string()),
+        ];
+        let now = self.store.redis_now().timestamp_millis();
+        let since = delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(headers::PARKED_AT).and_then(headers::as_i64))
+            .or_else(|| {
+                // published to the lane by a producer: its timestamp (seconds)
+                let t = (*delivery.properties.timestamp())?;
+                i64::try_from(t).ok().map(|t| t * 1000)
+            });
+        if let Some(since) = since {
+            metrics::histogram!(crate::metrics::LANE_WAIT_SECONDS, &labels)
+                .record((now - since).max(0) as f64 / 1000.0);
+        }
+        let mut labels = labels.to_vec();
+        labels.push(("step", "taken".to_string()));
+        metrics::counter!(crate::metrics::LANE_JOBS_TOTAL, &labels).increment(1);
+    }
+
+    /// Publish the delivery to its lane's queue (confirmed); the caller acks it.
+    pub(crate) async fn park(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        lane: Priority,
+    ) -> Result<Outcome, ProcessError> {
+        let queue = self.topology.lane_queue(&job.channel, lane);
+        let now = self.store.redis_now();
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()))
+            .with_timestamp(Utc::now().timestamp().max(0) as u64)
+            .with_headers(headers::parked_headers(
+                delivery.properties.headers().as_ref(),
+                now,
+            ));
+        s.publisher
+            .publish("", &queue, &delivery.data, props)
+            .await?;
+        metrics::counter!(
+            crate::metrics::LANE_JOBS_TOTAL,
+            "channel" => job.channel.to_string(),
+            "lane" => lane.as_str(),
+            "step" => "parked"
+        )
+        .increment(1);
+        debug!(%queue, "parked in its lane until its channel's rate allows");
+        Ok(Outcome::Parked)
+    }
+}
+
+/// A broker session's lane consumers: one channel, `lanes.prefetch` deliveries per
+/// lane queue, every delivery with its lane.
+pub(crate) struct LaneConsumers {
+    /// The channel they consume on (acks go back on it).
+    pub channel: Channel,
+    /// Every lane's deliveries, merged.
+    pub deliveries:
+        stream::SelectAll<stream::BoxStream<'static, (Priority, Result<Delivery, lapin::Error>)>>,
+    /// The consumer tags, to cancel them at shutdown.
+    pub tags: Vec<String>,
+}
+
+impl LaneConsumers {
+    /// Consume every lane queue of `worker`'s topology (none: `None`).
+    pub(crate) async fn start(
+        worker: &Worker,
+        conn: &Connection,
+        tag: &str,
+    ) -> Result<Option<LaneConsumers>, BrokerError> {
+        let topology = &worker.topology;
+        if topology.laned.is_empty() {
+            return Ok(None);
+        }
+        let channel = conn.create_channel().await?;
+        channel
+            .basic_qos(topology.lanes.prefetch, BasicQosOptions::default())
+            .await?;
+        let mut deliveries = stream::SelectAll::new();
+        let mut tags = Vec::new();
+        for (queue, _, lane) in topology.lane_queues() {
+            let lane_tag = format!("{tag}-{queue}");
+            let consumer = channel
+                .basic_consume(
+                    queue.as_str().into(),
+                    lane_tag.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            deliveries.push(consumer.map(move |d| (lane, d)).boxed());
+            tags.push(lane_tag);
+        }
+        Ok(Some(LaneConsumers {
+            channel,
+            deliveries,
+            tags,
+        }))
+    }
+}

@@ -1,0 +1,288 @@
+//! Lanes: jobs that wait for their channel's rate wait by priority, and urgent ones
+//! take the next send slots on every worker. An urgent job overtakes a paced bulk
+//! backlog (one worker and three; published by a producer that knows nothing of
+//! lanes, as a `transactional` job, and by one that publishes to the lane); the
+//! one rate holds with every lane busy, and `normal` keeps its minimum share; a
+//! delayed job comes back to its own lane. Assertions are on order, not speed.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+use lapin::types::FieldTable;
+use quota_worker::amqp::Publisher;
+use quota_worker::config::{PolicySettings, Settings};
+use quota_worker::quota::lanes::Priority;
+use quota_worker_producer::{Job, Producer};
+use testkit::*;
+
+/// Settings with `sms` paced at `rate`/s (burst 5) and a rule-less `campaign`
+/// policy whose jobs are bulk.
+fn laned(ns: &str, rate: u64) -> Settings {
+    let mut s = settings(ns);
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(rate);
+    sms.burst = Some(5);
+    let campaign = PolicySettings {
+        priority: Priority::Bulk,
+        ..PolicySettings::default()
+    };
+    s.policies.insert("campaign".into(), campaign);
+    s
+}
+
+fn body(id: &str, category: &str, priority: Option<&str>) -> String {
+    let lane = priority.map_or(String::new(), |p| format!(r#","priority":"{p}""#));
+    format!(r#"{{"id":"{id}","recipient":"{id}","channel":"sms","category":"{category}"{lane}}}"#)
+}
+
+async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) {
+    let p = Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    // a few at a time, each confirmed
+    for chunk in bodies.chunks(64) {
+        let sends = chunk.iter().map(|b| {
+            let props =
+                lapin::BasicProperties::default().with_content_type("application/json".into());
+            p.publish(&s.amqp.jobs_exchange, "", b.as_bytes(), props)
+        });
+        for r in futures_util::future::join_all(sends).await {
+            r.unwrap();
+        }
+    }
+}
+
+/// The dispatch queue of `sms`, read in order: every job id with its arrival.
+struct Dispatched {
+    consumer: lapin::Consumer,
+    ids: Vec<(String, Instant)>,
+}
+
+impl Dispatched {
+    async fn open(conn: &lapin::Connection, s: &Settings) -> Dispatched {
+        let ch = conn.create_channel().await.unwrap();
+        let consumer = ch
+            .basic_consume(
+                topology(s).dispatch_queue("sms").as_str().into(),
+                "lanes-test".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        Dispatched {
+            consumer,
+            ids: Vec::new(),
+        }
+    }
+
+    /// Read until `done` says so or `limit` passes.
+    async fn read_until(&mut self, limit: Duration, done: impl Fn(&[(String, Instant)]) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done(&self.ids) && Instant::now() < deadline {
+            if let Ok(Some(Ok(d))) =
+                tokio::time::timeout(Duration::from_millis(200), self.consumer.next()).await
+            {
+                let id = d.properties.message_id().as_ref().unwrap().to_string();
+                self.ids.push((id, Instant::now()));
+                d.ack(BasicAckOptions::default()).await.unwrap();
+            }
+        }
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.ids.iter().position(|(i, _)| i == id)
+    }
+}
+
+const BACKLOG: usize = 2_000;
+const URGENT: usize = 20;
+
+/// 2,000 bulk jobs at 100/s, then 20 urgent ones once 100 are out: each urgent one
+/// is dispatched within the next 100 sends, while well over 1,500 bulk jobs still wait.
+async fn urgent_overtakes(workers: usize) {
+    let ns = unique(&format!("lanes{workers}"));
+    let s = laned(&ns, 100);
+    let _c = Cleanup::new(&s);
+    let mut running = Vec::new();
+    for _ in 0..workers {
+        running.push(spawn_worker(worker(&s).await).await);
+    }
+    let conn = amqp().await;
+    let bulk: Vec<String> = (0..BACKLOG)
+        .map(|i| body(&format!("b-{i}"), "campaign", None))
+        .collect();
+    publish_all(&conn, &s, &bulk).await;
+    let mut out = Dispatched::open(&conn, &s).await;
+    out.read_until(Duration::from_secs(30), |ids| ids.len() >= 100)
+        .await;
+    let before = out.ids.len();
+    // half from a producer that knows nothing of lanes (a transactional job, no
+    // priority, to notify.jobs), half to the lane itself (the producer crate)
+    let old: Vec<String> = (0..URGENT / 2)
+        .map(|i| body(&format!("u-old-{i}"), "transactional", None))
+        .collect();
+    publish_all(&conn, &s, &old).await;
+    let producer = Producer::on_connection(
+        amqp().await,
+        &s.amqp.jobs_exchange,
+        Duration::from_secs(10),
+        1 << 20,
+    )
+    .await
+    .unwrap()
+    .with_lanes(&s.lanes.exchange);
+    for i in 0..URGENT / 2 {
+        let job = Job::new(format!("u-new-{i}"), "sms")
+            .id(format!("u-new-{i}"))
+            .priority(Priority::Urgent);
+        producer.publish(&job).await.unwrap();
+    }
+    let urgent: Vec<String> = (0..URGENT / 2)
+        .flat_map(|i| [format!("u-old-{i}"), format!("u-new-{i}")])
+        .collect();
+    let all_in = |ids: &[(String, Instant)]| urgent.iter().all(|u| ids.iter().any(|(i, _)| i == u));
+    out.read_until(Duration::from_secs(30), all_in).await;
+    for (stop, handle) in running {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+    producer.close().await;
+    let positions: Vec<usize> = urgent
+        .iter()
+        .map(|u| {
+            out.position(u)
+                .unwrap_or_else(|| panic!("{u} never dispatched"))
+        })
+        .collect();
+    let last = *positions.iter().max().unwrap();
+    println!(
+        "{workers} worker(s): urgent jobs published after {before} sends, dispatched at positions {positions:?}"
+    );
+    assert!(
+        last < before + 100 + URGENT,
+        "the last urgent job went out {} sends after they were published",
+        last - before
+    );
+    assert!(
+        BACKLOG - last > 1_500,
+        "the backlog had drained before the urgent jobs went out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_urgent_job_overtakes_a_paced_backlog_on_one_worker() {
+    urgent_overtakes(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_urgent_job_overtakes_a_paced_backlog_on_three_workers() {
+    urgent_overtakes(3).await;
+}
+
+/// Three workers, every lane with a backlog: together they stay within the rate
+/// (±5 % over 10 s), urgent gets most of it, normal at least about its minimum
+/// share (10 %), and bulk waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lanes_share_one_rate_and_normal_keeps_its_share() {
+    const RATE: u64 = 100;
+    const WINDOW: Duration = Duration::from_secs(10);
+    let ns = unique("lanesrate");
+    let s = laned(&ns, RATE);
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let mut bodies = Vec::new();
+    for i in 0..1_500 {
+        bodies.push(body(&format!("u-{i}"), "transactional", None));
+        bodies.push(body(&format!("n-{i}"), "transactional", Some("normal")));
+        bodies.push(body(&format!("b-{i}"), "campaign", None));
+    }
+    // the topology first, then the backlog, then the workers
+    worker(&s).await;
+    publish_all(&conn, &s, &bodies).await;
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        running.push(spawn_worker(worker(&s).await).await);
+    }
+    let mut out = Dispatched::open(&conn, &s).await;
+    out.read_until(Duration::from_secs(20), |ids| {
+        ids.first()
+            .is_some_and(|(_, t0)| t0.elapsed() > WINDOW + Duration::from_secs(2))
+    })
+    .await;
+    for (stop, handle) in running {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+    let start = out.ids[0].1 + Duration::from_secs(1);
+    let mut by_lane: HashMap<char, usize> = HashMap::new();
+    for (id, t) in &out.ids {
+        if *t >= start && *t < start + WINDOW {
+            *by_lane.entry(id.chars().next().unwrap()).or_default() += 1;
+        }
+    }
+    let n: usize = by_lane.values().sum();
+    let expected = RATE as f64 * WINDOW.as_secs_f64();
+    println!("dispatched in {WINDOW:?}: {by_lane:?} (rate {RATE}/s => {expected})");
+    assert!(
+        (n as f64 - expected).abs() <= expected * 0.05,
+        "{n} dispatched, expected {expected} ± 5%"
+    );
+    let of = |c| by_lane.get(&c).copied().unwrap_or(0) as f64;
+    assert!(of('n') >= 0.08 * n as f64, "normal kept {} of {n}", of('n'));
+    assert!(of('u') >= 0.7 * n as f64, "urgent got {} of {n}", of('u'));
+    assert!(of('b') <= 0.05 * n as f64, "bulk took {} of {n}", of('b'));
+}
+
+/// A job delayed by its schedule while its channel is busy comes back to its own
+/// lane: an urgent one goes out as soon as its `not_before` passes, ahead of the
+/// bulk backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_returns_to_its_own_lane() {
+    let ns = unique("lanesdelay");
+    let s = laned(&ns, 50);
+    let _c = Cleanup::new(&s);
+    let running = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    let bulk: Vec<String> = (0..1_000)
+        .map(|i| body(&format!("b-{i}"), "campaign", None))
+        .collect();
+    publish_all(&conn, &s, &bulk).await;
+    let mut out = Dispatched::open(&conn, &s).await;
+    out.read_until(Duration::from_secs(20), |ids| ids.len() >= 20)
+        .await;
+    let at = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let delayed = format!(
+        r#"{{"id":"late","recipient":"late","channel":"sms","priority":"urgent","not_before":"{}"}}"#,
+        at.to_rfc3339()
+    );
+    publish_all(&conn, &s, &[delayed]).await;
+    out.read_until(Duration::from_secs(20), |ids| {
+        ids.iter().any(|(i, _)| i == "late")
+    })
+    .await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    let due = out
+        .ids
+        .iter()
+        .position(|(_, t)| {
+            chrono::Utc::now() - chrono::Duration::from_std(t.elapsed()).unwrap() >= at
+        })
+        .expect("sends after its not_before");
+    let late = out
+        .position("late")
+        .expect("the delayed job was dispatched");
+    println!("due at send {due}, dispatched at send {late}");
+    assert!(
+        late >= due.saturating_sub(1),
+        "it went out before its not_before"
+    );
+    assert!(
+        late < due + 50,
+        "it waited {} sends behind the backlog after its not_before",
+        late - due
+    );
+}
