@@ -353,6 +353,17 @@ pub fn after_admission(
             cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
+        Admission::Suppressed(s) => dead(
+            Reason::Suppressed,
+            format!(
+                "its recipient is suppressed on channel `{}` by `{}` since {}{}, and policy `{}` is held by it",
+                job.channel,
+                s.kind,
+                s.since.to_rfc3339(),
+                s.until.map(|u| format!(" until {}", u.to_rfc3339())).unwrap_or_default(),
+                cx.policy.name
+            ),
+        ),
     }
 }
 
@@ -491,6 +502,7 @@ mod tests {
             ignore_channel_windows: false,
             max_wait: None,
             mode: Mode::Enforce,
+            suppressed_by: crate::quota::suppression::Kinds::ALL,
         }
     }
 

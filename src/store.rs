@@ -19,7 +19,7 @@
 //! whose clocks are a minute apart still agree on which day a send belongs to.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,6 +74,9 @@ pub struct QuotaStore {
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
     plans: std::sync::Mutex<PlanCache>,
+    /// Whether some recipient may be suppressed (the key `prefix:suppressions`
+    /// exists, as last seen): only then do admissions check suppressions.
+    suppressions: AtomicBool,
 }
 
 /// Plans by policy name, then zone, each with the local date and the policy (as in
@@ -137,7 +140,9 @@ impl QuotaStore {
         let calls = Arc::new(AtomicU64::new(0));
         let scripts = Scripts::default();
         scripts.load(&conn).await?;
+        let keys = Keys::from_settings(&settings.redis);
         let admitter = Admitter::start(Caller {
+            prefix_len: keys.prefix().len(),
             conn: conn.clone(),
             script: scripts.admit.clone(),
             cross_slot: scripts.admit_cross_slot.clone(),
@@ -149,7 +154,6 @@ impl QuotaStore {
                 settings.redis.wait_timeout.0.as_millis() as u64,
             )),
         });
-        let keys = Keys::from_settings(&settings.redis);
         let rates = settings
             .channels
             .keys()
@@ -159,6 +163,8 @@ impl QuotaStore {
                     script: scripts.rate.clone(),
                     key: keys.rate(c),
                     calls: calls.clone(),
+                    channel: c.clone(),
+                    shown: AtomicU64::new(0),
                 };
                 (c.clone(), RateBatcher::start(taker))
             })
@@ -177,6 +183,7 @@ impl QuotaStore {
             calls,
             orphans: Default::default(),
             plans: Default::default(),
+            suppressions: AtomicBool::new(false),
         };
         store.sync_clock().await?;
         Ok(store)
@@ -290,7 +297,7 @@ impl QuotaStore {
         let (first, rate_reply) = match rate {
             Some(r) if !pacing => {
                 let (a, b) = tokio::join!(
-                    self.call_admit(&key, &member, &policy, req.tz, None),
+                    self.call_admit(&key, &member, &policy, req, None),
                     self.take_rate(req.channel, r)
                 );
                 let a = a?;
@@ -305,7 +312,7 @@ impl QuotaStore {
                 }
             }
             _ => (
-                self.call_admit(&key, &member, &policy, req.tz, None)
+                self.call_admit(&key, &member, &policy, req, None)
                     .await?,
                 None,
             ),
@@ -315,7 +322,7 @@ impl QuotaStore {
             match reply {
                 Verdict::Clock(now) => {
                     reply = self
-                        .call_admit(&key, &member, &policy, req.tz, Some(now))
+                        .call_admit(&key, &member, &policy, req, Some(now))
                         .await?
                 }
                 _ => break,
@@ -368,6 +375,10 @@ impl QuotaStore {
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
+            Verdict::Suppressed(_, kind, since, until) => {
+                crate::quota::suppression::Suppression::decode(&format!("{kind}:{since}:{until}"))
+                    .map_or(Admission::Duplicate, Admission::Suppressed)
+            }
             Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
             },
@@ -541,6 +552,17 @@ impl QuotaStore {
         .await
     }
 
+    /// Whether admissions check suppressions (some recipient may be suppressed).
+    pub fn checks_suppressions(&self) -> bool {
+        self.suppressions.load(Ordering::Relaxed)
+    }
+
+    /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
+    /// or this worker just wrote it) or stop checking.
+    pub fn check_suppressions(&self, on: bool) {
+        self.suppressions.store(on, Ordering::Relaxed);
+    }
+
     /// How long notes, cancel marks and collapse keys are kept.
     pub fn record_ttl(&self) -> Duration {
         self.record_ttl
@@ -613,6 +635,7 @@ impl QuotaStore {
         }
         let mut made = plan(&policy.rules, tz, now);
         made.shadow = policy.mode == Mode::Shadow;
+        made.suppressed_by = policy.suppressed_by.0;
         let p = Arc::new(made);
         plans
             .entry(policy.name.clone())
@@ -626,12 +649,12 @@ impl QuotaStore {
         key: &str,
         member: &[u8],
         policy: &Arc<Policy>,
-        tz: Tz,
+        req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
         let plan = self.cached_plan(
             policy,
-            tz,
+            req.tz,
             now.map(window::from_millis)
                 .unwrap_or_else(|| self.redis_now()),
         );
@@ -641,6 +664,10 @@ impl QuotaStore {
                 key: key.to_string(),
                 member: member.to_vec(),
                 plan,
+                channel: self
+                    .suppressions
+                    .load(Ordering::Relaxed)
+                    .then(|| req.channel.to_string()),
             })
             .await
         {

@@ -25,6 +25,7 @@ mod channels;
 mod endpoint;
 mod env;
 mod error;
+mod feedback;
 mod http;
 mod locate;
 mod policies;
@@ -41,6 +42,7 @@ pub use channels::ChannelSettings;
 pub use endpoint::Endpoint;
 pub use env::{ENV_PREFIX, SECRET_KEYS};
 pub use error::ConfigError;
+pub use feedback::{FeedbackSettings, SuppressionSettings};
 pub use http::HttpSettings;
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
@@ -80,6 +82,10 @@ pub struct Settings {
     pub policies: BTreeMap<String, PolicySettings>,
     /// The channels by name (`[channels.NAME]`); at least one.
     pub channels: BTreeMap<String, ChannelSettings>,
+    /// Feedback from the senders (`[feedback]`) and suppressions (`[suppression]`).
+    pub feedback: FeedbackSettings,
+    /// How long a bounce suppresses (`[suppression]`).
+    pub suppression: SuppressionSettings,
 }
 
 impl Settings {
@@ -106,6 +112,8 @@ impl Settings {
         a.dead_exchange = format!("{ns}.dead");
         a.dead_queue = format!("{ns}.dead");
         a.delay_prefix = format!("{ns}.delay");
+        self.feedback.exchange = format!("{ns}.feedback");
+        self.feedback.queue = format!("{ns}.feedback");
         self.redis.key_prefix = ns.to_string();
         self
     }
@@ -174,6 +182,8 @@ impl Settings {
         self.redis.validate_servers()?;
         self.worker.validate()?;
         self.http.validate()?;
+        self.feedback.validate()?;
+        self.suppression.validate()?;
         policies::validate(&self.policies, self.redis.record_ttl.0)?;
         channels::validate(&self.channels)
     }

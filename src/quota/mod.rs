@@ -8,4 +8,5 @@ pub mod keys;
 pub mod plan;
 pub mod policy;
 pub mod send_windows;
+pub mod suppression;
 pub mod window;

@@ -77,6 +77,8 @@ pub struct Policy {
     pub max_wait: Option<chrono::Duration>,
     /// Enforced, or only counted (shadow).
     pub mode: Mode,
+    /// The kinds of suppression that dead-letter its jobs (`suppressed`).
+    pub suppressed_by: super::suppression::Kinds,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.
