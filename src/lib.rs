@@ -71,6 +71,7 @@ pub mod amqp;
 pub mod backoff;
 pub mod config;
 pub mod decide;
+pub mod feedback;
 pub mod health;
 pub mod http;
 pub mod job;

@@ -22,6 +22,8 @@ pub struct Topology {
     pub channels: Vec<String>,
     /// Each delay level's queue, by level (a delayed job is published to one).
     delay_queues: Vec<String>,
+    /// The feedback exchange and queue (`feedback.exchange`, `feedback.queue`).
+    pub feedback: (String, String),
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -71,6 +73,10 @@ impl Topology {
             amqp: settings.amqp.clone(),
             channels: settings.channels.keys().cloned().collect(),
             delay_queues: (0..ladder.levels).map(|n| ladder.queue(n)).collect(),
+            feedback: (
+                settings.feedback.exchange.clone(),
+                settings.feedback.queue.clone(),
+            ),
         }
     }
 
@@ -94,17 +100,19 @@ impl Topology {
         format!("{}{channel}", self.amqp.dispatch_queue_prefix)
     }
 
-    /// Every queue, in the order an operator reads them: jobs, delays, dispatch, dead.
+    /// Every queue, in the order an operator reads them: jobs, delays, dispatch, dead,
+    /// feedback.
     pub fn queues(&self) -> Vec<String> {
         let ladder = self.ladder();
         let mut q = vec![self.amqp.jobs_queue.clone()];
         q.extend((0..ladder.levels).map(|n| ladder.queue(n)));
         q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
         q.push(self.amqp.dead_queue.clone());
+        q.push(self.feedback.1.clone());
         q
     }
 
-    /// Every exchange: jobs, dispatch, dead, then the ladder's.
+    /// Every exchange: jobs, dispatch, dead, the ladder's, then feedback.
     pub fn exchanges(&self) -> Vec<String> {
         let ladder = self.ladder();
         let mut x = vec![
@@ -113,6 +121,7 @@ impl Topology {
             self.amqp.dead_exchange.clone(),
         ];
         x.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+        x.push(self.feedback.0.clone());
         x
     }
 
@@ -220,6 +229,14 @@ impl Topology {
             queue(q.clone(), args).await?;
             bind(&ch, &q, &a.dispatch_exchange, c, FieldTable::default()).await?;
         }
+
+        // feedback from the senders: bad feedback is dead-lettered by the worker
+        // (`malformed_feedback`); the delivery limit catches a poison message
+        let (fx, fq) = &self.feedback;
+        exchange(fx.clone(), ExchangeKind::Fanout).await?;
+        let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+        queue(fq.clone(), args).await?;
+        bind(&ch, fq, fx, "", FieldTable::default()).await?;
 
         let ladder = self.ladder();
         for n in 0..ladder.levels {
