@@ -9,8 +9,9 @@
 -- the configured one, then it shrinks so that the rate climbs linearly from a tenth
 -- to all of the configured rate at P + R. The suffix rides along in the one GET
 -- and SET every take already does, so a throttle costs no read of its own; it is
--- dropped at the first write after P + R. The tolerance stays the configured one,
--- so the pause lets no burst through at P.
+-- dropped at the first write after P + R. The tolerance (burst intervals) follows
+-- the interval in force, so a slowed channel still lets a job through as soon as
+-- its interval has passed.
 --
 -- One call may take for several jobs (the worker batches the jobs of a channel
 -- that ask at the same moment, so that a busy channel's key, one hash slot, is not
@@ -41,7 +42,6 @@ local asking = tonumber(ARGV[4] or '1')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local tolerance = interval * burst
 local raw = redis.call('GET', key)
 local tat = now
 local ramp, ramp_end = '', 0
@@ -61,6 +61,7 @@ if raw then
   tat = tonumber(raw)
 end
 if tat < now then tat = now end
+local tolerance = interval * burst
 
 if cost > burst then
   return {-1, 0, -1, tat - now, tat, 0}

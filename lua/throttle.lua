@@ -50,11 +50,11 @@ if raw then
   end
   tat = math.max(tonumber(raw), now)
 end
--- allow_at = tat + interval' - tolerance must be resume, with interval' ten times
--- the interval while ramping (rate.lua)
+-- allow_at = tat + first - first * burst (rate.lua, with the interval in force
+-- `first`: ten times the configured one while ramping) must be resume
 local first = interval
 if ramp > 0 then first = interval * 10 end
-local new_tat = math.max(tat, resume + interval * burst - first)
+local new_tat = math.max(tat, resume + first * (burst - 1))
 local value = string.format('%.0f', new_tat)
 if ramp > 0 then value = value .. ':' .. string.format('%.0f', resume) .. ':' .. string.format('%.0f', ramp) end
 local ttl = math.ceil((math.max(new_tat, resume + ramp) - now) / 1000) + 1

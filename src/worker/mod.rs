@@ -118,6 +118,11 @@ impl Worker {
         )
     }
 
+    /// The store this worker decides with.
+    pub fn store(&self) -> &Arc<QuotaStore> {
+        &self.store
+    }
+
     /// The topology this worker declares.
     pub fn topology(&self) -> &Topology {
         &self.topology
