@@ -312,8 +312,7 @@ impl QuotaStore {
                 }
             }
             _ => (
-                self.call_admit(&key, &member, &policy, req, None)
-                    .await?,
+                self.call_admit(&key, &member, &policy, req, None).await?,
                 None,
             ),
         };

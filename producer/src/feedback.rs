@@ -154,14 +154,18 @@ mod tests {
     #[test]
     fn the_contract_decodes_and_bad_feedback_says_why() {
         let channels = vec!["sms".to_string()];
-        let ok = br#"{ "id": "order-4711-shipped", "event": "failed", "recipient": "+8613800000000",
+        let ok =
+            br#"{ "id": "order-4711-shipped", "event": "failed", "recipient": "+8613800000000",
             "channel": "sms", "tenant": null, "retry_after": null, "detail": "provider 503" }"#;
         let f = decode_feedback(ok, Some(&channels)).unwrap();
         assert_eq!(f.event, Event::Failed);
         assert_eq!(f.detail.as_deref(), Some("provider 503"));
-        let minimal = br#"{"id":"a","event":"throttled","recipient":"r","channel":"sms","retry_after":5}"#;
+        let minimal =
+            br#"{"id":"a","event":"throttled","recipient":"r","channel":"sms","retry_after":5}"#;
         assert_eq!(
-            decode_feedback(minimal, Some(&channels)).unwrap().retry_after,
+            decode_feedback(minimal, Some(&channels))
+                .unwrap()
+                .retry_after,
             Some(5.0)
         );
         for bad in [

@@ -96,7 +96,10 @@ mod tests {
         let s = Settings::defaults();
         assert_eq!(s.feedback.exchange, "notify.feedback");
         assert_eq!(s.feedback.queue, "notify.feedback");
-        assert_eq!(s.suppression.bounced_ttl.0, Duration::from_secs(30 * 86_400));
+        assert_eq!(
+            s.suppression.bounced_ttl.0,
+            Duration::from_secs(30 * 86_400)
+        );
         let mut f = s.feedback.clone();
         f.throttle_max_backoff = Dur(Duration::from_millis(10));
         assert_eq!(

@@ -68,7 +68,7 @@ pub enum Applied {
 }
 
 /// What `admin job ID` shows of one feedback.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeedbackNote {
     /// The event.
     pub event: String,
@@ -77,9 +77,9 @@ pub struct FeedbackNote {
     /// The sender's detail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// For `throttled`: the provider's retry_after (s).
+    /// For `throttled`: the provider's retry_after, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_after: Option<f64>,
+    pub retry_after_ms: Option<u64>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -133,7 +133,7 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
             _ => None,
         },
         detail: f.detail.clone(),
-        retry_after: f.retry_after,
+        retry_after_ms: f.retry_after.map(|s| (s * 1000.0).round() as u64),
     };
     let key = keys.job_feedback(&f.id);
     let json = serde_json::to_string(&note).unwrap_or_default();

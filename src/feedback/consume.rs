@@ -117,7 +117,10 @@ impl Feedbacks {
         };
         let event = f.event;
         if applied == Applied::Again {
-            debug!(event = event.as_str(), "feedback applied before; nothing changed");
+            debug!(
+                event = event.as_str(),
+                "feedback applied before; nothing changed"
+            );
             return Ok(Handled::Again(event));
         }
         metrics::counter!(crate::metrics::FEEDBACK_TOTAL, "event" => event.as_str()).increment(1);

@@ -168,7 +168,9 @@ impl Keys {
 /// 128 bits of the hash of a feedback's job id and event, hex.
 fn mark_hash(id: &str, event: &str) -> String {
     let mut h = blake3::Hasher::new();
-    h.update(id.as_bytes()).update(&[0]).update(event.as_bytes());
+    h.update(id.as_bytes())
+        .update(&[0])
+        .update(event.as_bytes());
     h.finalize().to_hex()[..32].to_string()
 }
 
@@ -218,7 +220,10 @@ mod tests {
         assert_eq!(s, format!("{}/suppressed", &a[.."qw".len() + 19]));
         let m = keys.feedback_mark("+33 6 12 34 56 78", "job-1", "failed");
         assert_eq!(tag(&m), tag(&a));
-        assert_ne!(m, keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced"));
+        assert_ne!(
+            m,
+            keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced")
+        );
         assert_eq!(tag(&keys.throttle_mark("sms", "j")), tag(&keys.rate("sms")));
     }
 

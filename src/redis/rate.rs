@@ -57,7 +57,9 @@ pub async fn take_many(
     cost: u64,
     asking: usize,
 ) -> Result<Vec<RateReply>, StoreError> {
-    Ok(take_many_paced(conn, script, key, rate, cost, asking).await?.0)
+    Ok(take_many_paced(conn, script, key, rate, cost, asking)
+        .await?
+        .0)
 }
 
 /// [`take_many`], with the interval in force (µs) while the channel is paused or

@@ -49,8 +49,10 @@ pub(crate) async fn heard(s: &Settings, id: &str, event: Event) {
 }
 
 fn job(id: &str, recipient: &str, channel: &str, category: &str) -> Vec<u8> {
-    format!(r#"{{"id":"{id}","recipient":"{recipient}","channel":"{channel}","category":"{category}"}}"#)
-        .into_bytes()
+    format!(
+        r#"{{"id":"{id}","recipient":"{recipient}","channel":"{channel}","category":"{category}"}}"#
+    )
+    .into_bytes()
 }
 
 async fn dispatched(conn: &Connection, s: &Settings, channel: &str) -> Option<String> {
@@ -111,7 +113,12 @@ async fn failed_gives_the_send_back_once_and_the_job_goes_again() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(recorded_sends(&s, "r1", "default").await, 1, "counted once");
     // and a failed about a job never sent changes nothing either
-    send(&conn, &s, &Feedback::new("never", Event::Failed, "r1", "sms")).await;
+    send(
+        &conn,
+        &s,
+        &Feedback::new("never", Event::Failed, "r1", "sms"),
+    )
+    .await;
     heard(&s, "never", Event::Failed).await;
     assert_eq!(recorded_sends(&s, "r1", "default").await, 1);
     stop.cancel();
@@ -128,8 +135,18 @@ async fn suppressions_hold_jobs_by_kind_and_transactional_only_by_bounces() {
     assert!(!w.store().checks_suppressions(), "nothing suppressed yet");
 
     send(&conn, &s, &Feedback::new("b0", Event::Bounced, "rb", "sms")).await;
-    send(&conn, &s, &Feedback::new("u0", Event::Unsubscribed, "ru", "sms")).await;
-    send(&conn, &s, &Feedback::new("c0", Event::Complained, "rc", "sms")).await;
+    send(
+        &conn,
+        &s,
+        &Feedback::new("u0", Event::Unsubscribed, "ru", "sms"),
+    )
+    .await;
+    send(
+        &conn,
+        &s,
+        &Feedback::new("c0", Event::Complained, "rc", "sms"),
+    )
+    .await;
     heard(&s, "b0", Event::Bounced).await;
     heard(&s, "u0", Event::Unsubscribed).await;
     heard(&s, "c0", Event::Complained).await;
@@ -169,7 +186,10 @@ async fn suppressions_hold_jobs_by_kind_and_transactional_only_by_bounces() {
                 "u" => "unsubscribed",
                 _ => "complained",
             };
-            assert!(detail.contains(kind) && detail.contains("since"), "{detail}");
+            assert!(
+                detail.contains(kind) && detail.contains("since"),
+                "{detail}"
+            );
         }
     }
     assert_eq!(deads.len(), 4);
@@ -234,10 +254,16 @@ async fn bad_feedback_is_dead_lettered_and_changes_nothing() {
         assert!(!detail.is_empty());
         reasons.push(reason);
     }
-    assert!(reasons.iter().all(|r| r == "malformed_feedback"), "{reasons:?}");
+    assert!(
+        reasons.iter().all(|r| r == "malformed_feedback"),
+        "{reasons:?}"
+    );
     // nothing was suppressed: no key but the topology's
     let mut r = redis_sync();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{ns}:*")).query(&mut r).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{ns}:*"))
+        .query(&mut r)
+        .unwrap();
     assert!(keys.is_empty(), "{keys:?}");
     assert!(!w.store().checks_suppressions());
     stop.cancel();
@@ -274,7 +300,10 @@ async fn delivered_is_noted_with_its_time_and_counted_once() {
     use quota_worker::feedback::Handled;
     assert_eq!(
         handled,
-        [Handled::Applied(Event::Delivered), Handled::Again(Event::Delivered)]
+        [
+            Handled::Applied(Event::Delivered),
+            Handled::Again(Event::Delivered)
+        ]
     );
     let keys = Keys::from_settings(&s.redis);
     let notes = apply::notes(&w.store().connection(), &keys, "d1")
@@ -364,7 +393,10 @@ async fn throttled_pauses_the_channel_for_every_worker_then_ramps_back() {
     let resume = gap_start + gap;
     println!("before {before}, pause {gap:.3}s from {gap_start:.3}s, resumed at {resume:.3}s");
     assert!(before > 10, "jobs flowed before the throttle: {before}");
-    assert!(gap_start < 0.5, "paused soon after the feedback: {gap_start}");
+    assert!(
+        gap_start < 0.5,
+        "paused soon after the feedback: {gap_start}"
+    );
     assert!((1.6..2.6).contains(&gap), "a pause of about 2 s: {gap}");
     // the ramp: the first second after the resume carries fewer than the
     // configured rate, the second after the ramp about all of it
@@ -374,5 +406,101 @@ async fn throttled_pauses_the_channel_for_every_worker_then_ramps_back() {
     println!("first second after the resume {early}, a second after the ramp {late}");
     assert!(early < late, "ramping back: {early} then {late}");
     assert!(early > 0, "some went in the first second");
+}
 
+#[tokio::test]
+async fn the_admin_shows_edits_suppressions_and_a_jobs_feedback() {
+    use crate::cli::{run_async, stdout};
+    let ns = unique("fb-admin");
+    let s = settings(&ns);
+    let _g = RedisGuard(ns.clone());
+    let out = run_async(
+        &s,
+        &[
+            "admin",
+            "recipient",
+            "+331",
+            "suppress",
+            "--channel",
+            "sms",
+            "--event",
+            "unsubscribed",
+        ],
+        None,
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let shown = run_async(
+        &s,
+        &["admin", "recipient", "+331", "--channel", "sms", "--json"],
+        None,
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    let supp = v["suppressions"].as_array().unwrap();
+    assert_eq!(supp.len(), 1, "{v}");
+    assert_eq!(supp[0]["event"], "unsubscribed");
+    assert_eq!(supp[0]["channel"], "sms");
+    assert!(
+        supp[0]["since"].is_string() && supp[0]["until"].is_null(),
+        "{v}"
+    );
+    let bad = run_async(
+        &s,
+        &[
+            "admin",
+            "recipient",
+            "+331",
+            "suppress",
+            "--channel",
+            "fax",
+            "--event",
+            "bounced",
+        ],
+        None,
+    )
+    .await;
+    assert!(!bad.status.success());
+    let out = run_async(
+        &s,
+        &[
+            "admin",
+            "recipient",
+            "+331",
+            "unsuppress",
+            "--channel",
+            "sms",
+            "--json",
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        stdout(&out).contains(r#""removed": true"#),
+        "{}",
+        stdout(&out)
+    );
+    let shown = run_async(&s, &["admin", "recipient", "+331", "--json"], None).await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(v["suppressions"].as_array().unwrap().len(), 0);
+
+    // a job's feedback
+    let store = quota_worker::store::QuotaStore::connect(&s).await.unwrap();
+    let f = Feedback {
+        detail: Some("provider 503".into()),
+        ..Feedback::new("job-7", Event::Failed, "+331", "sms")
+    };
+    apply::apply(&store, &apply::Tuning::from_settings(&s), &f)
+        .await
+        .unwrap();
+    let out = run_async(&s, &["admin", "job", "job-7", "--json"], None).await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["feedback"][0]["event"], "failed", "{v}");
+    assert_eq!(v["feedback"][0]["detail"], "provider 503");
+    let out = run_async(&s, &["admin", "job", "job-7"], None).await;
+    assert!(
+        stdout(&out).contains("feedback:    failed at"),
+        "{}",
+        stdout(&out)
+    );
 }
