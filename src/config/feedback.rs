@@ -22,7 +22,7 @@ pub struct FeedbackSettings {
     /// Feedback deliveries handled at once (default 32; at least 1).
     pub prefetch: u16,
     /// How long the same feedback (job id and event) is remembered, so that a
-    /// second copy changes nothing (default `72h`; at least `1s`).
+    /// second copy changes nothing (default `1h`; at least `1s`).
     pub dedupe_window: Dur,
     /// The pause of a `throttled` without `retry_after`: this long the first time,
     /// doubled at each further 429 within `throttle_max_backoff` of the last one

@@ -504,3 +504,143 @@ async fn the_admin_shows_edits_suppressions_and_a_jobs_feedback() {
         stdout(&out)
     );
 }
+
+/// The store's side of every event, run on one Redis here and on a Redis Cluster
+/// by `cluster`: a burst of admissions (on a cluster, one call per node carrying
+/// the other slots' keys) with the suppression check on, a failed send given back
+/// and admitted again, and a throttle pausing the channel's rate.
+pub(crate) async fn engine_scenario(mut s: Settings) {
+    use quota_worker::admission::{Admission, Request};
+    use std::sync::Arc;
+    s.policies.get_mut("default").unwrap().rules = vec![quota_worker::config::RuleSettings {
+        limit: 1,
+        window: quota_worker::quota::window::Window::CalendarDays(1),
+    }];
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(1000);
+    sms.burst = Some(100);
+    let store = Arc::new(quota_worker::store::QuotaStore::connect(&s).await.unwrap());
+    let t = apply::Tuning::from_settings(&s);
+    let req = |id: &'static str, recipient: &'static str, category: &'static str| Request {
+        id,
+        recipient,
+        channel: "sms",
+        category,
+        tz: chrono_tz::Tz::UTC,
+    };
+    // suppress four recipients (spread over the slots), then admit twelve at once
+    let names: [&'static str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
+    for r in &names[..4] {
+        let f = Feedback::new("s", Event::Unsubscribed, r, "sms");
+        apply::apply(&store, &t, &f).await.unwrap();
+    }
+    assert!(store.checks_suppressions());
+    let asks = names.iter().map(|r| {
+        let store = store.clone();
+        async move { store.admit(&req("j", r, "default")).await.unwrap() }
+    });
+    let answers = futures_util::future::join_all(asks).await;
+    for (r, a) in names.iter().zip(&answers) {
+        match a {
+            Admission::Suppressed(s) if names[..4].contains(r) => {
+                assert_eq!(s.kind, quota_worker::quota::suppression::Kind::Unsubscribed)
+            }
+            Admission::Admitted(_) if !names[..4].contains(r) => {}
+            other => panic!("{r}: {other:?}"),
+        }
+    }
+    // a transactional job of a suppressed recipient goes (held by bounces only)
+    assert!(matches!(
+        store.admit(&req("t", "a", "transactional")).await.unwrap(),
+        Admission::Admitted(_)
+    ));
+    // failed: the send of `e` given back; the same job is admitted again, once
+    let Admission::Admitted(ticket) = &answers[4] else {
+        unreachable!()
+    };
+    store.commit(ticket).await.unwrap();
+    assert!(matches!(
+        store.admit(&req("j", "e", "default")).await.unwrap(),
+        Admission::Duplicate
+    ));
+    let failed = Feedback::new("j", Event::Failed, "e", "sms");
+    assert!(matches!(
+        apply::apply(&store, &t, &failed).await.unwrap(),
+        apply::Applied::First { at_ms, .. } if at_ms > 0
+    ));
+    assert_eq!(
+        apply::apply(&store, &t, &failed).await.unwrap(),
+        apply::Applied::Again
+    );
+    assert!(matches!(
+        store.admit(&req("j", "e", "default")).await.unwrap(),
+        Admission::Admitted(_)
+    ));
+    // throttled: the channel's rate refuses until the resume, for everyone
+    let mut f = Feedback::new("j", Event::Throttled, "e", "sms");
+    f.retry_after = Some(1.5);
+    let Ok(apply::Applied::First { now_ms, at_ms }) = apply::apply(&store, &t, &f).await else {
+        panic!("throttle applied")
+    };
+    assert!(
+        (1400..=1600).contains(&(at_ms - now_ms)),
+        "{}",
+        at_ms - now_ms
+    );
+    let rate = store.rules().channel("sms").unwrap().rate.unwrap();
+    let r = store.call_rate("sms", rate, 1).await.unwrap();
+    assert_eq!(r.allowed, 0);
+    assert!(
+        r.retry_after > Duration::from_millis(1300),
+        "{:?}",
+        r.retry_after
+    );
+    assert_eq!(
+        apply::apply(&store, &t, &f).await.unwrap(),
+        apply::Applied::Again
+    );
+}
+
+#[tokio::test]
+async fn every_event_in_the_store() {
+    let ns = unique("fb-engine");
+    let _g = RedisGuard(ns.clone());
+    engine_scenario(settings(&ns)).await;
+}
+
+/// What one suppressed recipient costs in Redis (printed for BENCHMARKS.md/README).
+#[tokio::test]
+async fn memory_per_suppressed_recipient() {
+    let ns = unique("fb-mem");
+    let s = settings(&ns);
+    let _g = RedisGuard(ns.clone());
+    let store = quota_worker::store::QuotaStore::connect(&s).await.unwrap();
+    let t = apply::Tuning::from_settings(&s);
+    let mut r = redis_sync();
+    let mut sizes = Vec::new();
+    for (e, ch) in [(Event::Bounced, "sms"), (Event::Unsubscribed, "email")] {
+        let f = Feedback::new("m", e, "+8613800000000", ch);
+        apply::apply(&store, &t, &f).await.unwrap();
+        let hash = store.keys().suppressed("+8613800000000");
+        let mark = store
+            .keys()
+            .feedback_mark("+8613800000000", "m", e.as_str());
+        let h: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&hash)
+            .query(&mut r)
+            .unwrap();
+        let m: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&mark)
+            .query(&mut r)
+            .unwrap();
+        sizes.push((h, m));
+    }
+    println!(
+        "MEMORY USAGE: suppressions hash {} bytes with one channel, {} with two; \
+         each feedback mark {} bytes (for feedback.dedupe_window)",
+        sizes[0].0, sizes[1].0, sizes[0].1
+    );
+    assert!(sizes[0].0 > 0 && sizes[0].0 < 200, "{sizes:?}");
+}
