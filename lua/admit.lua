@@ -44,6 +44,21 @@
 --   7                 the key is not on this node (a Redis Cluster whose slots moved
 --                     since the worker last read their owners): nothing was
 --                     written for this job; ask again with its key declared
+--   8, kind, since, until  suppressed (see the suppression section below): nothing
+--                     was written for this job
+--
+-- Suppression section (optional, after the keys of the undeclared jobs; the worker
+-- sends it only while some recipient may be suppressed, so without suppressions a
+-- call carries and does nothing more):
+--   ARGV[s]            L, the length of the key prefix: a job's suppressions are the
+--                      hash named by the first L + 19 bytes of its key (`prefix:{tag}`)
+--                      followed by `/suppressed`; field = channel, value =
+--                      kind:since_ms:until_ms (kind 1 bounced, 2 complained, 4
+--                      unsubscribed; until 0: until removed)
+--   ARGV[s+1 .. s+P]   each plan's suppressed_by mask (the sum of the kinds' bits)
+--   ARGV[s+P+k]        job k's channel
+--   A job whose channel's field holds a kind in its plan's mask, with until 0 or after
+--   now, answers 8 before anything else is read or written for it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -170,15 +185,45 @@ local out = {now}
 local n = 1
 local jobs = #KEYS + undeclared
 local tail = a + 2 * jobs - #KEYS - 1
+
+-- >>> suppression: the optional section after the undeclared keys (see the header)
+local supp_at = nil
+if #ARGV > tail + jobs then supp_at = tail + jobs + 1 end
+local function suppressed(key, k, p)
+  local mask = tonumber(ARGV[supp_at + p])
+  if mask == 0 then return nil end
+  local hash = string.sub(key, 1, tonumber(ARGV[supp_at]) + 19) .. '/suppressed'
+  local v = redis.call('HGET', hash, ARGV[supp_at + tonumber(ARGV[4]) + k])
+  if not v then return nil end
+  local kind, since, till = string.match(v, '^(%d+):(%d+):(%d+)$')
+  kind, since, till = tonumber(kind), tonumber(since), tonumber(till)
+  if not kind or math.floor(mask / kind) % 2 == 0 then return nil end
+  if till ~= 0 and till <= now then return nil end
+  return 8, {kind, since, till}
+end
+-- <<< suppression
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
-  local ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])])
+  -- >>> suppression: one HGET per job, only when the section is present
+  local ok, code, extra = true, nil, nil
+  if supp_at then
+    ok, code, extra = pcall(suppressed, key, k, tonumber(ARGV[a + 1]))
+  end
+  -- <<< suppression
+  if ok and not code then
+    ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])])
+  end
   if not ok then code = failure(code) end
   n = n + 1
   out[n] = code
   if code == 3 then
     n = n + 1
     out[n] = extra
+  elseif code == 8 then
+    for i = 1, 3 do
+      n = n + 1
+      out[n] = extra[i]
+    end
   elseif code == 0 or code == 6 then
     n = n + 1
     out[n] = #extra

@@ -4,6 +4,15 @@
 -- TIME, written with %.0f (Lua's tostring keeps only 14 digits). A missing key means
 -- a full bucket. burst = how many jobs may go at once from a full bucket.
 --
+-- After a provider's 429 (lua/throttle.lua) the value is `tat:P:R`: the channel
+-- resumes at P and ramps over R (µs): before P and at P the interval is ten times
+-- the configured one, then it shrinks so that the rate climbs linearly from a tenth
+-- to all of the configured rate at P + R. The suffix rides along in the one GET
+-- and SET every take already does, so a throttle costs no read of its own; it is
+-- dropped at the first write after P + R. The tolerance (burst intervals) follows
+-- the interval in force, so a slowed channel still lets a job through as soon as
+-- its interval has passed.
+--
 -- One call may take for several jobs (the worker batches the jobs of a channel
 -- that ask at the same moment, so that a busy channel's key, one hash slot, is not
 -- called once per job): it grants as many of them as the bucket holds now, in
@@ -24,6 +33,7 @@
 --           span ending at tat_us - interval * cost * (granted - i), and a refund of
 --           it passes that end, so it can give back only what it added and is unspent
 --   granted: how many of the jobs asking may go (0 unless allowed is 1)
+--   interval_us: present only while paused or ramping: the interval in force
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -32,7 +42,24 @@ local asking = tonumber(ARGV[4] or '1')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local tat = tonumber(redis.call('GET', key) or now)
+local raw = redis.call('GET', key)
+local tat = now
+local ramp, ramp_end = '', 0
+if raw then
+  local c = string.find(raw, ':', 1, true)
+  if c then
+    local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
+    p, r = tonumber(p), tonumber(r)
+    if p and now < p + r then
+      ramp, ramp_end = string.sub(raw, c), p + r
+      local share = 0.1
+      if now > p then share = 0.1 + 0.9 * (now - p) / r end
+      interval = math.ceil(interval / share)
+    end
+    raw = string.sub(raw, 1, c - 1)
+  end
+  tat = tonumber(raw)
+end
 if tat < now then tat = now end
 local tolerance = interval * burst
 
@@ -42,6 +69,7 @@ end
 
 local allow_at = tat + interval * cost - tolerance
 if allow_at > now then
+  if ramp ~= '' then return {0, 0, allow_at - now, tat - now, tat, 0, interval} end
   return {0, 0, allow_at - now, tat - now, tat, 0}
 end
 
@@ -53,7 +81,8 @@ end
 local new_tat = tat + interval * cost * granted
 local remaining = math.floor((now - (new_tat - tolerance)) / interval)
 if cost > 0 then
-  local ttl_ms = math.ceil((new_tat - now) / 1000)
-  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
+  local ttl_ms = math.ceil((math.max(new_tat, ramp_end) - now) / 1000)
+  redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
 end
+if ramp ~= '' then return {1, remaining, 0, new_tat - now, new_tat, granted, interval} end
 return {1, remaining, 0, new_tat - now, new_tat, granted}

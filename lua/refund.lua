@@ -16,16 +16,21 @@
 --
 -- Returns the credit given back in microseconds (0: nothing was owed).
 local key = KEYS[1]
-local tat = redis.call('GET', key)
-if not tat then return 0 end
+local raw = redis.call('GET', key)
+if not raw then return 0 end
+-- a throttle's ramp (`:P:R`, see rate.lua) stays as it is
+local ramp, tat = '', raw
+local c = string.find(raw, ':', 1, true)
+if c then ramp, tat = string.sub(raw, c), string.sub(raw, 1, c - 1) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local credit = math.min(tonumber(ARGV[1]) * tonumber(ARGV[2]), tonumber(ARGV[3]) - now)
 if credit <= 0 then return 0 end
 local new_tat = tonumber(tat) - credit
-if new_tat <= now then
+if new_tat <= now and ramp == '' then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(math.ceil((new_tat - now) / 1000), 1)))
+  new_tat = math.max(new_tat, now)
+  redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'KEEPTTL')
 end
 return credit

@@ -83,6 +83,8 @@ pub enum Admission {
     },
     /// This job was already dispatched.
     Duplicate,
+    /// Its recipient is suppressed on its channel by a kind its policy is held by.
+    Suppressed(crate::quota::suppression::Suppression),
     /// Another worker holds a live reservation for this job (it is being dispatched);
     /// look again at `retry_at`, when that reservation would lapse.
     Reserved {

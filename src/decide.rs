@@ -353,6 +353,17 @@ pub(crate) fn after_admission(
             cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
+        Admission::Suppressed(s) => dead(
+            Reason::Suppressed,
+            format!(
+                "its recipient is suppressed on channel `{}` by `{}` since {}{}, and policy `{}` is held by it",
+                job.channel,
+                s.kind,
+                s.since.to_rfc3339(),
+                s.until.map(|u| format!(" until {}", u.to_rfc3339())).unwrap_or_default(),
+                cx.policy.name
+            ),
+        ),
     }
 }
 

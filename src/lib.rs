@@ -94,6 +94,7 @@ pub mod amqp;
 pub(crate) mod backoff;
 pub mod config;
 pub(crate) mod decide;
+pub mod feedback;
 pub mod health;
 pub mod http;
 pub mod job;

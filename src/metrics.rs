@@ -54,6 +54,15 @@ pub(crate) const UP: &str = "quota_worker_up";
 pub(crate) const BUILD_INFO: &str = "quota_worker_build_info";
 /// Counter: verdicts of shadow policies, by `policy` and `verdict`.
 pub(crate) const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
+/// Counter: feedback from the senders, by `event` (`malformed` for bad feedback).
+pub const FEEDBACK_TOTAL: &str = "quota_worker_feedback_total";
+/// Recipients suppressed on a channel by feedback or the admin, by `kind`.
+pub const SUPPRESSIONS_TOTAL: &str = "quota_worker_suppressions_total";
+/// Seconds from a job's dispatch (its recorded send) to its `delivered` feedback.
+pub const DELIVERY_SECONDS: &str = "quota_worker_delivery_seconds";
+/// Each paced channel's send rate in force, jobs per second: the configured rate,
+/// 0 while paused after a provider's throttling, then climbing back.
+pub const CHANNEL_RATE: &str = "quota_worker_channel_rate";
 /// Counter: configuration reloads, by `result` (applied, refused).
 pub(crate) const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
 
@@ -149,6 +158,23 @@ pub(crate) fn process_collector() -> &'static metrics_process::Collector {
 /// so that dashboards see them before the first error.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        FEEDBACK_TOTAL,
+        "Feedback from the senders, by event (delivered, failed, throttled, bounced, complained, unsubscribed, malformed); a duplicate is not counted again"
+    );
+    describe_counter!(
+        SUPPRESSIONS_TOTAL,
+        "Recipients suppressed on a channel, by kind (bounced, complained, unsubscribed)"
+    );
+    describe_histogram!(
+        DELIVERY_SECONDS,
+        Unit::Seconds,
+        "Time from a job's dispatch to its delivered feedback"
+    );
+    describe_gauge!(
+        CHANNEL_RATE,
+        "Each paced channel's send rate in force, jobs per second (0 while paused after a provider's 429, then ramping back)"
+    );
     describe_counter!(
         JOBS_TOTAL,
         "Jobs settled, by outcome (dispatched, delayed, duplicate, dead), dead-letter reason, policy and channel (empty when the job has none: malformed, or an unconfigured channel)"
@@ -370,4 +396,10 @@ impl JobMetrics {
         self.outcomes[p * (self.channels + 1) + c][outcome.kind()].increment(1);
         SETTLED[outcome.kind()].fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Show `channel`'s rate in force: `interval` µs per unit of `rate.cost`.
+pub fn channel_rate(channel: &str, rate: crate::quota::policy::Rate, interval: u64) {
+    let per_second = 1e6 / interval.max(1) as f64 / rate.cost.max(1) as f64;
+    metrics::gauge!(CHANNEL_RATE, "channel" => channel.to_string()).set(per_second);
 }

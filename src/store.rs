@@ -19,7 +19,7 @@
 //! whose clocks are a minute apart still agree on which day a send belongs to.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +86,9 @@ pub struct QuotaStore {
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
     plans: std::sync::Mutex<PlanCache>,
+    /// Whether some recipient may be suppressed (the key `prefix:suppressions`
+    /// exists, as last seen): only then do admissions check suppressions.
+    suppressions: AtomicBool,
 }
 
 /// Plans by policy name, then zone, each with the local date and the policy (as in
@@ -149,7 +152,9 @@ impl QuotaStore {
         let calls = Arc::new(AtomicU64::new(0));
         let scripts = Scripts::default();
         scripts.load(&conn).await?;
+        let keys = settings.redis.keys();
         let admitter = Admitter::start(Caller {
+            prefix_len: keys.prefix().len(),
             conn: conn.clone(),
             script: scripts.admit.clone(),
             cross_slot: scripts.admit_cross_slot.clone(),
@@ -161,7 +166,6 @@ impl QuotaStore {
                 settings.redis.wait_timeout.0.as_millis() as u64,
             )),
         });
-        let keys = settings.redis.keys();
         let rates = settings
             .channels
             .keys()
@@ -173,6 +177,8 @@ impl QuotaStore {
                     lanes_script: scripts.lanes.clone(),
                     lanes_key: keys.lanes(c),
                     calls: calls.clone(),
+                    channel: c.clone(),
+                    shown: AtomicU64::new(0),
                 };
                 (c.clone(), RateBatcher::start(taker))
             })
@@ -191,6 +197,7 @@ impl QuotaStore {
             calls,
             orphans: Default::default(),
             plans: Default::default(),
+            suppressions: AtomicBool::new(false),
         };
         store.sync_clock().await?;
         Ok(store)
@@ -320,9 +327,7 @@ impl QuotaStore {
         };
         let (first, rate_reply) = match (rate, step) {
             (Some(_), RateStep::Taken(tat_us)) => {
-                let a = self
-                    .call_admit(&key, &member, &policy, req.tz, None)
-                    .await?;
+                let a = self.call_admit(&key, &member, &policy, req, None).await?;
                 let taken = RateReply {
                     allowed: 1,
                     remaining: 0,
@@ -333,7 +338,7 @@ impl QuotaStore {
             }
             (Some(r), _) if !pacing => {
                 let (a, b) = tokio::join!(
-                    self.call_admit(&key, &member, &policy, req.tz, None),
+                    self.call_admit(&key, &member, &policy, req, None),
                     self.take_rate_in(req.channel, r, lane)
                 );
                 let a = a?;
@@ -348,8 +353,7 @@ impl QuotaStore {
                 }
             }
             _ => (
-                self.call_admit(&key, &member, &policy, req.tz, None)
-                    .await?,
+                self.call_admit(&key, &member, &policy, req, None).await?,
                 None,
             ),
         };
@@ -358,7 +362,7 @@ impl QuotaStore {
             match reply {
                 Verdict::Clock(now) => {
                     reply = self
-                        .call_admit(&key, &member, &policy, req.tz, Some(now))
+                        .call_admit(&key, &member, &policy, req, Some(now))
                         .await?
                 }
                 _ => break,
@@ -411,6 +415,10 @@ impl QuotaStore {
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
+            Verdict::Suppressed(_, kind, since, until) => {
+                crate::quota::suppression::Suppression::decode(&format!("{kind}:{since}:{until}"))
+                    .map_or(Admission::Duplicate, Admission::Suppressed)
+            }
             Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
             },
@@ -616,6 +624,17 @@ impl QuotaStore {
         .await
     }
 
+    /// Whether admissions check suppressions (some recipient may be suppressed).
+    pub fn checks_suppressions(&self) -> bool {
+        self.suppressions.load(Ordering::Relaxed)
+    }
+
+    /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
+    /// or this worker just wrote it) or stop checking.
+    pub fn check_suppressions(&self, on: bool) {
+        self.suppressions.store(on, Ordering::Relaxed);
+    }
+
     /// How long notes, cancel marks and collapse keys are kept.
     pub(crate) fn record_ttl(&self) -> Duration {
         self.record_ttl
@@ -698,6 +717,7 @@ impl QuotaStore {
         }
         let mut made = plan(&policy.rules, tz, now);
         made.shadow = policy.mode == Mode::Shadow;
+        made.suppressed_by = policy.suppressed_by.0;
         let p = Arc::new(made);
         plans
             .entry(policy.name.clone())
@@ -711,12 +731,12 @@ impl QuotaStore {
         key: &str,
         member: &[u8],
         policy: &Arc<Policy>,
-        tz: Tz,
+        req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
         let plan = self.cached_plan(
             policy,
-            tz,
+            req.tz,
             now.map(window::from_millis)
                 .unwrap_or_else(|| self.redis_now()),
         );
@@ -726,6 +746,10 @@ impl QuotaStore {
                 key: key.to_string(),
                 member: member.to_vec(),
                 plan,
+                channel: self
+                    .suppressions
+                    .load(Ordering::Relaxed)
+                    .then(|| req.channel.to_string()),
             })
             .await
         {

@@ -25,17 +25,23 @@
 //! # }
 //! ```
 //!
+//! Senders tell the worker what became of a dispatched job with a [`Feedback`]
+//! (published to `notify.feedback` by a [`FeedbackPublisher`]; see the README's
+//! "Feedback from senders").
+//!
 //! The worker depends on this crate for its decoder and its confirm-mode publisher,
 //! so the two cannot drift apart.
 #![warn(missing_docs)]
 
 pub mod decode;
+pub mod feedback;
 mod job;
 pub mod priority;
 mod producer;
 pub mod publisher;
 
 pub use decode::{decode, Malformed};
+pub use feedback::{decode_feedback, Event, Feedback, FeedbackPublisher};
 pub use job::{schema, Job, JobId};
 pub use priority::Priority;
 pub use producer::{encode, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};

@@ -28,6 +28,8 @@ pub struct JobStatus {
     pub record: Option<JobNote>,
     /// When it was cancelled, if a cancel mark waits for it.
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// What its sender said became of it (one per event heard).
+    pub feedback: Vec<crate::feedback::FeedbackNote>,
 }
 
 /// What `admin job ID cancel` did.
@@ -80,6 +82,7 @@ impl<'a> Jobs<'a> {
                 .map_or(Place::Unknown, |r| r.place(&self.ladder, now)),
             record,
             cancelled_at,
+            feedback: crate::feedback::apply::notes(&conn, keys, id).await?,
         })
     }
 

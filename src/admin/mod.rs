@@ -1,6 +1,6 @@
 //! Admin: what an operator reads and repairs. Queue depths ([`queues`]), dead
 //! letters read, replayed and purged without loss ([`dead_letters`]), a
-//! recipient's recorded sends ([`recipients`]), and one job by its id: where it is,
+//! recipient's recorded sends ([`recipients`]) and suppressions ([`suppressions`]), and one job by its id: where it is,
 //! why, and cancelling it ([`jobs`]). Returns data; the binary prints it.
 
 pub(crate) mod dead_letter_info;
@@ -8,6 +8,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod jobs;
 pub(crate) mod queues;
 pub mod recipients;
+pub mod suppressions;
 
 use crate::amqp::{BrokerError, PublishError};
 use crate::redis::StoreError;
@@ -17,6 +18,7 @@ pub use dead_letters::{DeadLetters, WalkAction, WalkReport};
 pub use jobs::{Cancelled, JobStatus, Jobs};
 pub use queues::{queue_stats, QueueStat};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};
+pub use suppressions::SuppressionInfo;
 
 /// What an admin command could not do.
 #[derive(Debug, thiserror::Error)]

@@ -94,6 +94,8 @@ pub struct RecipientStatus {
     pub waiting: Option<u64>,
     /// One entry per policy (and channel).
     pub policies: Vec<PolicyStatus>,
+    /// Its suppressions in force (on the query's channel, when it names one).
+    pub suppressions: Vec<super::SuppressionInfo>,
 }
 
 /// Which keys of a recipient a command looks at.
@@ -265,6 +267,7 @@ impl<'a> Recipients<'a> {
             now,
             waiting,
             policies,
+            suppressions: super::suppressions::list(self.store, q.recipient, q.channel).await?,
         })
     }
 

@@ -27,6 +27,8 @@ pub struct Topology {
     pub lanes: LaneSettings,
     /// The channels with lanes (the paced ones, as configured at start).
     pub laned: Vec<String>,
+    /// The feedback exchange and queue (`feedback.exchange`, `feedback.queue`).
+    pub feedback: (String, String),
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -83,6 +85,10 @@ impl Topology {
                 .filter(|c| settings.rate(c).is_some())
                 .cloned()
                 .collect(),
+            feedback: (
+                settings.feedback.exchange.clone(),
+                settings.feedback.queue.clone(),
+            ),
         }
     }
 
@@ -124,7 +130,7 @@ impl Topology {
     }
 
     /// Every queue, in the order an operator reads them: jobs, lanes, delays,
-    /// dispatch, dead.
+    /// dispatch, dead, feedback.
     pub fn queues(&self) -> Vec<String> {
         let ladder = self.ladder();
         let mut q = vec![self.amqp.jobs_queue.clone()];
@@ -132,10 +138,11 @@ impl Topology {
         q.extend((0..ladder.levels).map(|n| ladder.queue(n)));
         q.extend(self.channels.iter().map(|c| self.dispatch_queue(c)));
         q.push(self.amqp.dead_queue.clone());
+        q.push(self.feedback.1.clone());
         q
     }
 
-    /// Every exchange: jobs, dispatch, dead, then the ladder's.
+    /// Every exchange: jobs, dispatch, dead, the ladder's, then feedback.
     pub fn exchanges(&self) -> Vec<String> {
         let ladder = self.ladder();
         let mut x = vec![
@@ -145,6 +152,7 @@ impl Topology {
             self.lanes.exchange.clone(),
         ];
         x.extend((0..ladder.levels).map(|n| ladder.exchange(n)));
+        x.push(self.feedback.0.clone());
         x
     }
 
@@ -271,6 +279,13 @@ impl Topology {
             queue(q.clone(), args).await?;
             bind(&ch, &q, lanes, &p.routing_key(c), FieldTable::default()).await?;
         }
+        // feedback from the senders: bad feedback is dead-lettered by the worker
+        // (`malformed_feedback`); the delivery limit catches a poison message
+        let (fx, fq) = &self.feedback;
+        exchange(fx.clone(), ExchangeKind::Fanout).await?;
+        let args = limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
+        queue(fq.clone(), args).await?;
+        bind(&ch, fq, fx, "", FieldTable::default()).await?;
 
         let ladder = self.ladder();
         for n in 0..ladder.levels {

@@ -17,6 +17,7 @@ use quota_worker::admin::{
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::job::note::{JobNote, JobState, Place};
+use quota_worker::quota::suppression::Kind;
 
 /// `quota-worker admin`.
 #[derive(Subcommand, Debug)]
@@ -188,6 +189,15 @@ pub enum RecipientAction {
     },
     /// Delete every recorded send of the recipient (all policies and channels).
     Reset,
+    /// Suppress the recipient on `--channel` (its jobs are dead-lettered
+    /// `suppressed` by the policies held by that kind).
+    Suppress {
+        /// `bounced` (for suppression.bounced_ttl), `complained` or `unsubscribed`.
+        #[arg(long, value_parser = super::suppress::parse_kind)]
+        event: Kind,
+    },
+    /// Lift the recipient's suppression on `--channel`.
+    Unsuppress,
 }
 
 /// Run an `admin` subcommand.
@@ -297,6 +307,9 @@ fn print_job(s: &JobStatus, notes: bool) {
             "cancelled:   at {} (ends as a dead letter `cancelled` when a worker next handles it)",
             at.to_rfc3339()
         );
+    }
+    for f in &s.feedback {
+        println!("{}", super::suppress::feedback_line(f));
     }
     let Some(r) = &s.record else { return };
     println!(
@@ -605,6 +618,12 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
                 );
             }
         }
+        Some(RecipientAction::Suppress { event }) => {
+            return super::suppress::edit(&store, settings, &args, Some(event)).await;
+        }
+        Some(RecipientAction::Unsuppress) => {
+            return super::suppress::edit(&store, settings, &args, None).await;
+        }
         Some(RecipientAction::Reset) => {
             let deleted = recipients.reset(&args.recipient).await?;
             if args.json {
@@ -628,6 +647,7 @@ fn print_status(s: &RecipientStatus) {
         Some(n) => println!("{n} job(s) waiting in the delay ladder"),
         None => println!("waiting jobs not counted (`redis.notes = false`)"),
     }
+    super::suppress::print(&s.suppressions);
     for p in &s.policies {
         let channel = p
             .channel

@@ -25,6 +25,7 @@ mod channels;
 mod endpoint;
 mod env;
 mod error;
+mod feedback;
 mod http;
 mod lanes;
 mod locate;
@@ -42,6 +43,7 @@ pub use channels::ChannelSettings;
 pub use endpoint::Endpoint;
 pub use env::{ENV_PREFIX, SECRET_KEYS};
 pub use error::ConfigError;
+pub use feedback::{FeedbackSettings, SuppressionSettings};
 pub use http::HttpSettings;
 pub use lanes::LaneSettings;
 pub use locate::Origin;
@@ -84,6 +86,10 @@ pub struct Settings {
     pub channels: BTreeMap<String, ChannelSettings>,
     /// Where jobs that wait for their channel's rate wait, by priority (`[lanes]`).
     pub lanes: LaneSettings,
+    /// Feedback from the senders (`[feedback]`) and suppressions (`[suppression]`).
+    pub feedback: FeedbackSettings,
+    /// How long a bounce suppresses (`[suppression]`).
+    pub suppression: SuppressionSettings,
 }
 
 impl Settings {
@@ -110,6 +116,8 @@ impl Settings {
         a.dead_exchange = format!("{ns}.dead");
         a.dead_queue = format!("{ns}.dead");
         a.delay_prefix = format!("{ns}.delay");
+        self.feedback.exchange = format!("{ns}.feedback");
+        self.feedback.queue = format!("{ns}.feedback");
         self.redis.key_prefix = ns.to_string();
         self.lanes.exchange = format!("{ns}.lanes");
         self.lanes.queue_prefix = format!("{ns}.lanes.");
@@ -180,6 +188,8 @@ impl Settings {
         self.redis.validate_servers()?;
         self.worker.validate()?;
         self.http.validate()?;
+        self.feedback.validate()?;
+        self.suppression.validate()?;
         policies::validate(&self.policies, self.redis.record_ttl.0)?;
         channels::validate(&self.channels)?;
         self.lanes.validate(&self.channels)

@@ -11,6 +11,7 @@ use super::text::{send_windows_text, window_text, Dur};
 use crate::quota::lanes::Priority;
 use crate::quota::policy::{Action, Mode, Policy, Scope};
 use crate::quota::send_windows::SendWindows;
+use crate::quota::suppression::{Kind, Kinds};
 use crate::quota::window::{Rule, Window};
 
 /// One rule as written in the file: `{ limit = 1, window = "1d" }`.
@@ -66,6 +67,12 @@ pub struct PolicySettings {
     /// makes them wait; urgent ones take the channel's next send slots.
     #[serde(default)]
     pub priority: Priority,
+    /// Which suppressions hold its jobs (dead-lettered `suppressed`): a list of
+    /// `bounced`, `complained`, `unsubscribed`. Unset: all three, except for the
+    /// policy named `transactional`, held by `bounced` only (a receipt still reaches
+    /// someone who unsubscribed from promotions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppressed_by: Option<Vec<Kind>>,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -122,6 +129,11 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
             .and_then(|d| chrono::Duration::from_std(d.0).ok()),
         mode: p.mode,
         priority: p.priority,
+        suppressed_by: match &p.suppressed_by {
+            Some(kinds) => Kinds::of(kinds),
+            None if name == "transactional" => Kinds::of(&[Kind::Bounced]),
+            None => Kinds::ALL,
+        },
     }
 }
 
@@ -184,5 +196,18 @@ mod tests {
         assert_eq!(built.action, Action::Delay);
         assert_eq!(built.max_wait, Some(chrono::Duration::hours(1)));
         assert_eq!(built.mode, Mode::Shadow);
+        assert_eq!(built.suppressed_by, Kinds::ALL);
+    }
+
+    #[test]
+    fn transactional_is_held_by_bounces_alone_unless_told() {
+        let p = PolicySettings::default();
+        assert_eq!(build("transactional", &p).suppressed_by, Kinds(1));
+        assert_eq!(build("promo", &p).suppressed_by, Kinds::ALL);
+        let told = PolicySettings {
+            suppressed_by: Some(vec![Kind::Unsubscribed, Kind::Complained]),
+            ..PolicySettings::default()
+        };
+        assert_eq!(build("transactional", &told).suppressed_by, Kinds(6));
     }
 }

@@ -34,6 +34,7 @@ fn policy() -> Policy {
         max_wait: None,
         mode: Mode::Enforce,
         priority: Default::default(),
+        suppressed_by: crate::quota::suppression::Kinds::ALL,
     }
 }
 

@@ -17,16 +17,22 @@ pub enum Reason {
     Expired,
     /// An operator cancelled it while it waited (`admin job ID cancel`).
     Cancelled,
+    /// Its recipient is suppressed on its channel (a bounce, complaint or opt-out).
+    Suppressed,
+    /// Feedback from a sender that is not valid (not a job's outcome).
+    MalformedFeedback,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub(crate) const ALL: [Reason; 5] = [
+    pub(crate) const ALL: [Reason; 7] = [
         Reason::Malformed,
         Reason::UnknownChannel,
         Reason::Capped,
         Reason::Expired,
         Reason::Cancelled,
+        Reason::Suppressed,
+        Reason::MalformedFeedback,
     ];
 
     /// The `x-notify-reason` value.
@@ -37,6 +43,8 @@ impl Reason {
             Reason::Capped => "capped",
             Reason::Expired => "expired",
             Reason::Cancelled => "cancelled",
+            Reason::Suppressed => "suppressed",
+            Reason::MalformedFeedback => "malformed_feedback",
         }
     }
 }

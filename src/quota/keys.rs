@@ -113,6 +113,63 @@ impl Keys {
     pub fn lanes(&self, channel: &str) -> String {
         format!("{}:lanes:{{{channel}}}", self.prefix)
     }
+    /// The hash of a recipient's suppressions: field = channel, value as
+    /// [`crate::quota::suppression::Suppression::encode`] writes it. `lua/admit.lua`
+    /// derives it from a recipient key: its first `prefix.len() + 19` bytes
+    /// (`prefix:{tag}`, the tag 16 bytes), then `/suppressed`.
+    pub fn suppressed(&self, recipient: &str) -> String {
+        format!(
+            "{}:{{{}}}/suppressed",
+            self.prefix,
+            self.recipient_tag(recipient)
+        )
+    }
+
+    /// Set once any recipient is suppressed: while it is absent, admissions skip
+    /// the suppression check.
+    pub fn suppressions_flag(&self) -> String {
+        format!("{}:suppressions", self.prefix)
+    }
+
+    /// The mark of one feedback (job id, event) already applied to `recipient`, in
+    /// the recipient's slot (applied atomically with what it marks).
+    pub fn feedback_mark(&self, recipient: &str, id: &str, event: &str) -> String {
+        format!(
+            "{}:{{{}}}/feedback:{}",
+            self.prefix,
+            self.recipient_tag(recipient),
+            mark_hash(id, event)
+        )
+    }
+
+    /// A channel's throttle state (`strikes`, `last`), in the slot of its rate key.
+    pub fn throttle(&self, channel: &str) -> String {
+        format!("{}:rate:{{{channel}}}:throttle", self.prefix)
+    }
+
+    /// The mark of one `throttled` feedback already applied to `channel`.
+    pub fn throttle_mark(&self, channel: &str, id: &str) -> String {
+        format!(
+            "{}:rate:{{{channel}}}:feedback:{}",
+            self.prefix,
+            mark_hash(id, "throttled")
+        )
+    }
+
+    /// The feedback heard about job `id` (`admin job ID` reads it): a hash, field
+    /// = event, value = JSON.
+    pub fn job_feedback(&self, id: &str) -> String {
+        format!("{}:feedback:{id}", self.prefix)
+    }
+}
+
+/// 128 bits of the hash of a feedback's job id and event, hex.
+fn mark_hash(id: &str, event: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(id.as_bytes())
+        .update(&[0])
+        .update(event.as_bytes());
+    h.finalize().to_hex()[..32].to_string()
 }
 
 /// Bytes of the job-id hash kept as the sorted-set member. Seven bytes (56 bits)
@@ -156,6 +213,16 @@ mod tests {
         assert_eq!((tag(&w), tag(&c)), (tag(&a), tag(&a)));
         assert_ne!(w, keys.recipient("+33 6 12 34 56 78", "waiting", None));
         assert_eq!(c, format!("qw:{{{t}}}/collapse"));
+        // the suppressions share the slot and admit.lua finds them from a policy key
+        let s = keys.suppressed("+33 6 12 34 56 78");
+        assert_eq!(s, format!("{}/suppressed", &a[.."qw".len() + 19]));
+        let m = keys.feedback_mark("+33 6 12 34 56 78", "job-1", "failed");
+        assert_eq!(tag(&m), tag(&a));
+        assert_ne!(
+            m,
+            keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced")
+        );
+        assert_eq!(tag(&keys.throttle_mark("sms", "j")), tag(&keys.rate("sms")));
     }
 
     #[test]

@@ -10,4 +10,5 @@ pub mod lanes;
 pub(crate) mod plan;
 pub mod policy;
 pub mod send_windows;
+pub mod suppression;
 pub mod window;

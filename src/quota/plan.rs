@@ -24,6 +24,8 @@ pub(crate) struct Plan {
     pub rules: Vec<(u32, i64)>,
     /// The policy is in shadow mode: a job its rules refuse is recorded all the same.
     pub shadow: bool,
+    /// The policy's `suppressed_by` mask (see [`super::suppression::Kinds`]).
+    pub suppressed_by: u8,
 }
 
 /// Compute the request's calendar bounds for the instant `now`.
@@ -34,6 +36,7 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
         calendar_expiry_ms: 0,
         rules: Vec::with_capacity(rules.len()),
         shadow: false,
+        suppressed_by: 0,
     };
     let mut has_calendar = false;
     for rule in rules {

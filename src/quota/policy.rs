@@ -79,6 +79,8 @@ pub struct Policy {
     pub mode: Mode,
     /// The lane of its jobs that name none (`policies.NAME.priority`).
     pub priority: super::lanes::Priority,
+    /// The kinds of suppression that dead-letter its jobs (`suppressed`).
+    pub suppressed_by: super::suppression::Kinds,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.

@@ -48,6 +48,9 @@ pub(crate) struct AdmitArgs {
     /// Calendar bounds for the day Redis is believed to be in (shared by the jobs
     /// of one policy and zone on one day).
     pub plan: Arc<Plan>,
+    /// The job's channel, given only while some recipient may be suppressed (the
+    /// call then carries the suppression section of `lua/admit.lua`).
+    pub channel: Option<String>,
 }
 
 /// One job's answer from `lua/admit.lua`; each carries the call's Redis time `now`
@@ -72,6 +75,9 @@ pub(crate) enum Verdict {
     /// The key is not on the node the call went to (a cluster's slots moved):
     /// nothing was written; ask again with the key declared.
     Elsewhere(i64),
+    /// The recipient is suppressed on the job's channel by a kind its policy is
+    /// held by: the kind's bit, since and until (ms; 0: until removed).
+    Suppressed(i64, u8, i64, i64),
 }
 
 impl Verdict {
@@ -85,7 +91,8 @@ impl Verdict {
             | Verdict::Reserved(now, _)
             | Verdict::Clock(now)
             | Verdict::WrongType(now)
-            | Verdict::Elsewhere(now) => *now,
+            | Verdict::Elsewhere(now)
+            | Verdict::Suppressed(now, ..) => *now,
         }
     }
 }
@@ -119,6 +126,11 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
             7 => Verdict::Elsewhere(now),
+            8 => {
+                let (v, tail) = (rest.get(..3)?, &rest[3..]);
+                rest = tail;
+                Verdict::Suppressed(now, u8::try_from(v[0]).ok()?, v[1], v[2])
+            }
             _ => return None,
         });
     }
@@ -146,6 +158,8 @@ pub(crate) struct Caller {
     pub calls: Arc<AtomicU64>,
     /// `redis.wait_replicas` and `redis.wait_timeout` (ms), when waiting is on.
     pub wait: Option<(u32, u64)>,
+    /// The key prefix's length (the suppression section's L).
+    pub prefix_len: usize,
 }
 
 impl Admitter {
@@ -243,6 +257,15 @@ impl Caller {
         }
         for job in &jobs[declared..] {
             cmd.arg(&job.key);
+        }
+        if jobs.iter().any(|j| j.channel.is_some()) {
+            cmd.arg(self.prefix_len);
+            for p in &plans {
+                cmd.arg(p.suppressed_by);
+            }
+            for job in jobs {
+                cmd.arg(job.channel.as_deref().unwrap_or(""));
+            }
         }
         super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
@@ -388,9 +411,11 @@ mod tests {
     #[test]
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
-        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7];
+        let flat = [
+            now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 4, 9, 0,
+        ];
         assert_eq!(
-            verdicts(&flat, 9),
+            verdicts(&flat, 10),
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
@@ -401,6 +426,7 @@ mod tests {
                 Verdict::WrongType(now),
                 Verdict::Shadowed(now, vec![30]),
                 Verdict::Elsewhere(now),
+                Verdict::Suppressed(now, 4, 9, 0),
             ])
         );
         assert_eq!(Verdict::Reserved(now, 55).now(), now);
@@ -420,6 +446,7 @@ mod tests {
         );
         assert_eq!(verdicts(&[now, 0, -1], 1), None, "a negative count");
         assert_eq!(verdicts(&[now, 3], 1), None, "no reservation time");
+        assert_eq!(verdicts(&[now, 8, 1, 2], 1), None, "a suppression short");
         assert_eq!(verdicts(&[now], 0), Some(vec![]));
     }
 }

@@ -8,7 +8,7 @@
 //! decides as many jobs as asked at once, and the rate itself is unchanged: the
 //! script grants them in order, each exactly as if it had come alone.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +58,21 @@ pub(crate) async fn take_many(
     cost: u64,
     asking: usize,
 ) -> Result<Vec<RateReply>, StoreError> {
+    Ok(take_many_paced(conn, script, key, rate, cost, asking)
+        .await?
+        .0)
+}
+
+/// [`take_many`], with the interval in force (µs) while the channel is paused or
+/// ramping back after a provider's throttling (`lua/throttle.lua`).
+async fn take_many_paced(
+    conn: &RedisConn,
+    script: &Script,
+    key: String,
+    rate: Rate,
+    cost: u64,
+    asking: usize,
+) -> Result<(Vec<RateReply>, Option<u64>), StoreError> {
     let mut conn = conn.clone();
     let reply: Vec<i64> = script
         .key(key)
@@ -67,10 +82,14 @@ pub(crate) async fn take_many(
         .arg(asking)
         .invoke_async(&mut conn)
         .await?;
-    split(&reply, rate.interval_us, rate.burst, cost, asking).ok_or(StoreError::Reply {
-        script: "rate.lua",
-        reply,
-    })
+    let interval = reply.get(6).map(|&i| i.max(1) as u64);
+    match split(&reply, rate.interval_us, rate.burst, cost, asking) {
+        Some(replies) => Ok((replies, interval)),
+        None => Err(StoreError::Reply {
+            script: "rate.lua",
+            reply,
+        }),
+    }
 }
 
 /// A take by a job in a lane: its lane, and how the channel's lanes share the rate.
@@ -119,7 +138,7 @@ fn split(
     cost: u64,
     asking: usize,
 ) -> Option<Vec<RateReply>> {
-    let &[allowed, remaining, retry_after, reset_after, tat_us, granted] = reply else {
+    let &[allowed, remaining, retry_after, reset_after, tat_us, granted, ..] = reply else {
         return None;
     };
     let granted = usize::try_from(granted).ok().filter(|g| *g <= asking)?;
@@ -184,6 +203,10 @@ pub(crate) struct Taker {
     pub lanes_key: String,
     /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
+    /// The channel's name (the label of `quota_worker_channel_rate`).
+    pub channel: String,
+    /// The interval (µs) last shown in `quota_worker_channel_rate`; 0: none yet.
+    pub shown: AtomicU64,
 }
 
 /// Calls out at once for one channel.
@@ -225,16 +248,23 @@ impl Taker {
         let result = match lane {
             None => {
                 let key = self.key.clone();
-                take_many(&self.conn, &self.script, key, rate, rate.cost, asks.len()).await
+                take_many_paced(&self.conn, &self.script, key, rate, rate.cost, asks.len()).await
             }
             Some(ask) => {
                 let keys = (self.key.clone(), self.lanes_key.clone());
                 let script = &self.lanes_script;
-                take_many_in_lane(&self.conn, script, keys, rate, ask, asks.len()).await
+                take_many_in_lane(&self.conn, script, keys, rate, ask, asks.len())
+                    .await
+                    .map(|replies| (replies, None))
             }
         };
         match result {
-            Ok(replies) => {
+            Ok((replies, paced)) => {
+                // the gauge moves only when the interval in force does
+                let interval = paced.unwrap_or(rate.interval_us);
+                if self.shown.swap(interval, Ordering::Relaxed) != interval {
+                    crate::metrics::channel_rate(&self.channel, rate, interval);
+                }
                 for (tx, reply) in asks.into_iter().zip(replies) {
                     let _ = tx.send(Ok(reply));
                 }

@@ -17,6 +17,10 @@ pub const LANES_LUA: &str = include_str!("../../lua/lanes.lua");
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
 /// `lua/import.lua`: a past send imported by the admin.
 pub(crate) const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
+/// `lua/feedback.lua`: one feedback about a recipient, applied once.
+pub const FEEDBACK_LUA: &str = include_str!("../../lua/feedback.lua");
+/// `lua/throttle.lua`: a channel's rate paused after a 429, once per feedback.
+pub const THROTTLE_LUA: &str = include_str!("../../lua/throttle.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
 pub(crate) const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
 
@@ -38,6 +42,10 @@ pub struct Scripts {
     pub import: Script,
     /// `lua/collapse.lua`.
     pub collapse: Script,
+    /// `lua/feedback.lua`.
+    pub feedback: Script,
+    /// `lua/throttle.lua`.
+    pub throttle: Script,
 }
 
 impl Default for Scripts {
@@ -52,6 +60,8 @@ impl Default for Scripts {
             refund: Script::new(REFUND_LUA),
             import: Script::new(IMPORT_LUA),
             collapse: Script::new(COLLAPSE_LUA),
+            feedback: Script::new(FEEDBACK_LUA),
+            throttle: Script::new(THROTTLE_LUA),
         }
     }
 }
@@ -71,6 +81,8 @@ impl Scripts {
             &self.refund,
             &self.import,
             &self.collapse,
+            &self.feedback,
+            &self.throttle,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -38,6 +38,8 @@ pub use session::BrokerLink;
 pub struct Worker {
     settings: Settings,
     store: Arc<QuotaStore>,
+    /// The feedback consumer's state (a second consumer in each session).
+    pub feedback: Arc<crate::feedback::Feedbacks>,
     topology: Topology,
     default_tz: Tz,
     /// The cancelled job ids, as last read from Redis.
@@ -66,6 +68,7 @@ impl Worker {
         let topology = Topology::from_settings(&settings);
         let default_tz = settings.worker.default_timezone;
         Worker {
+            feedback: Arc::new(crate::feedback::Feedbacks::new(&settings, store.clone())),
             settings,
             store,
             topology,
@@ -116,6 +119,11 @@ impl Worker {
         )
     }
 
+    /// The store this worker decides with.
+    pub fn store(&self) -> &Arc<QuotaStore> {
+        &self.store
+    }
+
     /// The topology this worker declares.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -137,6 +145,11 @@ impl Worker {
             self.store.clone(),
             shutdown.clone(),
         )));
+        // whether admissions check suppressions, then kept up to date
+        let _ = crate::feedback::watch::refresh(&self.store).await;
+        let _suppressions = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            crate::feedback::watch::watch(self.store.clone(), shutdown.clone()),
+        ));
         let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
         let mut backoff = delays();
         loop {

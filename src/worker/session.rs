@@ -87,6 +87,12 @@ impl Worker {
 
         let tasks = tokio_util::task::TaskTracker::new();
         let stop = shutdown.child_token();
+        // the second consumer: feedback from the senders, on its own channels
+        let mut feedback = tokio::spawn({
+            let (feedback, conn, stop) = (self.feedback.clone(), conn.clone(), stop.clone());
+            let grace = self.settings.worker.shutdown_grace.0;
+            async move { feedback.consume(&conn, stop, grace, timeout).await }
+        });
         let (session, committer) = self.session_context(publisher, stop.clone());
         let session = Arc::new(session);
         let (acks, batcher) = Acks::start(consume.clone());
@@ -97,6 +103,7 @@ impl Worker {
         // never ends, so that a session without lanes waits on the jobs alone
         lane_deliveries.push(futures_util::stream::pending().boxed());
         let lane_acks = lane_channel.clone().map(Acks::start);
+        let mut feedback_ended = false;
         let result = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
@@ -114,6 +121,14 @@ impl Worker {
                     (Ok(_), None) => unreachable!("lane deliveries come with their channel"),
                     (Err(e), _) => break Err(BrokerError::Amqp(e)),
                 },
+                // the feedback consumer ended on its own: the session is broken
+                ended = &mut feedback => {
+                    feedback_ended = true;
+                    break match ended {
+                        Ok(Err(e)) => Err(e),
+                        _ => Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)),
+                    };
+                }
             }
         };
         tasks.close();
@@ -153,6 +168,10 @@ impl Worker {
         }
         // everything after the grace period shares one deadline
         let close_by = close_by.max(tokio::time::Instant::now() + Duration::from_millis(200));
+        stop.cancel();
+        if !feedback_ended && tokio::time::timeout_at(close_by, feedback).await.is_err() {
+            warn!("the feedback consumer did not finish in time");
+        }
         drop(acks);
         drop(session);
         let _ = tokio::time::timeout_at(close_by, batcher).await;

@@ -7,8 +7,9 @@ use quota_worker::config::Settings;
 use serde_json::Value;
 
 /// The environment that gives the binary `s`'s scalar sections (`[amqp]` with its
-/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`, `[lanes]`) and
-/// each custom policy's scope, action and priority, as `QUOTA_WORKER__SECTION__KEY` variables. The hash
+/// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`, `[lanes]`,
+/// `[feedback]`, `[suppression]`) and each custom policy's scope, action and priority,
+/// as `QUOTA_WORKER__SECTION__KEY` variables. The hash
 /// key is left out (it serializes redacted); a test that needs its own sets it.
 /// Rules, lists of tables, cannot be variables: [`worker_toml`] writes them for a
 /// file.
@@ -24,7 +25,15 @@ pub fn env_for(s: &Settings) -> Vec<(String, String)> {
         other => other.to_string(),
     };
     let mut env = Vec::new();
-    for section in ["amqp", "redis", "worker", "http", "lanes"] {
+    for section in [
+        "amqp",
+        "redis",
+        "worker",
+        "http",
+        "lanes",
+        "feedback",
+        "suppression",
+    ] {
         let var = |k: &str| {
             format!(
                 "QUOTA_WORKER__{}__{}",

@@ -65,6 +65,13 @@ async fn second_job_same_local_day_waits_for_the_recipients_next_midnight() {
 }
 
 #[tokio::test]
+async fn feedback_events_on_the_cluster() {
+    let ns = unique("c-feedback");
+    let _k = ClusterKeys(ns.clone());
+    crate::feedback::engine_scenario(cluster_settings(&ns)).await;
+}
+
+#[tokio::test]
 async fn rolling_window_retry_is_exact() {
     let ns = unique("c-rolling");
     let _k = ClusterKeys(ns.clone());

@@ -22,6 +22,7 @@ mod connections;
 mod dashboard;
 mod engine;
 mod examples;
+mod feedback;
 mod fuzz;
 mod http;
 mod lanes;

@@ -1,0 +1,77 @@
+-- feedback.lua: apply one feedback about a recipient, once: give a failed send back,
+-- suppress the recipient on a channel, or only mark it (delivered). Every key is the
+-- recipient's (one hash slot), so the mark and what it marks are written together.
+--
+-- KEYS[1]  the mark of this feedback (job id and event)
+-- KEYS[2]  the recipient's suppressions (hash: field = channel,
+--          value = kind:since_ms:until_ms, until 0: until removed)
+-- KEYS[3..] the recipient's keys of every configured policy (give_back, note)
+-- ARGV[1]  how long the mark is kept, ms (0: no mark; the admin's edits)
+-- ARGV[2]  what: give_back | suppress | unsuppress | note
+-- give_back, note: ARGV[3] the job's member (its id's hash, as in admit.lua)
+-- suppress: ARGV[3] channel, ARGV[4] kind bit (1 bounced, 2 complained,
+--           4 unsubscribed), ARGV[5] how long, ms (0: until removed)
+-- unsuppress: ARGV[3] channel
+--
+-- Returns {applied (1; 0: applied before), now ms, at}: for give_back and note the
+-- time (ms) the job's send was recorded (0: none); for suppress the `until` kept.
+if ARGV[1] ~= '0' and redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local what = ARGV[2]
+local at = 0
+
+if what == 'give_back' or what == 'note' then
+  for i = 3, #KEYS do
+    local score = redis.call('ZSCORE', KEYS[i], ARGV[3])
+    if score then
+      score = tonumber(score)
+      at = math.max(at, (score - score % 2) / 2)
+      if what == 'give_back' then redis.call('ZREM', KEYS[i], ARGV[3]) end
+    end
+  end
+elseif what == 'suppress' or what == 'unsuppress' then
+  local hash = KEYS[2]
+  if what == 'suppress' then
+    local ttl = tonumber(ARGV[5])
+    local till = 0
+    if ttl > 0 then till = now + ttl end
+    local old = redis.call('HGET', hash, ARGV[3])
+    local keep = false
+    if old then
+      local o = tonumber(string.match(old, ':(%d+)$'))
+      -- the one that lasts longer stays: "until removed" outlasts any bounce
+      keep = o == 0 or (till ~= 0 and o > now and o >= till)
+      if keep then at = o end
+    end
+    if not keep then
+      redis.call('HSET', hash, ARGV[3], ARGV[4] .. ':' .. now .. ':' .. till)
+      at = till
+    end
+  else
+    redis.call('HDEL', hash, ARGV[3])
+  end
+  -- the hash lives as long as its longest suppression; lapsed ones go
+  local fields = redis.call('HGETALL', hash)
+  local forever, last = false, 0
+  for i = 1, #fields, 2 do
+    local till = tonumber(string.match(fields[i + 1], ':(%d+)$')) or 0
+    if till == 0 then
+      forever = true
+    elseif till <= now then
+      redis.call('HDEL', hash, fields[i])
+    else
+      last = math.max(last, till)
+    end
+  end
+  if forever then
+    redis.call('PERSIST', hash)
+  elseif last > 0 then
+    redis.call('PEXPIREAT', hash, string.format('%.0f', last))
+  end
+end
+
+if ARGV[1] ~= '0' then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+end
+return {1, now, at}

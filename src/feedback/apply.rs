@@ -1,0 +1,324 @@
+//! What a feedback does in Redis, once (`lua/feedback.lua` in the recipient's slot,
+//! `lua/throttle.lua` in the channel's): give a failed send back, suppress the
+//! recipient, pause the channel, or only mark it. Each script checks and writes
+//! the feedback's mark with its effect, so a feedback redelivered (a worker killed
+//! before its ack) changes nothing the second time. The note for `admin job` is a
+//! hash field per event, written after, the same whatever the copy.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::quota::keys::{self, Keys};
+use crate::quota::policy::Scope;
+use crate::quota::suppression::{Kind, Suppression};
+use crate::redis::{RedisConn, StoreError};
+use crate::store::QuotaStore;
+use quota_worker_producer::{Event, Feedback};
+
+/// The settings a feedback is applied with.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// `feedback.dedupe_window`: how long a feedback's mark is kept.
+    pub dedupe: Duration,
+    /// `suppression.bounced_ttl`.
+    pub bounced_ttl: Duration,
+    /// `feedback.throttle_backoff`, `feedback.throttle_max_backoff`, `feedback.ramp`.
+    pub backoff: Duration,
+    /// See `backoff`.
+    pub max_backoff: Duration,
+    /// See `backoff`.
+    pub ramp: Duration,
+    /// `redis.record_ttl`: how long the note for `admin job` is kept.
+    pub record_ttl: Duration,
+}
+
+impl Tuning {
+    /// As `settings` say.
+    pub fn from_settings(settings: &Settings) -> Tuning {
+        let f = &settings.feedback;
+        Tuning {
+            dedupe: f.dedupe_window.0,
+            bounced_ttl: settings.suppression.bounced_ttl.0,
+            backoff: f.throttle_backoff.0,
+            max_backoff: f.throttle_max_backoff.0,
+            ramp: f.ramp.0,
+            record_ttl: settings.redis.record_ttl.0,
+        }
+    }
+}
+
+/// What applying one feedback did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Its effect is in Redis now (Redis time, ms).
+    First {
+        /// Redis time of the effect.
+        now_ms: i64,
+        /// `delivered`, `failed`: when the job's send was recorded (ms; 0: no
+        /// send of it is recorded). `throttled`: when the channel resumes.
+        /// Suppressions: until when (0: until removed).
+        at_ms: i64,
+    },
+    /// The same feedback was applied before: nothing changed.
+    Again,
+    /// A `throttled` on a channel without a send rate: nothing to pause.
+    NotPaced,
+}
+
+/// What `admin job ID` shows of one feedback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackNote {
+    /// The event.
+    pub event: String,
+    /// When the worker applied it (RFC 3339), if it knows.
+    pub at: Option<String>,
+    /// The sender's detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// For `throttled`: the provider's retry_after, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// Apply `f` (decoded, its channel configured) once.
+pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applied, StoreError> {
+    let keys = store.keys();
+    let conn = store.connection();
+    let applied = match f.event {
+        Event::Throttled => throttle(store, t, f).await?,
+        Event::Delivered | Event::Failed => {
+            let what = if f.event == Event::Failed {
+                "give_back"
+            } else {
+                "note"
+            };
+            let member = keys::member(&f.id);
+            recipient_script(store, t, f, &[what.as_bytes(), &member]).await?
+        }
+        Event::Bounced | Event::Complained | Event::Unsubscribed => {
+            let kind = Kind::parse(f.event.as_str()).expect("a suppressing event");
+            raise_flag(store).await?;
+            let ttl = match kind {
+                Kind::Bounced => ms(t.bounced_ttl),
+                _ => 0,
+            };
+            let (bit, ttl) = (kind.bit().to_string(), ttl.to_string());
+            let args: [&[u8]; 4] = [
+                b"suppress",
+                f.channel.as_bytes(),
+                bit.as_bytes(),
+                ttl.as_bytes(),
+            ];
+            let a = recipient_script(store, t, f, &args).await?;
+            if matches!(a, Applied::First { .. }) {
+                metrics::counter!(crate::metrics::SUPPRESSIONS_TOTAL, "kind" => kind.as_str())
+                    .increment(1);
+            }
+            a
+        }
+    };
+    // the note, whichever copy this is (a field per event: the same write again)
+    let note = FeedbackNote {
+        event: f.event.as_str().to_string(),
+        at: match applied {
+            Applied::First { now_ms, .. } => {
+                chrono::DateTime::from_timestamp_millis(now_ms).map(|d| d.to_rfc3339())
+            }
+            _ => None,
+        },
+        detail: f.detail.clone(),
+        retry_after_ms: f.retry_after.map(|s| (s * 1000.0).round() as u64),
+    };
+    let key = keys.job_feedback(&f.id);
+    let json = serde_json::to_string(&note).unwrap_or_default();
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSETNX").arg(&key).arg(f.event.as_str()).arg(json);
+    pipe.cmd("PEXPIRE").arg(&key).arg(ms(t.record_ttl));
+    let mut c = conn.clone();
+    let _: () = pipe.query_async(&mut c).await?;
+    Ok(applied)
+}
+
+/// `lua/feedback.lua` for `f`'s recipient with `args` after the mark's TTL.
+async fn recipient_script(
+    store: &QuotaStore,
+    t: &Tuning,
+    f: &Feedback,
+    args: &[&[u8]],
+) -> Result<Applied, StoreError> {
+    let keys = store.keys();
+    let mut inv = store.scripts().feedback.prepare_invoke();
+    inv.key(keys.feedback_mark(&f.recipient, &f.id, f.event.as_str()))
+        .key(keys.suppressed(&f.recipient));
+    for k in policy_keys(store, &f.recipient, &f.channel) {
+        inv.key(k);
+    }
+    inv.arg(ms(t.dedupe).max(1));
+    for a in args {
+        inv.arg(*a);
+    }
+    let mut conn = store.connection();
+    let (applied, now_ms, at_ms): (i64, i64, i64) = inv.invoke_async(&mut conn).await?;
+    Ok(match applied {
+        1 => Applied::First { now_ms, at_ms },
+        _ => Applied::Again,
+    })
+}
+
+/// The recipient's keys of every configured policy (a job's send is in one of
+/// them: the key of its policy, with its channel when the policy counts per
+/// channel).
+fn policy_keys(store: &QuotaStore, recipient: &str, channel: &str) -> Vec<String> {
+    let rules = store.rules();
+    rules
+        .policies()
+        .map(|p| {
+            let c = (p.scope == Scope::Channel).then_some(channel);
+            store.keys().recipient(recipient, &p.name, c)
+        })
+        .collect()
+}
+
+/// `lua/throttle.lua` for `f`'s channel.
+async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applied, StoreError> {
+    let Some(rate) = store.rules().channel(&f.channel).and_then(|c| c.rate) else {
+        return Ok(Applied::NotPaced);
+    };
+    let keys = store.keys();
+    let retry_ms: i64 = match f.retry_after {
+        Some(s) => (s * 1000.0).round() as i64,
+        None => -1,
+    };
+    let mut conn = store.connection();
+    let (applied, _pause, resume): (i64, i64, i64) = store
+        .scripts()
+        .throttle
+        .key(keys.rate(&f.channel))
+        .key(keys.throttle(&f.channel))
+        .key(keys.throttle_mark(&f.channel, &f.id))
+        .arg(ms(t.dedupe).max(1))
+        .arg(rate.interval_us)
+        .arg(rate.burst)
+        .arg(retry_ms)
+        .arg(ms(t.backoff))
+        .arg(ms(t.max_backoff))
+        .arg(ms(t.ramp))
+        .invoke_async(&mut conn)
+        .await?;
+    if applied == 1 {
+        metrics::gauge!(crate::metrics::CHANNEL_RATE, "channel" => f.channel.clone()).set(0.0);
+        return Ok(Applied::First {
+            now_ms: store.redis_now().timestamp_millis(),
+            at_ms: resume,
+        });
+    }
+    Ok(Applied::Again)
+}
+
+/// Write the key that turns the suppression check on, and turn it on here at once
+/// (the other workers see the key within [`super::watch::POLL`]).
+async fn raise_flag(store: &QuotaStore) -> Result<(), StoreError> {
+    let mut conn = store.connection();
+    let _: () = redis::cmd("SET")
+        .arg(store.keys().suppressions_flag())
+        .arg(1)
+        .query_async(&mut conn)
+        .await?;
+    store.check_suppressions(true);
+    Ok(())
+}
+
+/// Suppress `recipient` on `channel` by `kind` (the admin's edit: no mark), for
+/// `ttl` (`None`: until removed); the suppression kept.
+pub async fn suppress(
+    store: &QuotaStore,
+    recipient: &str,
+    channel: &str,
+    kind: Kind,
+    ttl: Option<Duration>,
+) -> Result<(), StoreError> {
+    raise_flag(store).await?;
+    let keys = store.keys();
+    let mut conn = store.connection();
+    let _: (i64, i64, i64) = store
+        .scripts()
+        .feedback
+        .key(keys.feedback_mark(recipient, "", "admin"))
+        .key(keys.suppressed(recipient))
+        .arg(0)
+        .arg("suppress")
+        .arg(channel)
+        .arg(kind.bit())
+        .arg(ttl.map_or(0, ms))
+        .invoke_async(&mut conn)
+        .await?;
+    metrics::counter!(crate::metrics::SUPPRESSIONS_TOTAL, "kind" => kind.as_str()).increment(1);
+    Ok(())
+}
+
+/// Lift `recipient`'s suppression on `channel`; whether there was one.
+pub async fn unsuppress(
+    store: &QuotaStore,
+    recipient: &str,
+    channel: &str,
+) -> Result<bool, StoreError> {
+    let had = suppressions(&store.connection(), store.keys(), recipient)
+        .await?
+        .into_iter()
+        .any(|(c, _)| c == channel);
+    let keys = store.keys();
+    let mut conn = store.connection();
+    let _: (i64, i64, i64) = store
+        .scripts()
+        .feedback
+        .key(keys.feedback_mark(recipient, "", "admin"))
+        .key(keys.suppressed(recipient))
+        .arg(0)
+        .arg("unsuppress")
+        .arg(channel)
+        .invoke_async(&mut conn)
+        .await?;
+    Ok(had)
+}
+
+/// `recipient`'s suppressions in force, by channel.
+pub async fn suppressions(
+    conn: &RedisConn,
+    keys: &Keys,
+    recipient: &str,
+) -> Result<Vec<(String, Suppression)>, StoreError> {
+    let mut c = conn.clone();
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(keys.suppressed(recipient))
+        .query_async(&mut c)
+        .await?;
+    let now = chrono::Utc::now();
+    Ok(fields
+        .into_iter()
+        .filter_map(|(channel, v)| Some((channel, Suppression::decode(&v)?)))
+        .filter(|(_, s)| s.holds_at(now))
+        .collect())
+}
+
+/// The feedback heard about job `id`, by event.
+pub async fn notes(
+    conn: &RedisConn,
+    keys: &Keys,
+    id: &str,
+) -> Result<Vec<FeedbackNote>, StoreError> {
+    let mut c = conn.clone();
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(keys.job_feedback(id))
+        .query_async(&mut c)
+        .await?;
+    Ok(fields
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_str(&v).ok())
+        .collect())
+}

@@ -1,0 +1,47 @@
+//! Whether admissions check suppressions: only once some recipient is suppressed.
+//! [`watch`] asks Redis every [`POLL`] whether the key `prefix:suppressions`
+//! exists (one `EXISTS` a poll, none per job); a worker that suppresses someone
+//! turns its own check on at once, the others within a poll. The key is written
+//! with the first suppression and never expires (a lapsed bounce leaves the check
+//! on: one HGET per job); deleting it turns the check off everywhere.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::redis::StoreError;
+use crate::store::QuotaStore;
+
+/// How often workers look for the key.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Read the key once and set the store's check.
+pub async fn refresh(store: &QuotaStore) -> Result<(), StoreError> {
+    let mut conn = store.connection();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(store.keys().suppressions_flag())
+        .query_async(&mut conn)
+        .await?;
+    store.check_suppressions(exists);
+    Ok(())
+}
+
+/// Keep the store's check up to date until `stop`.
+pub async fn watch(store: Arc<QuotaStore>, stop: CancellationToken) {
+    let mut warned = false;
+    loop {
+        match refresh(&store).await {
+            Ok(()) => warned = false,
+            Err(e) if !warned => {
+                tracing::warn!(error = %e, "could not read whether suppressions exist; retrying");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
