@@ -33,7 +33,10 @@
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
 //!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.
 //!    For a shadow policy, [`decide::shadow`] says what enforcing it would have done
-//!    (counted), and the job goes out as admitted.
+//!    (counted), and the job goes out as admitted. A job its channel's rate would
+//!    make wait is parked in its lane instead (`worker::lanes`: a queue per paced
+//!    channel and priority, consumed as the rate allows, urgent first, the shares
+//!    decided for every worker by `lua/lanes.lua` and [`quota::lanes`]).
 //! 6. [`worker::process`] carries the decision out over [`amqp`]: publish with a
 //!    confirm ([`amqp::publisher`]), to the dispatch exchange, to the delay ladder
 //!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then

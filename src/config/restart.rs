@@ -7,8 +7,8 @@ use super::Settings;
 
 impl Settings {
     /// The keys whose change from `self` to `new` a running worker cannot apply
-    /// (connections, names of queues and keys, the worker's runtime, HTTP, the set
-    /// of channels, each of which names a dispatch queue), as dotted paths; empty
+    /// (connections, names of queues and keys, the worker's runtime, HTTP, the lane
+    /// queues, the set of channels, each of which names a dispatch queue), as dotted paths; empty
     /// when only policies and channels' rates and windows differ. No value is
     /// printed: some are secrets.
     pub(crate) fn needs_restart(&self, new: &Settings) -> Vec<String> {
@@ -30,11 +30,12 @@ impl Settings {
         }
         let json = |v: &dyn erased::Section| v.json();
         let mut out = Vec::new();
-        let sections: [(&str, &dyn erased::Section, &dyn erased::Section); 4] = [
+        let sections: [(&str, &dyn erased::Section, &dyn erased::Section); 5] = [
             ("amqp", &self.amqp, &new.amqp),
             ("redis", &self.redis, &new.redis),
             ("worker", &self.worker, &new.worker),
             ("http", &self.http, &new.http),
+            ("lanes", &self.lanes, &new.lanes),
         ];
         for (name, a, b) in sections {
             diff(name, &json(a), &json(b), &mut out);
