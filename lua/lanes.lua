@@ -28,7 +28,26 @@ local share = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local tat = tonumber(redis.call('GET', key) or now)
+-- a provider's throttle (lua/throttle.lua) leaves `tat:P:R`: paused until P, then
+-- ramping back over R, read and kept exactly as rate.lua does
+local raw = redis.call('GET', key)
+local tat = now
+local ramp, ramp_end = '', 0
+if raw then
+  local c = string.find(raw, ':', 1, true)
+  if c then
+    local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
+    p, r = tonumber(p), tonumber(r)
+    if p and now < p + r then
+      ramp, ramp_end = string.sub(raw, c), p + r
+      local part = 0.1
+      if now > p then part = 0.1 + 0.9 * (now - p) / r end
+      interval = math.ceil(interval / part)
+    end
+    raw = string.sub(raw, 1, c - 1)
+  end
+  tat = tonumber(raw)
+end
 if tat < now then tat = now end
 if cost > burst then
   return {-1, 0, -1, tat - now, tat, 0}
@@ -70,8 +89,8 @@ end
 local new_tat = tat + interval * cost * granted
 local remaining = math.floor((now - (new_tat - interval * burst)) / interval)
 if cost > 0 then
-  local ttl_ms = math.ceil((new_tat - now) / 1000)
-  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
+  local ttl_ms = math.ceil((math.max(new_tat, ramp_end) - now) / 1000)
+  redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
 end
 if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
   -- normal's share is counted only while lanes compete
