@@ -644,3 +644,83 @@ async fn memory_per_suppressed_recipient() {
     );
     assert!(sizes[0].0 > 0 && sizes[0].0 < 200, "{sizes:?}");
 }
+
+/// `examples/python/sender.py` against a worker in this process: it consumes the
+/// dispatch queue, calls its fake provider (200, 503, 429 then 200, 410) and
+/// publishes the feedback, and the worker acts on each.
+#[tokio::test]
+async fn the_python_sender_closes_the_loop() {
+    let pika = std::process::Command::new("python3")
+        .args(["-c", "import pika"])
+        .output();
+    if !pika.map(|o| o.status.success()).unwrap_or(false) {
+        eprintln!("SKIPPED: python3 cannot import pika; `python3 -m pip install -r examples/python/requirements.txt`");
+        return;
+    }
+    let ns = unique("fb-py");
+    let mut s = settings(&ns);
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(50);
+    sms.burst = Some(5);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for (id, r) in [
+        ("ok-1", "ok-a"),
+        ("fail-1", "fail-a"),
+        ("slow-1", "slow-a"),
+        ("bounce-1", "bounce-a"),
+    ] {
+        publish(&conn, &s, &job(id, r, "sms", "default")).await;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/sender.py");
+    let env = testkit::env::env_for(&s);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args([script, "--channel", "sms", "--idle", "3"])
+            .envs(env)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines: Vec<&str> = printed.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "bounce-1 bounced",
+            "fail-1 failed",
+            "ok-1 delivered",
+            "slow-1 delivered",
+            "slow-1 throttled"
+        ]
+    );
+    for (id, e) in [
+        ("ok-1", Event::Delivered),
+        ("fail-1", Event::Failed),
+        ("slow-1", Event::Throttled),
+        ("slow-1", Event::Delivered),
+        ("bounce-1", Event::Bounced),
+    ] {
+        heard(&s, id, e).await;
+    }
+    // failed: given back; bounced: the next job of that address is dead-lettered
+    assert_eq!(recorded_sends(&s, "fail-a", "default").await, 0);
+    assert_eq!(recorded_sends(&s, "ok-a", "default").await, 1);
+    publish(
+        &conn,
+        &s,
+        &job("bounce-2", "bounce-a", "sms", "transactional"),
+    )
+    .await;
+    let (id, reason, _) = dead(&conn, &s).await.expect("dead-lettered");
+    assert_eq!((id.as_str(), reason.as_str()), ("bounce-2", "suppressed"));
+    stop.cancel();
+    handle.await.unwrap();
+}
