@@ -56,8 +56,7 @@ async fn kill_9_while_applying_feedback_applies_each_once_and_loses_none() {
         .await
         .unwrap();
     let mut all = Vec::new();
-    for i in 0..N {
-        let (id, r) = &ids[i];
+    for (i, (id, r)) in ids.iter().enumerate() {
         all.push(Feedback::new(id, Event::Failed, r, "sms"));
         all.push(Feedback::new(
             &format!("u-{i}"),
@@ -69,9 +68,8 @@ async fn kill_9_while_applying_feedback_applies_each_once_and_loses_none() {
         t.retry_after = Some(0.001);
         all.push(t);
     }
-    for copy in 0..2 {
+    for _copy in 0..2 {
         for f in &all {
-            let _ = copy;
             p.publish(f).await.unwrap();
         }
     }
