@@ -398,8 +398,67 @@ impl JobMetrics {
     }
 }
 
-/// Show `channel`'s rate in force: `interval` µs per unit of `rate.cost`.
-pub fn channel_rate(channel: &str, rate: crate::quota::policy::Rate, interval: u64) {
-    let per_second = 1e6 / interval.max(1) as f64 / rate.cost.max(1) as f64;
+/// Show `channel`'s rate in force: `interval` µs per unit of `rate.cost` (`None`:
+/// paused).
+pub fn channel_rate(channel: &str, rate: crate::quota::policy::Rate, interval: Option<u64>) {
+    let per_second = interval.map_or(0.0, |i| 1e6 / i.max(1) as f64 / rate.cost.max(1) as f64);
     metrics::gauge!(CHANNEL_RATE, "channel" => channel.to_string()).set(per_second);
+    let mut rates = CHANNEL_RATES.lock().unwrap_or_else(|e| e.into_inner());
+    rates.insert(channel.to_string(), per_second);
+}
+
+/// The feedback events counted, in the order of `quota_worker_feedback_total`'s
+/// `event` label values (the status page shows them).
+pub const FEEDBACK_EVENTS: [&str; 7] = [
+    "delivered",
+    "failed",
+    "throttled",
+    "bounced",
+    "complained",
+    "unsubscribed",
+    "malformed",
+];
+static FEEDBACK_SEEN: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static SUPPRESSIONS_ADDED: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static CHANNEL_RATES: std::sync::Mutex<std::collections::BTreeMap<String, f64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Count one feedback of `event` (one of [`FEEDBACK_EVENTS`]).
+pub fn feedback(event: &'static str) {
+    metrics::counter!(FEEDBACK_TOTAL, "event" => event).increment(1);
+    if let Some(i) = FEEDBACK_EVENTS.iter().position(|e| *e == event) {
+        FEEDBACK_SEEN[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Count one suppression added, of `kind` (`bounced`, `complained`, `unsubscribed`).
+pub fn suppression_added(kind: &'static str) {
+    metrics::counter!(SUPPRESSIONS_TOTAL, "kind" => kind).increment(1);
+    if let Some(i) = FEEDBACK_EVENTS[3..6].iter().position(|e| *e == kind) {
+        SUPPRESSIONS_ADDED[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Feedback counted by this process, by event.
+pub fn feedback_counts() -> Vec<(&'static str, u64)> {
+    FEEDBACK_EVENTS
+        .iter()
+        .zip(&FEEDBACK_SEEN)
+        .map(|(e, n)| (*e, n.load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// Suppressions added by this process, by kind.
+pub fn suppressions_added() -> Vec<(&'static str, u64)> {
+    FEEDBACK_EVENTS[3..6]
+        .iter()
+        .zip(&SUPPRESSIONS_ADDED)
+        .map(|(e, n)| (*e, n.load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// Each paced channel's rate in force as last seen by this process, jobs/s.
+pub fn channel_rates() -> Vec<(String, f64)> {
+    let rates = CHANNEL_RATES.lock().unwrap_or_else(|e| e.into_inner());
+    rates.iter().map(|(c, r)| (c.clone(), *r)).collect()
 }

@@ -67,6 +67,13 @@ pub struct Report {
     pub policies: Vec<PolicyView>,
     /// The channels in force.
     pub channels: Vec<ChannelView>,
+    /// Feedback from the senders this worker counted since it started, by event.
+    pub feedback: Vec<(&'static str, u64)>,
+    /// Suppressions this worker added since it started, by kind.
+    pub suppressions_added: Vec<(&'static str, u64)>,
+    /// Each paced channel's send rate in force (jobs/s): 0 while paused after a
+    /// provider's 429, then climbing back to the configured rate.
+    pub channel_rates: Vec<(String, f64)>,
     /// The last reload, if any.
     pub last_reload: Option<crate::reload::ReloadReport>,
     /// The version running.
@@ -210,6 +217,9 @@ impl Status {
             totals,
             policies,
             channels,
+            feedback: crate::metrics::feedback_counts(),
+            suppressions_added: crate::metrics::suppressions_added(),
+            channel_rates: crate::metrics::channel_rates(),
             last_reload,
             version: env!("CARGO_PKG_VERSION"),
         }

@@ -178,7 +178,10 @@ impl QuotaStore {
                     lanes_key: keys.lanes(c),
                     calls: calls.clone(),
                     channel: c.clone(),
-                    shown: AtomicU64::new(0),
+                    shown: AtomicU64::new(settings.rate(c).map_or(0, |r| {
+                        crate::metrics::channel_rate(c, r, Some(r.interval_us));
+                        r.interval_us
+                    })),
                 };
                 (c.clone(), RateBatcher::start(taker))
             })

@@ -117,8 +117,7 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
             ];
             let a = recipient_script(store, t, f, &args).await?;
             if matches!(a, Applied::First { .. }) {
-                metrics::counter!(crate::metrics::SUPPRESSIONS_TOTAL, "kind" => kind.as_str())
-                    .increment(1);
+                crate::metrics::suppression_added(kind.as_str());
             }
             a
         }
@@ -212,7 +211,7 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
         .invoke_async(&mut conn)
         .await?;
     if applied == 1 {
-        metrics::gauge!(crate::metrics::CHANNEL_RATE, "channel" => f.channel.clone()).set(0.0);
+        crate::metrics::channel_rate(&f.channel, rate, None);
         return Ok(Applied::First {
             now_ms: store.redis_now().timestamp_millis(),
             at_ms: resume,
@@ -258,7 +257,7 @@ pub async fn suppress(
         .arg(ttl.map_or(0, ms))
         .invoke_async(&mut conn)
         .await?;
-    metrics::counter!(crate::metrics::SUPPRESSIONS_TOTAL, "kind" => kind.as_str()).increment(1);
+    crate::metrics::suppression_added(kind.as_str());
     Ok(())
 }
 

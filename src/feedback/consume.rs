@@ -94,8 +94,7 @@ impl Feedbacks {
                 publisher
                     .publish(&self.dead_exchange, "", &delivery.data, props)
                     .await?;
-                metrics::counter!(crate::metrics::FEEDBACK_TOTAL, "event" => "malformed")
-                    .increment(1);
+                crate::metrics::feedback("malformed");
                 info!(reason = "malformed_feedback", %detail, "dead-lettered");
                 return Ok(Handled::Malformed(detail));
             }
@@ -123,7 +122,7 @@ impl Feedbacks {
             );
             return Ok(Handled::Again(event));
         }
-        metrics::counter!(crate::metrics::FEEDBACK_TOTAL, "event" => event.as_str()).increment(1);
+        crate::metrics::feedback(event.as_str());
         if let (Event::Delivered, Applied::First { now_ms, at_ms }) = (event, applied) {
             if at_ms > 0 {
                 metrics::histogram!(crate::metrics::DELIVERY_SECONDS)

@@ -263,7 +263,7 @@ impl Taker {
                 // the gauge moves only when the interval in force does
                 let interval = paced.unwrap_or(rate.interval_us);
                 if self.shown.swap(interval, Ordering::Relaxed) != interval {
-                    crate::metrics::channel_rate(&self.channel, rate, interval);
+                    crate::metrics::channel_rate(&self.channel, rate, Some(interval));
                 }
                 for (tx, reply) in asks.into_iter().zip(replies) {
                     let _ = tx.send(Ok(reply));

@@ -1,7 +1,8 @@
 //! The fault suite: the worker under kill -9, a broker restart, a broker hang, nodes
 //! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
 //! failover and a Redis Cluster master failing over to its replica, four competing
-//! processes, SIGTERM under load and stale `x-death` headers, one file a scenario over a shared harness (`harness.rs`). Every scenario
+//! processes, SIGTERM under load, stale `x-death` headers and kill -9 while feedback
+//! is applied, one file a scenario over a shared harness (`harness.rs`). Every scenario
 //! publishes a known set of jobs and ends with an audit (see `testkit::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
 //! against what was dispatched and what Redis recorded; duplicates counted and
@@ -23,6 +24,7 @@ mod harness;
 
 mod broker_hang;
 mod broker_restart;
+mod feedback_kill;
 mod four_workers;
 mod interrupted_admission;
 mod kill_9;

@@ -128,6 +128,9 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     };
     let ns = unique("dashboard");
     let mut s = settings(&ns);
+    // paced, so that its rate in force is shown
+    s.channels.get_mut("sms").unwrap().rate = Some(1000);
+    s.channels.get_mut("sms").unwrap().burst = Some(100);
     let _c = Cleanup::new(&s);
     let dir = testkit::temp_dir(&ns);
     s.http.enabled = true;
@@ -150,8 +153,15 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     }
     let prometheus = Prometheus::start(&prom, &dir, &addr).await;
 
-    // 30 s of traffic: every outcome, delays, a shadow policy, a reload
+    // 30 s of traffic: every outcome, delays, a shadow policy, a reload, feedback
     let conn = amqp().await;
+    let feedback = quota_worker_producer::FeedbackPublisher::open(
+        &conn,
+        &s.feedback.exchange,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     let started = chrono::Utc::now();
     for round in 0..60u32 {
         for i in 0..10u32 {
@@ -171,6 +181,16 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
             };
             publish(&conn, &s, body.as_bytes()).await;
         }
+        use quota_worker_producer::{Event, Feedback};
+        let event = [
+            Event::Delivered,
+            Event::Failed,
+            Event::Bounced,
+            Event::Throttled,
+        ][round as usize % 4];
+        let mut f = Feedback::new(&format!("{ns}-{round}"), event, &format!("r{round}"), "sms");
+        f.retry_after = (event == Event::Throttled).then_some(0.05);
+        feedback.publish(&f).await.unwrap();
         if round == 30 {
             let out = crate::cli::qw(
                 &s,

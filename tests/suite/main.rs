@@ -31,6 +31,7 @@ mod observability;
 mod operate;
 mod pacing;
 mod pipeline;
+mod privileges;
 mod producer;
 mod waiting;
 mod windows;
