@@ -11,7 +11,6 @@ use lapin::types::FieldTable;
 use lapin::Connection;
 use quota_worker::config::Settings;
 use quota_worker::feedback::apply;
-use quota_worker::quota::keys::Keys;
 use quota_worker_producer::{Event, Feedback, FeedbackPublisher};
 use testkit::*;
 
