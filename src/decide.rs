@@ -491,6 +491,7 @@ mod tests {
             ignore_channel_windows: false,
             max_wait: None,
             mode: Mode::Enforce,
+            caps: Default::default(),
         }
     }
 

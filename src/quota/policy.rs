@@ -77,6 +77,8 @@ pub struct Policy {
     pub max_wait: Option<chrono::Duration>,
     /// Enforced, or only counted (shadow).
     pub mode: Mode,
+    /// What the caps ([`super::caps`]) do to its jobs.
+    pub caps: super::caps::CapsMode,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.
