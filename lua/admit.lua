@@ -30,6 +30,12 @@
 --   start (ms) of a calendar window; bound < 0 is minus the length (ms) of a rolling one
 -- then, for each job k in order: member (job id hash), plan number (1..P)
 -- then the keys of jobs #KEYS + 1 .. #KEYS + E, in order
+-- then, only when some job of the call meets caps (the layers section; a call whose
+-- jobs meet none ends above, and runs exactly as without caps):
+--   Q, the number of jobs that meet caps; then for each of them:
+--   k, its number in the call (1..jobs); L, its number of layers; then L triples:
+--     key (the cap's sorted set, in the slot of the job's key), plan number
+--     (1..P), holds (1: the cap may refuse the job; 0: it only counts it)
 --
 -- Returns one flat array: now (ms), then for each job in order its code and what
 -- follows that code (a flat reply spares Redis and the caller a table per job):
@@ -44,6 +50,13 @@
 --   7                 the key is not on this node (a Redis Cluster whose slots moved
 --                     since the worker last read their owners): nothing was
 --                     written for this job; ask again with its key declared
+--   8, n, then n blocks (m, t1 .. tm)
+--                     a job with layers, refused by its policy or a cap that holds
+--                     it: block 1 is the times of its policy's remembered sends,
+--                     block 1 + i those of its i-th layer (m = 0 for a layer that
+--                     only counts); nothing was recorded
+-- A job with layers is admitted only when its policy (unless in shadow mode) and
+-- every layer that holds it pass; it is then recorded in its key and every layer's.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -86,10 +99,74 @@ for p = 1, tonumber(ARGV[4]) do
 end
 local score = string.format('%.0f', now * 2)
 
+-- A key's remembered sends other than `member`'s (their scores), from its ZRANGE
+-- `entries`; what `plan` no longer needs is trimmed.
+local function remembered(key, member, plan, entries)
+  local stale = not plan.has_rules
+  local times = {}
+  for i = 2, #entries, 2 do
+    local s = tonumber(entries[i])
+    if s < plan.cutoff2 then
+      stale = true
+    elseif entries[i - 1] ~= member then
+      times[#times + 1] = s
+    end
+  end
+  if stale then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', plan.below_cutoff)
+  end
+  return times
+end
+
+-- ===== layers (caps) =====
+-- Whether a rule of `plan` is full with `times` (scores).
+local function is_full(plan, times)
+  for r = 1, #plan.limits do
+    local start2, count = plan.starts2[r], 0
+    for i = 1, #times do
+      if times[i] >= start2 then count = count + 1 end
+    end
+    if count >= plan.limits[r] then return true end
+  end
+  return false
+end
+
+-- The rest of a job's admission when it meets caps, once its own key said it is
+-- neither a duplicate nor reserved: `times` are its policy's remembered sends.
+local function admit_layers(key, member, plan, times, layers)
+  local policy_full = is_full(plan, times)
+  local refused = policy_full and not plan.shadow
+  local blocks = {times}
+  for i = 1, #layers do
+    local l = layers[i]
+    if not l.plan.valid then return 4 end
+    if l.holds then
+      local entries = redis.call('ZRANGE', l.key, '0', '-1', 'WITHSCORES')
+      local t = remembered(l.key, member, l.plan, entries)
+      blocks[i + 1] = t
+      if is_full(l.plan, t) then refused = true end
+    else
+      redis.call('ZREMRANGEBYSCORE', l.key, '-inf', l.plan.below_cutoff)
+      blocks[i + 1] = {}
+    end
+  end
+  if refused then return 8, blocks end
+  redis.call('ZADD', key, score, member)
+  redis.call('PEXPIREAT', key, plan.expire_at)
+  for i = 1, #layers do
+    local l = layers[i]
+    redis.call('ZADD', l.key, score, member)
+    redis.call('PEXPIREAT', l.key, l.plan.expire_at)
+  end
+  if policy_full then return 6, times end
+  return 1
+end
+-- ===== end of layers =====
+
 -- One job's verdict: its code, and the reserved time (3) or the remembered send
 -- scores (0). Numbers given to redis.call are strings: Lua would format each with
 -- sprintf.
-local function admit(key, member, plan)
+local function admit(key, member, plan, layers)
   -- With rules, one ZRANGE reads every remembered send (the key is trimmed to the
   -- longest window, so it is short) and answers the duplicate check too.
   local entries = {}
@@ -121,18 +198,9 @@ local function admit(key, member, plan)
   end
 
   -- forget what no rule and no duplicate check needs any more
-  local stale = not plan.has_rules
-  local times = {}
-  for i = 2, #entries, 2 do
-    local s = tonumber(entries[i])
-    if s < plan.cutoff2 then
-      stale = true
-    elseif entries[i - 1] ~= member then
-      times[#times + 1] = s
-    end
-  end
-  if stale then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', plan.below_cutoff)
+  local times = remembered(key, member, plan, entries)
+  if layers then
+    return admit_layers(key, member, plan, times, layers)
   end
 
   for r = 1, #plan.limits do
@@ -170,9 +238,26 @@ local out = {now}
 local n = 1
 local jobs = #KEYS + undeclared
 local tail = a + 2 * jobs - #KEYS - 1
+
+-- ===== the layers section, by job number =====
+local layers = {}
+local b = a + 2 * jobs + undeclared
+if ARGV[b] then
+  b = b + 1
+  for _ = 1, tonumber(ARGV[b - 1]) do
+    local list = {}
+    for i = 1, tonumber(ARGV[b + 1]) do
+      local c = b + 3 * i - 1
+      list[i] = {key = ARGV[c], plan = plans[tonumber(ARGV[c + 1])], holds = ARGV[c + 2] == '1'}
+    end
+    layers[tonumber(ARGV[b])] = list
+    b = b + 2 + 3 * #list
+  end
+end
+
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
-  local ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])])
+  local ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])], layers[k])
   if not ok then code = failure(code) end
   n = n + 1
   out[n] = code
@@ -185,6 +270,18 @@ for k = 1, jobs do
     for i = 1, #extra do
       n = n + 1
       out[n] = (extra[i] - extra[i] % 2) / 2
+    end
+  elseif code == 8 then
+    n = n + 1
+    out[n] = #extra
+    for l = 1, #extra do
+      local t = extra[l]
+      n = n + 1
+      out[n] = #t
+      for i = 1, #t do
+        n = n + 1
+        out[n] = (t[i] - t[i] % 2) / 2
+      end
     end
   end
   a = a + 2

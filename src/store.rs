@@ -28,11 +28,12 @@ use chrono_tz::Tz;
 
 use crate::admission::{Admission, Request, Ticket};
 use crate::config::Settings;
+use crate::quota::caps::{self, Cap};
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
+use crate::redis::admit::{AdmitArgs, Admitter, Caller, LayerArgs, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
@@ -73,12 +74,18 @@ pub struct QuotaStore {
     /// The last plan made per (policy, zone), with the local date it is for: a
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
-    plans: std::sync::Mutex<PlanCache>,
+    plans: std::sync::Mutex<PlanCache<Policy>>,
+    /// The same for the caps, by cap name.
+    cap_plans: std::sync::Mutex<PlanCache<Cap>>,
 }
 
-/// Plans by policy name, then zone, each with the local date and the policy (as in
-/// force when it was made: a reload's new policy makes new plans) it is for.
-type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Policy>, Arc<Plan>)>>;
+/// Plans by policy (or cap) name, then zone, each with the local date and the
+/// policy (as in force when it was made: a reload's new policy makes new plans) it
+/// is for.
+type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
+
+/// A cap a job meets, with whether it may hold the job and its sorted set.
+type JobLayer = (Arc<Cap>, bool, String);
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -177,6 +184,7 @@ impl QuotaStore {
             calls,
             orphans: Default::default(),
             plans: Default::default(),
+            cap_plans: Default::default(),
         };
         store.sync_clock().await?;
         Ok(store)
@@ -258,9 +266,9 @@ impl QuotaStore {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
 
-    fn recipient_key(&self, req: &Request<'_>, policy: &Policy) -> String {
+    fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
         let channel = (policy.scope == Scope::Channel).then_some(req.channel);
-        self.keys.recipient(req.recipient, &policy.name, channel)
+        keys.recipient(req.recipient, &policy.name, channel)
     }
 
     /// Decide one job: check its recipient's caps and its channel's rate.
@@ -282,15 +290,27 @@ impl QuotaStore {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
-        let policy = rules.policy(req.category).clone();
-        let key = self.recipient_key(req, &policy);
+        let policy = rules.policy_of(req.category, req.tenant).clone();
+        let names = self.keys.for_tenant(req.tenant);
+        let key = Self::recipient_key(&names, req, &policy);
         let member = keys::member(req.id);
+        let layers: Vec<JobLayer> = rules
+            .layers(&policy, req.channel, req.category, req.tenant)
+            .into_iter()
+            .map(|(cap, holds)| {
+                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
+                let key = names.cap(req.recipient, &cap.name, channel);
+                (cap.clone(), holds, key)
+            })
+            .collect();
+        drop(names);
+        let layers = &layers[..];
 
         let pacing = rate.is_some() && pacer.waiting.load(Ordering::Relaxed) > 0;
         let (first, rate_reply) = match rate {
             Some(r) if !pacing => {
                 let (a, b) = tokio::join!(
-                    self.call_admit(&key, &member, &policy, req.tz, None),
+                    self.call_admit(&key, &member, &policy, layers, req.tz, None),
                     self.take_rate(req.channel, r)
                 );
                 let a = a?;
@@ -305,7 +325,7 @@ impl QuotaStore {
                 }
             }
             _ => (
-                self.call_admit(&key, &member, &policy, req.tz, None)
+                self.call_admit(&key, &member, &policy, layers, req.tz, None)
                     .await?,
                 None,
             ),
@@ -315,7 +335,7 @@ impl QuotaStore {
             match reply {
                 Verdict::Clock(now) => {
                     reply = self
-                        .call_admit(&key, &member, &policy, req.tz, Some(now))
+                        .call_admit(&key, &member, &policy, layers, req.tz, Some(now))
                         .await?
                 }
                 _ => break,
@@ -327,14 +347,17 @@ impl QuotaStore {
             }
         }
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
+        let layer_keys = || layers.iter().map(|(_, _, k)| k.clone()).collect();
         let mut admission = match reply {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
                 member,
                 admitted_at: window::from_millis(now),
                 channel: req.channel.to_string(),
+                layer_keys: layer_keys(),
                 rate: rate.zip(taken),
             }),
+            Verdict::Layered(now, blocks) => layered_refusal(&policy, layers, req.tz, now, blocks),
             Verdict::Refused(now, sends) => {
                 let sends: Vec<DateTime<Utc>> =
                     sends.into_iter().map(window::from_millis).collect();
@@ -359,6 +382,7 @@ impl QuotaStore {
                         member,
                         admitted_at: at,
                         channel: req.channel.to_string(),
+                        layer_keys: layer_keys(),
                         rate: rate.zip(taken),
                     },
                     retry_at: refusal.retry_at,
@@ -517,17 +541,19 @@ impl QuotaStore {
         Ok(())
     }
 
-    /// Whether job `id` of `recipient`, first seen at `first_seen`, is the newest of
-    /// the recipient's jobs with collapse key `field` (it is then registered as such).
+    /// Whether job `id` of `recipient` (of `tenant`), first seen at `first_seen`, is
+    /// the newest of the recipient's jobs with collapse key `field` (it is then
+    /// registered as such).
     pub async fn collapse(
         &self,
+        tenant: Option<&str>,
         recipient: &str,
         field: &str,
         id: &str,
         first_seen: DateTime<Utc>,
     ) -> Result<Collapse, StoreError> {
         self.count_call();
-        let key = self.keys.collapse(recipient);
+        let key = self.keys.for_tenant(tenant).collapse(recipient);
         let script = &self.scripts.collapse;
         crate::redis::collapse::collapse(
             &self.conn,
@@ -557,6 +583,20 @@ impl QuotaStore {
     }
 
     async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        if !ticket.layer_keys.is_empty() {
+            // the caps it was counted toward give it back too (one slot: one trip)
+            let zrem = |key: &String| {
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(key).arg(&ticket.member);
+                cmd
+            };
+            let keys = std::iter::once(&ticket.key).chain(&ticket.layer_keys);
+            let trips = self.conn.send_all(keys.map(zrem)).await?;
+            for _ in 0..trips {
+                self.count_call();
+            }
+            return Ok(());
+        }
         let mut conn = self.conn.clone();
         self.count_call();
         let _: i64 = redis::cmd("ZREM")
@@ -604,21 +644,8 @@ impl QuotaStore {
     /// `plan(&policy.rules, tz, now)`, made once per policy (as in force), zone and
     /// local date.
     fn cached_plan(&self, policy: &Arc<Policy>, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
-        let date = window::local_date(tz, now);
-        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((d, of, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
-            if *d == date && Arc::ptr_eq(of, policy) {
-                return p.clone();
-            }
-        }
-        let mut made = plan(&policy.rules, tz, now);
-        made.shadow = policy.mode == Mode::Shadow;
-        let p = Arc::new(made);
-        plans
-            .entry(policy.name.clone())
-            .or_default()
-            .insert(tz, (date, policy.clone(), p.clone()));
-        p
+        let shadow = policy.mode == Mode::Shadow;
+        cached(&self.plans, &policy.name, policy, &policy.rules, shadow, tz, now)
     }
 
     async fn call_admit(
@@ -626,21 +653,29 @@ impl QuotaStore {
         key: &str,
         member: &[u8],
         policy: &Arc<Policy>,
+        layers: &[JobLayer],
         tz: Tz,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
-        let plan = self.cached_plan(
-            policy,
-            tz,
-            now.map(window::from_millis)
-                .unwrap_or_else(|| self.redis_now()),
-        );
+        let now = now
+            .map(window::from_millis)
+            .unwrap_or_else(|| self.redis_now());
+        let plan = self.cached_plan(policy, tz, now);
+        let layers = layers
+            .iter()
+            .map(|(cap, holds, key)| LayerArgs {
+                key: key.clone(),
+                plan: cached(&self.cap_plans, &cap.name, cap, &cap.rules, false, tz, now),
+                holds: *holds,
+            })
+            .collect();
         let reply = match self
             .admitter
             .admit(AdmitArgs {
                 key: key.to_string(),
                 member: member.to_vec(),
                 plan,
+                layers,
             })
             .await
         {
@@ -667,5 +702,82 @@ impl QuotaStore {
             }),
             reply => Ok(reply),
         }
+    }
+}
+
+/// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
+/// date, from `cache` or made and kept there.
+fn cached<T>(
+    cache: &std::sync::Mutex<PlanCache<T>>,
+    name: &str,
+    owner: &Arc<T>,
+    rules: &[window::Rule],
+    shadow: bool,
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Arc<Plan> {
+    let date = window::local_date(tz, now);
+    let mut plans = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((d, of, p)) = plans.get(name).and_then(|z| z.get(&tz)) {
+        if *d == date && Arc::ptr_eq(of, owner) {
+            return p.clone();
+        }
+    }
+    let mut made = plan(rules, tz, now);
+    made.shadow = shadow;
+    let p = Arc::new(made);
+    plans
+        .entry(name.to_string())
+        .or_default()
+        .insert(tz, (date, owner.clone(), p.clone()));
+    p
+}
+
+/// A job with layers that its policy or a cap refused at `now` (ms): the layer whose
+/// own next allowed instant is the latest holds it, until every layer allows it
+/// (module [`crate::quota::caps`]). A shadow policy and the caps that only count
+/// the job hold nothing.
+fn layered_refusal(
+    policy: &Policy,
+    layers: &[JobLayer],
+    tz: Tz,
+    now: i64,
+    blocks: Vec<Vec<i64>>,
+) -> Admission {
+    let sends: Vec<Vec<DateTime<Utc>>> = blocks
+        .into_iter()
+        .map(|b| b.into_iter().map(window::from_millis).collect())
+        .collect();
+    let none: &[window::Rule] = &[];
+    let policy_rules = match policy.mode {
+        Mode::Enforce => &policy.rules[..],
+        Mode::Shadow => none,
+    };
+    let rules = std::iter::once(policy_rules).chain(
+        layers
+            .iter()
+            .map(|(cap, holds, _)| if *holds { &cap.rules[..] } else { none }),
+    );
+    let view: Vec<(&[window::Rule], &[DateTime<Utc>])> = rules
+        .zip(sends.iter().map(Vec::as_slice).chain(std::iter::repeat(&[][..])))
+        .collect();
+    let r = caps::refusal(&view, tz, window::from_millis(now));
+    let seen = view[r.layer].1.len();
+    match r.layer {
+        0 => Admission::Refused {
+            retry_at: r.retry_at,
+            action: policy.action,
+            policy: policy.name.clone(),
+            rule: r.rule,
+            seen,
+        },
+        i => Admission::Capped {
+            retry_at: r.retry_at,
+            action: policy.action,
+            policy: policy.name.clone(),
+            cap: layers[i - 1].0.name.clone(),
+            rule: r.rule,
+            seen,
+        },
     }
 }

@@ -14,6 +14,8 @@ use serde::Deserialize;
 pub const MAX_ID_CHARS: usize = 128;
 /// Longest accepted recipient, in characters.
 pub const MAX_RECIPIENT_CHARS: usize = 256;
+/// Longest accepted tenant, in characters.
+pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted collapse key, in characters.
 pub const MAX_COLLAPSE_KEY_CHARS: usize = 128;
 
@@ -37,6 +39,8 @@ pub struct Job<'a> {
     /// Jobs of one recipient with the same collapse key replace each other while
     /// they wait: only the newest is sent.
     pub collapse_key: Option<Cow<'a, str>>,
+    /// The tenant: its recipients are counted apart from other tenants'.
+    pub tenant: Option<Cow<'a, str>>,
 }
 
 /// Why a body is not a job.
@@ -62,6 +66,8 @@ struct Wire<'a> {
     not_before: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     collapse_key: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tenant: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -133,6 +139,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         None => None,
         Some(k) => Some(required("collapse_key", Some(k), MAX_COLLAPSE_KEY_CHARS)?),
     };
+    let tenant = match wire.tenant {
+        None => None,
+        Some(t) => Some(required("tenant", Some(t), MAX_TENANT_CHARS)?),
+    };
     Ok(Job {
         id,
         recipient,
@@ -142,6 +152,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         expires_at,
         not_before,
         collapse_key,
+        tenant,
     })
 }
 

@@ -61,6 +61,12 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub collapse_key: Option<String>,
+    /// The tenant the recipient belongs to (1 to 64 characters): the same recipient
+    /// under two tenants is counted as two, and the tenant's overrides of policies
+    /// and caps apply; absent or null: no tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub tenant: Option<String>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -81,6 +87,7 @@ impl Job {
             expires_at: None,
             not_before: None,
             collapse_key: None,
+            tenant: None,
             payload: None,
             extra: Map::new(),
         }
@@ -121,6 +128,13 @@ impl Job {
     /// replaces this one while it waits (only the newest is sent).
     pub fn collapse_key(mut self, key: impl Into<String>) -> Job {
         self.collapse_key = Some(key.into());
+        self
+    }
+
+    /// Set the tenant: its recipients are counted apart from other tenants', and its
+    /// overrides of policies and caps apply.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Job {
+        self.tenant = Some(tenant.into());
         self
     }
 

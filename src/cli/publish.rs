@@ -51,6 +51,10 @@ pub struct PublishArgs {
     /// one while it waits.
     #[arg(long, requires = "recipient")]
     pub collapse_key: Option<String>,
+    /// Tenant: its recipients are counted apart from other tenants', and its
+    /// overrides of policies and caps apply.
+    #[arg(long, requires = "recipient")]
+    pub tenant: Option<String>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -98,6 +102,7 @@ async fn publish_one(
         expires_at: args.expires_at,
         not_before: args.not_before,
         collapse_key: args.collapse_key,
+        tenant: args.tenant,
         payload: args.payload,
         extra: Default::default(),
     };

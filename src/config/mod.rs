@@ -50,7 +50,7 @@ pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{RedisSettings, SentinelSettings};
 pub use report::redact_url;
-pub use tenants::{TenantSettings, MAX_TENANT_CHARS};
+pub use tenants::TenantSettings;
 pub use text::Dur;
 pub use worker::WorkerSettings;
 

@@ -13,9 +13,8 @@ use super::caps::{self, CapSettings};
 use super::error::{invalid, ConfigError};
 use super::policies::{self, PolicySettings};
 use super::ChannelSettings;
+use crate::job::decode::MAX_TENANT_CHARS;
 
-/// Longest tenant name, in characters (as the job's `tenant` field).
-pub const MAX_TENANT_CHARS: usize = 64;
 
 /// One tenant's overrides (`[tenants.NAME]`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

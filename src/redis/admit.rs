@@ -48,6 +48,20 @@ pub struct AdmitArgs {
     /// Calendar bounds for the day Redis is believed to be in (shared by the jobs
     /// of one policy and zone on one day).
     pub plan: Arc<Plan>,
+    /// The caps the job meets, in order (empty for most jobs: then the call carries
+    /// nothing more for it).
+    pub layers: Vec<LayerArgs>,
+}
+
+/// One cap a job meets, as the script takes it.
+#[derive(Debug, Clone)]
+pub struct LayerArgs {
+    /// The cap's sorted set for the job's recipient (in the slot of the job's key).
+    pub key: String,
+    /// The cap's calendar bounds.
+    pub plan: Arc<Plan>,
+    /// Whether the cap may refuse the job (else it only counts it).
+    pub holds: bool,
 }
 
 /// One job's answer from `lua/admit.lua`; each carries the call's Redis time `now`
@@ -72,6 +86,10 @@ pub enum Verdict {
     /// The key is not on the node the call went to (a cluster's slots moved):
     /// nothing was written; ask again with the key declared.
     Elsewhere(i64),
+    /// A job with layers, refused by its policy or a cap: the times (ms) of the
+    /// sends each layer remembers, its policy's first, then each cap's in the order
+    /// given (none for a cap that only counts).
+    Layered(i64, Vec<Vec<i64>>),
 }
 
 impl Verdict {
@@ -85,7 +103,8 @@ impl Verdict {
             | Verdict::Reserved(now, _)
             | Verdict::Clock(now)
             | Verdict::WrongType(now)
-            | Verdict::Elsewhere(now) => *now,
+            | Verdict::Elsewhere(now)
+            | Verdict::Layered(now, _) => *now,
         }
     }
 }
@@ -119,6 +138,18 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
             7 => Verdict::Elsewhere(now),
+            8 => {
+                let (&n, tail) = rest.split_first()?;
+                rest = tail;
+                let mut blocks = Vec::with_capacity(usize::try_from(n).ok()?.min(64));
+                for _ in 0..n {
+                    let (&m, tail) = rest.split_first()?;
+                    let m = usize::try_from(m).ok().filter(|m| *m <= tail.len())?;
+                    blocks.push(tail[..m].to_vec());
+                    rest = &tail[m..];
+                }
+                Verdict::Layered(now, blocks)
+            }
             _ => return None,
         });
     }
@@ -126,6 +157,19 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
 }
 
 type Reply = Result<Verdict, StoreError>;
+
+/// `plan`'s number among the distinct `plans` of a call (1-based), adding it when
+/// it is new.
+fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize {
+    let same = |a: &Arc<Plan>| Arc::ptr_eq(a, plan) || **a == **plan;
+    match plans.iter().position(|p| same(p)) {
+        Some(i) => i + 1,
+        None => {
+            plans.push(plan);
+            plans.len()
+        }
+    }
+}
 
 /// Sends admissions to Redis, batched (on a cluster, one call per node).
 pub(crate) struct Admitter {
@@ -199,22 +243,29 @@ impl Caller {
         declared: usize,
     ) -> Result<Vec<Reply>, StoreError> {
         let declared = declared.min(jobs.len());
-        let script = match declared < jobs.len() {
+        let layered = jobs.iter().filter(|j| !j.layers.is_empty()).count();
+        // a job's caps are keys it does not declare: on a cluster, that takes the
+        // flag (on a single node, Redis does not check)
+        let cluster = matches!(self.conn, RedisConn::Cluster(..));
+        let script = match declared < jobs.len() || (layered > 0 && cluster) {
             true => &self.cross_slot,
             false => &self.script,
         };
-        let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
         let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
             .iter()
-            .map(|job| match plans.iter().position(|p| same(p, &job.plan)) {
-                Some(i) => i + 1,
-                None => {
-                    plans.push(&job.plan);
-                    plans.len()
-                }
-            })
+            .map(|job| plan_number(&mut plans, &job.plan))
             .collect();
+        let layer_numbers: Vec<Vec<usize>> = match layered {
+            0 => Vec::new(),
+            _ => jobs
+                .iter()
+                .map(|job| {
+                    let layers = job.layers.iter();
+                    layers.map(|l| plan_number(&mut plans, &l.plan)).collect()
+                })
+                .collect(),
+        };
         // room for every argument, and about 80 bytes of them per job (key, member)
         let mut cmd = redis::Cmd::with_capacity(
             6 + 3 * jobs.len() + plans.iter().map(|p| 5 + 2 * p.rules.len()).sum::<usize>(),
@@ -243,6 +294,19 @@ impl Caller {
         }
         for job in &jobs[declared..] {
             cmd.arg(&job.key);
+        }
+        if layered > 0 {
+            // the layers section (see `lua/admit.lua`)
+            cmd.arg(layered);
+            for (k, (job, numbers)) in jobs.iter().zip(&layer_numbers).enumerate() {
+                if job.layers.is_empty() {
+                    continue;
+                }
+                cmd.arg(k + 1).arg(job.layers.len());
+                for (layer, number) in job.layers.iter().zip(numbers) {
+                    cmd.arg(&layer.key).arg(*number).arg(u8::from(layer.holds));
+                }
+            }
         }
         super::conn::count_call(&self.calls);
         let mut conn = self.conn.clone();
@@ -388,9 +452,9 @@ mod tests {
     #[test]
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
-        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7];
+        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 3, 1, 5, 0, 2, 6, 7];
         assert_eq!(
-            verdicts(&flat, 9),
+            verdicts(&flat, 10),
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
@@ -401,6 +465,7 @@ mod tests {
                 Verdict::WrongType(now),
                 Verdict::Shadowed(now, vec![30]),
                 Verdict::Elsewhere(now),
+                Verdict::Layered(now, vec![vec![5], vec![], vec![6, 7]]),
             ])
         );
         assert_eq!(Verdict::Reserved(now, 55).now(), now);
@@ -420,6 +485,7 @@ mod tests {
         );
         assert_eq!(verdicts(&[now, 0, -1], 1), None, "a negative count");
         assert_eq!(verdicts(&[now, 3], 1), None, "no reservation time");
+        assert_eq!(verdicts(&[now, 8, 2, 1, 5], 1), None, "a layer short");
         assert_eq!(verdicts(&[now], 0), Some(vec![]));
     }
 }

@@ -60,22 +60,23 @@ fn brute_force(
                     Window::Rolling(d) => s + d,
                     Window::CalendarDays(n) => {
                         let date = s.with_timezone(&tz).date_naive() + chrono::Days::new(n as u64);
-                        // the first instant whose local date is `date` or later
-                        let mut t = s;
-                        let mut step = Duration::hours(1);
-                        while t.with_timezone(&tz).date_naive() < date {
-                            t += step;
+                        // the first instant whose local date is `date` or later:
+                        // hours forward, then a bisection over whole milliseconds
+                        let local = |ms: i64| window::from_millis(ms).with_timezone(&tz).date_naive();
+                        let mut hi = s.timestamp_millis();
+                        while local(hi) < date {
+                            hi += 3_600_000;
                         }
-                        // narrow down to the millisecond
-                        while step > ms(1) {
-                            step = step / 2;
-                            if (t - step).with_timezone(&tz).date_naive() >= date {
-                                t -= step;
+                        let mut lo = hi - 3_600_000;
+                        while hi - lo > 1 {
+                            let mid = lo + (hi - lo) / 2;
+                            if local(mid) >= date {
+                                hi = mid;
+                            } else {
+                                lo = mid;
                             }
                         }
-                        while (t - ms(1)).with_timezone(&tz).date_naive() >= date {
-                            t -= ms(1);
-                        }
+                        let t = window::from_millis(hi);
                         t
                     }
                 };
