@@ -17,7 +17,7 @@ use super::window::{self, Rule};
 
 /// What a policy lets the caps do to its jobs (`policies.NAME.caps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum CapsMode {
     /// Its jobs are held by the caps that match them, and counted toward them.
     #[default]
@@ -26,6 +26,22 @@ pub enum CapsMode {
     Count,
     /// The caps neither hold nor count its jobs.
     Ignore,
+}
+
+impl TryFrom<String> for CapsMode {
+    type Error = String;
+
+    fn try_from(word: String) -> Result<CapsMode, String> {
+        match word.as_str() {
+            "enforce" => Ok(CapsMode::Enforce),
+            "count" => Ok(CapsMode::Count),
+            "ignore" => Ok(CapsMode::Ignore),
+            _ => Err(format!(
+                "`{word}` is not one of \"enforce\" (held by the caps and counted toward them), \
+                 \"count\" (counted toward them, never held) or \"ignore\" (neither)"
+            )),
+        }
+    }
 }
 
 /// A validated cap (`[caps.NAME]`), ready for the store.
