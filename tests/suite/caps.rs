@@ -472,3 +472,63 @@ fn a_bad_configuration_names_the_key_and_the_line() {
     assert_eq!(s.caps["sms_weekly"].matches.channels.as_deref(), Some(&["sms".to_string()][..]));
     assert_eq!(s.tenants["acme"].caps["daily_total"].rules[0].limit, 2);
 }
+
+#[tokio::test]
+async fn admin_shows_every_layer_of_a_tenants_recipient_and_the_job_names_its_cap() {
+    let ns = unique("caps-admin");
+    let mut s = layered(&ns);
+    s.caps.insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
+    s.caps.insert("sms_weekly".into(), cap(3, "7d", channels(&["sms"])));
+    let (_c, w, conn) = rig(&s).await;
+    let acme = r#","tenant":"acme""#;
+    let out = run(
+        &w,
+        &conn,
+        &s,
+        &[
+            job("a1", "r", "sms", acme),
+            job("a2", "r", "email", acme),
+            job("a3", "r", "sms", acme),
+        ],
+    )
+    .await;
+    assert!(delayed(&out[2]));
+
+    let store = QuotaStore::connect(&s).await.unwrap();
+    let recipients = quota_worker::admin::recipients::Recipients::new(&store, &s);
+    let query = |tenant| quota_worker::admin::recipients::RecipientQuery {
+        recipient: "r",
+        category: None,
+        channel: None,
+        tz: Tz::UTC,
+        tenant,
+    };
+    let st = recipients.status(&query(Some("acme"))).await.unwrap();
+    assert_eq!(st.tenant.as_deref(), Some("acme"));
+    let json = serde_json::to_value(&st).unwrap();
+    let caps = json["caps"].as_array().unwrap();
+    assert_eq!(caps.len(), 2);
+    assert_eq!(caps[0]["cap"], "daily_total");
+    assert_eq!(caps[0]["rules"][0]["count"], 2);
+    assert_eq!(caps[0]["rules"][0]["full"], true);
+    let midnight = window::next_day_start(Tz::UTC, st.now);
+    assert_eq!(
+        caps[0]["next_allowed"]["utc"],
+        serde_json::to_value(midnight).unwrap()
+    );
+    assert_eq!(caps[1]["cap"], "sms_weekly");
+    assert_eq!(caps[1]["rules"][0]["count"], 1);
+    assert_eq!(caps[1]["next_allowed"]["now"], true);
+    // the same recipient without a tenant has sent nothing
+    let plain = recipients.status(&query(None)).await.unwrap();
+    assert!(plain.caps.iter().all(|c| c.sends.is_empty()));
+    assert_ne!(plain.recipient_tag, st.recipient_tag);
+
+    // `admin job` names the layer that held it
+    let job = quota_worker::admin::jobs::Jobs::new(&store, &s)
+        .explain("a3")
+        .await
+        .unwrap();
+    let note = serde_json::to_value(&job.record).unwrap();
+    assert_eq!(note["held_by"], "cap daily_total: 2 per 1d", "{note}");
+}
