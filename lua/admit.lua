@@ -1,9 +1,11 @@
--- admit.lua: for each job, check every rule of its recipient's policy and, if all
--- pass, record the send. One call may carry many jobs (the engine batches the
--- admissions that are waiting at the same moment into one call); they are decided
--- in order, each seeing the sends recorded for the ones before it.
+-- admit.lua: for each job, check every rule of its recipient's policy (and of the
+-- caps it meets: the layers section below) and, if all pass, record the send. One
+-- call may carry many jobs (the engine batches the admissions that are waiting at
+-- the same moment into one call); they are decided in order, each seeing the sends
+-- recorded for the ones before it.
 --
--- One sorted set per (recipient, policy[, channel]). member = a hash of the job id,
+-- One sorted set per (recipient, policy[, channel]), and one per (recipient,
+-- cap[, channel]) for the caps (all in the recipient's hash slot). member = a hash of the job id,
 -- score = admitted_ms * 2 + state, where state 0 = reserved (dispatch in progress)
 -- and 1 = committed (dispatch confirmed; set by the worker with ZADD XX).
 -- Time comes from Redis TIME (milliseconds, integers), so every worker shares one clock.
@@ -39,11 +41,13 @@
 --
 -- Returns one flat array: now (ms), then for each job in order its code and what
 -- follows that code (a flat reply spares Redis and the caller a table per job):
---   1                 admitted, recorded with score now*2
+--   1                 admitted, recorded with score now*2 (in its key and in every
+--                     layer's)
 --   0, m, t1 .. tm    refused; t = times (ms) of the m sends still remembered
 --   6, m, t1 .. tm    a shadow policy's rules would refuse it; recorded as admitted
 --                     (score now*2) all the same; t as for 0
---   2                 duplicate: this job was already dispatched
+--   2                 duplicate: this job was already dispatched (its own key says:
+--                     its layers are not read)
 --   3, reserved_at    another worker holds a live reservation for this job
 --   4                 now is outside [valid_from, valid_until): plan again with now
 --   5                 the key holds something else than a sorted set

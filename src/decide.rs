@@ -619,6 +619,50 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_holds_drops_or_never_admits_naming_itself() {
+        let now = at(10, 0);
+        let capped = |retry_at, action| Admission::Capped {
+            retry_at,
+            action,
+            policy: "default".into(),
+            cap: "daily_total".into(),
+            rule: Some(Rule {
+                limit: 5,
+                window: Window::CalendarDays(1),
+            }),
+            seen: 5,
+        };
+        let p = policy();
+        let c = cx(&p);
+        let held = after_admission(&job(None), &c, capped(Some(at(23, 0)), Action::Delay), now);
+        let Decision::Delay { until, cause } = held else {
+            panic!("{held:?}")
+        };
+        assert_eq!(until, at(23, 0));
+        assert_eq!(cause.to_string(), "cap daily_total: 5 per 1d");
+        assert_eq!(cause.label(), "cap");
+        let dead_letter = |d: Decision| match d {
+            Decision::Dead(d) => d,
+            other => panic!("{other:?}"),
+        };
+        let dropped = dead_letter(after_admission(
+            &job(None),
+            &c,
+            capped(Some(at(23, 0)), Action::Drop),
+            now,
+        ));
+        assert_eq!(dropped.reason, Reason::Capped);
+        assert!(dropped.detail.starts_with("cap daily_total: 5 per 1d refused it"), "{}", dropped.detail);
+        let never = dead_letter(after_admission(&job(None), &c, capped(None, Action::Delay), now));
+        assert_eq!(never.reason, Reason::Capped);
+        // max_wait bounds a cap's hold as a policy's
+        let mut p = policy();
+        p.max_wait = Some(Duration::hours(1));
+        let late = after_admission(&job(None), &cx(&p), capped(Some(at(23, 0)), Action::Delay), now);
+        assert_eq!(dead_letter(late).reason, Reason::Capped);
+    }
+
+    #[test]
     fn triage_catches_what_needs_no_redis() {
         let channels = vec!["email".to_string(), "sms".to_string()];
         let now = at(10, 0);

@@ -149,6 +149,8 @@ pub struct Report {
     pub engine_admissions_per_sec: f64,
     pub engine_ratio: Option<f64>,
     pub engine_redis_calls_per_admission: f64,
+    /// Redis's time per job with one layer (the policy) and with three (two caps).
+    pub engine_layers: Option<crate::layers::LayersCost>,
     /// One channel's rate key: decisions per second, one per call (redis-benchmark).
     pub rate_key_evalsha_per_sec: Option<f64>,
     /// The same key through the engine's batched takes, 256 jobs asking at once.

@@ -161,6 +161,30 @@ mod tests {
     }
 
     #[test]
+    fn a_category_no_policy_is_named_is_a_warning_not_an_error() {
+        let mut s = crate::config::Settings::defaults();
+        s.caps.insert(
+            "promos".into(),
+            CapSettings {
+                rules: daily(1),
+                matches: MatchSettings {
+                    categories: Some(vec!["default".into(), "promo".into()]),
+                    ..MatchSettings::default()
+                },
+                ..CapSettings::default()
+            },
+        );
+        assert!(s.validate().is_ok());
+        let about: Vec<String> = s
+            .warnings()
+            .into_iter()
+            .filter(|w| w.starts_with("caps."))
+            .collect();
+        assert_eq!(about.len(), 1, "{about:?}");
+        assert!(about[0].contains("`promo`"), "{}", about[0]);
+    }
+
+    #[test]
     fn a_cap_is_built_as_written() {
         let c = CapSettings {
             rules: daily(2),
