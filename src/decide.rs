@@ -390,7 +390,13 @@ pub fn after_admission(
             seen,
             ..
         } => match windows_open(job, cx, at, false) {
-            Ok((until, _)) => wait(job, cx, until, DelayCause::Capped { cap, rule, seen }, false),
+            Ok((until, _)) => wait(
+                job,
+                cx,
+                until,
+                DelayCause::Capped { cap, rule, seen },
+                false,
+            ),
             Err(never) => Decision::Dead(never),
         },
         Admission::Reserved { retry_at } => Decision::Delay {
@@ -652,13 +658,29 @@ mod tests {
             now,
         ));
         assert_eq!(dropped.reason, Reason::Capped);
-        assert!(dropped.detail.starts_with("cap daily_total: 5 per 1d refused it"), "{}", dropped.detail);
-        let never = dead_letter(after_admission(&job(None), &c, capped(None, Action::Delay), now));
+        assert!(
+            dropped
+                .detail
+                .starts_with("cap daily_total: 5 per 1d refused it"),
+            "{}",
+            dropped.detail
+        );
+        let never = dead_letter(after_admission(
+            &job(None),
+            &c,
+            capped(None, Action::Delay),
+            now,
+        ));
         assert_eq!(never.reason, Reason::Capped);
         // max_wait bounds a cap's hold as a policy's
         let mut p = policy();
         p.max_wait = Some(Duration::hours(1));
-        let late = after_admission(&job(None), &cx(&p), capped(Some(at(23, 0)), Action::Delay), now);
+        let late = after_admission(
+            &job(None),
+            &cx(&p),
+            capped(Some(at(23, 0)), Action::Delay),
+            now,
+        );
         assert_eq!(dead_letter(late).reason, Reason::Capped);
     }
 

@@ -137,12 +137,17 @@ impl Rules {
     pub fn held_by<'a>(&'a self, cause: &DelayCause) -> Cow<'a, str> {
         let known = self.held_by.iter().find(|(c, _)| match (c, cause) {
             (
-                DelayCause::Cap { policy: p, rule: r, .. },
+                DelayCause::Cap {
+                    policy: p, rule: r, ..
+                },
                 DelayCause::Cap { policy, rule, .. },
             ) => p == policy && r == rule,
-            (DelayCause::Capped { cap: p, rule: r, .. }, DelayCause::Capped { cap, rule, .. }) => {
-                p == cap && r == rule
-            }
+            (
+                DelayCause::Capped {
+                    cap: p, rule: r, ..
+                },
+                DelayCause::Capped { cap, rule, .. },
+            ) => p == cap && r == rule,
             _ => false,
         });
         if let Some((_, text)) = known {

@@ -645,7 +645,15 @@ impl QuotaStore {
     /// local date.
     fn cached_plan(&self, policy: &Arc<Policy>, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
         let shadow = policy.mode == Mode::Shadow;
-        cached(&self.plans, &policy.name, policy, &policy.rules, shadow, tz, now)
+        cached(
+            &self.plans,
+            &policy.name,
+            policy,
+            &policy.rules,
+            shadow,
+            tz,
+            now,
+        )
     }
 
     async fn call_admit(
@@ -753,13 +761,20 @@ fn layered_refusal(
         Mode::Enforce => &policy.rules[..],
         Mode::Shadow => none,
     };
-    let rules = std::iter::once(policy_rules).chain(
-        layers
-            .iter()
-            .map(|(cap, holds, _)| if *holds { &cap.rules[..] } else { none }),
-    );
+    let rules = std::iter::once(policy_rules).chain(layers.iter().map(|(cap, holds, _)| {
+        if *holds {
+            &cap.rules[..]
+        } else {
+            none
+        }
+    }));
     let view: Vec<(&[window::Rule], &[DateTime<Utc>])> = rules
-        .zip(sends.iter().map(Vec::as_slice).chain(std::iter::repeat(&[][..])))
+        .zip(
+            sends
+                .iter()
+                .map(Vec::as_slice)
+                .chain(std::iter::repeat(&[][..])),
+        )
         .collect();
     let r = caps::refusal(&view, tz, window::from_millis(now));
     let seen = view[r.layer].1.len();

@@ -241,7 +241,9 @@ impl<'a> Recipients<'a> {
         let mut caps = Vec::new();
         for cap in rules.caps_of(q.tenant) {
             let shown = |c: &str| {
-                cap.channels.as_ref().is_none_or(|l| l.iter().any(|x| x == c))
+                cap.channels
+                    .as_ref()
+                    .is_none_or(|l| l.iter().any(|x| x == c))
                     && q.channel.is_none_or(|x| x == c)
             };
             let channels: Vec<Option<String>> = match cap.scope {
@@ -301,7 +303,9 @@ impl<'a> Recipients<'a> {
     ) -> Result<Recorded, AdminError> {
         self.check_channel(q.channel)?;
         let rules = self.store.rules();
-        let policy = rules.policy_of(q.category.unwrap_or("default"), q.tenant).clone();
+        let policy = rules
+            .policy_of(q.category.unwrap_or("default"), q.tenant)
+            .clone();
         let channel = match (policy.scope, q.channel) {
             (Scope::Recipient, _) => None,
             (Scope::Channel, Some(c)) => Some(c),
@@ -334,11 +338,11 @@ impl<'a> Recipients<'a> {
                 policy.name
             )));
         }
-        let key = self
-            .store
-            .keys()
-            .for_tenant(q.tenant)
-            .recipient(q.recipient, &policy.name, channel);
+        let key =
+            self.store
+                .keys()
+                .for_tenant(q.tenant)
+                .recipient(q.recipient, &policy.name, channel);
         let script = &self.store.scripts().import;
         let conn = self.store.connection();
         let reply = import::import_send(&conn, script, &key, &keys::member(id), at, until).await?;

@@ -610,7 +610,9 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             }
         }
         Some(RecipientAction::Reset) => {
-            let deleted = recipients.reset(&args.recipient, args.tenant.as_deref()).await?;
+            let deleted = recipients
+                .reset(&args.recipient, args.tenant.as_deref())
+                .await?;
             if args.json {
                 print_json(&serde_json::json!({ "deleted_keys": deleted }))?;
             } else {

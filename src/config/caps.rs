@@ -138,7 +138,9 @@ mod tests {
         let channels = BTreeMap::from([("sms".to_string(), ChannelSettings::default())]);
         let key = |name: &str, cap: CapSettings| {
             let caps = BTreeMap::from([(name.to_string(), cap)]);
-            validate(&caps, &channels).err().and_then(|e| e.key().map(str::to_string))
+            validate(&caps, &channels)
+                .err()
+                .and_then(|e| e.key().map(str::to_string))
         };
         let ok = CapSettings {
             rules: daily(5),

@@ -227,7 +227,10 @@ impl Settings {
 
     /// Every cap, as read.
     pub fn caps(&self) -> Vec<crate::quota::caps::Cap> {
-        self.caps.iter().map(|(name, c)| caps::build(name, c)).collect()
+        self.caps
+            .iter()
+            .map(|(name, c)| caps::build(name, c))
+            .collect()
     }
 
     /// A tenant's overrides, built: its policies and its caps.
@@ -235,7 +238,11 @@ impl Settings {
         let Some(t) = self.tenants.get(tenant) else {
             return Default::default();
         };
-        let p = t.policies.iter().map(|(n, p)| policies::build(n, p)).collect();
+        let p = t
+            .policies
+            .iter()
+            .map(|(n, p)| policies::build(n, p))
+            .collect();
         let c = t.caps.iter().map(|(n, c)| caps::build(n, c)).collect();
         (p, c)
     }

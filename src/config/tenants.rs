@@ -15,7 +15,6 @@ use super::policies::{self, PolicySettings};
 use super::ChannelSettings;
 use crate::job::decode::MAX_TENANT_CHARS;
 
-
 /// One tenant's overrides (`[tenants.NAME]`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +52,11 @@ pub(super) fn validate(
                     format!("tenants.{tenant}.policies.{name}"),
                     format!(
                         "there is no policy `{name}` to override (policies: {})",
-                        shared_policies.keys().cloned().collect::<Vec<_>>().join(", ")
+                        shared_policies
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
@@ -67,7 +70,11 @@ pub(super) fn validate(
                     path,
                     format!(
                         "there is no cap `{name}` to override (caps: {})",
-                        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
                     ),
                 ));
             }
@@ -105,7 +112,10 @@ mod tests {
             caps: BTreeMap::from([("daily".to_string(), CapSettings::default())]),
             ..TenantSettings::default()
         };
-        assert_eq!(key(of_cap, "acme").as_deref(), Some("tenants.acme.caps.daily"));
+        assert_eq!(
+            key(of_cap, "acme").as_deref(),
+            Some("tenants.acme.caps.daily")
+        );
         assert_eq!(
             key(TenantSettings::default(), &"x".repeat(65)).as_deref(),
             Some(format!("tenants.{}", "x".repeat(65)).as_str())

@@ -67,7 +67,9 @@ pub struct Cap {
 impl Cap {
     /// Whether a job of `channel`, `category` and `tenant` meets this cap.
     pub fn matches(&self, channel: &str, category: &str, tenant: Option<&str>) -> bool {
-        let within = |set: &Option<Vec<String>>, x: &str| set.as_ref().is_none_or(|s| s.iter().any(|v| v == x));
+        let within = |set: &Option<Vec<String>>, x: &str| {
+            set.as_ref().is_none_or(|s| s.iter().any(|v| v == x))
+        };
         within(&self.channels, channel)
             && within(&self.categories, category)
             && match (&self.tenants, tenant) {
@@ -128,13 +130,18 @@ pub fn refusal(layers: &[(&[Rule], &[DateTime<Utc>])], tz: Tz, now: DateTime<Utc
             out.rule = r.rule;
         }
     }
-    out.retry_at = earliest(layers, tz, now).map(|t| t.max(now + chrono::Duration::milliseconds(1)));
+    out.retry_at =
+        earliest(layers, tz, now).map(|t| t.max(now + chrono::Duration::milliseconds(1)));
     out
 }
 
 /// The earliest instant at or after `now` at which every layer admits one more
 /// send, assuming no further sends; `None`: never.
-pub fn earliest(layers: &[(&[Rule], &[DateTime<Utc>])], tz: Tz, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+pub fn earliest(
+    layers: &[(&[Rule], &[DateTime<Utc>])],
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     layers.iter().try_fold(now, |at, (rules, sends)| {
         window::earliest_allowed(rules, tz, now, sends).map(|t| at.max(t))
     })

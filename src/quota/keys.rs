@@ -203,10 +203,16 @@ mod tests {
         let (a, b) = (keys.for_tenant(Some("a")), keys.for_tenant(Some("b")));
         assert_ne!(a.recipient_tag("+1"), keys.recipient_tag("+1"));
         assert_ne!(a.recipient_tag("+1"), b.recipient_tag("+1"));
-        assert_eq!(a.recipient_tag("+1"), keys.for_tenant(Some("a")).recipient_tag("+1"));
+        assert_eq!(
+            a.recipient_tag("+1"),
+            keys.for_tenant(Some("a")).recipient_tag("+1")
+        );
         let t = a.recipient_tag("+1");
         assert_eq!(a.cap("+1", "daily", None), format!("qw:{{{t}}}/cap/daily"));
-        assert_eq!(a.cap("+1", "daily", Some("sms")), format!("qw:{{{t}}}/cap/daily:sms"));
+        assert_eq!(
+            a.cap("+1", "daily", Some("sms")),
+            format!("qw:{{{t}}}/cap/daily:sms")
+        );
     }
 
     #[test]

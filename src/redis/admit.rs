@@ -452,7 +452,9 @@ mod tests {
     #[test]
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
-        let flat = [now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 3, 1, 5, 0, 2, 6, 7];
+        let flat = [
+            now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 3, 1, 5, 0, 2, 6, 7,
+        ];
         assert_eq!(
             verdicts(&flat, 10),
             Some(vec![

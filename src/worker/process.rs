@@ -90,7 +90,8 @@ impl Worker {
             if let Some(key) = job.collapse_key.as_deref() {
                 let newest = || {
                     let (recipient, id, tenant) = (&job.recipient, &job.id, job.tenant.as_deref());
-                    self.store.collapse(tenant, recipient, key, id, seen.first_seen)
+                    self.store
+                        .collapse(tenant, recipient, key, id, seen.first_seen)
                 };
                 if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
                     break 'decided Decision::Superseded { by };

@@ -20,7 +20,6 @@ use quota_worker::store::QuotaStore;
 use quota_worker::worker::Worker;
 use testkit::*;
 
-
 fn rules(limit: u32, window: &str) -> Vec<RuleSettings> {
     vec![RuleSettings {
         limit,
@@ -58,12 +57,7 @@ fn job(id: &str, recipient: &str, channel: &str, extra: &str) -> Vec<u8> {
 }
 
 /// Publish each job and run it through the worker, in order: their outcomes.
-async fn run(
-    w: &Worker,
-    conn: &lapin::Connection,
-    s: &Settings,
-    jobs: &[Vec<u8>],
-) -> Vec<Outcome> {
+async fn run(w: &Worker, conn: &lapin::Connection, s: &Settings, jobs: &[Vec<u8>]) -> Vec<Outcome> {
     let mut out = Vec::new();
     for body in jobs {
         publish(conn, s, body).await;
@@ -91,7 +85,8 @@ async fn held_by(conn: &lapin::Connection, s: &Settings) -> String {
 async fn a_total_counts_every_category_and_names_itself_when_it_holds() {
     let ns = unique("caps-total");
     let mut s = layered(&ns);
-    s.caps.insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
+    s.caps
+        .insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
     let (_c, w, conn) = rig(&s).await;
     let tz = r#","timezone":"Asia/Kolkata""#;
     let out = run(
@@ -123,7 +118,8 @@ async fn a_total_counts_every_category_and_names_itself_when_it_holds() {
 async fn an_sms_cap_holds_sms_of_every_category_and_leaves_email_alone() {
     let ns = unique("caps-sms");
     let mut s = layered(&ns);
-    s.caps.insert("sms_weekly".into(), cap(2, "7d", channels(&["sms"])));
+    s.caps
+        .insert("sms_weekly".into(), cap(2, "7d", channels(&["sms"])));
     let (_c, w, conn) = rig(&s).await;
     let news = r#","category":"news""#;
     let out = run(
@@ -149,8 +145,13 @@ async fn an_sms_cap_holds_sms_of_every_category_and_leaves_email_alone() {
 async fn a_count_policy_passes_the_cap_and_counts_toward_it() {
     let ns = unique("caps-count");
     let mut s = layered(&ns);
-    s.caps.insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
-    assert_eq!(s.policies["transactional"].caps, CapsMode::Count, "built in");
+    s.caps
+        .insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
+    assert_eq!(
+        s.policies["transactional"].caps,
+        CapsMode::Count,
+        "built in"
+    );
     let (_c, w, conn) = rig(&s).await;
     let receipt = r#","category":"transactional""#;
     let out = run(
@@ -173,14 +174,18 @@ async fn a_count_policy_passes_the_cap_and_counts_toward_it() {
     // `ignore`: neither held nor counted
     let ns = unique("caps-ignore");
     let mut s = layered(&ns);
-    s.caps.insert("daily_total".into(), cap(1, "1d", MatchSettings::default()));
+    s.caps
+        .insert("daily_total".into(), cap(1, "1d", MatchSettings::default()));
     s.policies.get_mut("transactional").unwrap().caps = CapsMode::Ignore;
     let (_c, w, conn) = rig(&s).await;
     let out = run(
         &w,
         &conn,
         &s,
-        &[job("r1", "r", "email", receipt), job("p1", "r", "email", "")],
+        &[
+            job("r1", "r", "email", receipt),
+            job("p1", "r", "email", ""),
+        ],
     )
     .await;
     assert_eq!(out, [const { Outcome::Dispatched }; 2]);
@@ -220,7 +225,10 @@ async fn two_tenants_with_one_phone_number_are_two_recipients() {
         assert!(!name.contains("33612"));
     }
     assert_eq!(
-        names.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        names
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
         3
     );
     // a tenant too long is malformed
@@ -240,7 +248,8 @@ async fn a_tenant_overrides_a_policy_and_a_cap_for_its_jobs_only() {
             ..PolicySettings::default()
         },
     );
-    s.caps.insert("daily_total".into(), cap(5, "1d", MatchSettings::default()));
+    s.caps
+        .insert("daily_total".into(), cap(5, "1d", MatchSettings::default()));
     let strict = quota_worker::config::TenantSettings {
         policies: BTreeMap::from([(
             "promo".to_string(),
@@ -262,19 +271,28 @@ async fn a_tenant_overrides_a_policy_and_a_cap_for_its_jobs_only() {
         &w,
         &conn,
         &s,
-        &[job("s1", "r", "sms", &promo("strict")), job("s2", "r", "sms", &promo("strict"))],
+        &[
+            job("s1", "r", "sms", &promo("strict")),
+            job("s2", "r", "sms", &promo("strict")),
+        ],
     )
     .await;
     assert_eq!(out[0], Outcome::Dispatched);
     assert!(delayed(&out[1]));
-    assert_eq!(held_by(&conn, &s).await, "policy `promo` (at most 1 per 1d)");
+    assert_eq!(
+        held_by(&conn, &s).await,
+        "policy `promo` (at most 1 per 1d)"
+    );
     // ...and a total of two
     let strict_news = r#","category":"news","tenant":"strict""#;
     let out = run(
         &w,
         &conn,
         &s,
-        &[job("s3", "r", "sms", strict_news), job("s4", "r", "sms", strict_news)],
+        &[
+            job("s3", "r", "sms", strict_news),
+            job("s4", "r", "sms", strict_news),
+        ],
     )
     .await;
     assert_eq!(out[0], Outcome::Dispatched);
@@ -311,7 +329,8 @@ async fn a_reload_adds_a_cap_and_the_sends_already_recorded_keep_counting() {
     assert_eq!(out, [Outcome::Dispatched]);
 
     let mut new = s.clone();
-    new.caps.insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
+    new.caps
+        .insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
     let changes = Reloader::new(None, s.clone(), store.clone())
         .apply(new.clone())
         .unwrap();
@@ -327,7 +346,10 @@ async fn a_reload_adds_a_cap_and_the_sends_already_recorded_keep_counting() {
     // the send before the reload still counts for the policy: 2 of 2
     assert_eq!(out[0], Outcome::Dispatched);
     assert!(delayed(&out[1]));
-    assert_eq!(held_by(&conn, &s).await, "policy `default` (at most 2 per 1d)");
+    assert_eq!(
+        held_by(&conn, &s).await,
+        "policy `default` (at most 2 per 1d)"
+    );
     // the cap counts from the reload on: d2, then one more
     let out = run(
         &w,
@@ -354,7 +376,8 @@ pub async fn concurrent_jobs_under_a_total_dispatch_exactly_the_total(
     for c in ["a", "b", "c", "d", "e"] {
         s.policies.insert(c.into(), PolicySettings::default());
     }
-    s.caps.insert("total".into(), cap(2, "1d", MatchSettings::default()));
+    s.caps
+        .insert("total".into(), cap(2, "1d", MatchSettings::default()));
     let mut stores = Vec::new();
     for _ in 0..engines {
         stores.push(Arc::new(QuotaStore::connect(&s).await.expect("redis")));
@@ -410,7 +433,8 @@ async fn a_released_admission_is_given_back_to_every_layer() {
     let ns = unique("caps-release");
     let _g = RedisGuard(ns.clone());
     let mut s = layered(&ns);
-    s.caps.insert("total".into(), cap(1, "1d", MatchSettings::default()));
+    s.caps
+        .insert("total".into(), cap(1, "1d", MatchSettings::default()));
     let e = QuotaStore::connect(&s).await.unwrap();
     let req = |id| Request {
         id,
@@ -423,9 +447,15 @@ async fn a_released_admission_is_given_back_to_every_layer() {
     let Admission::Admitted(ticket) = e.admit(&req("a")).await.unwrap() else {
         panic!("admitted")
     };
-    assert!(matches!(e.admit(&req("b")).await.unwrap(), Admission::Capped { .. }));
+    assert!(matches!(
+        e.admit(&req("b")).await.unwrap(),
+        Admission::Capped { .. }
+    ));
     e.release(&ticket).await.unwrap();
-    assert!(matches!(e.admit(&req("b")).await.unwrap(), Admission::Admitted(_)));
+    assert!(matches!(
+        e.admit(&req("b")).await.unwrap(),
+        Admission::Admitted(_)
+    ));
 }
 
 /// A configuration file with `body` after the test's channels: the error, as text.
@@ -469,7 +499,10 @@ fn a_bad_configuration_names_the_key_and_the_line() {
     let s = Settings::load(Some(&path)).unwrap();
     let _ = std::fs::remove_file(&path);
     assert_eq!(s.caps.len(), 2);
-    assert_eq!(s.caps["sms_weekly"].matches.channels.as_deref(), Some(&["sms".to_string()][..]));
+    assert_eq!(
+        s.caps["sms_weekly"].matches.channels.as_deref(),
+        Some(&["sms".to_string()][..])
+    );
     assert_eq!(s.tenants["acme"].caps["daily_total"].rules[0].limit, 2);
 }
 
@@ -477,8 +510,10 @@ fn a_bad_configuration_names_the_key_and_the_line() {
 async fn admin_shows_every_layer_of_a_tenants_recipient_and_the_job_names_its_cap() {
     let ns = unique("caps-admin");
     let mut s = layered(&ns);
-    s.caps.insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
-    s.caps.insert("sms_weekly".into(), cap(3, "7d", channels(&["sms"])));
+    s.caps
+        .insert("daily_total".into(), cap(2, "1d", MatchSettings::default()));
+    s.caps
+        .insert("sms_weekly".into(), cap(3, "7d", channels(&["sms"])));
     let (_c, w, conn) = rig(&s).await;
     let acme = r#","tenant":"acme""#;
     let out = run(

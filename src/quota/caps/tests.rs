@@ -40,7 +40,11 @@ fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> boo
 fn admits_all(layers: &[(Vec<Rule>, Vec<DateTime<Utc>>)], tz: Tz, at: DateTime<Utc>) -> bool {
     layers.iter().all(|(rules, sends)| {
         rules.iter().all(|r| {
-            sends.iter().filter(|&&s| counts(r.window, tz, at, s)).count() < r.limit as usize
+            sends
+                .iter()
+                .filter(|&&s| counts(r.window, tz, at, s))
+                .count()
+                < r.limit as usize
         })
     })
 }
@@ -62,7 +66,8 @@ fn brute_force(
                         let date = s.with_timezone(&tz).date_naive() + chrono::Days::new(n as u64);
                         // the first instant whose local date is `date` or later:
                         // hours forward, then a bisection over whole milliseconds
-                        let local = |ms: i64| window::from_millis(ms).with_timezone(&tz).date_naive();
+                        let local =
+                            |ms: i64| window::from_millis(ms).with_timezone(&tz).date_naive();
                         let mut hi = s.timestamp_millis();
                         while local(hi) < date {
                             hi += 3_600_000;
@@ -76,8 +81,7 @@ fn brute_force(
                                 lo = mid;
                             }
                         }
-                        let t = window::from_millis(hi);
-                        t
+                        window::from_millis(hi)
                     }
                 };
                 candidates.push(end);
@@ -109,11 +113,17 @@ fn a_daily_cap_and_a_weekly_cap_hold_until_the_later_of_the_two() {
     let r = refusal(&[(&policy, &today), (&cap, &week)], tz, now);
     assert_eq!(r.layer, 1);
     assert_eq!(r.rule, Some(cap[0]));
-    assert_eq!(r.retry_at, Some(Utc.with_ymd_and_hms(2026, 3, 7, 23, 0, 0).unwrap()));
+    assert_eq!(
+        r.retry_at,
+        Some(Utc.with_ymd_and_hms(2026, 3, 7, 23, 0, 0).unwrap())
+    );
     // without the cap's first send, the policy holds until tomorrow
     let r = refusal(&[(&policy, &today), (&cap, &week[1..])], tz, now);
     assert_eq!((r.layer, r.rule), (0, Some(policy[0])));
-    assert_eq!(r.retry_at, Some(Utc.with_ymd_and_hms(2026, 3, 4, 23, 0, 0).unwrap()));
+    assert_eq!(
+        r.retry_at,
+        Some(Utc.with_ymd_and_hms(2026, 3, 4, 23, 0, 0).unwrap())
+    );
     // a limit of 0 anywhere: never
     let zero = [rule(0, Window::CalendarDays(1))];
     let r = refusal(&[(&policy, &today), (&zero, &[])], tz, now);
