@@ -28,9 +28,9 @@ use chrono_tz::Tz;
 
 use crate::admission::{Admission, Request, Ticket};
 use crate::config::Settings;
-use crate::quota::caps::{self, Cap};
+use crate::quota::caps::Cap;
 use crate::quota::keys::{self, Keys};
-use crate::quota::plan::{plan, Plan};
+use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, Admitter, Caller, LayerArgs, Verdict};
@@ -40,6 +40,9 @@ use crate::redis::notes::Note;
 use crate::redis::rate::{self, RateBatcher, RateReply, Taker};
 use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
+
+mod layers;
+use layers::{cached, layered_refusal, JobLayer};
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
@@ -82,10 +85,8 @@ pub struct QuotaStore {
 /// Plans by policy (or cap) name, then zone, each with the local date and the
 /// policy (as in force when it was made: a reload's new policy makes new plans) it
 /// is for.
-type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
+pub(crate) type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
-/// A cap a job meets, with whether it may hold the job and its sorted set.
-type JobLayer = (Arc<Cap>, bool, String);
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -713,86 +714,3 @@ impl QuotaStore {
     }
 }
 
-/// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
-/// date, from `cache` or made and kept there.
-fn cached<T>(
-    cache: &std::sync::Mutex<PlanCache<T>>,
-    name: &str,
-    owner: &Arc<T>,
-    rules: &[window::Rule],
-    shadow: bool,
-    tz: Tz,
-    now: DateTime<Utc>,
-) -> Arc<Plan> {
-    let date = window::local_date(tz, now);
-    let mut plans = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((d, of, p)) = plans.get(name).and_then(|z| z.get(&tz)) {
-        if *d == date && Arc::ptr_eq(of, owner) {
-            return p.clone();
-        }
-    }
-    let mut made = plan(rules, tz, now);
-    made.shadow = shadow;
-    let p = Arc::new(made);
-    plans
-        .entry(name.to_string())
-        .or_default()
-        .insert(tz, (date, owner.clone(), p.clone()));
-    p
-}
-
-/// A job with layers that its policy or a cap refused at `now` (ms): the layer whose
-/// own next allowed instant is the latest holds it, until every layer allows it
-/// (module [`crate::quota::caps`]). A shadow policy and the caps that only count
-/// the job hold nothing.
-fn layered_refusal(
-    policy: &Policy,
-    layers: &[JobLayer],
-    tz: Tz,
-    now: i64,
-    blocks: Vec<Vec<i64>>,
-) -> Admission {
-    let sends: Vec<Vec<DateTime<Utc>>> = blocks
-        .into_iter()
-        .map(|b| b.into_iter().map(window::from_millis).collect())
-        .collect();
-    let none: &[window::Rule] = &[];
-    let policy_rules = match policy.mode {
-        Mode::Enforce => &policy.rules[..],
-        Mode::Shadow => none,
-    };
-    let rules = std::iter::once(policy_rules).chain(layers.iter().map(|(cap, holds, _)| {
-        if *holds {
-            &cap.rules[..]
-        } else {
-            none
-        }
-    }));
-    let view: Vec<(&[window::Rule], &[DateTime<Utc>])> = rules
-        .zip(
-            sends
-                .iter()
-                .map(Vec::as_slice)
-                .chain(std::iter::repeat(&[][..])),
-        )
-        .collect();
-    let r = caps::refusal(&view, tz, window::from_millis(now));
-    let seen = view[r.layer].1.len();
-    match r.layer {
-        0 => Admission::Refused {
-            retry_at: r.retry_at,
-            action: policy.action,
-            policy: policy.name.clone(),
-            rule: r.rule,
-            seen,
-        },
-        i => Admission::Capped {
-            retry_at: r.retry_at,
-            action: policy.action,
-            policy: policy.name.clone(),
-            cap: layers[i - 1].0.name.clone(),
-            rule: r.rule,
-            seen,
-        },
-    }
-}
