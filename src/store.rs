@@ -87,7 +87,6 @@ pub struct QuotaStore {
 /// is for.
 pub(crate) type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
-
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuotaStore")
@@ -713,4 +712,3 @@ impl QuotaStore {
         }
     }
 }
-

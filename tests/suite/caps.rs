@@ -567,3 +567,64 @@ async fn admin_shows_every_layer_of_a_tenants_recipient_and_the_job_names_its_ca
     let note = serde_json::to_value(&job.record).unwrap();
     assert_eq!(note["held_by"], "cap daily_total: 2 per 1d", "{note}");
 }
+
+#[tokio::test]
+async fn the_cli_publishes_with_a_tenant_and_shows_every_layer_of_its_recipient() {
+    let ns = unique("caps-cli");
+    let mut s = settings(&ns);
+    s.caps
+        .insert("daily_total".into(), cap(5, "1d", MatchSettings::default()));
+    let (_c, w, conn) = rig(&s).await;
+    let config = std::env::temp_dir().join(format!("{ns}.toml"));
+    std::fs::write(
+        &config,
+        "[caps.daily_total]\nrules = [{ limit = 5, window = \"1d\" }]\nmatch = {}\n",
+    )
+    .unwrap();
+    let file = config.to_str().unwrap();
+    let out = crate::cli::run_async(
+        &s,
+        &[
+            "--config",
+            file,
+            "publish",
+            "--recipient",
+            "+1555",
+            "--channel",
+            "sms",
+            "--tenant",
+            "acme",
+            "--id",
+            "cli-1",
+        ],
+        None,
+    )
+    .await;
+    assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let shown = crate::cli::json(
+        &crate::cli::run_async(
+            &s,
+            &[
+                "--config",
+                file,
+                "admin",
+                "recipient",
+                "+1555",
+                "--tenant",
+                "acme",
+                "--json",
+            ],
+            None,
+        )
+        .await,
+    );
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(shown["tenant"], "acme");
+    assert_eq!(shown["policies"][0]["policy"], "default");
+    assert_eq!(shown["policies"][0]["rules"][0]["count"], 1);
+    assert_eq!(shown["caps"][0]["cap"], "daily_total");
+    assert_eq!(shown["caps"][0]["rules"][0]["count"], 1);
+    assert_eq!(shown["caps"][0]["rules"][0]["limit"], 5);
+    assert_eq!(shown["caps"][0]["next_allowed"]["now"], true);
+}
