@@ -19,7 +19,7 @@ const url = process.env.QUOTA_WORKER__AMQP__URL || 'amqp://guest:guest@127.0.0.1
 const exchange = process.env.QUOTA_WORKER__AMQP__JOBS_EXCHANGE || 'notify.jobs';
 
 const USAGE = `usage: node publish.js --recipient R --channel C [--category C] [--timezone ZONE]
-                       [--payload JSON] [--id ID]`;
+                       [--tenant T] [--payload JSON] [--id ID]`;
 
 function readJob() {
   const { values } = parseArgs({
@@ -28,6 +28,7 @@ function readJob() {
       channel: { type: 'string' }, // a configured channel, e.g. sms, email, push
       category: { type: 'string' }, // selects the quota policy (default: default)
       timezone: { type: 'string' }, // the recipient's IANA zone
+      tenant: { type: 'string' }, // the recipient's tenant: counted apart from other tenants'
       payload: { type: 'string' }, // any JSON, passed through untouched
       id: { type: 'string' }, // the idempotency key (default: a new UUID)
     },
@@ -36,6 +37,7 @@ function readJob() {
   const job = { id: values.id || randomUUID(), recipient: values.recipient, channel: values.channel };
   if (values.category !== undefined) job.category = values.category;
   if (values.timezone !== undefined) job.timezone = values.timezone;
+  if (values.tenant !== undefined) job.tenant = values.tenant;
   if (values.payload !== undefined) {
     try {
       job.payload = JSON.parse(values.payload);
