@@ -1,6 +1,5 @@
 //! The engine step (`--steps engine`): `redis-benchmark` running `lua/admit.lua` by
-//! EVALSHA, then the engine's own admissions with 256 in flight, on the same Redis;
-//! then what caps in layers cost Redis per job (module `layers`).
+//! EVALSHA, then the engine's own admissions with 256 in flight, on the same Redis.
 //! Also the tools the rate and memory steps drive the engine with: a policy of one
 //! rule, an `sms` request, and many admissions in flight.
 
@@ -33,15 +32,6 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
         "      engine {:.0}/s, redis-benchmark EVALSHA {:?}/s",
         rate, report.redis_benchmark_evalsha_per_sec
     );
-    let layers = crate::layers::measure(&s, n.min(20_000)).await?;
-    eprintln!(
-        "      Redis per job: EVALSHA {:.1} µs with one layer, {:.1} µs with three; CPU {:.1} µs, {:.1} µs",
-        layers.evalsha_us_one_layer,
-        layers.evalsha_us_three_layers,
-        layers.cpu_us_one_layer,
-        layers.cpu_us_three_layers
-    );
-    report.engine_layers = Some(layers);
     delete_keys(&s.redis.url, &s.redis.key_prefix)
 }
 

@@ -1,6 +1,7 @@
-//! Part of the engine step: what caps in layers cost Redis. The same admissions
-//! (distinct recipients, every one admitted) run twice on a private `redis-server`
-//! (nothing else runs on it, so its counters are this run's alone): once under the
+//! Part of the engine step (run after [`crate::engine::step`]): what caps in layers
+//! cost Redis. The same admissions (distinct recipients, every one admitted) run
+//! twice on a private `redis-server` (nothing else runs on it, so its counters are
+//! this run's alone): once under the
 //! policy alone (one layer), once under the policy and two caps that match every job
 //! (three layers). Redis's own accounting gives the time spent in `EVALSHA` per job
 //! (`INFO commandstats`) and its whole CPU per job (`INFO cpu`).
@@ -10,26 +11,29 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use quota_worker::config::{CapSettings, RuleSettings, Settings};
 use quota_worker::store::QuotaStore;
-use serde::Serialize;
 use testkit::procs::RedisServer;
 
+use crate::context::Bench;
 use crate::engine::{on_many_tasks, sms_request, with_default_rule};
+use crate::report::{LayersCost, Report};
 
-/// Redis's time per admitted job, in microseconds, with one layer and with three.
-#[derive(Serialize, Debug, Default, Clone, Copy)]
-pub struct LayersCost {
-    /// `EVALSHA` time per job (`cmdstat_evalsha` usec / jobs), the policy alone.
-    pub evalsha_us_one_layer: f64,
-    /// The same with the policy and two caps.
-    pub evalsha_us_three_layers: f64,
-    /// Redis CPU (user + system) per job, the policy alone.
-    pub cpu_us_one_layer: f64,
-    /// The same with the policy and two caps.
-    pub cpu_us_three_layers: f64,
+/// Measures [`LayersCost`] into `report` (its engine step's part), with at most
+/// 20,000 admissions per configuration.
+pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
+    let cost = measure(&b.settings("l"), b.jobs.min(20_000)).await?;
+    eprintln!(
+        "      Redis per job: EVALSHA {:.1} µs with one layer, {:.1} µs with three; CPU {:.1} µs, {:.1} µs",
+        cost.evalsha_us_one_layer,
+        cost.evalsha_us_three_layers,
+        cost.cpu_us_one_layer,
+        cost.cpu_us_three_layers
+    );
+    report.engine_layers = Some(cost);
+    Ok(())
 }
 
 /// Measures [`LayersCost`] with `n` admissions per configuration.
-pub async fn measure(s: &Settings, n: usize) -> Result<LayersCost> {
+async fn measure(s: &Settings, n: usize) -> Result<LayersCost> {
     let redis = RedisServer::new(false);
     let mut one = with_default_rule(s, 3, "24h");
     one.redis.url = redis.url();

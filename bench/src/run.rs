@@ -9,7 +9,9 @@ use crate::cli::Args;
 use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
-use crate::{cluster, engine, latency, memory, mixes, plot, rate, report, sample, scale, table};
+use crate::{
+    cluster, engine, latency, layers, memory, mixes, plot, rate, report, sample, scale, table,
+};
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
 pub async fn run(args: Args) -> Result<()> {
@@ -24,6 +26,7 @@ pub async fn run(args: Args) -> Result<()> {
     };
     if b.args.runs("engine") {
         engine::step(&b, &mut report).await?;
+        layers::step(&b, &mut report).await?;
     }
     if b.args.runs("rate") {
         rate::step(&b, &mut report).await?;
