@@ -1,9 +1,11 @@
--- admit.lua: for each job, check every rule of its recipient's policy and, if all
--- pass, record the send. One call may carry many jobs (the engine batches the
--- admissions that are waiting at the same moment into one call); they are decided
--- in order, each seeing the sends recorded for the ones before it.
+-- admit.lua: for each job, check every rule of its recipient's policy (and of the
+-- caps it meets: the layers section below) and, if all pass, record the send. One
+-- call may carry many jobs (the engine batches the admissions that are waiting at
+-- the same moment into one call); they are decided in order, each seeing the sends
+-- recorded for the ones before it.
 --
--- One sorted set per (recipient, policy[, channel]). member = a hash of the job id,
+-- One sorted set per (recipient, policy[, channel]), and one per (recipient,
+-- cap[, channel]) for the caps (all in the recipient's hash slot). member = a hash of the job id,
 -- score = admitted_ms * 2 + state, where state 0 = reserved (dispatch in progress)
 -- and 1 = committed (dispatch confirmed; set by the worker with ZADD XX).
 -- Time comes from Redis TIME (milliseconds, integers), so every worker shares one clock.
@@ -30,26 +32,42 @@
 --   start (ms) of a calendar window; bound < 0 is minus the length (ms) of a rolling one
 -- then, for each job k in order: member (job id hash), plan number (1..P)
 -- then the keys of jobs #KEYS + 1 .. #KEYS + E, in order
+-- then, only when some job of the call meets caps (the layers section; a call whose
+-- jobs meet none ends above, and runs exactly as without caps):
+--   the word "L"; Q, the number of jobs that meet caps; then for each of them:
+--   k, its number in the call (1..jobs); L, its number of layers; then L triples:
+--     key (the cap's sorted set, in the slot of the job's key), plan number
+--     (1..P), holds (1: the cap may refuse the job; 0: it only counts it)
 --
 -- Returns one flat array: now (ms), then for each job in order its code and what
 -- follows that code (a flat reply spares Redis and the caller a table per job):
---   1                 admitted, recorded with score now*2
+--   1                 admitted, recorded with score now*2 (in its key and in every
+--                     layer's)
 --   0, m, t1 .. tm    refused; t = times (ms) of the m sends still remembered
 --   6, m, t1 .. tm    a shadow policy's rules would refuse it; recorded as admitted
 --                     (score now*2) all the same; t as for 0
---   2                 duplicate: this job was already dispatched
+--   2                 duplicate: this job was already dispatched (its own key says:
+--                     its layers are not read)
 --   3, reserved_at    another worker holds a live reservation for this job
 --   4                 now is outside [valid_from, valid_until): plan again with now
 --   5                 the key holds something else than a sorted set
 --   7                 the key is not on this node (a Redis Cluster whose slots moved
 --                     since the worker last read their owners): nothing was
 --                     written for this job; ask again with its key declared
---   8, kind, since, until  suppressed (see the suppression section below): nothing
+--   8, n, then n blocks (m, t1 .. tm)
+--                     a job with layers, refused by its policy or a cap that holds
+--                     it: block 1 is the times of its policy's remembered sends,
+--                     block 1 + i those of its i-th layer (m = 0 for a layer that
+--                     only counts); nothing was recorded
+-- A job with layers is admitted only when its policy (unless in shadow mode) and
+-- every layer that holds it pass; it is then recorded in its key and every layer's.
+--   9, kind, since, until  suppressed (see the suppression section below): nothing
 --                     was written for this job
 --
--- Suppression section (optional, after the keys of the undeclared jobs; the worker
--- sends it only while some recipient may be suppressed, so without suppressions a
--- call carries and does nothing more):
+-- Suppression section (optional, after the layers section if any, else after the
+-- keys of the undeclared jobs; opened by the word "S"; the worker sends it only while
+-- some recipient may be suppressed, so without suppressions a call carries and does
+-- nothing more):
 --   ARGV[s]            L, the length of the key prefix: a job's suppressions are the
 --                      hash named by the first L + 19 bytes of its key (`prefix:{tag}`)
 --                      followed by `/suppressed`; field = channel, value =
@@ -101,10 +119,74 @@ for p = 1, tonumber(ARGV[4]) do
 end
 local score = string.format('%.0f', now * 2)
 
+-- A key's remembered sends other than `member`'s (their scores), from its ZRANGE
+-- `entries`; what `plan` no longer needs is trimmed.
+local function remembered(key, member, plan, entries)
+  local stale = not plan.has_rules
+  local times = {}
+  for i = 2, #entries, 2 do
+    local s = tonumber(entries[i])
+    if s < plan.cutoff2 then
+      stale = true
+    elseif entries[i - 1] ~= member then
+      times[#times + 1] = s
+    end
+  end
+  if stale then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', plan.below_cutoff)
+  end
+  return times
+end
+
+-- ===== layers (caps) =====
+-- Whether a rule of `plan` is full with `times` (scores).
+local function is_full(plan, times)
+  for r = 1, #plan.limits do
+    local start2, count = plan.starts2[r], 0
+    for i = 1, #times do
+      if times[i] >= start2 then count = count + 1 end
+    end
+    if count >= plan.limits[r] then return true end
+  end
+  return false
+end
+
+-- The rest of a job's admission when it meets caps, once its own key said it is
+-- neither a duplicate nor reserved: `times` are its policy's remembered sends.
+local function admit_layers(key, member, plan, times, layers)
+  local policy_full = is_full(plan, times)
+  local refused = policy_full and not plan.shadow
+  local blocks = {times}
+  for i = 1, #layers do
+    local l = layers[i]
+    if not l.plan.valid then return 4 end
+    if l.holds then
+      local entries = redis.call('ZRANGE', l.key, '0', '-1', 'WITHSCORES')
+      local t = remembered(l.key, member, l.plan, entries)
+      blocks[i + 1] = t
+      if is_full(l.plan, t) then refused = true end
+    else
+      redis.call('ZREMRANGEBYSCORE', l.key, '-inf', l.plan.below_cutoff)
+      blocks[i + 1] = {}
+    end
+  end
+  if refused then return 8, blocks end
+  redis.call('ZADD', key, score, member)
+  redis.call('PEXPIREAT', key, plan.expire_at)
+  for i = 1, #layers do
+    local l = layers[i]
+    redis.call('ZADD', l.key, score, member)
+    redis.call('PEXPIREAT', l.key, l.plan.expire_at)
+  end
+  if policy_full then return 6, times end
+  return 1
+end
+-- ===== end of layers =====
+
 -- One job's verdict: its code, and the reserved time (3) or the remembered send
 -- scores (0). Numbers given to redis.call are strings: Lua would format each with
 -- sprintf.
-local function admit(key, member, plan)
+local function admit(key, member, plan, layers)
   -- With rules, one ZRANGE reads every remembered send (the key is trimmed to the
   -- longest window, so it is short) and answers the duplicate check too.
   local entries = {}
@@ -136,18 +218,9 @@ local function admit(key, member, plan)
   end
 
   -- forget what no rule and no duplicate check needs any more
-  local stale = not plan.has_rules
-  local times = {}
-  for i = 2, #entries, 2 do
-    local s = tonumber(entries[i])
-    if s < plan.cutoff2 then
-      stale = true
-    elseif entries[i - 1] ~= member then
-      times[#times + 1] = s
-    end
-  end
-  if stale then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', plan.below_cutoff)
+  local times = remembered(key, member, plan, entries)
+  if layers then
+    return admit_layers(key, member, plan, times, layers)
   end
 
   for r = 1, #plan.limits do
@@ -186,9 +259,25 @@ local n = 1
 local jobs = #KEYS + undeclared
 local tail = a + 2 * jobs - #KEYS - 1
 
--- >>> suppression: the optional section after the undeclared keys (see the header)
+-- ===== the layers section (opened by "L"), by job number =====
+local layers = {}
+local b = a + 2 * jobs + undeclared
+if ARGV[b] == 'L' then
+  b = b + 2
+  for _ = 1, tonumber(ARGV[b - 1]) do
+    local list = {}
+    for i = 1, tonumber(ARGV[b + 1]) do
+      local c = b + 3 * i - 1
+      list[i] = {key = ARGV[c], plan = plans[tonumber(ARGV[c + 1])], holds = ARGV[c + 2] == '1'}
+    end
+    layers[tonumber(ARGV[b])] = list
+    b = b + 2 + 3 * #list
+  end
+end
+
+-- >>> suppression: the optional section (opened by "S") after the layers (see the header)
 local supp_at = nil
-if #ARGV > tail + jobs then supp_at = tail + jobs + 1 end
+if ARGV[b] == 'S' then supp_at = b + 1 end
 local function suppressed(key, k, p)
   local mask = tonumber(ARGV[supp_at + p])
   if mask == 0 then return nil end
@@ -199,9 +288,10 @@ local function suppressed(key, k, p)
   kind, since, till = tonumber(kind), tonumber(since), tonumber(till)
   if not kind or math.floor(mask / kind) % 2 == 0 then return nil end
   if till ~= 0 and till <= now then return nil end
-  return 8, {kind, since, till}
+  return 9, {kind, since, till}
 end
 -- <<< suppression
+
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
   -- >>> suppression: one HGET per job, only when the section is present
@@ -211,7 +301,7 @@ for k = 1, jobs do
   end
   -- <<< suppression
   if ok and not code then
-    ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])])
+    ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])], layers[k])
   end
   if not ok then code = failure(code) end
   n = n + 1
@@ -230,6 +320,18 @@ for k = 1, jobs do
     for i = 1, #extra do
       n = n + 1
       out[n] = (extra[i] - extra[i] % 2) / 2
+    end
+  elseif code == 8 then
+    n = n + 1
+    out[n] = #extra
+    for l = 1, #extra do
+      local t = extra[l]
+      n = n + 1
+      out[n] = #t
+      for i = 1, #t do
+        n = n + 1
+        out[n] = (t[i] - t[i] % 2) / 2
+      end
     end
   end
   a = a + 2

@@ -20,6 +20,9 @@ pub struct Request<'a> {
     pub category: &'a str,
     /// The recipient's zone, for calendar windows.
     pub tz: Tz,
+    /// The tenant: the recipient is counted apart from the same recipient of
+    /// another tenant, and the tenant's overrides apply. `None`: no tenant.
+    pub tenant: Option<&'a str>,
 }
 
 /// A granted admission: what [`QuotaStore::commit`] or [`QuotaStore::release`] needs.
@@ -30,6 +33,8 @@ pub struct Ticket {
     /// Redis time of the admission.
     pub admitted_at: DateTime<Utc>,
     pub(crate) channel: String,
+    /// The sorted sets of the caps it was counted toward (same slot as `key`).
+    pub(crate) layer_keys: Vec<String>,
     /// The channel's rate and the TAT its take left, when the channel is paced.
     pub(crate) rate: Option<(Rate, i64)>,
 }
@@ -43,6 +48,7 @@ impl Ticket {
             member: vec![1],
             admitted_at,
             channel: "sms".into(),
+            layer_keys: Vec::new(),
             rate: None,
         }
     }
@@ -79,6 +85,23 @@ pub enum Admission {
         /// A rule that is full now, for the logs.
         rule: Option<Rule>,
         /// How many sends of the recipient it saw remembered.
+        seen: usize,
+    },
+    /// A cap refused it (the layer whose own next allowed instant is the latest of
+    /// all the job's layers).
+    Capped {
+        /// The first instant at which its policy and every cap it meets pass;
+        /// `None`: never (a limit of 0).
+        retry_at: Option<DateTime<Utc>>,
+        /// The job's policy's action for refused jobs.
+        action: Action,
+        /// The job's policy's name.
+        policy: String,
+        /// The cap that holds it.
+        cap: String,
+        /// A rule of that cap that is full now.
+        rule: Option<Rule>,
+        /// How many sends that cap remembers.
         seen: usize,
     },
     /// This job was already dispatched.

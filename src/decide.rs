@@ -16,6 +16,7 @@ use chrono::{DateTime, Duration, Utc};
 use crate::admission::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
+use crate::quota::caps::Cap;
 use crate::quota::policy::{Action, Mode, Policy};
 use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
@@ -81,6 +82,15 @@ pub enum DelayCause {
         /// How many sends of the recipient it saw remembered.
         seen: usize,
     },
+    /// A cap (`[caps.NAME]`) the job meets: `rule` is one that is full now.
+    Capped {
+        /// The cap's name.
+        cap: String,
+        /// A rule that refused it.
+        rule: Option<Rule>,
+        /// How many sends that cap remembers.
+        seen: usize,
+    },
     /// Send windows closed now.
     Window {
         /// Whose windows held it last.
@@ -113,7 +123,7 @@ impl DelayCause {
     /// Its index in [`DelayCause::LABELS`].
     pub fn index(&self) -> usize {
         match self {
-            DelayCause::Cap { .. } => 0,
+            DelayCause::Cap { .. } | DelayCause::Capped { .. } => 0,
             DelayCause::Window { .. } => 1,
             DelayCause::Schedule => 2,
             DelayCause::Reserved => 3,
@@ -134,6 +144,7 @@ impl std::fmt::Display for DelayCause {
             DelayCause::Cap { policy, rule, .. } => {
                 write!(f, "policy `{policy}` ({})", describe(*rule))
             }
+            DelayCause::Capped { cap, rule, .. } => f.write_str(&Cap::describe(cap, *rule)),
             DelayCause::Window {
                 of: WindowsOf::Policy,
                 name,
@@ -346,6 +357,46 @@ pub(crate) fn after_admission(
                 let cause = DelayCause::Cap { policy, rule, seen };
                 wait(job, cx, until, cause, false)
             }
+            Err(never) => Decision::Dead(never),
+        },
+        Admission::Capped {
+            retry_at: None,
+            cap,
+            rule,
+            ..
+        } => dead(
+            Reason::Capped,
+            format!("{} can never admit it", Cap::describe(&cap, rule)),
+        ),
+        Admission::Capped {
+            action: Action::Drop,
+            policy,
+            cap,
+            rule,
+            retry_at,
+            ..
+        } => dead(
+            Reason::Capped,
+            format!(
+                "{} refused it, and policy `{policy}` drops refused jobs; next allowed {}",
+                Cap::describe(&cap, rule),
+                retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
+            ),
+        ),
+        Admission::Capped {
+            retry_at: Some(at),
+            cap,
+            rule,
+            seen,
+            ..
+        } => match windows_open(job, cx, at, false) {
+            Ok((until, _)) => wait(
+                job,
+                cx,
+                until,
+                DelayCause::Capped { cap, rule, seen },
+                false,
+            ),
             Err(never) => Decision::Dead(never),
         },
         Admission::Reserved { retry_at } => Decision::Delay {

@@ -22,16 +22,19 @@
 //!    it ([`redis::collapse`], `lua/collapse.lua`); [`decide::hold`] (a `not_before`
 //!    ahead, send windows closed now: [`quota::send_windows`]; pure).
 //! 4. [`store::QuotaStore::admit`] (the quota store: what an admission asks and
-//!    answers is [`admission`]) asks Redis: the recipient's caps
-//!    ([`redis::admit`], `lua/admit.lua`, with the calendar bounds of
-//!    [`quota::plan`] and the key names of [`quota::keys`]) and the channel's send
+//!    answers is [`admission`]) asks Redis: the recipient's caps, its policy's
+//!    and those of every `[caps.NAME]` layer the job meets ([`rules::Rules::layers`],
+//!    [`quota::caps`]), all in the one call ([`redis::admit`], `lua/admit.lua`, with
+//!    the calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],
+//!    keyed per tenant) and the channel's send
 //!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
 //!    same moment share one call (on a Redis Cluster, one call per node, grouped
 //!    by [`redis::slots`]). One clock: Redis `TIME`.
 //! 5. [`decide::after_admission`] turns the store's answer into a [`decide::Decision`]:
 //!    dispatch, delay until the exact instant every rule passes and the send
 //!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
-//!    arithmetic), bounded by `expires_at` and `max_wait`, duplicate, or dead-letter.
+//!    arithmetic; over several layers, the latest of each layer's instant), bounded
+//!    by `expires_at` and `max_wait`, duplicate, or dead-letter.
 //!    For a shadow policy, [`decide::shadow`] says what enforcing it would have done
 //!    (counted), and the job goes out as admitted. A job its channel's rate would
 //!    make wait is parked in its lane instead (`worker::lanes`: a queue per paced

@@ -62,7 +62,7 @@ impl Reloader {
     }
 
     /// Read the configuration again and apply it; what changed (one line per
-    /// policy or channel; empty when nothing did).
+    /// policy, channel, cap or tenant; empty when nothing did).
     pub fn reload(&self) -> Result<Vec<String>, ReloadError> {
         let result = Settings::load(self.path.as_deref())
             .map_err(ReloadError::from)
@@ -99,6 +99,8 @@ impl Reloader {
         let changes = self.store.rules().changes_from(&before);
         running.policies = new.policies;
         running.channels = new.channels;
+        running.caps = new.caps;
+        running.tenants = new.tenants;
         Ok(changes)
     }
 

@@ -1,6 +1,6 @@
 //! The rules in force: the part of the configuration a running worker may change
-//! (policies with their caps, windows, `max_wait` and mode; each channel's send rate
-//! and windows). The store holds one [`Rules`] behind an atomic pointer; a reload
+//! (policies with their rules, windows, `max_wait` and mode; the caps in layers over
+//! them; the tenants' overrides; each channel's send rate and windows). The store holds one [`Rules`] behind an atomic pointer; a reload
 //! ([`crate::reload`]) builds a new one from the re-read file and swaps it in whole,
 //! so a decision sees either the old rules or the new ones, never a mix. Recorded
 //! sends live in Redis and are untouched by a swap.
@@ -13,7 +13,8 @@ use std::borrow::Cow;
 use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
-use crate::quota::policy::{Policy, Rate};
+use crate::quota::caps::{Cap, CapsMode};
+use crate::quota::policy::{Mode, Policy, Rate};
 use crate::quota::send_windows::SendWindows;
 
 /// What applies to one channel.
@@ -27,11 +28,26 @@ pub struct ChannelRules {
     pub lanes: Option<crate::quota::lanes::LaneRate>,
 }
 
-/// Policies and channels, as one immutable value.
+/// One tenant's overrides: its policies by name, and every cap as it applies to the
+/// tenant's jobs (the shared ones, with its overrides in their place).
+#[derive(Debug, PartialEq)]
+struct TenantRules {
+    policies: BTreeMap<String, Arc<Policy>>,
+    caps: Vec<Arc<Cap>>,
+}
+
+/// A cap that a job meets, and whether it may hold the job (`enforce`) or only
+/// counts it (the policy's `caps = "count"`, or a shadow cap).
+pub type Layer<'a> = (&'a Arc<Cap>, bool);
+
+/// Policies, caps, tenants and channels, as one immutable value.
 #[derive(Debug)]
 pub struct Rules {
     policies: BTreeMap<String, Arc<Policy>>,
     channels: BTreeMap<String, ChannelRules>,
+    /// The caps, by name.
+    caps: Vec<Arc<Cap>>,
+    tenants: BTreeMap<String, TenantRules>,
     /// The outcome counters by (policy, channel) of these names.
     pub(crate) metrics: JobMetrics,
     /// What each cap of each policy says when it holds a job (the
@@ -62,8 +78,39 @@ impl Rules {
             .collect();
         let policy_names: Vec<String> = policies.keys().cloned().collect();
         let channel_names: Vec<String> = channels.keys().cloned().collect();
-        let held_by = policies
+        let caps: Vec<Arc<Cap>> = settings.caps().into_iter().map(Arc::new).collect();
+        let tenants: BTreeMap<String, TenantRules> = settings
+            .tenants
+            .keys()
+            .map(|t| {
+                let (own_policies, own_caps) = settings.tenant_overrides(t);
+                let caps = caps
+                    .iter()
+                    .map(|c| match own_caps.iter().find(|o| o.name == c.name) {
+                        Some(o) => Arc::new(o.clone()),
+                        None => c.clone(),
+                    })
+                    .collect();
+                let policies = own_policies
+                    .into_iter()
+                    .map(|p| (p.name.clone(), Arc::new(p)))
+                    .collect();
+                (t.clone(), TenantRules { policies, caps })
+            })
+            .collect();
+        let every_cap = caps.iter().chain(tenants.values().flat_map(|t| &t.caps));
+        let cap_causes = every_cap.flat_map(|c| {
+            let rules = c.rules.iter().map(|r| Some(*r)).chain([None]);
+            rules.map(|rule| DelayCause::Capped {
+                cap: c.name.clone(),
+                rule,
+                seen: 0,
+            })
+        });
+        let every_policy = policies
             .values()
+            .chain(tenants.values().flat_map(|t| t.policies.values()));
+        let held_by = every_policy
             .flat_map(|p| {
                 let rules = p.rules.iter().map(|r| Some(*r)).chain([None]);
                 rules.map(|rule| DelayCause::Cap {
@@ -72,6 +119,7 @@ impl Rules {
                     seen: 0,
                 })
             })
+            .chain(cap_causes)
             .map(|cause| {
                 let text = cause.to_string();
                 (cause, text)
@@ -81,6 +129,8 @@ impl Rules {
             metrics: JobMetrics::new(&policy_names, &channel_names),
             policies,
             channels,
+            caps,
+            tenants,
             held_by,
         }
     }
@@ -88,13 +138,23 @@ impl Rules {
     /// What holds a job delayed by `cause`, in words (as [`DelayCause`] displays
     /// it; a cap's text is looked up, not formatted).
     pub fn held_by<'a>(&'a self, cause: &DelayCause) -> Cow<'a, str> {
-        if let DelayCause::Cap { policy, rule, .. } = cause {
-            let known = self.held_by.iter().find(|(c, _)| {
-                matches!(c, DelayCause::Cap { policy: p, rule: r, .. } if p == policy && r == rule)
-            });
-            if let Some((_, text)) = known {
-                return Cow::Borrowed(text);
-            }
+        let known = self.held_by.iter().find(|(c, _)| match (c, cause) {
+            (
+                DelayCause::Cap {
+                    policy: p, rule: r, ..
+                },
+                DelayCause::Cap { policy, rule, .. },
+            ) => p == policy && r == rule,
+            (
+                DelayCause::Capped {
+                    cap: p, rule: r, ..
+                },
+                DelayCause::Capped { cap, rule, .. },
+            ) => p == cap && r == rule,
+            _ => false,
+        });
+        if let Some((_, text)) = known {
+            return Cow::Borrowed(text);
         }
         Cow::Owned(cause.to_string())
     }
@@ -105,6 +165,53 @@ impl Rules {
             .get(category)
             .or_else(|| self.policies.get("default"))
             .expect("a default policy is required by validation")
+    }
+
+    /// The policy a job of `category` and `tenant` meets: the category's (an unknown
+    /// category: `default`), or the tenant's override of it.
+    pub fn policy_of(&self, category: &str, tenant: Option<&str>) -> &Arc<Policy> {
+        let shared = self.policy(category);
+        match tenant.and_then(|t| self.tenants.get(t)) {
+            Some(t) => t.policies.get(&shared.name).unwrap_or(shared),
+            None => shared,
+        }
+    }
+
+    /// Whether any cap is configured (without one, no job has layers).
+    pub fn has_caps(&self) -> bool {
+        !self.caps.is_empty()
+    }
+
+    /// Every cap as it applies to `tenant`'s jobs (a job with no tenant, or a tenant
+    /// with no overrides: the shared caps).
+    pub fn caps_of(&self, tenant: Option<&str>) -> &[Arc<Cap>] {
+        match tenant.and_then(|t| self.tenants.get(t)) {
+            Some(t) => &t.caps,
+            None => &self.caps,
+        }
+    }
+
+    /// The caps a job of `policy` on `channel`, of `category` and `tenant`, meets, in
+    /// name order, each with whether it may hold the job: none when no cap is
+    /// configured or the policy's `caps` is `ignore` (no allocation then).
+    pub fn layers(
+        &self,
+        policy: &Policy,
+        channel: &str,
+        category: &str,
+        tenant: Option<&str>,
+    ) -> Vec<Layer<'_>> {
+        if self.caps.is_empty() || policy.caps == CapsMode::Ignore {
+            return Vec::new();
+        }
+        self.caps_of(tenant)
+            .iter()
+            .filter(|c| c.matches(channel, category, tenant))
+            .map(|c| {
+                let holds = policy.caps == CapsMode::Enforce && c.mode == Mode::Enforce;
+                (c, holds)
+            })
+            .collect()
     }
 
     /// Every policy, by name.
@@ -149,6 +256,28 @@ impl Rules {
         for (name, c) in &self.channels {
             if before.channels.get(name) != Some(c) {
                 out.push(format!("channel `{name}` changed"));
+            }
+        }
+        for c in &self.caps {
+            match before.caps.iter().find(|o| o.name == c.name) {
+                None => out.push(format!("cap `{}` added", c.name)),
+                Some(old) if old != c => out.push(format!("cap `{}` changed", c.name)),
+                Some(_) => {}
+            }
+        }
+        for c in &before.caps {
+            if !self.caps.iter().any(|n| n.name == c.name) {
+                out.push(format!("cap `{}` removed", c.name));
+            }
+        }
+        for (name, t) in &self.tenants {
+            if before.tenants.get(name) != Some(t) {
+                out.push(format!("tenant `{name}` changed"));
+            }
+        }
+        for name in before.tenants.keys() {
+            if !self.tenants.contains_key(name) {
+                out.push(format!("tenant `{name}` removed"));
             }
         }
         out

@@ -28,17 +28,21 @@ use chrono_tz::Tz;
 
 use crate::admission::{Admission, Request, Ticket};
 use crate::config::Settings;
+use crate::quota::caps::Cap;
 use crate::quota::keys::{self, Keys};
-use crate::quota::plan::{plan, Plan};
+use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, Admitter, Caller, Verdict};
+use crate::redis::admit::{AdmitArgs, Admitter, Caller, LayerArgs, Verdict};
 use crate::redis::collapse::Collapse;
 use crate::redis::conn::count_call;
 use crate::redis::notes::Note;
 use crate::redis::rate::{self, LaneAsk, RateBatcher, RateReply, Taker};
 use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
+
+mod layers;
+use layers::{cached, layered_refusal, JobLayer};
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
@@ -82,18 +86,21 @@ pub struct QuotaStore {
     /// reserved_at ms. The retry of the same job takes its own reservation back
     /// instead of waiting out the lease as if another worker held it.
     orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
-    /// The last plan made per (policy, zone), with the local date it is for: a
-    /// plan depends only on the policy's rules, the zone and the local date, and
-    /// every job of a policy in a zone on one day shares it.
-    plans: std::sync::Mutex<PlanCache>,
     /// Whether some recipient may be suppressed (the key `prefix:suppressions`
     /// exists, as last seen): only then do admissions check suppressions.
     suppressions: AtomicBool,
+    /// The last plan made per (policy, zone), with the local date it is for: a
+    /// plan depends only on the policy's rules, the zone and the local date, and
+    /// every job of a policy in a zone on one day shares it.
+    plans: std::sync::Mutex<PlanCache<Policy>>,
+    /// The same for the caps, by cap name.
+    cap_plans: std::sync::Mutex<PlanCache<Cap>>,
 }
 
-/// Plans by policy name, then zone, each with the local date and the policy (as in
-/// force when it was made: a reload's new policy makes new plans) it is for.
-type PlanCache = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<Policy>, Arc<Plan>)>>;
+/// Plans by policy (or cap) name, then zone, each with the local date and the
+/// policy (as in force when it was made: a reload's new policy makes new plans) it
+/// is for.
+pub(crate) type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,6 +208,7 @@ impl QuotaStore {
             orphans: Default::default(),
             plans: Default::default(),
             suppressions: AtomicBool::new(false),
+            cap_plans: Default::default(),
         };
         store.sync_clock().await?;
         Ok(store)
@@ -282,9 +290,9 @@ impl QuotaStore {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
 
-    fn recipient_key(&self, req: &Request<'_>, policy: &Policy) -> String {
+    fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
         let channel = (policy.scope == Scope::Channel).then_some(req.channel);
-        self.keys.recipient(req.recipient, &policy.name, channel)
+        keys.recipient(req.recipient, &policy.name, channel)
     }
 
     /// Decide one job: check its recipient's caps and its channel's rate.
@@ -319,9 +327,21 @@ impl QuotaStore {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
-        let policy = rules.policy(req.category).clone();
-        let key = self.recipient_key(req, &policy);
+        let policy = rules.policy_of(req.category, req.tenant).clone();
+        let names = self.keys.for_tenant(req.tenant);
+        let key = Self::recipient_key(&names, req, &policy);
         let member = keys::member(req.id);
+        let layers: Vec<JobLayer> = rules
+            .layers(&policy, req.channel, req.category, req.tenant)
+            .into_iter()
+            .map(|(cap, holds)| {
+                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
+                let key = names.cap(req.recipient, &cap.name, channel);
+                (cap.clone(), holds, key)
+            })
+            .collect();
+        drop(names);
+        let layers = &layers[..];
 
         let pacing = rate.is_some() && pacer.waiting.load(Ordering::Relaxed) > 0;
         let lane = match step {
@@ -330,7 +350,9 @@ impl QuotaStore {
         };
         let (first, rate_reply) = match (rate, step) {
             (Some(_), RateStep::Taken(tat_us)) => {
-                let a = self.call_admit(&key, &member, &policy, req, None).await?;
+                let a = self
+                    .call_admit(&key, &member, &policy, layers, req, None)
+                    .await?;
                 let taken = RateReply {
                     allowed: 1,
                     remaining: 0,
@@ -341,7 +363,7 @@ impl QuotaStore {
             }
             (Some(r), _) if !pacing => {
                 let (a, b) = tokio::join!(
-                    self.call_admit(&key, &member, &policy, req, None),
+                    self.call_admit(&key, &member, &policy, layers, req, None),
                     self.take_rate_in(req.channel, r, lane)
                 );
                 let a = a?;
@@ -356,7 +378,8 @@ impl QuotaStore {
                 }
             }
             _ => (
-                self.call_admit(&key, &member, &policy, req, None).await?,
+                self.call_admit(&key, &member, &policy, layers, req, None)
+                    .await?,
                 None,
             ),
         };
@@ -365,7 +388,7 @@ impl QuotaStore {
             match reply {
                 Verdict::Clock(now) => {
                     reply = self
-                        .call_admit(&key, &member, &policy, req, Some(now))
+                        .call_admit(&key, &member, &policy, layers, req, Some(now))
                         .await?
                 }
                 _ => break,
@@ -377,14 +400,17 @@ impl QuotaStore {
             }
         }
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
+        let layer_keys = || layers.iter().map(|(_, _, k)| k.clone()).collect();
         let mut admission = match reply {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
                 member,
                 admitted_at: window::from_millis(now),
                 channel: req.channel.to_string(),
+                layer_keys: layer_keys(),
                 rate: rate.zip(taken),
             }),
+            Verdict::Layered(now, blocks) => layered_refusal(&policy, layers, req.tz, now, blocks),
             Verdict::Refused(now, sends) => {
                 let sends: Vec<DateTime<Utc>> =
                     sends.into_iter().map(window::from_millis).collect();
@@ -409,6 +435,7 @@ impl QuotaStore {
                         member,
                         admitted_at: at,
                         channel: req.channel.to_string(),
+                        layer_keys: layer_keys(),
                         rate: rate.zip(taken),
                     },
                     retry_at: refusal.retry_at,
@@ -603,17 +630,19 @@ impl QuotaStore {
         Ok(())
     }
 
-    /// Whether job `id` of `recipient`, first seen at `first_seen`, is the newest of
-    /// the recipient's jobs with collapse key `field` (it is then registered as such).
+    /// Whether job `id` of `recipient` (of `tenant`), first seen at `first_seen`, is
+    /// the newest of the recipient's jobs with collapse key `field` (it is then
+    /// registered as such).
     pub async fn collapse(
         &self,
+        tenant: Option<&str>,
         recipient: &str,
         field: &str,
         id: &str,
         first_seen: DateTime<Utc>,
     ) -> Result<Collapse, StoreError> {
         self.count_call();
-        let key = self.keys.collapse(recipient);
+        let key = self.keys.for_tenant(tenant).collapse(recipient);
         let script = &self.scripts.collapse;
         crate::redis::collapse::collapse(
             &self.conn,
@@ -654,6 +683,20 @@ impl QuotaStore {
     }
 
     async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        if !ticket.layer_keys.is_empty() {
+            // the caps it was counted toward give it back too (one slot: one trip)
+            let zrem = |key: &String| {
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(key).arg(&ticket.member);
+                cmd
+            };
+            let keys = std::iter::once(&ticket.key).chain(&ticket.layer_keys);
+            let trips = self.conn.send_all(keys.map(zrem)).await?;
+            for _ in 0..trips {
+                self.count_call();
+            }
+            return Ok(());
+        }
         let mut conn = self.conn.clone();
         self.count_call();
         let _: i64 = redis::cmd("ZREM")
@@ -711,22 +754,16 @@ impl QuotaStore {
     /// `plan(&policy.rules, tz, now)`, made once per policy (as in force), zone and
     /// local date.
     fn cached_plan(&self, policy: &Arc<Policy>, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
-        let date = window::local_date(tz, now);
-        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((d, of, p)) = plans.get(policy.name.as_str()).and_then(|z| z.get(&tz)) {
-            if *d == date && Arc::ptr_eq(of, policy) {
-                return p.clone();
-            }
-        }
-        let mut made = plan(&policy.rules, tz, now);
-        made.shadow = policy.mode == Mode::Shadow;
-        made.suppressed_by = policy.suppressed_by.0;
-        let p = Arc::new(made);
-        plans
-            .entry(policy.name.clone())
-            .or_default()
-            .insert(tz, (date, policy.clone(), p.clone()));
-        p
+        let shadow = policy.mode == Mode::Shadow;
+        cached(
+            &self.plans,
+            &policy.name,
+            policy,
+            &policy.rules,
+            (shadow, policy.suppressed_by.0),
+            tz,
+            now,
+        )
     }
 
     async fn call_admit(
@@ -734,15 +771,31 @@ impl QuotaStore {
         key: &str,
         member: &[u8],
         policy: &Arc<Policy>,
+        layers: &[JobLayer],
         req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
-        let plan = self.cached_plan(
-            policy,
-            req.tz,
-            now.map(window::from_millis)
-                .unwrap_or_else(|| self.redis_now()),
-        );
+        let now = now
+            .map(window::from_millis)
+            .unwrap_or_else(|| self.redis_now());
+        let tz = req.tz;
+        let plan = self.cached_plan(policy, tz, now);
+        let layers = layers
+            .iter()
+            .map(|(cap, holds, key)| LayerArgs {
+                key: key.clone(),
+                plan: cached(
+                    &self.cap_plans,
+                    &cap.name,
+                    cap,
+                    &cap.rules,
+                    (false, 0),
+                    tz,
+                    now,
+                ),
+                holds: *holds,
+            })
+            .collect();
         let reply = match self
             .admitter
             .admit(AdmitArgs {
@@ -753,6 +806,7 @@ impl QuotaStore {
                     .suppressions
                     .load(Ordering::Relaxed)
                     .then(|| req.channel.to_string()),
+                layers,
             })
             .await
         {

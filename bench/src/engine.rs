@@ -156,6 +156,7 @@ pub fn sms_request<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         channel: "sms",
         category: "default",
         tz: chrono_tz::UTC,
+        tenant: None,
     }
 }
 

@@ -11,7 +11,9 @@
 //!   the worker's broker settings (quorum queues, persistent messages, publisher
 //!   confirms, manual acks after the confirm, the same prefetch); no Redis.
 //! - **engine** ([`engine`]): `redis-benchmark` running `lua/admit.lua` by EVALSHA,
-//!   then the engine's own admissions with many in flight, on the same Redis.
+//!   then the engine's own admissions with many in flight, on the same Redis; then
+//!   ([`layers`]) Redis's time and CPU per job with one layer (the policy) and with
+//!   three (two caps over it), on a private `redis-server`.
 //! - **rate** ([`rate`]): one channel's rate key, one call per decision against the
 //!   engine's batched takes.
 //! - **a**, **b**, **c** ([`mixes`]): (a) all allowed, (b) Zipf-skewed recipients
@@ -55,6 +57,7 @@ mod engine;
 mod jobs;
 mod lanes;
 mod latency;
+mod layers;
 mod memory;
 mod metrics;
 mod mixes;

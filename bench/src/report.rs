@@ -160,6 +160,8 @@ pub struct Report {
     pub engine_admissions_per_sec: f64,
     pub engine_ratio: Option<f64>,
     pub engine_redis_calls_per_admission: f64,
+    /// Redis's time per job with one layer (the policy) and with three (two caps).
+    pub engine_layers: Option<LayersCost>,
     /// One channel's rate key: decisions per second, one per call (redis-benchmark).
     pub rate_key_evalsha_per_sec: Option<f64>,
     /// The same key through the engine's batched takes, 256 jobs asking at once.
@@ -227,4 +229,17 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 pub fn write(r: &Report, out: &Path) -> Result<()> {
     std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(r)?)?;
     Ok(())
+}
+
+/// Redis's time per admitted job, in microseconds, with one layer and with three.
+#[derive(Serialize, Debug, Default, Clone, Copy)]
+pub struct LayersCost {
+    /// `EVALSHA` time per job (`cmdstat_evalsha` usec / jobs), the policy alone.
+    pub evalsha_us_one_layer: f64,
+    /// The same with the policy and two caps.
+    pub evalsha_us_three_layers: f64,
+    /// Redis CPU (user + system) per job, the policy alone.
+    pub cpu_us_one_layer: f64,
+    /// The same with the policy and two caps.
+    pub cpu_us_three_layers: f64,
 }

@@ -10,7 +10,8 @@ use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
 use crate::{
-    cluster, engine, lanes, latency, memory, mixes, plot, rate, report, sample, scale, table,
+    cluster, engine, lanes, latency, layers, memory, mixes, plot, rate, report, sample, scale,
+    table,
 };
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
@@ -26,6 +27,7 @@ pub async fn run(args: Args) -> Result<()> {
     };
     if b.args.runs("engine") {
         engine::step(&b, &mut report).await?;
+        layers::step(&b, &mut report).await?;
     }
     if b.args.runs("rate") {
         rate::step(&b, &mut report).await?;

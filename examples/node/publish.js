@@ -21,7 +21,7 @@ const lanesExchange = process.env.QUOTA_WORKER__LANES__EXCHANGE || 'notify.lanes
 const LANES = ['urgent', 'normal', 'bulk'];
 
 const USAGE = `usage: node publish.js --recipient R --channel C [--category C] [--timezone ZONE]
-                       [--payload JSON] [--priority urgent|normal|bulk] [--id ID]`;
+                       [--tenant T] [--payload JSON] [--priority urgent|normal|bulk] [--id ID]`;
 
 function readJob() {
   const { values } = parseArgs({
@@ -30,6 +30,7 @@ function readJob() {
       channel: { type: 'string' }, // a configured channel, e.g. sms, email, push
       category: { type: 'string' }, // selects the quota policy (default: default)
       timezone: { type: 'string' }, // the recipient's IANA zone
+      tenant: { type: 'string' }, // the recipient's tenant: counted apart from other tenants'
       payload: { type: 'string' }, // any JSON, passed through untouched
       priority: { type: 'string' }, // its lane while its channel's rate makes it wait
       id: { type: 'string' }, // the idempotency key (default: a new UUID)
@@ -43,6 +44,7 @@ function readJob() {
     if (!LANES.includes(values.priority)) throw new Error('--priority is urgent, normal or bulk');
     job.priority = values.priority;
   }
+  if (values.tenant !== undefined) job.tenant = values.tenant;
   if (values.payload !== undefined) {
     try {
       job.payload = JSON.parse(values.payload);

@@ -36,6 +36,7 @@ def main():
     parser.add_argument("--channel", required=True, help="a configured channel, e.g. sms, email, push")
     parser.add_argument("--category", help="selects the quota policy (default: default)")
     parser.add_argument("--timezone", help="the recipient's IANA zone, e.g. Asia/Shanghai")
+    parser.add_argument("--tenant", help="the recipient's tenant: counted apart from other tenants'")
     parser.add_argument("--payload", type=json_value, help="any JSON, passed through untouched")
     parser.add_argument(
         "--priority",
@@ -46,7 +47,7 @@ def main():
     args = parser.parse_args()
 
     job = {"id": args.id or str(uuid.uuid4()), "recipient": args.recipient, "channel": args.channel}
-    for field in ("category", "timezone", "priority", "payload"):
+    for field in ("category", "timezone", "tenant", "priority", "payload"):
         if getattr(args, field) is not None:
             job[field] = getattr(args, field)
     # compact UTF-8 JSON; the worker dispatches these bytes as they are

@@ -16,6 +16,8 @@ use crate::priority::Priority;
 pub const MAX_ID_CHARS: usize = 128;
 /// Longest accepted recipient, in characters.
 pub const MAX_RECIPIENT_CHARS: usize = 256;
+/// Longest accepted tenant, in characters.
+pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted collapse key, in characters.
 pub const MAX_COLLAPSE_KEY_CHARS: usize = 128;
 
@@ -41,6 +43,8 @@ pub struct Job<'a> {
     pub collapse_key: Option<Cow<'a, str>>,
     /// The lane the job asked for; `None`: its policy's.
     pub priority: Option<Priority>,
+    /// The tenant: its recipients are counted apart from other tenants'.
+    pub tenant: Option<Cow<'a, str>>,
 }
 
 /// Why a body is not a job.
@@ -68,6 +72,7 @@ struct Wire<'a> {
     collapse_key: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     priority: Option<Cow<'a, str>>,
+    tenant: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -146,6 +151,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
                 .map_err(|e| Malformed(format!("the field `priority` is {e}")))?,
         ),
     };
+    let tenant = match wire.tenant {
+        None => None,
+        Some(t) => Some(required("tenant", Some(t), MAX_TENANT_CHARS)?),
+    };
     Ok(Job {
         id,
         recipient,
@@ -156,6 +165,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         not_before,
         collapse_key,
         priority,
+        tenant,
     })
 }
 

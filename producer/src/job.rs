@@ -68,6 +68,12 @@ pub struct Job {
     /// its policy's (`normal` unless the policy says otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// The tenant the recipient belongs to (1 to 64 characters): the same recipient
+    /// under two tenants is counted as two, and the tenant's overrides of policies
+    /// and caps apply; absent or null: no tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub tenant: Option<String>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -89,6 +95,7 @@ impl Job {
             not_before: None,
             collapse_key: None,
             priority: None,
+            tenant: None,
             payload: None,
             extra: Map::new(),
         }
@@ -135,6 +142,13 @@ impl Job {
     /// Put it in a lane (`urgent`, `normal` or `bulk`) instead of its policy's.
     pub fn priority(mut self, priority: Priority) -> Job {
         self.priority = Some(priority);
+        self
+    }
+
+    /// Set the tenant: its recipients are counted apart from other tenants', and its
+    /// overrides of policies and caps apply.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Job {
+        self.tenant = Some(tenant.into());
         self
     }
 

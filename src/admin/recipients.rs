@@ -1,5 +1,6 @@
-//! A recipient's recorded sends: each rule's count and limit, the next allowed
-//! instant, and the admin's import of past sends (`record`) and reset.
+//! A recipient's recorded sends, layer by layer (its policies, then the caps): each
+//! rule's count and limit, the next allowed instant, and the admin's import of past
+//! sends (`record`) and reset.
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -80,11 +81,35 @@ pub struct PolicyStatus {
     pub next_allowed: Option<NextAllowed>,
 }
 
+/// A recipient's sends under one cap (and channel, for a per-channel cap).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapStatus {
+    /// The cap's name.
+    pub cap: String,
+    /// The channel, for a cap that counts per channel.
+    pub channel: Option<String>,
+    /// `enforce` or `shadow`.
+    pub mode: &'static str,
+    /// The Redis key.
+    pub key: String,
+    /// When the key expires (UTC), if it exists and has an expiry.
+    pub key_expires_at: Option<DateTime<Utc>>,
+    /// Every send remembered, oldest first.
+    pub sends: Vec<Send>,
+    /// Each rule.
+    pub rules: Vec<RuleStatus>,
+    /// The next instant this cap allows a send (its own rules alone; a job waits
+    /// for the latest of its layers'); `None`: never.
+    pub next_allowed: Option<NextAllowed>,
+}
+
 /// What `admin recipient` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecipientStatus {
     /// The recipient's hash tag (the recipient itself is never stored).
     pub recipient_tag: String,
+    /// The tenant asked about (`None`: the recipient with no tenant).
+    pub tenant: Option<String>,
     /// The zone used for calendar windows.
     pub timezone: String,
     /// Redis time.
@@ -96,6 +121,9 @@ pub struct RecipientStatus {
     pub policies: Vec<PolicyStatus>,
     /// Its suppressions in force (on the query's channel, when it names one).
     pub suppressions: Vec<super::SuppressionInfo>,
+    /// One entry per cap (and channel) configured for the tenant: every layer
+    /// above the policies.
+    pub caps: Vec<CapStatus>,
 }
 
 /// Which keys of a recipient a command looks at.
@@ -109,6 +137,8 @@ pub struct RecipientQuery<'a> {
     pub channel: Option<&'a str>,
     /// The recipient's zone.
     pub tz: Tz,
+    /// The recipient's tenant (`None`: no tenant).
+    pub tenant: Option<&'a str>,
 }
 
 /// Reads and edits a recipient's recorded sends.
@@ -140,9 +170,13 @@ impl<'a> Recipients<'a> {
     /// The (policy, channel) pairs a query covers.
     fn targets(&self, q: &RecipientQuery<'_>) -> Result<Vec<(Policy, Option<String>)>, AdminError> {
         self.check_channel(q.channel)?;
+        let rules = self.store.rules();
         let policies: Vec<Policy> = match q.category {
-            Some(c) => vec![(*self.store.policy(c)).clone()],
-            None => self.settings.policies(),
+            Some(c) => vec![(**rules.policy_of(c, q.tenant)).clone()],
+            None => rules
+                .policies()
+                .map(|p| (**rules.policy_of(&p.name, q.tenant)).clone())
+                .collect(),
         };
         let mut out = Vec::new();
         for p in policies {
@@ -163,48 +197,15 @@ impl<'a> Recipients<'a> {
     /// per policy, at Redis time.
     pub async fn status(&self, q: &RecipientQuery<'_>) -> Result<RecipientStatus, AdminError> {
         let targets = self.targets(q)?;
+        let rules = self.store.rules();
         let now = self.store.sync_clock().await?;
-        let keys = self.store.keys();
+        let keys = self.store.keys().for_tenant(q.tenant);
         let mut conn = self.store.connection();
         let mut policies = Vec::new();
         for (policy, channel) in targets {
             let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
-            let (members, pttl): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
-                .cmd("ZRANGE")
-                .arg(&key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .cmd("PTTL")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await?;
-            let mut sends: Vec<(Vec<u8>, i64)> = members
-                .into_iter()
-                .map(|(m, score)| (m, score.round() as i64))
-                .collect();
-            sends.sort_by_key(|(_, score)| *score);
-            let instants: Vec<DateTime<Utc>> = sends
-                .iter()
-                .map(|(_, s)| window::from_millis(s.div_euclid(2)))
-                .collect();
-            let rules = policy
-                .rules
-                .iter()
-                .map(|rule| {
-                    let count = instants
-                        .iter()
-                        .filter(|&&t| window::counts(rule.window, q.tz, now, t))
-                        .count() as u32;
-                    RuleStatus {
-                        window: rule.window.to_string(),
-                        limit: rule.limit,
-                        count,
-                        window_start: window::window_start(rule.window, q.tz, now).0,
-                        full: count >= rule.limit,
-                    }
-                })
-                .collect();
+            let read = read_layer(&mut conn, &key, &policy.rules, q.tz, now).await?;
+            let (instants, rules) = (&read.instants, read.rules);
             let channel_windows = channel
                 .as_deref()
                 .or(q.channel)
@@ -220,7 +221,7 @@ impl<'a> Recipients<'a> {
                 sets.push(w);
                 send_windows.push(format!("channel {c}: {w}"));
             }
-            let next_allowed = window::earliest_allowed(&policy.rules, q.tz, now, &instants)
+            let next_allowed = window::earliest_allowed(&policy.rules, q.tz, now, instants)
                 .and_then(|t| send_windows::next_open(&sets, q.tz, t))
                 .map(|(t, _)| NextAllowed {
                     utc: t,
@@ -232,42 +233,65 @@ impl<'a> Recipients<'a> {
                 channel,
                 action: format!("{:?}", policy.action).to_lowercase(),
                 key,
-                key_expires_at: (pttl >= 0).then(|| now + chrono::Duration::milliseconds(pttl)),
-                sends: sends
-                    .iter()
-                    .zip(&instants)
-                    .map(|((member, score), &at)| Send {
-                        member: hex(member),
-                        at,
-                        at_local: at.with_timezone(&q.tz).to_rfc3339(),
-                        state: if score.rem_euclid(2) == 1 {
-                            "committed"
-                        } else {
-                            "reserved"
-                        },
-                        counting: policy
-                            .rules
-                            .iter()
-                            .any(|r| window::counts(r.window, q.tz, now, at)),
-                    })
-                    .collect(),
+                key_expires_at: read.key_expires_at,
+                sends: read.sends,
                 rules,
                 send_windows,
                 next_allowed,
             });
         }
+        let mut caps = Vec::new();
+        for cap in rules.caps_of(q.tenant) {
+            let shown = |c: &str| {
+                cap.channels
+                    .as_ref()
+                    .is_none_or(|l| l.iter().any(|x| x == c))
+                    && q.channel.is_none_or(|x| x == c)
+            };
+            let channels: Vec<Option<String>> = match cap.scope {
+                Scope::Recipient => vec![None],
+                Scope::Channel => self
+                    .settings
+                    .channels
+                    .keys()
+                    .filter(|c| shown(c))
+                    .map(|c| Some(c.clone()))
+                    .collect(),
+            };
+            for channel in channels {
+                let key = keys.cap(q.recipient, &cap.name, channel.as_deref());
+                let read = read_layer(&mut conn, &key, &cap.rules, q.tz, now).await?;
+                let next = window::earliest_allowed(&cap.rules, q.tz, now, &read.instants);
+                caps.push(CapStatus {
+                    cap: cap.name.clone(),
+                    channel,
+                    mode: cap.mode.as_str(),
+                    key,
+                    key_expires_at: read.key_expires_at,
+                    sends: read.sends,
+                    rules: read.rules,
+                    next_allowed: next.map(|t| NextAllowed {
+                        utc: t,
+                        local: t.with_timezone(&q.tz).to_rfc3339(),
+                        now: t <= now,
+                    }),
+                });
+            }
+        }
         let waiting = if self.settings.redis.notes {
-            Some(notes::waiting(&self.store.connection(), keys, q.recipient, now).await?)
+            Some(notes::waiting(&self.store.connection(), &keys, q.recipient, now).await?)
         } else {
             None
         };
         Ok(RecipientStatus {
             recipient_tag: keys.recipient_tag(q.recipient),
+            tenant: q.tenant.map(str::to_string),
             timezone: q.tz.name().to_string(),
             now,
             waiting,
             policies,
             suppressions: super::suppressions::list(self.store, q.recipient, q.channel).await?,
+            caps,
         })
     }
 
@@ -281,7 +305,10 @@ impl<'a> Recipients<'a> {
         id: &str,
     ) -> Result<Recorded, AdminError> {
         self.check_channel(q.channel)?;
-        let policy = self.store.policy(q.category.unwrap_or("default")).clone();
+        let rules = self.store.rules();
+        let policy = rules
+            .policy_of(q.category.unwrap_or("default"), q.tenant)
+            .clone();
         let channel = match (policy.scope, q.channel) {
             (Scope::Recipient, _) => None,
             (Scope::Channel, Some(c)) => Some(c),
@@ -314,10 +341,11 @@ impl<'a> Recipients<'a> {
                 policy.name
             )));
         }
-        let key = self
-            .store
-            .keys()
-            .recipient(q.recipient, &policy.name, channel);
+        let key =
+            self.store
+                .keys()
+                .for_tenant(q.tenant)
+                .recipient(q.recipient, &policy.name, channel);
         let script = &self.store.scripts().import;
         let conn = self.store.connection();
         let reply = import::import_send(&conn, script, &key, &keys::member(id), at, until).await?;
@@ -332,10 +360,10 @@ impl<'a> Recipients<'a> {
         })
     }
 
-    /// Delete every key of the recipient: all policies, and every channel of the
-    /// per-channel ones. Returns how many keys existed.
-    pub async fn reset(&self, recipient: &str) -> Result<u32, AdminError> {
-        let keys = self.store.keys();
+    /// Delete every key of the recipient (of `tenant`): all policies and caps, and
+    /// every channel of the per-channel ones. Returns how many keys existed.
+    pub async fn reset(&self, recipient: &str, tenant: Option<&str>) -> Result<u32, AdminError> {
+        let keys = self.store.keys().for_tenant(tenant);
         let mut names = Vec::new();
         for p in self.settings.policies() {
             names.push(keys.recipient(recipient, &p.name, None));
@@ -343,10 +371,90 @@ impl<'a> Recipients<'a> {
                 names.push(keys.recipient(recipient, &p.name, Some(c)));
             }
         }
+        for c in self.settings.caps.keys() {
+            names.push(keys.cap(recipient, c, None));
+            for ch in self.settings.channels.keys() {
+                names.push(keys.cap(recipient, c, Some(ch)));
+            }
+        }
         let mut conn = self.store.connection();
         let deleted: u32 = redis::cmd("DEL").arg(&names).query_async(&mut conn).await?;
         Ok(deleted)
     }
+}
+
+/// One layer's sorted set, read at `now`: its sends, each rule's count, and when
+/// the key expires.
+struct LayerRead {
+    sends: Vec<Send>,
+    instants: Vec<DateTime<Utc>>,
+    rules: Vec<RuleStatus>,
+    key_expires_at: Option<DateTime<Utc>>,
+}
+
+async fn read_layer(
+    conn: &mut crate::redis::RedisConn,
+    key: &str,
+    rules: &[window::Rule],
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Result<LayerRead, AdminError> {
+    let (members, pttl): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await?;
+    let mut sends: Vec<(Vec<u8>, i64)> = members
+        .into_iter()
+        .map(|(m, score)| (m, score.round() as i64))
+        .collect();
+    sends.sort_by_key(|(_, score)| *score);
+    let instants: Vec<DateTime<Utc>> = sends
+        .iter()
+        .map(|(_, s)| window::from_millis(s.div_euclid(2)))
+        .collect();
+    let statuses = rules
+        .iter()
+        .map(|rule| {
+            let count = instants
+                .iter()
+                .filter(|&&t| window::counts(rule.window, tz, now, t))
+                .count() as u32;
+            RuleStatus {
+                window: rule.window.to_string(),
+                limit: rule.limit,
+                count,
+                window_start: window::window_start(rule.window, tz, now).0,
+                full: count >= rule.limit,
+            }
+        })
+        .collect();
+    let sends = sends
+        .iter()
+        .zip(&instants)
+        .map(|((member, score), &at)| Send {
+            member: hex(member),
+            at,
+            at_local: at.with_timezone(&tz).to_rfc3339(),
+            state: if score.rem_euclid(2) == 1 {
+                "committed"
+            } else {
+                "reserved"
+            },
+            counting: rules.iter().any(|r| window::counts(r.window, tz, now, at)),
+        })
+        .collect();
+    Ok(LayerRead {
+        sends,
+        instants,
+        rules: statuses,
+        key_expires_at: (pttl >= 0).then(|| now + chrono::Duration::milliseconds(pttl)),
+    })
 }
 
 /// What `record` did.

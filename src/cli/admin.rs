@@ -167,6 +167,9 @@ pub struct RecipientArgs {
     /// The recipient's zone (default: worker.default_timezone).
     #[arg(long, global = true, value_parser = parse_zone)]
     pub timezone: Option<Tz>,
+    /// The recipient's tenant, as jobs carry it (default: no tenant).
+    #[arg(long, global = true)]
+    pub tenant: Option<String>,
     /// Print JSON.
     #[arg(long, global = true)]
     pub json: bool,
@@ -580,6 +583,7 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
         category: args.category.as_deref(),
         channel: args.channel.as_deref(),
         tz,
+        tenant: args.tenant.as_deref(),
     };
     match args.action {
         None => {
@@ -625,7 +629,9 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             return super::suppress::edit(&store, settings, &args, None).await;
         }
         Some(RecipientAction::Reset) => {
-            let deleted = recipients.reset(&args.recipient).await?;
+            let deleted = recipients
+                .reset(&args.recipient, args.tenant.as_deref())
+                .await?;
             if args.json {
                 print_json(&serde_json::json!({ "deleted_keys": deleted }))?;
             } else {
@@ -638,8 +644,12 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
 
 fn print_status(s: &RecipientStatus) {
     println!(
-        "recipient {} (zone {}), Redis time {}",
+        "recipient {}{} (zone {}), Redis time {}",
         s.recipient_tag,
+        s.tenant
+            .as_ref()
+            .map(|t| format!(" of tenant {t}"))
+            .unwrap_or_default(),
         s.timezone,
         s.now.to_rfc3339()
     );
@@ -688,12 +698,33 @@ fn print_status(s: &RecipientStatus) {
         for w in &p.send_windows {
             println!("  send windows of the {w}");
         }
-        match &p.next_allowed {
-            None => {
-                println!("  next allowed: never (a limit of 0, or windows never open together)")
-            }
-            Some(n) if n.now => println!("  next allowed: now"),
-            Some(n) => println!("  next allowed: {} ({})", n.local, n.utc.to_rfc3339()),
+        print_next(&p.next_allowed);
+    }
+    for c in &s.caps {
+        let channel = c
+            .channel
+            .as_ref()
+            .map(|c| format!(", channel {c}"))
+            .unwrap_or_default();
+        println!("\ncap {}{channel} ({})", c.cap, c.mode);
+        for r in &c.rules {
+            println!(
+                "  {:>3} of {:<3} per {:<6}{}",
+                r.count,
+                r.limit,
+                r.window,
+                if r.full { "  full" } else { "" }
+            );
         }
+        println!("  {} recorded send(s)", c.sends.len());
+        print_next(&c.next_allowed);
+    }
+}
+
+fn print_next(next: &Option<quota_worker::admin::recipients::NextAllowed>) {
+    match next {
+        None => println!("  next allowed: never (a limit of 0, or windows never open together)"),
+        Some(n) if n.now => println!("  next allowed: now"),
+        Some(n) => println!("  next allowed: {} ({})", n.local, n.utc.to_rfc3339()),
     }
 }

@@ -56,6 +56,10 @@ pub struct PublishArgs {
     /// bulk (default: its policy's). Published to the lanes exchange.
     #[arg(long, requires = "recipient")]
     pub priority: Option<Priority>,
+    /// Tenant: its recipients are counted apart from other tenants', and its
+    /// overrides of policies and caps apply.
+    #[arg(long, requires = "recipient")]
+    pub tenant: Option<String>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -104,6 +108,7 @@ async fn publish_one(
         not_before: args.not_before,
         collapse_key: args.collapse_key,
         priority: args.priority,
+        tenant: args.tenant,
         payload: args.payload,
         extra: Default::default(),
     };

@@ -8,8 +8,9 @@
 //!
 //! One file per section, each with its type, its checks and its tests: `amqp`,
 //! `redis` (with Sentinel), `worker`, `http`, `policies` (built into
-//! [`crate::quota::policy::Policy`]) and `channels` (their rates built into
-//! [`crate::quota::policy::Rate`]). Around them: how durations, zones and windows
+//! [`crate::quota::policy::Policy`]), `channels` (their rates built into
+//! [`crate::quota::policy::Rate`]), `caps` (built into [`crate::quota::caps::Cap`])
+//! and `tenants` (overrides of policies and caps). Around them: how durations, zones and windows
 //! are written (`text`), the environment and `_FILE` layer (`env`), where a key
 //! was set (`locate`), the errors (`error`), what `config check` prints (`report`)
 //! and what a reload cannot change (`restart`). The settings are data; the only
@@ -21,6 +22,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 mod amqp;
+mod caps;
 mod channels;
 mod endpoint;
 mod env;
@@ -33,12 +35,14 @@ mod policies;
 mod redis;
 mod report;
 mod restart;
+mod tenants;
 #[cfg(test)]
 mod tests;
 mod text;
 mod worker;
 
 pub use amqp::{AmqpSettings, QueueType};
+pub use caps::{CapSettings, MatchSettings};
 pub use channels::ChannelSettings;
 pub use endpoint::Endpoint;
 pub use env::{ENV_PREFIX, SECRET_KEYS};
@@ -50,6 +54,7 @@ pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{RedisSettings, SentinelSettings};
 pub use report::redact_url;
+pub use tenants::TenantSettings;
 pub use text::Dur;
 pub use worker::WorkerSettings;
 
@@ -90,6 +95,13 @@ pub struct Settings {
     pub feedback: FeedbackSettings,
     /// How long a bounce suppresses (`[suppression]`).
     pub suppression: SuppressionSettings,
+    /// The caps by name (`[caps.NAME]`), checked for every job they match in
+    /// addition to its policy; none by default.
+    #[serde(default)]
+    pub caps: BTreeMap<String, CapSettings>,
+    /// Per-tenant overrides of policies and caps (`[tenants.NAME]`); none by default.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantSettings>,
 }
 
 impl Settings {
@@ -192,7 +204,15 @@ impl Settings {
         self.suppression.validate()?;
         policies::validate(&self.policies, self.redis.record_ttl.0)?;
         channels::validate(&self.channels)?;
-        self.lanes.validate(&self.channels)
+        self.lanes.validate(&self.channels)?;
+        caps::validate(&self.caps, &self.channels)?;
+        tenants::validate(
+            &self.tenants,
+            &self.policies,
+            &self.caps,
+            &self.channels,
+            self.redis.record_ttl.0,
+        )
     }
 
     /// The broker URLs the worker connects to, in the order it tries them:
@@ -220,6 +240,28 @@ impl Settings {
             .iter()
             .map(|(name, p)| policies::build(name, p))
             .collect()
+    }
+
+    /// Every cap, as read.
+    pub fn caps(&self) -> Vec<crate::quota::caps::Cap> {
+        self.caps
+            .iter()
+            .map(|(name, c)| caps::build(name, c))
+            .collect()
+    }
+
+    /// A tenant's overrides, built: its policies and its caps.
+    pub fn tenant_overrides(&self, tenant: &str) -> (Vec<Policy>, Vec<crate::quota::caps::Cap>) {
+        let Some(t) = self.tenants.get(tenant) else {
+            return Default::default();
+        };
+        let p = t
+            .policies
+            .iter()
+            .map(|(n, p)| policies::build(n, p))
+            .collect();
+        let c = t.caps.iter().map(|(n, c)| caps::build(n, c)).collect();
+        (p, c)
     }
 
     /// A channel's send windows; `None` when it has none (or is not configured).

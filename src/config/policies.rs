@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
 use super::text::{send_windows_text, window_text, Dur};
+use crate::quota::caps::CapsMode;
 use crate::quota::lanes::Priority;
 use crate::quota::policy::{Action, Mode, Policy, Scope};
 use crate::quota::send_windows::SendWindows;
@@ -73,6 +74,11 @@ pub struct PolicySettings {
     /// someone who unsubscribed from promotions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suppressed_by: Option<Vec<Kind>>,
+    /// What the caps (`[caps.NAME]`) do to its jobs: `enforce` (the default: held by
+    /// the caps that match them, and counted toward them), `count` (never held by
+    /// them, but counted toward them) or `ignore` (neither).
+    #[serde(default)]
+    pub caps: CapsMode,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -87,10 +93,20 @@ pub(super) fn validate(
             "a `default` policy is required",
         ));
     }
+    validate_each(policies, record_ttl, "")
+}
+
+/// Check each policy's `max_wait`, naming keys under `prefix` (`""`, or a tenant's
+/// `tenants.NAME.`).
+pub(super) fn validate_each(
+    policies: &BTreeMap<String, PolicySettings>,
+    record_ttl: Duration,
+    prefix: &str,
+) -> Result<(), ConfigError> {
     for (name, p) in policies {
         if p.max_wait.is_some_and(|d| d.0 < Duration::from_secs(1)) {
             return Err(invalid(
-                format!("policies.{name}.max_wait"),
+                format!("{prefix}policies.{name}.max_wait"),
                 "must be at least 1s (leave it out for no bound)",
             ));
         }
@@ -134,6 +150,7 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
             None if name == "transactional" => Kinds::of(&[Kind::Bounced]),
             None => Kinds::ALL,
         },
+        caps: p.caps,
     }
 }
 

@@ -12,7 +12,8 @@ use crate::tls::TlsSettings;
 
 impl Settings {
     /// What a careful operator should know before running this configuration:
-    /// the built-in hash key, and TLS verification turned off. `run` logs each one
+    /// the built-in hash key, TLS verification turned off, and a cap matching a
+    /// category no policy is named (categories are open: never an error). `run` logs each one
     /// as a warning on every start; `config check` prints them.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -34,6 +35,17 @@ impl Settings {
                      not verified, so anyone on the network path can pose as the server and \
                      read the credentials and every message"
                 ));
+            }
+        }
+        for (name, cap) in &self.caps {
+            for c in cap.matches.categories.iter().flatten() {
+                if !self.policies.contains_key(c) {
+                    out.push(format!(
+                        "caps.{name}.match.categories names `{c}`, which no policy is named: \
+                         the cap still matches jobs of that category (they meet policy \
+                         `default`), but check the spelling"
+                    ));
+                }
             }
         }
         out

@@ -20,6 +20,7 @@ fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
         not_before: None,
         collapse_key: None,
         priority: None,
+        tenant: None,
     }
 }
 
@@ -35,6 +36,7 @@ fn policy() -> Policy {
         mode: Mode::Enforce,
         priority: Default::default(),
         suppressed_by: crate::quota::suppression::Kinds::ALL,
+        caps: Default::default(),
     }
 }
 
@@ -382,4 +384,64 @@ fn a_refused_dispatch_backs_off_to_five_minutes() {
         .map(|attempt| (retry_refused_dispatch_at(attempt, now) - now).num_seconds())
         .to_vec();
     assert_eq!(waits, [5, 10, 20, 160, 300, 300]);
+}
+
+#[test]
+fn a_cap_holds_drops_or_never_admits_naming_itself() {
+    let now = at(10, 0);
+    let capped = |retry_at, action| Admission::Capped {
+        retry_at,
+        action,
+        policy: "default".into(),
+        cap: "daily_total".into(),
+        rule: Some(Rule {
+            limit: 5,
+            window: Window::CalendarDays(1),
+        }),
+        seen: 5,
+    };
+    let p = policy();
+    let c = cx(&p);
+    let held = after_admission(&job(None), &c, capped(Some(at(23, 0)), Action::Delay), now);
+    let Decision::Delay { until, cause } = held else {
+        panic!("{held:?}")
+    };
+    assert_eq!(until, at(23, 0));
+    assert_eq!(cause.to_string(), "cap daily_total: 5 per 1d");
+    assert_eq!(cause.label(), "cap");
+    let dead_letter = |d: Decision| match d {
+        Decision::Dead(d) => d,
+        other => panic!("{other:?}"),
+    };
+    let dropped = dead_letter(after_admission(
+        &job(None),
+        &c,
+        capped(Some(at(23, 0)), Action::Drop),
+        now,
+    ));
+    assert_eq!(dropped.reason, Reason::Capped);
+    assert!(
+        dropped
+            .detail
+            .starts_with("cap daily_total: 5 per 1d refused it"),
+        "{}",
+        dropped.detail
+    );
+    let never = dead_letter(after_admission(
+        &job(None),
+        &c,
+        capped(None, Action::Delay),
+        now,
+    ));
+    assert_eq!(never.reason, Reason::Capped);
+    // max_wait bounds a cap's hold as a policy's
+    let mut p = policy();
+    p.max_wait = Some(Duration::hours(1));
+    let late = after_admission(
+        &job(None),
+        &cx(&p),
+        capped(Some(at(23, 0)), Action::Delay),
+        now,
+    );
+    assert_eq!(dead_letter(late).reason, Reason::Capped);
 }

@@ -31,6 +31,23 @@ impl Keys {
         }
     }
 
+    /// The key names for the recipients of `tenant`: the same phone number under two
+    /// tenants is two recipients, so the tenant keys the hash (a recipient with no
+    /// tenant keeps the names it always had).
+    pub fn for_tenant(&self, tenant: Option<&str>) -> std::borrow::Cow<'_, Keys> {
+        match tenant {
+            None => std::borrow::Cow::Borrowed(self),
+            Some(t) => {
+                let mut hasher = blake3::Hasher::new_keyed(&self.recipient_key);
+                hasher.update(b"tenant\0").update(t.as_bytes());
+                std::borrow::Cow::Owned(Keys {
+                    prefix: self.prefix.clone(),
+                    recipient_key: *hasher.finalize().as_bytes(),
+                })
+            }
+        }
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -55,6 +72,25 @@ impl Keys {
         key.push_str(&tag);
         key.push_str("}:");
         key.push_str(policy);
+        if let Some(c) = channel {
+            key.push(':');
+            key.push_str(c);
+        }
+        key
+    }
+
+    /// The sorted set of a recipient's sends under cap `cap` (and `channel`, when the
+    /// cap counts per channel): `prefix:{tag}/cap/NAME[:channel]`, in the slot of the
+    /// recipient's other keys and apart from every policy's (`}:`).
+    pub fn cap(&self, recipient: &str, cap: &str, channel: Option<&str>) -> String {
+        let tag = self.recipient_tag(recipient);
+        let extra = channel.map_or(0, |c| c.len() + 1);
+        let mut key = String::with_capacity(self.prefix.len() + tag.len() + cap.len() + 8 + extra);
+        key.push_str(&self.prefix);
+        key.push_str(":{");
+        key.push_str(&tag);
+        key.push_str("}/cap/");
+        key.push_str(cap);
         if let Some(c) = channel {
             key.push(':');
             key.push_str(c);
@@ -223,6 +259,26 @@ mod tests {
             keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced")
         );
         assert_eq!(tag(&keys.throttle_mark("sms", "j")), tag(&keys.rate("sms")));
+    }
+
+    #[test]
+    fn a_tenant_makes_other_recipients_in_slots_of_their_own() {
+        let keys = Keys::new("qw", "secret");
+        let plain = keys.for_tenant(None);
+        assert_eq!(plain.recipient_tag("+1"), keys.recipient_tag("+1"));
+        let (a, b) = (keys.for_tenant(Some("a")), keys.for_tenant(Some("b")));
+        assert_ne!(a.recipient_tag("+1"), keys.recipient_tag("+1"));
+        assert_ne!(a.recipient_tag("+1"), b.recipient_tag("+1"));
+        assert_eq!(
+            a.recipient_tag("+1"),
+            keys.for_tenant(Some("a")).recipient_tag("+1")
+        );
+        let t = a.recipient_tag("+1");
+        assert_eq!(a.cap("+1", "daily", None), format!("qw:{{{t}}}/cap/daily"));
+        assert_eq!(
+            a.cap("+1", "daily", Some("sms")),
+            format!("qw:{{{t}}}/cap/daily:sms")
+        );
     }
 
     #[test]

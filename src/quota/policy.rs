@@ -81,6 +81,8 @@ pub struct Policy {
     pub priority: super::lanes::Priority,
     /// The kinds of suppression that dead-letter its jobs (`suppressed`).
     pub suppressed_by: super::suppression::Kinds,
+    /// What the caps ([`super::caps`]) do to its jobs.
+    pub caps: super::caps::CapsMode,
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.

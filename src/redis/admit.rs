@@ -51,6 +51,20 @@ pub(crate) struct AdmitArgs {
     /// The job's channel, given only while some recipient may be suppressed (the
     /// call then carries the suppression section of `lua/admit.lua`).
     pub channel: Option<String>,
+    /// The caps the job meets, in order (empty for most jobs: then the call carries
+    /// nothing more for it).
+    pub layers: Vec<LayerArgs>,
+}
+
+/// One cap a job meets, as the script takes it.
+#[derive(Debug, Clone)]
+pub struct LayerArgs {
+    /// The cap's sorted set for the job's recipient (in the slot of the job's key).
+    pub key: String,
+    /// The cap's calendar bounds.
+    pub plan: Arc<Plan>,
+    /// Whether the cap may refuse the job (else it only counts it).
+    pub holds: bool,
 }
 
 /// One job's answer from `lua/admit.lua`; each carries the call's Redis time `now`
@@ -78,6 +92,10 @@ pub(crate) enum Verdict {
     /// The recipient is suppressed on the job's channel by a kind its policy is
     /// held by: the kind's bit, since and until (ms; 0: until removed).
     Suppressed(i64, u8, i64, i64),
+    /// A job with layers, refused by its policy or a cap: the times (ms) of the
+    /// sends each layer remembers, its policy's first, then each cap's in the order
+    /// given (none for a cap that only counts).
+    Layered(i64, Vec<Vec<i64>>),
 }
 
 impl Verdict {
@@ -93,6 +111,7 @@ impl Verdict {
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now)
             | Verdict::Suppressed(now, ..) => *now,
+            Verdict::Layered(now, _) => *now,
         }
     }
 }
@@ -127,6 +146,18 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             5 => Verdict::WrongType(now),
             7 => Verdict::Elsewhere(now),
             8 => {
+                let (&n, tail) = rest.split_first()?;
+                rest = tail;
+                let mut blocks = Vec::with_capacity(usize::try_from(n).ok()?.min(64));
+                for _ in 0..n {
+                    let (&m, tail) = rest.split_first()?;
+                    let m = usize::try_from(m).ok().filter(|m| *m <= tail.len())?;
+                    blocks.push(tail[..m].to_vec());
+                    rest = &tail[m..];
+                }
+                Verdict::Layered(now, blocks)
+            }
+            9 => {
                 let (v, tail) = (rest.get(..3)?, &rest[3..]);
                 rest = tail;
                 Verdict::Suppressed(now, u8::try_from(v[0]).ok()?, v[1], v[2])
@@ -138,6 +169,19 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
 }
 
 type Reply = Result<Verdict, StoreError>;
+
+/// `plan`'s number among the distinct `plans` of a call (1-based), adding it when
+/// it is new.
+fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize {
+    let same = |a: &Arc<Plan>| Arc::ptr_eq(a, plan) || **a == **plan;
+    match plans.iter().position(|p| same(p)) {
+        Some(i) => i + 1,
+        None => {
+            plans.push(plan);
+            plans.len()
+        }
+    }
+}
 
 /// Sends admissions to Redis, batched (on a cluster, one call per node).
 pub(crate) struct Admitter {
@@ -213,22 +257,29 @@ impl Caller {
         declared: usize,
     ) -> Result<Vec<Reply>, StoreError> {
         let declared = declared.min(jobs.len());
-        let script = match declared < jobs.len() {
+        let layered = jobs.iter().filter(|j| !j.layers.is_empty()).count();
+        // a job's caps are keys it does not declare: on a cluster, that takes the
+        // flag (on a single node, Redis does not check)
+        let cluster = matches!(self.conn, RedisConn::Cluster(..));
+        let script = match declared < jobs.len() || (layered > 0 && cluster) {
             true => &self.cross_slot,
             false => &self.script,
         };
-        let same = |a: &Arc<Plan>, b: &Arc<Plan>| Arc::ptr_eq(a, b) || a == b;
         let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
         let numbers: Vec<usize> = jobs
             .iter()
-            .map(|job| match plans.iter().position(|p| same(p, &job.plan)) {
-                Some(i) => i + 1,
-                None => {
-                    plans.push(&job.plan);
-                    plans.len()
-                }
-            })
+            .map(|job| plan_number(&mut plans, &job.plan))
             .collect();
+        let layer_numbers: Vec<Vec<usize>> = match layered {
+            0 => Vec::new(),
+            _ => jobs
+                .iter()
+                .map(|job| {
+                    let layers = job.layers.iter();
+                    layers.map(|l| plan_number(&mut plans, &l.plan)).collect()
+                })
+                .collect(),
+        };
         // room for every argument, and about 80 bytes of them per job (key, member)
         let mut cmd = redis::Cmd::with_capacity(
             6 + 3 * jobs.len() + plans.iter().map(|p| 5 + 2 * p.rules.len()).sum::<usize>(),
@@ -258,8 +309,22 @@ impl Caller {
         for job in &jobs[declared..] {
             cmd.arg(&job.key);
         }
+        if layered > 0 {
+            // the layers section (see `lua/admit.lua`)
+            cmd.arg("L").arg(layered);
+            for (k, (job, numbers)) in jobs.iter().zip(&layer_numbers).enumerate() {
+                if job.layers.is_empty() {
+                    continue;
+                }
+                cmd.arg(k + 1).arg(job.layers.len());
+                for (layer, number) in job.layers.iter().zip(numbers) {
+                    cmd.arg(&layer.key).arg(*number).arg(u8::from(layer.holds));
+                }
+            }
+        }
         if jobs.iter().any(|j| j.channel.is_some()) {
-            cmd.arg(self.prefix_len);
+            // the suppression section (see `lua/admit.lua`)
+            cmd.arg("S").arg(self.prefix_len);
             for p in &plans {
                 cmd.arg(p.suppressed_by);
             }
@@ -412,10 +477,11 @@ mod tests {
     fn a_flat_reply_splits_into_each_jobs_verdict() {
         let now = 1_700_000_000_000;
         let flat = [
-            now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 4, 9, 0,
+            now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 3, 1, 5, 0, 2, 6, 7, 9, 4,
+            9, 0,
         ];
         assert_eq!(
-            verdicts(&flat, 10),
+            verdicts(&flat, 11),
             Some(vec![
                 Verdict::Admitted(now),
                 Verdict::Refused(now, vec![10, 20]),
@@ -426,6 +492,7 @@ mod tests {
                 Verdict::WrongType(now),
                 Verdict::Shadowed(now, vec![30]),
                 Verdict::Elsewhere(now),
+                Verdict::Layered(now, vec![vec![5], vec![], vec![6, 7]]),
                 Verdict::Suppressed(now, 4, 9, 0),
             ])
         );
@@ -438,7 +505,7 @@ mod tests {
         assert_eq!(verdicts(&[], 0), None, "no time");
         assert_eq!(verdicts(&[now, 1], 2), None, "a job short");
         assert_eq!(verdicts(&[now, 1, 1], 1), None, "a job over");
-        assert_eq!(verdicts(&[now, 9], 1), None, "an unknown code");
+        assert_eq!(verdicts(&[now, 10], 1), None, "an unknown code");
         assert_eq!(
             verdicts(&[now, 0, 3, 10, 20], 1),
             None,
@@ -446,7 +513,8 @@ mod tests {
         );
         assert_eq!(verdicts(&[now, 0, -1], 1), None, "a negative count");
         assert_eq!(verdicts(&[now, 3], 1), None, "no reservation time");
-        assert_eq!(verdicts(&[now, 8, 1, 2], 1), None, "a suppression short");
+        assert_eq!(verdicts(&[now, 8, 2, 1, 5], 1), None, "a layer short");
+        assert_eq!(verdicts(&[now, 9, 1, 2], 1), None, "a suppression short");
         assert_eq!(verdicts(&[now], 0), Some(vec![]));
     }
 }

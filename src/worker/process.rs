@@ -84,7 +84,7 @@ impl Worker {
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
-        let policy = rules.policy(&job.category);
+        let policy = rules.policy_of(&job.category, job.tenant.as_deref());
         let labels = rules.labels(&policy.name, &job.channel);
         let headers = delivery.properties.headers().as_ref();
         let (attempt, first_seen) = headers::attempt_info(headers);
@@ -103,8 +103,9 @@ impl Worker {
             }
             if let Some(key) = job.collapse_key.as_deref() {
                 let newest = || {
-                    let (recipient, id) = (&job.recipient, &job.id);
-                    self.store.collapse(recipient, key, id, seen.first_seen)
+                    let (recipient, id, tenant) = (&job.recipient, &job.id, job.tenant.as_deref());
+                    self.store
+                        .collapse(tenant, recipient, key, id, seen.first_seen)
                 };
                 if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
                     break 'decided Decision::Superseded { by };
@@ -124,6 +125,7 @@ impl Worker {
                 channel: &job.channel,
                 category: &job.category,
                 tz: job.tz,
+                tenant: job.tenant.as_deref(),
             };
             let lane = lanes::lane_of(&job, cx.policy, from);
             let step = match self.rate_step(s, &job, lane, from, &rules).await? {
@@ -331,7 +333,7 @@ impl Worker {
             cause: cause.label().to_string(),
             held_by: held_by.to_string(),
             sends_seen: match cause {
-                DelayCause::Cap { seen, .. } => Some(*seen),
+                DelayCause::Cap { seen, .. } | DelayCause::Capped { seen, .. } => Some(*seen),
                 _ => None,
             },
         };
@@ -377,11 +379,11 @@ impl Worker {
         let waiting = match waits_until {
             _ if !notes => Waiting::Untouched,
             Some(until) => Waiting::Until {
-                key: self.store.keys().waiting(&job.recipient),
+                key: self.waiting_key(job),
                 until,
             },
             None if seen.attempt > 0 => Waiting::Gone {
-                key: self.store.keys().waiting(&job.recipient),
+                key: self.waiting_key(job),
             },
             None => Waiting::Untouched,
         };
@@ -398,6 +400,12 @@ impl Worker {
             waiting,
             spend_cancel,
         });
+    }
+
+    /// The set of the waiting jobs of `job`'s recipient (of its tenant).
+    fn waiting_key(&self, job: &Job<'_>) -> String {
+        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
+        keys.waiting(&job.recipient)
     }
 
     async fn dead(

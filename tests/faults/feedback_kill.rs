@@ -25,6 +25,7 @@ fn req<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         channel: "sms",
         category: "daily",
         tz: chrono_tz::Tz::UTC,
+        tenant: None,
     }
 }
 

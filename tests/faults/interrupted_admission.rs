@@ -29,6 +29,7 @@ async fn an_admission_interrupted_by_redis_takes_its_own_reservation_back() {
         channel: "sms",
         category: "daily",
         tz: chrono_tz::Tz::UTC,
+        tenant: None,
     };
     // the first job takes the channel's only token; the second is admitted by its
     // recipient's cap and then waits about a second for the rate

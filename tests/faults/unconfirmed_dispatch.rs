@@ -21,6 +21,7 @@ async fn an_unconfirmed_dispatch_keeps_its_slot() {
         channel: "sms",
         category: "daily",
         tz: chrono_tz::Tz::UTC,
+        tenant: None,
     };
     let Admission::Admitted(ticket) = e.admit(&req("x")).await.unwrap() else {
         panic!("admitted")

@@ -423,6 +423,7 @@ async fn recipient_show_record_and_reset() {
         channel: "sms",
         category: "default",
         tz,
+        tenant: None,
     };
     assert_eq!(engine.admit(&req).await.unwrap(), Admission::Duplicate);
 

@@ -124,6 +124,18 @@ async fn two_hundred_concurrent_admissions_over_eight_connections_admit_one() {
 }
 
 #[tokio::test]
+async fn fifty_concurrent_jobs_under_a_total_of_two_dispatch_exactly_two() {
+    let ns = unique("c-caps-race");
+    let _k = ClusterKeys(ns.clone());
+    crate::caps::concurrent_jobs_under_a_total_dispatch_exactly_the_total(
+        cluster_settings(&ns),
+        5,
+        50,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn channel_rate_holds_under_concurrency() {
     let ns = unique("c-gcra-load");
     let _k = ClusterKeys(ns.clone());

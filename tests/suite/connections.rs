@@ -42,6 +42,7 @@ fn request(id: &str) -> Request<'_> {
         channel: "sms",
         category: "default",
         tz: chrono_tz::UTC,
+        tenant: None,
     }
 }
 

@@ -535,6 +535,7 @@ pub(crate) async fn engine_scenario(mut s: Settings) {
         channel: "sms",
         category,
         tz: chrono_tz::Tz::UTC,
+        tenant: None,
     };
     // suppress four recipients (spread over the slots), then admit twelve at once
     let names: [&'static str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];

@@ -15,6 +15,7 @@ mod cli;
 mod scenarios;
 
 mod admin;
+mod caps;
 mod cluster;
 mod compose;
 mod config_cli;

@@ -23,6 +23,7 @@ pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
         channel: "sms",
         category: "default",
         tz,
+        tenant: None,
     }
 }
 

@@ -24,6 +24,7 @@ async fn waiting(engine: &QuotaStore, s: &Settings, recipient: &str) -> Option<u
         category: None,
         channel: None,
         tz: chrono_tz::UTC,
+        tenant: None,
     };
     Recipients::new(engine, s).status(&q).await.unwrap().waiting
 }

@@ -157,6 +157,7 @@ async fn a_capped_job_held_overnight_comes_out_at_the_windows_opening() {
             category: Some("reminder"),
             channel: None,
             tz,
+            tenant: None,
         })
         .await
         .unwrap();

@@ -1,0 +1,105 @@
+//! The store's side of caps in layers: the plans of policies and caps, made once
+//! per zone and local day ([`cached`]), and a layered refusal turned into the
+//! [`Admission`] that names the layer holding the job ([`layered_refusal`]). Pure:
+//! no I/O.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use super::PlanCache;
+use crate::admission::Admission;
+use crate::quota::caps::{self, Cap};
+use crate::quota::plan::{plan, Plan};
+use crate::quota::policy::{Mode, Policy};
+use crate::quota::window;
+
+/// A cap a job meets, with whether it may hold the job and its sorted set.
+pub(crate) type JobLayer = (Arc<Cap>, bool, String);
+
+/// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
+/// date, from `cache` or made and kept there; `marks` is what the plan carries
+/// besides its rules: shadow mode and the suppression mask.
+pub(crate) fn cached<T>(
+    cache: &std::sync::Mutex<PlanCache<T>>,
+    name: &str,
+    owner: &Arc<T>,
+    rules: &[window::Rule],
+    (shadow, suppressed_by): (bool, u8),
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Arc<Plan> {
+    let date = window::local_date(tz, now);
+    let mut plans = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((d, of, p)) = plans.get(name).and_then(|z| z.get(&tz)) {
+        if *d == date && Arc::ptr_eq(of, owner) {
+            return p.clone();
+        }
+    }
+    let mut made = plan(rules, tz, now);
+    made.shadow = shadow;
+    made.suppressed_by = suppressed_by;
+    let p = Arc::new(made);
+    plans
+        .entry(name.to_string())
+        .or_default()
+        .insert(tz, (date, owner.clone(), p.clone()));
+    p
+}
+
+/// A job with layers that its policy or a cap refused at `now` (ms): the layer whose
+/// own next allowed instant is the latest holds it, until every layer allows it
+/// (module [`crate::quota::caps`]). A shadow policy and the caps that only count
+/// the job hold nothing.
+pub(crate) fn layered_refusal(
+    policy: &Policy,
+    layers: &[JobLayer],
+    tz: Tz,
+    now: i64,
+    blocks: Vec<Vec<i64>>,
+) -> Admission {
+    let sends: Vec<Vec<DateTime<Utc>>> = blocks
+        .into_iter()
+        .map(|b| b.into_iter().map(window::from_millis).collect())
+        .collect();
+    let none: &[window::Rule] = &[];
+    let policy_rules = match policy.mode {
+        Mode::Enforce => &policy.rules[..],
+        Mode::Shadow => none,
+    };
+    let rules = std::iter::once(policy_rules).chain(layers.iter().map(|(cap, holds, _)| {
+        if *holds {
+            &cap.rules[..]
+        } else {
+            none
+        }
+    }));
+    let view: Vec<(&[window::Rule], &[DateTime<Utc>])> = rules
+        .zip(
+            sends
+                .iter()
+                .map(Vec::as_slice)
+                .chain(std::iter::repeat(&[][..])),
+        )
+        .collect();
+    let r = caps::refusal(&view, tz, window::from_millis(now));
+    let seen = view[r.layer].1.len();
+    match r.layer {
+        0 => Admission::Refused {
+            retry_at: r.retry_at,
+            action: policy.action,
+            policy: policy.name.clone(),
+            rule: r.rule,
+            seen,
+        },
+        i => Admission::Capped {
+            retry_at: r.retry_at,
+            action: policy.action,
+            policy: policy.name.clone(),
+            cap: layers[i - 1].0.name.clone(),
+            rule: r.rule,
+            seen,
+        },
+    }
+}
