@@ -78,14 +78,15 @@ pub struct QuotaStore {
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
     plans: std::sync::Mutex<PlanCache<Policy>>,
-    /// The same for the caps, by cap name.
+    /// The same for the caps.
     cap_plans: std::sync::Mutex<PlanCache<Cap>>,
 }
 
-/// Plans by policy (or cap) name, then zone, each with the local date and the
-/// policy (as in force when it was made: a reload's new policy makes new plans) it
-/// is for.
-pub(crate) type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
+/// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
+/// keeps alive: a tenant's override of a policy and the shared one have plans of
+/// their own; a reload's new policy makes new plans, and the old ones are dropped),
+/// then zone, each with the local date it is for.
+pub(crate) type PlanCache<T> = HashMap<usize, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -220,9 +221,13 @@ impl QuotaStore {
     }
 
     /// Put `rules` in force for every decision from now on (a reload); returns the
-    /// ones they replace. Plans made for a replaced policy are not used again.
+    /// ones they replace. The plans made for the replaced ones are dropped.
     pub fn set_rules(&self, rules: Rules) -> Arc<Rules> {
-        self.rules.swap(Arc::new(rules))
+        let before = self.rules.swap(Arc::new(rules));
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let caps = self.cap_plans.lock();
+        caps.unwrap_or_else(|e| e.into_inner()).clear();
+        before
     }
 
     /// The policy a category selects, as in force now.
@@ -645,15 +650,7 @@ impl QuotaStore {
     /// local date.
     fn cached_plan(&self, policy: &Arc<Policy>, tz: Tz, now: DateTime<Utc>) -> Arc<Plan> {
         let shadow = policy.mode == Mode::Shadow;
-        cached(
-            &self.plans,
-            &policy.name,
-            policy,
-            &policy.rules,
-            shadow,
-            tz,
-            now,
-        )
+        cached(&self.plans, policy, &policy.rules, shadow, tz, now)
     }
 
     async fn call_admit(
@@ -673,7 +670,7 @@ impl QuotaStore {
             .iter()
             .map(|(cap, holds, key)| LayerArgs {
                 key: key.clone(),
-                plan: cached(&self.cap_plans, &cap.name, cap, &cap.rules, false, tz, now),
+                plan: cached(&self.cap_plans, cap, &cap.rules, false, tz, now),
                 holds: *holds,
             })
             .collect();
