@@ -93,14 +93,15 @@ pub struct QuotaStore {
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
     plans: std::sync::Mutex<PlanCache<Policy>>,
-    /// The same for the caps, by cap name.
+    /// The same for the caps.
     cap_plans: std::sync::Mutex<PlanCache<Cap>>,
 }
 
-/// Plans by policy (or cap) name, then zone, each with the local date and the
-/// policy (as in force when it was made: a reload's new policy makes new plans) it
-/// is for.
-pub(crate) type PlanCache<T> = HashMap<String, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
+/// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
+/// keeps alive: a tenant's override of a policy and the shared one have plans of
+/// their own; a reload's new policy makes new plans, and the old ones are dropped),
+/// then zone, each with the local date it is for.
+pub(crate) type PlanCache<T> = HashMap<usize, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,9 +245,13 @@ impl QuotaStore {
     }
 
     /// Put `rules` in force for every decision from now on (a reload); returns the
-    /// ones they replace. Plans made for a replaced policy are not used again.
+    /// ones they replace. The plans made for the replaced ones are dropped.
     pub(crate) fn set_rules(&self, rules: Rules) -> Arc<Rules> {
-        self.rules.swap(Arc::new(rules))
+        let before = self.rules.swap(Arc::new(rules));
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let caps = self.cap_plans.lock();
+        caps.unwrap_or_else(|e| e.into_inner()).clear();
+        before
     }
 
     /// The policy a category selects, as in force now.
@@ -757,7 +762,6 @@ impl QuotaStore {
         let shadow = policy.mode == Mode::Shadow;
         cached(
             &self.plans,
-            &policy.name,
             policy,
             &policy.rules,
             (shadow, policy.suppressed_by.0),
@@ -784,15 +788,7 @@ impl QuotaStore {
             .iter()
             .map(|(cap, holds, key)| LayerArgs {
                 key: key.clone(),
-                plan: cached(
-                    &self.cap_plans,
-                    &cap.name,
-                    cap,
-                    &cap.rules,
-                    (false, 0),
-                    tz,
-                    now,
-                ),
+                plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
                 holds: *holds,
             })
             .collect();

@@ -19,11 +19,10 @@ use crate::quota::window;
 pub(crate) type JobLayer = (Arc<Cap>, bool, String);
 
 /// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
-/// date, from `cache` or made and kept there; `marks` is what the plan carries
-/// besides its rules: shadow mode and the suppression mask.
+/// date, from `cache` or made and kept there (see [`PlanCache`]); the pair is what
+/// the plan carries besides its rules: shadow mode and the suppression mask.
 pub(crate) fn cached<T>(
     cache: &std::sync::Mutex<PlanCache<T>>,
-    name: &str,
     owner: &Arc<T>,
     rules: &[window::Rule],
     (shadow, suppressed_by): (bool, u8),
@@ -31,8 +30,9 @@ pub(crate) fn cached<T>(
     now: DateTime<Utc>,
 ) -> Arc<Plan> {
     let date = window::local_date(tz, now);
+    let id = Arc::as_ptr(owner) as *const () as usize;
     let mut plans = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((d, of, p)) = plans.get(name).and_then(|z| z.get(&tz)) {
+    if let Some((d, of, p)) = plans.get(&id).and_then(|z| z.get(&tz)) {
         if *d == date && Arc::ptr_eq(of, owner) {
             return p.clone();
         }
@@ -42,7 +42,7 @@ pub(crate) fn cached<T>(
     made.suppressed_by = suppressed_by;
     let p = Arc::new(made);
     plans
-        .entry(name.to_string())
+        .entry(id)
         .or_default()
         .insert(tz, (date, owner.clone(), p.clone()));
     p
