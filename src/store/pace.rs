@@ -1,0 +1,105 @@
+//! The channel's send rate: takes (batched per channel), refunds, and waiting for
+//! the rate in the worker or, for a parked job, in its lane.
+
+use super::*;
+
+impl QuotaStore {
+    /// Whether jobs of `channel` wait for its rate in this process now.
+    pub(crate) fn is_pacing(&self, channel: &str) -> bool {
+        self.pacers
+            .get(channel)
+            .is_some_and(|p| p.waiting.load(Ordering::Relaxed) > 0)
+    }
+
+    /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
+    /// the TAT the take left (for [`RateStep::Taken`]).
+    pub(crate) async fn pace_in_lane(
+        &self,
+        channel: &str,
+        rate: Rate,
+        ask: LaneAsk,
+    ) -> Result<i64, StoreError> {
+        let pacer = self
+            .pacers
+            .get(channel)
+            .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
+        self.pace(channel, rate, pacer, Some(ask)).await
+    }
+
+    /// Wait until the channel's rate allows one more job, one waiter at a time;
+    /// returns the TAT the take left.
+    pub(super) async fn pace(
+        &self,
+        channel: &str,
+        rate: Rate,
+        pacer: &Pacer,
+        lane: Option<LaneAsk>,
+    ) -> Result<i64, StoreError> {
+        pacer.waiting.fetch_add(1, Ordering::Relaxed);
+        let result = async {
+            loop {
+                let reply = self.take_rate_in(channel, rate, lane).await?;
+                match reply.allowed {
+                    1 => return Ok(reply.tat_us),
+                    0 => {
+                        tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await
+                    }
+                    _ => {
+                        return Err(StoreError::CostAboveBurst {
+                            channel: channel.to_string(),
+                            cost: rate.cost,
+                            burst: rate.burst,
+                        })
+                    }
+                }
+            }
+        }
+        .await;
+        pacer.waiting.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Give back what one take of `channel`'s rate added and is still unspent
+    /// (`tat`: the TAT that take left); returns the credit given back.
+    pub async fn refund(
+        &self,
+        channel: &str,
+        rate: Rate,
+        tat: i64,
+    ) -> Result<Duration, StoreError> {
+        self.count_call();
+        let key = self.keys.rate(channel);
+        refund::refund(&self.conn, &self.scripts.refund, key, rate, tat).await
+    }
+
+    /// Take one job of `rate.cost` from the channel's rate, in one call with the
+    /// channel's other jobs asking at the same moment.
+    pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, StoreError> {
+        self.take_rate_in(channel, rate, None).await
+    }
+
+    /// [`QuotaStore::take_rate`] for a job in a lane (`lua/lanes.lua`) when `lane` is given.
+    pub async fn take_rate_in(
+        &self,
+        channel: &str,
+        rate: Rate,
+        lane: Option<LaneAsk>,
+    ) -> Result<RateReply, StoreError> {
+        match self.rates.get(channel) {
+            Some(batcher) => batcher.take(rate, lane).await,
+            None => self.call_rate(channel, rate, rate.cost).await,
+        }
+    }
+
+    /// Ask the channel's GCRA for `cost` jobs (tests and the admin use this directly).
+    pub async fn call_rate(
+        &self,
+        channel: &str,
+        rate: Rate,
+        cost: u64,
+    ) -> Result<RateReply, StoreError> {
+        self.count_call();
+        let key = self.keys.rate(channel);
+        rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
+    }
+}

@@ -1,0 +1,119 @@
+//! What follows a decision: commits and notes in one pipeline, releases, collapse
+//! keys, and whether admissions check suppressions.
+
+use super::*;
+
+impl QuotaStore {
+    /// Mark an admitted job as dispatched: a later copy is then a duplicate.
+    pub async fn commit(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        self.write_after(std::slice::from_ref(ticket), &[]).await
+    }
+
+    /// Commit `tickets` (as [`QuotaStore::commit`]) and write `notes`: one pipeline on a
+    /// single node (one round trip), concurrent commands on a cluster (their keys
+    /// live in different slots).
+    pub(crate) async fn write_after(
+        &self,
+        tickets: &[Ticket],
+        notes: &[Note],
+    ) -> Result<(), StoreError> {
+        let zadd = |t: &Ticket| {
+            // sized up front: growing the buffers argument by argument cost more
+            // than the rest of the commit
+            let mut cmd = redis::Cmd::with_capacity(5, t.key.len() + t.member.len() + 32);
+            cmd.arg("ZADD")
+                .arg(&t.key)
+                .arg("XX")
+                .arg(t.admitted_at.timestamp_millis() * 2 + 1)
+                .arg(&t.member);
+            cmd
+        };
+        let ttl_ms = self.record_ttl.as_millis() as u64;
+        let cmds = tickets
+            .iter()
+            .map(zadd)
+            .chain(crate::redis::notes::commands(&self.keys, notes, ttl_ms));
+        let trips = self.conn.send_all(cmds).await?;
+        for _ in 0..trips {
+            self.count_call();
+        }
+        Ok(())
+    }
+
+    /// Whether job `id` of `recipient` (of `tenant`), first seen at `first_seen`, is
+    /// the newest of the recipient's jobs with collapse key `field` (it is then
+    /// registered as such).
+    pub async fn collapse(
+        &self,
+        tenant: Option<&str>,
+        recipient: &str,
+        field: &str,
+        id: &str,
+        first_seen: DateTime<Utc>,
+    ) -> Result<Collapse, StoreError> {
+        self.count_call();
+        let key = self.keys.for_tenant(tenant).collapse(recipient);
+        let script = &self.scripts.collapse;
+        crate::redis::collapse::collapse(
+            &self.conn,
+            script,
+            &key,
+            field,
+            id,
+            first_seen,
+            self.record_ttl,
+        )
+        .await
+    }
+
+    /// Whether admissions check suppressions (some recipient may be suppressed).
+    pub fn checks_suppressions(&self) -> bool {
+        self.suppressions.load(Ordering::Relaxed)
+    }
+
+    /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
+    /// or this worker just wrote it) or stop checking.
+    pub fn check_suppressions(&self, on: bool) {
+        self.suppressions.store(on, Ordering::Relaxed);
+    }
+
+    /// How long notes, cancel marks and collapse keys are kept.
+    pub(crate) fn record_ttl(&self) -> Duration {
+        self.record_ttl
+    }
+
+    /// Undo an admission whose dispatch failed: the recipient's send and the
+    /// channel's rate are given back.
+    pub async fn release(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        self.release_recipient(ticket).await?;
+        if let Some((rate, tat)) = ticket.rate {
+            self.refund(&ticket.channel, rate, tat).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        if !ticket.layer_keys.is_empty() {
+            // the caps it was counted toward give it back too (one slot: one trip)
+            let zrem = |key: &String| {
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(key).arg(&ticket.member);
+                cmd
+            };
+            let keys = std::iter::once(&ticket.key).chain(&ticket.layer_keys);
+            let trips = self.conn.send_all(keys.map(zrem)).await?;
+            for _ in 0..trips {
+                self.count_call();
+            }
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        self.count_call();
+        let _: i64 = redis::cmd("ZREM")
+            .arg(&ticket.key)
+            .arg(&ticket.member)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
