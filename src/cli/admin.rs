@@ -201,8 +201,9 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
     }
 }
 
-/// `admin reload`: POST /reload to the running worker; 0 when applied, 2 when
-/// refused (the worker says why), 1 when it cannot be asked.
+/// `admin reload`: POST /reload to the running worker, with `http.admin_token`
+/// when set; 0 when applied, 2 when refused (the worker says why: a bad
+/// configuration, or 401/403 for the token), 1 when it cannot be asked.
 async fn reload(
     settings: &Settings,
     addr: Option<std::net::SocketAddr>,
@@ -215,7 +216,8 @@ async fn reload(
         None => quota_worker::http::local_address(&settings.http.listen)?,
     };
     let timeout = std::time::Duration::from_secs(10);
-    let (code, body) = quota_worker::http::ask(addr, "POST", "/reload", timeout)
+    let token = settings.http.admin_token.as_ref();
+    let (code, body) = quota_worker::http::ask_as(addr, "POST", "/reload", token, timeout)
         .await
         .with_context(|| format!("asking the worker on {addr} to reload (is it running?)"))?;
     match code {

@@ -23,6 +23,7 @@ mod dashboard;
 mod engine;
 mod examples;
 mod fuzz;
+mod guard;
 mod http;
 mod layers;
 mod observability;
