@@ -163,7 +163,8 @@ pub struct RecipientArgs {
     /// Only this channel, for policies that count per channel.
     #[arg(long, global = true)]
     pub channel: Option<String>,
-    /// The recipient's zone (default: worker.default_timezone).
+    /// The recipient's zone (default: the zone of its waiting jobs, as their notes
+    /// say; else worker.default_timezone).
     #[arg(long, global = true, value_parser = parse_zone)]
     pub timezone: Option<Tz>,
     /// Print JSON.
@@ -560,10 +561,7 @@ fn interrupted_or_ok(report: &admin::WalkReport) -> ExitCode {
 async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<ExitCode> {
     let store = store(settings).await?;
     let recipients = Recipients::new(&store, settings);
-    let tz = match args.timezone {
-        Some(tz) => tz,
-        None => settings.worker.default_timezone,
-    };
+    let (tz, zone_from) = recipients.zone(&args.recipient, args.timezone).await?;
     let query = RecipientQuery {
         recipient: &args.recipient,
         category: args.category.as_deref(),
@@ -572,7 +570,8 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
     };
     match args.action {
         None => {
-            let status = recipients.status(&query).await?;
+            let mut status = recipients.status(&query).await?;
+            status.timezone_from = Some(zone_from);
             if args.json {
                 print_json(&status)?;
             } else {
@@ -620,8 +619,13 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
 }
 
 fn print_status(s: &RecipientStatus) {
+    let from = s
+        .timezone_from
+        .as_ref()
+        .map(|f| format!(", {f}"))
+        .unwrap_or_default();
     println!(
-        "recipient {} (zone {}), Redis time {}",
+        "recipient {} (zone {}{from}), Redis time {}",
         s.recipient_tag,
         s.timezone,
         s.now.to_rfc3339()

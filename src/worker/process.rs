@@ -351,6 +351,7 @@ impl Worker {
                 first_seen: seen.first_seen,
                 policy: Some(seen.policy.to_string()),
                 channel: job.channel.to_string(),
+                zone: Some(job.tz.name().to_string()),
             }),
             waiting,
             spend_cancel,
