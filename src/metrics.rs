@@ -36,6 +36,11 @@ pub const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_connecti
 /// Counter: `WAIT`s after admission calls (`redis.wait_replicas`), by `result`
 /// (replicated, short: fewer replicas than asked within `redis.wait_timeout`).
 pub const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
+/// Counter: times this worker found Redis without its data (its reset marker gone).
+pub const REDIS_RESETS_TOTAL: &str = "quota_worker_redis_resets_total";
+/// Gauge: 1 while jobs of policies with rules are held after a Redis reset
+/// (`redis.on_reset = "pause"`), until `admin resume`.
+pub const PAUSED: &str = "quota_worker_paused";
 /// Counter: broker sessions that ended in an error.
 pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
@@ -211,7 +216,21 @@ pub fn describe() {
         RELOADS_TOTAL,
         "Configuration reloads (SIGHUP, admin reload), by result (applied, refused)"
     );
-    for name in [REDIS_ERRORS_TOTAL, BROKER_ERRORS_TOTAL, RECONNECTS_TOTAL] {
+    describe_counter!(
+        REDIS_RESETS_TOTAL,
+        "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"
+    );
+    describe_gauge!(
+        PAUSED,
+        "1 while jobs of policies with rules are held after a Redis reset (redis.on_reset = pause), until admin resume"
+    );
+    metrics::gauge!(PAUSED).set(0.0);
+    for name in [
+        REDIS_ERRORS_TOTAL,
+        BROKER_ERRORS_TOTAL,
+        RECONNECTS_TOTAL,
+        REDIS_RESETS_TOTAL,
+    ] {
         metrics::counter!(name).absolute(0);
     }
     for result in ["applied", "refused"] {
@@ -270,7 +289,7 @@ pub(crate) struct SessionMetrics {
     pub job_seconds: metrics::Histogram,
     pub admission_seconds: metrics::Histogram,
     /// Delays and their lengths, by cause ([`crate::decide::DelayCause::index`]).
-    delays: [(metrics::Counter, metrics::Histogram); 5],
+    delays: [(metrics::Counter, metrics::Histogram); crate::decide::DelayCause::LABELS.len()],
 }
 
 impl SessionMetrics {

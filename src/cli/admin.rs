@@ -45,6 +45,14 @@ pub enum AdminCommand {
         #[arg(long)]
         addr: Option<std::net::SocketAddr>,
     },
+    /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
+    /// decide the jobs of policies with rules again (deletes the pause mark in Redis;
+    /// each worker sees it within a second).
+    Resume {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `admin job`.
@@ -199,6 +207,7 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Recipient(args) => recipient(settings, args).await,
         AdminCommand::Job(args) => job(settings, args).await,
         AdminCommand::Reload { addr } => reload(settings, addr).await,
+        AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod publish;
+pub mod resume;
 
 use std::io::Write;
 

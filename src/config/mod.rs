@@ -44,7 +44,7 @@ pub use error::ConfigError;
 pub use http::HttpSettings;
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
-pub use redis::{RedisSettings, SentinelSettings};
+pub use redis::{OnReset, RedisSettings, SentinelSettings};
 pub use report::redact_url;
 pub use text::Dur;
 pub use worker::WorkerSettings;

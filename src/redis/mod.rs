@@ -2,7 +2,7 @@
 //! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
 //! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
 //! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
-//! the cancel marks), all registered in
+//! the cancel marks; [`marker`]: the reset marker and the pause mark), all registered in
 //! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
 //! elsewhere ([`crate::store`], [`crate::decide`]).
 
@@ -10,6 +10,7 @@ pub(crate) mod admit;
 pub mod collapse;
 pub mod conn;
 pub mod import;
+pub mod marker;
 pub mod notes;
 pub mod rate;
 pub mod refund;

@@ -104,6 +104,11 @@ impl Worker {
             if let Some(decision) = decide::hold(&job, &cx, now) {
                 break 'decided decision;
             }
+            if self.health.resets.paused() {
+                if let Some(decision) = decide::paused(&job, &cx, now) {
+                    break 'decided decision;
+                }
+            }
             let req = Request {
                 id: &job.id,
                 recipient: &job.recipient,
@@ -112,6 +117,15 @@ impl Worker {
                 tz: job.tz,
             };
             let admission = self.admit(&req, &rules, s).await?;
+            // paused while it waited for its admission or its channel's rate: its
+            // admission is given back and it waits as the others do
+            if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
+                if let Some(decision) = decide::paused(&job, &cx, now) {
+                    self.retry_redis(|| self.store.release(ticket), &s.stop)
+                        .await?;
+                    break 'decided decision;
+                }
+            }
             let now = self.store.redis_now();
             if let Some(verdict) = decide::shadow(&job, &cx, &admission, now) {
                 crate::metrics::shadowed(&policy.name, verdict);

@@ -29,6 +29,7 @@ mod kill_9;
 mod rabbit_cluster;
 mod redis_cluster_failover;
 mod redis_outage;
+mod redis_reset;
 mod redis_sentinel;
 mod sigterm;
 mod stale_x_death;
