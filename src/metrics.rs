@@ -41,6 +41,9 @@ pub const REDIS_RESETS_TOTAL: &str = "quota_worker_redis_resets_total";
 /// Gauge: 1 while jobs of policies with rules are held after a Redis reset
 /// (`redis.on_reset = "pause"`), until `admin resume`.
 pub const PAUSED: &str = "quota_worker_paused";
+/// Gauge: 1 while the broker blocks the worker's connection (`connection.blocked`:
+/// a memory or disk alarm); no new jobs are taken meanwhile.
+pub const BROKER_BLOCKED: &str = "quota_worker_broker_blocked";
 /// Counter: broker sessions that ended in an error.
 pub const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
@@ -225,6 +228,11 @@ pub fn describe() {
         "1 while jobs of policies with rules are held after a Redis reset (redis.on_reset = pause), until admin resume"
     );
     metrics::gauge!(PAUSED).set(0.0);
+    describe_gauge!(
+        BROKER_BLOCKED,
+        "1 while the broker blocks the connection (a memory or disk alarm): no new jobs taken, outcomes wait for their confirms"
+    );
+    metrics::gauge!(BROKER_BLOCKED).set(0.0);
     for name in [
         REDIS_ERRORS_TOTAL,
         BROKER_ERRORS_TOTAL,

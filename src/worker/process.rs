@@ -172,6 +172,12 @@ impl Worker {
                     props = props.with_headers(h);
                 }
                 let exchange = &self.settings.amqp.dispatch_exchange;
+                // a broker that blocks or stopped answering would hold the dispatch
+                // until it answers: hold it here instead, so that a shutdown meanwhile
+                // hands the job back unsent rather than sent twice
+                if !s.publisher.is_flowing() {
+                    s.publisher.flowing().await;
+                }
                 match s
                     .publisher
                     .publish(exchange, &job.channel, &delivery.data, props)

@@ -26,6 +26,7 @@ mod broker_restart;
 mod four_workers;
 mod interrupted_admission;
 mod kill_9;
+mod memory_alarm;
 mod rabbit_cluster;
 mod redis_cluster_failover;
 mod redis_outage;
