@@ -104,6 +104,9 @@ pub enum DelayCause {
     Reserved,
     /// The broker refused its dispatch; try again later.
     DispatchRefused,
+    /// Redis lost its data and `redis.on_reset = "pause"` holds the jobs of
+    /// policies with rules until `admin resume` ([`paused`]).
+    Paused,
 }
 
 /// Whose send windows.
@@ -117,8 +120,14 @@ pub enum WindowsOf {
 
 impl DelayCause {
     /// Every label, in the order of [`DelayCause::index`].
-    pub(crate) const LABELS: [&'static str; 5] =
-        ["cap", "window", "schedule", "in_flight", "dispatch_refused"];
+    pub(crate) const LABELS: [&'static str; 6] = [
+        "cap",
+        "window",
+        "schedule",
+        "in_flight",
+        "dispatch_refused",
+        "paused",
+    ];
 
     /// Its index in [`DelayCause::LABELS`].
     pub fn index(&self) -> usize {
@@ -128,10 +137,12 @@ impl DelayCause {
             DelayCause::Schedule => 2,
             DelayCause::Reserved => 3,
             DelayCause::DispatchRefused => 4,
+            DelayCause::Paused => 5,
         }
     }
 
-    /// A short label: `cap`, `window`, `schedule`, `in_flight`, `dispatch_refused`.
+    /// A short label: `cap`, `window`, `schedule`, `in_flight`, `dispatch_refused`,
+    /// `paused`.
     pub fn label(&self) -> &'static str {
         Self::LABELS[self.index()]
     }
@@ -160,6 +171,9 @@ impl std::fmt::Display for DelayCause {
             DelayCause::Schedule => f.write_str("its not_before"),
             DelayCause::Reserved => f.write_str("another worker's reservation of it"),
             DelayCause::DispatchRefused => f.write_str("the broker's refusal of its dispatch"),
+            DelayCause::Paused => f.write_str(
+                "the pause after Redis lost its data (until `quota-worker admin resume`)",
+            ),
         }
     }
 }
@@ -216,6 +230,25 @@ pub fn hold(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decis
         Ok((at, Some(cause))) => Some(wait(job, cx, at, cause, false)),
         Err(never) => Some(Decision::Dead(never)),
     }
+}
+
+/// How long a job held by the pause waits before it is looked at again.
+pub const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
+
+/// While the worker is paused after Redis lost its data: a job of an enforced
+/// policy with rules is held [`PAUSED_HOLD`] (not beyond its `expires_at`, and not
+/// bounded by `max_wait`: the pause is no cap), never dead-lettered for it; a job of
+/// a policy without rules (transactional) or a shadow one goes on (`None`).
+pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
+    if cx.policy.mode != Mode::Enforce || cx.policy.rules.is_empty() {
+        return None;
+    }
+    let hold = now + PAUSED_HOLD;
+    let until = job.expires_at.map_or(hold, |exp| exp.min(hold));
+    Some(Decision::Delay {
+        until,
+        cause: DelayCause::Paused,
+    })
 }
 
 /// Whether the job's policy holds and dead-letters jobs: enforced, or `as_enforced`

@@ -1,5 +1,6 @@
 //! Readiness, as `/readyz` reports it: connected to the broker with the topology
-//! declared, and Redis answering (watched every second even while no job asks it).
+//! declared, and Redis answering (watched every second even while no job asks it,
+//! by reading the reset marker: [`crate::reset`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::config::OnReset;
 use crate::store::QuotaStore;
 
 /// Readiness, as `/readyz` reports it.
@@ -17,6 +19,8 @@ pub struct Health {
     pub broker: AtomicBool,
     /// The last Redis call succeeded.
     pub redis: AtomicBool,
+    /// Redis resets seen, and the pause.
+    pub resets: crate::reset::Resets,
 }
 
 impl Health {
@@ -26,15 +30,18 @@ impl Health {
     }
 }
 
-/// Keep `health.redis` current even while no job is asking Redis anything.
+/// Keep `health.redis` current even while no job is asking Redis anything, and
+/// look for a Redis that lost its data each second ([`crate::reset`]).
 pub(crate) async fn watch_redis(
     health: Arc<Health>,
     store: Arc<QuotaStore>,
+    on_reset: OnReset,
     shutdown: CancellationToken,
 ) {
     loop {
+        let check = health.resets.check(&store, on_reset);
         let up = matches!(
-            tokio::time::timeout(Duration::from_secs(1), store.ping()).await,
+            tokio::time::timeout(Duration::from_secs(1), check).await,
             Ok(Ok(()))
         );
         crate::metrics::health(health.broker.load(Ordering::Relaxed), up);

@@ -1,7 +1,8 @@
 //! HTTP for operators: `/` (the status page), `/status.json` (what it shows),
 //! `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz` (broker
 //! connected with the topology declared, and Redis answering) and `POST /reload`
-//! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`).
+//! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`). The
+//! mutating endpoints ask for `http.admin_token` ([`guard`]).
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -25,6 +26,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Settings;
 use crate::health::Health;
 use crate::status::Status;
+
+pub mod guard;
+
+pub use guard::Guard;
 
 /// What the HTTP endpoint could not do.
 #[derive(Debug, thiserror::Error)]
@@ -51,27 +56,34 @@ pub struct App {
     pub health: Arc<Health>,
     /// The status page's state (with the reloader once the store is connected).
     pub status: Arc<Status>,
+    /// Who may call the mutating endpoints.
+    pub guard: Guard,
 }
 
 /// The routes: `/metrics`, `/healthz`, `/readyz`, `/`, `/status.json`, `POST
-/// /reload`. Without a handle, `/metrics` answers 404.
+/// /reload` (open, as on a loopback listener without a token). Without a handle,
+/// `/metrics` answers 404.
 pub fn router(metrics: Option<PrometheusHandle>, health: Arc<Health>) -> Router {
     app(App {
         metrics,
         health,
         status: Arc::default(),
+        guard: Guard::Open,
     })
 }
 
 /// [`router`] on `app`.
 pub fn app(app: App) -> Router {
+    let mutating = Router::new().route("/reload", post(reload)).route_layer(
+        axum::middleware::from_fn_with_state(app.guard.clone(), guard::require),
+    );
     Router::new()
         .route("/", get(page))
         .route("/status.json", get(status_json))
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .route("/reload", post(reload))
+        .merge(mutating)
         .with_state(app)
 }
 
@@ -219,10 +231,15 @@ pub async fn start(
     let handle = crate::metrics::install_recorder()?;
     tokio::spawn(crate::status::sample(status.clone(), shutdown.clone()));
     tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz and POST /reload");
+    let guard = Guard::new(&settings.http);
+    if matches!(guard, Guard::Refused) {
+        tracing::warn!(listen = %settings.http.listen, "POST /reload answers 403: http.listen is not loopback and http.admin_token is not set");
+    }
     let app = App {
         metrics: Some(handle),
         health,
         status,
+        guard,
     };
     Ok(Some(tokio::spawn(async move {
         if let Err(e) = serve(listener, self::app(app), shutdown).await {
@@ -259,12 +276,28 @@ pub async fn ask(
     path: &str,
     timeout: Duration,
 ) -> std::io::Result<(u16, String)> {
+    ask_as(addr, method, path, None, timeout).await
+}
+
+/// [`ask`], with `Authorization: Bearer <token>` when a token is given (the
+/// mutating endpoints ask for `http.admin_token`).
+pub async fn ask_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&secrecy::SecretString>,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    use secrecy::ExposeSecret;
     use std::io::{Error, ErrorKind};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {}\r\n", t.expose_secret()))
+        .unwrap_or_default();
     let ask = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
         stream.write_all(request.as_bytes()).await?;
         let mut all = Vec::new();

@@ -60,6 +60,8 @@
 //! - [`rules`]: the policies and channel rates and windows in force, one immutable
 //!   value the store swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
 //!   configuration again and swap them, or refuse naming why.
+//! - [`reset`]: a Redis that lost its data noticed within a second (a marker read
+//!   back by the health watcher), and `redis.on_reset = "pause"`'s hold.
 //! - [`health`]: readiness (broker and Redis); [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
 //!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
 //! - [`producer`]: the `quota-worker-producer` crate (`producer/`: the job as a
@@ -109,6 +111,7 @@ pub mod producer;
 pub mod quota;
 pub mod redis;
 pub mod reload;
+pub(crate) mod reset;
 pub(crate) mod rules;
 pub mod signals;
 pub mod status;

@@ -36,6 +36,14 @@ pub(crate) const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_c
 /// Counter: `WAIT`s after admission calls (`redis.wait_replicas`), by `result`
 /// (replicated, short: fewer replicas than asked within `redis.wait_timeout`).
 pub(crate) const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
+/// Counter: times this worker found Redis without its data (its reset marker gone).
+pub const REDIS_RESETS_TOTAL: &str = "quota_worker_redis_resets_total";
+/// Gauge: 1 while jobs of policies with rules are held after a Redis reset
+/// (`redis.on_reset = "pause"`), until `admin resume`.
+pub const PAUSED: &str = "quota_worker_paused";
+/// Gauge: 1 while the broker blocks the worker's connection (`connection.blocked`:
+/// a memory or disk alarm); no new jobs are taken meanwhile.
+pub const BROKER_BLOCKED: &str = "quota_worker_broker_blocked";
 /// Counter: broker sessions that ended in an error.
 pub(crate) const BROKER_ERRORS_TOTAL: &str = "quota_worker_broker_errors_total";
 /// Counter: reconnections to the broker.
@@ -260,7 +268,26 @@ pub fn describe() {
         Unit::Seconds,
         "How long a job waited in its lane for its channel's rate, by channel and lane"
     );
-    for name in [REDIS_ERRORS_TOTAL, BROKER_ERRORS_TOTAL, RECONNECTS_TOTAL] {
+    describe_counter!(
+        REDIS_RESETS_TOTAL,
+        "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"
+    );
+    describe_gauge!(
+        PAUSED,
+        "1 while jobs of policies with rules are held after a Redis reset (redis.on_reset = pause), until admin resume"
+    );
+    metrics::gauge!(PAUSED).set(0.0);
+    describe_gauge!(
+        BROKER_BLOCKED,
+        "1 while the broker blocks the connection (a memory or disk alarm): no new jobs taken, outcomes wait for their confirms"
+    );
+    metrics::gauge!(BROKER_BLOCKED).set(0.0);
+    for name in [
+        REDIS_ERRORS_TOTAL,
+        BROKER_ERRORS_TOTAL,
+        RECONNECTS_TOTAL,
+        REDIS_RESETS_TOTAL,
+    ] {
         metrics::counter!(name).absolute(0);
     }
     for result in ["applied", "refused"] {
@@ -319,7 +346,7 @@ pub(crate) struct SessionMetrics {
     pub job_seconds: metrics::Histogram,
     pub admission_seconds: metrics::Histogram,
     /// Delays and their lengths, by cause ([`crate::decide::DelayCause::index`]).
-    delays: [(metrics::Counter, metrics::Histogram); 5],
+    delays: [(metrics::Counter, metrics::Histogram); crate::decide::DelayCause::LABELS.len()],
 }
 
 impl SessionMetrics {

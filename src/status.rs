@@ -1,8 +1,8 @@
 //! What the status page (`/`) and `/status.json` show: readiness, the depth of
 //! every queue (read every 5 s by the broker session, [`watch_queues`]), the jobs
 //! settled in each of the last minutes by outcome (sampled every 5 s,
-//! [`sample`]), dead letters by reason, the policies and channels in force, and
-//! the last reload. Read-only; kept in memory, nothing is asked of the broker or
+//! [`sample`]), dead letters by reason, the policies and channels in force, the
+//! last reload, and whether Redis was found without its data (and jobs are held). Read-only; kept in memory, nothing is asked of the broker or
 //! Redis to answer a request.
 
 use std::collections::VecDeque;
@@ -76,6 +76,8 @@ pub struct Report {
     pub channel_rates: Vec<(String, f64)>,
     /// The last reload, if any.
     pub last_reload: Option<crate::reload::ReloadReport>,
+    /// Redis found without its data, and the pause (`redis.on_reset`).
+    pub redis_resets: crate::reset::ResetView,
     /// The version running.
     pub version: &'static str,
 }
@@ -205,6 +207,7 @@ impl Status {
             None => (Vec::new(), Vec::new(), None),
         };
         Report {
+            redis_resets: health.resets.view(),
             at: Utc::now(),
             ready: broker && redis,
             broker,

@@ -103,6 +103,39 @@ pub struct CapStatus {
     pub next_allowed: Option<NextAllowed>,
 }
 
+/// Where the zone `admin recipient` counts calendar windows in came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum ZoneFrom {
+    /// `--timezone`.
+    Option,
+    /// The note of one of the recipient's waiting jobs (the latest noted).
+    WaitingJob {
+        /// That job's id.
+        job: String,
+        /// When its note was written.
+        noted_at: DateTime<Utc>,
+    },
+    /// `worker.default_timezone`: no zone given, and no waiting job's note knows one.
+    Default,
+}
+
+impl std::fmt::Display for ZoneFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ZoneFrom::Option => f.write_str("from --timezone"),
+            ZoneFrom::WaitingJob { job, noted_at } => write!(
+                f,
+                "from the note of waiting job `{job}` ({})",
+                noted_at.to_rfc3339()
+            ),
+            ZoneFrom::Default => {
+                f.write_str("worker.default_timezone: no waiting job's note knows one")
+            }
+        }
+    }
+}
+
 /// What `admin recipient` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecipientStatus {
@@ -112,6 +145,9 @@ pub struct RecipientStatus {
     pub tenant: Option<String>,
     /// The zone used for calendar windows.
     pub timezone: String,
+    /// Where that zone came from, when the caller says ([`Recipients::zone`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone_from: Option<ZoneFrom>,
     /// Redis time.
     pub now: DateTime<Utc>,
     /// How many of the recipient's jobs wait in the delay ladder (as the workers
@@ -191,6 +227,38 @@ impl<'a> Recipients<'a> {
             }
         }
         Ok(out)
+    }
+
+    /// The zone to count `recipient`'s calendar windows in: `given` (`--timezone`);
+    /// else the zone the latest-noted of its waiting jobs was decided in (a job
+    /// carries its recipient's zone); else `worker.default_timezone`. With where it
+    /// came from.
+    pub async fn zone(
+        &self,
+        recipient: &str,
+        given: Option<Tz>,
+    ) -> Result<(Tz, ZoneFrom), AdminError> {
+        if let Some(tz) = given {
+            return Ok((tz, ZoneFrom::Option));
+        }
+        let default = (self.settings.worker.default_timezone, ZoneFrom::Default);
+        if !self.settings.redis.notes {
+            return Ok(default);
+        }
+        let noted =
+            notes::waiting_zone(&self.store.connection(), self.store.keys(), recipient).await?;
+        Ok(noted
+            .and_then(|(job, note)| {
+                let tz = note.zone?.parse::<Tz>().ok()?;
+                Some((
+                    tz,
+                    ZoneFrom::WaitingJob {
+                        job,
+                        noted_at: note.at,
+                    },
+                ))
+            })
+            .unwrap_or(default))
     }
 
     /// The recorded sends, each rule's count and limit, and the next allowed instant,
@@ -287,6 +355,7 @@ impl<'a> Recipients<'a> {
             recipient_tag: keys.recipient_tag(q.recipient),
             tenant: q.tenant.map(str::to_string),
             timezone: q.tz.name().to_string(),
+            timezone_from: None,
             now,
             waiting,
             policies,

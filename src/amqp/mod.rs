@@ -1,10 +1,11 @@
 //! The broker side: connecting ([`mod@connect`], plaintext or TLS), the topology the
 //! worker declares ([`topology`]), publishing with confirms ([`publisher`]), the
-//! delay ladder's names and bits ([`ladder`]), and acking deliveries in batches
-//! ([`acks`]). AMQP code only moves messages; it decides nothing.
+//! delay ladder's names and bits ([`ladder`]), acking deliveries in batches
+//! ([`acks`]), and the broker's flow control ([`flow`]). AMQP code only moves messages; it decides nothing.
 
 pub(crate) mod acks;
 pub(crate) mod connect;
+pub mod flow;
 pub mod ladder;
 pub(crate) mod topology;
 

@@ -46,6 +46,14 @@ pub enum AdminCommand {
         #[arg(long)]
         addr: Option<std::net::SocketAddr>,
     },
+    /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
+    /// decide the jobs of policies with rules again (deletes the pause mark in Redis;
+    /// each worker sees it within a second).
+    Resume {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `admin job`.
@@ -164,7 +172,8 @@ pub struct RecipientArgs {
     /// Only this channel, for policies that count per channel.
     #[arg(long, global = true)]
     pub channel: Option<String>,
-    /// The recipient's zone (default: worker.default_timezone).
+    /// The recipient's zone (default: the zone of its waiting jobs, as their notes
+    /// say; else worker.default_timezone).
     #[arg(long, global = true, value_parser = parse_zone)]
     pub timezone: Option<Tz>,
     /// The recipient's tenant, as jobs carry it (default: no tenant).
@@ -211,11 +220,13 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Recipient(args) => recipient(settings, args).await,
         AdminCommand::Job(args) => job(settings, args).await,
         AdminCommand::Reload { addr } => reload(settings, addr).await,
+        AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
 }
 
-/// `admin reload`: POST /reload to the running worker; 0 when applied, 2 when
-/// refused (the worker says why), 1 when it cannot be asked.
+/// `admin reload`: POST /reload to the running worker, with `http.admin_token`
+/// when set; 0 when applied, 2 when refused (the worker says why: a bad
+/// configuration, or 401/403 for the token), 1 when it cannot be asked.
 async fn reload(
     settings: &Settings,
     addr: Option<std::net::SocketAddr>,
@@ -228,7 +239,8 @@ async fn reload(
         None => quota_worker::http::local_address(&settings.http.listen)?,
     };
     let timeout = std::time::Duration::from_secs(10);
-    let (code, body) = quota_worker::http::ask(addr, "POST", "/reload", timeout)
+    let token = settings.http.admin_token.as_ref();
+    let (code, body) = quota_worker::http::ask_as(addr, "POST", "/reload", token, timeout)
         .await
         .with_context(|| format!("asking the worker on {addr} to reload (is it running?)"))?;
     match code {
@@ -574,10 +586,7 @@ fn interrupted_or_ok(report: &admin::WalkReport) -> ExitCode {
 async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<ExitCode> {
     let store = store(settings).await?;
     let recipients = Recipients::new(&store, settings);
-    let tz = match args.timezone {
-        Some(tz) => tz,
-        None => settings.worker.default_timezone,
-    };
+    let (tz, zone_from) = recipients.zone(&args.recipient, args.timezone).await?;
     let query = RecipientQuery {
         recipient: &args.recipient,
         category: args.category.as_deref(),
@@ -587,7 +596,8 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
     };
     match args.action {
         None => {
-            let status = recipients.status(&query).await?;
+            let mut status = recipients.status(&query).await?;
+            status.timezone_from = Some(zone_from);
             if args.json {
                 print_json(&status)?;
             } else {
@@ -643,8 +653,13 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
 }
 
 fn print_status(s: &RecipientStatus) {
+    let from = s
+        .timezone_from
+        .as_ref()
+        .map(|f| format!(", {f}"))
+        .unwrap_or_default();
     println!(
-        "recipient {}{} (zone {}), Redis time {}",
+        "recipient {}{} (zone {}{from}), Redis time {}",
         s.recipient_tag,
         s.tenant
             .as_ref()

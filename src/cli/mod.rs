@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod publish;
+pub mod resume;
 pub mod suppress;
 
 use std::io::Write;

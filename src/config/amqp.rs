@@ -58,7 +58,11 @@ pub struct AmqpSettings {
     /// Quorum queues: deliveries of one message before the broker dead-letters it
     /// (default 1000; at least 1).
     pub delivery_limit: u32,
-    /// The longest one publish and its confirm may take (default `10s`).
+    /// How often a publish waiting for its confirm checks that its connection is
+    /// still up, and the bound on connecting and declaring (3 times it); default
+    /// `10s`. While the connection is up a confirm is waited for however long the
+    /// broker holds it (a memory or disk alarm, a pause): handing the job back
+    /// would send it twice.
     pub publish_timeout: Dur,
 }
 

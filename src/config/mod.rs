@@ -52,7 +52,7 @@ pub use http::HttpSettings;
 pub use lanes::LaneSettings;
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
-pub use redis::{RedisSettings, SentinelSettings};
+pub use redis::{OnReset, RedisSettings, SentinelSettings};
 pub use report::redact_url;
 pub use tenants::TenantSettings;
 pub use text::Dur;

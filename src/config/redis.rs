@@ -73,6 +73,22 @@ pub struct RedisSettings {
     /// job`, the recipient's waiting count); default true. Cancel marks are spent
     /// either way.
     pub notes: bool,
+    /// What to do when Redis comes back without its data (its reset marker gone):
+    /// `continue` (the default) or `pause` (hold the jobs of enforced policies
+    /// that have rules until `quota-worker admin resume`).
+    #[serde(default)]
+    pub on_reset: OnReset,
+}
+
+/// `redis.on_reset`: what a worker does when Redis lost its data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnReset {
+    /// Go on: every recipient's caps start afresh (logged, counted, shown).
+    #[default]
+    Continue,
+    /// Hold the jobs of enforced policies with rules until `admin resume`.
+    Pause,
 }
 
 /// Redis Sentinel (`[redis.sentinel]`). `Debug` hides the URLs' passwords.
@@ -120,6 +136,7 @@ impl fmt::Debug for RedisSettings {
             .field("reservation_lease", &r.reservation_lease)
             .field("record_ttl", &r.record_ttl)
             .field("notes", &r.notes)
+            .field("on_reset", &r.on_reset)
             .finish()
     }
 }
@@ -435,5 +452,15 @@ mod tests {
             .as_deref(),
             Some("redis.wait_replicas")
         );
+    }
+
+    #[test]
+    fn on_reset_is_continue_or_pause() {
+        let load =
+            |v: &str| Settings::load_with_env(None, env(&[("QUOTA_WORKER__REDIS__ON_RESET", v)]));
+        assert_eq!(Settings::defaults().redis.on_reset, OnReset::Continue);
+        assert_eq!(load("pause").unwrap().redis.on_reset, OnReset::Pause);
+        let err = load("stop").unwrap_err();
+        assert_eq!(err.key(), Some("redis.on_reset"), "{err}");
     }
 }

@@ -12,8 +12,9 @@ use crate::tls::TlsSettings;
 
 impl Settings {
     /// What a careful operator should know before running this configuration:
-    /// the built-in hash key, TLS verification turned off, and a cap matching a
-    /// category no policy is named (categories are open: never an error). `run` logs each one
+    /// the built-in hash key, mutating endpoints refused beyond loopback for want
+    /// of a token, TLS verification turned off, and a cap matching a category no
+    /// policy is named (categories are open: never an error). `run` logs each one
     /// as a warning on every start; `config check` prints them.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -28,6 +29,7 @@ impl Settings {
                     .to_string(),
             );
         }
+        out.extend(self.http.warning());
         for (section, tls) in [("amqp", &self.amqp.tls), ("redis", &self.redis.tls)] {
             if tls.insecure_skip_verify {
                 out.push(format!(

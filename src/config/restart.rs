@@ -43,6 +43,18 @@ impl Settings {
         if self.redis.hash_key.expose_secret() != new.redis.hash_key.expose_secret() {
             out.push("redis.hash_key".to_string());
         }
+        let token = |s: &Settings| {
+            s.http
+                .admin_token
+                .as_ref()
+                .map(|t| t.expose_secret().to_string())
+        };
+        if self.http.admin_token.is_some()
+            && new.http.admin_token.is_some()
+            && token(self) != token(new)
+        {
+            out.push("http.admin_token".to_string());
+        }
         let (old, now): (Vec<&String>, Vec<&String>) = (
             self.channels.keys().collect(),
             new.channels.keys().collect(),
@@ -113,5 +125,12 @@ mod tests {
             "no value is printed: {keys:?}"
         );
         assert!(!keys.concat().contains("secret"));
+        let token = |t: &str| load(&[("QUOTA_WORKER__HTTP__ADMIN_TOKEN", t)]);
+        assert_eq!(
+            token("a-token").needs_restart(&token("b-token")),
+            ["http.admin_token"]
+        );
+        assert_eq!(base.needs_restart(&token("a-token")), ["http.admin_token"]);
+        assert!(token("a-token").needs_restart(&token("a-token")).is_empty());
     }
 }

@@ -62,6 +62,10 @@ pub struct JobNote {
     pub policy: Option<String>,
     /// Its channel.
     pub channel: String,
+    /// The zone it was decided in (its `timezone`, or the worker's default):
+    /// `admin recipient` reads it from the recipient's waiting jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 /// Where a job is, as far as its record tells.
@@ -116,17 +120,17 @@ impl JobNote {
 /// detail, the newer job's id) last and as it is:
 ///
 /// ```text
-/// r1|d|<at>|<attempt>|<first seen>|<policy>|<channel>|<until>|<seconds>|<cause>|<sends seen>|<held by>
-/// r1|x|<at>|<attempt>|<first seen>|<policy>|<channel>|<reason>|<detail>
-/// r1|s|<at>|<attempt>|<first seen>|<policy>|<channel>
-/// r1|c|<at>|<attempt>|<first seen>|<policy>|<channel>|<by>
+/// r2|d|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<until>|<seconds>|<cause>|<sends seen>|<held by>
+/// r2|x|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<reason>|<detail>
+/// r2|s|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>
+/// r2|c|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<by>
 /// ```
 ///
 /// A record is written for every delayed job, so it is built by hand: serde_json's
 /// writer cost more than the rest of the note, and the text was twice as long for
 /// Redis to copy (BENCHMARKS.md item 20). `%` and `|` in the named fields are
-/// written `%25` and `%7C`. [`JobNote::decode`] also reads the JSON form earlier
-/// versions wrote.
+/// written `%25` and `%7C`. [`JobNote::decode`] also reads what earlier versions
+/// wrote: `r1|...` (the same without `<zone>`) and JSON.
 impl JobNote {
     /// The record as stored.
     pub fn encode(&self) -> Vec<u8> {
@@ -136,13 +140,14 @@ impl JobNote {
             JobState::Superseded { by } => by.len(),
             JobState::Dispatched => 0,
         };
-        let mut out = Vec::with_capacity(96 + free + self.channel.len());
+        let zone = self.zone.as_deref().unwrap_or("");
+        let mut out = Vec::with_capacity(96 + free + self.channel.len() + zone.len());
         let mut num = itoa::Buffer::new();
         let state: &[u8] = match self.step {
-            JobState::Delayed { .. } => b"r1|d|",
-            JobState::Dead { .. } => b"r1|x|",
-            JobState::Dispatched => b"r1|s|",
-            JobState::Superseded { .. } => b"r1|c|",
+            JobState::Delayed { .. } => b"r2|d|",
+            JobState::Dead { .. } => b"r2|x|",
+            JobState::Dispatched => b"r2|s|",
+            JobState::Superseded { .. } => b"r2|c|",
         };
         out.extend_from_slice(state);
         out.extend_from_slice(num.format(self.at.timestamp_millis()).as_bytes());
@@ -154,6 +159,8 @@ impl JobNote {
         escape(&mut out, self.policy.as_deref().unwrap_or(""));
         out.push(b'|');
         escape(&mut out, &self.channel);
+        out.push(b'|');
+        escape(&mut out, zone);
         match &self.step {
             JobState::Delayed {
                 until,
@@ -196,7 +203,10 @@ impl JobNote {
         if text.starts_with('{') {
             return serde_json::from_str(text).ok();
         }
-        let rest = text.strip_prefix("r1|")?;
+        let (zoned, rest) = match text.strip_prefix("r2|") {
+            Some(rest) => (true, rest),
+            None => (false, text.strip_prefix("r1|")?),
+        };
         let (state, rest) = rest.split_once('|')?;
         let extra = match state {
             "d" => 5,
@@ -205,13 +215,17 @@ impl JobNote {
             "c" => 1,
             _ => return None,
         };
-        let mut f = rest.splitn(5 + extra, '|');
+        let mut f = rest.splitn(5 + usize::from(zoned) + extra, '|');
         let mut next = || f.next();
         let at = millis(next()?)?;
         let attempt = next()?.parse().ok()?;
         let first_seen = millis(next()?)?;
         let policy = Some(unescape(next()?)).filter(|p| !p.is_empty());
         let channel = unescape(next()?);
+        let zone = match zoned {
+            true => Some(unescape(next()?)).filter(|z| !z.is_empty()),
+            false => None,
+        };
         let step = match state {
             "d" => JobState::Delayed {
                 until: millis(next()?)?,
@@ -239,6 +253,7 @@ impl JobNote {
             first_seen,
             policy,
             channel,
+            zone,
         })
     }
 }
@@ -336,6 +351,7 @@ mod tests {
             first_seen: at,
             policy: Some("default".into()),
             channel: "sms".into(),
+            zone: Some("Asia/Shanghai".into()),
         }
     }
 
@@ -367,7 +383,16 @@ mod tests {
         let text = String::from_utf8(r.encode()).unwrap();
         assert_eq!(
             text,
-            "r1|d|1795608000000|0|1795608000000|default|sms|1795608005000|5|cap|1|policy `default` (at most 1 per 1d)"
+            "r2|d|1795608000000|0|1795608000000|default|sms|Asia/Shanghai|1795608005000|5|cap|1|policy `default` (at most 1 per 1d)"
+        );
+        // what the previous version wrote: no zone
+        let r1 = "r1|d|1795608000000|0|1795608000000|default|sms|1795608005000|5|cap|1|policy `default` (at most 1 per 1d)";
+        assert_eq!(
+            JobNote::decode(r1),
+            Some(JobNote {
+                zone: None,
+                ..r.clone()
+            })
         );
         let odd = |step| JobNote {
             step,
@@ -399,6 +424,7 @@ mod tests {
                 JobNote {
                     step: step.clone(),
                     policy: None,
+                    zone: None,
                     ..r.clone()
                 },
             ] {

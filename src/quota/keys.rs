@@ -140,6 +140,16 @@ impl Keys {
         )
     }
 
+    /// The reset marker (a value written once, whose loss says Redis lost its
+    /// data) and the pause mark (`redis.on_reset = "pause"`), in one hash slot:
+    /// `prefix:{reset}/marker`, `prefix:{reset}/paused`.
+    pub fn reset(&self) -> (String, String) {
+        (
+            format!("{}:{{reset}}/marker", self.prefix),
+            format!("{}:{{reset}}/paused", self.prefix),
+        )
+    }
+
     /// A channel's GCRA key.
     pub fn rate(&self, channel: &str) -> String {
         format!("{}:rate:{{{channel}}}", self.prefix)

@@ -2,14 +2,15 @@
 //! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
 //! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
 //! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
-//! the cancel marks), all registered in
-//! [`scripts`]; and the connection ([`conn`]). What the answers mean is decided
+//! the cancel marks), all registered in [`scripts`]; the reset marker and the pause
+//! mark ([`marker`], plain commands); and the connection ([`conn`]). What the answers mean is decided
 //! elsewhere ([`crate::store`], [`crate::decide`]).
 
 pub(crate) mod admit;
 pub(crate) mod collapse;
 pub(crate) mod conn;
 pub(crate) mod import;
+pub mod marker;
 pub(crate) mod notes;
 pub(crate) mod rate;
 pub(crate) mod refund;

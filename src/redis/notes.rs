@@ -150,6 +150,39 @@ pub async fn waiting(
     Ok(count)
 }
 
+/// How many of a recipient's waiting jobs [`waiting_zone`] reads the notes of.
+const ZONE_LOOKS: isize = 20;
+
+/// The zone the latest-noted of `recipient`'s waiting jobs was decided in, with
+/// that job's id and when it was noted; `None` when no waiting job's note knows a
+/// zone. Reads the notes of the [`ZONE_LOOKS`] jobs that wait longest (one `GET`
+/// each: on a cluster they live on other nodes than the set).
+pub async fn waiting_zone(
+    conn: &RedisConn,
+    keys: &Keys,
+    recipient: &str,
+) -> Result<Option<(String, JobNote)>, StoreError> {
+    let mut conn = conn.clone();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.waiting(recipient))
+        .arg(0)
+        .arg(ZONE_LOOKS - 1)
+        .arg("REV")
+        .query_async(&mut conn)
+        .await?;
+    let mut latest: Option<(String, JobNote)> = None;
+    for id in ids {
+        let Some(note) = read(&conn, keys, &id).await? else {
+            continue;
+        };
+        let newer = latest.as_ref().is_none_or(|(_, l)| note.at > l.at);
+        if note.zone.is_some() && newer {
+            latest = Some((id, note));
+        }
+    }
+    Ok(latest)
+}
+
 /// Mark job `id` cancelled at `now` (kept `ttl_ms`; older marks are dropped), and
 /// raise the version workers watch. Returns whether it was marked already.
 pub async fn cancel(
@@ -226,6 +259,7 @@ mod tests {
                 first_seen: t,
                 policy: None,
                 channel: "sms".into(),
+                zone: None,
             }),
             waiting,
             spend_cancel: false,

@@ -77,6 +77,7 @@ impl Worker {
             health: Arc::new(Health {
                 broker: AtomicBool::new(false),
                 redis: AtomicBool::new(true),
+                resets: Default::default(),
             }),
             status: Arc::default(),
             next_url: std::sync::atomic::AtomicUsize::new(uuid::Uuid::now_v7().as_u128() as usize),
@@ -134,6 +135,7 @@ impl Worker {
         let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(health::watch_redis(
             self.health.clone(),
             self.store.clone(),
+            self.settings.redis.on_reset,
             shutdown.clone(),
         )));
         // the cancel marks before the first job, then kept up to date

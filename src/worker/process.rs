@@ -119,6 +119,11 @@ impl Worker {
             if let Some(decision) = decide::hold(&job, &cx, now) {
                 break 'decided decision;
             }
+            if self.health.resets.paused() {
+                if let Some(decision) = decide::paused(&job, &cx, now) {
+                    break 'decided decision;
+                }
+            }
             let req = Request {
                 id: &job.id,
                 recipient: &job.recipient,
@@ -137,6 +142,15 @@ impl Worker {
             };
             if let (Some(lane), RateStep::Taken(_)) = (from, step) {
                 self.lane_taken(delivery, &job.channel, lane);
+            }
+            // paused while it waited for its admission or its channel's rate: its
+            // admission is given back and it waits as the others do
+            if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
+                if let Some(decision) = decide::paused(&job, &cx, now) {
+                    self.retry_redis(|| self.store.release(ticket), &s.stop)
+                        .await?;
+                    break 'decided decision;
+                }
             }
             let now = self.store.redis_now();
             if let Some(verdict) = decide::shadow(&job, &cx, &admission, now) {
@@ -184,6 +198,12 @@ impl Worker {
                     props = props.with_headers(h);
                 }
                 let exchange = &self.settings.amqp.dispatch_exchange;
+                // a broker that blocks or stopped answering would hold the dispatch
+                // until it answers: hold it here instead, so that a shutdown meanwhile
+                // hands the job back unsent rather than sent twice
+                if !s.publisher.is_flowing() {
+                    s.publisher.flowing().await;
+                }
                 match s
                     .publisher
                     .publish(exchange, &job.channel, &delivery.data, props)
@@ -396,6 +416,7 @@ impl Worker {
                 first_seen: seen.first_seen,
                 policy: Some(seen.policy.to_string()),
                 channel: job.channel.to_string(),
+                zone: Some(job.tz.name().to_string()),
             }),
             waiting,
             spend_cancel,

@@ -76,6 +76,8 @@ impl Worker {
         self.health.broker.store(true, Ordering::Relaxed);
         let broker = crate::config::redact_url(url);
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, %broker, "consuming");
+        let (mut blocked, flow) = amqp::flow::follow(&conn);
+        let _flow = tokio_util::task::AbortOnDropHandle::new(flow);
         let conn = Arc::new(conn);
         let _queues =
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(crate::status::watch_queues(
@@ -105,8 +107,17 @@ impl Worker {
         let lane_acks = lane_channel.clone().map(Acks::start);
         let mut feedback_ended = false;
         let result = loop {
+            // blocked by the broker (an alarm): take no new delivery until it lifts;
+            // those taken already wait for their confirms
+            if *blocked.borrow_and_update() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break Ok(()),
+                    _ = blocked.changed() => continue,
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
+                _ = blocked.changed() => continue,
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, None));

@@ -9,8 +9,8 @@ use serde_json::Value;
 /// The environment that gives the binary `s`'s scalar sections (`[amqp]` with its
 /// `[amqp.tls]`, `[redis]` with `[redis.tls]`, `[worker]`, `[http]`, `[lanes]`,
 /// `[feedback]`, `[suppression]`) and each custom policy's scope, action and priority,
-/// as `QUOTA_WORKER__SECTION__KEY` variables. The hash
-/// key is left out (it serializes redacted); a test that needs its own sets it.
+/// as `QUOTA_WORKER__SECTION__KEY` variables. The hash key and the admin token are
+/// left out (they serialize redacted); a test that needs its own sets it.
 /// Rules, lists of tables, cannot be variables: [`worker_toml`] writes them for a
 /// file.
 pub fn env_for(s: &Settings) -> Vec<(String, String)> {
@@ -49,7 +49,7 @@ pub fn env_for(s: &Settings) -> Vec<(String, String)> {
                     }
                 }
                 Value::Array(a) if a.is_empty() => {}
-                _ if k == "hash_key" => {}
+                _ if k == "hash_key" || k == "admin_token" => {}
                 v => env.push((var(k), scalar(v))),
             }
         }

@@ -124,12 +124,20 @@ const SCENARIOS: &[(&str, &str)] = &[
         "RabbitMQ hanging (SIGSTOP of the node), then SIGTERM while it hangs",
     ),
     (
+        "memory_alarm",
+        "RabbitMQ's memory alarm under load (flow control), for 20 s and for 2 minutes",
+    ),
+    (
         "rabbit_cluster",
         "A three-node RabbitMQ cluster losing a node the worker does not use, then the one it uses",
     ),
     (
         "redis_outage",
         "Redis stopped during a run, then back with its data",
+    ),
+    (
+        "redis_reset",
+        "Redis flushed under load (`FLUSHALL`), with `redis.on_reset = \"continue\"` and `\"pause\"`",
     ),
     (
         "redis_sentinel",
@@ -273,16 +281,40 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             continue;
         }
         o.push_str(&format!(
-            "- **Broker hang** ({} form): the node frozen for {} s (connections open, nothing answering). \
-             Dispatching went on {} s after it woke up, on the same connection. {} duplicate dispatches over the \
-             two hangs: every dispatch sent during a hang (up to `amqp.prefetch` = {} per hang) outlived its {} s \
-             confirm deadline, so its job was handed back and sent again while the broker had the first copy; \
-             {} lost, {} cap violations. SIGTERM while the broker hung, grace {} s: exit codes {}, after {} s \
-             (session running) and {} s (still connecting).\n",
-            cell(&v["mode"]), cell(&v["hang_seconds"]), cell(&v["recovery_seconds"]), cell(&v["duplicates"]),
-            cell(&v["prefetch"]), cell(&v["publish_timeout_seconds"]), cell(&v["lost"]), cell(&v["violations"]),
+            "- **Broker hang** ({} form): the node frozen for {} s (connections open, nothing answering), longer \
+             than `amqp.publish_timeout` ({} s). The worker waited for the confirms while the connection lived and \
+             held further dispatches once no confirm had come for 300 ms; dispatching went on {} s after the node \
+             woke up, on the same connection, with no job sent twice. {} duplicate dispatches in all, from the \
+             second hang: the dispatches sent in its first 300 ms (at 200/s), unconfirmed when SIGTERM's grace ran \
+             out, their jobs handed back (before waiting for confirms and holding: 378 over the two hangs, up to \
+             `amqp.prefetch` = {} per hang); {} lost, {} cap violations. SIGTERM while the broker hung, grace {} s: \
+             exit codes {}, after {} s (session running) and {} s (still connecting).\n",
+            cell(&v["mode"]), cell(&v["hang_seconds"]), cell(&v["publish_timeout_seconds"]), cell(&v["recovery_seconds"]),
+            cell(&v["duplicates"]), cell(&v["prefetch"]), cell(&v["lost"]), cell(&v["violations"]),
             cell(&v["grace_seconds"]), cell(&v["sigterm_exit_codes"]), cell(&v["sigterm_exit_seconds_running"]),
             cell(&v["sigterm_exit_seconds_connecting"]),
+        ));
+    }
+    for v in get("memory_alarm") {
+        if v["skipped"].is_string() {
+            continue;
+        }
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        let run = |r: &Value| {
+            format!(
+                "{} s: {} dispatched while it lasted, dispatching again {} s after it cleared",
+                cell(&r["alarm_seconds"]),
+                cell(&r["dispatched_during_alarm"]),
+                cell(&r["recovery_seconds"]),
+            )
+        };
+        o.push_str(&format!(
+            "- **Memory alarm** ({} form): {}. The worker logged the block {} times, took no new job while \
+             blocked and waited for the held confirms ({} dispatches handed back unconfirmed). {}. {} lost, {} \
+             duplicates, {} cap violations.\n",
+            cell(&v["mode"]), cell(&v["fault"]), cell(&v["blocked_logged"]), cell(&v["unconfirmed_handed_back"]),
+            runs.iter().map(run).collect::<Vec<_>>().join("; "),
+            cell(&v["lost"]), cell(&v["duplicates"]), cell(&v["violations"]),
         ));
     }
     for v in get("redis_outage") {
@@ -294,6 +326,30 @@ pub fn render(records: &std::collections::BTreeMap<String, Value>) -> String {
             cell(&v["mode"]), cell(&v["fault"]), cell(&v["health_noticed_seconds"]), cell(&v["readyz_during_outage"]),
             cell(&v["dispatched_during_outage"]), cell(&v["dead_lettered_not_malformed"]), cell(&v["recovery_seconds"]),
             cell(&v["health_back_seconds"]),
+        ));
+    }
+    for v in get("redis_reset") {
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        let run = |r: &Value| {
+            format!(
+                "with `{}`: noticed {} s after the flush (logged at ERROR, `quota_worker_redis_resets_total` 1), \
+                 paused: {}; afterwards {} jobs of the daily and rolling policies dispatched, {} of them while \
+                 paused ({} transactional jobs went out during the pause); `admin resume` took effect in {} s; \
+                 {} lost, {} duplicates, {} dead-lettered for it, {} cap-audit findings (sends the flush \
+                 forgot, as expected: the caps start afresh)",
+                cell(&r["on_reset"]), cell(&r["noticed_seconds"]), cell(&r["paused"]),
+                r["dispatched_after_known_by_kind"]["Daily"].as_u64().unwrap_or(0)
+                    + r["dispatched_after_known_by_kind"]["Rolling"].as_u64().unwrap_or(0),
+                cell(&r["capped_dispatched_while_paused"]), cell(&r["dispatched_while_paused"]),
+                cell(&r["resumed_seconds_after_admin_resume"]), cell(&r["lost"]), cell(&r["duplicates"]),
+                cell(&r["dead_lettered_not_malformed"]), cell(&r["violations"]),
+            )
+        };
+        o.push_str(&format!(
+            "- **Redis flushed** ({} form): {}: {}.\n",
+            cell(&v["mode"]),
+            cell(&v["fault"]),
+            runs.iter().map(run).collect::<Vec<_>>().join("; "),
         ));
     }
     for v in get("redis_sentinel") {
@@ -422,8 +478,8 @@ build, long forms on a release build); each row names the commit it measured.
 | **At-least-once delivery.** Every job ends dispatched, delayed (waiting in the delay ladder) or dead-lettered with a reason; none is lost, whatever crashes. | A delivery is acked only after its outcome's publish is confirmed (`mandatory`, persistent, publisher confirms with a timeout); anything unacked goes back to the queue when the worker's connection drops. Quorum queues with `x-dead-letter-strategy=at-least-once` and `x-overflow=reject-publish` move delayed jobs between delay levels without loss; the jobs queue has an explicit `x-delivery-limit` and dead-letter target, so no broker version drops a job. | `faults.rs`: `kill_9_…`, `broker_restart_…`, `redis_outage_…`, `sigterm_…`, `stale_x_death_…`; `pipeline.rs` |
 | **Caps are never exceeded.** No recipient gets more distinct jobs than a cap allows, with any number of workers. | `lua/admit.lua` checks every rule and records the send atomically, on the recipient's own sorted set (one hash slot, so also on a cluster). The send counts from admission (a *reservation*) until dispatch is confirmed (*commit*); a dispatch refused by the broker gives it back; a dispatch whose fate is unknown (no confirm, connection lost) keeps it. | `faults.rs`: `four_workers_…`, and the cap audit of every scenario; `engine.rs` and `cluster.rs`: 200 concurrent admissions admit one |
 | **Duplicates only in the named crash window.** A job is dispatched twice only when a crash (or a lost connection) falls between its dispatch publish leaving the worker and its commit in Redis. | A committed job is recognised by id (`duplicate`: acked, not sent again) for the dedupe window. A job reserved but not committed is *in flight*: another worker waits until the reservation lease lapses, then admits it again; that second dispatch is a duplicate if the first one had reached the broker. Both copies carry the same `message_id` (the job id): senders deduplicate on it. | `faults.rs`: `kill_9_…` counts them and checks each against the kill that caused it |
-| **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with jittered backoff (`retry_redis`), holding the job; prefetch bounds what is held. `/readyz` answers 503 (`Health.redis` false) from the first failed call, and a watcher pings Redis every second so it is current while idle too. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
-| **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with jittered backoff (200 ms doubling to 2 s, each delay lengthened by up to itself, so workers do not come back in lockstep). Only the broker's refusals (406 PRECONDITION_FAILED, 403 ACCESS_REFUSED) and a TLS setup that cannot work stop it; a connection closed in the middle of declaring the topology, a node restarting, a quorum queue electing its leader are retried. A Redis that is not there at start is waited for. | Every publish and confirm wait has a deadline (`amqp.publish_timeout`), and so do connecting, declaring and subscribing; the consumer stream ending or failing ends the session; `BrokerError::is_fatal` is the one rule of what stops it. | `faults.rs`: `broker_restart_…`, `broker_hang_…`; `connections.rs`: `the_worker_outlives_the_broker_closing_its_connection_mid_declare`, `the_worker_waits_for_a_redis_that_is_not_there_yet` |
+| **No dispatch without a decision.** While Redis is unreachable nothing is dispatched or dead-lettered because of it; readiness reports it; work resumes by itself. | Every Redis call is retried with jittered backoff (`retry_redis`), holding the job; prefetch bounds what is held. `/readyz` answers 503 (`Health.redis` false) from the first failed call, and a watcher reads Redis every second (the reset marker) so it is current while idle too. A job whose admission Redis interrupted takes its own reservation back on retry. | `faults.rs`: `redis_outage_…`, `an_admission_interrupted_by_redis_…` |
+| **The worker reconnects by itself.** Broker gone: the session ends, in-flight jobs are handed back, the worker reconnects with jittered backoff (200 ms doubling to 2 s, each delay lengthened by up to itself, so workers do not come back in lockstep). Only the broker's refusals (406 PRECONDITION_FAILED, 403 ACCESS_REFUSED) and a TLS setup that cannot work stop it; a connection closed in the middle of declaring the topology, a node restarting, a quorum queue electing its leader are retried. A Redis that is not there at start is waited for. | A confirm is waited for while its connection is up (lapin's heartbeat bounds a silent one), and connecting, declaring and subscribing have a deadline (3 × `amqp.publish_timeout`); the consumer stream ending or failing ends the session; `BrokerError::is_fatal` is the one rule of what stops it. | `faults.rs`: `broker_restart_…`, `broker_hang_…`; `connections.rs`: `the_worker_outlives_the_broker_closing_its_connection_mid_declare`, `the_worker_waits_for_a_redis_that_is_not_there_yet` |
 | **Clean shutdown.** SIGTERM/SIGINT: stop consuming, finish in-flight jobs within `worker.shutdown_grace`, hand back the rest, exit 0, also when the broker does not answer. | One cancellation token, watched while connecting too; in-flight tasks tracked and awaited until the grace deadline; cancelling the consumer and closing the connection bounded by it. | `faults.rs`: `sigterm_…`, `broker_hang_…` |
 | **Bad input never crashes the worker or loops.** Each bad message is dead-lettered once, `malformed` with a sentence saying why, body untouched. | The decoder is pure and bounded (size limit before parsing; no recursion into payloads); header values from producers are read defensively. | `fuzz.rs` (proptest, millions of inputs in the long form) and its hand-written end-to-end cases |
 | **Runs unchanged on Redis Cluster.** | One hash slot per recipient; scripts loaded on every node at start and again on `NOSCRIPT`. Admissions batched per node: a call declares one key of its node and carries the others; a key whose slot moved since the map was read answers "not here" having written nothing and is asked again on its own, so a stale slot map costs calls, never a decision. | `cluster.rs` (`a_stale_slot_map_costs_calls_not_decisions`, `a_key_on_another_node_answers_not_here_…`) |
@@ -435,10 +491,12 @@ build, long forms on a release build); each row names the commit it measured.
 |---|---|---|
 | Worker killed (`kill -9`, OOM, node loss) | Nothing to do: its unacked deliveries return to the queue. Jobs it had admitted but not dispatched are *in flight* for `redis.reservation_lease` (default 2 min), then admitted again. | Some jobs arrive up to one lease late; jobs that were being sent at that instant may arrive twice (same `message_id`). |
 | Broker restarts or the connection drops | The session ends; publishes waiting for a confirm fail (their reservations are kept); deliveries go back to the queue; the worker reconnects with backoff and declares its topology again. | A pause; then processing resumes within seconds of the broker being back. |
-| Broker hangs (frozen, partitioned: the connection stays open, nothing answers) | Each publish gives up after `amqp.publish_timeout` and its job is handed back with its reservation kept; connecting and declaring are bounded too (3 × `publish_timeout`); shutdown never waits past its grace period. If the broker wakes within lapin's heartbeat limit the same connection goes on, else the worker reconnects. | Dispatches sent during the hang arrive when it ends, and their jobs are sent again: up to `amqp.prefetch` duplicates per worker and hang (same `message_id`). A smaller prefetch bounds them. |
+| Broker hangs (frozen, partitioned: the connection stays open, nothing answers) | Each publish waits for its confirm while the connection is up (lapin's heartbeat gives up on it after twice the negotiated heartbeat, 120 s with RabbitMQ's default 60 s); then its job is handed back with its reservation kept. Connecting and declaring are bounded (3 × `amqp.publish_timeout`); shutdown never waits past its grace period. If the broker wakes before the heartbeat gives up, the same connection goes on and the late confirms settle the jobs, else the worker reconnects. | A hang shorter than the heartbeat limit: dispatching resumes when it ends, no duplicate. A longer one, or SIGTERM during it: dispatches sent during the hang arrive when it ends, and their jobs are sent again (up to `amqp.prefetch` per worker, same `message_id`). |
+| Broker memory or disk alarm (flow control: `connection.blocked`) | The worker takes no new delivery while the broker blocks its connection (logged; `quota_worker_broker_blocked` is 1) and the publishes it had sent wait for their confirms, however long the alarm lasts, while the connection is up. | Dispatching pauses for the alarm and resumes when it clears; no duplicate, nothing lost (`memory_alarm` above: 20 s and 2 minutes). |
 | Redis unreachable | Every job in flight waits (retrying with jittered backoff up to 1 s, 2 s when it is not there at start); no new decisions; readiness false. | Dispatch stops; nothing is dead-lettered; it resumes within a couple of seconds of Redis returning. |
 | The broker refuses the worker (a queue exists with other arguments: 406; the user may not log in or configure: 403) | The worker stops with the broker's words and a hint (exit 1). | Fix the configuration or the broker; restarting alone would repeat the refusal. |
-| Redis loses its data (restart without persistence, failover to a lagging replica) | Not detectable by the worker. With Sentinel (`[redis.sentinel]`) it finds the new master through the sentinels; on a cluster it follows the new slot map. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates (the `redis_sentinel` and `redis_cluster_failover` scenarios count them). Run Redis with AOF (`appendonly yes`) for restarts; for failovers set `redis.wait_replicas = 1` (Sentinel or a single node with replicas): a job is dispatched only once a replica has its send, and a job no replica acknowledges in `redis.wait_timeout` is held and retried. Commits are not waited for: a forgotten commit leaves the send reserved, still counted. |
+| Redis comes back empty (restart without persistence, `FLUSHALL`, failover to an empty replica) | Noticed within a second: a marker key written once (`prefix:{reset}/marker`) is read by every worker's health watcher each second (one `MGET`, replacing its `PING`; nothing per job); gone or replaced means the data went with it. Logged at ERROR, counted (`quota_worker_redis_resets_total`, alert `QuotaWorkerRedisLostItsData`), shown on the status page. `redis.on_reset = "continue"` (default) goes on; `"pause"` sets a pause mark in Redis that holds, on every worker, the jobs of enforced policies with rules (delayed 60 s at a time, never dead-lettered; an admitted job waiting for its channel's rate gives its admission back) until `quota-worker admin resume`; transactional jobs still go. Not seen: a loss while no worker runs (taken for a first start), and on a cluster the loss of a master other than the marker's. | `redis_reset` above. With `pause`, restore the data if you can (an AOF or RDB copy, `admin recipient R record`), then resume; after it the caps count only what Redis holds. |
+| Redis loses its last writes (failover to a lagging replica) | With Sentinel (`[redis.sentinel]`) it finds the new master through the sentinels; on a cluster it follows the new slot map. The marker is old, so this is not a reset. | Recorded sends are forgotten: caps start afresh and earlier jobs are no longer recognised as duplicates (the `redis_sentinel` and `redis_cluster_failover` scenarios count them). Run Redis with AOF (`appendonly yes`) for restarts; for failovers set `redis.wait_replicas = 1` (Sentinel or a single node with replicas): a job is dispatched only once a replica has its send, and a job no replica acknowledges in `redis.wait_timeout` is held and retried. Commits are not waited for: a forgotten commit leaves the send reserved, still counted. |
 | A dispatch is returned (no queue bound) or nacked | The quota is given back and the job delayed (5 s, doubling per attempt, at most 5 min). | The job is retried, never acked as sent. |
 | SIGTERM | Stop consuming, finish in-flight jobs within the grace period, hand back the rest, exit 0. | Jobs still waiting for the channel's rate when the grace period ends go back to the queue and, being reserved, wait out the lease on the next worker. |
 | A malformed, oversized or hostile message | Dead-lettered `malformed` once, with a reason. | It is in `notify.dead` with `x-notify-reason` and `x-notify-detail`. |

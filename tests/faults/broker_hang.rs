@@ -11,13 +11,14 @@ use testkit::reliability::{long, record};
 use testkit::*;
 
 /// A broker that hangs instead of going away (SIGSTOP of the node: connections stay
-/// open, nothing answers, as in a network partition). Every wait of the worker has a
-/// deadline: publishes time out (their jobs are handed back, their reservations
-/// kept), and when the broker wakes up the worker goes on by itself. Then SIGTERM
-/// while the broker hangs, once with a session running and once while connecting:
-/// the worker exits 0 within its grace period all the same. A fresh worker finishes
-/// the run; nothing is lost. Dispatches sent during the hang and confirmed only
-/// after it are dispatched again (the named window: sent, not recorded); counted.
+/// open, nothing answers, as in a network partition). The worker waits for the
+/// confirms while the connection lives and holds further dispatches once none has
+/// come for 300 ms; when the broker wakes up it goes on by itself on the same
+/// connection, no job sent twice. Then SIGTERM while the broker hangs, once with a
+/// session running and once while connecting: the worker exits 0 within its grace
+/// period all the same. A fresh worker finishes the run; nothing is lost. The
+/// dispatches sent before the second hang was noticed, unconfirmed at the SIGTERM,
+/// are dispatched again (the named window: sent, not recorded); counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     let _heavy = heavy().await;

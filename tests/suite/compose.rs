@@ -176,10 +176,14 @@ fn assert_env_takes_effect(vars: &BTreeMap<String, String>, place: &str) {
             "{place} sets the built-in public key"
         );
     }
+    if let Some(token) = ours.get(&format!("{ENV_PREFIX}__HTTP__ADMIN_TOKEN")) {
+        let loaded = loaded.http.admin_token.as_ref().map(|t| t.expose_secret());
+        assert_eq!(loaded, Some(token.as_str()), "{place}: http.admin_token");
+    }
     let effective = serde_json::to_value(&loaded).unwrap();
     for (var, value) in &ours {
         let path = var[ENV_PREFIX.len() + 2..].to_lowercase();
-        if path == "redis__hash_key" {
+        if path == "redis__hash_key" || path == "http__admin_token" {
             continue;
         }
         let mut at = &effective;
@@ -740,6 +744,11 @@ fn the_kubernetes_example_probes_what_the_worker_serves() {
         .map(|e| (text(&e["name"]), text(&e["value"])))
         .collect();
     assert_env_takes_effect(&env, "deploy/kubernetes.yaml");
+    // listening on the pod's address: the mutating endpoints need the token
+    assert!(
+        env.contains_key("QUOTA_WORKER__HTTP__ADMIN_TOKEN_FILE"),
+        "deploy/kubernetes.yaml: no http.admin_token"
+    );
     // the probes ask what the worker serves, on the port it listens on
     let listen = port_of(&env["QUOTA_WORKER__HTTP__LISTEN"]);
     let named_port = container["ports"]

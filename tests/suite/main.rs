@@ -25,6 +25,7 @@ mod engine;
 mod examples;
 mod feedback;
 mod fuzz;
+mod guard;
 mod http;
 mod lanes;
 mod layers;

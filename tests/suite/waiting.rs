@@ -306,3 +306,51 @@ async fn with_notes_off_nothing_is_noted_and_a_cancel_still_ends_the_job() {
     handle.await.unwrap();
     assert_eq!(depth(&conn, &dispatch).await, 0, "nothing else sent");
 }
+
+#[tokio::test]
+async fn admin_recipient_takes_the_zone_of_the_recipients_waiting_jobs() {
+    let ns = unique("zone");
+    let s = settings(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let body = |id: &str| {
+        format!(r#"{{"id":"{id}","recipient":"sh","channel":"sms","timezone":"Asia/Shanghai"}}"#)
+    };
+    // one a day: the first goes, the second waits for Shanghai's midnight
+    publish(&conn, &s, body("z1").as_bytes()).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    publish(&conn, &s, body("z2").as_bytes()).await;
+    assert!(matches!(step(&w, &conn, &s).await, Outcome::Delayed { .. }));
+
+    let status = |who: &str, extra: &[&str]| {
+        let mut args = vec!["admin", "recipient", who, "--json"];
+        args.extend_from_slice(extra);
+        let out = run(&s, &args, None);
+        crate::cli::json(&out)
+    };
+    let st = status("sh", &[]);
+    assert_eq!(st["timezone"], "Asia/Shanghai", "{st}");
+    assert_eq!(st["timezone_from"]["source"], "waiting_job", "{st}");
+    assert_eq!(st["timezone_from"]["job"], "z2", "{st}");
+    let next = st["policies"][0]["next_allowed"]["local"].as_str().unwrap();
+    assert!(
+        next.ends_with("T00:00:00+08:00"),
+        "Shanghai's midnight: {next}"
+    );
+    // the text says which zone and where it came from
+    let text = crate::cli::stdout(&run(&s, &["admin", "recipient", "sh"], None));
+    assert!(
+        text.contains("zone Asia/Shanghai, from the note of waiting job `z2`"),
+        "{text}"
+    );
+    // --timezone wins; a recipient with no waiting job gets the default
+    let st = status("sh", &["--timezone", "Europe/Paris"]);
+    assert_eq!(
+        (&st["timezone"], &st["timezone_from"]["source"]),
+        (&"Europe/Paris".into(), &"option".into())
+    );
+    let st = status("nobody", &[]);
+    assert_eq!(
+        (&st["timezone"], &st["timezone_from"]["source"]),
+        (&"UTC".into(), &"default".into())
+    );
+}

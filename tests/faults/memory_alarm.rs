@@ -1,0 +1,165 @@
+//! Fault scenario: RabbitMQ's memory alarm under load (flow control: the broker
+//! blocks every publishing connection with `connection.blocked` until the alarm
+//! clears), for 20 s and for 2 minutes, on a private node.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+use serde_json::json;
+use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::procs::{RabbitNode, WorkerProc};
+use testkit::reliability::{long, record};
+use testkit::*;
+
+/// Raise the node's memory alarm (a high watermark of 0 trips it at once) or
+/// clear it (back to the default 0.4).
+fn alarm(node: &RabbitNode, on: bool) {
+    let watermark = if on { "0" } else { "0.4" };
+    let out = node.ctl(&["set_vm_memory_high_watermark", watermark]);
+    assert!(out.status.success(), "rabbitmqctl: {out:?}");
+}
+
+/// Whether the node says a memory alarm is in force.
+fn alarmed(node: &RabbitNode) -> bool {
+    let out = node.ctl(&["eval", "rabbit_alarm:get_alarms()."]);
+    String::from_utf8_lossy(&out.stdout).contains("memory")
+}
+
+/// Clears the alarm when dropped, also when the test panics.
+struct Clear<'a>(&'a RabbitNode);
+
+impl Drop for Clear<'_> {
+    fn drop(&mut self) {
+        alarm(self.0, false);
+    }
+}
+
+/// A worker draining a mix at 300 dispatches/s; the memory alarm raised for 20 s
+/// once 600 went out, and for 2 minutes once half of them did. Every job must be
+/// found exactly once: no dispatch handed back while its confirm was only held by
+/// the alarm (the worker waits for it while the connection lives), nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
+    let _heavy = heavy().await;
+    let Some(guard) = private_node().await else {
+        record(
+            json!({"scenario": "memory_alarm", "skipped": "no rabbitmq-server on this machine"}),
+        );
+        return;
+    };
+    let node = &guard.0;
+    let alarms = [Duration::from_secs(20), Duration::from_secs(120)];
+    let n = if long() { 20_000 } else { 6_000 };
+    let ns = unique("memalarm");
+    let mut s = fault_settings(&ns, 300);
+    s.amqp.url = node.url();
+    let _g = RedisGuard(ns.clone());
+    let dir = testkit::temp_dir("memalarm");
+    let connect = |url: String| async move {
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("private node")
+    };
+    let conn = connect(node.url()).await;
+    topology(&s).declare(&conn).await.unwrap();
+    let mix = Mix::new(&ns, n, &noon_zone());
+    publish_all(&conn, &s, &mix.jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let started = Instant::now();
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    let mut runs = Vec::new();
+    for (i, length) in alarms.iter().enumerate() {
+        let before = if i == 0 { 600 } else { n / 2 } as u32;
+        while depth(&conn, &dispatch).await.unwrap_or(0) < before {
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "no progress:\n{}",
+                w.tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        alarm(node, true);
+        let clear = Clear(node);
+        let raised = Instant::now();
+        assert!(alarmed(node), "the memory alarm did not go off");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let at_start = depth(&conn, &dispatch).await.unwrap_or(0);
+        tokio::time::sleep(length.saturating_sub(raised.elapsed())).await;
+        let at_end = depth(&conn, &dispatch).await.unwrap_or(0);
+        drop(clear);
+        let cleared = Instant::now();
+        let mut resumed = None;
+        while cleared.elapsed() < Duration::from_secs(60) {
+            if depth(&conn, &dispatch).await.unwrap_or(0) > at_end + 20 {
+                resumed = Some(cleared.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(w.running(), "the worker exited:\n{}", w.tail(30));
+        runs.push(json!({
+            "alarm_seconds": length.as_secs(),
+            "dispatched_before": before,
+            "dispatched_during_alarm": at_end as i64 - at_start as i64,
+            "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
+        }));
+    }
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    let blocked_seen = log.matches("the broker blocked the connection").count();
+    let unconfirmed = log.matches("dispatch unconfirmed").count();
+    let end = finish(
+        &conn,
+        &s,
+        &mix,
+        Duration::from_secs(if long() { 600 } else { 240 }),
+        async { w.stop() },
+    )
+    .await;
+    let a = &end.audit;
+    conclude(
+        &dir,
+        json!({
+            "scenario": "memory_alarm",
+            "test": "tests/faults/memory_alarm.rs: a_memory_alarm_of_any_length_costs_no_duplicate",
+            "jobs": n,
+            "faults": alarms.len(),
+            "fault": "RabbitMQ's memory alarm (set_vm_memory_high_watermark 0, then 0.4) for 20 s, then for 2 minutes, at 300 dispatches/s",
+            "duplicates": a.duplicate_dispatches(),
+            "duplicate_waiting_copies": a.duplicate_waiting(),
+            "duplicate_dead_letters": a.duplicate_dead(),
+            "violations": end.violations.len(),
+            "recovery_seconds": runs.iter().filter_map(|r| r["recovery_seconds"].as_f64()).fold(0.0, f64::max),
+            "blocked_logged": blocked_seen,
+            "unconfirmed_handed_back": unconfirmed,
+            "publish_timeout_seconds": s.amqp.publish_timeout.0.as_secs(),
+            "runs": runs,
+        }),
+        end.settled,
+        &end.lost,
+        &a.summary(&mix.jobs),
+    );
+    let _ = conn.close(200, "".into()).await;
+    assert_eq!(
+        a.duplicate_dispatches(),
+        0,
+        "duplicates: {:?}",
+        a.duplicated_ids()
+    );
+    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
+    assert!(
+        end.violations.is_empty(),
+        "violations: {:#?}",
+        end.violations
+    );
+    assert_eq!(blocked_seen, alarms.len(), "the worker logged each block");
+    for r in &runs {
+        assert!(
+            r["dispatched_during_alarm"].as_i64().unwrap() <= 0,
+            "dispatched during an alarm: {r}"
+        );
+        assert!(
+            r["recovery_seconds"].is_number(),
+            "dispatching never resumed: {r}"
+        );
+    }
+}
