@@ -13,6 +13,9 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+mod paused;
+pub(crate) use paused::paused;
+
 use crate::admission::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
@@ -230,25 +233,6 @@ pub fn hold(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decis
         Ok((at, Some(cause))) => Some(wait(job, cx, at, cause, false)),
         Err(never) => Some(Decision::Dead(never)),
     }
-}
-
-/// How long a job held by the pause waits before it is looked at again.
-pub const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
-
-/// While the worker is paused after Redis lost its data: a job of an enforced
-/// policy with rules is held [`PAUSED_HOLD`] (not beyond its `expires_at`, and not
-/// bounded by `max_wait`: the pause is no cap), never dead-lettered for it; a job of
-/// a policy without rules (transactional) or a shadow one goes on (`None`).
-pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
-    if cx.policy.mode != Mode::Enforce || cx.policy.rules.is_empty() {
-        return None;
-    }
-    let hold = now + PAUSED_HOLD;
-    let until = job.expires_at.map_or(hold, |exp| exp.min(hold));
-    Some(Decision::Delay {
-        until,
-        cause: DelayCause::Paused,
-    })
 }
 
 /// Whether the job's policy holds and dead-letters jobs: enforced, or `as_enforced`

@@ -445,36 +445,3 @@ fn a_cap_holds_drops_or_never_admits_naming_itself() {
     );
     assert_eq!(dead_letter(late).reason, Reason::Capped);
 }
-
-#[test]
-fn the_pause_holds_enforced_policies_with_rules_only_and_never_past_expiry() {
-    let p = policy();
-    let now = at(10, 0);
-    let held = |j: &Job<'_>, p: &Policy| match paused(j, &cx(p), now) {
-        Some(Decision::Delay { until, cause }) => {
-            assert_eq!(cause, DelayCause::Paused);
-            Some(until)
-        }
-        None => None,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(held(&job(None), &p), Some(now + PAUSED_HOLD));
-    assert_eq!(
-        held(&job(Some(at(10, 0) + chrono::Duration::seconds(5))), &p),
-        Some(at(10, 0) + chrono::Duration::seconds(5))
-    );
-    let no_rules = Policy {
-        rules: vec![],
-        ..policy()
-    };
-    assert_eq!(held(&job(None), &no_rules), None, "transactional jobs go");
-    let shadow = Policy {
-        mode: Mode::Shadow,
-        ..policy()
-    };
-    assert_eq!(
-        held(&job(None), &shadow),
-        None,
-        "a shadow policy holds nothing"
-    );
-}
