@@ -48,6 +48,15 @@
 //!    job that waits or waited is noted for `admin job` ([`job::note`],
 //!    [`redis::notes`]) in the commits' pipeline.
 //!
+//! ## Hearing back from the senders
+//! [`feedback`] is each session's second consumer, on `notify.feedback`: what became
+//! of a dispatched job, decoded by the producer crate's decoder (pure) and applied
+//! once in Redis ([`feedback::apply`]: `lua/feedback.lua` gives a failed send back or
+//! suppresses a recipient, `lua/throttle.lua` pauses a channel's rate and ramps it
+//! back). `lua/admit.lua` dead-letters a suppressed recipient's job (`suppressed`,
+//! [`quota::suppression`]) in the admission call it already makes, once
+//! [`feedback::watch`] has seen that some recipient is suppressed.
+//!
 //! ## Around the flow
 //! - [`config`]: the typed configuration, a file per section (defaults file,
 //!   `--config`, environment, `*_FILE` secrets); errors name the key and the file

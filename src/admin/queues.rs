@@ -52,6 +52,7 @@ pub async fn queue_stats(
             .map(|c| (topology.dispatch_queue(c), "dispatch", Some(c.clone()))),
     );
     wanted.push((topology.amqp.dead_queue.clone(), "dead", None));
+    wanted.push((topology.feedback.1.clone(), "feedback", None));
 
     let mut ch = conn.create_channel().await?;
     let mut out = Vec::with_capacity(wanted.len());

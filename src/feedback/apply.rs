@@ -74,6 +74,9 @@ pub struct FeedbackNote {
     pub event: String,
     /// When the worker applied it (RFC 3339), if it knows.
     pub at: Option<String>,
+    /// The job's tenant, as the sender gave it (carried; no effect yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// The sender's detail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -131,6 +134,7 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
             }
             _ => None,
         },
+        tenant: f.tenant.clone(),
         detail: f.detail.clone(),
         retry_after_ms: f.retry_after.map(|s| (s * 1000.0).round() as u64),
     };

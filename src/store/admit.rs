@@ -160,9 +160,18 @@ impl QuotaStore {
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
-            Verdict::Suppressed(_, kind, since, until) => {
-                crate::quota::suppression::Suppression::decode(&format!("{kind}:{since}:{until}"))
-                    .map_or(Admission::Duplicate, Admission::Suppressed)
+            Verdict::Suppressed(now, kind, since, until) => {
+                let value = format!("{kind}:{since}:{until}");
+                match crate::quota::suppression::Suppression::decode(&value) {
+                    Some(s) => Admission::Suppressed(s),
+                    // a value no worker writes: an error, retried (never a decision)
+                    None => {
+                        return Err(StoreError::Reply {
+                            script: "admit.lua",
+                            reply: vec![9, now, i64::from(kind), since, until],
+                        })
+                    }
+                }
             }
             Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),

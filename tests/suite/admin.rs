@@ -44,7 +44,7 @@ async fn queues_shows_every_queue_with_counts_and_missing_ones() {
 
     let out = json(&run_async(&s, &["admin", "queues", "--json"], None).await);
     let queues = out.as_array().unwrap();
-    assert_eq!(queues.len(), 1 + 20 + 3 + 1);
+    assert_eq!(queues.len(), 1 + 20 + 3 + 1 + 1);
     let find = |name: &str| {
         queues
             .iter()
@@ -67,10 +67,15 @@ async fn queues_shows_every_queue_with_counts_and_missing_ones() {
         (sms["exists"].clone(), sms["ready"].clone()),
         (true.into(), 0.into())
     );
-    let dead = queues.last().unwrap();
+    let dead = &queues[queues.len() - 2];
     assert_eq!(
         (dead["role"].clone(), dead["ready"].clone()),
         ("dead".into(), 0.into())
+    );
+    let feedback = queues.last().unwrap();
+    assert_eq!(
+        (feedback["role"].clone(), feedback["name"].clone()),
+        ("feedback".into(), s.feedback.queue.as_str().into())
     );
 
     // the table names the same queues

@@ -950,6 +950,9 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     // a paced channel, so that a job waits in its lane
     let push = s.channels.get_mut("push").unwrap();
     push.rate = Some(1);
+    // a paced channel, so that its rate in force is shown
+    s.channels.get_mut("sms").unwrap().rate = Some(1000);
+    s.channels.get_mut("sms").unwrap().burst = Some(100);
     let _c = Cleanup::new(&s);
 
     // as `quota-worker run` starts (main.rs): HTTP and the process-wide recorder
@@ -991,11 +994,24 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         );
         publish(&conn, &s, body.as_bytes()).await;
     }
+    // and a feedback that suppresses another recipient
+    let bounce = quota_worker_producer::Feedback::new(
+        "obs-0",
+        quota_worker_producer::Event::Bounced,
+        "r9",
+        "sms",
+    );
+    crate::feedback::send(&conn, &s, &bounce).await;
 
     // settled, and the queues read since (every 5 s)
     let jobs_queue = s.amqp.jobs_queue.clone();
     let dead_queue = s.amqp.dead_queue.clone();
     let expected: Vec<Expected> = vec![
+        (
+            "quota_worker_feedback_total",
+            vec![("event", "bounced")],
+            1.0,
+        ),
         (
             "quota_worker_jobs_total",
             vec![

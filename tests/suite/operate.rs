@@ -388,7 +388,7 @@ async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
         row(&["malformed", "2"]),
         row(&["dispatched", "2"]),
         row(&["delayed", "1"]),
-        row(&["sms", "20 per second, burst 5", "–"]),
+        row(&["sms", "20 per second, burst 5", "20.0", "–"]),
     ] {
         assert!(dom.contains(&expected), "{expected} in\n{dom}");
     }
