@@ -1,23 +1,21 @@
 //! `quota-worker admin`: queues, dead letters (list, show, replay, purge),
 //! recipients, and one job (explain, cancel), printed as tables or `--json`.
 
-use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use clap::{ArgGroup, Args, Subcommand};
+use clap::{Args, Subcommand};
 
-use super::{amqp, parse_instant, parse_zone, print_json, stop_on_signal, store, EXIT_INTERRUPTED};
-use quota_worker::admin::{
-    self, DeadLetterInfo, DeadLetters, JobStatus, Jobs, RecipientQuery, RecipientStatus,
-    Recipients, Selection, WalkAction,
-};
+use super::{amqp, parse_instant, parse_zone, print_json, store};
+use quota_worker::admin::{self, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients};
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::job::note::{JobNote, JobState, Place};
 use quota_worker::quota::suppression::Kind;
+
+use super::dead::{age, dead, DeadCommand};
 
 /// `quota-worker admin`.
 #[derive(Subcommand, Debug)]
@@ -75,90 +73,6 @@ pub enum JobAction {
     /// Make the waiting job end as a dead letter `cancelled` (replayable) the next
     /// time a worker handles it, wherever it waits.
     Cancel,
-}
-
-/// Which dead letters: by reason, by id, or all.
-#[derive(Args, Debug, Clone)]
-#[command(group(ArgGroup::new("selection").required(true).multiple(true).args(["reason", "id", "all"])))]
-pub struct SelectionArgs {
-    /// Only dead letters with this reason (repeat for several).
-    #[arg(long)]
-    pub reason: Vec<String>,
-    /// Only the dead letter(s) with this job id (repeat for several).
-    #[arg(long)]
-    pub id: Vec<String>,
-    /// Every dead letter.
-    #[arg(long, conflicts_with_all = ["reason", "id"])]
-    pub all: bool,
-}
-
-impl SelectionArgs {
-    fn selection(&self) -> Selection {
-        Selection {
-            reasons: self.reason.clone(),
-            ids: self.id.clone(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        if self.all {
-            return "every dead letter".into();
-        }
-        let mut parts = Vec::new();
-        if !self.reason.is_empty() {
-            parts.push(format!("reason {}", self.reason.join(" or ")));
-        }
-        if !self.id.is_empty() {
-            parts.push(format!("id {}", self.id.join(" or ")));
-        }
-        format!("dead letters with {}", parts.join(" and "))
-    }
-}
-
-/// `admin dead`.
-#[derive(Subcommand, Debug)]
-#[command(after_help = "\
-Dead letters are read by rotating the queue: each message present at the start is \
-taken once, a fresh copy is published to the tail (or it is replayed or purged), and \
-the original is acked only after that publish is confirmed. Order is kept and the \
-broker's delivery count is never raised. Run one of these at a time.")]
-pub enum DeadCommand {
-    /// List dead letters: id, reason, age, detail.
-    #[allow(missing_docs)]
-    List {
-        /// Only these reasons (repeat for several).
-        #[arg(long)]
-        reason: Vec<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Show the dead letter(s) with a job id: headers, properties and body.
-    Show {
-        /// The job id.
-        id: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Publish a selection back to the jobs exchange, without dead-letter headers.
-    #[allow(missing_docs)]
-    Replay {
-        #[command(flatten)]
-        selection: SelectionArgs,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Delete a selection, after confirmation.
-    #[allow(missing_docs)]
-    Purge {
-        #[command(flatten)]
-        selection: SelectionArgs,
-        /// Do not ask (required when stdin is not a terminal).
-        #[arg(long, short = 'y')]
-        yes: bool,
-    },
 }
 
 /// `admin recipient`.
@@ -389,198 +303,6 @@ async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn age(seconds: Option<i64>) -> String {
-    let Some(s) = seconds else { return "?".into() };
-    match s {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
-fn walk_note(report: &admin::WalkReport) {
-    if report.interrupted {
-        eprintln!(
-            "interrupted after {} of {} dead letters; the others were not touched",
-            report.visited, report.found
-        );
-    }
-}
-
-async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitCode> {
-    let conn = amqp(settings).await?;
-    let topology = Topology::from_settings(settings);
-    let letters = DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0);
-    let now = Utc::now();
-    let queue = &settings.amqp.dead_queue;
-    let code = match command {
-        DeadCommand::List { reason, json } => {
-            let stop = stop_on_signal();
-            let filter = Selection {
-                reasons: reason,
-                ids: vec![],
-            };
-            let mut seen = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if filter.matches(&letter) {
-                        seen.push(letter);
-                    }
-                    WalkAction::Keep
-                })
-                .await?;
-            if json {
-                print_json(&seen)?;
-            } else {
-                let width = seen
-                    .iter()
-                    .map(|d| d.id.as_deref().unwrap_or("-").chars().count())
-                    .max()
-                    .unwrap_or(2)
-                    .clamp(2, 40);
-                println!("{:<width$}  {:<16}  {:>7}  DETAIL", "ID", "REASON", "AGE");
-                for d in &seen {
-                    println!(
-                        "{:<width$}  {:<16}  {:>7}  {}",
-                        d.id.as_deref().unwrap_or("-"),
-                        d.reason,
-                        age(d.age_seconds),
-                        d.detail
-                    );
-                }
-                eprintln!(
-                    "{} of {} dead letter(s) in `{queue}` listed; all kept, in order",
-                    seen.len(),
-                    report.visited
-                );
-            }
-            walk_note(&report);
-            interrupted_or_ok(&report)
-        }
-        DeadCommand::Show { id, json } => {
-            let stop = stop_on_signal();
-            let mut seen = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if letter.id.as_deref() == Some(id.as_str()) {
-                        seen.push(DeadLetterInfo::read(&d.properties, &d.data, now, true));
-                    }
-                    WalkAction::Keep
-                })
-                .await?;
-            walk_note(&report);
-            if seen.is_empty() {
-                bail!("no dead letter with id `{id}` in `{queue}`");
-            }
-            if json {
-                print_json(&seen)?;
-            } else {
-                for d in &seen {
-                    println!("id:          {}", d.id.as_deref().unwrap_or("-"));
-                    println!("reason:      {} ({})", d.reason, d.source);
-                    println!("detail:      {}", d.detail);
-                    println!(
-                        "dead since:  {} ({} ago)",
-                        d.dead_at.map(|t| t.to_rfc3339()).unwrap_or("?".into()),
-                        age(d.age_seconds)
-                    );
-                    if let Some(a) = d.attempts {
-                        println!("attempts:    {a}");
-                    }
-                    if let Some(t) = d.first_seen {
-                        println!("first seen:  {}", t.to_rfc3339());
-                    }
-                    println!(
-                        "properties:  {}",
-                        serde_json::to_string_pretty(&d.properties)?
-                    );
-                    println!("body:        {}", serde_json::to_string_pretty(&d.body)?);
-                }
-            }
-            interrupted_or_ok(&report)
-        }
-        DeadCommand::Replay { selection, json } => {
-            let stop = stop_on_signal();
-            let sel = selection.selection();
-            let mut replayed = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if sel.matches(&letter) {
-                        replayed.push(letter);
-                        WalkAction::Replay
-                    } else {
-                        WalkAction::Keep
-                    }
-                })
-                .await?;
-            if json {
-                print_json(&serde_json::json!({ "replayed": replayed, "walk": report }))?;
-            } else {
-                for d in &replayed {
-                    println!("replayed {} ({})", d.id.as_deref().unwrap_or("-"), d.reason);
-                }
-                eprintln!(
-                    "{} replayed to `{}`, {} kept in `{queue}`",
-                    report.replayed, settings.amqp.jobs_exchange, report.kept
-                );
-            }
-            walk_note(&report);
-            interrupted_or_ok(&report)
-        }
-        DeadCommand::Purge { selection, yes } => {
-            let there = letters.count().await?;
-            if !yes {
-                if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
-                    bail!("refusing to purge without a terminal to confirm on; pass --yes");
-                }
-                eprint!(
-                    "Delete {} from `{queue}` ({there} dead letter(s) there now)? This cannot be undone. [y/N] ",
-                    selection.describe()
-                );
-                std::io::stderr().flush()?;
-                let mut answer = String::new();
-                std::io::stdin().lock().read_line(&mut answer)?;
-                if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-                    eprintln!("nothing purged");
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-            // after the prompt, so that Ctrl-C at the prompt still quits at once
-            let stop = stop_on_signal();
-            let sel = selection.selection();
-            let report = letters
-                .walk(&stop, |d| {
-                    if sel.matches(&DeadLetterInfo::read(&d.properties, &d.data, now, false)) {
-                        WalkAction::Drop
-                    } else {
-                        WalkAction::Keep
-                    }
-                })
-                .await?;
-            println!(
-                "purged {} dead letter(s) from `{queue}`; {} kept",
-                report.dropped, report.kept
-            );
-            walk_note(&report);
-            interrupted_or_ok(&report)
-        }
-    };
-    let _ = conn.close(200, "bye".into()).await;
-    Ok(code)
-}
-
-fn interrupted_or_ok(report: &admin::WalkReport) -> ExitCode {
-    if report.interrupted {
-        ExitCode::from(EXIT_INTERRUPTED)
-    } else {
-        ExitCode::SUCCESS
-    }
 }
 
 async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<ExitCode> {

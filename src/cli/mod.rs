@@ -7,6 +7,7 @@
 //! 2 done in part (`publish` skipped bad input lines), 130 interrupted.
 
 pub mod admin;
+mod dead;
 pub mod publish;
 pub mod resume;
 pub mod suppress;
