@@ -86,15 +86,15 @@
 //!
 //! | layer | modules | does I/O |
 //! |---|---|---|
-//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, key names), [`admission`] (what an admission asks and answers), [`backoff`], [`tls`] | no (`tls` reads certificate files) |
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, lanes, suppressions, key names), [`admission`] (what an admission asks and answers), [`backoff`], [`tls`] | no (`tls` reads certificate files) |
 //! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
-//! | messages | [`amqp`] (connect, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
+//! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
 //! | decision, pure | [`decide`]: triage, hold, after the admission | no |
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters) | no |
-//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes; owns [`redis::StoreError`] | Redis |
-//! | quota store | [`store`]: admissions, commits, releases, the clock | Redis |
-//! | around the store | [`health`], [`reload`], [`admin`] | Redis, broker |
-//! | service | [`status`], [`worker`] (session, process, commits, cancels), [`http`], [`signals`], [`producer`] | all |
+//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`] | Redis |
+//! | quota store | [`store`]: admissions (with their layers), the rate and the lanes' takes, commits, releases, the clock | Redis |
+//! | around the store | [`reset`] (a Redis that lost its data), [`health`], [`reload`], [`feedback`] (the senders' feedback: decode, apply once, consume), [`admin`] | Redis, broker |
+//! | service | [`status`], [`worker`] (session, process, lanes, commits, cancels), [`http`], [`signals`], [`producer`] | all |
 //!
 //! The binary (`src/main.rs`, `src/cli/`) sits on top and prints what the library
 //! returns.
