@@ -309,7 +309,7 @@ for k = 1, jobs do
   if code == 3 then
     n = n + 1
     out[n] = extra
-  elseif code == 8 then
+  elseif code == 9 then
     for i = 1, 3 do
       n = n + 1
       out[n] = extra[i]

@@ -29,55 +29,8 @@ pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Dec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::policy::{Action, Policy};
-    use crate::quota::window::{Rule, Window};
-    use chrono::TimeZone;
-
-    fn at(h: u32, m: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 3, 1, h, m, 0).unwrap()
-    }
-
-    fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
-        Job {
-            id: "j1".into(),
-            recipient: "r".into(),
-            channel: "sms".into(),
-            category: "default".into(),
-            tz: chrono_tz::Tz::UTC,
-            expires_at,
-            not_before: None,
-            collapse_key: None,
-            priority: None,
-            tenant: None,
-        }
-    }
-
-    fn policy() -> Policy {
-        Policy {
-            name: "default".into(),
-            rules: vec![Rule {
-                limit: 1,
-                window: Window::CalendarDays(1),
-            }],
-            scope: Default::default(),
-            action: Action::Delay,
-            send_windows: None,
-            ignore_channel_windows: false,
-            max_wait: None,
-            mode: Mode::Enforce,
-            priority: Default::default(),
-            suppressed_by: crate::quota::suppression::Kinds::ALL,
-            caps: Default::default(),
-        }
-    }
-
-    fn cx(policy: &Policy) -> Context<'_> {
-        Context {
-            policy,
-            channel_windows: None,
-            first_seen: at(10, 0),
-        }
-    }
+    use crate::decide::tests::{at, cx, job, policy};
+    use crate::quota::policy::Policy;
 
     #[test]
     fn the_pause_holds_enforced_policies_with_rules_only_and_never_past_expiry() {

@@ -1,15 +1,16 @@
-//! The decision as a table: every admission and expiry to its outcome.
+//! The decision as a table: every admission and expiry to its outcome. Its fixtures
+//! (a job, a policy, its context, a time of day) serve the other decision tests too.
 
 use super::*;
 use crate::quota::window::Window;
 use chrono::TimeZone;
 use chrono_tz::Tz;
 
-fn at(h: u32, m: u32) -> DateTime<Utc> {
+pub(super) fn at(h: u32, m: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 1, h, m, 0).unwrap()
 }
 
-fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
+pub(super) fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
     Job {
         id: "j1".into(),
         recipient: "r".into(),
@@ -24,7 +25,7 @@ fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
     }
 }
 
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     Policy {
         name: "default".into(),
         rules: daily().into_iter().collect(),
@@ -40,7 +41,7 @@ fn policy() -> Policy {
     }
 }
 
-fn cx(policy: &Policy) -> Context<'_> {
+pub(super) fn cx(policy: &Policy) -> Context<'_> {
     Context {
         policy,
         channel_windows: None,
