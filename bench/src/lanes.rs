@@ -52,7 +52,12 @@ async fn pass(b: &Bench, conn: &Connection, workers: usize, backlog: usize) -> R
         "lanes",
         format!("{workers} worker(s), {backlog} bulk jobs at {RATE}/s, urgent jobs at {URGENT_RATE}/s for {URGENT_SECS} s"),
     );
-    let s = b.settings(&format!("ln{workers}"));
+    let mut s = b.settings(&format!("ln{workers}"));
+    // paced in the settings too, so that the topology the teardown deletes has
+    // the channel's lane queues
+    if let Some(sms) = s.channels.get_mut("sms") {
+        sms.rate = Some(RATE);
+    }
     let env = [(
         "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
         RATE.to_string(),

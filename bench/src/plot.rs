@@ -1,5 +1,6 @@
 //! The plot, `<out>/bench.svg`: throughput, admission latency and the worker's RSS
-//! on top; end-to-end latency by quantile and the scale step's CPU per job below.
+//! on top; end-to-end latency by quantile (with the lanes step's urgent jobs) and
+//! the scale step's CPU per job below.
 //! Draws the report only.
 
 use std::path::Path;
@@ -225,7 +226,7 @@ fn plot_end_to_end(r: &Report, area: &Area<'_>) -> Result<()> {
 type Curve = (String, Vec<(f64, f64)>, RGBColor);
 
 /// For each offered share, the worker's and the pass-through's curves of the round
-/// whose worker p99 is the median one.
+/// whose worker p99 is the median one; then the lanes step's urgent jobs.
 fn end_to_end_curves(r: &Report) -> Vec<Curve> {
     let mut lines: Vec<Curve> = Vec::new();
     let colors = [(RED, BLUE), (MAGENTA, CYAN)];
@@ -242,12 +243,6 @@ fn end_to_end_curves(r: &Report) -> Vec<Curve> {
         let Some(l) = ls.get(ls.len() / 2) else {
             continue;
         };
-        let nines = |e: &EndToEnd| -> Vec<(f64, f64)> {
-            e.curve
-                .iter()
-                .map(|&(q, ms)| (-(1.0 - q).max(1e-9).log10(), ms.max(0.01)))
-                .collect()
-        };
         let (wc, pc) = colors[k];
         if let Some(e) = &l.end_to_end {
             lines.push((
@@ -263,7 +258,26 @@ fn end_to_end_curves(r: &Report) -> Vec<Curve> {
             lines.push((format!("pass-through, {share} x ceiling"), nines(e), pc));
         }
     }
+    // the lanes step: urgent jobs behind a paced bulk backlog
+    for (l, color) in r.lanes.iter().zip([GREEN, BLACK]) {
+        lines.push((
+            format!(
+                "urgent behind {} bulk at {}/s, {} worker(s)",
+                l.backlog, l.rate, l.workers
+            ),
+            nines(&l.urgent),
+            color,
+        ));
+    }
     lines
+}
+
+/// An end-to-end curve as (nines, ms) points.
+fn nines(e: &EndToEnd) -> Vec<(f64, f64)> {
+    e.curve
+        .iter()
+        .map(|&(q, ms)| (-(1.0 - q).max(1e-9).log10(), ms.max(0.01)))
+        .collect()
 }
 
 /// The scale step: CPU per job (broker, Redis, worker stacked) for each

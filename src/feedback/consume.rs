@@ -134,15 +134,17 @@ impl Feedbacks {
     }
 
     /// Consume the feedback queue on `conn` until `stop`, then let the feedback in
-    /// hand finish (within `grace`).
+    /// hand finish (within `grace`). Bad feedback is dead-lettered through
+    /// `publisher`, the session's own (a channel fewer: lapin reads the flow state of
+    /// every channel of the connection for each frame it sends).
     pub async fn consume(
         self: Arc<Self>,
         conn: &Connection,
+        publisher: Publisher,
         stop: CancellationToken,
         grace: Duration,
-        timeout: Duration,
     ) -> Result<(), BrokerError> {
-        let publisher = Arc::new(Publisher::open(conn, timeout).await?);
+        let publisher = Arc::new(publisher);
         let ch = conn.create_channel().await?;
         ch.basic_qos(self.prefetch, BasicQosOptions::default())
             .await?;

@@ -25,10 +25,10 @@ use super::{BrokerLink, ProcessError, Worker};
 use crate::amqp::BrokerError;
 use crate::job::decode::Job;
 use crate::job::{headers, Outcome};
-use crate::quota::lanes::Priority;
+use crate::quota::lanes::{LaneRate, Priority};
 use crate::quota::policy::Policy;
+use crate::quota::policy::Rate;
 use crate::redis::rate::LaneAsk;
-use crate::rules::Rules;
 use crate::store::RateStep;
 
 /// Where a job's rate step leads.
@@ -46,22 +46,17 @@ pub(crate) fn lane_of(job: &Job<'_>, policy: &Policy, from: Option<Priority>) ->
 }
 
 impl Worker {
-    /// How to take `job`'s channel's rate; for a job read from a lane queue, this
-    /// waits for its send slot (and gives up at `s.stop`).
+    /// How to take the rate of `job`'s paced channel (its rate and how its lanes
+    /// share it); for a job read from a lane queue, this waits for its send slot
+    /// (and gives up at `s.stop`).
     pub(crate) async fn rate_step(
         &self,
         s: &BrokerLink,
         job: &Job<'_>,
         lane: Priority,
         from: Option<Priority>,
-        rules: &Rules,
+        (rate, lanes): (Rate, LaneRate),
     ) -> Result<Step, ProcessError> {
-        let channel = rules.channel(&job.channel);
-        let (Some(rate), Some(lanes)) =
-            (channel.and_then(|c| c.rate), channel.and_then(|c| c.lanes))
-        else {
-            return Ok(Step::Admit(RateStep::Wait(None)));
-        };
         let ask = LaneAsk { lane, lanes };
         if !self.topology.has_lanes(&job.channel) {
             // paced since a reload: no lane queue to park in; it waits here, in its lane

@@ -111,9 +111,10 @@ impl Worker {
                     break 'decided Decision::Superseded { by };
                 }
             }
+            let channel_rules = rules.channel(&job.channel);
             let cx = Context {
                 policy,
-                channel_windows: rules.channel(&job.channel).and_then(|c| c.windows.as_ref()),
+                channel_windows: channel_rules.and_then(|c| c.windows.as_ref()),
                 first_seen: seen.first_seen,
             };
             if let Some(decision) = decide::hold(&job, &cx, now) {
@@ -133,12 +134,19 @@ impl Worker {
                 tenant: job.tenant.as_deref(),
             };
             let lane = lanes::lane_of(&job, cx.policy, from);
-            let step = match self.rate_step(s, &job, lane, from, &rules).await? {
-                Step::Admit(step) => step,
-                Step::Park(lane) => return self.parked(s, delivery, &job, lane, &rules).await,
+            // the lanes' steps are boxed: a job of a channel without lanes does not
+            // carry (and copy) their state in its own
+            let step = match channel_rules.and_then(|c| c.rate.zip(c.lanes)) {
+                None => RateStep::Wait(None),
+                Some(paced) => match Box::pin(self.rate_step(s, &job, lane, from, paced)).await? {
+                    Step::Admit(step) => step,
+                    Step::Park(lane) => {
+                        return Box::pin(self.parked(s, delivery, &job, lane, &rules)).await
+                    }
+                },
             };
             let Some(admission) = self.admit(&req, &rules, s, step).await? else {
-                return self.parked(s, delivery, &job, lane, &rules).await;
+                return Box::pin(self.parked(s, delivery, &job, lane, &rules)).await;
             };
             if let (Some(lane), RateStep::Taken(_)) = (from, step) {
                 self.lane_taken(delivery, &job.channel, lane);
@@ -147,8 +155,7 @@ impl Worker {
             // admission is given back and it waits as the others do
             if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
                 if let Some(decision) = decide::paused(&job, &cx, now) {
-                    self.retry_redis(|| self.store.release(ticket), &s.stop)
-                        .await?;
+                    Box::pin(self.retry_redis(|| self.store.release(ticket), &s.stop)).await?;
                     break 'decided decision;
                 }
             }

@@ -89,11 +89,20 @@ impl Worker {
 
         let tasks = tokio_util::task::TaskTracker::new();
         let stop = shutdown.child_token();
-        // the second consumer: feedback from the senders, on its own channels
+        // the second consumer: feedback from the senders, on a channel of its own
+        // (its dead letters through the session's publisher); if it ends on its own,
+        // it ends the session through `ended` (one token for the loop below to wait
+        // on, not a task handle polled for every delivery)
+        let ended = shutdown.child_token();
         let mut feedback = tokio::spawn({
             let (feedback, conn, stop) = (self.feedback.clone(), conn.clone(), stop.clone());
+            let (publisher, ended) = (publisher.clone(), ended.clone());
             let grace = self.settings.worker.shutdown_grace.0;
-            async move { feedback.consume(&conn, stop, grace, timeout).await }
+            async move {
+                let result = feedback.consume(&conn, publisher, stop, grace).await;
+                ended.cancel();
+                result
+            }
         });
         let (session, committer) = self.session_context(publisher, stop.clone());
         let session = Arc::new(session);
@@ -105,6 +114,8 @@ impl Worker {
         // never ends, so that a session without lanes waits on the jobs alone
         lane_deliveries.push(futures_util::stream::pending().boxed());
         let lane_acks = lane_channel.clone().map(Acks::start);
+        // a session without lanes never polls them
+        let has_lanes = lane_acks.is_some();
         let mut feedback_ended = false;
         let result = loop {
             // blocked by the broker (an alarm): take no new delivery until it lifts;
@@ -115,9 +126,20 @@ impl Worker {
                     _ = blocked.changed() => continue,
                 }
             }
+            // (a block that begins while this waits lets at most the next delivery
+            // in; the check above holds the one after)
             tokio::select! {
-                _ = shutdown.cancelled() => break Ok(()),
-                _ = blocked.changed() => continue,
+                _ = ended.cancelled() => {
+                    if shutdown.is_cancelled() {
+                        break Ok(());
+                    }
+                    // the feedback consumer ended on its own: the session is broken
+                    feedback_ended = true;
+                    break match (&mut feedback).await {
+                        Ok(Err(e)) => Err(e),
+                        _ => Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)),
+                    };
+                }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, None));
@@ -125,21 +147,13 @@ impl Worker {
                     Some(Err(e)) => break Err(BrokerError::Amqp(e)),
                     None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
                 },
-                Some((lane, next)) = lane_deliveries.next() => match (next, &lane_acks) {
+                Some((lane, next)) = lane_deliveries.next(), if has_lanes => match (next, &lane_acks) {
                     (Ok(delivery), Some((acks, _))) => {
                         tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, Some(lane)));
                     }
                     (Ok(_), None) => unreachable!("lane deliveries come with their channel"),
                     (Err(e), _) => break Err(BrokerError::Amqp(e)),
                 },
-                // the feedback consumer ended on its own: the session is broken
-                ended = &mut feedback => {
-                    feedback_ended = true;
-                    break match ended {
-                        Ok(Err(e)) => Err(e),
-                        _ => Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)),
-                    };
-                }
             }
         };
         tasks.close();
