@@ -189,14 +189,6 @@ impl RedisSettings {
             ));
         }
         self.check_sentinel()?;
-        if self.wait_replicas > 0 && self.cluster {
-            return Err(invalid(
-                "redis.wait_replicas",
-                "not supported with `redis.cluster = true` yet: after a master failed over, \
-                 the WAITs on the promoted master held its connection until every call to it \
-                 timed out (tests/faults/redis_cluster_failover.rs); use 0 on a cluster",
-            ));
-        }
         if self.wait_replicas > 0 {
             let t = self.wait_timeout.0;
             if t < Duration::from_millis(1) || t > Duration::from_millis(1500) {

@@ -241,7 +241,7 @@ async fn a_stale_slot_map_costs_calls_not_decisions() {
     let ns = unique("c-stale");
     let _k = ClusterKeys(ns.clone());
     let e = std::sync::Arc::new(engine(&cluster_settings(&ns)).await);
-    let RedisConn::Cluster(_, slots) = e.connection() else {
+    let RedisConn::Cluster(_, slots, _) = e.connection() else {
         panic!("a cluster connection")
     };
     let first = &cluster().urls()[0];
