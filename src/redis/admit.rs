@@ -20,7 +20,15 @@
 //! first job's key (which routes it there) and carries the others' keys as
 //! arguments, run by a copy of the script flagged `allow-cross-slot-keys` (Redis
 //! 7.0 and later). A key the node turns out not to own (the slots moved) answers
-//! code 7 having written nothing, and that job is asked again on its own.
+//! code 7 having written nothing, and that job is asked again on its own. Each
+//! node's jobs are answered as soon as its call is, so a slow node holds only its
+//! own jobs.
+//!
+//! With `redis.wait_replicas`, each call is followed by `WAIT` in the same round
+//! trip. `WAIT` holds the connection it runs on, so on a cluster a batch's calls go
+//! on connections kept for the admissions, one set lent to each batch in flight
+//! ([`RedisConn::dedicated`]); on the shared connection one `WAIT` for a master
+//! with no replica answering held up every call queued behind it.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
