@@ -207,6 +207,9 @@ local function admit(key, member, plan, layers)
     end
     local reserved_at = (existing - existing % 2) / 2
     if now - reserved_at < lease then
+      -- a write (the key's expiry set again), so that a WAIT after this call
+      -- covers the reservation too, whichever connection recorded it
+      redis.call('PEXPIREAT', key, plan.expire_at)
       return 3, reserved_at
     end
     -- an abandoned reservation (its worker died before confirming): admit afresh

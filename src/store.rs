@@ -164,6 +164,14 @@ impl QuotaStore {
         let scripts = Scripts::default();
         scripts.load(&conn).await?;
         let keys = settings.redis.keys();
+        let wait = (settings.redis.wait_replicas > 0).then_some((
+            settings.redis.wait_replicas,
+            settings.redis.wait_timeout.0.as_millis() as u64,
+        ));
+        let waiting = match wait {
+            Some(_) => conn.dedicated(crate::redis::admit::OUTSTANDING).await?,
+            None => Vec::new(),
+        };
         let admitter = Admitter::start(Caller {
             prefix_len: keys.prefix().len(),
             conn: conn.clone(),
@@ -172,10 +180,8 @@ impl QuotaStore {
             lease_ms,
             dedupe_ms: settings.redis.dedupe_window.0.as_millis() as i64,
             calls: calls.clone(),
-            wait: (settings.redis.wait_replicas > 0).then_some((
-                settings.redis.wait_replicas,
-                settings.redis.wait_timeout.0.as_millis() as u64,
-            )),
+            wait,
+            waiting: std::sync::Mutex::new(waiting),
         });
         let rates = settings
             .channels

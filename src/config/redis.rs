@@ -43,7 +43,10 @@ pub struct RedisSettings {
     /// After each admission call, wait until this many replicas have its writes
     /// (`WAIT`) before the verdict counts; 0 (the default): do not wait. Replication
     /// is asynchronous, so without it a failover can forget sends the old master had
-    /// recorded (and the caps start afresh for them). Not with `cluster = true`.
+    /// recorded (and the caps start afresh for them). On a cluster the `WAIT` follows
+    /// each node's call, on connections the admissions keep for themselves (see
+    /// `RedisConn::dedicated`); a master with fewer replicas answering (just promoted,
+    /// none attached yet) holds its recipients' jobs, as a short `WAIT` does.
     pub wait_replicas: u32,
     /// How long one `WAIT` may take, 1ms to 1500ms (default `500ms`); a job whose
     /// admission was not replicated in time is held and retried, as when Redis is
@@ -189,14 +192,6 @@ impl RedisSettings {
             ));
         }
         self.check_sentinel()?;
-        if self.wait_replicas > 0 && self.cluster {
-            return Err(invalid(
-                "redis.wait_replicas",
-                "not supported with `redis.cluster = true` yet: after a master failed over, \
-                 the WAITs on the promoted master held its connection until every call to it \
-                 timed out (tests/faults/redis_cluster_failover.rs); use 0 on a cluster",
-            ));
-        }
         if self.wait_replicas > 0 {
             let t = self.wait_timeout.0;
             if t < Duration::from_millis(1) || t > Duration::from_millis(1500) {
@@ -443,14 +438,25 @@ mod tests {
             .as_deref(),
             Some("redis.wait_timeout")
         );
+        // a cluster waits for replicas as Sentinel and a single node do, and its
+        // wait_timeout is checked the same way
+        let cluster = load(&[
+            ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+            ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
+            ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000"),
+        ])
+        .unwrap();
+        assert!(cluster.redis.cluster);
+        assert_eq!(cluster.redis.wait_replicas, 1);
         assert_eq!(
             key_of(&[
                 ("QUOTA_WORKER__REDIS__WAIT_REPLICAS", "1"),
+                ("QUOTA_WORKER__REDIS__WAIT_TIMEOUT", "2s"),
                 ("QUOTA_WORKER__REDIS__CLUSTER", "true"),
                 ("QUOTA_WORKER__REDIS__CLUSTER_URLS", "redis://10.0.0.1:7000")
             ])
             .as_deref(),
-            Some("redis.wait_replicas")
+            Some("redis.wait_timeout")
         );
     }
 

@@ -20,7 +20,15 @@
 //! first job's key (which routes it there) and carries the others' keys as
 //! arguments, run by a copy of the script flagged `allow-cross-slot-keys` (Redis
 //! 7.0 and later). A key the node turns out not to own (the slots moved) answers
-//! code 7 having written nothing, and that job is asked again on its own.
+//! code 7 having written nothing, and that job is asked again on its own. Each
+//! node's jobs are answered as soon as its call is, so a slow node holds only its
+//! own jobs.
+//!
+//! With `redis.wait_replicas`, each call is followed by `WAIT` in the same round
+//! trip. `WAIT` holds the connection it runs on, so on a cluster a batch's calls go
+//! on connections kept for the admissions, one set lent to each batch in flight
+//! ([`RedisConn::dedicated`]); on the shared connection one `WAIT` for a master
+//! with no replica answering held up every call queued behind it.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -202,6 +210,10 @@ pub(crate) struct Caller {
     pub calls: Arc<AtomicU64>,
     /// `redis.wait_replicas` and `redis.wait_timeout` (ms), when waiting is on.
     pub wait: Option<(u32, u64)>,
+    /// With waiting on a cluster, [`OUTSTANDING`] connections of the admissions'
+    /// own, one lent to each batch in flight (see [`RedisConn::dedicated`]); empty
+    /// otherwise.
+    pub waiting: std::sync::Mutex<Vec<RedisConn>>,
     /// The key prefix's length (the suppression section's L).
     pub prefix_len: usize,
 }
@@ -236,8 +248,11 @@ impl Admitter {
             }
             None => args,
         };
-        let mut replies = self.caller.call(&[&args], 1).await?;
-        replies.pop().ok_or(StoreError::Reply {
+        let lent = self.caller.lend();
+        let conn = lent.as_ref().unwrap_or(&self.caller.conn);
+        let replies = self.caller.call(conn, &[&args], 1).await;
+        self.caller.give_back(lent);
+        replies?.pop().ok_or(StoreError::Reply {
             script: "admit.lua",
             reply: vec![],
         })?
@@ -250,9 +265,11 @@ impl Caller {
     /// plans go once, each job names its own by number (see `lua/admit.lua`); the
     /// command is built directly (no per-argument buffers) and the script loaded on
     /// NOSCRIPT. With waiting on, a job admitted by a call that too few replicas
-    /// acknowledged gets [`StoreError::Unreplicated`] instead of its verdict.
+    /// acknowledged, or found reserved by it, gets [`StoreError::Unreplicated`]
+    /// instead of its verdict.
     pub async fn call(
         &self,
+        conn: &RedisConn,
         jobs: &[&AdmitArgs],
         declared: usize,
     ) -> Result<Vec<Reply>, StoreError> {
@@ -260,7 +277,7 @@ impl Caller {
         let layered = jobs.iter().filter(|j| !j.layers.is_empty()).count();
         // a job's caps are keys it does not declare: on a cluster, that takes the
         // flag (on a single node, Redis does not check)
-        let cluster = matches!(self.conn, RedisConn::Cluster(..));
+        let cluster = matches!(conn, RedisConn::Cluster(..));
         let script = match declared < jobs.len() || (layered > 0 && cluster) {
             true => &self.cross_slot,
             false => &self.script,
@@ -333,7 +350,7 @@ impl Caller {
             }
         }
         super::conn::count_call(&self.calls);
-        let mut conn = self.conn.clone();
+        let mut conn = conn.clone();
         let started = std::time::Instant::now();
         let (flat, acked) = match self.call_once(&cmd, &mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
@@ -364,6 +381,18 @@ impl Caller {
                 (Some((acked, wanted)), Verdict::Admitted(at) | Verdict::Shadowed(at, _)) => {
                     Err(StoreError::Unreplicated {
                         reserved_at: *at,
+                        recorded: true,
+                        acked,
+                        wanted,
+                    })
+                }
+                // a live reservation: adopting it as this worker's own would
+                // dispatch a send no replica may have (the script wrote, so the
+                // WAIT covered it; short, it is not known to be replicated)
+                (Some((acked, wanted)), Verdict::Reserved(_, at)) => {
+                    Err(StoreError::Unreplicated {
+                        reserved_at: *at,
+                        recorded: false,
                         acked,
                         wanted,
                     })
@@ -394,63 +423,86 @@ impl Caller {
         }
     }
 
-    /// A batch's verdicts: one call on a single node; on a cluster one call per
-    /// node, all at once, then each job its key's node did not own asked again on
-    /// its own.
-    async fn admit_batch(&self, jobs: &[&AdmitArgs]) -> Result<Vec<Reply>, StoreError> {
-        if !matches!(self.conn, RedisConn::Cluster(..)) {
-            return self.call(jobs, jobs.len()).await;
-        }
-        let map = self.conn.slot_map().await;
-        let groups = super::conn::group_by_node(0..jobs.len(), map.as_deref(), |&i, m| {
-            m.owner(jobs[i].key.as_bytes())
-        });
-        let calls = groups.iter().map(|(_, indices)| async move {
-            let group: Vec<&AdmitArgs> = indices.iter().map(|&i| jobs[i]).collect();
-            metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(group.len() as f64);
-            self.call(&group, 1).await
-        });
-        let replies = futures_util::future::join_all(calls).await;
-        let mut out: Vec<Option<Reply>> = (0..jobs.len()).map(|_| None).collect();
-        for ((_, indices), reply) in groups.iter().zip(replies) {
-            for (&i, verdict) in indices.iter().zip(reply?) {
-                out[i] = Some(verdict);
-            }
-        }
-        for (i, slot) in out.iter_mut().enumerate() {
-            if let Some(Ok(Verdict::Elsewhere(_))) = slot {
+    /// The verdicts of one node's jobs (all of them on a single node): one call,
+    /// then each job its key's node did not own asked again on its own.
+    async fn node_call(
+        &self,
+        conn: &RedisConn,
+        jobs: &[&AdmitArgs],
+        declared: usize,
+    ) -> Result<Vec<Reply>, StoreError> {
+        let mut replies = self.call(conn, jobs, declared).await?;
+        for (i, reply) in replies.iter_mut().enumerate() {
+            if let Ok(Verdict::Elsewhere(_)) = reply {
                 self.conn.slots_moved();
-                *slot = self.call(&[jobs[i]], 1).await?.pop();
+                *reply = self
+                    .call(conn, &[jobs[i]], 1)
+                    .await?
+                    .pop()
+                    .ok_or(StoreError::Reply {
+                        script: "admit.lua",
+                        reply: vec![],
+                    })?;
             }
         }
-        out.into_iter()
-            .map(|v| {
-                v.ok_or(StoreError::Reply {
-                    script: "admit.lua",
-                    reply: vec![],
-                })
-            })
-            .collect()
+        Ok(replies)
     }
 
-    /// Run one batch and hand each job its reply.
+    /// Run one batch and hand each job its reply: one call on a single node; on a
+    /// cluster one call per node, all at once, each node's jobs answered as soon as
+    /// their call is (a node that fails or is slow holds only its own jobs). With
+    /// waiting on a cluster, the batch's calls go on a connection of its own (see
+    /// [`RedisConn::dedicated`]).
     async fn answer(&self, batch: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
-        let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
+        let lent = self.lend();
+        let conn = lent.as_ref().unwrap_or(&self.conn);
         if !matches!(self.conn, RedisConn::Cluster(..)) {
+            let jobs: Vec<&AdmitArgs> = batch.iter().map(|(args, _)| args).collect();
             metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
+            let result = self.node_call(conn, &jobs, jobs.len()).await;
+            deliver(result, batch);
+        } else {
+            let map = self.conn.slot_map().await;
+            let groups = super::conn::group_by_node(batch.into_iter(), map.as_deref(), |job, m| {
+                m.owner(job.0.key.as_bytes())
+            });
+            let calls = groups.into_iter().map(|(_, group)| async move {
+                let jobs: Vec<&AdmitArgs> = group.iter().map(|(args, _)| args).collect();
+                metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
+                let result = self.node_call(conn, &jobs, 1).await;
+                deliver(result, group);
+            });
+            futures_util::future::join_all(calls).await;
         }
-        match self.admit_batch(&jobs).await {
-            Ok(replies) => {
-                for ((_, tx), reply) in batch.into_iter().zip(replies) {
-                    let _ = tx.send(reply);
-                }
-            }
-            Err(e) => {
-                // the call as a whole failed (Redis away, a timeout): every job of it
-                // hears so and is retried by its caller
-                super::fail_all(e, batch.into_iter().map(|(_, tx)| tx));
+        self.give_back(lent);
+    }
+
+    /// A connection of the batch's own, when there are some (waiting on a
+    /// cluster); else the shared one is used.
+    fn lend(&self) -> Option<RedisConn> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn give_back(&self, conn: Option<RedisConn>) {
+        if let Some(conn) = conn {
+            self.waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+        }
+    }
+}
+
+/// Hand each job of `jobs` its reply, or, the call having failed as a whole (Redis
+/// away, a timeout), the error: every job of it is retried by its caller.
+fn deliver(result: Result<Vec<Reply>, StoreError>, jobs: Vec<(AdmitArgs, oneshot::Sender<Reply>)>) {
+    match result {
+        Ok(replies) => {
+            for ((_, tx), reply) in jobs.into_iter().zip(replies) {
+                let _ = tx.send(reply);
             }
         }
+        Err(e) => super::fail_all(e, jobs.into_iter().map(|(_, tx)| tx)),
     }
 }
 

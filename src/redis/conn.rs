@@ -22,8 +22,14 @@ pub enum RedisConn {
     Single(redis::aio::ConnectionManager),
     /// The master of a group that Redis Sentinel watches (see [`SentinelConn`]).
     Sentinel(Arc<SentinelConn>),
-    /// A Redis Cluster, and the owner of each slot as last read.
-    Cluster(redis::cluster_async::ClusterConnection, Arc<Slots>),
+    /// A Redis Cluster, the owner of each slot as last read, and the client (which
+    /// opens the admissions' own connections when they wait for replicas, see
+    /// [`RedisConn::dedicated`]).
+    Cluster(
+        redis::cluster_async::ClusterConnection,
+        Arc<Slots>,
+        Arc<redis::cluster::ClusterClient>,
+    ),
 }
 
 /// The master of a Sentinel group, found by asking the sentinels.
@@ -149,9 +155,11 @@ impl RedisConn {
             if let Some(certs) = certs {
                 builder = builder.certs(certs);
             }
+            let client = builder.build()?;
             Ok(RedisConn::Cluster(
-                builder.build()?.get_async_connection().await?,
+                client.get_async_connection().await?,
                 Arc::default(),
+                Arc::new(client),
             ))
         } else {
             // verification is turned off only by its key (a `#insecure` in the URL
@@ -176,6 +184,36 @@ impl RedisConn {
 }
 
 impl RedisConn {
+    /// On a cluster, `count` connections of their own (each with one connection
+    /// per node, routed and repaired by the cluster client as the shared one is),
+    /// sharing this one's slot map; empty on a single node or with Sentinel.
+    ///
+    /// For the admission calls that end with `WAIT`: Redis serves one command at a
+    /// time on a connection, and `WAIT` holds its connection until the replicas
+    /// answer or its timeout ends, so on the shared connection (one per node,
+    /// multiplexed) every call behind it waited too. A master with no replica to
+    /// acknowledge (its replicas cut off, or just promoted and none attached yet)
+    /// held each `WAIT` for all of `redis.wait_timeout`; the waits queued one
+    /// behind the other on that node's connection past the 2 s response timeout,
+    /// and with them the batches' other calls, the commits, notes and rate takes:
+    /// every call to that node timed out while it had no replica. Each batch in
+    /// flight takes one of these connections for itself, so a node sees at most one
+    /// `WAIT` a connection, and nothing else waits behind it.
+    pub(crate) async fn dedicated(&self, count: usize) -> Result<Vec<RedisConn>, StoreError> {
+        let RedisConn::Cluster(_, slots, client) = self else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            out.push(RedisConn::Cluster(
+                client.get_async_connection().await?,
+                slots.clone(),
+                client.clone(),
+            ));
+        }
+        Ok(out)
+    }
+
     /// Send `cmds`, replies ignored, and return the round trips it took: one
     /// pipeline on a single node; on a cluster one pipeline per node that owns the
     /// first key of some of them (the node each command names by its first
@@ -195,7 +233,7 @@ impl RedisConn {
                 let _: () = pipe.query_async(&mut conn).await?;
                 Ok(1)
             }
-            RedisConn::Cluster(_, slots) => {
+            RedisConn::Cluster(_, slots, _) => {
                 let map = self.slot_map().await;
                 let groups = group_by_node(cmds, map.as_deref(), |cmd, m| {
                     first_key(cmd).and_then(|k| m.owner(k))
@@ -216,7 +254,7 @@ impl RedisConn {
                             host: node.host.clone(),
                             port: node.port,
                         };
-                        let RedisConn::Cluster(c, _) = &mut conn else {
+                        let RedisConn::Cluster(c, ..) = &mut conn else {
                             unreachable!("a cluster connection")
                         };
                         let count = cmds.len();
@@ -254,7 +292,7 @@ impl RedisConn {
     /// The owner of each slot, read again if it is stale (`None` on a single node,
     /// or when the cluster could not say: every key is then sent on its own).
     pub(crate) async fn slot_map(&self) -> Option<Arc<SlotMap>> {
-        let RedisConn::Cluster(_, slots) = self else {
+        let RedisConn::Cluster(_, slots, _) = self else {
             return None;
         };
         if slots.needs_refresh() {
@@ -273,7 +311,7 @@ impl RedisConn {
 
     /// Mark the slot map stale (a node answered for a key it does not own).
     pub(crate) fn slots_moved(&self) {
-        if let RedisConn::Cluster(_, slots) = self {
+        if let RedisConn::Cluster(_, slots, _) = self {
             slots.mark_stale();
         }
     }
@@ -344,7 +382,7 @@ impl ConnectionLike for RedisConn {
                 }
                 reply
             }),
-            RedisConn::Cluster(c, _) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c, ..) => c.req_packed_command(cmd),
         }
     }
 
@@ -364,7 +402,7 @@ impl ConnectionLike for RedisConn {
                 }
                 reply
             }),
-            RedisConn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c, ..) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -377,7 +415,7 @@ impl ConnectionLike for RedisConn {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .map_or(0, |c| c.1.get_db()),
-            RedisConn::Cluster(c, _) => c.get_db(),
+            RedisConn::Cluster(c, ..) => c.get_db(),
         }
     }
 }

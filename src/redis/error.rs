@@ -10,14 +10,19 @@ pub enum StoreError {
     /// the original error).
     #[error("redis (batched admission): {0}")]
     Batch(String),
-    /// An admission was recorded on the master but fewer replicas than
-    /// `redis.wait_replicas` acknowledged it within `redis.wait_timeout`: the job is
-    /// held and retried (its reservation, made at `reserved_at` ms, is taken back
-    /// then), so a failover cannot forget a send that was dispatched.
+    /// An admission was recorded on the master (or found reserved there) but fewer
+    /// replicas than `redis.wait_replicas` acknowledged it within
+    /// `redis.wait_timeout`: the job is held and retried (a reservation this call
+    /// recorded, at `reserved_at` ms, is taken back then), so a failover cannot
+    /// forget a send that was dispatched.
     #[error("redis: admission acknowledged by {acked} of {wanted} replicas in time")]
     Unreplicated {
         /// When the reservation was recorded (ms, Redis time).
         reserved_at: i64,
+        /// Whether this call recorded it; else it found a live reservation there
+        /// (this worker's from an earlier try, or another worker's), which must not
+        /// be taken for a replicated one.
+        recorded: bool,
         /// Replicas that acknowledged.
         acked: i64,
         /// `redis.wait_replicas`.

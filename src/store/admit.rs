@@ -320,13 +320,19 @@ impl QuotaStore {
         {
             Err(StoreError::Unreplicated {
                 reserved_at,
+                recorded,
                 acked,
                 wanted,
             }) => {
-                // ours: the retry takes it back instead of waiting out the lease
-                self.orphan(key, member, reserved_at);
+                // recorded by this call, so ours: the retry takes it back instead of
+                // waiting out the lease (one found there stays as it was: ours only
+                // if already noted)
+                if recorded {
+                    self.orphan(key, member, reserved_at);
+                }
                 return Err(StoreError::Unreplicated {
                     reserved_at,
+                    recorded,
                     acked,
                     wanted,
                 });

@@ -556,6 +556,9 @@ pub(crate) fn conclude_failover(
         explain_stuck(a, mix, w);
     }
     let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+    for v in end.violations.iter().take(20) {
+        eprintln!("{what}, wait_replicas = {}: {v}", s.redis.wait_replicas);
+    }
     let mut figures = extra;
     figures["wait_replicas"] = s.redis.wait_replicas.into();
     figures["jobs"] = run.jobs.into();

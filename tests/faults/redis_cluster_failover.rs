@@ -2,13 +2,17 @@
 //! a master under load; a replica is promoted and the worker follows the new slot
 //! map by itself (`redis.cluster_urls` names every node, the dead one included). As
 //! in the Sentinel scenario, the replicas are kept behind for a moment before the
-//! kill, so the audit counts the sends the failover forgot. (`redis.wait_replicas`
-//! is refused on a cluster: with it, the calls to the promoted master timed out
-//! until the end of the run.)
+//! kill, so the audit counts the sends the failover forgot; and they stay cut off
+//! until a while after the promotion, so the new master first serves with no
+//! replica at all. Run twice: without `redis.wait_replicas` (what a failover costs
+//! the caps) and with it set to 1 (each admission dispatched only once a replica
+//! has it: nothing forgotten; while the new master has no replica its recipients'
+//! jobs are held and retried, and the other masters' recipients go on).
 
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
+use quota_worker::config::Dur;
 use serde_json::json;
 use testkit::audit::depth;
 use testkit::procs::RedisCluster;
@@ -17,6 +21,9 @@ use testkit::*;
 
 /// How long the replica is kept behind before its master is killed.
 const BEHIND: Duration = Duration::from_millis(1500);
+/// How long the promoted master serves with no replica (its sibling kept from
+/// attaching).
+const ALONE: Duration = Duration::from_secs(3);
 /// `cluster-node-timeout` of the nodes (ms): a master unreachable this long is
 /// failed over.
 const NODE_TIMEOUT_MS: u32 = 1000;
@@ -28,13 +35,17 @@ fn master_of(info: &str) -> Option<u16> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-async fn failover() -> serde_json::Value {
+async fn failover(wait: bool) -> serde_json::Value {
     let n = if long() { 6_000 } else { 1_500 };
     let mut cluster = RedisCluster::with_replicas(2, NODE_TIMEOUT_MS);
-    let ns = unique("clusterfo");
+    let ns = unique(if wait { "clusterfowait" } else { "clusterfo" });
     let mut s = fault_settings(&ns, 300);
     s.redis.cluster = true;
     s.redis.cluster_urls = cluster.urls();
+    if wait {
+        s.redis.wait_replicas = 1;
+        s.redis.wait_timeout = Dur(Duration::from_millis(500));
+    }
     let _c = Cleanup::new(&s);
     let Loaded {
         conn,
@@ -60,13 +71,14 @@ async fn failover() -> serde_json::Value {
     }
     tokio::time::sleep(BEHIND).await;
     let master_offset = repl_offset(&cluster.nodes[victim].replication());
-    let replica_offset = repl_offset(&cluster.nodes[replicas[0]].replication());
+    let replica_offsets: Vec<Option<i64>> = replicas
+        .iter()
+        .map(|&r| repl_offset(&cluster.nodes[r].replication()))
+        .collect();
+    let replica_offset = replica_offsets[0];
     cluster.nodes[victim].kill9();
     let killed = Instant::now();
     let at_kill = depth(&conn, &dispatch).await.unwrap_or(0);
-    for &r in &replicas {
-        restore_replication(std::slice::from_ref(&cluster.nodes[r]));
-    }
     let (promoted, resumed) = watch_failover(&conn, &dispatch, killed, at_kill, || {
         replicas
             .iter()
@@ -75,6 +87,31 @@ async fn failover() -> serde_json::Value {
     })
     .await;
     let promoted = promoted.expect("the replica was never promoted");
+    let at_promotion = depth(&conn, &dispatch).await.unwrap_or(0);
+    // the new master serves alone for a while, then its sibling may attach
+    tokio::time::sleep((promoted + ALONE).saturating_sub(killed.elapsed())).await;
+    let before = depth(&conn, &dispatch).await.unwrap_or(0);
+    for &r in &replicas {
+        restore_replication(std::slice::from_ref(&cluster.nodes[r]));
+    }
+    let restored = killed.elapsed();
+    let new_master = replicas
+        .iter()
+        .copied()
+        .find(|&r| cluster.nodes[r].replication().contains("role:master"))
+        .expect("the promoted replica");
+    let mut attached = None;
+    while killed.elapsed() < restored + Duration::from_secs(30) {
+        let info = cluster.nodes[new_master].replication();
+        if info
+            .lines()
+            .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
+        {
+            attached = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     // the audit reads the cluster through the nodes still running
     let mut audit_settings = s.clone();
     audit_settings.redis.cluster_urls = cluster.urls();
@@ -87,29 +124,52 @@ async fn failover() -> serde_json::Value {
         resumed,
         started,
     };
-    conclude_failover("cluster failover", &s, &end, &mix, &w, &dir, run, json!({}))
+    let alone = promoted.as_secs_f64()..restored.as_secs_f64();
+    conclude_failover(
+        "cluster failover",
+        &s,
+        &end,
+        &mix,
+        &w,
+        &dir,
+        run,
+        json!({
+            // from the kill: the promoted master alone, and its first replica online
+            "alone_seconds": [alone.start, alone.end],
+            "replica_attached_seconds": attached.map(|d| d.as_secs_f64()),
+            "dispatched_while_alone": before.saturating_sub(at_promotion),
+            "replica_offsets_at_kill": replica_offsets,
+            "master_offset_at_kill": master_offset,
+            "promoted_replica": replicas.iter().position(|&r| r == new_master),
+        }),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_master_killed_under_load_the_worker_follows_its_replica() {
+async fn cluster_master_killed_under_load_forgets_sends_unless_admissions_wait_for_a_replica() {
     let _heavy = heavy().await;
-    let run = failover().await;
-    let mut figures = json!({
+    let without = failover(false).await;
+    let with = failover(true).await;
+    let sum = |key: &str| without[key].as_u64().unwrap_or(0) + with[key].as_u64().unwrap_or(0);
+    let bad = |v: &serde_json::Value| {
+        v["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
+            + v["violations"]["over_cap"].as_u64().unwrap_or(0)
+    };
+    record(json!({
         "scenario": "redis_cluster_failover",
-        "test": "tests/faults/redis_cluster_failover.rs: cluster_master_killed_under_load_the_worker_follows_its_replica",
-        "faults": 1,
+        "test": "tests/faults/redis_cluster_failover.rs: cluster_master_killed_under_load_forgets_sends_unless_admissions_wait_for_a_replica",
+        "jobs": sum("jobs"),
+        "faults": 2,
         "fault": format!(
-            "a master's replicas kept from resyncing for {} ms, then SIGKILL of that master (three masters with two replicas each, cluster-node-timeout {} ms)",
-            BEHIND.as_millis(), NODE_TIMEOUT_MS
+            "a master's replicas kept from resyncing for {} ms, then SIGKILL of that master (three masters with two replicas each, cluster-node-timeout {} ms); the promoted replica serves {} s with no replica before its sibling may attach",
+            BEHIND.as_millis(), NODE_TIMEOUT_MS, ALONE.as_secs()
         ),
-    });
-    for (k, v) in run.as_object().unwrap() {
-        figures[k] = v.clone();
-    }
-    figures["violations"] = json!(
-        run["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
-            + run["violations"]["over_cap"].as_u64().unwrap_or(0)
-    );
-    figures["violations_by_kind"] = run["violations"].clone();
-    record(figures);
+        "lost": sum("lost"),
+        "duplicates": sum("duplicates"),
+        "violations": format!("{} without WAIT, {} with", bad(&without), bad(&with)),
+        "recovery_seconds": [without["recovery_seconds"].clone(), with["recovery_seconds"].clone()],
+        "runs": [without.clone(), with.clone()],
+    }));
+    // with WAIT no dispatched job's send is forgotten, and no cap is exceeded
+    assert_eq!(bad(&with), 0, "with wait_replicas = 1: {with}");
 }

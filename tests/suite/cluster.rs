@@ -241,7 +241,7 @@ async fn a_stale_slot_map_costs_calls_not_decisions() {
     let ns = unique("c-stale");
     let _k = ClusterKeys(ns.clone());
     let e = std::sync::Arc::new(engine(&cluster_settings(&ns)).await);
-    let RedisConn::Cluster(_, slots) = e.connection() else {
+    let RedisConn::Cluster(_, slots, _) = e.connection() else {
         panic!("a cluster connection")
     };
     let first = &cluster().urls()[0];
@@ -437,5 +437,59 @@ async fn the_scripts_are_loaded_on_every_node_at_start() {
         let exists: Vec<Vec<i64>> =
             cluster().each(&redis::cmd("SCRIPT").arg("EXISTS").arg(&sha).clone());
         assert!(exists.iter().all(|v| v == &vec![1]), "{exists:?}");
+    }
+}
+
+/// `redis.wait_replicas` on a cluster whose masters have no replica: each node's
+/// call ends with its `WAIT`, which answers 0 after `redis.wait_timeout`, so every
+/// admission is held; a second try of a held job finds its own reservation and is
+/// held again, not taken as admitted. The waits run on the admissions' own
+/// connections: the shared one answers at once meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_replicas_the_masters_lack_holds_every_admission() {
+    use quota_worker::redis::StoreError;
+    let ns = unique("c-wait");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    s.redis.wait_replicas = 1;
+    s.redis.wait_timeout = quota_worker::config::Dur(Duration::from_millis(1000));
+    let e = std::sync::Arc::new(engine(&s).await);
+    let started = std::time::Instant::now();
+    let admits: Vec<_> = (0..30)
+        .map(|i| {
+            let e = e.clone();
+            tokio::spawn(async move {
+                let (id, who) = (format!("w{i}"), format!("r{i}"));
+                e.admit(&req(&id, &who, Tz::UTC)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ping = std::time::Instant::now();
+    e.ping().await.unwrap();
+    assert!(
+        ping.elapsed() < Duration::from_millis(500),
+        "a ping waited {:?} behind the admissions' WAITs",
+        ping.elapsed()
+    );
+    for a in admits {
+        match a.await.unwrap() {
+            Err(StoreError::Unreplicated {
+                acked: 0,
+                wanted: 1,
+                recorded: true,
+                ..
+            }) => {}
+            other => panic!("expected a held admission, got {other:?}"),
+        }
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    match e.admit(&req("w0", "r0", Tz::UTC)).await {
+        Err(StoreError::Unreplicated {
+            acked: 0,
+            recorded: false,
+            ..
+        }) => {}
+        other => panic!("a second try: expected held again, got {other:?}"),
     }
 }
