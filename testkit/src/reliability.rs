@@ -259,7 +259,8 @@ fn soak(v: &Value) -> String {
          `malformed`; {} cap violations; {} duplicate dispatches ({}; {} unexplained), {} dispatched jobs left \
          reserved, not committed, by the kills; {} Redis resets seen by the workers (the AOF kept everything). \
          RSS and open descriptors, medians of the first and the last quarter of each process's life (a \
-         restarted worker is a new process): {}. Redis `used_memory` from {} MiB to a peak of {} MiB, {} bytes \
+         restarted worker is a new process), counted from the end of the first broker restart it went through \
+         (its AMQP client then starts a runtime of its own, once: four descriptors more for good): {}. Redis `used_memory` from {} MiB to a peak of {} MiB, {} bytes \
          per dispatched send beyond the start in the last quarter, bound {} ({} samples over it): the worker \
          keeps a sorted-set member per send for the dedupe window (24 h), and nothing else grows with the jobs. \
          Longest recovery: {} s. ![The soak: dispatch rate, worker RSS and descriptors, Redis memory, faults \
