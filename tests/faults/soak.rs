@@ -146,6 +146,7 @@ struct Fed {
     skipped_seconds: f64,
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Publish the mix at `rate` per second (in 100 ms steps, confirmed) until `stop`;
 /// catching up after a pause is capped at one second of jobs.
 async fn publish_steadily(
