@@ -7,9 +7,11 @@
 //!   process;
 //! - [`procs`]: processes a test starts and must not leave behind (`redis-server`
 //!   nodes, clusters and Sentinel groups, private RabbitMQ nodes, the worker binary);
+//! - [`proxy`]: a TCP proxy that can cut every connection through it at once;
 //! - [`pki`]: certificates for the TLS tests;
 //! - [`audit`]: the audit that finds every published job exactly once;
 //! - [`reliability`]: the figures the fault scenarios write into RELIABILITY.md;
+//! - [`timeline`]: series over time drawn as an SVG (the soak's plot);
 //! - [`browser`]: headless Chromium, for the pages the worker serves.
 //!
 //! Nothing here knows where the `quota-worker` binary is (only a test target does, by
@@ -33,7 +35,9 @@ pub mod browser;
 pub mod env;
 pub mod pki;
 pub mod procs;
+pub mod proxy;
 pub mod reliability;
+pub mod timeline;
 
 /// Redis for tests (override with QW_TEST_REDIS_URL).
 pub fn redis_url() -> String {

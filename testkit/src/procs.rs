@@ -87,6 +87,8 @@ pub struct RedisServer {
     /// unreachable before its replica takes over.
     node_timeout_ms: u32,
     tls: Option<RedisTls>,
+    /// `appendfsync` when the append-only file is on (see [`RedisServer::with_aof`]).
+    aof: Option<&'static str>,
     child: Option<Child>,
 }
 
@@ -107,6 +109,7 @@ impl RedisServer {
                 cluster,
                 node_timeout_ms: 5000,
                 tls: None,
+                aof: None,
                 child: None,
             };
             if r.start().is_ok() {
@@ -114,6 +117,28 @@ impl RedisServer {
             }
         }
         panic!("could not start redis-server");
+    }
+
+    /// A single node with the append-only file on (`appendonly yes`, `appendfsync`
+    /// as given): a [`RedisServer::stop`] (SHUTDOWN, which writes and fsyncs the AOF)
+    /// and [`RedisServer::start`] bring back every write it acknowledged.
+    pub fn with_aof(appendfsync: &'static str) -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port(None);
+            let mut r = RedisServer {
+                port,
+                dir: temp_dir(&format!("redis-aof-{port}")),
+                cluster: false,
+                node_timeout_ms: 5000,
+                tls: None,
+                aof: Some(appendfsync),
+                child: None,
+            };
+            if r.start().is_ok() {
+                return r;
+            }
+        }
+        panic!("could not start redis-server with an AOF");
     }
 
     /// A cluster-enabled empty node whose master fails over after `node_timeout_ms`.
@@ -126,6 +151,7 @@ impl RedisServer {
                 cluster: true,
                 node_timeout_ms,
                 tls: None,
+                aof: None,
                 child: None,
             };
             if r.start().is_ok() {
@@ -143,6 +169,7 @@ impl RedisServer {
             cluster: false,
             node_timeout_ms: 5000,
             tls: None,
+            aof: None,
             child: None,
         };
         r.start().expect("redis-server on the chosen port");
@@ -177,6 +204,7 @@ impl RedisServer {
                         auth.into(),
                     ],
                 }),
+                aof: None,
                 child: None,
             };
             if r.start().is_ok() && port_open(tls_port) {
@@ -219,8 +247,12 @@ impl RedisServer {
         let d = self.dir.to_str().unwrap();
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir", d])
-            .args(["--dbfilename", "dump.rdb", "--daemonize", "no"])
+            .args(["--save", "", "--dir", d]);
+        match self.aof {
+            Some(fsync) => cmd.args(["--appendonly", "yes", "--appendfsync", fsync]),
+            None => cmd.args(["--appendonly", "no"]),
+        };
+        cmd.args(["--dbfilename", "dump.rdb", "--daemonize", "no"])
             .args(["--logfile", &format!("{d}/redis.log")]);
         if let Some(tls) = &self.tls {
             cmd.args(&tls.args);
@@ -957,6 +989,13 @@ impl WorkerProc {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// SIGHUP: reload the configuration.
+    pub fn hup(&self) {
+        if let Some(c) = &self.child {
+            signal(&c.id().to_string(), "HUP");
         }
     }
 

@@ -232,6 +232,19 @@ pub(crate) async fn finish<T>(
     let quiet_at = Instant::now();
     let stopped = stop.await;
     let audit = Audit::collect(conn, s, &mix.jobs).await;
+    judge(s, mix, audit, settled, quiet_at, stopped).await
+}
+
+/// The checks of [`finish`] on an audit already collected (a scenario that took
+/// some dispatches out of the queues itself adds them to `audit` first).
+pub(crate) async fn judge<T>(
+    s: &Settings,
+    mix: &Mix,
+    audit: Audit,
+    settled: bool,
+    quiet_at: Instant,
+    stopped: T,
+) -> Ending<T> {
     eprintln!("{}", audit.summary(&mix.jobs));
     let wrong_dead = audit
         .dead

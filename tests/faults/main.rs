@@ -16,6 +16,8 @@
 //! replays the random kill times; `QW_WORKER_LOG` sets the worker processes'
 //! `RUST_LOG` (their logs are in the scenario's temp dir, kept with `QW_KEEP_TMP=1`).
 //! Any panic in a worker process's log fails the scenario.
+//! The soak (`soak.rs`, an hour of three workers with a fault every ten minutes) is
+//! `#[ignore]`d: `bench/soak.sh` runs it.
 //! The broker scenarios start their own RabbitMQ node (never the shared one) and are
 //! skipped (and recorded as skipped) where `/usr/lib/rabbitmq/bin/rabbitmq-server`
 //! is missing; the Redis outage starts its own `redis-server`.
@@ -35,6 +37,7 @@ mod redis_outage;
 mod redis_reset;
 mod redis_sentinel;
 mod sigterm;
+mod soak;
 mod stale_x_death;
 mod unconfirmed_dispatch;
 
