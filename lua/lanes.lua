@@ -93,8 +93,10 @@ if cost > 0 then
   redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
 end
 if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
-  -- normal's share is counted only while lanes compete
-  local s = math.max(share_tat, now) + share * granted
+  -- normal's share is counted only while lanes compete; a slot it was owed but
+  -- asked for late is still its own (up to one share interval back), so over time
+  -- it gets at least its share
+  local s = math.max(share_tat, now - share) + share * granted
   redis.call('HSET', state, 's', string.format('%.0f', s))
   redis.call('PEXPIRE', state, keep_ms + math.ceil((s - now) / 1000))
 end
