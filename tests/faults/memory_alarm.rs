@@ -82,6 +82,11 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
         let clear = Clear(node);
         let raised = Instant::now();
         assert!(alarmed(node), "the memory alarm did not go off");
+        // (a machine loaded enough may let the worker dispatch everything it can
+        // before the alarm goes off: then it has nothing to publish, the broker
+        // blocks nothing, and the run says so)
+        let out = depth(&conn, &dispatch).await.unwrap_or(0) as usize;
+        let work_left = out + 100 < mix.expected_dispatched();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let at_start = depth(&conn, &dispatch).await.unwrap_or(0);
         tokio::time::sleep(length.saturating_sub(raised.elapsed())).await;
@@ -102,6 +107,7 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
             "dispatched_before": before,
             "dispatched_during_alarm": at_end as i64 - at_start as i64,
             "recovery_seconds": resumed.map(|d| d.as_secs_f64()),
+            "work_left": work_left,
         }));
     }
     let log = std::fs::read_to_string(&w.log).unwrap_or_default();
@@ -151,14 +157,20 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
         "violations: {:#?}",
         end.violations
     );
-    assert_eq!(blocked_seen, alarms.len(), "the worker logged each block");
+    // each alarm raised while the worker still had jobs to dispatch blocked it
+    let blocking = runs.iter().filter(|r| r["work_left"] == true).count();
+    assert!(
+        blocking >= 1,
+        "no alarm came while the worker had work: {runs:?}"
+    );
+    assert_eq!(blocked_seen, blocking, "the worker logged each block");
     for r in &runs {
         assert!(
             r["dispatched_during_alarm"].as_i64().unwrap() <= 0,
             "dispatched during an alarm: {r}"
         );
         assert!(
-            r["recovery_seconds"].is_number(),
+            r["recovery_seconds"].is_number() || r["work_left"] == false,
             "dispatching never resumed: {r}"
         );
     }
