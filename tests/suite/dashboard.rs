@@ -131,12 +131,13 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     // paced, so that its rate in force is shown
     s.channels.get_mut("sms").unwrap().rate = Some(1000);
     s.channels.get_mut("sms").unwrap().burst = Some(100);
+    // email paced below its traffic, so that its jobs wait in their lane (before the
+    // cleanup is made, so that it deletes the lane queues too)
+    s.channels.get_mut("email").unwrap().rate = Some(2);
     let _c = Cleanup::new(&s);
     let dir = testkit::temp_dir(&ns);
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
-    // email paced below its traffic, so that its jobs wait in their lane
-    s.channels.get_mut("email").unwrap().rate = Some(2);
     let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n";
     let config = dir.join("worker.toml");
     std::fs::write(&config, format!("{}{extra}", testkit::env::worker_toml(&s))).unwrap();

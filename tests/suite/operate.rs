@@ -326,7 +326,11 @@ async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
     };
     let ns = unique("page");
     let mut s = settings(&ns);
-    let _c = Cleanup::new(&s);
+    // the cleanup knows sms is paced (its rate comes from `extra` below), so that it
+    // deletes the lane queues too
+    let mut paced = s.clone();
+    paced.channels.get_mut("sms").unwrap().rate = Some(20);
+    let _c = Cleanup::new(&paced);
     let dir = testkit::temp_dir(&ns);
     let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\nsend_windows = [{ days = \"mon-fri\", from = \"08:00\", to = \"21:00\" }]\n";
     let extra = format!("{extra}\n[channels.sms]\nrate = 20\nperiod = \"1s\"\nburst = 5\n");
