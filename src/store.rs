@@ -53,6 +53,9 @@ use layers::{cached, layered_refusal, JobLayer};
 #[derive(Debug, Default)]
 struct Pacer {
     waiting: AtomicUsize,
+    /// Of those, the ones read from a lane queue: while any wait, a job read from
+    /// the jobs queue is parked behind them without asking Redis.
+    in_lanes: AtomicUsize,
 }
 
 /// How [`QuotaStore::admit_with`] takes the channel's rate.
@@ -78,6 +81,9 @@ pub struct QuotaStore {
     /// One per configured channel: its rate's takes, batched.
     rates: HashMap<String, RateBatcher>,
     lease_ms: i64,
+    /// The longest rate wait a job read from the jobs queue waits out here rather
+    /// than being parked in its lane (`lanes.park_after`).
+    park_after: Duration,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     record_ttl: Duration,
     admitter: Admitter,
@@ -210,6 +216,7 @@ impl QuotaStore {
             rules,
             pacers,
             lease_ms,
+            park_after: settings.lanes.park_after.0,
             record_ttl: settings.redis.record_ttl.0,
             admitter,
             scripts,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::channels::ChannelSettings;
 use super::error::{invalid, ConfigError};
+use super::text::Dur;
 
 /// `channels.NAME.reserve` when unset.
 pub const DEFAULT_RESERVE: f64 = 0.5;
@@ -28,6 +29,12 @@ pub struct LaneSettings {
     /// Deliveries the worker takes from each lane queue at once (default 32; at
     /// least 1): how many jobs of one lane wait for the rate inside one worker.
     pub prefetch: u16,
+    /// A job read from the jobs queue whose channel's rate would make it wait at
+    /// most this long waits in the worker; only a longer wait parks it in its lane
+    /// (default 250ms; at most 10s). A burst above the rate for a moment (a producer
+    /// publishing in batches) then costs no park, while a backlog behind the rate
+    /// (waits growing past it) is parked and read out urgent first.
+    pub park_after: Dur,
 }
 
 impl LaneSettings {
@@ -44,6 +51,9 @@ impl LaneSettings {
         }
         if self.prefetch == 0 {
             return Err(invalid("lanes.prefetch", "must be at least 1"));
+        }
+        if self.park_after.0 > std::time::Duration::from_secs(10) {
+            return Err(invalid("lanes.park_after", "must be at most 10s"));
         }
         for (name, c) in channels {
             if !(0.0..=0.5).contains(&c.reserve) {
@@ -67,6 +77,15 @@ impl LaneSettings {
 mod tests {
     use crate::config::{ChannelSettings, Settings};
     use std::collections::BTreeMap;
+
+    #[test]
+    fn park_after_is_at_most_ten_seconds() {
+        let mut s = Settings::defaults();
+        assert_eq!(s.lanes.park_after.0, std::time::Duration::from_millis(250));
+        s.lanes.park_after = crate::config::Dur(std::time::Duration::from_secs(11));
+        let e = s.lanes.validate(&s.channels).unwrap_err().to_string();
+        assert!(e.contains("lanes.park_after"), "{e}");
+    }
 
     #[test]
     fn fractions_and_names_are_checked() {

@@ -58,7 +58,10 @@ impl QuotaStore {
         drop(names);
         let layers = &layers[..];
 
-        let pacing = rate.is_some() && pacer.waiting.load(Ordering::Relaxed) > 0;
+        // while jobs wait here for the rate, a new one joins them rather than racing
+        // them; one that may be parked asks at once, to learn how long it would wait
+        let parking = matches!(step, RateStep::Park(_));
+        let pacing = rate.is_some() && !parking && pacer.waiting.load(Ordering::Relaxed) > 0;
         let lane = match step {
             RateStep::Wait(lane) | RateStep::Park(lane) => lane,
             RateStep::Taken(_) => None,
@@ -206,11 +209,36 @@ impl QuotaStore {
                         });
                     }
                 }
-                if let RateStep::Park(_) = step {
+                // parked only when the wait is longer than lanes.park_after: a
+                // shorter one (a burst above the rate for a moment) is waited out
+                // here, in the job's lane, at no extra publish. The wait counts the
+                // jobs already waiting here, each a slot ahead of this one: the
+                // jobs queue must not stall behind a prefetch of waiting jobs.
+                let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
+                let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
+                let short = |reply: &RateReply| {
+                    let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
+                    reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
+                };
+                if parking && !rate_reply.as_ref().is_some_and(short) {
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
-                match self.pace(req.channel, r, pacer, lane).await {
+                let paced = self.pace(req.channel, r, pacer, lane);
+                let paced = if parking {
+                    // waited out here for at most lanes.park_after in all (a lane
+                    // above it may take the slots meanwhile); then parked after all
+                    match tokio::time::timeout(self.park_after, paced).await {
+                        Ok(paced) => paced,
+                        Err(_) => {
+                            self.release_recipient(ticket).await?;
+                            return Ok(None);
+                        }
+                    }
+                } else {
+                    paced.await
+                };
+                match paced {
                     Ok(tat) => ticket.rate = Some((r, tat)),
                     Err(e) => {
                         if self.release_recipient(ticket).await.is_err() {

@@ -4,11 +4,12 @@
 use super::*;
 
 impl QuotaStore {
-    /// Whether jobs of `channel` wait for its rate in this process now.
+    /// Whether jobs of `channel` read from its lane queues wait for its rate in this
+    /// process now (the lanes hold a backlog: a new job belongs behind it).
     pub(crate) fn is_pacing(&self, channel: &str) -> bool {
         self.pacers
             .get(channel)
-            .is_some_and(|p| p.waiting.load(Ordering::Relaxed) > 0)
+            .is_some_and(|p| p.in_lanes.load(Ordering::Relaxed) > 0)
     }
 
     /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
@@ -23,6 +24,7 @@ impl QuotaStore {
             .pacers
             .get(channel)
             .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
+        let _in_lanes = Counted::new(&pacer.in_lanes);
         self.pace(channel, rate, pacer, Some(ask)).await
     }
 
@@ -35,28 +37,21 @@ impl QuotaStore {
         pacer: &Pacer,
         lane: Option<LaneAsk>,
     ) -> Result<i64, StoreError> {
-        pacer.waiting.fetch_add(1, Ordering::Relaxed);
-        let result = async {
-            loop {
-                let reply = self.take_rate_in(channel, rate, lane).await?;
-                match reply.allowed {
-                    1 => return Ok(reply.tat_us),
-                    0 => {
-                        tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await
-                    }
-                    _ => {
-                        return Err(StoreError::CostAboveBurst {
-                            channel: channel.to_string(),
-                            cost: rate.cost,
-                            burst: rate.burst,
-                        })
-                    }
+        let _waiting = Counted::new(&pacer.waiting);
+        loop {
+            let reply = self.take_rate_in(channel, rate, lane).await?;
+            match reply.allowed {
+                1 => return Ok(reply.tat_us),
+                0 => tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await,
+                _ => {
+                    return Err(StoreError::CostAboveBurst {
+                        channel: channel.to_string(),
+                        cost: rate.cost,
+                        burst: rate.burst,
+                    })
                 }
             }
         }
-        .await;
-        pacer.waiting.fetch_sub(1, Ordering::Relaxed);
-        result
     }
 
     /// Give back what one take of `channel`'s rate added and is still unspent
@@ -101,5 +96,22 @@ impl QuotaStore {
         self.count_call();
         let key = self.keys.rate(channel);
         rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
+    }
+}
+
+/// One more in a count for as long as it lives: a wait given up (a shutdown, a job
+/// parked after all) leaves the count as it found it.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(count: &'a AtomicUsize) -> Counted<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

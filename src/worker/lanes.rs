@@ -5,11 +5,13 @@
 //! its rate is taken ([`RateStep`]), the park itself, and the lane consumers of a
 //! broker session.
 //!
-//! A job read from the jobs queue asks the rate as before, in its lane; only when
-//! the rate refuses is it parked (one extra publish), after its recipient's
+//! A job read from the jobs queue asks the rate as before, in its lane; a wait of
+//! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
+//! here; only a longer one parks it (one extra publish), after its recipient's
 //! reservation is given back: nothing is held or counted while it waits. While
-//! this worker already has jobs of the channel waiting in their lanes, a new one
-//! is parked without asking Redis. A job read from a lane queue first waits in
+//! this worker already has jobs of the channel read from their lanes waiting for
+//! the rate (the lanes hold a backlog), a new one is parked behind them without
+//! asking Redis. A job read from a lane queue first waits in
 //! the worker for a send slot in its lane (a bounded number per lane,
 //! `lanes.prefetch`), then is decided as any other with that slot taken.
 

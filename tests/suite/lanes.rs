@@ -248,6 +248,80 @@ async fn the_lanes_share_one_rate_and_normal_keeps_its_share() {
     assert!(of('b') <= 0.05 * n as f64, "bulk took {} of {n}", of('b'));
 }
 
+/// A burst above the rate for a moment is waited out in the worker, a backlog is
+/// parked: at 100/s (burst 5) with `lanes.park_after` 1 s, 20 jobs at once (about
+/// 150 ms of waiting) all go out without a park; 400 at once (about 4 s) are
+/// parked, all but the first second's worth. Told by the header a parked job
+/// carries to its dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_burst_waits_in_the_worker_and_a_backlog_is_parked() {
+    let ns = unique("lanesburst");
+    let mut s = laned(&ns, 100);
+    s.lanes.park_after = quota_worker::config::Dur(Duration::from_secs(1));
+    let _c = Cleanup::new(&s);
+    let running = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    let ch = conn.create_channel().await.unwrap();
+    let mut dispatched = ch
+        .basic_consume(
+            topology(&s).dispatch_queue("sms").as_str().into(),
+            "lanes-burst".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    // (id, whether it was parked) of the next `n` dispatches
+    let mut read = async |n: usize| {
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen.len() < n && Instant::now() < deadline {
+            if let Ok(Some(Ok(d))) =
+                tokio::time::timeout(Duration::from_millis(200), dispatched.next()).await
+            {
+                let parked = d.properties.headers().as_ref().is_some_and(|h| {
+                    h.inner()
+                        .contains_key(quota_worker::job::headers::PARKED_AT)
+                });
+                let id = d.properties.message_id().as_ref().unwrap().to_string();
+                seen.push((id, parked));
+            }
+        }
+        seen
+    };
+    let burst: Vec<String> = (0..20)
+        .map(|i| body(&format!("s-{i}"), "campaign", None))
+        .collect();
+    publish_all(&conn, &s, &burst).await;
+    let short = read(20).await;
+    assert_eq!(short.len(), 20, "the short burst was not all dispatched");
+    let parked = short.iter().filter(|(_, p)| *p).count();
+    assert_eq!(parked, 0, "{parked} of a 150 ms burst were parked");
+
+    let backlog: Vec<String> = (0..400)
+        .map(|i| body(&format!("l-{i}"), "campaign", None))
+        .collect();
+    publish_all(&conn, &s, &backlog).await;
+    let long = read(250).await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    let parked = long.iter().filter(|(_, p)| *p).count();
+    println!(
+        "short burst: 0 of 20 parked; backlog: {parked} of the first {} dispatched parked",
+        long.len()
+    );
+    assert_eq!(
+        long.len(),
+        250,
+        "the backlog's first 250 were not dispatched"
+    );
+    // at most about 105 can go out within their first second of waiting
+    assert!(parked >= 100, "only {parked} of 250 were parked");
+}
+
 /// A job delayed by its schedule while its channel is busy comes back to its own
 /// lane: an urgent one goes out as soon as its `not_before` passes, ahead of the
 /// bulk backlog.
