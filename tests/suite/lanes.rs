@@ -13,6 +13,7 @@ use lapin::options::BasicConsumeOptions;
 use lapin::types::FieldTable;
 use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Settings};
+use quota_worker::job::headers::PARKED_AT;
 use quota_worker::quota::lanes::Priority;
 use quota_worker_producer::{Job, Producer};
 use testkit::*;
@@ -58,6 +59,9 @@ async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) 
 struct Dispatched {
     consumer: lapin::Consumer,
     ids: Vec<(String, Instant)>,
+    /// The ids that were parked in a lane on their way (the header a parked job
+    /// carries to its dispatch).
+    parked: std::collections::HashSet<String>,
 }
 
 impl Dispatched {
@@ -80,6 +84,7 @@ impl Dispatched {
         Dispatched {
             consumer,
             ids: Vec::new(),
+            parked: Default::default(),
         }
     }
 
@@ -91,9 +96,21 @@ impl Dispatched {
                 tokio::time::timeout(Duration::from_millis(200), self.consumer.next()).await
             {
                 let id = d.properties.message_id().as_ref().unwrap().to_string();
+                let headers = d.properties.headers().as_ref();
+                if headers.is_some_and(|h| h.inner().contains_key(PARKED_AT)) {
+                    self.parked.insert(id.clone());
+                }
                 self.ids.push((id, Instant::now()));
             }
         }
+    }
+
+    /// How many of the dispatches at `range` were parked on their way.
+    fn parked_among(&self, range: std::ops::Range<usize>) -> usize {
+        self.ids[range]
+            .iter()
+            .filter(|(id, _)| self.parked.contains(id))
+            .count()
     }
 
     fn position(&self, id: &str) -> Option<usize> {
@@ -261,63 +278,31 @@ async fn a_short_burst_waits_in_the_worker_and_a_backlog_is_parked() {
     let _c = Cleanup::new(&s);
     let running = spawn_worker(worker(&s).await).await;
     let conn = amqp().await;
-    let ch = conn.create_channel().await.unwrap();
-    let mut dispatched = ch
-        .basic_consume(
-            topology(&s).dispatch_queue("sms").as_str().into(),
-            "lanes-burst".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    // (id, whether it was parked) of the next `n` dispatches
-    let mut read = async |n: usize| {
-        let mut seen = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while seen.len() < n && Instant::now() < deadline {
-            if let Ok(Some(Ok(d))) =
-                tokio::time::timeout(Duration::from_millis(200), dispatched.next()).await
-            {
-                let parked = d.properties.headers().as_ref().is_some_and(|h| {
-                    h.inner()
-                        .contains_key(quota_worker::job::headers::PARKED_AT)
-                });
-                let id = d.properties.message_id().as_ref().unwrap().to_string();
-                seen.push((id, parked));
-            }
-        }
-        seen
-    };
+    let mut out = Dispatched::open(&conn, &s).await;
     let burst: Vec<String> = (0..20)
         .map(|i| body(&format!("s-{i}"), "campaign", None))
         .collect();
     publish_all(&conn, &s, &burst).await;
-    let short = read(20).await;
-    assert_eq!(short.len(), 20, "the short burst was not all dispatched");
-    let parked = short.iter().filter(|(_, p)| *p).count();
+    out.read_until(Duration::from_secs(30), |ids| ids.len() >= 20)
+        .await;
+    assert_eq!(out.ids.len(), 20, "the short burst was not all dispatched");
+    let parked = out.parked_among(0..20);
     assert_eq!(parked, 0, "{parked} of a 150 ms burst were parked");
 
     let backlog: Vec<String> = (0..400)
         .map(|i| body(&format!("l-{i}"), "campaign", None))
         .collect();
     publish_all(&conn, &s, &backlog).await;
-    let long = read(250).await;
+    out.read_until(Duration::from_secs(30), |ids| ids.len() >= 270)
+        .await;
     running.0.cancel();
     running.1.await.unwrap();
-    let parked = long.iter().filter(|(_, p)| *p).count();
+    let long = out.ids.len() - 20;
+    let parked = out.parked_among(20..out.ids.len());
     println!(
-        "short burst: 0 of 20 parked; backlog: {parked} of the first {} dispatched parked",
-        long.len()
+        "short burst: 0 of 20 parked; backlog: {parked} of the first {long} dispatched parked"
     );
-    assert_eq!(
-        long.len(),
-        250,
-        "the backlog's first 250 were not dispatched"
-    );
+    assert_eq!(long, 250, "the backlog's first 250 were not dispatched");
     // at most about 105 can go out within their first second of waiting
     assert!(parked >= 100, "only {parked} of 250 were parked");
 }
