@@ -15,7 +15,9 @@
 # QW_SOAK_MINUTES       length of the steady run, minutes (default 60)
 # QW_SOAK_FAULT_EVERY   seconds between faults (default 600)
 # QW_SOAK_SAMPLE        seconds between samples (default 5)
-# QW_SOAK_CEILING_JOBS  backlog drained to measure the ceiling (default 20000)
+# QW_SOAK_CEILING_JOBS  backlog drained to measure the drain's ceiling (default 20000)
+# QW_SOAK_SUSTAINED_SECS  seconds of the soak's own loop offered the drain's ceiling,
+#                       to measure what it sustains (default 45); the ceiling is the lower
 # QW_WRITE_RELIABILITY=1  also writes docs/soak.svg and the soak's section of
 #                         RELIABILITY.md (from the records in target/reliability)
 # QW_KEEP_TMP=1         keeps the worker logs (their directory is printed)

@@ -4,12 +4,22 @@
 use super::*;
 
 impl QuotaStore {
-    /// Whether jobs of `channel` read from its lane queues wait for its rate in this
-    /// process now (the lanes hold a backlog: a new job belongs behind it).
-    pub(crate) fn is_pacing(&self, channel: &str) -> bool {
-        self.pacers
-            .get(channel)
-            .is_some_and(|p| p.in_lanes.load(Ordering::Relaxed) > 0)
+    /// Whether the jobs of `channel` read from its lane queues and waiting for its
+    /// rate in this process now hold more than `lanes.park_after` of its rate (the
+    /// lanes hold a backlog: a new job belongs behind it, parked without asking).
+    /// Fewer is no backlog: lane jobs always wait a moment for their slot, and a
+    /// new job asks the rate as any other (parking it for a wait shorter than that
+    /// would feed the lanes with every job that follows).
+    pub(crate) fn is_pacing(&self, channel: &str, rate: Rate) -> bool {
+        self.pacers.get(channel).is_some_and(|p| {
+            let in_lanes = p.in_lanes.load(Ordering::Relaxed) as u64;
+            in_lanes > 0
+                && rate
+                    .interval_us
+                    .saturating_mul(rate.cost)
+                    .saturating_mul(in_lanes)
+                    > self.park_after.as_micros() as u64
+        })
     }
 
     /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns

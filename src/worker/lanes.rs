@@ -9,9 +9,9 @@
 //! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
 //! here; only a longer one parks it (one extra publish), after its recipient's
 //! reservation is given back: nothing is held or counted while it waits. While
-//! this worker already has jobs of the channel read from their lanes waiting for
-//! the rate (the lanes hold a backlog), a new one is parked behind them without
-//! asking Redis. A job read from a lane queue first waits in
+//! this worker's jobs of the channel read from their lanes and waiting for the rate
+//! hold more than `lanes.park_after` of it (the lanes hold a backlog), a new one is
+//! parked behind them without asking Redis. A job read from a lane queue first waits in
 //! the worker for a send slot in its lane (a bounded number per lane,
 //! `lanes.prefetch`), then is decided as any other with that slot taken.
 
@@ -65,7 +65,7 @@ impl Worker {
             return Ok(Step::Admit(RateStep::Wait(Some(ask))));
         }
         if from.is_none() {
-            return Ok(if self.store.is_pacing(&job.channel) {
+            return Ok(if self.store.is_pacing(&job.channel, rate) {
                 Step::Park(lane)
             } else {
                 Step::Admit(RateStep::Park(Some(ask)))

@@ -21,10 +21,14 @@
 //!
 //! 1. *Ceiling*: a backlog of `QW_SOAK_CEILING_JOBS` (default 20,000) uncapped jobs,
 //!    the channel unpaced, drained by the three workers through the proxy: jobs/s
-//!    between a tenth and nine tenths of the backlog dispatched.
+//!    between a tenth and nine tenths of the backlog dispatched (the drain's
+//!    ceiling). Then the soak's own loop offered that rate for
+//!    `QW_SOAK_SUSTAINED_SECS` (default 45): the jobs/s the jobs queue is drained
+//!    by, published and all, after the first third ([`sustained`]). The ceiling is
+//!    the lower of the two.
 //! 2. *Soak*: the harness's mix ([`Mix`]: uncapped in three lanes, daily and rolling
-//!    caps, malformed) published steadily at a third of that, the channel paced at
-//!    the ceiling; a downstream consumer takes the dispatches as they come (as a
+//!    caps, malformed) published steadily at a third of the ceiling, the channel
+//!    paced at it; a downstream consumer takes the dispatches as they come (as a
 //!    sender would, so the broker does not hold an hour of them) and keeps their ids
 //!    in order. Every `QW_SOAK_SAMPLE` seconds (default 5): each worker's RSS
 //!    (`VmRSS`) and open descriptors (`/proc/PID/fd`), Redis `used_memory`, the
@@ -582,6 +586,81 @@ async fn ceiling(node_url: &str, proxy_url: &str, redis: &RedisServer, n: usize)
     rate
 }
 
+/// The sustained ceiling: the soak's own loop for `secs` (the mix published at
+/// `offered` jobs/s, more than it can take, confirmed; three workers through the
+/// proxy, the channel paced at `offered`; the downstream consumer taking the
+/// dispatches). Returns the jobs/s taken from the jobs queue (published less what
+/// the queue gained) over the run after its first third. The drain's ceiling leaves
+/// out what the soak adds to every job (its publish and confirm, the mix's delays
+/// and dead letters, the downstream consumer), about as much broker work again:
+/// a third of the drain's ceiling was more than the two cores sustained (2026-11-26,
+/// the jobs queue grew by 1,000 to 2,500 jobs a second).
+async fn sustained(
+    node_url: &str,
+    proxy_url: &str,
+    redis: &RedisServer,
+    offered: f64,
+    secs: f64,
+) -> f64 {
+    let ns = unique("soaksus");
+    let mut s = fault_settings(&ns, offered.round() as u64);
+    s.amqp.url = proxy_url.to_string();
+    s.redis.url = redis.url();
+    let conn = connect(node_url).await;
+    topology(&s).declare(&conn).await.expect("topology");
+    let dir = testkit::temp_dir("soaksus");
+    let mut workers: Vec<WorkerProc> = (0..WORKERS)
+        .map(|i| WorkerProc::spawn(crate::BIN, &s, &dir, &format!("sustained-{i}")))
+        .collect();
+    consuming_again(&conn, &s, Instant::now(), tails(&workers)).await;
+    let (pause, stop) = (Pause::new(), CancellationToken::new());
+    let published = Arc::new(AtomicU64::new(0));
+    let feeder = tokio::spawn(publish_steadily(
+        node_url.to_string(),
+        s.clone(),
+        ns.clone(),
+        offered,
+        pause.clone(),
+        stop.clone(),
+        Arc::new(Mutex::new(Fed::default())),
+        published.clone(),
+    ));
+    let taker = tokio::spawn(take_dispatches(
+        node_url.to_string(),
+        topology(&s).dispatch_queue("sms"),
+        pause,
+        stop.clone(),
+        Arc::new(Mutex::new(Taken::default())),
+    ));
+    let reading = || async {
+        let depth = depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(0) as f64;
+        (Instant::now(), published.load(Ordering::Relaxed) as f64, depth)
+    };
+    tokio::time::sleep(Duration::from_secs_f64(secs / 3.0)).await;
+    let (t0, p0, d0) = reading().await;
+    tokio::time::sleep(Duration::from_secs_f64(secs * 2.0 / 3.0)).await;
+    let (t1, p1, d1) = reading().await;
+    stop.cancel();
+    let _ = feeder.await;
+    let _ = taker.await;
+    for w in &mut workers {
+        tokio::task::block_in_place(|| w.stop());
+    }
+    let panics = worker_panics(&dir);
+    assert!(panics.is_empty(), "worker panics: {panics:#?}");
+    let _ = topology(&s).delete(&conn).await;
+    let _ = conn.close(200, "sustained".into()).await;
+    let mut r = redis.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", s.redis.key_prefix))
+        .query(&mut r)
+        .unwrap_or_default();
+    for k in keys {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut r);
+    }
+    ((p1 - p0) - (d1 - d0)) / (t1 - t0).as_secs_f64()
+}
+
 /// One fault as it happened.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Fault {
@@ -823,6 +902,7 @@ async fn soak() {
     let fault_every = Duration::from_secs_f64(env_f64("QW_SOAK_FAULT_EVERY", 600.0));
     let sample = Duration::from_secs_f64(env_f64("QW_SOAK_SAMPLE", 5.0));
     let ceiling_jobs = env_f64("QW_SOAK_CEILING_JOBS", 20_000.0) as usize;
+    let sustained_secs = env_f64("QW_SOAK_SUSTAINED_SECS", 45.0);
     let run = Duration::from_secs_f64(minutes * 60.0);
     let Some(mut guard) = private_node().await else {
         panic!("the soak needs /usr/lib/rabbitmq/bin/rabbitmq-server for its private node");
@@ -833,9 +913,12 @@ async fn soak() {
     let proxy = Proxy::start(([127, 0, 0, 1], node.port).into());
     let proxy_url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
 
-    let ceiling = ceiling(&node_url, &proxy_url, &redis, ceiling_jobs).await;
+    let drain = ceiling(&node_url, &proxy_url, &redis, ceiling_jobs).await;
+    let ceiling = sustained(&node_url, &proxy_url, &redis, drain, sustained_secs)
+        .await
+        .min(drain);
     let rate = (ceiling / 3.0).floor().max(1.0);
-    eprintln!("soak: ceiling {ceiling:.0} jobs/s; publishing {rate:.0}/s for {minutes} min, a fault every {fault_every:?}");
+    eprintln!("soak: ceiling {ceiling:.0} jobs/s sustained (the drain's {drain:.0}); publishing {rate:.0}/s for {minutes} min, a fault every {fault_every:?}");
 
     let ns = unique("soak");
     let mut s = fault_settings(&ns, ceiling.round() as u64);
@@ -1193,7 +1276,7 @@ async fn soak() {
         .iter()
         .filter(|v| !end.uncommitted.contains(v))
         .collect();
-    let figures = json!({
+    let mut figures = json!({
         "scenario": "soak",
         "mode": if minutes >= 60.0 { "long" } else { "quick" },
         "test": "tests/faults/soak.rs: soak (bench/soak.sh)",
@@ -1235,6 +1318,10 @@ async fn soak() {
         "settle_seconds": (quiet_at - started).as_secs_f64() - run_seconds,
         "plot": "docs/soak.svg",
     });
+    // the drain's ceiling and how long the sustained one was measured (beside the
+    // ceiling, the lower of the two)
+    figures["drain_ceiling_jobs_per_second"] = json!(drain);
+    figures["sustained_seconds"] = json!(sustained_secs);
     let mut full = figures.clone();
     full["samples"] = json!(samples);
     std::fs::write(
