@@ -634,7 +634,11 @@ async fn sustained(
     ));
     let reading = || async {
         let depth = depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(0) as f64;
-        (Instant::now(), published.load(Ordering::Relaxed) as f64, depth)
+        (
+            Instant::now(),
+            published.load(Ordering::Relaxed) as f64,
+            depth,
+        )
     };
     tokio::time::sleep(Duration::from_secs_f64(secs / 3.0)).await;
     let (t0, p0, d0) = reading().await;
