@@ -53,9 +53,14 @@ use layers::{cached, layered_refusal, JobLayer};
 #[derive(Debug, Default)]
 struct Pacer {
     waiting: AtomicUsize,
-    /// Of those, the ones read from a lane queue: while any wait, a job read from
-    /// the jobs queue is parked behind them without asking Redis.
+    /// Of those, the ones read from a lane queue.
     in_lanes: AtomicUsize,
+    /// Whether the channel's rate holds a backlog, as this worker last saw it: set
+    /// when a job read from the jobs queue is parked after asking (its wait was
+    /// longer than `lanes.park_after`), cleared when a job read from a lane gets
+    /// its slot at its first ask. While it is set and jobs of the lanes wait here,
+    /// a new job is parked behind them without asking Redis.
+    saturated: AtomicBool,
 }
 
 /// How [`QuotaStore::admit_with`] takes the channel's rate.

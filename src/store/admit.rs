@@ -221,6 +221,7 @@ impl QuotaStore {
                     reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
                 };
                 if parking && !rate_reply.as_ref().is_some_and(short) {
+                    pacer.saturated.store(true, Ordering::Relaxed);
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
@@ -231,6 +232,7 @@ impl QuotaStore {
                     match tokio::time::timeout(self.park_after, paced).await {
                         Ok(paced) => paced,
                         Err(_) => {
+                            pacer.saturated.store(true, Ordering::Relaxed);
                             self.release_recipient(ticket).await?;
                             return Ok(None);
                         }

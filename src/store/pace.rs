@@ -4,21 +4,15 @@
 use super::*;
 
 impl QuotaStore {
-    /// Whether the jobs of `channel` read from its lane queues and waiting for its
-    /// rate in this process now hold more than `lanes.park_after` of its rate (the
-    /// lanes hold a backlog: a new job belongs behind it, parked without asking).
-    /// Fewer is no backlog: lane jobs always wait a moment for their slot, and a
-    /// new job asks the rate as any other (parking it for a wait shorter than that
-    /// would feed the lanes with every job that follows).
-    pub(crate) fn is_pacing(&self, channel: &str, rate: Rate) -> bool {
+    /// Whether a new job of `channel` belongs behind the backlog its lanes hold,
+    /// parked without asking Redis: this worker has jobs read from the lanes
+    /// waiting for the rate, and the rate is saturated as it last saw it (a job was
+    /// parked after asking, and no job of the lanes has since had its slot at its
+    /// first ask). Lane jobs waiting a moment for their slot are no backlog: a rule
+    /// of "any lane job waiting" parked every job that followed, for good.
+    pub(crate) fn is_pacing(&self, channel: &str) -> bool {
         self.pacers.get(channel).is_some_and(|p| {
-            let in_lanes = p.in_lanes.load(Ordering::Relaxed) as u64;
-            in_lanes > 0
-                && rate
-                    .interval_us
-                    .saturating_mul(rate.cost)
-                    .saturating_mul(in_lanes)
-                    > self.park_after.as_micros() as u64
+            p.in_lanes.load(Ordering::Relaxed) > 0 && p.saturated.load(Ordering::Relaxed)
         })
     }
 
@@ -35,7 +29,12 @@ impl QuotaStore {
             .get(channel)
             .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
         let _in_lanes = Counted::new(&pacer.in_lanes);
-        self.pace(channel, rate, pacer, Some(ask)).await
+        let (tat, asks) = self.pace_counting(channel, rate, pacer, Some(ask)).await?;
+        if asks == 1 {
+            // a slot at once: the lanes hold no backlog (any longer)
+            pacer.saturated.store(false, Ordering::Relaxed);
+        }
+        Ok(tat)
     }
 
     /// Wait until the channel's rate allows one more job, one waiter at a time;
@@ -47,11 +46,24 @@ impl QuotaStore {
         pacer: &Pacer,
         lane: Option<LaneAsk>,
     ) -> Result<i64, StoreError> {
+        Ok(self.pace_counting(channel, rate, pacer, lane).await?.0)
+    }
+
+    /// [`QuotaStore::pace`], and how many asks it took.
+    async fn pace_counting(
+        &self,
+        channel: &str,
+        rate: Rate,
+        pacer: &Pacer,
+        lane: Option<LaneAsk>,
+    ) -> Result<(i64, u32), StoreError> {
         let _waiting = Counted::new(&pacer.waiting);
+        let mut asks = 0u32;
         loop {
             let reply = self.take_rate_in(channel, rate, lane).await?;
+            asks = asks.saturating_add(1);
             match reply.allowed {
-                1 => return Ok(reply.tat_us),
+                1 => return Ok((reply.tat_us, asks)),
                 0 => tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await,
                 _ => {
                     return Err(StoreError::CostAboveBurst {

@@ -8,10 +8,10 @@
 //! A job read from the jobs queue asks the rate as before, in its lane; a wait of
 //! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
 //! here; only a longer one parks it (one extra publish), after its recipient's
-//! reservation is given back: nothing is held or counted while it waits. While
-//! this worker's jobs of the channel read from their lanes and waiting for the rate
-//! hold more than `lanes.park_after` of it (the lanes hold a backlog), a new one is
-//! parked behind them without asking Redis. A job read from a lane queue first waits in
+//! reservation is given back: nothing is held or counted while it waits. Once a
+//! job was parked so, and while this worker's jobs read from the lanes wait for the
+//! rate without getting a slot at their first ask (the lanes hold a backlog), a
+//! new one is parked behind them without asking Redis. A job read from a lane queue first waits in
 //! the worker for a send slot in its lane (a bounded number per lane,
 //! `lanes.prefetch`), then is decided as any other with that slot taken.
 
@@ -65,7 +65,7 @@ impl Worker {
             return Ok(Step::Admit(RateStep::Wait(Some(ask))));
         }
         if from.is_none() {
-            return Ok(if self.store.is_pacing(&job.channel, rate) {
+            return Ok(if self.store.is_pacing(&job.channel) {
                 Step::Park(lane)
             } else {
                 Step::Admit(RateStep::Park(Some(ask)))
