@@ -545,7 +545,7 @@ async fn ceiling(node_url: &str, proxy_url: &str, redis: &RedisServer, n: usize)
     publish_all(&conn, &s, &jobs).await;
     let dispatch = topology(&s).dispatch_queue("sms");
     let dir = testkit::temp_dir("soakceil");
-    let mut workers: Vec<WorkerProc> = (0..WORKERS)
+    let workers: Vec<WorkerProc> = (0..WORKERS)
         .map(|i| WorkerProc::spawn(crate::BIN, &s, &dir, &format!("ceiling-{i}")))
         .collect();
     let started = Instant::now();
@@ -567,22 +567,7 @@ async fn ceiling(node_url: &str, proxy_url: &str, redis: &RedisServer, n: usize)
     }
     let ((a, da), (b, db)) = (t10.unwrap(), t90.unwrap());
     let rate = (db - da) as f64 / (b - a).as_secs_f64();
-    for w in &mut workers {
-        tokio::task::block_in_place(|| w.stop());
-    }
-    let panics = worker_panics(&dir);
-    assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    let _ = topology(&s).delete(&conn).await;
-    let _ = conn.close(200, "ceiling".into()).await;
-    // the ceiling's records are not the soak's memory
-    let mut r = redis.connection();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", s.redis.key_prefix))
-        .query(&mut r)
-        .unwrap_or_default();
-    for k in keys {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut r);
-    }
+    end_measure(workers, &dir, &s, conn, redis, "ceiling").await;
     rate
 }
 
@@ -609,7 +594,7 @@ async fn sustained(
     let conn = connect(node_url).await;
     topology(&s).declare(&conn).await.expect("topology");
     let dir = testkit::temp_dir("soaksus");
-    let mut workers: Vec<WorkerProc> = (0..WORKERS)
+    let workers: Vec<WorkerProc> = (0..WORKERS)
         .map(|i| WorkerProc::spawn(crate::BIN, &s, &dir, &format!("sustained-{i}")))
         .collect();
     consuming_again(&conn, &s, Instant::now(), tails(&workers)).await;
@@ -647,13 +632,27 @@ async fn sustained(
     stop.cancel();
     let _ = feeder.await;
     let _ = taker.await;
+    end_measure(workers, &dir, &s, conn, redis, "sustained").await;
+    ((p1 - p0) - (d1 - d0)) / (t1 - t0).as_secs_f64()
+}
+
+/// The end of a ceiling's measure: its workers stopped (none panicked), its queues
+/// deleted, and its Redis records too (they are not the soak's memory).
+async fn end_measure(
+    mut workers: Vec<WorkerProc>,
+    dir: &std::path::Path,
+    s: &Settings,
+    conn: Connection,
+    redis: &RedisServer,
+    label: &str,
+) {
     for w in &mut workers {
         tokio::task::block_in_place(|| w.stop());
     }
-    let panics = worker_panics(&dir);
+    let panics = worker_panics(dir);
     assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    let _ = topology(&s).delete(&conn).await;
-    let _ = conn.close(200, "sustained".into()).await;
+    let _ = topology(s).delete(&conn).await;
+    let _ = conn.close(200, label.into()).await;
     let mut r = redis.connection();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", s.redis.key_prefix))
@@ -662,7 +661,6 @@ async fn sustained(
     for k in keys {
         let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut r);
     }
-    ((p1 - p0) - (d1 - d0)) / (t1 - t0).as_secs_f64()
 }
 
 /// One fault as it happened.
