@@ -5,9 +5,9 @@
 //! hangs answers when it wakes), so the publish waits for it; the deadline applies
 //! once the connection is gone without saying so.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus};
@@ -41,14 +41,14 @@ pub struct Publisher {
     progress: Arc<Progress>,
 }
 
-/// Publishes waiting for their confirm, and when one last began or ended (ms since
-/// `base`): a publish waiting longer than [`STALLED_AFTER`] with none ending
-/// meanwhile says the broker has stopped answering.
-#[derive(Debug)]
+/// Publishes waiting for their confirm, and how many have ended; a watchdog task
+/// ([`watch`]) tells from them whether the broker has stopped answering, so that a
+/// publish itself reads no clock.
+#[derive(Debug, Default)]
 struct Progress {
-    base: Instant,
     waiting: AtomicU64,
-    last_ms: AtomicU64,
+    ended: AtomicU64,
+    stalled: AtomicBool,
 }
 
 /// A publish unconfirmed this long, with no other confirm meanwhile, says the broker
@@ -57,7 +57,8 @@ struct Progress {
 /// leader pauses them for a second or two, which only delays dispatches. What is sent
 /// before it is noticed (at 200 dispatches/s, about 60 in the broker-hang scenario)
 /// is sent twice only if the worker stops or the connection dies before the broker
-/// answers again.
+/// answers again. (Judged every [`STALLED_AFTER`] / 3: a stall is seen after 300 to
+/// 400 ms.)
 pub const STALLED_AFTER: Duration = Duration::from_millis(300);
 
 impl Publisher {
@@ -67,15 +68,14 @@ impl Publisher {
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
+        let progress = Arc::new(Progress::default());
+        // ends with the last clone of this publisher
+        tokio::spawn(watch(Arc::downgrade(&progress)));
         Ok(Publisher {
             channel,
             timeout,
             connection: conn.status().clone(),
-            progress: Arc::new(Progress {
-                base: Instant::now(),
-                waiting: AtomicU64::new(0),
-                last_ms: AtomicU64::new(0),
-            }),
+            progress,
         })
     }
 
@@ -107,12 +107,8 @@ impl Publisher {
             confirmed(confirm.await?)
         };
         let mut work = std::pin::pin!(work);
-        let progress = &self.progress;
-        let now_ms = || progress.base.elapsed().as_millis() as u64;
-        if progress.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
-            progress.last_ms.store(now_ms(), Ordering::Relaxed);
-        }
-        let _done = Done(progress);
+        self.progress.waiting.fetch_add(1, Ordering::Relaxed);
+        let _done = Done(&self.progress);
         loop {
             match tokio::time::timeout(self.timeout, &mut work).await {
                 Ok(result) => return result,
@@ -135,11 +131,7 @@ impl Publisher {
     /// and no publish has waited [`STALLED_AFTER`] with none confirmed meanwhile (a
     /// broker that hangs).
     pub fn is_flowing(&self) -> bool {
-        let p = &self.progress;
-        let stalled = p.waiting.load(Ordering::Relaxed) > 0
-            && p.base.elapsed().as_millis() as u64
-                > p.last_ms.load(Ordering::Relaxed) + STALLED_AFTER.as_millis() as u64;
-        !stalled && !self.connection.blocked()
+        !self.progress.stalled.load(Ordering::Relaxed) && !self.connection.blocked()
     }
 
     /// Wait until [`Publisher::is_flowing`], or the connection is gone (a publish
@@ -168,9 +160,29 @@ struct Done<'a>(&'a Progress);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
-        let p = self.0;
-        p.last_ms
-            .store(p.base.elapsed().as_millis() as u64, Ordering::Relaxed);
-        p.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.0.ended.fetch_add(1, Ordering::Relaxed);
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Every third of [`STALLED_AFTER`], whether publishes wait and none has ended
+/// since the last look: stalled once that has held for longer than
+/// [`STALLED_AFTER`] (four looks in a row). Ends when the publisher is gone.
+async fn watch(progress: Weak<Progress>) {
+    let tick = STALLED_AFTER / 3;
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut last_ended, mut quiet) = (0, Duration::ZERO);
+    loop {
+        interval.tick().await;
+        let Some(p) = progress.upgrade() else { return };
+        let ended = p.ended.load(Ordering::Relaxed);
+        if p.waiting.load(Ordering::Relaxed) > 0 && ended == last_ended {
+            quiet += tick;
+        } else {
+            quiet = Duration::ZERO;
+        }
+        last_ended = ended;
+        p.stalled.store(quiet > STALLED_AFTER, Ordering::Relaxed);
     }
 }

@@ -248,6 +248,13 @@ impl Admitter {
             }
             None => args,
         };
+        // boxed: every admission's future would otherwise carry this rare path's
+        // state (BENCHMARKS.md item 31)
+        Box::pin(self.direct(args)).await
+    }
+
+    /// One job asked without the batching task.
+    async fn direct(&self, args: AdmitArgs) -> Reply {
         let lent = self.caller.lend();
         let conn = lent.as_ref().unwrap_or(&self.caller.conn);
         let replies = self.caller.call(conn, &[&args], 1).await;

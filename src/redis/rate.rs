@@ -228,15 +228,22 @@ impl RateBatcher {
     pub async fn take(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
         let (reply_tx, reply_rx) = oneshot::channel();
         if self.tx.send(((rate, lane), reply_tx)).is_err() {
-            // the task is gone (its runtime shut down): ask directly
-            let (tx, rx) = oneshot::channel();
-            self.taker.answer((rate, lane), vec![tx]).await;
-            return rx
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())));
+            // the task is gone (its runtime shut down): ask directly (boxed: every
+            // take's future would otherwise carry this rare path's state)
+            return Box::pin(self.direct(rate, lane)).await;
         }
         reply_rx
             .await
+            .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
+    }
+}
+
+impl RateBatcher {
+    /// One take asked without the batching task.
+    async fn direct(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
+        let (tx, rx) = oneshot::channel();
+        self.taker.answer((rate, lane), vec![tx]).await;
+        rx.await
             .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
     }
 }

@@ -118,11 +118,14 @@ impl QuotaStore {
             }
         }
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
-        let layer_keys = || layers.iter().map(|(_, _, k)| k.clone()).collect();
+        let layer_keys = || {
+            let keys = || layers.iter().map(|(_, _, k)| k.clone()).collect();
+            (!layers.is_empty()).then(|| Box::new(keys()))
+        };
         let mut admission = match reply {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
-                member,
+                member: member.into_boxed_slice(),
                 admitted_at: window::from_millis(now),
                 channel: req.channel.to_string(),
                 layer_keys: layer_keys(),
@@ -150,7 +153,7 @@ impl QuotaStore {
                 Admission::Shadowed {
                     ticket: Ticket {
                         key,
-                        member,
+                        member: member.into_boxed_slice(),
                         admitted_at: at,
                         channel: req.channel.to_string(),
                         layer_keys: layer_keys(),

@@ -104,7 +104,8 @@ impl QuotaStore {
     ) -> Result<RateReply, StoreError> {
         match self.rates.get(channel) {
             Some(batcher) => batcher.take(rate, lane).await,
-            None => self.call_rate(channel, rate, rate.cost).await,
+            // (no batcher: boxed, so that a batched take's future stays small)
+            None => Box::pin(self.call_rate(channel, rate, rate.cost)).await,
         }
     }
 

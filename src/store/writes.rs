@@ -25,7 +25,7 @@ impl QuotaStore {
                 .arg(&t.key)
                 .arg("XX")
                 .arg(t.admitted_at.timestamp_millis() * 2 + 1)
-                .arg(&t.member);
+                .arg(&t.member[..]);
             cmd
         };
         let ttl_ms = self.record_ttl.as_millis() as u64;
@@ -93,14 +93,14 @@ impl QuotaStore {
     }
 
     pub(super) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
-        if !ticket.layer_keys.is_empty() {
+        if let Some(layer_keys) = &ticket.layer_keys {
             // the caps it was counted toward give it back too (one slot: one trip)
             let zrem = |key: &String| {
                 let mut cmd = redis::cmd("ZREM");
-                cmd.arg(key).arg(&ticket.member);
+                cmd.arg(key).arg(&ticket.member[..]);
                 cmd
             };
-            let keys = std::iter::once(&ticket.key).chain(&ticket.layer_keys);
+            let keys = std::iter::once(&ticket.key).chain(layer_keys.iter());
             let trips = self.conn.send_all(keys.map(zrem)).await?;
             for _ in 0..trips {
                 self.count_call();
@@ -111,7 +111,7 @@ impl QuotaStore {
         self.count_call();
         let _: i64 = redis::cmd("ZREM")
             .arg(&ticket.key)
-            .arg(&ticket.member)
+            .arg(&ticket.member[..])
             .query_async(&mut conn)
             .await?;
         Ok(())
