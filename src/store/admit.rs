@@ -46,15 +46,19 @@ impl QuotaStore {
         let names = self.keys.for_tenant(req.tenant);
         let key = Self::recipient_key(&names, req, &policy);
         let member = keys::member(req.id);
-        let layers: Vec<JobLayer> = rules
-            .layers(&policy, req.channel, req.category, req.tenant)
-            .into_iter()
-            .map(|(cap, holds)| {
-                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
-                let key = names.cap(req.recipient, &cap.name, channel);
-                (cap.clone(), holds, key)
-            })
-            .collect();
+        let met = rules.layers(&policy, req.channel, req.category, req.tenant);
+        // (most jobs meet no cap: then nothing is collected, here or per call)
+        let layers: Vec<JobLayer> = match met.is_empty() {
+            true => Vec::new(),
+            false => met
+                .into_iter()
+                .map(|(cap, holds)| {
+                    let channel = (cap.scope == Scope::Channel).then_some(req.channel);
+                    let key = names.cap(req.recipient, &cap.name, channel);
+                    (cap.clone(), holds, key)
+                })
+                .collect(),
+        };
         drop(names);
         let layers = &layers[..];
 
@@ -329,14 +333,17 @@ impl QuotaStore {
             .unwrap_or_else(|| self.redis_now());
         let tz = req.tz;
         let plan = self.cached_plan(policy, tz, now);
-        let layers = layers
-            .iter()
-            .map(|(cap, holds, key)| LayerArgs {
-                key: key.clone(),
-                plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
-                holds: *holds,
-            })
-            .collect();
+        let layers = match layers.is_empty() {
+            true => Vec::new(),
+            false => layers
+                .iter()
+                .map(|(cap, holds, key)| LayerArgs {
+                    key: key.clone(),
+                    plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
+                    holds: *holds,
+                })
+                .collect(),
+        };
         let reply = match self
             .admitter
             .admit(AdmitArgs {
