@@ -121,6 +121,12 @@ impl Publisher {
         }
     }
 
+    /// The confirm-mode channel this publishes on (a consumer may share it: a
+    /// channel fewer on the connection).
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
     /// Whether the broker holds this connection's publishes (`connection.blocked`:
     /// a memory or disk alarm) until it says `connection.unblocked`.
     pub fn blocked(&self) -> bool {

@@ -16,7 +16,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection};
+use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -133,19 +133,21 @@ impl Feedbacks {
         Ok(Handled::Applied(event))
     }
 
-    /// Consume the feedback queue on `conn` until `stop`, then let the feedback in
-    /// hand finish (within `grace`). Bad feedback is dead-lettered through
-    /// `publisher`, the session's own (a channel fewer: lapin reads the flow state of
-    /// every channel of the connection for each frame it sends).
+    /// Consume the feedback queue until `stop`, then let the feedback in hand
+    /// finish (within `grace`). It consumes on the channel of `publisher`, the
+    /// session's own, through which bad feedback is dead-lettered: a channel fewer
+    /// on the connection (lapin reads the flow state of every channel for each frame
+    /// it sends). The prefetch applies to this consumer alone (`basic.qos` without
+    /// `global` limits each consumer the channel starts afterwards), and feedback is
+    /// acked one delivery at a time, so the channel's publishes are not touched.
     pub async fn consume(
         self: Arc<Self>,
-        conn: &Connection,
         publisher: Publisher,
         stop: CancellationToken,
         grace: Duration,
     ) -> Result<(), BrokerError> {
         let publisher = Arc::new(publisher);
-        let ch = conn.create_channel().await?;
+        let ch = publisher.channel().clone();
         ch.basic_qos(self.prefetch, BasicQosOptions::default())
             .await?;
         let tag = format!("quota-worker-feedback-{}", uuid::Uuid::now_v7());
@@ -178,7 +180,10 @@ impl Feedbacks {
         )
         .await;
         let _ = tokio::time::timeout(grace, tasks.wait()).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), ch.close(200, "bye".into())).await;
+        // one round trip, so the broker has applied the acks before the session
+        // closes the connection (the channel is the session's publisher's)
+        let qos = ch.basic_qos(self.prefetch, BasicQosOptions::default());
+        let _ = tokio::time::timeout(Duration::from_secs(1), qos).await;
         result
     }
 

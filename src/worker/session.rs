@@ -89,17 +89,17 @@ impl Worker {
 
         let tasks = tokio_util::task::TaskTracker::new();
         let stop = shutdown.child_token();
-        // the second consumer: feedback from the senders, on a channel of its own
-        // (its dead letters through the session's publisher); if it ends on its own,
+        // the second consumer: feedback from the senders, on the session's
+        // publisher's channel (its dead letters go through it); if it ends on its own,
         // it ends the session through `ended` (one token for the loop below to wait
         // on, not a task handle polled for every delivery)
         let ended = shutdown.child_token();
         let mut feedback = tokio::spawn({
-            let (feedback, conn, stop) = (self.feedback.clone(), conn.clone(), stop.clone());
+            let (feedback, stop) = (self.feedback.clone(), stop.clone());
             let (publisher, ended) = (publisher.clone(), ended.clone());
             let grace = self.settings.worker.shutdown_grace.0;
             async move {
-                let result = feedback.consume(&conn, publisher, stop, grace).await;
+                let result = feedback.consume(publisher, stop, grace).await;
                 ended.cancel();
                 result
             }
