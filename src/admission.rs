@@ -36,6 +36,7 @@ pub struct Ticket {
     /// The sorted sets of the caps it was counted toward (same slot as `key`);
     /// `None` for none. (Thin boxes: at 128 bytes a ticket moves through the
     /// commit queue without a `memcpy` call, BENCHMARKS.md item 31.)
+    #[allow(clippy::box_collection)] // a thin box on purpose: see above
     pub(crate) layer_keys: Option<Box<Vec<String>>>,
     /// The channel's rate and the TAT its take left, when the channel is paced.
     pub(crate) rate: Option<(Rate, i64)>,
