@@ -28,27 +28,10 @@ local share = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- a provider's throttle (lua/throttle.lua) leaves `tat:P:R`: paused until P, then
--- ramping back over R, read and kept exactly as rate.lua does
-local raw = redis.call('GET', key)
-local tat = now
-local ramp, ramp_end = '', 0
-if raw then
-  local c = string.find(raw, ':', 1, true)
-  if c then
-    local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
-    p, r = tonumber(p), tonumber(r)
-    if p and now < p + r then
-      ramp, ramp_end = string.sub(raw, c), p + r
-      local part = 0.1
-      if now > p then part = 0.1 + 0.9 * (now - p) / r end
-      interval = math.ceil(interval / part)
-    end
-    raw = string.sub(raw, 1, c - 1)
-  end
-  tat = tonumber(raw)
-end
-if tat < now then tat = now end
+-- a provider's throttle (lua/throttle.lua) leaves `tat:P:R`: read and kept exactly
+-- as rate.lua does (read_tat, lua/gcra_read.lua, put before this script)
+local tat, ramp, ramp_end
+tat, interval, ramp, ramp_end = read_tat(key, interval, now)
 if cost > burst then
   return {-1, 0, -1, tat - now, tat, 0}
 end

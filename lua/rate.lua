@@ -4,7 +4,8 @@
 -- TIME, written with %.0f (Lua's tostring keeps only 14 digits). A missing key means
 -- a full bucket. burst = how many jobs may go at once from a full bucket.
 --
--- After a provider's 429 (lua/throttle.lua) the value is `tat:P:R`: the channel
+-- After a provider's 429 (lua/throttle.lua) the value is `tat:P:R` (read by
+-- read_tat, lua/gcra_read.lua, which the worker puts before this script): the channel
 -- resumes at P and ramps over R (µs): before P and at P the interval is ten times
 -- the configured one, then it shrinks so that the rate climbs linearly from a tenth
 -- to all of the configured rate at P + R. The suffix rides along in the one GET
@@ -42,25 +43,8 @@ local asking = tonumber(ARGV[4] or '1')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local raw = redis.call('GET', key)
-local tat = now
-local ramp, ramp_end = '', 0
-if raw then
-  local c = string.find(raw, ':', 1, true)
-  if c then
-    local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
-    p, r = tonumber(p), tonumber(r)
-    if p and now < p + r then
-      ramp, ramp_end = string.sub(raw, c), p + r
-      local share = 0.1
-      if now > p then share = 0.1 + 0.9 * (now - p) / r end
-      interval = math.ceil(interval / share)
-    end
-    raw = string.sub(raw, 1, c - 1)
-  end
-  tat = tonumber(raw)
-end
-if tat < now then tat = now end
+local tat, ramp, ramp_end
+tat, interval, ramp, ramp_end = read_tat(key, interval, now)
 local tolerance = interval * burst
 
 if cost > burst then

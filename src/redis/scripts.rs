@@ -9,10 +9,18 @@ use super::conn::RedisConn;
 
 /// `lua/admit.lua`: a recipient's caps, checked and recorded (many jobs a call).
 pub const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
-/// `lua/rate.lua`: a channel's GCRA send rate.
-pub const RATE_LUA: &str = include_str!("../../lua/rate.lua");
-/// `lua/lanes.lua`: a channel's GCRA send rate, taken by a job in a lane.
-pub const LANES_LUA: &str = include_str!("../../lua/lanes.lua");
+/// `lua/rate.lua`: a channel's GCRA send rate (after `lua/gcra_read.lua`, the read
+/// of the rate key it shares with `lua/lanes.lua`).
+pub const RATE_LUA: &str = concat!(
+    include_str!("../../lua/gcra_read.lua"),
+    include_str!("../../lua/rate.lua")
+);
+/// `lua/lanes.lua`: a channel's GCRA send rate, taken by a job in a lane (after
+/// `lua/gcra_read.lua`).
+pub const LANES_LUA: &str = concat!(
+    include_str!("../../lua/gcra_read.lua"),
+    include_str!("../../lua/lanes.lua")
+);
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
 /// `lua/import.lua`: a past send imported by the admin.
