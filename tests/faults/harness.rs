@@ -614,6 +614,37 @@ pub(crate) fn conclude_failover(
     figures
 }
 
+/// A failover scenario's two runs, without and with `redis.wait_replicas = 1`,
+/// recorded as one row (`scenario`, `test`, `fault`), and its claim checked: with
+/// the admissions waiting for a replica, no dispatched job's send is forgotten and
+/// no cap is exceeded.
+pub(crate) fn record_failover_pair(
+    scenario: &str,
+    test: &str,
+    fault: String,
+    without: &serde_json::Value,
+    with: &serde_json::Value,
+) {
+    let sum = |key: &str| without[key].as_u64().unwrap_or(0) + with[key].as_u64().unwrap_or(0);
+    let bad = |v: &serde_json::Value| {
+        v["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
+            + v["violations"]["over_cap"].as_u64().unwrap_or(0)
+    };
+    testkit::reliability::record(serde_json::json!({
+        "scenario": scenario,
+        "test": test,
+        "jobs": sum("jobs"),
+        "faults": 2,
+        "fault": fault,
+        "lost": sum("lost"),
+        "duplicates": sum("duplicates"),
+        "violations": format!("{} without WAIT, {} with", bad(without), bad(with)),
+        "recovery_seconds": [without["recovery_seconds"].clone(), with["recovery_seconds"].clone()],
+        "runs": [without.clone(), with.clone()],
+    }));
+    assert_eq!(bad(with), 0, "with wait_replicas = 1: {with}");
+}
+
 /// A Redis failover scenario under way: its backlog published, one worker process
 /// running, a fifth of the jobs dispatched.
 pub(crate) struct Loaded {
