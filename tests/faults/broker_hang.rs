@@ -36,12 +36,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
     let _g = RedisGuard(ns.clone());
     let dir = testkit::temp_dir("brokerhang");
-    let connect = |url: String| async move {
-        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
-            .await
-            .expect("private node")
-    };
-    let conn = connect(node.url()).await;
+    let conn = connect_node(&node.url()).await;
     topology(&s).declare(&conn).await.unwrap();
     let mix = Mix::new(&ns, n, &noon_zone());
     publish_all(&conn, &s, &mix.jobs).await;
@@ -64,7 +59,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     tokio::time::sleep(hang).await;
     drop(thaw);
     let woke = Instant::now();
-    let conn = connect(node.url()).await;
+    let conn = connect_node(&node.url()).await;
     // sends confirmed late land at once; then paced dispatching must go on
     tokio::time::sleep(Duration::from_secs(1)).await;
     let landed = depth(&conn, &dispatch).await.unwrap_or(0);
@@ -95,7 +90,7 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     drop(thaw);
 
     // 3. a fresh worker finishes the run
-    let conn = connect(node.url()).await;
+    let conn = connect_node(&node.url()).await;
     let mut f = WorkerProc::spawn(crate::BIN, &s, &dir, "finish");
     let end = finish(
         &conn,

@@ -27,12 +27,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     s.amqp.url = node.url();
     let _g = RedisGuard(ns.clone());
     let dir = testkit::temp_dir("brokerrestart");
-    let connect = |url: String| async move {
-        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
-            .await
-            .expect("private node")
-    };
-    let mut conn = connect(node.url()).await;
+    let mut conn = connect_node(&node.url()).await;
     topology(&s).declare(&conn).await.unwrap();
     let mix = Mix::new(&ns, n, &noon_zone());
     publish_all(&conn, &s, &mix.jobs).await;
@@ -60,7 +55,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         node.start().await;
         down_for.push(down_at.elapsed().as_secs_f64());
         let back_at = Instant::now();
-        conn = connect(node.url()).await;
+        conn = connect_node(&node.url()).await;
         let back = wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(60))
             .await
             .unwrap_or_else(|| panic!("the worker never came back:\n{}", w.tail(40)));

@@ -614,6 +614,14 @@ pub(crate) fn conclude_failover(
     figures
 }
 
+/// A connection to a broker node a scenario started for itself (panics if it
+/// cannot: the scenario has nothing to test without it).
+pub(crate) async fn connect_node(url: &str) -> lapin::Connection {
+    lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .expect("private node")
+}
+
 /// A failover scenario's two runs, without and with `redis.wait_replicas = 1`,
 /// recorded as one row (`scenario`, `test`, `fault`), and its claim checked: with
 /// the admissions waiting for a replica, no dispatched job's send is forgotten and

@@ -55,12 +55,7 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
     s.amqp.url = node.url();
     let _g = RedisGuard(ns.clone());
     let dir = testkit::temp_dir("memalarm");
-    let connect = |url: String| async move {
-        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
-            .await
-            .expect("private node")
-    };
-    let conn = connect(node.url()).await;
+    let conn = connect_node(&node.url()).await;
     topology(&s).declare(&conn).await.unwrap();
     let mix = Mix::new(&ns, n, &noon_zone());
     publish_all(&conn, &s, &mix.jobs).await;
