@@ -57,8 +57,8 @@ struct Progress {
 /// leader pauses them for a second or two, which only delays dispatches. What is sent
 /// before it is noticed (at 200 dispatches/s, about 60 in the broker-hang scenario)
 /// is sent twice only if the worker stops or the connection dies before the broker
-/// answers again. (Judged every [`STALLED_AFTER`] / 3: a stall is seen after 300 to
-/// 400 ms.)
+/// answers again. (Judged by a watchdog every [`STALLED_AFTER`] / 6: a stall is
+/// seen 300 to 350 ms after the last confirm.)
 pub const STALLED_AFTER: Duration = Duration::from_millis(300);
 
 impl Publisher {
@@ -171,24 +171,27 @@ impl Drop for Done<'_> {
     }
 }
 
-/// Every third of [`STALLED_AFTER`], whether publishes wait and none has ended
-/// since the last look: stalled once that has held for longer than
-/// [`STALLED_AFTER`] (four looks in a row). Ends when the publisher is gone.
+/// Every sixth of [`STALLED_AFTER`], whether publishes waited at this look and at
+/// the one before with none ended between: stalled once that has held for
+/// [`STALLED_AFTER`] (so 300 to 350 ms after the last confirm, or after the first of
+/// the waiting publishes began). Ends when the publisher is gone.
 async fn watch(progress: Weak<Progress>) {
-    let tick = STALLED_AFTER / 3;
+    let tick = STALLED_AFTER / 6;
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut last_ended, mut quiet) = (0, Duration::ZERO);
+    let (mut last_ended, mut last_waiting, mut quiet) = (0, 0, Duration::ZERO);
     loop {
         interval.tick().await;
         let Some(p) = progress.upgrade() else { return };
-        let ended = p.ended.load(Ordering::Relaxed);
-        if p.waiting.load(Ordering::Relaxed) > 0 && ended == last_ended {
-            quiet += tick;
-        } else {
-            quiet = Duration::ZERO;
-        }
-        last_ended = ended;
-        p.stalled.store(quiet > STALLED_AFTER, Ordering::Relaxed);
+        let (ended, waiting) = (
+            p.ended.load(Ordering::Relaxed),
+            p.waiting.load(Ordering::Relaxed),
+        );
+        quiet = match waiting > 0 && last_waiting > 0 && ended == last_ended {
+            true => quiet + tick,
+            false => Duration::ZERO,
+        };
+        (last_ended, last_waiting) = (ended, waiting);
+        p.stalled.store(quiet >= STALLED_AFTER, Ordering::Relaxed);
     }
 }
