@@ -232,20 +232,20 @@ impl RateBatcher {
             // take's future would otherwise carry this rare path's state)
             return Box::pin(self.direct(rate, lane)).await;
         }
-        reply_rx
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
+        answered(reply_rx.await)
     }
-}
 
-impl RateBatcher {
     /// One take asked without the batching task.
     async fn direct(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
         let (tx, rx) = oneshot::channel();
         self.taker.answer((rate, lane), vec![tx]).await;
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
+        answered(rx.await)
     }
+}
+
+/// A take's reply, or an error if its sender was dropped unanswered.
+fn answered(reply: Result<Reply, oneshot::error::RecvError>) -> Reply {
+    reply.unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
 }
 
 impl Taker {

@@ -46,19 +46,15 @@ impl QuotaStore {
         let names = self.keys.for_tenant(req.tenant);
         let key = Self::recipient_key(&names, req, &policy);
         let member = keys::member(req.id);
-        let met = rules.layers(&policy, req.channel, req.category, req.tenant);
-        // (most jobs meet no cap: then nothing is collected, here or per call)
-        let layers: Vec<JobLayer> = match met.is_empty() {
-            true => Vec::new(),
-            false => met
-                .into_iter()
-                .map(|(cap, holds)| {
-                    let channel = (cap.scope == Scope::Channel).then_some(req.channel);
-                    let key = names.cap(req.recipient, &cap.name, channel);
-                    (cap.clone(), holds, key)
-                })
-                .collect(),
-        };
+        let layers: Vec<JobLayer> = rules
+            .layers(&policy, req.channel, req.category, req.tenant)
+            .into_iter()
+            .map(|(cap, holds)| {
+                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
+                let key = names.cap(req.recipient, &cap.name, channel);
+                (cap.clone(), holds, key)
+            })
+            .collect();
         drop(names);
         let layers = &layers[..];
 
@@ -122,10 +118,8 @@ impl QuotaStore {
             }
         }
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
-        let layer_keys = || {
-            let keys = || layers.iter().map(|(_, _, k)| k.clone()).collect();
-            (!layers.is_empty()).then(|| Box::new(keys()))
-        };
+        let layer_keys =
+            || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
         let mut admission = match reply {
             Verdict::Admitted(now) => Admission::Admitted(Ticket {
                 key,
@@ -333,17 +327,14 @@ impl QuotaStore {
             .unwrap_or_else(|| self.redis_now());
         let tz = req.tz;
         let plan = self.cached_plan(policy, tz, now);
-        let layers = match layers.is_empty() {
-            true => Vec::new(),
-            false => layers
-                .iter()
-                .map(|(cap, holds, key)| LayerArgs {
-                    key: key.clone(),
-                    plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
-                    holds: *holds,
-                })
-                .collect(),
-        };
+        let layers = layers
+            .iter()
+            .map(|(cap, holds, key)| LayerArgs {
+                key: key.clone(),
+                plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
+                holds: *holds,
+            })
+            .collect();
         let reply = match self
             .admitter
             .admit(AdmitArgs {
