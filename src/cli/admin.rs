@@ -355,10 +355,26 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             }
         }
         Some(RecipientAction::Suppress { event }) => {
-            return super::suppress::edit(&store, settings, &args, Some(event)).await;
+            return super::suppress::edit(
+                &store,
+                settings,
+                &args.recipient,
+                args.channel.as_deref(),
+                args.json,
+                Some(event),
+            )
+            .await;
         }
         Some(RecipientAction::Unsuppress) => {
-            return super::suppress::edit(&store, settings, &args, None).await;
+            return super::suppress::edit(
+                &store,
+                settings,
+                &args.recipient,
+                args.channel.as_deref(),
+                args.json,
+                None,
+            )
+            .await;
         }
         Some(RecipientAction::Reset) => {
             let deleted = recipients

@@ -10,7 +10,6 @@ use quota_worker::feedback::FeedbackNote;
 use quota_worker::quota::suppression::Kind;
 use quota_worker::store::QuotaStore;
 
-use super::admin::RecipientArgs;
 use super::print_json;
 
 /// `bounced`, `complained` or `unsubscribed`.
@@ -18,22 +17,23 @@ pub fn parse_kind(word: &str) -> Result<Kind, String> {
     Kind::parse(word).ok_or_else(|| format!("`{word}`: one of bounced, complained, unsubscribed"))
 }
 
-/// Suppress the recipient on `--channel` (required) by `kind`, or (`None`) lift
-/// its suppression there.
+/// Suppress recipient `r` on `channel` (`--channel`, required) by `kind`, or
+/// (`None`) lift its suppression there; `json`: print JSON.
 pub async fn edit(
     store: &QuotaStore,
     settings: &Settings,
-    args: &RecipientArgs,
+    r: &str,
+    channel: Option<&str>,
+    json: bool,
     kind: Option<Kind>,
 ) -> anyhow::Result<ExitCode> {
-    let Some(channel) = args.channel.as_deref() else {
+    let Some(channel) = channel else {
         bail!("--channel is required to suppress or unsuppress");
     };
-    let r = &args.recipient;
     match kind {
         Some(event) => {
             let s = suppressions::suppress(store, settings, r, channel, event).await?;
-            if args.json {
+            if json {
                 print_json(&s)?;
             } else {
                 print(std::slice::from_ref(&s));
@@ -41,7 +41,7 @@ pub async fn edit(
         }
         None => {
             let had = suppressions::unsuppress(store, r, channel).await?;
-            if args.json {
+            if json {
                 print_json(&serde_json::json!({ "channel": channel, "removed": had }))?;
             } else if had {
                 println!("suppression on channel {channel} removed");

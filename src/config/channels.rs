@@ -47,12 +47,17 @@ pub struct ChannelSettings {
     pub normal_share: f64,
 }
 
+/// `channels.NAME.reserve` when unset.
+pub const DEFAULT_RESERVE: f64 = 0.5;
+/// `channels.NAME.normal_share` when unset.
+pub const DEFAULT_NORMAL_SHARE: f64 = 0.1;
+
 fn half() -> f64 {
-    super::lanes::DEFAULT_RESERVE
+    DEFAULT_RESERVE
 }
 
 fn tenth() -> f64 {
-    super::lanes::DEFAULT_NORMAL_SHARE
+    DEFAULT_NORMAL_SHARE
 }
 
 impl Default for ChannelSettings {

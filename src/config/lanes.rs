@@ -10,11 +10,6 @@ use super::channels::ChannelSettings;
 use super::error::{invalid, ConfigError};
 use super::text::Dur;
 
-/// `channels.NAME.reserve` when unset.
-pub const DEFAULT_RESERVE: f64 = 0.5;
-/// `channels.NAME.normal_share` when unset.
-pub const DEFAULT_NORMAL_SHARE: f64 = 0.1;
-
 /// Lane settings (`[lanes]`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -10,39 +10,10 @@
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use serde::{Deserialize, Serialize};
 
+pub use super::policy::CapsMode;
 use super::policy::{Mode, Scope};
 use super::window::{self, Rule};
-
-/// What a policy lets the caps do to its jobs (`policies.NAME.caps`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase", try_from = "String")]
-pub enum CapsMode {
-    /// Its jobs are held by the caps that match them, and counted toward them.
-    #[default]
-    Enforce,
-    /// Its jobs are never held by the caps, but counted toward them.
-    Count,
-    /// The caps neither hold nor count its jobs.
-    Ignore,
-}
-
-impl TryFrom<String> for CapsMode {
-    type Error = String;
-
-    fn try_from(word: String) -> Result<CapsMode, String> {
-        match word.as_str() {
-            "enforce" => Ok(CapsMode::Enforce),
-            "count" => Ok(CapsMode::Count),
-            "ignore" => Ok(CapsMode::Ignore),
-            _ => Err(format!(
-                "`{word}` is not one of \"enforce\" (held by the caps and counted toward them), \
-                 \"count\" (counted toward them, never held) or \"ignore\" (neither)"
-            )),
-        }
-    }
-}
 
 /// A validated cap (`[caps.NAME]`), ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

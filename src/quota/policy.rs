@@ -78,11 +78,40 @@ pub struct Policy {
     /// Enforced, or only counted (shadow).
     pub mode: Mode,
     /// The lane of its jobs that name none (`policies.NAME.priority`).
-    pub priority: super::lanes::Priority,
+    pub priority: quota_worker_producer::Priority,
     /// The kinds of suppression that dead-letter its jobs (`suppressed`).
     pub suppressed_by: super::suppression::Kinds,
-    /// What the caps ([`super::caps`]) do to its jobs.
-    pub caps: super::caps::CapsMode,
+    /// What the caps (`quota::caps`) do to its jobs.
+    pub caps: CapsMode,
+}
+
+/// What a policy lets the caps do to its jobs (`policies.NAME.caps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum CapsMode {
+    /// Its jobs are held by the caps that match them, and counted toward them.
+    #[default]
+    Enforce,
+    /// Its jobs are never held by the caps, but counted toward them.
+    Count,
+    /// The caps neither hold nor count its jobs.
+    Ignore,
+}
+
+impl TryFrom<String> for CapsMode {
+    type Error = String;
+
+    fn try_from(word: String) -> Result<CapsMode, String> {
+        match word.as_str() {
+            "enforce" => Ok(CapsMode::Enforce),
+            "count" => Ok(CapsMode::Count),
+            "ignore" => Ok(CapsMode::Ignore),
+            _ => Err(format!(
+                "`{word}` is not one of \"enforce\" (held by the caps and counted toward them), \
+                 \"count\" (counted toward them, never held) or \"ignore\" (neither)"
+            )),
+        }
+    }
 }
 
 /// A validated channel send rate: at most `burst` at once, then one every `interval`.
