@@ -2,7 +2,8 @@
 //! for real: Debian's `prometheus` scrapes a running worker under load every second,
 //! every panel's queries run against it (Grafana's variables filled in as Grafana
 //! would), every panel must show data, and the panels are drawn at their grid
-//! positions in headless Chromium: the picture in README.md. Skipped, saying so,
+//! positions in headless Chromium: the picture the operating guide shows
+//! (`QW_WRITE_PICTURES=1` writes it to `docs/dashboard.png`). Skipped, saying so,
 //! where `prometheus` or `chromium` is missing (`.ci/run` installs both).
 
 use std::path::{Path, PathBuf};
@@ -270,9 +271,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let page = dir.join("dashboard.html");
     let data = json!({"title": dashboard["title"], "from": start, "to": end, "panels": panels});
     std::fs::write(&page, PAGE.replace("/*DATA*/null", &data.to_string())).unwrap();
-    let png = std::env::var("QW_DASHBOARD_SCREENSHOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| dir.join("dashboard.png"));
+    let png = crate::picture_path("dashboard.png", "QW_DASHBOARD_SCREENSHOT", &dir);
     let height = panels
         .iter()
         .filter_map(|p| Some(p["grid"]["y"].as_u64()? + p["grid"]["h"].as_u64()?))
