@@ -118,6 +118,35 @@ fn legend(format: &str, metric: &Value) -> String {
     }
 }
 
+/// No two panels (rows included) share a cell of Grafana's 24-column grid: the drawing
+/// places panels where their `gridPos` says, so an overlap would hide one.
+#[test]
+fn no_two_panels_of_the_dashboard_overlap() {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/grafana/dashboards/quota-worker.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut taken: std::collections::BTreeMap<(u64, u64), String> = Default::default();
+    let mut overlaps = std::collections::BTreeSet::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().unwrap());
+        let title = p["title"].as_str().unwrap_or("").to_string();
+        for cx in x..x + w {
+            for cy in y..y + h {
+                if let Some(other) = taken.insert((cx, cy), title.clone()) {
+                    overlaps.insert(format!("{other} and {title}"));
+                }
+            }
+        }
+    }
+    assert!(overlaps.is_empty(), "overlapping panels: {overlaps:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let (Some(prom), Some(chrome)) = (
