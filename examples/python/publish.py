@@ -4,7 +4,7 @@
     python3 publish.py --recipient +8613800000000 --channel sms \
         --timezone Asia/Shanghai --payload '{"text": "Your parcel is on its way"}'
 
-The job is the JSON object described in the top-level README ("A job"). It is
+The job is the JSON object described in the top-level README ("A job, end to end"). It is
 published the way the worker expects: persistent, application/json, message_id =
 the job id, mandatory, and confirmed by the broker. Exits non-zero when the broker
 nacks the job or returns it as unroutable (no queue bound: the worker has not

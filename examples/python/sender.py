@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A sender for quota-worker: consume a dispatch queue, call the provider, and tell
-the worker what happened (README, "Feedback from senders").
+the worker what happened (docs/guide/feedback.md).
 
     python3 sender.py --channel sms [--provider http://...] [--idle 5]
 

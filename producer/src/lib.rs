@@ -26,8 +26,8 @@
 //! ```
 //!
 //! Senders tell the worker what became of a dispatched job with a [`Feedback`]
-//! (published to `notify.feedback` by a [`FeedbackPublisher`]; see the README's
-//! "Feedback from senders").
+//! (published to `notify.feedback` by a [`FeedbackPublisher`]; see
+//! docs/guide/feedback.md).
 //!
 //! The worker depends on this crate for its decoder and its confirm-mode publisher,
 //! so the two cannot drift apart.

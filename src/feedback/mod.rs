@@ -1,5 +1,5 @@
 //! Feedback from the senders: what became of a dispatched job, heard on
-//! `notify.feedback` (the contract is the README's "Feedback from senders" and
+//! `notify.feedback` (the contract is docs/guide/feedback.md and
 //! the producer crate's [`quota_worker_producer::Feedback`]).
 //!
 //! [`consume`] is the second consumer of each broker session: decode (pure, the

@@ -2,7 +2,8 @@
 //! for real: Debian's `prometheus` scrapes a running worker under load every second,
 //! every panel's queries run against it (Grafana's variables filled in as Grafana
 //! would), every panel must show data, and the panels are drawn at their grid
-//! positions in headless Chromium: the picture in README.md. Skipped, saying so,
+//! positions in headless Chromium: the picture the operating guide shows
+//! (`QW_WRITE_PICTURES=1` writes it to `docs/dashboard.png`). Skipped, saying so,
 //! where `prometheus` or `chromium` is missing (`.ci/run` installs both).
 
 use std::path::{Path, PathBuf};
@@ -115,6 +116,35 @@ fn legend(format: &str, metric: &Value) -> String {
         "" => metric.to_string(),
         text => text.to_string(),
     }
+}
+
+/// No two panels (rows included) share a cell of Grafana's 24-column grid: the drawing
+/// places panels where their `gridPos` says, so an overlap would hide one.
+#[test]
+fn no_two_panels_of_the_dashboard_overlap() {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/grafana/dashboards/quota-worker.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut taken: std::collections::BTreeMap<(u64, u64), String> = Default::default();
+    let mut overlaps = std::collections::BTreeSet::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().unwrap());
+        let title = p["title"].as_str().unwrap_or("").to_string();
+        for cx in x..x + w {
+            for cy in y..y + h {
+                if let Some(other) = taken.insert((cx, cy), title.clone()) {
+                    overlaps.insert(format!("{other} and {title}"));
+                }
+            }
+        }
+    }
+    assert!(overlaps.is_empty(), "overlapping panels: {overlaps:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,9 +300,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let page = dir.join("dashboard.html");
     let data = json!({"title": dashboard["title"], "from": start, "to": end, "panels": panels});
     std::fs::write(&page, PAGE.replace("/*DATA*/null", &data.to_string())).unwrap();
-    let png = std::env::var("QW_DASHBOARD_SCREENSHOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| dir.join("dashboard.png"));
+    let png = crate::picture_path("dashboard.png", "QW_DASHBOARD_SCREENSHOT", &dir);
     let height = panels
         .iter()
         .filter_map(|p| Some(p["grid"]["y"].as_u64()? + p["grid"]["h"].as_u64()?))

@@ -21,6 +21,7 @@ mod compose;
 mod config_cli;
 mod connections;
 mod dashboard;
+mod docs;
 mod engine;
 mod examples;
 mod feedback;
@@ -42,6 +43,21 @@ use std::process::Command;
 
 /// The `quota-worker` binary cargo built for these tests.
 const BIN: &str = env!("CARGO_BIN_EXE_quota-worker");
+
+/// Where a test that draws a picture for the documentation writes it: with
+/// `QW_WRITE_PICTURES=1`, `docs/<name>` in the repository (the picture the guide shows);
+/// else the path in the environment variable `var` if set, else `<dir>/<name>`, so a
+/// test run leaves the repository's pictures as they are.
+fn picture_path(name: &str, var: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    if std::env::var("QW_WRITE_PICTURES").is_ok_and(|v| v == "1") {
+        return std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs")
+            .join(name);
+    }
+    std::env::var(var)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| dir.join(name))
+}
 
 /// Set in the child process [`in_own_process`] starts.
 const OWN_PROCESS: &str = "QW_SUITE_OWN_PROCESS";

@@ -416,10 +416,8 @@ async fn the_status_page_shows_the_worker_state_in_a_real_browser() {
         "a dispatched bar:\n{dom}"
     );
 
-    // the picture README shows
-    let png = std::env::var("QW_SCREENSHOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| dir.join("status-page.png"));
+    // the picture the operating guide shows (`QW_WRITE_PICTURES=1`: docs/status-page.png)
+    let png = crate::picture_path("status-page.png", "QW_SCREENSHOT", &dir);
     let shot = browse(
         &chrome,
         &dir.join("profile-shot"),
