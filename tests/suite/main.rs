@@ -35,6 +35,7 @@ mod pacing;
 mod pipeline;
 mod privileges;
 mod producer;
+mod reference;
 mod waiting;
 mod windows;
 
