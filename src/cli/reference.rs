@@ -205,5 +205,9 @@ fn meaning(a: &Arg) -> String {
     if values.is_empty() || !a.get_action().takes_values() {
         return help;
     }
-    format!("{help} One of: {}.", values.join(", "))
+    format!(
+        "{}: one of {}",
+        help.trim_end_matches('.'),
+        values.join(", ")
+    )
 }

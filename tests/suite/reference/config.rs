@@ -31,10 +31,13 @@ pub const REFUSED: &[(&str, &str)] = &[(
 pub type Sections = Vec<(String, String)>;
 
 fn types(root: &Path) -> Types {
+    // the configuration's own types first, then the ones its keys take (TLS, the
+    // policies' words, the job's priority), then anything else in src/
     Types::read(
         root,
         &["src/config", "src/quota", "producer/src"],
         &["src/tls.rs"],
+        Some("src"),
     )
 }
 

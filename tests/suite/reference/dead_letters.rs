@@ -11,7 +11,7 @@ use super::source::{one_line, str_consts, Types};
 
 /// (word, meaning) of every dead-letter reason, in declaration order.
 pub fn reasons(root: &Path) -> Vec<(String, String)> {
-    let types = Types::read(root, &[], &["src/job/outcome.rs"]);
+    let types = Types::read(root, &[], &["src/job/outcome.rs"], None);
     let code = std::fs::read_to_string(root.join("src/job/outcome.rs")).unwrap();
     let (_, variants) = &types.enums["Reason"];
     variants

@@ -4,7 +4,7 @@
 //! sources are written here (one field, variant or constant a line).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One line of code with the doc comment and the attributes above it.
 #[derive(Debug, Clone, Default)]
@@ -82,15 +82,33 @@ pub struct Types {
 }
 
 impl Types {
-    /// Read every `.rs` file of `dirs` (not below them) and the single `files`.
-    pub fn read(root: &Path, dirs: &[&str], files: &[&str]) -> Types {
-        let mut paths: Vec<_> = files.iter().map(|f| root.join(f)).collect();
+    /// Read the single `files`, then every `.rs` file of `dirs` (not below them),
+    /// then, with `rest`, every other file below `rest`: where two types share a
+    /// name, the first read is the one.
+    pub fn read(root: &Path, dirs: &[&str], files: &[&str], rest: Option<&str>) -> Types {
+        let rust = |p: &Path| p.extension().is_some_and(|e| e == "rs");
+        let mut paths: Vec<PathBuf> = files.iter().map(|f| root.join(f)).collect();
         for dir in dirs {
             let mut found: Vec<_> = std::fs::read_dir(root.join(dir))
                 .unwrap()
                 .map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+                .filter(|p| rust(p))
                 .collect();
+            found.sort();
+            paths.extend(found);
+        }
+        if let Some(dir) = rest {
+            let mut stack = vec![root.join(dir)];
+            let mut found = Vec::new();
+            while let Some(dir) = stack.pop() {
+                for path in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if rust(&path) && !paths.contains(&path) {
+                        found.push(path);
+                    }
+                }
+            }
             found.sort();
             paths.extend(found);
         }
