@@ -38,7 +38,10 @@ pub fn write(mut cli: Command, dir: &Path) -> anyhow::Result<()> {
     for c in &commands {
         section(c, &mut page);
         let mut text = Vec::new();
-        clap_mangen::Man::new((*c).clone()).render(&mut text)?;
+        clap_mangen::Man::new((*c).clone())
+            .source(format!("quota-worker {}", env!("CARGO_PKG_VERSION")))
+            .manual("quota-worker")
+            .render(&mut text)?;
         let file = man.join(format!("{}.1", path(c).replace(' ', "-")));
         std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     }
