@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use quota_worker::config::Settings;
 use quota_worker::health::Health;
 use quota_worker::reload::Reloader;
@@ -76,6 +76,9 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Write the command-line reference (cli.md, man/) into DIR (docs/reference).
+    #[command(hide = true)]
+    Reference { dir: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -110,6 +113,15 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Reference { dir } = &cli.command {
+        return match cli::reference::write(Cli::command(), dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_logging(cli.log_format);
     quota_worker::tls::install_provider();
     let result = Settings::load(cli.config.as_deref())
@@ -179,6 +191,7 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
         Command::Health { path, addr } => health(&settings, &path, addr).await,
         Command::Publish(args) => cli::publish::publish(&settings, args).await,
         Command::Admin { command } => cli::admin::admin(&settings, command).await,
+        Command::Reference { .. } => unreachable!("written before the configuration is read"),
     }
 }
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Connection};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::publisher::{PublishError, Publisher};
 
 /// What became of a dispatched job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Event {
     /// The provider accepted or delivered it.
@@ -53,7 +55,7 @@ impl Event {
 }
 
 /// One feedback, as published to `notify.feedback`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Feedback {
     /// The job's id (required).
     pub id: String,
@@ -87,6 +89,13 @@ impl Feedback {
             detail: None,
         }
     }
+}
+
+/// The feedback's JSON Schema (draft 2020-12), as `schema/feedback.schema.json`
+/// holds it. The worker's decoder ([`decode_feedback`]) also refuses an empty `id`
+/// or `recipient`, an unconfigured channel and a negative `retry_after`.
+pub fn feedback_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(Feedback)).expect("a schema is JSON")
 }
 
 /// Decode a feedback body as the worker does: JSON with the required fields, a

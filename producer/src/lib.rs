@@ -41,7 +41,7 @@ mod producer;
 pub mod publisher;
 
 pub use decode::{decode, Malformed};
-pub use feedback::{decode_feedback, Event, Feedback, FeedbackPublisher};
+pub use feedback::{decode_feedback, feedback_schema, Event, Feedback, FeedbackPublisher};
 pub use job::{schema, Job, JobId};
 pub use priority::Priority;
 pub use producer::{encode, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};

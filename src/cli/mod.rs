@@ -1,5 +1,5 @@
 //! The `publish` and `admin` subcommands: their arguments (clap) and what they
-//! print. The binary's own modules (the library never prints); the work itself is
+//! print (and the hidden `reference`, the command-line reference written from them). The binary's own modules (the library never prints); the work itself is
 //! in [`quota_worker::producer`] and [`quota_worker::admin`].
 //!
 //! Output: tables for people, `--json` for scripts (stdout only ever holds the
@@ -9,6 +9,7 @@
 pub mod admin;
 mod dead;
 pub mod publish;
+pub mod reference;
 pub mod resume;
 pub mod suppress;
 

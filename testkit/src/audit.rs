@@ -34,6 +34,17 @@ pub fn job_body(id: &str, recipient: &str, channel: &str, category: &str, zone: 
     .into_bytes()
 }
 
+impl Published {
+    /// The properties a producer publishes the job with: JSON, its id as the
+    /// message id, persistent.
+    pub fn props(&self) -> BasicProperties {
+        BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(self.id.as_str().into())
+            .with_delivery_mode(2)
+    }
+}
+
 /// Publish every job to the jobs exchange on one confirm channel, waiting for the
 /// confirms in batches. Panics unless every publish is confirmed.
 pub async fn publish_all(conn: &Connection, s: &Settings, jobs: &[Published]) {
@@ -44,17 +55,13 @@ pub async fn publish_all(conn: &Connection, s: &Settings, jobs: &[Published]) {
     for batch in jobs.chunks(500) {
         let mut confirms = Vec::with_capacity(batch.len());
         for j in batch {
-            let props = BasicProperties::default()
-                .with_content_type("application/json".into())
-                .with_message_id(j.id.as_str().into())
-                .with_delivery_mode(2);
             confirms.push(
                 ch.basic_publish(
                     s.amqp.jobs_exchange.as_str().into(),
                     "".into(),
                     BasicPublishOptions::default(),
                     &j.body,
-                    props,
+                    j.props(),
                 )
                 .await
                 .expect("publish"),

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 use quota_worker::config::Dur;
 use serde_json::json;
-use testkit::audit::{depth, noon_zone, publish_all};
+use testkit::audit::depth;
 use testkit::procs::WorkerProc;
-use testkit::reliability::{long, record};
+use testkit::reliability::long;
 use testkit::*;
 
 /// A broker that hangs instead of going away (SIGSTOP of the node: connections stay
@@ -22,8 +22,7 @@ use testkit::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     let _heavy = heavy().await;
-    let Some(guard) = private_node().await else {
-        record(json!({"scenario": "broker_hang", "skipped": "no rabbitmq-server on this machine"}));
+    let Some(guard) = private_node_or_skip("broker_hang").await else {
         return;
     };
     let node = &guard.0;
@@ -31,26 +30,19 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     let grace = 5;
     let n = 2_000;
     let ns = unique("brokerhang");
-    let mut s = fault_settings(&ns, 200);
-    s.amqp.url = node.url();
+    let mut s = node_settings(node, &ns, 200);
     s.worker.shutdown_grace = Dur(Duration::from_secs(grace));
     let _g = RedisGuard(ns.clone());
-    let dir = testkit::temp_dir("brokerhang");
-    let conn = connect_node(&node.url()).await;
-    topology(&s).declare(&conn).await.unwrap();
-    let mix = Mix::new(&ns, n, &noon_zone());
-    publish_all(&conn, &s, &mix.jobs).await;
-    let dispatch = topology(&s).dispatch_queue("sms");
-    let started = Instant::now();
-    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
-    while depth(&conn, &dispatch).await.unwrap_or(0) < 300 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no progress:\n{}",
-            w.tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let run = start_on_node(node, &s, &ns, n, "brokerhang").await;
+    run.until_dispatched(300, Duration::from_secs(60)).await;
+    let Loaded {
+        conn,
+        mix,
+        dispatch,
+        dir,
+        mut w,
+        ..
+    } = run;
     let _ = conn.close(200, "".into()).await;
 
     // 1. the broker hangs, then wakes up
@@ -147,10 +139,5 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
         "exit took {exit_connecting:?}"
     );
     assert!(finish_status.map(|s| s.success()).unwrap_or(false));
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.violations.is_empty(),
-        "violations: {:#?}",
-        end.violations
-    );
+    end.assert_clean();
 }

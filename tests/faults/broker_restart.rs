@@ -4,18 +4,14 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 use serde_json::json;
-use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::WorkerProc;
-use testkit::reliability::{long, record};
+use testkit::audit::depth;
+use testkit::reliability::long;
 use testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     let _heavy = heavy().await;
-    let Some(mut guard) = private_node().await else {
-        record(
-            json!({"scenario": "broker_restart", "skipped": "no rabbitmq-server on this machine"}),
-        );
+    let Some(mut guard) = private_node_or_skip("broker_restart").await else {
         return;
     };
     let (node, boot) = &mut *guard;
@@ -23,17 +19,16 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
     let restarts: &[&str] = if long() { &["stop", "kill"] } else { &["stop"] };
     let n = if long() { 8_000 } else { 2_000 };
     let ns = unique("brokerrestart");
-    let mut s = fault_settings(&ns, 200);
-    s.amqp.url = node.url();
+    let s = node_settings(node, &ns, 200);
     let _g = RedisGuard(ns.clone());
-    let dir = testkit::temp_dir("brokerrestart");
-    let mut conn = connect_node(&node.url()).await;
-    topology(&s).declare(&conn).await.unwrap();
-    let mix = Mix::new(&ns, n, &noon_zone());
-    publish_all(&conn, &s, &mix.jobs).await;
-    let dispatch = topology(&s).dispatch_queue("sms");
-    let started = Instant::now();
-    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    let Loaded {
+        mut conn,
+        mix,
+        dispatch,
+        dir,
+        started,
+        mut w,
+    } = start_on_node(node, &s, &ns, n, "brokerrestart").await;
     let mut recovery = Vec::new();
     let mut down_for = Vec::new();
     for (i, how) in restarts.iter().enumerate() {
@@ -108,12 +103,7 @@ async fn broker_restart_the_worker_reconnects_by_itself_and_loses_nothing() {
         "worker exit {status:?}:\n{}",
         w.tail(30)
     );
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.violations.is_empty(),
-        "violations: {:#?}",
-        end.violations
-    );
+    end.assert_clean();
     assert!(
         max_recovery < 5.0,
         "reconnected {max_recovery:.1}s after the broker was back"

@@ -1,15 +1,24 @@
 //! What every fault scenario shares: the settings and the job mix it publishes,
 //! waiting until the queues are quiet, the checks of the caps and of the
-//! duplicates, the worker panics looked for in the logs, and the one private
-//! RabbitMQ node of the broker scenarios.
+//! duplicates, the worker panics looked for in the logs, the set-up of a run
+//! ([`publish_and_start`]) and the closing checks. The one private RabbitMQ node of
+//! the broker scenarios is in `node`, what the Redis failover scenarios share in
+//! `failover`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use quota_worker::config::{ChannelSettings, Dur, PolicySettings, RuleSettings, Settings};
 use testkit::audit::{self, depth, Audit, Published};
-use testkit::procs::{self, WorkerProc};
+use testkit::procs::WorkerProc;
 use testkit::*;
+
+mod failover;
+mod node;
+
+pub(crate) use failover::*;
+pub(crate) use node::*;
+
 /// Scenarios load the machine; run them one at a time.
 pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -419,37 +428,6 @@ pub(crate) async fn wait_consumers(
     None
 }
 
-/// One private RabbitMQ node for the broker scenarios of this binary (its boot takes
-/// 10 to 15 s here), and how long that boot took.
-pub(crate) static NODE: tokio::sync::OnceCell<tokio::sync::Mutex<(procs::RabbitNode, f64)>> =
-    tokio::sync::OnceCell::const_new();
-
-pub(crate) async fn private_node(
-) -> Option<tokio::sync::MutexGuard<'static, (procs::RabbitNode, f64)>> {
-    if !procs::RabbitNode::available() {
-        eprintln!("SKIPPED: no /usr/lib/rabbitmq/bin/rabbitmq-server to start a private node");
-        return None;
-    }
-    let cell = NODE
-        .get_or_init(|| async {
-            let mut node = procs::RabbitNode::new();
-            let boot = node.start().await;
-            eprintln!("private rabbitmq node {} up in {boot:?}", node.name);
-            tokio::sync::Mutex::new((node, boot.as_secs_f64()))
-        })
-        .await;
-    Some(cell.lock().await)
-}
-
-/// Thaws a frozen node when dropped, also when the test panics.
-pub(crate) struct Thaw<'a>(pub(crate) &'a procs::RabbitNode);
-
-impl Drop for Thaw<'_> {
-    fn drop(&mut self) {
-        self.0.thaw();
-    }
-}
-
 /// The end every audited scenario shares: record its figures (with the worker
 /// panics found in the logs under `dir` and the jobs lost), then assert that no
 /// worker panicked, that the run settled and that nothing was lost. Each scenario's
@@ -475,214 +453,35 @@ pub(crate) fn conclude(
     );
 }
 
-/// Keep replicas from resyncing with their master: each asks the master for a
-/// password the master does not have, so every reconnection attempt fails. With
-/// [`procs::RedisServer::kill9`] of the master a moment later this is the window a
-/// failover forgets: writes the master acknowledged that no replica has. (On
-/// loopback a replica otherwise trails its master by well under a millisecond,
-/// too little to measure what the window costs.)
-pub(crate) fn cut_replication(master: &procs::RedisServer, replicas: &[procs::RedisServer]) {
-    for replica in replicas {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("masterauth")
-            .arg("not-the-password")
-            .query(&mut replica.connection())
-            .expect("CONFIG SET masterauth");
-    }
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut master.connection())
-        .expect("CLIENT KILL TYPE replica");
-}
-
-/// Undo [`cut_replication`] on the replicas.
-pub(crate) fn restore_replication(replicas: &[procs::RedisServer]) {
-    for replica in replicas {
-        let _: redis::RedisResult<()> = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("masterauth")
-            .arg("")
-            .query(&mut replica.connection());
-    }
-}
-
-/// `master_repl_offset` of a node's `INFO replication` (bytes of its replication
-/// stream so far).
-pub(crate) fn repl_offset(info: &str) -> Option<i64> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("master_repl_offset:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// The violations of a failover run, by kind: dispatched jobs whose send the new
-/// master does not know (forgotten), recipients over a cap, sends recorded only as
-/// reserved (their commit was forgotten: still counted for the caps).
-pub(crate) fn failover_violations(violations: &[String]) -> serde_json::Value {
-    let forgotten = violations
-        .iter()
-        .filter(|v| v.ends_with("dispatched without a recorded send"))
-        .count();
-    let uncommitted = violations
-        .iter()
-        .filter(|v| v.ends_with(UNCOMMITTED))
-        .count();
-    let over_cap = violations.len() - forgotten - uncommitted;
-    serde_json::json!({
-        "forgotten_sends": forgotten,
-        "over_cap": over_cap,
-        "uncommitted": uncommitted,
-    })
-}
-
-/// What a Redis failover scenario measured around the kill of the master.
-pub(crate) struct Failover {
-    pub(crate) jobs: usize,
-    /// How far the replica that took over was behind at the kill.
-    pub(crate) replica_behind_bytes: Option<i64>,
-    /// From the kill to a replica serving as master.
-    pub(crate) promoted: Duration,
-    /// From the kill to the next dispatch.
-    pub(crate) resumed: Option<Duration>,
-    pub(crate) started: Instant,
-}
-
-/// The end of a Redis failover scenario: its figures (`extra`'s fields first) and
-/// the checks every such scenario makes: the worker exited cleanly and never
-/// panicked, the run settled, no job was lost, in two places or dead-lettered for
-/// a wrong reason, and dispatch resumed after the kill.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn conclude_failover(
-    what: &str,
-    s: &Settings,
-    end: &Ending<Option<std::process::ExitStatus>>,
-    mix: &Mix,
-    w: &WorkerProc,
-    dir: &std::path::Path,
-    run: Failover,
-    extra: serde_json::Value,
-) -> serde_json::Value {
-    let a = &end.audit;
-    if !end.settled {
-        explain_stuck(a, mix, w);
-    }
-    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
-    for v in end.violations.iter().take(20) {
-        eprintln!("{what}, wait_replicas = {}: {v}", s.redis.wait_replicas);
-    }
-    let mut figures = extra;
-    figures["wait_replicas"] = s.redis.wait_replicas.into();
-    figures["jobs"] = run.jobs.into();
-    figures["replica_behind_bytes"] = run.replica_behind_bytes.into();
-    figures["promoted_seconds"] = run.promoted.as_secs_f64().into();
-    figures["recovery_seconds"] = run.resumed.map(|d| d.as_secs_f64()).into();
-    figures["unreplicated_holds"] = log.matches("replicas in time").count().into();
-    figures["lost"] = end.lost.len().into();
-    figures["duplicates"] = a.duplicate_dispatches().into();
-    figures["violations"] = failover_violations(&end.violations);
-    figures["elapsed_seconds"] = (end.quiet_at - run.started).as_secs_f64().into();
-    figures["worker_panics"] = worker_panics(dir).len().into();
-    eprintln!(
-        "{what}, wait_replicas = {}: {figures}",
-        s.redis.wait_replicas
-    );
-    assert!(
-        end.stopped.map(|st| st.success()).unwrap_or(false),
-        "worker exit:\n{}",
-        w.tail(30)
-    );
-    assert!(worker_panics(dir).is_empty(), "{:?}", worker_panics(dir));
-    assert!(
-        end.settled,
-        "the run did not settle: {}",
-        a.summary(&mix.jobs)
-    );
-    assert!(end.lost.is_empty(), "lost: {:?}", end.lost);
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.wrong_dead.is_empty(),
-        "dead letters: {:?}",
-        end.wrong_dead
-    );
-    assert!(
-        run.resumed.is_some(),
-        "dispatch never resumed:\n{}",
-        w.tail(40)
-    );
-    figures
-}
-
-/// A connection to a broker node a scenario started for itself (panics if it
-/// cannot: the scenario has nothing to test without it).
-pub(crate) async fn connect_node(url: &str) -> lapin::Connection {
-    lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .expect("private node")
-}
-
-/// A failover scenario's two runs, without and with `redis.wait_replicas = 1`,
-/// recorded as one row (`scenario`, `test`, `fault`), and its claim checked: with
-/// the admissions waiting for a replica, no dispatched job's send is forgotten and
-/// no cap is exceeded.
-pub(crate) fn record_failover_pair(
-    scenario: &str,
-    test: &str,
-    fault: String,
-    without: &serde_json::Value,
-    with: &serde_json::Value,
-) {
-    let sum = |key: &str| without[key].as_u64().unwrap_or(0) + with[key].as_u64().unwrap_or(0);
-    let bad = |v: &serde_json::Value| {
-        v["violations"]["forgotten_sends"].as_u64().unwrap_or(0)
-            + v["violations"]["over_cap"].as_u64().unwrap_or(0)
-    };
-    testkit::reliability::record(serde_json::json!({
-        "scenario": scenario,
-        "test": test,
-        "jobs": sum("jobs"),
-        "faults": 2,
-        "fault": fault,
-        "lost": sum("lost"),
-        "duplicates": sum("duplicates"),
-        "violations": format!("{} without WAIT, {} with", bad(without), bad(with)),
-        "recovery_seconds": [without["recovery_seconds"].clone(), with["recovery_seconds"].clone()],
-        "runs": [without.clone(), with.clone()],
-    }));
-    assert_eq!(bad(with), 0, "with wait_replicas = 1: {with}");
-}
-
-/// A Redis failover scenario under way: its backlog published, one worker process
-/// running, a fifth of the jobs dispatched.
+/// A scenario under way: its mix published, one worker process running.
 pub(crate) struct Loaded {
     pub(crate) conn: lapin::Connection,
     pub(crate) mix: Mix,
+    /// The dispatch queue of channel `sms`.
     pub(crate) dispatch: String,
+    /// The temp dir of the worker processes' configuration and logs.
     pub(crate) dir: std::path::PathBuf,
+    /// When the worker process was started.
     pub(crate) started: Instant,
     pub(crate) w: WorkerProc,
 }
 
-/// Declare `s`'s topology, publish a mix of `n` jobs, start a worker process (its
-/// log under a temp dir named `tag`) and wait until a fifth of them went out.
-pub(crate) async fn load_and_start(s: &Settings, ns: &str, n: usize, tag: &str) -> Loaded {
-    declare(s).await;
+/// Declare `s`'s topology on `conn`, publish a mix of `n` jobs there and start a
+/// worker process (its log under a temp dir named `tag`).
+pub(crate) async fn publish_and_start(
+    conn: lapin::Connection,
+    s: &Settings,
+    ns: &str,
+    n: usize,
+    tag: &str,
+) -> Loaded {
+    topology(s).declare(&conn).await.expect("topology");
     let mix = Mix::new(ns, n, &audit::noon_zone());
-    let conn = amqp().await;
     audit::publish_all(&conn, s, &mix.jobs).await;
     let dispatch = topology(s).dispatch_queue("sms");
     let dir = testkit::temp_dir(tag);
     let started = Instant::now();
     let w = WorkerProc::spawn(crate::BIN, s, &dir, "0");
-    while depth(&conn, &dispatch).await.unwrap_or(0) < (n / 5) as u32 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no progress before the failover:\n{}",
-            w.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     Loaded {
         conn,
         mix,
@@ -693,26 +492,70 @@ pub(crate) async fn load_and_start(s: &Settings, ns: &str, n: usize, tag: &str) 
     }
 }
 
-/// After the master's kill at `killed` (with `at_kill` dispatched then): how long
-/// until `promoted` says a replica serves as master, and until the next dispatch
-/// (each `None` if not within a minute).
-pub(crate) async fn watch_failover(
-    conn: &lapin::Connection,
-    dispatch: &str,
-    killed: Instant,
-    at_kill: u32,
-    mut promoted: impl FnMut() -> bool,
-) -> (Option<Duration>, Option<Duration>) {
-    let (mut promoted_at, mut resumed) = (None, None);
-    while killed.elapsed() < Duration::from_secs(60) && (promoted_at.is_none() || resumed.is_none())
-    {
-        if promoted_at.is_none() && promoted() {
-            promoted_at = Some(killed.elapsed());
+impl Loaded {
+    /// Wait until at least `jobs` were dispatched; panics with the worker's log if
+    /// that takes longer than `limit` from its start.
+    pub(crate) async fn until_dispatched(&self, jobs: u32, limit: Duration) {
+        while depth(&self.conn, &self.dispatch).await.unwrap_or(0) < jobs {
+            assert!(
+                self.started.elapsed() < limit,
+                "no progress ({jobs} dispatches wanted):\n{}",
+                self.w.tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if resumed.is_none() && depth(conn, dispatch).await.unwrap_or(0) > at_kill {
-            resumed = Some(killed.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    (promoted_at, resumed)
+}
+
+impl<T> Ending<T> {
+    /// The violations besides the sends left reserved by a kill ([`Ending::uncommitted`]).
+    pub(crate) fn broken(&self) -> Vec<&String> {
+        self.violations
+            .iter()
+            .filter(|v| !self.uncommitted.contains(v))
+            .collect()
+    }
+
+    /// No job found in two places, and no violation of any kind.
+    pub(crate) fn assert_clean(&self) {
+        assert!(self.twice.is_empty(), "in two places: {:?}", self.twice);
+        assert!(
+            self.violations.is_empty(),
+            "violations: {:#?}",
+            self.violations
+        );
+    }
+
+    /// The checks of a run whose workers were killed `kills` times: no job in two
+    /// places, no id the mix does not know, no violation but sends left reserved
+    /// (at most a commit batch a kill), no wrong dead letter, every duplicate
+    /// explained by a fault (`unexplained` empty), every job dispatched that should.
+    pub(crate) fn assert_sound_after_kills(&self, mix: &Mix, kills: usize, unexplained: &[String]) {
+        let a = &self.audit;
+        assert!(
+            self.twice.is_empty(),
+            "jobs in two places: {:?}",
+            self.twice
+        );
+        assert!(a.strangers.is_empty(), "unknown ids: {:?}", a.strangers);
+        // a kill between a dispatch's confirm and its commit leaves its send reserved
+        // (still counted for the caps); at most one commit batch per kill
+        let broken = self.broken();
+        assert!(broken.is_empty(), "cap violations: {broken:#?}");
+        assert!(
+            self.uncommitted.len() <= kills * 512, // worker::commits::BATCH
+            "{} uncommitted after {kills} kills",
+            self.uncommitted.len()
+        );
+        assert!(
+            self.wrong_dead.is_empty(),
+            "unexpected dead letters: {:?}",
+            self.wrong_dead
+        );
+        assert!(
+            unexplained.is_empty(),
+            "duplicates no fault explains: {unexplained:?}"
+        );
+        assert_eq!(a.dispatched.len(), mix.expected_dispatched());
+    }
 }

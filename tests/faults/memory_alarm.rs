@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 use serde_json::json;
-use testkit::audit::{depth, noon_zone, publish_all};
-use testkit::procs::{RabbitNode, WorkerProc};
-use testkit::reliability::{long, record};
+use testkit::audit::depth;
+use testkit::procs::RabbitNode;
+use testkit::reliability::long;
 use testkit::*;
 
 /// Raise the node's memory alarm (a high watermark of 0 trips it at once) or
@@ -41,10 +41,7 @@ impl Drop for Clear<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
     let _heavy = heavy().await;
-    let Some(guard) = private_node().await else {
-        record(
-            json!({"scenario": "memory_alarm", "skipped": "no rabbitmq-server on this machine"}),
-        );
+    let Some(guard) = private_node_or_skip("memory_alarm").await else {
         return;
     };
     let node = &guard.0;
@@ -53,17 +50,16 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
     let alarms = [Duration::from_secs(20), Duration::from_secs(if long() { 120 } else { 45 })];
     let n = if long() { 20_000 } else { 6_000 };
     let ns = unique("memalarm");
-    let mut s = fault_settings(&ns, 300);
-    s.amqp.url = node.url();
+    let s = node_settings(node, &ns, 300);
     let _g = RedisGuard(ns.clone());
-    let dir = testkit::temp_dir("memalarm");
-    let conn = connect_node(&node.url()).await;
-    topology(&s).declare(&conn).await.unwrap();
-    let mix = Mix::new(&ns, n, &noon_zone());
-    publish_all(&conn, &s, &mix.jobs).await;
-    let dispatch = topology(&s).dispatch_queue("sms");
-    let started = Instant::now();
-    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    let Loaded {
+        conn,
+        mix,
+        dispatch,
+        dir,
+        started,
+        mut w,
+    } = start_on_node(node, &s, &ns, n, "memalarm").await;
     let mut runs = Vec::new();
     for (i, length) in alarms.iter().enumerate() {
         let before = if i == 0 { 600 } else { n / 2 } as u32;
@@ -148,12 +144,7 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
         "duplicates: {:?}",
         a.duplicated_ids()
     );
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.violations.is_empty(),
-        "violations: {:#?}",
-        end.violations
-    );
+    end.assert_clean();
     // each alarm raised while the worker still had jobs to dispatch blocked it
     let blocking = runs.iter().filter(|r| r["work_left"] == true).count();
     assert!(

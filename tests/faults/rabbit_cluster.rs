@@ -166,12 +166,7 @@ async fn rabbit_cluster_nodes_killed_under_load_the_worker_follows_and_loses_not
         "worker exit {status:?}:\n{}",
         w.tail(30)
     );
-    assert!(end.twice.is_empty(), "in two places: {:?}", end.twice);
-    assert!(
-        end.violations.is_empty(),
-        "violations: {:#?}",
-        end.violations
-    );
+    end.assert_clean();
     assert!(
         end.wrong_dead.is_empty(),
         "dead letters: {:?}",

@@ -67,7 +67,7 @@ use lapin::options::{
     ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{Connection, ConnectionProperties};
 use quota_worker::config::Settings;
 use serde_json::{json, Value};
 use testkit::audit::{depth, noon_zone, publish_all, Audit, Published};
@@ -210,17 +210,13 @@ async fn publish_steadily(
             let mut ok = true;
             let mut confirms = Vec::with_capacity(batch.len());
             for (j, _) in &batch {
-                let props = BasicProperties::default()
-                    .with_content_type("application/json".into())
-                    .with_message_id(j.id.as_str().into())
-                    .with_delivery_mode(2);
                 match ch
                     .basic_publish(
                         s.amqp.jobs_exchange.as_str().into(),
                         "".into(),
                         BasicPublishOptions::default(),
                         &j.body,
-                        props,
+                        j.props(),
                     )
                     .await
                 {
@@ -1273,11 +1269,6 @@ async fn soak() {
         .iter()
         .filter_map(|f| f.recovery_seconds)
         .fold(0.0, f64::max);
-    let broken: Vec<&String> = end
-        .violations
-        .iter()
-        .filter(|v| !end.uncommitted.contains(v))
-        .collect();
     let mut figures = json!({
         "scenario": "soak",
         "mode": if minutes >= 60.0 { "long" } else { "quick" },
@@ -1301,7 +1292,7 @@ async fn soak() {
         "downstream_redelivered_again": taken.redelivered_again,
         "publisher_republished": republished.len(),
         "publisher_skipped_seconds": skipped_seconds,
-        "violations": broken.len(),
+        "violations": end.broken().len(),
         "uncommitted_after_kills": end.uncommitted.len(),
         "in_two_places": end.twice.len(),
         "wrong_dead": end.wrong_dead.len(),
@@ -1340,25 +1331,8 @@ async fn soak() {
         end.stopped,
         tails(&workers)
     );
-    assert!(end.twice.is_empty(), "jobs in two places: {:?}", end.twice);
-    assert!(a.strangers.is_empty(), "unknown ids: {:?}", a.strangers);
-    assert!(broken.is_empty(), "cap violations: {broken:#?}");
-    assert!(
-        end.uncommitted.len() <= kills * 512, // worker::commits::BATCH
-        "{} uncommitted after {kills} kills",
-        end.uncommitted.len()
-    );
-    assert!(
-        end.wrong_dead.is_empty(),
-        "dead letters: {:?}",
-        end.wrong_dead
-    );
-    assert!(
-        unexplained.is_empty(),
-        "duplicates no fault explains: {unexplained:?}"
-    );
+    end.assert_sound_after_kills(&mix, kills, &unexplained);
     assert_eq!(resets, 0, "a worker took the Redis restart for a reset");
-    assert_eq!(a.dispatched.len(), mix.expected_dispatched());
     assert!(
         not_flat.is_empty(),
         "RSS or descriptors not flat: {not_flat:#?}"

@@ -1,6 +1,7 @@
 //! The layers only look down: no import circle between the source files of any crate
-//! of the workspace. A file's imports are the `crate::a::b` paths it names (in `use`
-//! lines and inline); each resolves to the longest module path that is a file, and a
+//! of the workspace. A file's imports are the paths it names from `crate::`, `self::`
+//! or `super::` (in `use` lines and inline, `super::x::Y::new()` as much as
+//! `use crate::x::Y`), as `../shared/tools/rust-cycles.py` reads them; each resolves to the longest module path that is a file, and a
 //! file's imports of its own ancestors (`mod.rs` of its folder) do not count. A circle
 //! is a strongly connected set of two or more files.
 
@@ -43,29 +44,70 @@ fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
     out
 }
 
-/// Every `crate::…` path a file names, with `use crate::a::{b, c::d}` expanded.
-fn imports(text: &str) -> BTreeSet<Module> {
+/// The module a path's first words name: `crate` the root, `self` the file's own
+/// module, each `super` one level up (a `mod.rs` file is keyed by its folder, so the
+/// same counting holds for it).
+fn base(words: &[&str], module: &[String]) -> Module {
+    match words {
+        ["crate", ..] => Vec::new(),
+        _ => {
+            let ups = words.iter().filter(|w| **w == "super").count();
+            module[..module.len().saturating_sub(ups)].to_vec()
+        }
+    }
+}
+
+/// Every path a file names that starts at `crate::`, `self::` or `super::` (chains of
+/// `super::` too), as an absolute module path: in `use` lines, with
+/// `use crate::a::{b, c::d}` expanded, and inline (`super::x::Y::new()`).
+fn imports(text: &str, module: &[String]) -> BTreeSet<Module> {
     let code: String = text
         .lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut out = BTreeSet::new();
-    let split = |s: &str| -> Module {
+    let split = |s: &str| -> Vec<String> {
         s.split("::")
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(String::from)
             .collect()
     };
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("use crate::") {
-        let body = &rest[at + "use crate::".len()..];
-        let end = body.find(';').unwrap_or(body.len());
-        let body = &body[..end];
+    // the root words a path opens with (`super::super::`), and what follows them
+    let root = |path: &str| -> Option<(Module, String)> {
+        let mut words = Vec::new();
+        let mut rest = path;
+        while let Some((word, tail)) = rest.split_once("::") {
+            let word = word.trim();
+            let first = words.is_empty();
+            if (first && ["crate", "self", "super"].contains(&word)) || (!first && word == "super")
+            {
+                words.push(word);
+                rest = tail;
+            } else {
+                break;
+            }
+        }
+        (!words.is_empty()).then(|| (base(&words, module), rest.to_string()))
+    };
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let bytes = code.as_bytes();
+    let mut out = BTreeSet::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("use ") {
+        let start = from + at;
+        from = start + "use ".len();
+        if start > 0 && is_word(bytes[start - 1]) {
+            continue;
+        }
+        let body = &code[from..];
+        let body = &body[..body.find(';').unwrap_or(body.len())];
+        let Some((head, body)) = root(body.trim_start()) else {
+            continue;
+        };
         match body.split_once('{') {
-            Some((head, items)) => {
-                let head = split(head);
+            Some((more, items)) => {
+                let head = [head, split(more)].concat();
                 for item in items.split([',', '{', '}']) {
                     let item = item.split(" as ").next().unwrap_or("").trim();
                     if !item.is_empty() && item != "self" {
@@ -75,25 +117,27 @@ fn imports(text: &str) -> BTreeSet<Module> {
                 out.insert(head);
             }
             None => {
-                out.insert(split(body.split(" as ").next().unwrap_or("")));
+                out.insert([head, split(body.split(" as ").next().unwrap_or(""))].concat());
             }
         }
-        rest = &body[end.min(body.len())..];
     }
-    let bytes = code.as_bytes();
-    let mut from = 0;
-    while let Some(at) = code[from..].find("crate::") {
-        let start = from + at;
-        let word_before =
-            start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
-        let path: String = code[start + "crate::".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-            .collect();
-        if !word_before {
-            out.insert(split(path.trim_end_matches(':')));
+    // inline paths: a root word not preceded by a word or `::`, with what follows it
+    for word in ["crate::", "self::", "super::"] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(word) {
+            let start = from + at;
+            from = start + word.len();
+            if start > 0 && (is_word(bytes[start - 1]) || bytes[start - 1] == b':') {
+                continue;
+            }
+            let path: String = code[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            if let Some((head, rest)) = root(&path) {
+                out.insert([head, split(rest.trim_end_matches(':'))].concat());
+            }
         }
-        from = start + "crate::".len();
     }
     out
 }
@@ -111,7 +155,7 @@ fn circles(src: &Path) -> Vec<Vec<String>> {
         .iter()
         .map(|(module, path)| {
             let text = std::fs::read_to_string(path).unwrap();
-            let targets = imports(&text)
+            let targets = imports(&text, module)
                 .iter()
                 .filter_map(resolve)
                 .filter(|t| t != module && !module.starts_with(t))
@@ -200,4 +244,44 @@ fn the_check_finds_a_circle_it_is_shown() {
     // a -> b::c (through the braces), b::c -> a (inline path); b::c's import of its
     // own folder does not count, nor does the commented-out line in b
     assert_eq!(found, vec![vec!["a".to_string(), "b::c".to_string()]]);
+}
+
+#[test]
+fn a_circle_of_inline_super_paths_is_found() {
+    let dir = std::env::temp_dir().join(format!("qw-layers-super-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("q")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "pub mod q;\n").unwrap();
+    std::fs::write(dir.join("q/mod.rs"), "pub mod x;\npub mod y;\npub mod z;\n").unwrap();
+    // x -> y through `super::`, y -> z through `self::super::`, z -> x through a
+    // `super::super::` chain back down; no `use` line and no `crate::` anywhere
+    std::fs::write(
+        dir.join("q/x.rs"),
+        "pub fn f() -> u8 { super::y::Y::new().0 }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("q/y.rs"),
+        "pub struct Y(pub u8);\nimpl Y { pub fn new() -> Self { Y(self::super::z::G) } }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("q/z.rs"),
+        "pub const G: u8 = 1;\nfn g() -> u8 { super::super::q::x::f() }\n\
+         mod tests { use super::G; }\n",
+    )
+    .unwrap();
+    let found = circles(&dir);
+    // the same files with the circle's last edge gone: no circle
+    std::fs::write(dir.join("q/z.rs"), "pub const G: u8 = 1;\n").unwrap();
+    let without = circles(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        found,
+        vec![vec![
+            "q::x".to_string(),
+            "q::y".to_string(),
+            "q::z".to_string()
+        ]]
+    );
+    assert!(without.is_empty(), "{without:?}");
 }

@@ -36,6 +36,7 @@ mod pacing;
 mod pipeline;
 mod privileges;
 mod producer;
+mod reference;
 mod waiting;
 mod windows;
 
