@@ -81,6 +81,10 @@ pub const LANE_JOBS_TOTAL: &str = "quota_worker_lane_jobs_total";
 /// to the lane) to its send slot, by `channel` and `lane`.
 pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
 
+/// Gauge: deliveries this worker holds at most from each lane queue of a paced
+/// channel, by `channel` (what its rate needs, within `lanes.prefetch`).
+pub const LANE_PREFETCH: &str = "quota_worker_lane_prefetch";
+
 /// Upper bounds (seconds) of the lane wait histogram: urgent jobs should take
 /// well under a second; bulk ones may wait hours behind a campaign.
 pub const LANE_BUCKETS: &[f64] = &[
@@ -268,6 +272,10 @@ pub fn describe() {
         Unit::Seconds,
         "How long a job waited in its lane for its channel's rate, by channel and lane"
     );
+    describe_gauge!(
+        LANE_PREFETCH,
+        "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"
+    );
     describe_counter!(
         REDIS_RESETS_TOTAL,
         "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"
@@ -432,6 +440,11 @@ pub fn channel_rate(channel: &str, rate: crate::quota::policy::Rate, interval: O
     metrics::gauge!(CHANNEL_RATE, "channel" => channel.to_string()).set(per_second);
     let mut rates = CHANNEL_RATES.lock().unwrap_or_else(|e| e.into_inner());
     rates.insert(channel.to_string(), per_second);
+}
+
+/// Set [`LANE_PREFETCH`] for `channel`.
+pub(crate) fn lane_prefetch(channel: &str, n: u16) {
+    metrics::gauge!(LANE_PREFETCH, "channel" => channel.to_string()).set(f64::from(n));
 }
 
 /// The feedback events counted, in the order of `quota_worker_feedback_total`'s

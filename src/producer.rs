@@ -5,7 +5,9 @@
 //! `publish` uses [`from_settings`], which connects with `amqp.url` and its
 //! `[amqp.tls]` (custom CAs, client certificates) through the worker's connector.
 
-pub use quota_worker_producer::{encode, schema, Job, JobId, Producer, ProducerError};
+pub use quota_worker_producer::{
+    encode, lanes_beside, schema, Job, JobId, Producer, ProducerError,
+};
 
 use crate::amqp;
 use crate::config::Settings;

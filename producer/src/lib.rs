@@ -7,7 +7,10 @@
 //! before it leaves), and a [`Producer`] that publishes persistent,
 //! `application/json`, `message_id` = id, mandatory, and waits for the broker's
 //! confirm ([`publisher`]). A job that no queue receives (the topology is not
-//! declared yet) comes back as an error, not a silent loss.
+//! declared yet) comes back as an error, not a silent loss. A job that carries a
+//! `priority` goes to the worker's lanes exchange (`notify.lanes` beside
+//! `notify.jobs`, [`lanes_beside`]), so that a campaign published with it waits in
+//! its lane and never in the jobs queue in front of urgent jobs.
 //!
 //! ```no_run
 //! use quota_worker_producer::{Job, Producer};
@@ -44,4 +47,4 @@ pub use decode::{decode, Malformed};
 pub use feedback::{decode_feedback, feedback_schema, Event, Feedback, FeedbackPublisher};
 pub use job::{schema, Job, JobId};
 pub use priority::Priority;
-pub use producer::{encode, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};
+pub use producer::{encode, lanes_beside, Producer, ProducerError, DEFAULT_MAX_BODY_BYTES};

@@ -53,7 +53,8 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Connect to `url` and publish to `exchange` (a 10 s deadline for the
+    /// Connect to `url` and publish to `exchange`, jobs with a `priority` to the
+    /// lanes exchange beside it when the worker declared one ([`lanes_beside`]; a 10 s deadline for the
     /// connection and for every confirm; bodies up to the worker's default
     /// `worker.max_body_bytes`, [`DEFAULT_MAX_BODY_BYTES`]). An `amqps://` URL is
     /// verified with the system's root certificates; for other TLS settings, connect
@@ -71,7 +72,11 @@ impl Producer {
 
     /// Publish on `conn` to `exchange`, waiting `timeout` at most for each confirm,
     /// refusing bodies over `max_body_bytes` (the worker's `worker.max_body_bytes`).
-    /// Checks that the exchange exists.
+    /// Checks that the exchange exists. A job with a `priority` goes to the lanes
+    /// exchange beside it ([`lanes_beside`]) when that exists (every worker that has
+    /// lanes declares it), so that a campaign never sits in the jobs queue in front of
+    /// urgent jobs; [`Producer::with_lanes`] names another, [`Producer::without_lanes`]
+    /// sends every job to `exchange`.
     pub async fn on_connection(
         conn: Connection,
         exchange: &str,
@@ -97,25 +102,63 @@ impl Producer {
                 source,
             })?;
         let _ = check.close(200, "checked".into()).await;
+        // the lanes exchange beside the jobs exchange, if the worker declared it
+        let mut lanes = None;
+        if let Some(beside) = lanes_beside(exchange) {
+            let check = conn.create_channel().await.map_err(connect)?;
+            let found = check
+                .exchange_declare(
+                    beside.as_str().into(),
+                    ExchangeKind::Direct,
+                    passive,
+                    FieldTable::default(),
+                )
+                .await;
+            if found.is_ok() {
+                let _ = check.close(200, "checked".into()).await;
+                lanes = Some(beside);
+            }
+        }
         let publisher = Publisher::open(&conn, timeout).await.map_err(connect)?;
         Ok(Producer {
             conn,
             publisher,
             exchange: exchange.to_string(),
-            lanes: None,
+            lanes,
             max_body_bytes,
         })
     }
 
-    /// Publish jobs that carry a `priority` to the worker's lanes exchange
-    /// (`amqp.lanes_exchange`, `notify.lanes` by default), routed `<channel>.<priority>`,
-    /// so that the worker need not read them from the jobs queue to park them in
-    /// their lane. A channel with no lanes (not paced) gets them through the
+    /// Publish jobs that carry a `priority` to `exchange`, the worker's lanes
+    /// exchange (`lanes.exchange`), routed `<channel>.<priority>`, so that they wait
+    /// in their lane and never behind a campaign in the jobs queue: the default
+    /// (see [`lanes_beside`]) when the worker's exchanges are not named as its
+    /// defaults are. A channel with no lanes (not paced) gets them through the
     /// exchange's alternate, the jobs exchange. Jobs without a priority still go
     /// to the jobs exchange.
     pub fn with_lanes(mut self, exchange: &str) -> Producer {
         self.lanes = Some(exchange.to_string());
         self
+    }
+
+    /// Publish every job to the jobs exchange, `priority` or not (the worker reads
+    /// it there and parks it in its lane if its channel's rate makes it wait).
+    pub fn without_lanes(mut self) -> Producer {
+        self.lanes = None;
+        self
+    }
+
+    /// The lanes exchange jobs with a `priority` go to, if any.
+    pub fn lanes(&self) -> Option<&str> {
+        self.lanes.as_deref()
+    }
+
+    /// Where [`Producer::publish`] sends `job`: the exchange and the routing key.
+    pub fn destination(&self, job: &Job) -> (&str, String) {
+        match (&self.lanes, job.priority) {
+            (Some(lanes), Some(p)) => (lanes, p.routing_key(&job.channel)),
+            _ => (&self.exchange, String::new()),
+        }
     }
 
     /// The body that [`Producer::publish`] would send for `job`, and its id: the job
@@ -127,13 +170,8 @@ impl Producer {
     /// Publish one job and wait for the broker's confirm; returns its id.
     pub async fn publish(&self, job: &Job) -> Result<JobId, ProducerError> {
         let (id, body) = self.encode(job)?;
-        match (&self.lanes, job.priority) {
-            (Some(lanes), Some(p)) => {
-                let key = p.routing_key(&job.channel);
-                self.publish_to(lanes, &key, &id, &body).await?
-            }
-            _ => self.publish_encoded(&id, &body).await?,
-        }
+        let (exchange, key) = self.destination(job);
+        self.publish_to(exchange, &key, &id, &body).await?;
         Ok(id)
     }
 
@@ -142,7 +180,9 @@ impl Producer {
         self.publish_to(&self.exchange, "", id, body).await
     }
 
-    async fn publish_to(
+    /// Publish a body from [`Producer::encode`] to `exchange` with `routing_key`
+    /// (a [`Producer::destination`]).
+    pub async fn publish_to(
         &self,
         exchange: &str,
         routing_key: &str,
@@ -166,6 +206,14 @@ impl Producer {
     pub async fn close(self) {
         let _ = self.conn.close(200, "producer done".into()).await;
     }
+}
+
+/// The lanes exchange the worker declares beside the jobs exchange `jobs_exchange`
+/// when they are named as its defaults are (`notify.jobs`: `notify.lanes`;
+/// `<prefix>.jobs`: `<prefix>.lanes`); none for another name. Pure.
+pub fn lanes_beside(jobs_exchange: &str) -> Option<String> {
+    let prefix = jobs_exchange.strip_suffix(".jobs")?;
+    (!prefix.is_empty()).then(|| format!("{prefix}.lanes"))
 }
 
 /// Fill in the id, serialise, and check the body with the worker's decoder.
@@ -201,6 +249,23 @@ pub fn encode(job: &Job, max_body_bytes: usize) -> Result<(JobId, Vec<u8>), Prod
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    #[test]
+    fn the_lanes_exchange_is_found_beside_the_jobs_exchange() {
+        // (jobs exchange, lanes exchange)
+        let table = [
+            ("notify.jobs", Some("notify.lanes")),
+            ("t42.jobs", Some("t42.lanes")),
+            ("a.b.jobs", Some("a.b.lanes")),
+            (".jobs", None),
+            ("jobs", None),
+            ("notify.work", None),
+            ("notify.jobs.x", None),
+        ];
+        for (jobs, lanes) in table {
+            assert_eq!(lanes_beside(jobs).as_deref(), lanes, "{jobs}");
+        }
+    }
 
     #[test]
     fn a_job_without_id_gets_a_uuid_v7() {

@@ -28,7 +28,9 @@ Prints each published job's id on stdout, one per line, in input order. A bad li
 line number and skipped; the others are published and the exit code is 2. With \
 --strict, every line is checked first and nothing is published if one is bad. \
 Jobs without an id get a UUIDv7: give ids in your lines if you may run the same input \
-twice, so the worker recognises the copies as duplicates.")]
+twice, so the worker recognises the copies as duplicates. A job with a `priority` \
+(a line's field or --priority) goes to the lanes exchange (lanes.exchange), routed \
+<channel>.<priority>: it waits in its lane, never in the jobs queue behind a campaign.")]
 pub struct PublishArgs {
     /// Recipient of a single job (an email, a phone number, a user id).
     #[arg(long, requires = "channel", conflicts_with_all = ["stdin", "strict"])]
@@ -120,15 +122,17 @@ async fn publish_one(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A job ready to publish: its id, its body, and where it goes (exchange and
+/// routing key: the lanes exchange for a job with a `priority`).
+type Checked = (JobId, Vec<u8>, (String, String));
+
 /// One input line, checked.
-fn check_line(
-    settings: &Settings,
-    producer: &Producer,
-    line: &str,
-) -> Result<(JobId, Vec<u8>), String> {
+fn check_line(settings: &Settings, producer: &Producer, line: &str) -> Result<Checked, String> {
     let job: Job = serde_json::from_str(line).map_err(|e| format!("not a job: {e}"))?;
     check_channel(settings, &job.channel)?;
-    producer.encode(&job).map_err(|e| e.to_string())
+    let (id, body) = producer.encode(&job).map_err(|e| e.to_string())?;
+    let (exchange, key) = producer.destination(&job);
+    Ok((id, body, (exchange.to_string(), key)))
 }
 
 fn progress_bar() -> ProgressBar {
@@ -152,8 +156,8 @@ type Sent = (
     Result<(), quota_worker::producer::ProducerError>,
 );
 
-async fn send(producer: &Producer, line: usize, id: JobId, body: Vec<u8>) -> Sent {
-    let result = producer.publish_encoded(&id, &body).await;
+async fn send(producer: &Producer, line: usize, (id, body, to): Checked) -> Sent {
+    let result = producer.publish_to(&to.0, &to.1, &id, &body).await;
     (line, id, result)
 }
 
@@ -166,7 +170,7 @@ async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<Exit
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let bar = progress_bar();
     let mut bad = 0usize;
-    let mut checked: Vec<(usize, JobId, Vec<u8>)> = Vec::new();
+    let mut checked: Vec<(usize, Checked)> = Vec::new();
     let mut confirms = Confirms::new(&bar);
     let mut interrupted = false;
     let mut n = 0usize;
@@ -181,9 +185,9 @@ async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<Exit
             continue;
         }
         match check_line(settings, &producer, &line) {
-            Ok((id, body)) if strict => checked.push((n, id, body)),
-            Ok((id, body)) => {
-                confirms.push(send(&producer, n, id, body)).await;
+            Ok(job) if strict => checked.push((n, job)),
+            Ok(job) => {
+                confirms.push(send(&producer, n, job)).await;
                 if confirms.failure.is_some() {
                     break;
                 }
@@ -199,12 +203,12 @@ async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<Exit
         eprintln!("{bad} bad line(s): nothing published (--strict)");
         return Ok(ExitCode::from(EXIT_PARTIAL));
     }
-    for (n, id, body) in checked {
+    for (n, job) in checked {
         if confirms.failure.is_some() || stop.is_cancelled() {
             interrupted |= stop.is_cancelled();
             break;
         }
-        confirms.push(send(&producer, n, id, body)).await;
+        confirms.push(send(&producer, n, job)).await;
     }
     let failure = confirms.finish().await;
     bar.finish_and_clear();

@@ -49,7 +49,7 @@ pub use env::{ENV_PREFIX, SECRET_KEYS};
 pub use error::ConfigError;
 pub use feedback::{FeedbackSettings, SuppressionSettings};
 pub use http::HttpSettings;
-pub use lanes::LaneSettings;
+pub use lanes::{LanePrefetch, LaneSettings};
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};

@@ -2,7 +2,8 @@
 //! recipient's zone ([`window`]), caps in layers over the policies ([`caps`]), the bounds one admission carries to Redis
 //! ([`plan`]), the names of the keys that hold the recorded sends ([`keys`]), and
 //! what a policy and a channel's send rate are once read ([`policy`]), and how the
-//! lanes of a paced channel share its rate ([`lanes`]).
+//! lanes of a paced channel share its rate ([`lanes`]) and how many deliveries a
+//! worker holds from a lane ([`prefetch`]).
 //! No I/O: the store ([`crate::store`]) carries them to Redis.
 
 pub mod caps;
@@ -10,6 +11,7 @@ pub mod keys;
 pub mod lanes;
 pub(crate) mod plan;
 pub mod policy;
+pub mod prefetch;
 pub mod send_windows;
 pub mod suppression;
 pub mod window;

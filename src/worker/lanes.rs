@@ -12,17 +12,21 @@
 //! job was parked so, and while this worker's jobs read from the lanes wait for the
 //! rate without getting a slot at their first ask (the lanes hold a backlog), a
 //! new one is parked behind them without asking Redis. A job read from a lane queue first waits in
-//! the worker for a send slot in its lane (a bounded number per lane,
-//! `lanes.prefetch`), then is decided as any other with that slot taken.
+//! the worker for a send slot in its lane (as many per lane as the rate needs, at
+//! most `lanes.prefetch`: [`super::lane_qos`]), then is decided as any other with
+//! that slot taken.
 
 use chrono::Utc;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream;
 use lapin::message::Delivery;
-use lapin::options::{BasicConsumeOptions, BasicQosOptions};
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::ShortString;
 use lapin::{BasicProperties, Channel, Connection};
 use tracing::debug;
 
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::lane_qos::{consume, LaneStream, Tuner};
 use super::{BrokerLink, ProcessError, Worker};
 use crate::amqp::BrokerError;
 use crate::job::decode::Job;
@@ -72,10 +76,14 @@ impl Worker {
             });
         }
         let slot = || self.store.pace_in_lane(&job.channel, rate, ask);
+        let asked = Instant::now();
         let tat = tokio::select! {
             _ = s.stop.cancelled() => return Err(ProcessError::Interrupted),
             tat = self.retry_redis(slot, &s.stop) => tat?,
         };
+        if let Some(index) = self.topology.laned.iter().position(|c| *c == job.channel) {
+            self.lane_clocks.waited(index, asked.elapsed());
+        }
         Ok(Step::Admit(RateStep::Taken(tat)))
     }
 
@@ -138,16 +146,18 @@ impl Worker {
     }
 }
 
-/// A broker session's lane consumers: one channel, `lanes.prefetch` deliveries per
-/// lane queue, every delivery with its lane.
+/// A broker session's lane consumers: one channel, a consumer per lane queue, each
+/// under the prefetch its channel's rate needs ([`lane_qos`](super::lane_qos)), every
+/// delivery with its channel's index and its lane.
 pub(crate) struct LaneConsumers {
     /// The channel they consume on (acks go back on it).
     pub channel: Channel,
     /// Every lane's deliveries, merged.
-    pub deliveries:
-        stream::SelectAll<stream::BoxStream<'static, (Priority, Result<Delivery, lapin::Error>)>>,
-    /// The consumer tags, to cancel them at shutdown.
-    pub tags: Vec<String>,
+    pub deliveries: stream::SelectAll<LaneStream>,
+    /// The current consumer tags, to cancel them at shutdown.
+    pub tags: Arc<Mutex<Vec<String>>>,
+    /// What moves them to another prefetch as the worker runs.
+    pub tuner: Tuner,
 }
 
 impl LaneConsumers {
@@ -162,28 +172,31 @@ impl LaneConsumers {
             return Ok(None);
         }
         let channel = conn.create_channel().await?;
-        channel
-            .basic_qos(topology.lanes.prefetch, BasicQosOptions::default())
-            .await?;
+        let held: Vec<u16> = (0..topology.laned.len())
+            .map(|i| worker.lane_start(i))
+            .collect();
         let mut deliveries = stream::SelectAll::new();
-        let mut tags = Vec::new();
-        for (queue, _, lane) in topology.lane_queues() {
+        let mut lanes = Vec::new();
+        for (queue, name, lane) in topology.lane_queues() {
+            let index = topology.laned.iter().position(|c| c == name).unwrap_or(0);
             let lane_tag = format!("{tag}-{queue}");
-            let consumer = channel
-                .basic_consume(
-                    queue.as_str().into(),
-                    lane_tag.as_str().into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await?;
-            deliveries.push(consumer.map(move |d| (lane, d)).boxed());
-            tags.push(lane_tag);
+            let stream = consume(&channel, &queue, &lane_tag, held[index], (index, lane)).await?;
+            deliveries.push(stream);
+            lanes.push((queue, index, lane, lane_tag));
         }
+        let tags = Arc::new(Mutex::new(lanes.iter().map(|l| l.3.clone()).collect()));
+        let tuner = Tuner {
+            channel: channel.clone(),
+            lanes,
+            tags: tags.clone(),
+            held,
+            tag: tag.to_string(),
+        };
         Ok(Some(LaneConsumers {
             channel,
             deliveries,
             tags,
+            tuner,
         }))
     }
 }

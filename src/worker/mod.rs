@@ -11,6 +11,7 @@
 
 pub(crate) mod cancels;
 pub(crate) mod commits;
+pub(crate) mod lane_qos;
 pub(crate) mod lanes;
 pub(crate) mod process;
 pub(crate) mod session;
@@ -51,6 +52,8 @@ pub struct Worker {
     /// Which of the broker URLs the next session takes (starting at a random one,
     /// so that workers spread over a cluster's nodes).
     next_url: std::sync::atomic::AtomicUsize,
+    /// What the lane deliveries took, per paced channel (for their prefetch).
+    lane_clocks: lane_qos::LaneClocks,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -66,6 +69,7 @@ impl Worker {
     /// A worker for validated settings and a connected store.
     pub fn new(settings: Settings, store: Arc<QuotaStore>) -> Worker {
         let topology = Topology::from_settings(&settings);
+        let lane_clocks = lane_qos::LaneClocks::new(&topology);
         let default_tz = settings.worker.default_timezone;
         Worker {
             feedback: Arc::new(crate::feedback::Feedbacks::new(&settings, store.clone())),
@@ -81,6 +85,7 @@ impl Worker {
             }),
             status: Arc::default(),
             next_url: std::sync::atomic::AtomicUsize::new(uuid::Uuid::now_v7().as_u128() as usize),
+            lane_clocks,
         }
     }
 

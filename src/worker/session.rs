@@ -107,10 +107,16 @@ impl Worker {
         let (session, committer) = self.session_context(publisher, stop.clone());
         let session = Arc::new(session);
         let (acks, batcher) = Acks::start(consume.clone());
-        let (lane_channel, mut lane_deliveries, lane_tags) = match lanes {
-            Some(l) => (Some(l.channel), l.deliveries, l.tags),
+        let (lane_channel, mut lane_deliveries, lane_tags, tuner) = match lanes {
+            Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
             None => Default::default(),
         };
+        // the lanes' prefetch follows what their channel's rate needs: the tuner's
+        // new consumers come in here
+        let (new_lanes, mut new_lane_streams) = tokio::sync::mpsc::unbounded_channel();
+        let tuner = tuner.map(|t| {
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(t.run(self.clone(), new_lanes)))
+        });
         // never ends, so that a session without lanes waits on the jobs alone
         lane_deliveries.push(futures_util::stream::pending().boxed());
         let lane_acks = lane_channel.clone().map(Acks::start);
@@ -147,6 +153,7 @@ impl Worker {
                     Some(Err(e)) => break Err(BrokerError::Amqp(e)),
                     None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
                 },
+                Some(stream) = new_lane_streams.recv(), if has_lanes => lane_deliveries.push(stream),
                 Some((lane, next)) = lane_deliveries.next(), if has_lanes => match (next, &lane_acks) {
                     (Ok(delivery), Some((acks, _))) => {
                         tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, Some(lane)));
@@ -167,6 +174,9 @@ impl Worker {
             let deadline = tokio::time::Instant::now() + grace;
             let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
             let _ = tokio::time::timeout_at(deadline, cancel).await;
+            // no new lane consumer from here on
+            drop(tuner);
+            let lane_tags = lane_tags.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(ch) = &lane_channel {
                 for lane_tag in &lane_tags {
                     let cancel =
@@ -205,7 +215,7 @@ impl Worker {
             let _ = tokio::time::timeout_at(close_by, lane_batcher).await;
         }
         if let Some(ch) = &lane_channel {
-            let qos = ch.basic_qos(self.topology.lanes.prefetch, BasicQosOptions::default());
+            let qos = ch.basic_qos(1, BasicQosOptions::default());
             let _ = tokio::time::timeout_at(close_by, qos).await;
         }
         let _ = tokio::time::timeout_at(close_by, committer).await;
@@ -231,7 +241,7 @@ impl Worker {
         s: Arc<BrokerLink>,
         acks: Acks,
         delivery: Delivery,
-        lane: Option<Priority>,
+        lane: Option<(usize, Priority)>,
     ) {
         s.metrics.in_flight.increment(1.0);
         let span = info_span!(
@@ -240,13 +250,16 @@ impl Worker {
             tag = delivery.delivery_tag
         );
         let started = Instant::now();
-        let result = Box::pin(self.process_from(&s, &delivery, lane))
+        let result = Box::pin(self.process_from(&s, &delivery, lane.map(|(_, l)| l)))
             .instrument(span.clone())
             .await;
         // In a closure, never `span.enter()` across an await: a guard held over an
         // await leaks the span into other tasks, and tracing-subscriber then panics
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
+        if let Some((index, _)) = lane {
+            self.lane_clocks.settled(index, started.elapsed());
+        }
         span.in_scope(|| match result {
             Ok(_) => {
                 s.metrics

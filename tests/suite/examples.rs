@@ -305,3 +305,69 @@ async fn the_python_example_publishes_jobs_the_worker_dispatches() {
 async fn the_node_example_publishes_jobs_the_worker_dispatches() {
     publishes_jobs_the_worker_dispatches(node()).await;
 }
+
+/// A job given `--priority` goes to the lanes exchange (routing key
+/// `<channel>.<priority>`): into its lane queue when its channel is paced, on to the
+/// jobs exchange when it is not; a job without one goes to the jobs exchange. So a
+/// campaign sent with the example never sits in the jobs queue in front of urgent
+/// jobs.
+async fn routes_a_job_with_a_priority_to_its_lane(example: Result<Example, String>) {
+    let example = match example {
+        Ok(e) => e,
+        Err(why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: the producer example cannot run here: {why}"
+            );
+            return;
+        }
+    };
+    let ns = unique(&format!("{}lane", example.name));
+    let mut s = settings(&ns);
+    s.channels.get_mut("sms").unwrap().rate = Some(100);
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let t = topology(&s);
+    t.declare(&conn).await.expect("topology");
+    let sms = |id: &'static str, priority: Option<&'static str>| {
+        let mut a = vec!["--id", id, "--recipient", "r", "--channel", "sms"];
+        a.extend(priority.map(|p| ["--priority", p]).into_iter().flatten());
+        a
+    };
+    example.publish(&s, &sms("ex-bulk", Some("bulk"))).await;
+    example.publish(&s, &sms("ex-urgent", Some("urgent"))).await;
+    example.publish(&s, &sms("ex-none", None)).await;
+    let email = ["--id", "ex-email", "--recipient", "e", "--channel", "email"];
+    example
+        .publish(&s, &[&email[..], &["--priority", "urgent"]].concat())
+        .await;
+    let ids = |queue: String| {
+        let conn = &conn;
+        async move {
+            let mut ids = Vec::new();
+            while let Some(m) = take(conn, &queue, Duration::from_millis(300)).await {
+                ids.push(message_id(&m).to_string());
+            }
+            ids
+        }
+    };
+    use quota_worker::quota::lanes::Priority;
+    assert_eq!(ids(t.lane_queue("sms", Priority::Bulk)).await, ["ex-bulk"]);
+    assert_eq!(
+        ids(t.lane_queue("sms", Priority::Urgent)).await,
+        ["ex-urgent"]
+    );
+    let mut jobs = ids(s.amqp.jobs_queue.clone()).await;
+    jobs.sort();
+    assert_eq!(jobs, ["ex-email", "ex-none"]);
+}
+
+#[tokio::test]
+async fn the_python_example_routes_a_job_with_a_priority_to_its_lane() {
+    routes_a_job_with_a_priority_to_its_lane(python()).await;
+}
+
+#[tokio::test]
+async fn the_node_example_routes_a_job_with_a_priority_to_its_lane() {
+    routes_a_job_with_a_priority_to_its_lane(node()).await;
+}

@@ -193,3 +193,92 @@ async fn publish_strict_sends_nothing_when_a_line_is_bad() {
     assert_eq!(stdout(&out).lines().count(), 2);
     assert_eq!(drain_jobs(&conn, &s).await.len(), 2);
 }
+
+/// The ids in `queue`, in order.
+async fn ids_in(conn: &lapin::Connection, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(m) = take(conn, queue, Duration::from_millis(300)).await {
+        let id = m.delivery.properties.message_id().as_ref().unwrap();
+        ids.push(id.as_str().to_string());
+    }
+    ids
+}
+
+/// A producer that knows nothing of lanes (the API as it connects, `quota-worker
+/// publish` from flags and from lines) sends a job that carries a `priority` to the
+/// lanes exchange: it waits in its lane, never in the jobs queue behind a campaign.
+/// A channel without lanes gets it through the alternate exchange; `without_lanes`
+/// and a job without a priority go to the jobs exchange.
+#[tokio::test]
+async fn a_job_with_a_priority_goes_to_its_lane_from_the_api_and_the_cli() {
+    use quota_worker::quota::lanes::Priority;
+    let ns = unique("route");
+    let mut s = settings(&ns);
+    s.channels.get_mut("sms").unwrap().rate = Some(100);
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let t = topology(&s);
+    t.declare(&conn).await.expect("topology");
+
+    let producer = Producer::on_connection(
+        amqp().await,
+        &s.amqp.jobs_exchange,
+        Duration::from_secs(10),
+        1 << 20,
+    )
+    .await
+    .unwrap();
+    assert_eq!(producer.lanes(), Some(s.lanes.exchange.as_str()));
+    let sms = |id: &str| Job::new(id, "sms").id(id);
+    producer
+        .publish(&sms("api-bulk").priority(Priority::Bulk))
+        .await
+        .unwrap();
+    producer.publish(&sms("api-none")).await.unwrap();
+    // email is not paced: no lane, on to the jobs exchange
+    let email = Job::new("e", "email")
+        .id("api-email")
+        .priority(Priority::Urgent);
+    producer.publish(&email).await.unwrap();
+    let old = producer.without_lanes();
+    assert_eq!(old.lanes(), None);
+    old.publish(&sms("api-old").priority(Priority::Bulk))
+        .await
+        .unwrap();
+    old.close().await;
+
+    let flags = [
+        "publish",
+        "--recipient",
+        "r",
+        "--channel",
+        "sms",
+        "--priority",
+        "urgent",
+        "--id",
+        "cli-urgent",
+    ];
+    let out = run_async(&s, &flags, None).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = concat!(
+        r#"{"id":"cli-bulk","recipient":"r","channel":"sms","priority":"bulk"}"#,
+        "\n",
+        r#"{"id":"cli-none","recipient":"r","channel":"sms"}"#,
+        "\n",
+    );
+    let out = run_async(&s, &["publish"], Some(lines)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "cli-bulk\ncli-none\n");
+
+    assert_eq!(
+        ids_in(&conn, &t.lane_queue("sms", Priority::Bulk)).await,
+        ["api-bulk", "cli-bulk"]
+    );
+    assert_eq!(
+        ids_in(&conn, &t.lane_queue("sms", Priority::Urgent)).await,
+        ["cli-urgent"]
+    );
+    let mut jobs = ids_in(&conn, &s.amqp.jobs_queue).await;
+    jobs.sort();
+    assert_eq!(jobs, ["api-email", "api-none", "api-old", "cli-none"]);
+}
