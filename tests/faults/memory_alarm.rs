@@ -47,7 +47,10 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
     let node = &guard.0;
     // twice and then several times the publish timeout (10 s): the quick form's
     // second alarm is 45 s, the long form's 2 minutes
-    let alarms = [Duration::from_secs(20), Duration::from_secs(if long() { 120 } else { 45 })];
+    let alarms = [
+        Duration::from_secs(20),
+        Duration::from_secs(if long() { 120 } else { 45 }),
+    ];
     let n = if long() { 20_000 } else { 6_000 };
     let ns = unique("memalarm");
     let s = node_settings(node, &ns, 300);
