@@ -354,25 +354,18 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
                 );
             }
         }
-        Some(RecipientAction::Suppress { event }) => {
+        Some(action @ (RecipientAction::Suppress { .. } | RecipientAction::Unsuppress)) => {
+            let kind = match action {
+                RecipientAction::Suppress { event } => Some(event),
+                _ => None,
+            };
             return super::suppress::edit(
                 &store,
                 settings,
                 &args.recipient,
                 args.channel.as_deref(),
                 args.json,
-                Some(event),
-            )
-            .await;
-        }
-        Some(RecipientAction::Unsuppress) => {
-            return super::suppress::edit(
-                &store,
-                settings,
-                &args.recipient,
-                args.channel.as_deref(),
-                args.json,
-                None,
+                kind,
             )
             .await;
         }
