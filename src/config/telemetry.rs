@@ -78,7 +78,10 @@ impl TelemetrySettings {
             return Err(invalid("telemetry.max_queue_size", "must be at least 1"));
         }
         if self.max_export_batch_size == 0 {
-            return Err(invalid("telemetry.max_export_batch_size", "must be at least 1"));
+            return Err(invalid(
+                "telemetry.max_export_batch_size",
+                "must be at least 1",
+            ));
         }
         if !(0.0..=1.0).contains(&self.sampler_arg) {
             return Err(invalid("telemetry.sampler_arg", "must be between 0 and 1"));

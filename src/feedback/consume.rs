@@ -92,7 +92,9 @@ impl Feedbacks {
                     ))
                     .with_timestamp(Utc::now().timestamp().max(0) as u64);
                 let (props, sending) = crate::telemetry::send(&self.dead_exchange, "", None, props);
-                let published = publisher.publish(&self.dead_exchange, "", &delivery.data, props).await;
+                let published = publisher
+                    .publish(&self.dead_exchange, "", &delivery.data, props)
+                    .await;
                 if let Err(e) = &published {
                     sending.failed(e);
                 }

@@ -69,11 +69,18 @@ mod tests {
         let cx = extract(&h);
         let sc = cx.span().span_context().clone();
         assert!(sc.is_valid() && sc.is_remote() && sc.is_sampled());
-        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         let mut out = FieldTable::default();
         inject(&cx, &mut out);
-        assert!(matches!(out.inner().get(TRACEPARENT), Some(AMQPValue::LongString(s)) if s.as_bytes() == PARENT.as_bytes()));
-        assert!(matches!(out.inner().get(TRACESTATE), Some(AMQPValue::LongString(s)) if s.as_bytes() == b"k=v"));
+        assert!(
+            matches!(out.inner().get(TRACEPARENT), Some(AMQPValue::LongString(s)) if s.as_bytes() == PARENT.as_bytes())
+        );
+        assert!(
+            matches!(out.inner().get(TRACESTATE), Some(AMQPValue::LongString(s)) if s.as_bytes() == b"k=v")
+        );
     }
 
     #[test]

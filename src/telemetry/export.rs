@@ -66,7 +66,10 @@ impl Exporting {
             .collect::<Result<_, _>>()?;
         let sampler = var("OTEL_TRACES_SAMPLER").unwrap_or_else(|| settings.sampler.clone());
         if !SAMPLERS.contains(&sampler.as_str()) {
-            return Err(format!("OTEL_TRACES_SAMPLER `{sampler}`: one of {}", SAMPLERS.join(", ")));
+            return Err(format!(
+                "OTEL_TRACES_SAMPLER `{sampler}`: one of {}",
+                SAMPLERS.join(", ")
+            ));
         }
         let ratio = match var("OTEL_TRACES_SAMPLER_ARG") {
             Some(v) => v
@@ -122,7 +125,11 @@ pub struct Queue {
 impl Queue {
     /// A queue of `settings.max_queue_size` spans, and its export loop spawned on
     /// the current runtime, posting what `exporter` is given in batches.
-    pub fn start(settings: &TelemetrySettings, mut exporter: SpanExporter, resource: &Resource) -> Queue {
+    pub fn start(
+        settings: &TelemetrySettings,
+        mut exporter: SpanExporter,
+        resource: &Resource,
+    ) -> Queue {
         exporter.set_resource(resource);
         let (spans, rx) = mpsc::channel(settings.max_queue_size);
         let (flushes, flush_rx) = mpsc::channel(1);
@@ -254,13 +261,19 @@ mod tests {
         };
         let e = Exporting::resolve(&s, vars).unwrap().unwrap();
         assert_eq!(e.url, "http://env:4318/v1/traces");
-        assert_eq!(e.headers, vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
+        assert_eq!(
+            e.headers,
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
         assert_eq!(e.service_name, "w");
         assert_eq!(e.sampler, ("parentbased_traceidratio".into(), 0.01));
         let vars = |n: &str| {
             (n == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").then(|| "http://t:1/x".to_string())
         };
-        assert_eq!(Exporting::resolve(&s, vars).unwrap().unwrap().url, "http://t:1/x");
+        assert_eq!(
+            Exporting::resolve(&s, vars).unwrap().unwrap().url,
+            "http://t:1/x"
+        );
     }
 
     #[test]

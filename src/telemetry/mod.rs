@@ -94,7 +94,10 @@ fn messaging(operation: &'static str, destination: &str, routing_key: &str) -> V
         KeyValue::new("messaging.operation.name", operation),
         KeyValue::new("messaging.operation.type", operation),
         KeyValue::new("messaging.destination.name", destination.to_string()),
-        KeyValue::new("messaging.rabbitmq.destination.routing_key", routing_key.to_string()),
+        KeyValue::new(
+            "messaging.rabbitmq.destination.routing_key",
+            routing_key.to_string(),
+        ),
     ]
 }
 
@@ -253,7 +256,11 @@ pub fn send(
     let Some(t) = on() else {
         return (props, Sending(None));
     };
-    let exchange = if exchange.is_empty() { "amq.default" } else { exchange };
+    let exchange = if exchange.is_empty() {
+        "amq.default"
+    } else {
+        exchange
+    };
     let mut attributes = messaging("send", exchange, routing_key);
     if let Some(id) = id {
         attributes.push(KeyValue::new("messaging.message.id", id.to_string()));

@@ -268,7 +268,10 @@ impl Worker {
                 let (trace_id, span_id) = crate::telemetry::ids(cx);
                 span.record("trace_id", trace_id).record("span_id", span_id);
                 use crate::telemetry::FutureExt as _;
-                let result = process.with_context(cx.clone()).instrument(span.clone()).await;
+                let result = process
+                    .with_context(cx.clone())
+                    .instrument(span.clone())
+                    .await;
                 crate::telemetry::finish(cx, result.as_ref());
                 result
             }
