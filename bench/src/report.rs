@@ -179,6 +179,8 @@ pub struct Report {
     pub memory_usage_one_recipient: i64,
     /// The lanes step: the urgent wait behind a bulk backlog, by workers.
     pub lanes: Vec<LaneWait>,
+    /// The recovery step: a parked backlog drained at the channel's rate, by pass.
+    pub recovery: Vec<crate::recovery::Recovery>,
 }
 
 impl EndToEnd {
