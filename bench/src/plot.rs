@@ -325,7 +325,7 @@ fn plot_scale(r: &Report, area: &Area<'_>) -> Result<()> {
 pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
     root.fill(&WHITE)?;
-    let step = crate::recovery::INTERVAL_SECS as f64;
+    let step = crate::report::INTERVAL_SECS as f64;
     let longest = r
         .recovery
         .iter()

@@ -21,47 +21,13 @@ use lapin::Connection;
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::quota::lanes::Priority;
-use serde::Serialize;
 use testkit::procs::RabbitNode;
 
 use crate::broker::{closed, connect, preload};
 use crate::ceiling::ceiling;
 use crate::context::{header, Bench};
 use crate::procs::{spawn_worker, stop, wait_ready};
-use crate::report::Report;
-
-/// Seconds per reported interval.
-pub const INTERVAL_SECS: u64 = 5;
-
-/// One pass of the recovery step.
-#[derive(Serialize, Debug, Clone, Default)]
-pub struct Recovery {
-    pub workers: usize,
-    /// Whether the broker was restarted half-way through the drain.
-    pub broker_restart: bool,
-    pub jobs: usize,
-    /// The channel's rate (half the ceiling), jobs per second.
-    pub rate: u64,
-    /// The ceiling it was derived from, messages per second.
-    pub ceiling_msgs_per_sec: f64,
-    /// From the first dispatched job to the last.
-    pub drain_secs: f64,
-    /// Jobs dispatched over the whole drain, per second, divided by the rate.
-    pub ratio_whole: f64,
-    /// The same, without the seconds the broker was away.
-    pub ratio_without_outage: f64,
-    /// Seconds from stopping the broker to its accepting connections again.
-    pub outage_secs: f64,
-    /// Jobs per second in each 5-second interval of the drain, from the first
-    /// dispatch; the last interval may be shorter and is left out.
-    pub intervals: Vec<f64>,
-    /// For each interval, whether the broker was away for some of it.
-    pub interval_in_outage: Vec<bool>,
-    /// The lowest interval's ratio to the rate, outage intervals left out.
-    pub min_interval_ratio: f64,
-    /// Dispatched jobs against seconds from the first one (a point a second).
-    pub curve: Vec<(f64, f64)>,
-}
+use crate::report::{Recovery, Report, INTERVAL_SECS};
 
 /// Runs the step into `report`.
 pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
