@@ -33,6 +33,7 @@ struct Got {
     attrs: HashMap<String, String>,
     links: Vec<String>,
     service: String,
+    instance: String,
 }
 
 impl Got {
@@ -81,6 +82,13 @@ impl Receiver {
                             .find(|a| a.key == "service.name")
                             .map(|a| text(&a.value))
                             .unwrap_or_default();
+                        let instance = rs
+                            .resource
+                            .iter()
+                            .flat_map(|r| &r.attributes)
+                            .find(|a| a.key == "service.instance.id")
+                            .map(|a| text(&a.value))
+                            .unwrap_or_default();
                         for ss in rs.scope_spans {
                             for s in ss.spans {
                                 out.push(Got {
@@ -96,6 +104,7 @@ impl Receiver {
                                         .collect(),
                                     links: s.links.iter().map(|l| hex(&l.trace_id)).collect(),
                                     service: service.clone(),
+                                    instance: instance.clone(),
                                 });
                             }
                         }
@@ -173,6 +182,17 @@ fn paced(ns: &str) -> Settings {
 
 /// `quota-worker run` for `s`, exporting to `endpoint`, with `extra` variables.
 fn run(s: &Settings, dir: &std::path::Path, endpoint: &str, extra: &[(&str, &str)]) -> WorkerProc {
+    run_tagged(s, dir, endpoint, extra, "0")
+}
+
+/// [`run`], the worker's log named by `tag`.
+fn run_tagged(
+    s: &Settings,
+    dir: &std::path::Path,
+    endpoint: &str,
+    extra: &[(&str, &str)],
+    tag: &str,
+) -> WorkerProc {
     let mut env = testkit::env::worker_env(s);
     env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.into()));
     env.push((
@@ -182,7 +202,7 @@ fn run(s: &Settings, dir: &std::path::Path, endpoint: &str, extra: &[(&str, &str
     for (k, v) in extra {
         env.push((k.to_string(), v.to_string()));
     }
-    WorkerProc::spawn_env(crate::BIN, s, dir, "0", env)
+    WorkerProc::spawn_env(crate::BIN, s, dir, tag, env)
 }
 
 /// Wait until the worker consumes its jobs queue (its topology is declared).
@@ -203,14 +223,32 @@ fn with_parent<'a>(spans: &'a [Got], parent: &str) -> Vec<&'a Got> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_feedback() {
+    one_trace(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_across_three_workers() {
+    one_trace(3).await;
+}
+
+/// A traced job parked in its lane, delayed by its cap, dispatched and answered
+/// `delivered`, with `workers` workers exporting to one receiver: one trace, its
+/// spans chained parent to child in that order.
+async fn one_trace(workers: usize) {
     let ns = unique("trace");
     let s = paced(&ns);
     let _c = Cleanup::new(&s);
     let dir = temp_dir(&ns);
     let receiver = Receiver::start().await;
-    let mut w = run(&s, &dir, &format!("http://{}", receiver.addr), &[]);
+    let endpoint = format!("http://{}", receiver.addr);
+    let mut procs: Vec<WorkerProc> = (0..workers)
+        .map(|i| run_tagged(&s, &dir, &endpoint, &[], &i.to_string()))
+        .collect();
     let conn = amqp().await;
-    consuming(&conn, &s, &w).await;
+    for w in &procs {
+        consuming(&conn, &s, w).await;
+    }
+    let w = &procs[0];
     // a first job takes the channel's one token, so the traced one waits for the
     // rate in its lane; meanwhile an email to its recipient fills its cap, so from
     // the lane it is delayed by the cap
@@ -331,7 +369,20 @@ async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_
     assert!(spans.iter().any(
         |g| g.trace != TRACE && g.attr("messaging.message.id") == Some(&format!("{ns}-first"))
     ));
-    w.stop();
+    if workers > 1 {
+        // the handlings were spread over the workers: each exported its own spans
+        let instances: std::collections::BTreeSet<&str> =
+            ours.iter().map(|g| g.instance.as_str()).collect();
+        println!(
+            "{workers} workers: {} spans in the trace, from {} of them",
+            ours.len(),
+            instances.len()
+        );
+        assert!(instances.iter().all(|i| !i.is_empty()));
+    }
+    for w in &mut procs {
+        w.stop();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
