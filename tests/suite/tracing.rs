@@ -387,14 +387,37 @@ async fn one_trace(workers: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_changes_nothing_in_what_is_dispatched() {
+    collector_trouble(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_changes_nothing_in_what_is_dispatched() {
+    collector_trouble(true).await;
+}
+
+/// 50 traced jobs, every one dispatched at once, while the collector is down
+/// (`hangs`: accepts connections and never answers); the spans lost are counted.
+async fn collector_trouble(hangs: bool) {
     let ns = unique("trace-down");
     let mut s = settings(&ns);
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", free_port(None));
     let _c = Cleanup::new(&s);
     let dir = temp_dir(&ns);
-    // nothing listens there
-    let down = format!("http://127.0.0.1:{}", free_port(None));
+    let down = if hangs {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        format!("http://{addr}")
+    } else {
+        // nothing listens there
+        format!("http://127.0.0.1:{}", free_port(None))
+    };
     let mut env = testkit::env::env_for(&s);
     env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), down));
     env.push((
@@ -412,11 +435,18 @@ async fn a_collector_that_is_down_changes_nothing_in_what_is_dispatched() {
         publish_with(&conn, &s, body.as_bytes(), props).await;
     }
     let q = format!("{}sms", s.amqp.dispatch_queue_prefix);
+    let started = std::time::Instant::now();
     for _ in 0..n {
         take(&conn, &q, Duration::from_secs(20))
             .await
             .unwrap_or_else(|| panic!("every job dispatched:\n{}", w.tail(30)));
     }
+    // a hanging export holds nothing: the exporter's timeout is 10 s
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     let addr = s.http.listen.clone();
     let mut dropped = 0.0;
     for _ in 0..50 {
