@@ -37,6 +37,7 @@ mod pipeline;
 mod privileges;
 mod producer;
 mod reference;
+mod tracing;
 mod waiting;
 mod windows;
 
