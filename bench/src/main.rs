@@ -38,7 +38,8 @@
 //!   ceiling, a bulk backlog (`--jobs`, default 100,000) parked in its lane before
 //!   the workers start, then drained, on one worker and on three, without and with a
 //!   broker restart half-way (on a private node): the drain rate against the rate,
-//!   whole and by 5-second interval, and `<out>/recovery.svg`.
+//!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
+//!   bulk jobs to the jobs exchange: how fast they are published and parked.
 //! - **memory** ([`memory`]): Redis `used_memory` growth per recipient holding three
 //!   sends.
 //!

@@ -11,6 +11,11 @@
 //! Reported: the drain rate over the whole drain and by 5-second interval, against the
 //! channel's rate, and the seconds the broker was away (the intervals that overlap
 //! the restart are marked, and the whole-drain figure is also given without them).
+//!
+//! Then the burst ([`burst`]): the same number of bulk jobs published to the jobs
+//! exchange as fast as the benchmark can, as a producer that knows no lanes sends a
+//! campaign, while one worker (then three) reads and parks them: the publish rate, the
+//! parking rate, and how long an urgent job published right behind them waits.
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +32,7 @@ use crate::broker::{closed, connect, preload};
 use crate::ceiling::ceiling;
 use crate::context::{header, Bench};
 use crate::procs::{spawn_worker, stop, wait_ready};
-use crate::report::{Recovery, Report, INTERVAL_SECS};
+use crate::report::{Burst, Recovery, Report, INTERVAL_SECS};
 
 /// Runs the step into `report`.
 pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
@@ -59,7 +64,76 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
             report.recovery.push(r);
         }
     }
+    for workers in [1, 3] {
+        let burst = burst(b, workers, jobs, rate).await?;
+        eprintln!(
+            "      published at {:.0}/s, parked at {:.0}/s: an urgent job behind them waits {:.1} s",
+            burst.publish_per_sec, burst.parking_per_sec, burst.urgent_wait_secs
+        );
+        report.bursts.push(burst);
+    }
     Ok(())
+}
+
+/// `jobs` bulk jobs published to the jobs exchange at once while `workers` workers
+/// run, the channel paced at `rate`: how fast they are published and parked.
+async fn burst(b: &Bench, workers: usize, jobs: usize, rate: u64) -> Result<Burst> {
+    header(
+        "recovery",
+        format!(
+            "burst: {jobs} bulk jobs to the jobs exchange, {workers} worker(s), paced at {rate}/s"
+        ),
+    );
+    let mut s = b.settings(&format!("rb{workers}"));
+    if let Some(sms) = s.channels.get_mut("sms") {
+        sms.rate = Some(rate);
+    }
+    let env = [(
+        "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
+        rate.to_string(),
+    )];
+    let mut procs = Vec::new();
+    let result = async {
+        for _ in 0..workers {
+            let (child, port) = spawn_worker(&b.worker, &s, &env)?;
+            procs.push(child);
+            wait_ready(port, procs.last_mut().expect("just pushed")).await?;
+        }
+        let conn = connect(&s.amqp.url).await?;
+        let ns = &s.redis.key_prefix;
+        let bodies = (0..jobs).map(|i| {
+            format!(r#"{{"id":"{ns}-c{i}","recipient":"c{i}","channel":"sms","category":"transactional","priority":"bulk"}}"#)
+                .into_bytes()
+        });
+        let ch = conn.create_channel().await?;
+        ch.confirm_select(Default::default()).await?;
+        let started = Instant::now();
+        preload(&ch, &s.amqp.jobs_exchange, "", bodies).await?;
+        let published = started.elapsed().as_secs_f64();
+        let deadline = started + Duration::from_secs(600);
+        while depth(&conn, &s.amqp.jobs_queue).await? > 0 {
+            if Instant::now() > deadline {
+                bail!("the jobs queue was not read within 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let parked = started.elapsed().as_secs_f64();
+        let _ = closed(conn.close(200, "bye".into())).await;
+        let (publish, parking) = (jobs as f64 / published, jobs as f64 / parked);
+        Ok(Burst {
+            workers,
+            jobs,
+            publish_per_sec: publish,
+            parking_per_sec: parking,
+            urgent_wait_secs: (parked - published).max(0.0),
+        })
+    }
+    .await;
+    for child in &mut procs {
+        stop(child);
+    }
+    b.teardown.namespace(&s).await;
+    result
 }
 
 async fn pass(

@@ -181,6 +181,9 @@ pub struct Report {
     pub lanes: Vec<LaneWait>,
     /// The recovery step: a parked backlog drained at the channel's rate, by pass.
     pub recovery: Vec<Recovery>,
+    /// The recovery step's bursts: how fast a campaign published to the jobs queue
+    /// is parked, by workers.
+    pub bursts: Vec<Burst>,
 }
 
 impl EndToEnd {
@@ -277,4 +280,21 @@ pub struct Recovery {
     pub min_interval_ratio: f64,
     /// Dispatched jobs against seconds from the first one (a point a second).
     pub curve: Vec<(f64, f64)>,
+}
+
+/// The recovery step's burst: `jobs` bulk jobs published to the jobs exchange as fast
+/// as the benchmark can (a producer that knows no lanes), read and parked in their
+/// lane by `workers` workers.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Burst {
+    pub workers: usize,
+    pub jobs: usize,
+    /// Jobs per second the benchmark published (every one confirmed).
+    pub publish_per_sec: f64,
+    /// Jobs per second the workers read and parked: `jobs` over the time from the
+    /// first publish to the jobs queue empty.
+    pub parking_per_sec: f64,
+    /// How long an urgent job published right behind the burst waits to be read:
+    /// `jobs / parking − jobs / publish` (0 when parking keeps up), in seconds.
+    pub urgent_wait_secs: f64,
 }

@@ -226,4 +226,10 @@ fn print_recovery(r: &Report) {
             cells.join(" ")
         );
     }
+    for x in &r.bursts {
+        println!(
+            "burst of {} bulk jobs to the jobs exchange, {} worker(s): published at {:.0}/s, parked at {:.0}/s; an urgent job behind them waits {:.1} s",
+            x.jobs, x.workers, x.publish_per_sec, x.parking_per_sec, x.urgent_wait_secs
+        );
+    }
 }

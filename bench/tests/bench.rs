@@ -190,8 +190,9 @@ fn stderr_pid(stderr: &str) -> Option<u32> {
 /// The recovery step, small: a backlog parked in the bulk lane of a channel paced at
 /// half the ceiling is drained, every job reaching the dispatch queue, by one worker
 /// and by three, and again with a broker restart half-way (on a private node, where
-/// one can be started); the report, the table and `recovery.svg` say so, and the run
-/// leaves no key behind. No speed is checked.
+/// one can be started); a burst of as many to the jobs exchange is read and parked;
+/// the report, the table and `recovery.svg` say so, and the run leaves no key behind.
+/// No speed is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
     let out = std::env::temp_dir().join(format!("qwt-bench-rc-{}", std::process::id()));
@@ -243,6 +244,22 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
         if p["broker_restart"] == true {
             assert!(p["outage_secs"].as_f64().unwrap() > 0.0, "{p}");
         }
+    }
+    // the bursts: every job read from the jobs queue and parked, by one worker and three
+    let bursts = report["bursts"].as_array().unwrap();
+    let workers: Vec<u64> = bursts
+        .iter()
+        .map(|x| x["workers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(workers, [1, 3]);
+    for x in bursts {
+        assert_eq!(x["jobs"], 1200, "{x}");
+        assert!(x["parking_per_sec"].as_f64().unwrap() > 0.0, "{x}");
+        assert!(
+            x["publish_per_sec"].as_f64().unwrap() >= x["parking_per_sec"].as_f64().unwrap(),
+            "{x}"
+        );
+        assert!(x["urgent_wait_secs"].as_f64().unwrap() >= 0.0, "{x}");
     }
     let svg = std::fs::read_to_string(out.join("recovery.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("Lane drain after a fault"));
