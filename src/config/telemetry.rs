@@ -93,6 +93,12 @@ impl TelemetrySettings {
                 format!("`{}`: one of {}", self.sampler, SAMPLERS.join(", ")),
             ));
         }
+        if self.headers == REDACTED {
+            return Err(invalid(
+                "telemetry.headers",
+                "is the printed placeholder, not the headers",
+            ));
+        }
         for (key, url) in [
             ("telemetry.endpoint", &self.endpoint),
             ("telemetry.traces_endpoint", &self.traces_endpoint),
@@ -139,6 +145,9 @@ mod tests {
         assert!(err.to_string().contains("telemetry.endpoint"), "{err}");
         let err = load(&[("QUOTA_WORKER__TELEMETRY__SAMPLER", "sometimes")]).unwrap_err();
         assert!(err.to_string().contains("telemetry.sampler"), "{err}");
+        let err =
+            load(&[("QUOTA_WORKER__TELEMETRY__HEADERS", crate::config::REDACTED)]).unwrap_err();
+        assert!(err.to_string().contains("telemetry.headers"), "{err}");
         let err = load(&[("QUOTA_WORKER__TELEMETRY__PARENT", "sibling")]).unwrap_err();
         assert!(err.to_string().contains("telemetry.parent"), "{err}");
     }
