@@ -152,7 +152,10 @@ fn job(id: &str, recipient: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// `sms` paced at 1/s (burst 1), and a `cart` policy of one send per 3 s.
+/// `sms` paced at 1/s (burst 1), and a `cart` policy of one send per 10 s.
+/// Jobs published ahead of the traced one, each taking a second of the channel's rate.
+const AHEAD: usize = 3;
+
 fn paced(ns: &str) -> Settings {
     let mut s = settings(ns);
     let sms = s.channels.get_mut("sms").unwrap();
@@ -163,7 +166,7 @@ fn paced(ns: &str) -> Settings {
         PolicySettings {
             rules: vec![RuleSettings {
                 limit: 1,
-                window: "3s".parse().unwrap(),
+                window: "10s".parse().unwrap(),
             }],
             ..Default::default()
         },
@@ -211,19 +214,33 @@ async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_
     let mut w = run(&s, &dir, &format!("http://{}", receiver.addr), &[]);
     let conn = amqp().await;
     consuming(&conn, &s, &w).await;
-    // a first job takes the channel's one token, so the traced one waits for the
-    // rate in its lane; meanwhile an email to its recipient fills its cap, so from
-    // the lane it is delayed by the cap
-    publish(&conn, &s, &job(&format!("{ns}-first"), "x")).await;
+    // three jobs ahead take the channel's tokens (one a second), so the traced one
+    // waits about three seconds in its lane; once it is parked, an email to its
+    // recipient fills its cap (one in 10 s), so from the lane it is delayed by the cap
+    for i in 0..AHEAD {
+        publish(&conn, &s, &job(&format!("{ns}-first{i}"), &format!("x{i}"))).await;
+    }
     let id = format!("{ns}-traced");
     let props = BasicProperties::default().with_headers(traceparent());
     publish_with(&conn, &s, &job(&id, "r"), props).await;
+    // once it is parked (its span exported), the email fills the recipient's cap
+    receiver
+        .wait("the traced job parked", |spans| {
+            spans
+                .iter()
+                .any(|g| g.trace == TRACE && g.attr("quota.outcome") == Some("parked"))
+        })
+        .await;
     let email =
         format!(r#"{{"id":"{ns}-email","recipient":"r","channel":"email","category":"cart"}}"#);
     publish(&conn, &s, email.as_bytes()).await;
+    let emails = format!("{}email", s.amqp.dispatch_queue_prefix);
+    take(&conn, &emails, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("the email dispatched:\n{}", w.tail(30)));
     let q = format!("{}sms", s.amqp.dispatch_queue_prefix);
     let mut sent = None;
-    for _ in 0..2 {
+    for _ in 0..AHEAD + 1 {
         let m = take(&conn, &q, Duration::from_secs(20))
             .await
             .unwrap_or_else(|| panic!("a dispatch:\n{}", w.tail(30)));
@@ -329,7 +346,7 @@ async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_
     );
     // the untraced first job has a trace of its own
     assert!(spans.iter().any(
-        |g| g.trace != TRACE && g.attr("messaging.message.id") == Some(&format!("{ns}-first"))
+        |g| g.trace != TRACE && g.attr("messaging.message.id") == Some(&format!("{ns}-first0"))
     ));
     w.stop();
 }
