@@ -72,7 +72,8 @@ fn redacted_headers<S: Serializer>(h: &str, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl TelemetrySettings {
-    /// Sizes of at least one, a ratio between 0 and 1, a known sampler.
+    /// Sizes of at least one, a ratio between 0 and 1, a known sampler, `http://`
+    /// endpoints.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.max_queue_size == 0 {
             return Err(invalid("telemetry.max_queue_size", "must be at least 1"));
@@ -92,6 +93,17 @@ impl TelemetrySettings {
                 format!("`{}`: one of {}", self.sampler, SAMPLERS.join(", ")),
             ));
         }
+        for (key, url) in [
+            ("telemetry.endpoint", &self.endpoint),
+            ("telemetry.traces_endpoint", &self.traces_endpoint),
+        ] {
+            if !url.is_empty() && !url.starts_with("http://") {
+                return Err(invalid(
+                    key,
+                    format!("`{url}`: http:// only (the exporter speaks no TLS; run a collector beside the worker)"),
+                ));
+            }
+        }
         if self.export_interval.0.is_zero() {
             return Err(invalid("telemetry.export_interval", "must be more than 0s"));
         }
@@ -108,3 +120,26 @@ pub const SAMPLERS: &[&str] = &[
     "parentbased_always_off",
     "parentbased_traceidratio",
 ];
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    #[test]
+    fn endpoints_are_plain_http_and_samplers_known() {
+        let load = |vars: &[(&str, &str)]| {
+            Settings::load_from_vars(
+                None,
+                vars.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            )
+        };
+        let ok = load(&[("QUOTA_WORKER__TELEMETRY__ENDPOINT", "http://c:4318")]).unwrap();
+        assert_eq!(ok.telemetry.endpoint, "http://c:4318");
+        let err = load(&[("QUOTA_WORKER__TELEMETRY__ENDPOINT", "https://c:4318")]).unwrap_err();
+        assert!(err.to_string().contains("telemetry.endpoint"), "{err}");
+        let err = load(&[("QUOTA_WORKER__TELEMETRY__SAMPLER", "sometimes")]).unwrap_err();
+        assert!(err.to_string().contains("telemetry.sampler"), "{err}");
+        let err = load(&[("QUOTA_WORKER__TELEMETRY__PARENT", "sibling")]).unwrap_err();
+        assert!(err.to_string().contains("telemetry.parent"), "{err}");
+    }
+}

@@ -58,8 +58,13 @@ pub fn init(settings: &TelemetrySettings) -> Result<bool, String> {
         return Ok(false);
     };
     let exporter = exporting.exporter(settings.export_timeout.0)?;
+    // one instance id per process, so that a trace across workers tells them apart
     let resource = Resource::builder()
         .with_service_name(exporting.service_name.clone())
+        .with_attribute(KeyValue::new(
+            "service.instance.id",
+            uuid::Uuid::now_v7().to_string(),
+        ))
         .build();
     let queue = export::Queue::start(settings, exporter, &resource);
     let provider = SdkTracerProvider::builder()

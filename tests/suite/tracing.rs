@@ -33,6 +33,7 @@ struct Got {
     attrs: HashMap<String, String>,
     links: Vec<String>,
     service: String,
+    instance: String,
 }
 
 impl Got {
@@ -81,6 +82,13 @@ impl Receiver {
                             .find(|a| a.key == "service.name")
                             .map(|a| text(&a.value))
                             .unwrap_or_default();
+                        let instance = rs
+                            .resource
+                            .iter()
+                            .flat_map(|r| &r.attributes)
+                            .find(|a| a.key == "service.instance.id")
+                            .map(|a| text(&a.value))
+                            .unwrap_or_default();
                         for ss in rs.scope_spans {
                             for s in ss.spans {
                                 out.push(Got {
@@ -96,6 +104,7 @@ impl Receiver {
                                         .collect(),
                                     links: s.links.iter().map(|l| hex(&l.trace_id)).collect(),
                                     service: service.clone(),
+                                    instance: instance.clone(),
                                 });
                             }
                         }
@@ -176,6 +185,17 @@ fn paced(ns: &str) -> Settings {
 
 /// `quota-worker run` for `s`, exporting to `endpoint`, with `extra` variables.
 fn run(s: &Settings, dir: &std::path::Path, endpoint: &str, extra: &[(&str, &str)]) -> WorkerProc {
+    run_tagged(s, dir, endpoint, extra, "0")
+}
+
+/// [`run`], the worker's log named by `tag`.
+fn run_tagged(
+    s: &Settings,
+    dir: &std::path::Path,
+    endpoint: &str,
+    extra: &[(&str, &str)],
+    tag: &str,
+) -> WorkerProc {
     let mut env = testkit::env::worker_env(s);
     env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.into()));
     env.push((
@@ -185,7 +205,7 @@ fn run(s: &Settings, dir: &std::path::Path, endpoint: &str, extra: &[(&str, &str
     for (k, v) in extra {
         env.push((k.to_string(), v.to_string()));
     }
-    WorkerProc::spawn_env(crate::BIN, s, dir, "0", env)
+    WorkerProc::spawn_env(crate::BIN, s, dir, tag, env)
 }
 
 /// Wait until the worker consumes its jobs queue (its topology is declared).
@@ -206,14 +226,32 @@ fn with_parent<'a>(spans: &'a [Got], parent: &str) -> Vec<&'a Got> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_feedback() {
+    one_trace(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_across_three_workers() {
+    one_trace(3).await;
+}
+
+/// A traced job parked in its lane, delayed by its cap, dispatched and answered
+/// `delivered`, with `workers` workers exporting to one receiver: one trace, its
+/// spans chained parent to child in that order.
+async fn one_trace(workers: usize) {
     let ns = unique("trace");
     let s = paced(&ns);
     let _c = Cleanup::new(&s);
     let dir = temp_dir(&ns);
     let receiver = Receiver::start().await;
-    let mut w = run(&s, &dir, &format!("http://{}", receiver.addr), &[]);
+    let endpoint = format!("http://{}", receiver.addr);
+    let mut procs: Vec<WorkerProc> = (0..workers)
+        .map(|i| run_tagged(&s, &dir, &endpoint, &[], &i.to_string()))
+        .collect();
     let conn = amqp().await;
-    consuming(&conn, &s, &w).await;
+    for w in &procs {
+        consuming(&conn, &s, w).await;
+    }
+    let w = &procs[0];
     // three jobs ahead take the channel's tokens (one a second), so the traced one
     // waits about three seconds in its lane; once it is parked, an email to its
     // recipient fills its cap (one in 10 s), so from the lane it is delayed by the cap
@@ -348,19 +386,55 @@ async fn one_trace_from_the_publish_through_a_lane_a_delay_the_dispatch_and_the_
     assert!(spans.iter().any(
         |g| g.trace != TRACE && g.attr("messaging.message.id") == Some(&format!("{ns}-first0"))
     ));
-    w.stop();
+    if workers > 1 {
+        // the handlings were spread over the workers: each exported its own spans
+        let instances: std::collections::BTreeSet<&str> =
+            ours.iter().map(|g| g.instance.as_str()).collect();
+        println!(
+            "{workers} workers: {} spans in the trace, from {} of them",
+            ours.len(),
+            instances.len()
+        );
+        assert!(instances.iter().all(|i| !i.is_empty()));
+    }
+    for w in &mut procs {
+        w.stop();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_changes_nothing_in_what_is_dispatched() {
+    collector_trouble(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_changes_nothing_in_what_is_dispatched() {
+    collector_trouble(true).await;
+}
+
+/// 50 traced jobs, every one dispatched at once, while the collector is down
+/// (`hangs`: accepts connections and never answers); the spans lost are counted.
+async fn collector_trouble(hangs: bool) {
     let ns = unique("trace-down");
     let mut s = settings(&ns);
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", free_port(None));
     let _c = Cleanup::new(&s);
     let dir = temp_dir(&ns);
-    // nothing listens there
-    let down = format!("http://127.0.0.1:{}", free_port(None));
+    let down = if hangs {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        format!("http://{addr}")
+    } else {
+        // nothing listens there
+        format!("http://127.0.0.1:{}", free_port(None))
+    };
     let mut env = testkit::env::env_for(&s);
     env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), down));
     env.push((
@@ -378,11 +452,18 @@ async fn a_collector_that_is_down_changes_nothing_in_what_is_dispatched() {
         publish_with(&conn, &s, body.as_bytes(), props).await;
     }
     let q = format!("{}sms", s.amqp.dispatch_queue_prefix);
+    let started = std::time::Instant::now();
     for _ in 0..n {
         take(&conn, &q, Duration::from_secs(20))
             .await
             .unwrap_or_else(|| panic!("every job dispatched:\n{}", w.tail(30)));
     }
+    // a hanging export holds nothing: the exporter's timeout is 10 s
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     let addr = s.http.listen.clone();
     let mut dropped = 0.0;
     for _ in 0..50 {
