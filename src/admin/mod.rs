@@ -7,6 +7,7 @@ pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub(crate) mod jobs;
 pub(crate) mod queues;
+pub mod preferences;
 pub mod recipients;
 pub mod suppressions;
 
