@@ -6,8 +6,8 @@
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub(crate) mod jobs;
-pub(crate) mod queues;
 pub mod preferences;
+pub(crate) mod queues;
 pub mod recipients;
 pub mod suppressions;
 

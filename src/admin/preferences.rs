@@ -86,7 +86,10 @@ pub async fn put(
     let now = store.redis_now().timestamp_millis();
     let json = set.to_json().to_string();
     let mut call = SCRIPT.key(key(store, tenant, recipient));
-    call.arg(&json).arg(now).arg(recipient).arg(tenant.unwrap_or(""));
+    call.arg(&json)
+        .arg(now)
+        .arg(recipient)
+        .arg(tenant.unwrap_or(""));
     for field in set.opt_out_fields() {
         call.arg(field);
     }

@@ -72,14 +72,14 @@ impl HttpSettings {
                 .parse::<std::net::SocketAddr>()
                 .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.listen)))?;
         }
-        for (key, token) in [("http.admin_token", &self.admin_token), ("http.api_token", &self.api_token)] {
+        for (key, token) in [
+            ("http.admin_token", &self.admin_token),
+            ("http.api_token", &self.api_token),
+        ] {
             let Some(token) = token else { continue };
             let token = token.expose_secret();
             if token.is_empty() {
-                return Err(invalid(
-                    key,
-                    "must not be empty (unset it instead)",
-                ));
+                return Err(invalid(key, "must not be empty (unset it instead)"));
             }
             if token == REDACTED {
                 return Err(invalid(

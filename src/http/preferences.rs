@@ -55,7 +55,10 @@ fn tenant(uri: &Uri) -> Option<String> {
 }
 
 /// The guard's verdict, then the store (503 before it is connected).
-fn admit(app: &App, headers: &HeaderMap) -> Result<std::sync::Arc<crate::store::QuotaStore>, Response> {
+fn admit(
+    app: &App,
+    headers: &HeaderMap,
+) -> Result<std::sync::Arc<crate::store::QuotaStore>, Box<Response>> {
     if let Err(refusal) = app.api_guard.check(headers) {
         let message = match refusal.status {
             StatusCode::FORBIDDEN => "http.listen is not loopback and http.api_token is not set",
@@ -68,21 +71,25 @@ fn admit(app: &App, headers: &HeaderMap) -> Result<std::sync::Arc<crate::store::
                 axum::http::HeaderValue::from_static("Bearer realm=\"quota-worker\""),
             );
         }
-        return Err(response);
+        return Err(Box::new(response));
     }
     match app.status.reloader() {
         Some(r) => Ok(r.store().clone()),
-        None => Err(error(
+        None => Err(Box::new(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the worker is not connected to Redis yet",
             None,
-        )),
+        ))),
     }
 }
 
 fn redis_down(e: impl std::fmt::Display) -> Response {
     tracing::warn!(error = %e, "the preferences API could not reach Redis");
-    error(StatusCode::SERVICE_UNAVAILABLE, "Redis did not answer", None)
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Redis did not answer",
+        None,
+    )
 }
 
 fn edited(result: Result<Value, EditError>) -> Response {
@@ -95,13 +102,13 @@ fn edited(result: Result<Value, EditError>) -> Response {
     }
 }
 
-fn body(bytes: &Bytes) -> Result<Value, Response> {
+fn body(bytes: &Bytes) -> Result<Value, Box<Response>> {
     serde_json::from_slice(bytes).map_err(|e| {
-        error(
+        Box::new(error(
             StatusCode::BAD_REQUEST,
             &format!("not JSON: {e}"),
             Some(""),
-        )
+        ))
     })
 }
 
@@ -112,10 +119,14 @@ async fn read(
     headers: HeaderMap,
 ) -> Response {
     counted(match admit(&app, &headers) {
-        Err(r) => r,
+        Err(r) => *r,
         Ok(store) => match stored::get(&store, tenant(&uri).as_deref(), &recipient).await {
             Ok(Some(set)) => Json(set).into_response(),
-            Ok(None) => error(StatusCode::NOT_FOUND, "no preferences for this recipient", None),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                "no preferences for this recipient",
+                None,
+            ),
             Err(e) => redis_down(e),
         },
     })
@@ -129,7 +140,7 @@ async fn replace(
     bytes: Bytes,
 ) -> Response {
     counted(match (admit(&app, &headers), body(&bytes)) {
-        (Err(r), _) | (_, Err(r)) => r,
+        (Err(r), _) | (_, Err(r)) => *r,
         (Ok(store), Ok(value)) => {
             edited(stored::put(&store, tenant(&uri).as_deref(), &recipient, &value).await)
         }
@@ -144,7 +155,7 @@ async fn merge(
     bytes: Bytes,
 ) -> Response {
     counted(match (admit(&app, &headers), body(&bytes)) {
-        (Err(r), _) | (_, Err(r)) => r,
+        (Err(r), _) | (_, Err(r)) => *r,
         (Ok(store), Ok(value)) => {
             edited(stored::patch(&store, tenant(&uri).as_deref(), &recipient, &value).await)
         }
@@ -158,7 +169,7 @@ async fn remove(
     headers: HeaderMap,
 ) -> Response {
     counted(match admit(&app, &headers) {
-        Err(r) => r,
+        Err(r) => *r,
         Ok(store) => match stored::delete(&store, tenant(&uri).as_deref(), &recipient).await {
             Ok(_) => StatusCode::NO_CONTENT.into_response(),
             Err(e) => redis_down(e),

@@ -175,7 +175,11 @@ impl Keys {
     /// the opt-out fields of [`crate::quota::preferences::fields`]. `lua/admit.lua`
     /// derives it from a recipient key as it does [`Keys::suppressed`].
     pub fn preferences(&self, recipient: &str) -> String {
-        format!("{}:{{{}}}/prefs", self.prefix, self.recipient_tag(recipient))
+        format!(
+            "{}:{{{}}}/prefs",
+            self.prefix,
+            self.recipient_tag(recipient)
+        )
     }
 
     /// Set once any recipient has preferences: while it is absent, admissions skip

@@ -121,10 +121,7 @@ fn bool_at(v: &Value, field: &str) -> Result<bool, Invalid> {
 
 fn name_ok(name: &str, field: &str) -> Result<(), Invalid> {
     if name.is_empty() || name.len() > 200 || name.contains(':') {
-        return Err(invalid(
-            field,
-            "a name is 1 to 200 bytes without `:`",
-        ));
+        return Err(invalid(field, "a name is 1 to 200 bytes without `:`"));
     }
     Ok(())
 }
@@ -137,7 +134,10 @@ fn object<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Value>, Inval
 impl Preferences {
     /// The set `value` says, checked whole: unknown keys, times, zones, days,
     /// priorities, and channels `channel_known` does not know are refused.
-    pub fn parse(value: &Value, channel_known: &dyn Fn(&str) -> bool) -> Result<Preferences, Invalid> {
+    pub fn parse(
+        value: &Value,
+        channel_known: &dyn Fn(&str) -> bool,
+    ) -> Result<Preferences, Invalid> {
         let mut set = Preferences::default();
         let top = object(value, "")?;
         let channel = |name: &str, field: &str| -> Result<(), Invalid> {
@@ -145,7 +145,10 @@ impl Preferences {
             if channel_known(name) {
                 Ok(())
             } else {
-                Err(invalid(field, format!("channel `{name}` is not configured")))
+                Err(invalid(
+                    field,
+                    format!("channel `{name}` is not configured"),
+                ))
             }
         };
         for (key, v) in top {
@@ -165,7 +168,12 @@ impl Preferences {
                                 }
                                 CategoryPref::Channels(chans)
                             }
-                            _ => return Err(invalid(field, "must be false, true or an object of channel to true/false")),
+                            _ => {
+                                return Err(invalid(
+                                    field,
+                                    "must be false, true or an object of channel to true/false",
+                                ))
+                            }
                         };
                         set.categories.insert(cat.clone(), pref);
                     }
@@ -197,7 +205,9 @@ impl Preferences {
                     let v = match p {
                         CategoryPref::All(b) => Value::Bool(*b),
                         CategoryPref::Channels(m) => Value::Object(
-                            m.iter().map(|(k, b)| (k.clone(), Value::Bool(*b))).collect(),
+                            m.iter()
+                                .map(|(k, b)| (k.clone(), Value::Bool(*b)))
+                                .collect(),
                         ),
                     };
                     (c.clone(), v)
@@ -224,12 +234,20 @@ impl Preferences {
                 .iter()
                 .map(|o| {
                     let (days, from, to) = o.parts();
-                    let days = if days == "mon,tue,wed,thu,fri,sat,sun" { "daily".into() } else { days };
+                    let days = if days == "mon,tue,wed,thu,fri,sat,sun" {
+                        "daily".into()
+                    } else {
+                        days
+                    };
                     serde_json::json!({"days": days, "from": from, "to": to})
                 })
                 .collect();
             m.insert("windows".into(), Value::Array(windows));
-            let allow = q.allow.iter().map(|p| Value::String(p.as_str().into())).collect();
+            let allow = q
+                .allow
+                .iter()
+                .map(|p| Value::String(p.as_str().into()))
+                .collect();
             m.insert("allow".into(), Value::Array(allow));
             top.insert("quiet_hours".into(), Value::Object(m));
         }
@@ -269,7 +287,9 @@ fn quiet(v: &Value) -> Result<QuietHours, Invalid> {
         match key.as_str() {
             "timezone" => {
                 let field = "quiet_hours.timezone";
-                let name = v.as_str().ok_or_else(|| invalid(field, "must be a string"))?;
+                let name = v
+                    .as_str()
+                    .ok_or_else(|| invalid(field, "must be a string"))?;
                 let tz: Tz = name
                     .parse()
                     .map_err(|_| invalid(field, format!("`{name}` is not an IANA time zone")))?;
@@ -322,8 +342,14 @@ fn window(v: &Value, at: &str) -> Result<Opening, Invalid> {
             .and_then(Value::as_str)
             .ok_or_else(|| invalid(format!("{at}.{key}"), "is required, a string"))
     };
-    if let Some(other) = m.keys().find(|k| !["days", "from", "to"].contains(&k.as_str())) {
-        return Err(invalid(format!("{at}.{other}"), format!("unknown key `{other}`")));
+    if let Some(other) = m
+        .keys()
+        .find(|k| !["days", "from", "to"].contains(&k.as_str()))
+    {
+        return Err(invalid(
+            format!("{at}.{other}"),
+            format!("unknown key `{other}`"),
+        ));
     }
     let (days, from, to) = (text("days")?, text("from")?, text("to")?);
     parse_days(days).map_err(|e| invalid(format!("{at}.days"), e.0))?;
@@ -383,23 +409,48 @@ mod tests {
         let cases = [
             (json!({"colour": 1}), "colour"),
             (json!({"channels": {"fax": false}}), "channels.fax"),
-            (json!({"categories": {"a": {"fax": false}}}), "categories.a.fax"),
+            (
+                json!({"categories": {"a": {"fax": false}}}),
+                "categories.a.fax",
+            ),
             (json!({"categories": {"a": 3}}), "categories.a"),
-            (json!({"quiet_hours": {"windows": [{"days": "daily", "from": "25:00", "to": "07:00"}]}}), "quiet_hours.windows[0].from"),
-            (json!({"quiet_hours": {"windows": [{"days": "daily", "from": "22:00", "to": "7"}]}}), "quiet_hours.windows[0].to"),
-            (json!({"quiet_hours": {"windows": [{"days": "funday", "from": "22:00", "to": "07:00"}]}}), "quiet_hours.windows[0].days"),
-            (json!({"quiet_hours": {"timezone": "Mars/Base", "windows": []}}), "quiet_hours.timezone"),
-            (json!({"quiet_hours": {"windows": [], "allow": ["asap"]}}), "quiet_hours.allow[0]"),
+            (
+                json!({"quiet_hours": {"windows": [{"days": "daily", "from": "25:00", "to": "07:00"}]}}),
+                "quiet_hours.windows[0].from",
+            ),
+            (
+                json!({"quiet_hours": {"windows": [{"days": "daily", "from": "22:00", "to": "7"}]}}),
+                "quiet_hours.windows[0].to",
+            ),
+            (
+                json!({"quiet_hours": {"windows": [{"days": "funday", "from": "22:00", "to": "07:00"}]}}),
+                "quiet_hours.windows[0].days",
+            ),
+            (
+                json!({"quiet_hours": {"timezone": "Mars/Base", "windows": []}}),
+                "quiet_hours.timezone",
+            ),
+            (
+                json!({"quiet_hours": {"windows": [], "allow": ["asap"]}}),
+                "quiet_hours.allow[0]",
+            ),
         ];
         for (v, field) in cases {
-            assert_eq!(Preferences::parse(&v, &known).unwrap_err().field, field, "{v}");
+            assert_eq!(
+                Preferences::parse(&v, &known).unwrap_err().field,
+                field,
+                "{v}"
+            );
         }
     }
 
     #[test]
     fn merge_patch_follows_rfc_7386() {
         let mut t = json!({"channels": {"sms": false}, "categories": {"a": false}});
-        merge_patch(&mut t, &json!({"channels": {"sms": null, "email": false}, "categories": null}));
+        merge_patch(
+            &mut t,
+            &json!({"channels": {"sms": null, "email": false}, "categories": null}),
+        );
         assert_eq!(t, json!({"channels": {"email": false}}));
     }
 
@@ -410,12 +461,24 @@ mod tests {
         let q = Preferences::parse(&v, &known).unwrap().quiet_hours.unwrap();
         let utc = |y, mo, d, h, mi| Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap();
         // 23:30 Berlin (CET, +1) → 07:00 Berlin = 06:00 UTC
-        assert_eq!(q.end(Tz::UTC, utc(2026, 1, 14, 22, 30)), utc(2026, 1, 15, 6, 0));
+        assert_eq!(
+            q.end(Tz::UTC, utc(2026, 1, 14, 22, 30)),
+            utc(2026, 1, 15, 6, 0)
+        );
         // outside: itself
-        assert_eq!(q.end(Tz::UTC, utc(2026, 1, 14, 12, 0)), utc(2026, 1, 14, 12, 0));
+        assert_eq!(
+            q.end(Tz::UTC, utc(2026, 1, 14, 12, 0)),
+            utc(2026, 1, 14, 12, 0)
+        );
         // the night clocks go forward (29 March 2026): 07:00 CEST = 05:00 UTC
-        assert_eq!(q.end(Tz::UTC, utc(2026, 3, 28, 23, 0)), utc(2026, 3, 29, 5, 0));
+        assert_eq!(
+            q.end(Tz::UTC, utc(2026, 3, 28, 23, 0)),
+            utc(2026, 3, 29, 5, 0)
+        );
         // the night they go back (25 October 2026): 07:00 CET = 06:00 UTC
-        assert_eq!(q.end(Tz::UTC, utc(2026, 10, 24, 23, 0)), utc(2026, 10, 25, 6, 0));
+        assert_eq!(
+            q.end(Tz::UTC, utc(2026, 10, 24, 23, 0)),
+            utc(2026, 10, 25, 6, 0)
+        );
     }
 }

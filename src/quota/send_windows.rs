@@ -217,7 +217,9 @@ impl SendWindows {
         let mut t = at;
         for _ in 0..64 {
             let date = window::local_date(tz, t);
-            let Some(yesterday) = date.pred_opt() else { return t };
+            let Some(yesterday) = date.pred_opt() else {
+                return t;
+            };
             let mut until = None;
             for day in [yesterday, date] {
                 for o in &self.0 {

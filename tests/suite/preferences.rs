@@ -114,9 +114,27 @@ async fn opt_outs_dead_letter_naming_what_and_required_policies_pass() {
 
     // (job, recipient, channel, category, dead detail or None: dispatched)
     let cases = [
-        ("m-sms", "r+1", "sms", "marketing", Some("category marketing")),
-        ("m-email", "r+1", "email", "marketing", Some("category marketing")),
-        ("rem-sms", "r+1", "sms", "reminders", Some("category reminders, channel sms")),
+        (
+            "m-sms",
+            "r+1",
+            "sms",
+            "marketing",
+            Some("category marketing"),
+        ),
+        (
+            "m-email",
+            "r+1",
+            "email",
+            "marketing",
+            Some("category marketing"),
+        ),
+        (
+            "rem-sms",
+            "r+1",
+            "sms",
+            "reminders",
+            Some("category reminders, channel sms"),
+        ),
         ("rem-email", "r+1", "email", "reminders", None),
         ("push", "r+1", "push", "default", Some("channel push")),
         ("receipt", "r+1", "push", "transactional", None),
@@ -158,7 +176,18 @@ async fn a_tenant_has_its_own_set() {
     let (_c, w, conn) = rig(&s).await;
     let (addr, stop) = serve(&s, &w, Guard::Open).await;
     let set = json!({"channels": {"sms": false}}).to_string();
-    assert_eq!(call(&addr, "PUT", &format!("{}?tenant=acme", path("r")), &set, None).await.0, 200);
+    assert_eq!(
+        call(
+            &addr,
+            "PUT",
+            &format!("{}?tenant=acme", path("r")),
+            &set,
+            None
+        )
+        .await
+        .0,
+        200
+    );
     assert_eq!(call(&addr, "GET", &path("r"), "", None).await.0, 404);
     let with_tenant = br#"{"id":"t1","recipient":"r","channel":"sms","tenant":"acme"}"#;
     publish(&conn, &s, with_tenant).await;
@@ -205,10 +234,19 @@ async fn bad_input_is_refused_whole_naming_its_field() {
         (w0("from", "25:00"), "quiet_hours.windows[0].from"),
         (w0("to", "7"), "quiet_hours.windows[0].to"),
         (w0("days", "someday"), "quiet_hours.windows[0].days"),
-        (json!({"quiet_hours": {"timezone": "Mars/Olympus", "windows": []}}), "quiet_hours.timezone"),
-        (json!({"quiet_hours": {"windows": [], "allow": ["asap"]}}), "quiet_hours.allow[0]"),
+        (
+            json!({"quiet_hours": {"timezone": "Mars/Olympus", "windows": []}}),
+            "quiet_hours.timezone",
+        ),
+        (
+            json!({"quiet_hours": {"windows": [], "allow": ["asap"]}}),
+            "quiet_hours.allow[0]",
+        ),
         (json!({"channels": {"fax": false}}), "channels.fax"),
-        (json!({"categories": {"a": {"fax": false}}}), "categories.a.fax"),
+        (
+            json!({"categories": {"a": {"fax": false}}}),
+            "categories.a.fax",
+        ),
     ];
     for (body, field) in cases {
         let (code, answer) = call(&addr, "PUT", &path("rb"), &body.to_string(), None).await;
@@ -218,7 +256,11 @@ async fn bad_input_is_refused_whole_naming_its_field() {
         let (code, _) = call(&addr, "PATCH", &path("rb"), &body.to_string(), None).await;
         assert_eq!(code, 400, "PATCH {body}");
     }
-    assert_eq!(call(&addr, "GET", &path("rb"), "", None).await.0, 404, "nothing stored");
+    assert_eq!(
+        call(&addr, "GET", &path("rb"), "", None).await.0,
+        404,
+        "nothing stored"
+    );
     let big = json!({"categories": {"x": false}, "pad": "a".repeat(70 * 1024)}).to_string();
     assert_eq!(call(&addr, "PUT", &path("rb"), &big, None).await.0, 413);
     stop.cancel();
@@ -232,15 +274,34 @@ async fn the_api_answers_401_without_its_token_and_403_beyond_loopback() {
     let (addr, stop) = serve(&s, &w, Guard::token(&"api-s3cret".into())).await;
     for method in ["GET", "PUT", "PATCH", "DELETE"] {
         for token in [None, Some("wrong")] {
-            assert_eq!(call(&addr, method, &path("ra"), "{}", token).await.0, 401, "{method}");
+            assert_eq!(
+                call(&addr, method, &path("ra"), "{}", token).await.0,
+                401,
+                "{method}"
+            );
         }
     }
-    assert_eq!(call(&addr, "PUT", &path("ra"), "{}", Some("api-s3cret")).await.0, 200);
-    assert_eq!(call(&addr, "GET", &path("ra"), "", Some("api-s3cret")).await.0, 200);
+    assert_eq!(
+        call(&addr, "PUT", &path("ra"), "{}", Some("api-s3cret"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(&addr, "GET", &path("ra"), "", Some("api-s3cret"))
+            .await
+            .0,
+        200
+    );
     stop.cancel();
     let (addr, stop) = serve(&s, &w, Guard::Refused).await;
     for method in ["GET", "PUT", "PATCH", "DELETE"] {
-        assert_eq!(call(&addr, method, &path("ra"), "{}", Some("api-s3cret")).await.0, 403);
+        assert_eq!(
+            call(&addr, method, &path("ra"), "{}", Some("api-s3cret"))
+                .await
+                .0,
+            403
+        );
     }
     stop.cancel();
 }
