@@ -63,6 +63,8 @@
 -- every layer that holds it pass; it is then recorded in its key and every layer's.
 --   9, kind, since, until  suppressed (see the suppression section below): nothing
 --                     was written for this job
+--   10, what          opted out (see the preferences section below): nothing was
+--                     written for this job
 --
 -- Suppression section (optional, after the layers section if any, else after the
 -- keys of the undeclared jobs; opened by the word "S"; the worker sends it only while
@@ -77,6 +79,19 @@
 --   ARGV[s+P+k]        job k's channel
 --   A job whose channel's field holds a kind in its plan's mask, with until 0 or after
 --   now, answers 8 before anything else is read or written for it.
+--
+-- Preferences section (optional, after the suppression section if any, else where
+-- that would begin; opened by the word "P"; the worker sends it only while the key
+-- `prefix:preferences` says some recipient has a set, so without preferences a call
+-- carries and does nothing more):
+--   ARGV[r]            L, the key prefix's length: a job's preferences are the hash
+--                      named by the first L + 19 bytes of its key followed by
+--                      `/prefs`; fields `c:CATEGORY`, `h:CHANNEL`,
+--                      `p:CATEGORY:CHANNEL` hold 1 when the recipient opted out
+--   ARGV[r+2k-1], ARGV[r+2k]  job k's category and channel (an empty category: the
+--                      job's policy is required, nothing is read for it)
+--   A job opted out answers 10, what (1 its category, 2 its channel, 3 the pair)
+--   before anything else is read or written for it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -295,6 +310,25 @@ local function suppressed(key, k, p)
 end
 -- <<< suppression
 
+-- >>> preferences: the optional section (opened by "P") after the suppressions
+local pref_at = nil
+local r = b
+if supp_at then r = supp_at + tonumber(ARGV[4]) + jobs + 1 end
+if ARGV[r] == 'P' then pref_at = r + 1 end
+local function opted_out(key, k)
+  local category = ARGV[pref_at + 2 * k - 1]
+  if category == '' then return nil end
+  local channel = ARGV[pref_at + 2 * k]
+  local hash = string.sub(key, 1, tonumber(ARGV[pref_at]) + 19) .. '/prefs'
+  local v = redis.call('HMGET', hash, 'c:' .. category, 'h:' .. channel,
+    'p:' .. category .. ':' .. channel)
+  for i = 1, 3 do
+    if v[i] then return 10, i end
+  end
+  return nil
+end
+-- <<< preferences
+
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
   -- >>> suppression: one HGET per job, only when the section is present
@@ -303,13 +337,18 @@ for k = 1, jobs do
     ok, code, extra = pcall(suppressed, key, k, tonumber(ARGV[a + 1]))
   end
   -- <<< suppression
+  -- >>> preferences: one HMGET per job, only when the section is present
+  if ok and not code and pref_at then
+    ok, code, extra = pcall(opted_out, key, k)
+  end
+  -- <<< preferences
   if ok and not code then
     ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])], layers[k])
   end
   if not ok then code = failure(code) end
   n = n + 1
   out[n] = code
-  if code == 3 then
+  if code == 3 or code == 10 then
     n = n + 1
     out[n] = extra
   elseif code == 9 then

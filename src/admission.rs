@@ -111,6 +111,9 @@ pub enum Admission {
     Duplicate,
     /// Its recipient is suppressed on its channel by a kind its policy is held by.
     Suppressed(crate::quota::suppression::Suppression),
+    /// Its recipient opted out of its category, its channel or the pair (their
+    /// preferences), and its policy is not required.
+    OptedOut(crate::quota::preferences::OptOut),
     /// Another worker holds a live reservation for this job (it is being dispatched);
     /// look again at `retry_at`, when that reservation would lapse.
     Reserved {

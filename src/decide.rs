@@ -421,6 +421,10 @@ pub(crate) fn after_admission(
             cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
+        Admission::OptedOut(what) => dead(
+            Reason::OptedOut,
+            what.describe(&job.category, &job.channel),
+        ),
         Admission::Suppressed(s) => dead(
             Reason::Suppressed,
             format!(

@@ -2,7 +2,9 @@
 //! `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz` (broker
 //! connected with the topology declared, and Redis answering) and `POST /reload`
 //! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`). The
-//! mutating endpoints ask for `http.admin_token` ([`guard`]).
+//! mutating endpoints ask for `http.admin_token` ([`guard`]). The recipients'
+//! preferences API (`/v1/recipients/{recipient}/preferences`, `preferences.rs`)
+//! asks for `http.api_token` on every method.
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -28,6 +30,7 @@ use crate::health::Health;
 use crate::status::Status;
 
 pub mod guard;
+mod preferences;
 
 pub use guard::Guard;
 
@@ -58,6 +61,8 @@ pub struct App {
     pub status: Arc<Status>,
     /// Who may call the mutating endpoints.
     pub guard: Guard,
+    /// Who may call the preferences API (`http.api_token`).
+    pub api_guard: Guard,
 }
 
 /// The routes: `/metrics`, `/healthz`, `/readyz`, `/`, `/status.json`, `POST
@@ -69,6 +74,7 @@ pub fn router(metrics: Option<PrometheusHandle>, health: Arc<Health>) -> Router 
         health,
         status: Arc::default(),
         guard: Guard::Open,
+        api_guard: Guard::Open,
     })
 }
 
@@ -84,6 +90,7 @@ pub fn app(app: App) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .merge(mutating)
+        .merge(preferences::routes())
         .with_state(app)
 }
 
@@ -240,6 +247,7 @@ pub async fn start(
         health,
         status,
         guard,
+        api_guard: Guard::api(&settings.http),
     };
     Ok(Some(tokio::spawn(async move {
         if let Err(e) = serve(listener, self::app(app), shutdown).await {

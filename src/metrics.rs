@@ -66,6 +66,11 @@ pub(crate) const SHADOW_TOTAL: &str = "quota_worker_shadow_total";
 pub const FEEDBACK_TOTAL: &str = "quota_worker_feedback_total";
 /// Recipients suppressed on a channel by feedback or the admin, by `kind`.
 pub const SUPPRESSIONS_TOTAL: &str = "quota_worker_suppressions_total";
+/// Counter: jobs the recipients' preferences stopped or held, by `outcome`
+/// (`opted_out`, `quiet_hours`).
+pub const PREFERENCE_TOTAL: &str = "quota_worker_preference_total";
+/// Counter: requests to the preferences API (`/v1/recipients/...`), by `status`.
+pub const PREFERENCE_REQUESTS_TOTAL: &str = "quota_worker_preference_requests_total";
 /// Seconds from a job's dispatch (its recorded send) to its `delivered` feedback.
 pub const DELIVERY_SECONDS: &str = "quota_worker_delivery_seconds";
 /// Each paced channel's send rate in force, jobs per second: the configured rate,
@@ -185,6 +190,14 @@ pub fn describe() {
     describe_counter!(
         SUPPRESSIONS_TOTAL,
         "Recipients suppressed on a channel, by kind (bounced, complained, unsubscribed)"
+    );
+    describe_counter!(
+        PREFERENCE_TOTAL,
+        "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"
+    );
+    describe_counter!(
+        PREFERENCE_REQUESTS_TOTAL,
+        "Requests to the preferences API (/v1/recipients/R/preferences), by HTTP status"
     );
     describe_histogram!(
         DELIVERY_SECONDS,

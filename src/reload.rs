@@ -104,6 +104,11 @@ impl Reloader {
         Ok(changes)
     }
 
+    /// The store it swaps the rules of (the preferences API edits through it).
+    pub fn store(&self) -> &Arc<QuotaStore> {
+        &self.store
+    }
+
     /// The rules in force now.
     pub fn rules(&self) -> Arc<Rules> {
         self.store.rules()

@@ -103,6 +103,9 @@ pub struct QuotaStore {
     /// Whether some recipient may be suppressed (the key `prefix:suppressions`
     /// exists, as last seen): only then do admissions check suppressions.
     suppressions: AtomicBool,
+    /// Whether some recipient may have preferences (the key `prefix:preferences`
+    /// exists, as last seen): only then do admissions check them.
+    preferences: AtomicBool,
     /// The last plan made per (policy, zone), with the local date it is for: a
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
@@ -230,6 +233,7 @@ impl QuotaStore {
             orphans: Default::default(),
             plans: Default::default(),
             suppressions: AtomicBool::new(false),
+            preferences: AtomicBool::new(false),
             cap_plans: Default::default(),
         };
         store.sync_clock().await?;

@@ -6,6 +6,7 @@
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub(crate) mod jobs;
+pub mod preferences;
 pub(crate) mod queues;
 pub mod recipients;
 pub mod suppressions;

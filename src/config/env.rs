@@ -13,7 +13,7 @@ pub const ENV_PREFIX: &str = "QUOTA_WORKER";
 /// The keys that may also be read from a file named by `<VARIABLE>_FILE` (as the
 /// official RabbitMQ, Redis and Postgres images do, for Docker and Kubernetes
 /// secrets). Other keys ending in `_file` (`amqp.tls.ca_file`) are paths themselves.
-pub const SECRET_KEYS: [&str; 7] = [
+pub const SECRET_KEYS: [&str; 8] = [
     "amqp.url",
     "amqp.urls",
     "redis.url",
@@ -21,6 +21,7 @@ pub const SECRET_KEYS: [&str; 7] = [
     "redis.sentinel.urls",
     "redis.hash_key",
     "http.admin_token",
+    "http.api_token",
 ];
 
 /// The keys that hold a list of URLs (comma-separated in a variable or its file).

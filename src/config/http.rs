@@ -34,6 +34,18 @@ pub struct HttpSettings {
         serialize_with = "redacted_token"
     )]
     pub admin_token: Option<SecretString>,
+    /// The bearer token the preferences API (`/v1/recipients/{recipient}/preferences`,
+    /// every method) asks for: `Authorization: Bearer <token>`, its own, not
+    /// `admin_token`; without it or with another one the API answers 401. Unset
+    /// (the default): the API answers on a loopback `listen` only, and 403 on any
+    /// other. A secret: may come from the file named by
+    /// `QUOTA_WORKER__HTTP__API_TOKEN_FILE`; printed as [`REDACTED`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "redacted_token"
+    )]
+    pub api_token: Option<SecretString>,
 }
 
 fn redacted_token<S: Serializer>(_: &Option<SecretString>, s: S) -> Result<S::Ok, S::Error> {
@@ -46,6 +58,7 @@ impl fmt::Debug for HttpSettings {
             .field("enabled", &self.enabled)
             .field("listen", &self.listen)
             .field("admin_token", &self.admin_token.as_ref().map(|_| REDACTED))
+            .field("api_token", &self.api_token.as_ref().map(|_| REDACTED))
             .finish()
     }
 }
@@ -59,23 +72,24 @@ impl HttpSettings {
                 .parse::<std::net::SocketAddr>()
                 .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.listen)))?;
         }
-        if let Some(token) = &self.admin_token {
+        for (key, token) in [
+            ("http.admin_token", &self.admin_token),
+            ("http.api_token", &self.api_token),
+        ] {
+            let Some(token) = token else { continue };
             let token = token.expose_secret();
             if token.is_empty() {
-                return Err(invalid(
-                    "http.admin_token",
-                    "must not be empty (unset it instead)",
-                ));
+                return Err(invalid(key, "must not be empty (unset it instead)"));
             }
             if token == REDACTED {
                 return Err(invalid(
-                    "http.admin_token",
+                    key,
                     format!("`{REDACTED}` is what `config check` prints in place of the token; set the real one"),
                 ));
             }
             if !token.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(invalid(
-                    "http.admin_token",
+                    key,
                     "only printable ASCII without spaces (it is sent in a header)",
                 ));
             }
@@ -114,6 +128,7 @@ mod tests {
             enabled: true,
             listen: listen.into(),
             admin_token: token.map(SecretString::from),
+            api_token: None,
         }
     }
 

@@ -79,6 +79,11 @@ pub struct PolicySettings {
     /// them, but counted toward them) or `ignore` (neither).
     #[serde(default)]
     pub caps: CapsMode,
+    /// Its jobs pass the recipients' preferences (opt-outs and quiet hours): for
+    /// what a recipient may not turn off (receipts, codes). Unset: false, except
+    /// for the policy named `transactional`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -151,6 +156,7 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
             None => Kinds::ALL,
         },
         caps: p.caps,
+        required: p.required.unwrap_or(name == "transactional"),
     }
 }
 

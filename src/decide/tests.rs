@@ -38,6 +38,7 @@ pub(super) fn policy() -> Policy {
         priority: Default::default(),
         suppressed_by: crate::quota::suppression::Kinds::ALL,
         caps: Default::default(),
+        required: false,
     }
 }
 

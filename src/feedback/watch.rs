@@ -3,7 +3,9 @@
 //! exists (one `EXISTS` a poll, none per job); a worker that suppresses someone
 //! turns its own check on at once, the others within a poll. The key is written
 //! with the first suppression and never expires (a lapsed bounce leaves the check
-//! on: one HGET per job); deleting it turns the check off everywhere.
+//! on: one HGET per job); deleting it turns the check off everywhere. The same
+//! poll reads `prefix:preferences`, written with the first recipient's preferences
+//! (the preferences section of `lua/admit.lua`: one HMGET per job while it exists).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,11 +21,15 @@ pub const POLL: Duration = Duration::from_millis(500);
 /// Read the key once and set the store's check.
 pub async fn refresh(store: &QuotaStore) -> Result<(), StoreError> {
     let mut conn = store.connection();
-    let exists: bool = redis::cmd("EXISTS")
+    let (exists, prefs): (bool, bool) = redis::pipe()
+        .cmd("EXISTS")
         .arg(store.keys().suppressions_flag())
+        .cmd("EXISTS")
+        .arg(store.keys().preferences_flag())
         .query_async(&mut conn)
         .await?;
     store.check_suppressions(exists);
+    store.check_preferences(prefs);
     Ok(())
 }
 

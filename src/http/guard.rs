@@ -53,6 +53,15 @@ impl Guard {
         }
     }
 
+    /// The guard of the preferences API: `http.api_token`, else loopback only.
+    pub fn api(http: &HttpSettings) -> Guard {
+        match &http.api_token {
+            Some(token) => Guard::token(token),
+            None if http.loopback() => Guard::Open,
+            None => Guard::Refused,
+        }
+    }
+
     /// Only `token` passes.
     pub fn token(token: &SecretString) -> Guard {
         Guard::Token(blake3::hash(token.expose_secret().as_bytes()))
@@ -134,6 +143,7 @@ mod tests {
             enabled: true,
             listen: listen.into(),
             admin_token: token.map(SecretString::from),
+            api_token: None,
         }
     }
 

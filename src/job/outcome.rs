@@ -19,19 +19,22 @@ pub enum Reason {
     Cancelled,
     /// Its recipient is suppressed on its channel (a bounce, complaint or opt-out).
     Suppressed,
+    /// Its recipient opted out of its category, its channel or the pair.
+    OptedOut,
     /// Feedback from a sender that is not valid (not a job's outcome).
     MalformedFeedback,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub(crate) const ALL: [Reason; 7] = [
+    pub(crate) const ALL: [Reason; 8] = [
         Reason::Malformed,
         Reason::UnknownChannel,
         Reason::Capped,
         Reason::Expired,
         Reason::Cancelled,
         Reason::Suppressed,
+        Reason::OptedOut,
         Reason::MalformedFeedback,
     ];
 
@@ -44,6 +47,7 @@ impl Reason {
             Reason::Expired => "expired",
             Reason::Cancelled => "cancelled",
             Reason::Suppressed => "suppressed",
+            Reason::OptedOut => "opted_out",
             Reason::MalformedFeedback => "malformed_feedback",
         }
     }

@@ -171,6 +171,23 @@ impl Keys {
         )
     }
 
+    /// The hash of a recipient's preferences: `set` (the JSON), `updated_at` (ms) and
+    /// the opt-out fields of [`crate::quota::preferences::fields`]. `lua/admit.lua`
+    /// derives it from a recipient key as it does [`Keys::suppressed`].
+    pub fn preferences(&self, recipient: &str) -> String {
+        format!(
+            "{}:{{{}}}/prefs",
+            self.prefix,
+            self.recipient_tag(recipient)
+        )
+    }
+
+    /// Set once any recipient has preferences: while it is absent, admissions skip
+    /// the preferences check.
+    pub fn preferences_flag(&self) -> String {
+        format!("{}:preferences", self.prefix)
+    }
+
     /// Set once any recipient is suppressed: while it is absent, admissions skip
     /// the suppression check.
     pub fn suppressions_flag(&self) -> String {

@@ -83,6 +83,9 @@ pub struct Policy {
     pub suppressed_by: super::suppression::Kinds,
     /// What the caps (`quota::caps`) do to its jobs.
     pub caps: CapsMode,
+    /// Its jobs pass the recipients' opt-outs and quiet hours
+    /// (`policies.NAME.required`).
+    pub required: bool,
 }
 
 /// What a policy lets the caps do to its jobs (`policies.NAME.caps`).

@@ -210,6 +210,34 @@ impl SendWindows {
         best
     }
 
+    /// The first instant at or after `at` inside none of the openings (`at` itself
+    /// when it is outside them): where quiet hours end. Openings that chain into
+    /// each other are followed; a set open all the time answers a week ahead.
+    pub(crate) fn next_closed(&self, tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> {
+        let mut t = at;
+        for _ in 0..64 {
+            let date = window::local_date(tz, t);
+            let Some(yesterday) = date.pred_opt() else {
+                return t;
+            };
+            let mut until = None;
+            for day in [yesterday, date] {
+                for o in &self.0 {
+                    if let Some((open, close)) = o.span(tz, day) {
+                        if open <= t && t < close {
+                            until = Some(until.map_or(close, |u: DateTime<Utc>| u.max(close)));
+                        }
+                    }
+                }
+            }
+            match until {
+                Some(u) => t = u,
+                None => return t,
+            }
+        }
+        t
+    }
+
     /// Whether `at` is inside one of the openings.
     pub fn contains(&self, tz: Tz, at: DateTime<Utc>) -> bool {
         self.next_open(tz, at) == Some(at)

@@ -59,6 +59,9 @@ pub(crate) struct AdmitArgs {
     /// The job's channel, given only while some recipient may be suppressed (the
     /// call then carries the suppression section of `lua/admit.lua`).
     pub channel: Option<String>,
+    /// The job's category (empty: its policy is required) and channel, given only
+    /// while some recipient has preferences (the preferences section).
+    pub prefs: Option<(String, String)>,
     /// The caps the job meets, in order (empty for most jobs: then the call carries
     /// nothing more for it).
     pub layers: Vec<LayerArgs>,
@@ -100,6 +103,8 @@ pub(crate) enum Verdict {
     /// The recipient is suppressed on the job's channel by a kind its policy is
     /// held by: the kind's bit, since and until (ms; 0: until removed).
     Suppressed(i64, u8, i64, i64),
+    /// The recipient opted out: 1 its category, 2 its channel, 3 the pair.
+    OptedOut(i64, i64),
     /// A job with layers, refused by its policy or a cap: the times (ms) of the
     /// sends each layer remembers, its policy's first, then each cap's in the order
     /// given (none for a cap that only counts).
@@ -118,7 +123,8 @@ impl Verdict {
             | Verdict::Clock(now)
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now)
-            | Verdict::Suppressed(now, ..) => *now,
+            | Verdict::Suppressed(now, ..)
+            | Verdict::OptedOut(now, _) => *now,
             Verdict::Layered(now, _) => *now,
         }
     }
@@ -145,10 +151,13 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
                 }
             }
             2 => Verdict::Duplicate(now),
-            3 => {
+            3 | 10 => {
                 let (&at, tail) = rest.split_first()?;
                 rest = tail;
-                Verdict::Reserved(now, at)
+                match code {
+                    3 => Verdict::Reserved(now, at),
+                    _ => Verdict::OptedOut(now, at),
+                }
             }
             4 => Verdict::Clock(now),
             5 => Verdict::WrongType(now),
@@ -354,6 +363,14 @@ impl Caller {
             }
             for job in jobs {
                 cmd.arg(job.channel.as_deref().unwrap_or(""));
+            }
+        }
+        if jobs.iter().any(|j| j.prefs.is_some()) {
+            // the preferences section (see `lua/admit.lua`)
+            cmd.arg("P").arg(self.prefix_len);
+            for job in jobs {
+                let (category, channel) = job.prefs.as_ref().map_or(("", ""), |(a, b)| (a, b));
+                cmd.arg(category).arg(channel);
             }
         }
         super::conn::count_call(&self.calls);

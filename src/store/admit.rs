@@ -3,6 +3,7 @@
 //! store keeps for jobs whose dispatch failed.
 
 use super::*;
+use crate::quota::preferences::OptOut;
 
 impl QuotaStore {
     pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
@@ -177,6 +178,19 @@ impl QuotaStore {
                     }
                 }
             }
+            Verdict::OptedOut(now, what) => match OptOut::from_code(what) {
+                Some(what) => {
+                    metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")
+                        .increment(1);
+                    Admission::OptedOut(what)
+                }
+                None => {
+                    return Err(StoreError::Reply {
+                        script: "admit.lua",
+                        reply: vec![10, now, what],
+                    })
+                }
+            },
             Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
             },
@@ -345,6 +359,10 @@ impl QuotaStore {
                     .suppressions
                     .load(Ordering::Relaxed)
                     .then(|| req.channel.to_string()),
+                prefs: self.preferences.load(Ordering::Relaxed).then(|| {
+                    let category = if policy.required { "" } else { req.category };
+                    (category.to_string(), req.channel.to_string())
+                }),
                 layers,
             })
             .await

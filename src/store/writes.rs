@@ -71,6 +71,17 @@ impl QuotaStore {
         self.suppressions.load(Ordering::Relaxed)
     }
 
+    /// Whether admissions check preferences (some recipient may have a set).
+    pub fn checks_preferences(&self) -> bool {
+        self.preferences.load(Ordering::Relaxed)
+    }
+
+    /// Check preferences from now on (`on`: the key `prefix:preferences` exists,
+    /// as read by [`crate::feedback::watch`]) or not.
+    pub fn check_preferences(&self, on: bool) {
+        self.preferences.store(on, Ordering::Relaxed);
+    }
+
     /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
     /// or this worker just wrote it) or stop checking.
     pub fn check_suppressions(&self, on: bool) {

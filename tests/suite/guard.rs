@@ -51,6 +51,7 @@ async fn mutating_endpoints_answer_401_or_403_and_the_others_answer_anyone() {
             health: Arc::new(Health::default()),
             status: Arc::default(),
             guard: guard.clone(),
+            api_guard: Guard::Open,
         };
         let server = tokio::spawn(quota_worker::http::serve(
             listener,

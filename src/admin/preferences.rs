@@ -1,0 +1,137 @@
+//! A recipient's preferences in Redis: read, replaced whole, merged (RFC 7386) and
+//! removed, for the HTTP API ([`crate::http`]) and `admin recipient R preferences`.
+//! The set is checked whole first ([`crate::quota::preferences`]); one script
+//! (`lua/preferences.lua`) replaces the hash, so an admission never sees half of
+//! it. The first set stored writes `prefix:preferences`, which turns the
+//! admissions' check on ([`crate::feedback::watch`]).
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+
+use crate::quota::preferences::{merge_patch, Invalid, Preferences};
+use crate::redis::StoreError;
+use crate::store::QuotaStore;
+
+static SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/preferences.lua")));
+
+/// A stored set: its JSON (as `GET` shows it, with `updated_at`).
+pub type Stored = Value;
+
+/// What an edit could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// The set is not valid; nothing was stored.
+    #[error("{}: {}", .0.field, .0.error)]
+    Invalid(Invalid),
+    /// Redis failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn key(store: &QuotaStore, tenant: Option<&str>, recipient: &str) -> String {
+    store.keys().for_tenant(tenant).preferences(recipient)
+}
+
+/// `recipient`'s set as stored, with `updated_at`; `None`: none.
+pub async fn get(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+) -> Result<Option<Stored>, StoreError> {
+    let mut conn = store.connection();
+    let (set, at): (Option<String>, Option<i64>) = redis::cmd("HMGET")
+        .arg(key(store, tenant, recipient))
+        .arg("set")
+        .arg("updated_at")
+        .query_async(&mut conn)
+        .await?;
+    let Some(mut set) = set.and_then(|s| serde_json::from_str::<Value>(&s).ok()) else {
+        return Ok(None);
+    };
+    if let (Some(map), Some(at)) = (set.as_object_mut(), at) {
+        let at = crate::quota::window::from_millis(at);
+        map.insert(
+            "updated_at".into(),
+            Value::String(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        );
+    }
+    Ok(Some(set))
+}
+
+fn check(store: &QuotaStore, value: &Value) -> Result<Preferences, EditError> {
+    let rules = store.rules();
+    Preferences::parse(value, &|ch| rules.channel(ch).is_some()).map_err(EditError::Invalid)
+}
+
+/// Replace `recipient`'s set with `value` (checked whole first); the set stored,
+/// as `GET` shows it.
+pub async fn put(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+    value: &Value,
+) -> Result<Stored, EditError> {
+    let set = check(store, value)?;
+    let mut conn = store.connection();
+    // the flag first: a set is never stored while admissions skip the check
+    let _: () = redis::cmd("SET")
+        .arg(store.keys().preferences_flag())
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .map_err(StoreError::from)?;
+    store.check_preferences(true);
+    let now = store.redis_now().timestamp_millis();
+    let json = set.to_json().to_string();
+    let mut call = SCRIPT.key(key(store, tenant, recipient));
+    call.arg(&json)
+        .arg(now)
+        .arg(recipient)
+        .arg(tenant.unwrap_or(""));
+    for field in set.opt_out_fields() {
+        call.arg(field);
+    }
+    let _: i64 = call
+        .invoke_async(&mut conn)
+        .await
+        .map_err(StoreError::from)?;
+    Ok(get(store, tenant, recipient).await?.unwrap_or(Value::Null))
+}
+
+/// Merge `patch` into `recipient`'s set (RFC 7386: `null` removes a key; an absent
+/// set is `{}`), check the result whole and store it.
+pub async fn patch(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+    patch: &Value,
+) -> Result<Stored, EditError> {
+    let mut value = get(store, tenant, recipient)
+        .await?
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    if let Some(map) = value.as_object_mut() {
+        map.remove("updated_at");
+    }
+    merge_patch(&mut value, patch);
+    put(store, tenant, recipient, &value).await
+}
+
+/// Remove `recipient`'s set; whether there was one.
+pub async fn delete(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+) -> Result<bool, StoreError> {
+    let mut conn = store.connection();
+    let existed: i64 = SCRIPT
+        .key(key(store, tenant, recipient))
+        .arg("")
+        .arg(0)
+        .arg(recipient)
+        .arg("")
+        .invoke_async(&mut conn)
+        .await?;
+    Ok(existed == 1)
+}

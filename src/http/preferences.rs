@@ -1,0 +1,178 @@
+//! The recipients' preferences API: `PUT` (replace), `PATCH` (RFC 7386 merge),
+//! `GET` (with `updated_at`; 404 when none) and `DELETE` (204) on
+//! `/v1/recipients/{recipient}/preferences`, the recipient percent-encoded,
+//! `?tenant=T` scoping it to a tenant. Every method asks for `http.api_token`
+//! ([`Guard::api`]). Bad input is refused whole with 400 and
+//! `{"error", "field"}`; a body over 64 KiB with 413. Each answer is counted by
+//! status (`quota_worker_preference_requests_total`).
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::App;
+use crate::admin::preferences::{self as stored, EditError};
+use crate::quota::preferences::MAX_BYTES;
+
+/// The routes, with their body limit.
+pub(super) fn routes() -> Router<App> {
+    Router::new()
+        .route(
+            "/v1/recipients/{recipient}/preferences",
+            get(read).put(replace).patch(merge).delete(remove),
+        )
+        .layer(DefaultBodyLimit::max(MAX_BYTES))
+}
+
+fn error(status: StatusCode, error: &str, field: Option<&str>) -> Response {
+    let body = match field {
+        Some(f) => json!({ "error": error, "field": f }),
+        None => json!({ "error": error }),
+    };
+    (status, Json(body)).into_response()
+}
+
+fn counted(response: Response) -> Response {
+    metrics::counter!(
+        crate::metrics::PREFERENCE_REQUESTS_TOTAL,
+        "status" => response.status().as_u16().to_string()
+    )
+    .increment(1);
+    response
+}
+
+/// The `tenant` of the query string, percent-decoded.
+fn tenant(uri: &Uri) -> Option<String> {
+    let query = uri.query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "tenant")
+        .map(|(_, v)| v.into_owned())
+        .filter(|t| !t.is_empty())
+}
+
+/// The guard's verdict, then the store (503 before it is connected).
+fn admit(
+    app: &App,
+    headers: &HeaderMap,
+) -> Result<std::sync::Arc<crate::store::QuotaStore>, Box<Response>> {
+    if let Err(refusal) = app.api_guard.check(headers) {
+        let message = match refusal.status {
+            StatusCode::FORBIDDEN => "http.listen is not loopback and http.api_token is not set",
+            _ => "send `Authorization: Bearer <http.api_token>`",
+        };
+        let mut response = error(refusal.status, message, None);
+        if refusal.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"quota-worker\""),
+            );
+        }
+        return Err(Box::new(response));
+    }
+    match app.status.reloader() {
+        Some(r) => Ok(r.store().clone()),
+        None => Err(Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the worker is not connected to Redis yet",
+            None,
+        ))),
+    }
+}
+
+fn redis_down(e: impl std::fmt::Display) -> Response {
+    tracing::warn!(error = %e, "the preferences API could not reach Redis");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Redis did not answer",
+        None,
+    )
+}
+
+fn edited(result: Result<Value, EditError>) -> Response {
+    match result {
+        Ok(set) => (StatusCode::OK, Json(set)).into_response(),
+        Err(EditError::Invalid(bad)) => {
+            error(StatusCode::BAD_REQUEST, &bad.error, Some(&bad.field))
+        }
+        Err(EditError::Store(e)) => redis_down(e),
+    }
+}
+
+fn body(bytes: &Bytes) -> Result<Value, Box<Response>> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            &format!("not JSON: {e}"),
+            Some(""),
+        ))
+    })
+}
+
+async fn read(
+    State(app): State<App>,
+    Path(recipient): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    counted(match admit(&app, &headers) {
+        Err(r) => *r,
+        Ok(store) => match stored::get(&store, tenant(&uri).as_deref(), &recipient).await {
+            Ok(Some(set)) => Json(set).into_response(),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                "no preferences for this recipient",
+                None,
+            ),
+            Err(e) => redis_down(e),
+        },
+    })
+}
+
+async fn replace(
+    State(app): State<App>,
+    Path(recipient): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    counted(match (admit(&app, &headers), body(&bytes)) {
+        (Err(r), _) | (_, Err(r)) => *r,
+        (Ok(store), Ok(value)) => {
+            edited(stored::put(&store, tenant(&uri).as_deref(), &recipient, &value).await)
+        }
+    })
+}
+
+async fn merge(
+    State(app): State<App>,
+    Path(recipient): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    counted(match (admit(&app, &headers), body(&bytes)) {
+        (Err(r), _) | (_, Err(r)) => *r,
+        (Ok(store), Ok(value)) => {
+            edited(stored::patch(&store, tenant(&uri).as_deref(), &recipient, &value).await)
+        }
+    })
+}
+
+async fn remove(
+    State(app): State<App>,
+    Path(recipient): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    counted(match admit(&app, &headers) {
+        Err(r) => *r,
+        Ok(store) => match stored::delete(&store, tenant(&uri).as_deref(), &recipient).await {
+            Ok(_) => StatusCode::NO_CONTENT.into_response(),
+            Err(e) => redis_down(e),
+        },
+    })
+}

@@ -1,0 +1,307 @@
+//! The recipients' preferences (issue #38), end to end through the HTTP API,
+//! RabbitMQ and Redis: opt-outs by category, channel and the pair dead-letter
+//! `opted_out` naming what; a `required` policy passes them; a job waiting in the
+//! ladder meets an opt-out made while it waited; every bad-input class answers 400
+//! naming its field, a large body 413; the API's 401 and 403.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quota_worker::config::Settings;
+use quota_worker::health::Health;
+use quota_worker::http::{App, Guard};
+use quota_worker::job::{Outcome, Reason};
+use quota_worker::reload::Reloader;
+use quota_worker::status::Status;
+use quota_worker::worker::Worker;
+use serde_json::{json, Value};
+use testkit::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The preferences API of `worker`, served on a loopback port with `guard`.
+async fn serve(s: &Settings, w: &Arc<Worker>, guard: Guard) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let status = Arc::new(Status::default());
+    status.attach(Arc::new(Reloader::new(None, s.clone(), w.store().clone())));
+    let app = App {
+        metrics: None,
+        health: Arc::new(Health::default()),
+        status,
+        guard: Guard::Open,
+        api_guard: guard,
+    };
+    let stop = CancellationToken::new();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::app(app),
+        stop.clone(),
+    ));
+    (addr, stop)
+}
+
+/// `method path` with `body` and an optional bearer token: status and JSON body.
+async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn path(recipient: &str) -> String {
+    format!("/v1/recipients/{recipient}/preferences")
+}
+
+fn job(id: &str, recipient: &str, channel: &str, category: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","recipient":"{recipient}","channel":"{channel}","category":"{category}"}}"#
+    )
+    .into_bytes()
+}
+
+async fn dead_detail(conn: &lapin::Connection, s: &Settings, id: &str) -> String {
+    let m = take(conn, &s.amqp.dead_queue, Duration::from_secs(5))
+        .await
+        .expect("a dead letter");
+    assert_eq!(message_id(&m), id);
+    let p = &m.delivery.properties;
+    assert_eq!(header(p, "x-notify-reason").as_deref(), Some("opted_out"));
+    header(p, "x-notify-detail").unwrap_or_default()
+}
+
+fn settings_for(ns: &str) -> Settings {
+    let mut s = settings(ns);
+    s.policies.get_mut("default").unwrap().rules.clear();
+    for (name, p) in [("marketing", "default"), ("reminders", "default")] {
+        let base = s.policies[p].clone();
+        s.policies.insert(name.into(), base);
+    }
+    s
+}
+
+#[tokio::test]
+async fn opt_outs_dead_letter_naming_what_and_required_policies_pass() {
+    let ns = unique("prefs-opt");
+    let s = settings_for(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    assert!(!w.store().checks_preferences(), "no preferences yet");
+    let set = json!({ "categories": { "marketing": false, "reminders": { "sms": false } },
+        "channels": { "push": false } });
+    let (code, stored) = call(&addr, "PUT", &path("r%2B1"), &set.to_string(), None).await;
+    assert_eq!(code, 200, "{stored}");
+    assert!(stored["updated_at"].is_string(), "{stored}");
+    assert!(w.store().checks_preferences());
+
+    // (job, recipient, channel, category, dead detail or None: dispatched)
+    let cases = [
+        (
+            "m-sms",
+            "r+1",
+            "sms",
+            "marketing",
+            Some("category marketing"),
+        ),
+        (
+            "m-email",
+            "r+1",
+            "email",
+            "marketing",
+            Some("category marketing"),
+        ),
+        (
+            "rem-sms",
+            "r+1",
+            "sms",
+            "reminders",
+            Some("category reminders, channel sms"),
+        ),
+        ("rem-email", "r+1", "email", "reminders", None),
+        ("push", "r+1", "push", "default", Some("channel push")),
+        ("receipt", "r+1", "push", "transactional", None),
+        ("other", "r2", "sms", "marketing", None),
+    ];
+    for (id, r, ch, cat, detail) in cases {
+        publish(&conn, &s, &job(id, r, ch, cat)).await;
+        let outcome = step(&w, &conn, &s).await;
+        match detail {
+            Some(detail) => {
+                assert_eq!(outcome, Outcome::Dead(Reason::OptedOut), "{id}");
+                assert_eq!(dead_detail(&conn, &s, id).await, detail, "{id}");
+            }
+            None => assert_eq!(outcome, Outcome::Dispatched, "{id}"),
+        }
+    }
+
+    // PATCH merges (null removes), GET shows it, DELETE removes it
+    let patch = json!({"categories": {"marketing": null}, "channels": {"sms": false}});
+    let (code, merged) = call(&addr, "PATCH", &path("r%2B1"), &patch.to_string(), None).await;
+    assert_eq!(code, 200, "{merged}");
+    assert_eq!(merged["categories"], json!({"reminders": {"sms": false}}));
+    assert_eq!(merged["channels"], json!({"push": false, "sms": false}));
+    let (code, got) = call(&addr, "GET", &path("r%2B1"), "", None).await;
+    assert_eq!((code, got.clone()), (200, merged));
+    publish(&conn, &s, &job("m-email-2", "r+1", "email", "marketing")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    assert_eq!(call(&addr, "DELETE", &path("r%2B1"), "", None).await.0, 204);
+    assert_eq!(call(&addr, "GET", &path("r%2B1"), "", None).await.0, 404);
+    publish(&conn, &s, &job("push-2", "r+1", "push", "default")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_tenant_has_its_own_set() {
+    let ns = unique("prefs-tenant");
+    let s = settings_for(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    let set = json!({"channels": {"sms": false}}).to_string();
+    assert_eq!(
+        call(
+            &addr,
+            "PUT",
+            &format!("{}?tenant=acme", path("r")),
+            &set,
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(call(&addr, "GET", &path("r"), "", None).await.0, 404);
+    let with_tenant = br#"{"id":"t1","recipient":"r","channel":"sms","tenant":"acme"}"#;
+    publish(&conn, &s, with_tenant).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(dead_detail(&conn, &s, "t1").await, "channel sms");
+    publish(&conn, &s, &job("t2", "r", "sms", "default")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_job_waiting_in_the_ladder_meets_a_new_opt_out() {
+    let ns = unique("prefs-ladder");
+    let s = settings_for(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    let later = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
+    let body = format!(
+        r#"{{"id":"wait","recipient":"rw","channel":"sms","category":"marketing","not_before":"{later}"}}"#
+    );
+    publish(&conn, &s, body.as_bytes()).await;
+    assert!(matches!(step(&w, &conn, &s).await, Outcome::Delayed { .. }));
+    let set = json!({"categories": {"marketing": false}}).to_string();
+    assert_eq!(call(&addr, "PUT", &path("rw"), &set, None).await.0, 200);
+    // back from the ladder, decided again
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(dead_detail(&conn, &s, "wait").await, "category marketing");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_whole_naming_its_field() {
+    let ns = unique("prefs-bad");
+    let s = settings_for(&ns);
+    let (_c, w, _conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    let w0 = |k: &str, v: &str| {
+        let mut win = json!({"days": "daily", "from": "22:00", "to": "07:00"});
+        win[k] = json!(v);
+        json!({"quiet_hours": {"windows": [win]}})
+    };
+    let cases = [
+        (json!({"colour": "red"}), "colour"),
+        (w0("from", "25:00"), "quiet_hours.windows[0].from"),
+        (w0("to", "7"), "quiet_hours.windows[0].to"),
+        (w0("days", "someday"), "quiet_hours.windows[0].days"),
+        (
+            json!({"quiet_hours": {"timezone": "Mars/Olympus", "windows": []}}),
+            "quiet_hours.timezone",
+        ),
+        (
+            json!({"quiet_hours": {"windows": [], "allow": ["asap"]}}),
+            "quiet_hours.allow[0]",
+        ),
+        (json!({"channels": {"fax": false}}), "channels.fax"),
+        (
+            json!({"categories": {"a": {"fax": false}}}),
+            "categories.a.fax",
+        ),
+    ];
+    for (body, field) in cases {
+        let (code, answer) = call(&addr, "PUT", &path("rb"), &body.to_string(), None).await;
+        assert_eq!(code, 400, "{body}: {answer}");
+        assert_eq!(answer["field"], json!(field), "{body}: {answer}");
+        assert!(answer["error"].is_string());
+        let (code, _) = call(&addr, "PATCH", &path("rb"), &body.to_string(), None).await;
+        assert_eq!(code, 400, "PATCH {body}");
+    }
+    assert_eq!(
+        call(&addr, "GET", &path("rb"), "", None).await.0,
+        404,
+        "nothing stored"
+    );
+    let big = json!({"categories": {"x": false}, "pad": "a".repeat(70 * 1024)}).to_string();
+    assert_eq!(call(&addr, "PUT", &path("rb"), &big, None).await.0, 413);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_api_answers_401_without_its_token_and_403_beyond_loopback() {
+    let ns = unique("prefs-auth");
+    let s = settings_for(&ns);
+    let (_c, w, _conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::token(&"api-s3cret".into())).await;
+    for method in ["GET", "PUT", "PATCH", "DELETE"] {
+        for token in [None, Some("wrong")] {
+            assert_eq!(
+                call(&addr, method, &path("ra"), "{}", token).await.0,
+                401,
+                "{method}"
+            );
+        }
+    }
+    assert_eq!(
+        call(&addr, "PUT", &path("ra"), "{}", Some("api-s3cret"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(&addr, "GET", &path("ra"), "", Some("api-s3cret"))
+            .await
+            .0,
+        200
+    );
+    stop.cancel();
+    let (addr, stop) = serve(&s, &w, Guard::Refused).await;
+    for method in ["GET", "PUT", "PATCH", "DELETE"] {
+        assert_eq!(
+            call(&addr, method, &path("ra"), "{}", Some("api-s3cret"))
+                .await
+                .0,
+            403
+        );
+    }
+    stop.cancel();
+}
