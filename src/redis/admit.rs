@@ -59,9 +59,7 @@ pub(crate) struct AdmitArgs {
     /// The job's channel, given only while some recipient may be suppressed (the
     /// call then carries the suppression section of `lua/admit.lua`).
     pub channel: Option<String>,
-    /// The job's category (empty: its policy is required), channel, priority, and
-    /// the quiet hours known (version, ms before which they do not begin), given
-    /// only while some recipient has preferences (the preferences section).
+    /// Preferences section: category ("": required), channel, priority, quiet (v, ms).
     pub prefs: Option<([String; 3], i64, i64)>,
     /// The caps the job meets, in order (empty for most jobs: then the call carries
     /// nothing more for it).
@@ -156,8 +154,8 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
             }
             2 => Verdict::Duplicate(now),
             3 | 10 | 11 => {
-                let (&at, tail) = rest.split_first()?;
-                rest = tail;
+                let at = *rest.first()?;
+                rest = &rest[1..];
                 match code {
                     3 => Verdict::Reserved(now, at),
                     10 => Verdict::OptedOut(now, at),
@@ -370,14 +368,13 @@ impl Caller {
                 cmd.arg(job.channel.as_deref().unwrap_or(""));
             }
         }
+        // the preferences section (see `lua/admit.lua`)
         if jobs.iter().any(|j| j.prefs.is_some()) {
-            // the preferences section (see `lua/admit.lua`)
             cmd.arg("P").arg(self.prefix_len);
+            let none = Default::default();
             for job in jobs {
-                match &job.prefs {
-                    Some((words, version, until)) => cmd.arg(&words[..]).arg(version).arg(until),
-                    None => cmd.arg(&["", "", ""][..]).arg(0).arg(0),
-                };
+                let (words, version, until) = job.prefs.as_ref().unwrap_or(&none);
+                cmd.arg(&words[..]).arg(version).arg(until);
             }
         }
         super::conn::count_call(&self.calls);
