@@ -65,6 +65,8 @@
 --                     was written for this job
 --   10, what          opted out (see the preferences section below): nothing was
 --                     written for this job
+--   11, version       quiet hours to compute (the preferences section): nothing
+--                     was written for this job
 --
 -- Suppression section (optional, after the layers section if any, else after the
 -- keys of the undeclared jobs; opened by the word "S"; the worker sends it only while
@@ -88,10 +90,17 @@
 --                      named by the first L + 19 bytes of its key followed by
 --                      `/prefs`; fields `c:CATEGORY`, `h:CHANNEL`,
 --                      `p:CATEGORY:CHANNEL` hold 1 when the recipient opted out
---   ARGV[r+2k-1], ARGV[r+2k]  job k's category and channel (an empty category: the
---                      job's policy is required, nothing is read for it)
+--                      (`quiet` = the set's version while it has quiet hours, and
+--                      `qa:PRIORITY` for each priority they allow)
+--   then five values per job: its category, channel and priority, and what the
+--   worker knows of its recipient's quiet hours: the version it computed them for
+--   and the instant (ms) before which they do not begin (0 0: nothing known); an
+--   empty category: the job's policy is required, nothing is read for it
 --   A job opted out answers 10, what (1 its category, 2 its channel, 3 the pair)
---   before anything else is read or written for it.
+--   before anything else is read or written for it. A job whose recipient has quiet
+--   hours that do not allow its priority, when the worker's version is not the
+--   stored one or now is past the instant it gave, answers 11, version: nothing was
+--   written; the worker computes the quiet hours (pure) and asks again, or delays it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -316,14 +325,18 @@ local r = b
 if supp_at then r = supp_at + tonumber(ARGV[4]) + jobs + 1 end
 if ARGV[r] == 'P' then pref_at = r + 1 end
 local function opted_out(key, k)
-  local category = ARGV[pref_at + 2 * k - 1]
+  local at = pref_at + 5 * k - 4
+  local category = ARGV[at]
   if category == '' then return nil end
-  local channel = ARGV[pref_at + 2 * k]
+  local channel = ARGV[at + 1]
   local hash = string.sub(key, 1, tonumber(ARGV[pref_at]) + 19) .. '/prefs'
   local v = redis.call('HMGET', hash, 'c:' .. category, 'h:' .. channel,
-    'p:' .. category .. ':' .. channel)
+    'p:' .. category .. ':' .. channel, 'quiet', 'qa:' .. ARGV[at + 2])
   for i = 1, 3 do
     if v[i] then return 10, i end
+  end
+  if v[4] and not v[5] and (v[4] ~= ARGV[at + 3] or now >= tonumber(ARGV[at + 4])) then
+    return 11, tonumber(v[4])
   end
   return nil
 end
@@ -348,7 +361,7 @@ for k = 1, jobs do
   if not ok then code = failure(code) end
   n = n + 1
   out[n] = code
-  if code == 3 or code == 10 then
+  if code == 3 or code == 10 or code == 11 then
     n = n + 1
     out[n] = extra
   elseif code == 9 then

@@ -23,6 +23,9 @@ pub struct Request<'a> {
     /// The tenant: the recipient is counted apart from the same recipient of
     /// another tenant, and the tenant's overrides apply. `None`: no tenant.
     pub tenant: Option<&'a str>,
+    /// Its priority (its own, else its policy's): the recipient's quiet hours let
+    /// the ones they `allow` through.
+    pub priority: quota_worker_producer::Priority,
 }
 
 /// A granted admission: what [`QuotaStore::commit`] or [`QuotaStore::release`] needs.
@@ -114,6 +117,11 @@ pub enum Admission {
     /// Its recipient opted out of its category, its channel or the pair (their
     /// preferences), and its policy is not required.
     OptedOut(crate::quota::preferences::OptOut),
+    /// Its recipient's quiet hours hold it until `until` (nothing was recorded).
+    Quiet {
+        /// Where the quiet hours end.
+        until: DateTime<Utc>,
+    },
     /// Another worker holds a live reservation for this job (it is being dispatched);
     /// look again at `retry_at`, when that reservation would lapse.
     Reserved {

@@ -107,6 +107,8 @@ pub enum DelayCause {
     Reserved,
     /// The broker refused its dispatch; try again later.
     DispatchRefused,
+    /// Its recipient's quiet hours (their preferences).
+    QuietHours,
     /// Redis lost its data and `redis.on_reset = "pause"` holds the jobs of
     /// policies with rules until `admin resume` ([`paused`]).
     Paused,
@@ -123,13 +125,14 @@ pub enum WindowsOf {
 
 impl DelayCause {
     /// Every label, in the order of [`DelayCause::index`].
-    pub(crate) const LABELS: [&'static str; 6] = [
+    pub(crate) const LABELS: [&'static str; 7] = [
         "cap",
         "window",
         "schedule",
         "in_flight",
         "dispatch_refused",
         "paused",
+        "quiet_hours",
     ];
 
     /// Its index in [`DelayCause::LABELS`].
@@ -141,6 +144,7 @@ impl DelayCause {
             DelayCause::Reserved => 3,
             DelayCause::DispatchRefused => 4,
             DelayCause::Paused => 5,
+            DelayCause::QuietHours => 6,
         }
     }
 
@@ -174,6 +178,7 @@ impl std::fmt::Display for DelayCause {
             DelayCause::Schedule => f.write_str("its not_before"),
             DelayCause::Reserved => f.write_str("another worker's reservation of it"),
             DelayCause::DispatchRefused => f.write_str("the broker's refusal of its dispatch"),
+            DelayCause::QuietHours => f.write_str("the recipient's quiet_hours"),
             DelayCause::Paused => f.write_str(
                 "the pause after Redis lost its data (until `quota-worker admin resume`)",
             ),
@@ -421,6 +426,10 @@ pub(crate) fn after_admission(
             cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
+        Admission::Quiet { until } => match windows_open(job, cx, until, false) {
+            Ok((at, _)) => wait(job, cx, at, DelayCause::QuietHours, false),
+            Err(never) => Decision::Dead(never),
+        },
         Admission::OptedOut(what) => dead(
             Reason::OptedOut,
             what.describe(&job.category, &job.channel),

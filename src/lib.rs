@@ -57,6 +57,14 @@
 //! [`quota::suppression`]) in the admission call it already makes, once
 //! [`feedback::watch`] has seen that some recipient is suppressed.
 //!
+//! ## The recipient's own say
+//! A recipient's preferences ([`quota::preferences`]: opt-outs by category, channel
+//! or the pair, quiet hours; pure) are edited over HTTP (`/v1/recipients/R/preferences`,
+//! `http/preferences.rs`) and stored by [`admin::preferences`] (`lua/preferences.lua`).
+//! `lua/admit.lua` dead-letters an opted-out job (`opted_out`) in the admission call
+//! it already makes, once [`feedback::watch`] has seen the key `prefix:preferences`;
+//! a `required` policy's jobs pass.
+//!
 //! ## Around the flow
 //! - [`config`]: the typed configuration, a file per section (defaults file,
 //!   `--config`, environment, `*_FILE` secrets); errors name the key and the file

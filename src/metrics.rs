@@ -214,7 +214,7 @@ pub fn describe() {
     );
     describe_counter!(
         DELAYS_TOTAL,
-        "Jobs delayed, by cause: cap, window (send windows closed), schedule (not_before ahead), in_flight (another worker holds it), dispatch_refused"
+        "Jobs delayed, by cause: cap, window (send windows closed), schedule (not_before ahead), in_flight (another worker holds it), dispatch_refused, paused, quiet_hours (the recipient's)"
     );
     describe_histogram!(
         ADMISSION_SECONDS,

@@ -44,6 +44,7 @@ use crate::rules::Rules;
 mod admit;
 mod layers;
 mod pace;
+mod quiet;
 mod writes;
 use layers::{cached, layered_refusal, JobLayer};
 
@@ -106,6 +107,8 @@ pub struct QuotaStore {
     /// Whether some recipient may have preferences (the key `prefix:preferences`
     /// exists, as last seen): only then do admissions check them.
     preferences: AtomicBool,
+    /// What this worker knows of recipients' quiet hours, by preferences hash.
+    quiet: std::sync::Mutex<HashMap<String, quiet::Known>>,
     /// The last plan made per (policy, zone), with the local date it is for: a
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
@@ -234,6 +237,7 @@ impl QuotaStore {
             plans: Default::default(),
             suppressions: AtomicBool::new(false),
             preferences: AtomicBool::new(false),
+            quiet: Default::default(),
             cap_plans: Default::default(),
         };
         store.sync_clock().await?;

@@ -157,6 +157,7 @@ pub fn sms_request<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         category: "default",
         tz: chrono_tz::UTC,
         tenant: None,
+        priority: Default::default(),
     }
 }
 

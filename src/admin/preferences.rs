@@ -93,6 +93,12 @@ pub async fn put(
     for field in set.opt_out_fields() {
         call.arg(field);
     }
+    if let Some(q) = &set.quiet_hours {
+        call.arg("quiet");
+        for p in &q.allow {
+            call.arg(format!("qa:{}", p.as_str()));
+        }
+    }
     let _: i64 = call
         .invoke_async(&mut conn)
         .await

@@ -58,6 +58,11 @@ impl QuietHours {
     pub fn end(&self, tz: Tz, at: DateTime<Utc>) -> DateTime<Utc> {
         self.windows.next_closed(self.timezone.unwrap_or(tz), at)
     }
+
+    /// The first instant at or after `at` inside a quiet window; `None`: never.
+    pub fn next_start(&self, tz: Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.windows.next_open(self.timezone.unwrap_or(tz), at)
+    }
 }
 
 /// One recipient's set.

@@ -59,9 +59,8 @@ pub(crate) struct AdmitArgs {
     /// The job's channel, given only while some recipient may be suppressed (the
     /// call then carries the suppression section of `lua/admit.lua`).
     pub channel: Option<String>,
-    /// The job's category (empty: its policy is required) and channel, given only
-    /// while some recipient has preferences (the preferences section).
-    pub prefs: Option<(String, String)>,
+    /// Preferences section: category ("": required), channel, priority, quiet (v, ms).
+    pub prefs: Option<([String; 3], i64, i64)>,
     /// The caps the job meets, in order (empty for most jobs: then the call carries
     /// nothing more for it).
     pub layers: Vec<LayerArgs>,
@@ -105,6 +104,8 @@ pub(crate) enum Verdict {
     Suppressed(i64, u8, i64, i64),
     /// The recipient opted out: 1 its category, 2 its channel, 3 the pair.
     OptedOut(i64, i64),
+    /// The recipient has quiet hours (of this version) to compute first.
+    Quiet(i64, i64),
     /// A job with layers, refused by its policy or a cap: the times (ms) of the
     /// sends each layer remembers, its policy's first, then each cap's in the order
     /// given (none for a cap that only counts).
@@ -124,7 +125,8 @@ impl Verdict {
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now)
             | Verdict::Suppressed(now, ..)
-            | Verdict::OptedOut(now, _) => *now,
+            | Verdict::OptedOut(now, _)
+            | Verdict::Quiet(now, _) => *now,
             Verdict::Layered(now, _) => *now,
         }
     }
@@ -151,12 +153,13 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
                 }
             }
             2 => Verdict::Duplicate(now),
-            3 | 10 => {
-                let (&at, tail) = rest.split_first()?;
-                rest = tail;
+            3 | 10 | 11 => {
+                let at = *rest.first()?;
+                rest = &rest[1..];
                 match code {
                     3 => Verdict::Reserved(now, at),
-                    _ => Verdict::OptedOut(now, at),
+                    10 => Verdict::OptedOut(now, at),
+                    _ => Verdict::Quiet(now, at),
                 }
             }
             4 => Verdict::Clock(now),
@@ -365,12 +368,13 @@ impl Caller {
                 cmd.arg(job.channel.as_deref().unwrap_or(""));
             }
         }
+        // the preferences section (see `lua/admit.lua`)
         if jobs.iter().any(|j| j.prefs.is_some()) {
-            // the preferences section (see `lua/admit.lua`)
             cmd.arg("P").arg(self.prefix_len);
+            let none = Default::default();
             for job in jobs {
-                let (category, channel) = job.prefs.as_ref().map_or(("", ""), |(a, b)| (a, b));
-                cmd.arg(category).arg(channel);
+                let (words, version, until) = job.prefs.as_ref().unwrap_or(&none);
+                cmd.arg(&words[..]).arg(version).arg(until);
             }
         }
         super::conn::count_call(&self.calls);

@@ -103,8 +103,26 @@ impl QuotaStore {
             ),
         };
         let mut reply = first;
+        let mut quiet_until = None;
         for _ in 0..3 {
             match reply {
+                Verdict::Quiet(now, version) => {
+                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
+                    match self
+                        .quiet_end(&hash, version, now, req.tz, req.priority)
+                        .await?
+                    {
+                        Some(until) => {
+                            quiet_until = Some(until);
+                            break;
+                        }
+                        None => {
+                            reply = self
+                                .call_admit(&key, &member, &policy, layers, req, None)
+                                .await?
+                        }
+                    }
+                }
                 Verdict::Clock(now) => {
                     reply = self
                         .call_admit(&key, &member, &policy, layers, req, Some(now))
@@ -178,6 +196,19 @@ impl QuotaStore {
                     }
                 }
             }
+            Verdict::Quiet(now, version) => match quiet_until {
+                Some(until) => {
+                    metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
+                        .increment(1);
+                    Admission::Quiet { until }
+                }
+                None => {
+                    return Err(StoreError::Reply {
+                        script: "admit.lua",
+                        reply: vec![11, now, version],
+                    })
+                }
+            },
             Verdict::OptedOut(now, what) => match OptOut::from_code(what) {
                 Some(what) => {
                     metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")
@@ -361,7 +392,10 @@ impl QuotaStore {
                     .then(|| req.channel.to_string()),
                 prefs: self.preferences.load(Ordering::Relaxed).then(|| {
                     let category = if policy.required { "" } else { req.category };
-                    (category.to_string(), req.channel.to_string())
+                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
+                    let (version, until) = self.quiet_known(&hash);
+                    let words = [category, req.channel, req.priority.as_str()];
+                    (words.map(str::to_string), version, until)
                 }),
                 layers,
             })

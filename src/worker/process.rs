@@ -133,6 +133,7 @@ impl Worker {
                 category: &job.category,
                 tz: job.tz,
                 tenant: job.tenant.as_deref(),
+                priority: job.priority.unwrap_or(cx.policy.priority),
             };
             let lane = lanes::lane_of(&job, cx.policy, from);
             // the lanes' steps are boxed: a job of a channel without lanes does not

@@ -26,6 +26,7 @@ fn req<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         category: "daily",
         tz: chrono_tz::Tz::UTC,
         tenant: None,
+        priority: Default::default(),
     }
 }
 

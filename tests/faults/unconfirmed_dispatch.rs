@@ -22,6 +22,7 @@ async fn an_unconfirmed_dispatch_keeps_its_slot() {
         category: "daily",
         tz: chrono_tz::Tz::UTC,
         tenant: None,
+        priority: Default::default(),
     };
     let Admission::Admitted(ticket) = e.admit(&req("x")).await.unwrap() else {
         panic!("admitted")

@@ -429,6 +429,7 @@ async fn recipient_show_record_and_reset() {
         category: "default",
         tz,
         tenant: None,
+        priority: Default::default(),
     };
     assert_eq!(engine.admit(&req).await.unwrap(), Admission::Duplicate);
 

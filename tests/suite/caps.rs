@@ -395,6 +395,7 @@ pub async fn concurrent_jobs_under_a_total_dispatch_exactly_the_total(
                 category,
                 tz: Tz::UTC,
                 tenant: None,
+                priority: Default::default(),
             };
             match e.admit(&req).await.unwrap() {
                 Admission::Admitted(_) => 1,
@@ -443,6 +444,7 @@ async fn a_released_admission_is_given_back_to_every_layer() {
         category: "news",
         tz: Tz::UTC,
         tenant: None,
+        priority: Default::default(),
     };
     let Admission::Admitted(ticket) = e.admit(&req("a")).await.unwrap() else {
         panic!("admitted")

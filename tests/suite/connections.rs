@@ -43,6 +43,7 @@ fn request(id: &str) -> Request<'_> {
         category: "default",
         tz: chrono_tz::UTC,
         tenant: None,
+        priority: Default::default(),
     }
 }
 

@@ -305,3 +305,87 @@ async fn the_api_answers_401_without_its_token_and_403_beyond_loopback() {
     }
     stop.cancel();
 }
+
+#[tokio::test]
+async fn quiet_hours_across_midnight_delay_to_their_end_unless_allowed_or_required() {
+    use chrono::{Duration as Span, TimeZone, Timelike};
+    let ns = unique("prefs-quiet");
+    let s = settings_for(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    // a zone where it is 23:xx now, so 22:00-07:00 holds and ends tomorrow
+    let now = chrono::Utc::now();
+    let mut x = 23 - now.hour() as i32;
+    if x > 14 {
+        x -= 24;
+    }
+    if now.minute() >= 58 {
+        // too close to midnight to be sure of the zone's hour: one hour further
+        x = if x == -12 { 12 } else { x - 1 };
+    }
+    let zone = match x {
+        0 => "Etc/GMT".to_string(),
+        x if x > 0 => format!("Etc/GMT-{x}"),
+        x => format!("Etc/GMT+{}", -x),
+    };
+    let tz: chrono_tz::Tz = zone.parse().unwrap();
+    let local = now.with_timezone(&tz);
+    let end_local = (local.date_naive() + Span::days(if local.hour() >= 22 { 1 } else { 0 }))
+        .and_hms_opt(7, 0, 0)
+        .unwrap();
+    let end = tz
+        .from_local_datetime(&end_local)
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let set = json!({"quiet_hours": {"timezone": zone,
+        "windows": [{"days": "daily", "from": "22:00", "to": "07:00"}]}});
+    let (code, answer) = call(&addr, "PUT", &path("rq"), &set.to_string(), None).await;
+    assert_eq!(code, 200, "{answer}");
+
+    publish(&conn, &s, &job("q-normal", "rq", "sms", "default")).await;
+    match step(&w, &conn, &s).await {
+        Outcome::Delayed { until } => assert_eq!(until, end, "{zone}"),
+        other => panic!("{other:?}"),
+    }
+    // known now: the next one is held without reading the set again
+    publish(&conn, &s, &job("q-normal-2", "rq", "email", "default")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Delayed { until: end });
+    let urgent = br#"{"id":"q-urgent","recipient":"rq","channel":"sms","priority":"urgent"}"#;
+    publish(&conn, &s, urgent).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Dispatched,
+        "allow: urgent"
+    );
+    publish(&conn, &s, &job("q-receipt", "rq", "sms", "transactional")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "required");
+    // a new version that allows normal too
+    let mut set = set;
+    set["quiet_hours"]["allow"] = json!(["urgent", "normal"]);
+    assert_eq!(
+        call(&addr, "PUT", &path("rq"), &set.to_string(), None)
+            .await
+            .0,
+        200
+    );
+    publish(&conn, &s, &job("q-normal-3", "rq", "sms", "default")).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Dispatched,
+        "allowed now"
+    );
+    // outside the quiet hours: goes out, and then still does from what is known
+    let outside = json!({"quiet_hours": {"timezone": zone,
+        "windows": [{"days": "daily", "from": "09:00", "to": "10:00"}]}});
+    assert_eq!(
+        call(&addr, "PUT", &path("rq"), &outside.to_string(), None)
+            .await
+            .0,
+        200
+    );
+    for id in ["q-day-1", "q-day-2"] {
+        publish(&conn, &s, &job(id, "rq", "sms", "default")).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{id}");
+    }
+    stop.cancel();
+}

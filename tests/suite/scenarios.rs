@@ -24,6 +24,7 @@ pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
         category: "default",
         tz,
         tenant: None,
+        priority: Default::default(),
     }
 }
 

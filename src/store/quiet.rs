@@ -1,0 +1,90 @@
+//! What this worker knows of its recipients' quiet hours: per preferences hash, the
+//! version of the set it read, its quiet hours, and the instant before which they
+//! do not begin (computed from Redis time). Admissions send the last two
+//! (`lua/admit.lua`'s preferences section), so a recipient outside their quiet
+//! hours costs no extra round trip; a new version, or the instant passed, answers
+//! 11 and [`QuotaStore::quiet_end`] reads the set once and computes again (pure:
+//! [`crate::quota::preferences::QuietHours::end`]).
+
+use super::*;
+use crate::quota::preferences::{Preferences, QuietHours};
+
+/// Entries kept at most (the map is cleared past it).
+const MAX_KNOWN: usize = 50_000;
+
+/// One recipient's quiet hours as known.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    version: i64,
+    hours: Option<QuietHours>,
+    clear_until: i64,
+}
+
+impl QuotaStore {
+    /// (version, instant ms) to send for `hash`; (0, 0) when nothing is known.
+    pub(super) fn quiet_known(&self, hash: &str) -> (i64, i64) {
+        let known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .get(hash)
+            .map_or((0, 0), |k| (k.version, k.clear_until))
+    }
+
+    /// Where the quiet hours of version `version` of `hash` end, seen at `now`
+    /// (ms), for a job of priority `priority` in zone `tz`: `None` when `now` is
+    /// outside them or they allow it (then the instant before which they do not
+    /// begin is remembered, and the job is asked again).
+    pub(super) async fn quiet_end(
+        &self,
+        hash: &str,
+        version: i64,
+        now: i64,
+        tz: Tz,
+        priority: quota_worker_producer::Priority,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let cached = {
+            let known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+            known.get(hash).filter(|k| k.version == version).cloned()
+        };
+        let hours = match cached {
+            Some(k) => k.hours,
+            None => {
+                let mut conn = self.connection();
+                let set: Option<String> = redis::cmd("HGET")
+                    .arg(hash)
+                    .arg("set")
+                    .query_async(&mut conn)
+                    .await?;
+                set.and_then(|s| serde_json::from_str(&s).ok())
+                    .and_then(|v| Preferences::parse(&v, &|_| true).ok())
+                    .and_then(|p| p.quiet_hours)
+            }
+        };
+        let at = window::from_millis(now);
+        let (end, clear_until) = match &hours {
+            Some(q) if !q.allow.contains(&priority) => {
+                let end = q.end(tz, at);
+                // inside them, `at` itself: the next job is held too
+                let next = q
+                    .next_start(tz, at)
+                    .map_or(i64::MAX, |t| t.timestamp_millis());
+                (Some(end).filter(|e| *e > at), next)
+            }
+            // allowed: the worker's answer would be the same every time; one known
+            // for this job's priority only, so asked again for another
+            _ => (None, 0),
+        };
+        let mut known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_KNOWN {
+            known.clear();
+        }
+        known.insert(
+            hash.to_string(),
+            Known {
+                version,
+                hours,
+                clear_until,
+            },
+        );
+        Ok(end)
+    }
+}
