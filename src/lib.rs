@@ -70,6 +70,9 @@
 //!   `--config`, environment, `*_FILE` secrets); errors name the key and the file
 //!   line or variable. It builds the domain's values: [`quota::policy`] (policies,
 //!   rates) and the key names ([`quota::keys`]).
+//! - [`telemetry`]: traces over OTLP, off by default: a `process` span per handling
+//!   (its decision as `quota.*` attributes), a `send` span per publish, the W3C
+//!   context in the AMQP headers of every copy (docs/guide/tracing.md).
 //! - [`tls`]: rustls for `amqps://` and `rediss://`, never falling back to plaintext.
 //! - [`amqp::topology`]: every exchange and queue, declared at each session's start.
 //! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
@@ -133,5 +136,6 @@ pub(crate) mod rules;
 pub mod signals;
 pub mod status;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod worker;

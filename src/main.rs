@@ -225,6 +225,8 @@ async fn run(settings: Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
     for warning in settings.warnings() {
         tracing::warn!("{warning}");
     }
+    quota_worker::telemetry::init(&settings.telemetry)
+        .map_err(|e| anyhow::anyhow!("starting the trace export: {e}"))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(quota_worker::signals::on_terminate(shutdown.clone()));
     // served from the start: /healthz answers while Redis is awaited, /readyz says 503
@@ -261,6 +263,7 @@ async fn run(settings: Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(http) = http {
         let _ = http.await;
     }
+    quota_worker::telemetry::flush(std::time::Duration::from_secs(2)).await;
     tracing::info!("stopped");
     Ok(())
 }

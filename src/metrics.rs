@@ -79,6 +79,10 @@ pub const CHANNEL_RATE: &str = "quota_worker_channel_rate";
 /// Counter: configuration reloads, by `result` (applied, refused).
 pub(crate) const RELOADS_TOTAL: &str = "quota_worker_reloads_total";
 
+/// Counter: spans the trace exporter dropped: its queue was full (a slow or dead
+/// collector) or their export failed.
+pub const TRACE_SPANS_DROPPED_TOTAL: &str = "quota_worker_trace_spans_dropped_total";
+
 /// Counter: jobs of paced channels by lane, by `channel`, `lane` and `step`
 /// (parked: put in the lane's queue; taken: given a send slot from it).
 pub const LANE_JOBS_TOTAL: &str = "quota_worker_lane_jobs_total";
@@ -175,6 +179,10 @@ pub(crate) fn process_collector() -> &'static metrics_process::Collector {
 /// so that dashboards see them before the first error.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        TRACE_SPANS_DROPPED_TOTAL,
+        "Spans the trace exporter dropped: its queue was full (a slow or dead collector) or their export failed"
+    );
     describe_counter!(
         FEEDBACK_TOTAL,
         "Feedback from the senders, by event (delivered, failed, throttled, bounced, complained, unsubscribed, malformed); a duplicate is not counted again"

@@ -17,11 +17,12 @@ pub struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     pub recipients: Option<usize>,
-    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, memory,
-    /// scale); each mix, each latency round and each scale round measure their own
-    /// ceiling right before. `scale` is not in the default run (it preloads millions
+    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, recovery,
+    /// memory, scale); each mix, each latency round and each scale round measure their
+    /// own ceiling right before. `scale` is not in the default run (it preloads millions
     /// of keys), nor `lanes` (the urgent wait behind a bulk backlog of `--jobs`,
-    /// default 100,000, paced at 100/s: about 20 minutes per pass).
+    /// default 100,000, paced at 100/s: about 20 minutes per pass), nor `recovery` (a
+    /// backlog of `--jobs` parked in a lane drained at half the ceiling, four passes).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",

@@ -34,6 +34,12 @@
 //!   bulk backlog parked in its lane (`--jobs`, default 100,000), then urgent jobs at
 //!   2/s as an old producer sends them: their publish-to-dispatch times, on one
 //!   worker and on three.
+//! - **recovery** ([`recovery`], only when asked for): a channel paced at half the
+//!   ceiling, a bulk backlog (`--jobs`, default 100,000) parked in its lane before
+//!   the workers start, then drained, on one worker and on three, without and with a
+//!   broker restart half-way (on a private node): the drain rate against the rate,
+//!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
+//!   bulk jobs to the jobs exchange: how fast they are published and parked.
 //! - **memory** ([`memory`]): Redis `used_memory` growth per recipient holding three
 //!   sends.
 //!
@@ -64,6 +70,7 @@ mod mixes;
 mod plot;
 mod procs;
 mod rate;
+mod recovery;
 mod report;
 mod run;
 mod sample;

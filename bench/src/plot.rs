@@ -1,7 +1,8 @@
 //! The plot, `<out>/bench.svg`: throughput, admission latency and the worker's RSS
 //! on top; end-to-end latency by quantile (with the lanes step's urgent jobs) and
 //! the scale step's CPU per job below.
-//! Draws the report only.
+//! With the recovery step, `<out>/recovery.svg`: each pass's drain rate by 5-second
+//! interval against the channel's rate. Draws the report only.
 
 use std::path::Path;
 
@@ -315,5 +316,67 @@ fn plot_scale(r: &Report, area: &Area<'_>) -> Result<()> {
             11,
         )?;
     }
+    Ok(())
+}
+
+/// The recovery step: each pass's dispatched jobs per second by 5-second interval,
+/// as a share of the channel's rate (1.0, drawn dashed), against seconds since the
+/// drain began.
+pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
+    let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let step = crate::report::INTERVAL_SECS as f64;
+    let longest = r
+        .recovery
+        .iter()
+        .map(|p| p.intervals.len() as f64 * step)
+        .fold(step, f64::max);
+    let mut chart = chart(
+        &root,
+        "Lane drain after a fault: jobs/s per 5 s interval / the channel's rate",
+        18,
+        longest,
+        1.3,
+    )?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the drain began")
+        .y_desc("share of the rate")
+        .draw()?;
+    chart.draw_series(DashedLineSeries::new(
+        [(0.0, 1.0), (longest, 1.0)],
+        6,
+        4,
+        BLACK.stroke_width(1),
+    ))?;
+    let colors = [BLUE, RED, GREEN, MAGENTA];
+    for (p, color) in r.recovery.iter().zip(colors) {
+        let points: Vec<(f64, f64)> = p
+            .intervals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ((i as f64 + 1.0) * step, v / p.rate as f64))
+            .collect();
+        let name = format!(
+            "{} worker(s){}: {:.2} whole drain",
+            p.workers,
+            if p.broker_restart {
+                ", broker restart"
+            } else {
+                ""
+            },
+            p.ratio_whole
+        );
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
     Ok(())
 }

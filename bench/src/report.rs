@@ -179,6 +179,11 @@ pub struct Report {
     pub memory_usage_one_recipient: i64,
     /// The lanes step: the urgent wait behind a bulk backlog, by workers.
     pub lanes: Vec<LaneWait>,
+    /// The recovery step: a parked backlog drained at the channel's rate, by pass.
+    pub recovery: Vec<Recovery>,
+    /// The recovery step's bursts: how fast a campaign published to the jobs queue
+    /// is parked, by workers.
+    pub bursts: Vec<Burst>,
 }
 
 impl EndToEnd {
@@ -242,4 +247,54 @@ pub struct LayersCost {
     pub cpu_us_one_layer: f64,
     /// The same with the policy and two caps.
     pub cpu_us_three_layers: f64,
+}
+
+/// Seconds per reported interval.
+pub const INTERVAL_SECS: u64 = 5;
+
+/// One pass of the recovery step (`recovery`).
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Recovery {
+    pub workers: usize,
+    /// Whether the broker was restarted half-way through the drain.
+    pub broker_restart: bool,
+    pub jobs: usize,
+    /// The channel's rate (half the ceiling), jobs per second.
+    pub rate: u64,
+    /// The ceiling it was derived from, messages per second.
+    pub ceiling_msgs_per_sec: f64,
+    /// From the first dispatched job to the last.
+    pub drain_secs: f64,
+    /// Jobs dispatched over the whole drain, per second, divided by the rate.
+    pub ratio_whole: f64,
+    /// The same, without the seconds the broker was away.
+    pub ratio_without_outage: f64,
+    /// Seconds from stopping the broker to its accepting connections again.
+    pub outage_secs: f64,
+    /// Jobs per second in each 5-second interval of the drain, from the first
+    /// dispatch; the last interval may be shorter and is left out.
+    pub intervals: Vec<f64>,
+    /// For each interval, whether the broker was away for some of it.
+    pub interval_in_outage: Vec<bool>,
+    /// The lowest interval's ratio to the rate, outage intervals left out.
+    pub min_interval_ratio: f64,
+    /// Dispatched jobs against seconds from the first one (a point a second).
+    pub curve: Vec<(f64, f64)>,
+}
+
+/// The recovery step's burst: `jobs` bulk jobs published to the jobs exchange as fast
+/// as the benchmark can (a producer that knows no lanes), read and parked in their
+/// lane by `workers` workers.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Burst {
+    pub workers: usize,
+    pub jobs: usize,
+    /// Jobs per second the benchmark published (every one confirmed).
+    pub publish_per_sec: f64,
+    /// Jobs per second the workers read and parked: `jobs` over the time from the
+    /// first publish to the jobs queue empty.
+    pub parking_per_sec: f64,
+    /// How long an urgent job published right behind the burst waits to be read:
+    /// `jobs / parking − jobs / publish` (0 when parking keeps up), in seconds.
+    pub urgent_wait_secs: f64,
 }

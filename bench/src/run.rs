@@ -10,8 +10,8 @@ use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
 use crate::{
-    cluster, engine, lanes, latency, layers, memory, mixes, plot, rate, report, sample, scale,
-    table,
+    cluster, engine, lanes, latency, layers, memory, mixes, plot, rate, recovery, report, sample,
+    scale, table,
 };
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
@@ -45,6 +45,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     if b.args.runs("lanes") {
         lanes::step(&b, &mut report).await?;
+    }
+    if b.args.runs("recovery") {
+        recovery::step(&b, &mut report).await?;
     }
     if b.args.runs("memory") {
         memory::step(&b, &mut report).await?;
@@ -80,6 +83,9 @@ fn write_results(b: &Bench, report: &mut Report) -> Result<()> {
     table::print(report);
     report::write(report, &b.args.out)?;
     plot::plot(report, &b.args.out.join("bench.svg"))?;
+    if !report.recovery.is_empty() {
+        plot::plot_recovery(report, &b.args.out.join("recovery.svg"))?;
+    }
     eprintln!(
         "wrote {0}/bench.json and {0}/bench.svg",
         b.args.out.display()

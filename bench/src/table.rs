@@ -32,6 +32,7 @@ pub fn print(r: &Report) {
     print_latency_summary(r);
     print_scale(r);
     print_latency_passes(r);
+    print_recovery(r);
     println!(
         "\nRedis memory: {:.1} bytes per recipient with 3 sends ({} recipients); MEMORY USAGE of one: {} bytes",
         r.memory_bytes_per_recipient, r.memory_recipients, r.memory_usage_one_recipient
@@ -182,6 +183,53 @@ fn print_latency_passes(r: &Report) {
             fmt_ms(l.redis_call_p99_ms),
             fmt_ms(l.redis_call_p999_ms),
             l.jobs_per_redis_call.unwrap_or(0.0)
+        );
+    }
+}
+
+/// The recovery step: one row a pass, then every pass's 5-second intervals.
+fn print_recovery(r: &Report) {
+    if r.recovery.is_empty() {
+        return;
+    }
+    println!("\n| workers | broker restart | jobs | rate/s | drain s | x rate (whole) | x rate (without the outage) | lowest 5 s interval x rate | outage s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for p in &r.recovery {
+        println!(
+            "| {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            p.workers,
+            if p.broker_restart { "yes" } else { "no" },
+            p.jobs,
+            p.rate,
+            p.drain_secs,
+            p.ratio_whole,
+            p.ratio_without_outage,
+            p.min_interval_ratio,
+            p.outage_secs
+        );
+    }
+    for p in &r.recovery {
+        let cells: Vec<String> = p
+            .intervals
+            .iter()
+            .zip(&p.interval_in_outage)
+            .map(|(v, o)| format!("{:.2}{}", v / p.rate as f64, if *o { "*" } else { "" }))
+            .collect();
+        println!(
+            "{} worker(s){}, by 5 s interval (x rate; * = the broker away): {}",
+            p.workers,
+            if p.broker_restart {
+                ", broker restart"
+            } else {
+                ""
+            },
+            cells.join(" ")
+        );
+    }
+    for x in &r.bursts {
+        println!(
+            "burst of {} bulk jobs to the jobs exchange, {} worker(s): published at {:.0}/s, parked at {:.0}/s; an urgent job behind them waits {:.1} s",
+            x.jobs, x.workers, x.publish_per_sec, x.parking_per_sec, x.urgent_wait_secs
         );
     }
 }

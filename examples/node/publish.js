@@ -15,6 +15,22 @@ const { randomUUID } = require('node:crypto');
 const { parseArgs } = require('node:util');
 const amqp = require('amqplib');
 
+// optional: tracing (docs/guide/tracing.md). With @opentelemetry/api installed and an
+// SDK registered, the job carries the active span's W3C traceparent/tracestate headers.
+let otel = null;
+try {
+  otel = require('@opentelemetry/api');
+} catch {
+  otel = null;
+}
+
+function traceHeaders() {
+  const headers = {};
+  if (otel) otel.propagation.inject(otel.context.active(), headers);
+  if (!headers.traceparent && process.env.TRACEPARENT) headers.traceparent = process.env.TRACEPARENT;
+  return headers;
+}
+
 const url = process.env.QUOTA_WORKER__AMQP__URL || 'amqp://guest:guest@127.0.0.1:5672/%2f';
 const jobsExchange = process.env.QUOTA_WORKER__AMQP__JOBS_EXCHANGE || 'notify.jobs';
 const lanesExchange = process.env.QUOTA_WORKER__LANES__EXCHANGE || 'notify.lanes';
@@ -80,6 +96,7 @@ async function publish(job) {
       persistent: true, // delivery mode 2: survives a broker restart
       contentType: 'application/json',
       messageId: job.id,
+      headers: traceHeaders(),
       mandatory: true,
     });
     try {

@@ -9,6 +9,11 @@ published the way the worker expects: persistent, application/json, message_id =
 the job id, mandatory, and confirmed by the broker. Exits non-zero when the broker
 nacks the job or returns it as unroutable (no queue bound: the worker has not
 declared its topology yet).
+
+Tracing (docs/guide/tracing.md): with the opentelemetry-api package installed and a
+span current, the job carries its W3C traceparent/tracestate headers, so the worker's
+spans continue the caller's trace; without one, a TRACEPARENT variable is passed on as
+the header.
 """
 
 import argparse
@@ -20,7 +25,24 @@ import uuid
 import pika
 from pika.exceptions import AMQPError, UnroutableError
 
+try:  # optional: tracing
+    from opentelemetry import propagate
+except ImportError:
+    propagate = None
+
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2f"
+
+
+def trace_headers():
+    """The current trace context as AMQP headers (long strings), or none."""
+    headers = {}
+    if propagate is not None:
+        propagate.inject(headers)  # the global propagator: W3C trace context by default
+    if "traceparent" not in headers and os.environ.get("TRACEPARENT"):
+        headers["traceparent"] = os.environ["TRACEPARENT"]
+        if os.environ.get("TRACESTATE"):
+            headers["tracestate"] = os.environ["TRACESTATE"]
+    return headers or None
 
 
 def json_value(text):
@@ -76,6 +98,7 @@ def main():
                     delivery_mode=pika.DeliveryMode.Persistent,  # 2: survives a broker restart
                     content_type="application/json",
                     message_id=job["id"],
+                    headers=trace_headers(),
                 ),
                 mandatory=True,
             )

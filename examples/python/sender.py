@@ -22,6 +22,12 @@ it answers by the recipient's first word: "fail..." 503, "bounce..." 410, "slow.
 
 Configured like the worker: QUOTA_WORKER__AMQP__URL, QUOTA_WORKER__AMQP__DISPATCH_QUEUE_PREFIX,
 QUOTA_WORKER__FEEDBACK__EXCHANGE. Prints one line per feedback: the job id and the event.
+
+Tracing (docs/guide/tracing.md): each feedback carries the trace context of its
+dispatch, so the worker's feedback span closes the job's trace. With the
+opentelemetry-api package installed (and an SDK configured), the provider call is a
+span of its own, child of the dispatch, and the feedback carries that span's context;
+without it, the dispatch's traceparent/tracestate headers are passed on as they are.
 """
 
 import argparse
@@ -36,7 +42,44 @@ import urllib.request
 
 import pika
 
+try:  # optional: tracing
+    from opentelemetry import propagate, trace
+except ImportError:
+    propagate = trace = None
+
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2f"
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def carried(properties):
+    """The trace context headers of a delivery (str values), if any."""
+    return {
+        k: (v.decode() if isinstance(v, bytes) else str(v))
+        for k, v in (properties.headers or {}).items()
+        if k in TRACE_HEADERS
+    }
+
+
+def traced(name, headers):
+    """A span continuing the context `headers` carry (a no-op without opentelemetry)."""
+    if trace is None:
+        import contextlib
+
+        return contextlib.nullcontext()
+    parent = propagate.extract(headers)
+    return trace.get_tracer("quota-worker-sender").start_as_current_span(
+        name, context=parent, kind=trace.SpanKind.CLIENT
+    )
+
+
+def feedback_headers(dispatch_headers):
+    """The feedback's trace headers: the current span's, or the dispatch's as they are."""
+    if propagate is not None:
+        headers = {}
+        propagate.inject(headers)
+        if headers:
+            return headers
+    return dispatch_headers or None
 
 
 class FakeProvider(http.server.BaseHTTPRequestHandler):
@@ -111,7 +154,7 @@ def main():
     publish = connection.channel()
     publish.confirm_delivery()
 
-    def feedback(job, event, retry_after, detail):
+    def feedback(job, event, retry_after, detail, trace_headers):
         body = {
             "id": job.get("id"),
             "event": event,
@@ -127,7 +170,10 @@ def main():
             routing_key="",
             body=json.dumps(body, separators=(",", ":")).encode("utf-8"),
             properties=pika.BasicProperties(
-                content_type="application/json", delivery_mode=2, message_id=str(job.get("id"))
+                content_type="application/json",
+                delivery_mode=2,
+                message_id=str(job.get("id")),
+                headers=feedback_headers(trace_headers),
             ),
         )
         print(job.get("id"), event, flush=True)
@@ -141,9 +187,11 @@ def main():
             continue
         idle_since = time.monotonic()
         job = json.loads(body)
+        dispatch = carried(properties)
         while True:
-            event, retry_after, detail = call(provider, body)
-            feedback(job, event, retry_after, detail)
+            with traced(f"send {args.channel}", dispatch):
+                event, retry_after, detail = call(provider, body)
+                feedback(job, event, retry_after, detail, dispatch)
             if event != "throttled":
                 break
             # hold the job for the provider's Retry-After, then send it again

@@ -150,6 +150,7 @@ impl FeedbackPublisher {
             .with_content_type("application/json".into())
             .with_delivery_mode(2)
             .with_message_id(ShortString::from(feedback.id.as_str()));
+        let props = crate::trace::with_current_context(props);
         self.publisher
             .publish(&self.exchange, "", &body, props)
             .await

@@ -42,6 +42,7 @@ mod job;
 pub mod priority;
 mod producer;
 pub mod publisher;
+pub mod trace;
 
 pub use decode::{decode, Malformed};
 pub use feedback::{decode_feedback, feedback_schema, Event, Feedback, FeedbackPublisher};

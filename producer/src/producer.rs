@@ -193,6 +193,7 @@ impl Producer {
             .with_content_type("application/json".into())
             .with_message_id(ShortString::from(id.as_str()))
             .with_timestamp(Utc::now().timestamp().max(0) as u64);
+        let props = crate::trace::with_current_context(props);
         self.publisher
             .publish(exchange, routing_key, body, props)
             .await

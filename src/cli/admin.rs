@@ -272,6 +272,9 @@ fn print_job(s: &JobStatus, notes: bool) {
         r.attempt,
         r.first_seen.to_rfc3339()
     );
+    if let Some(t) = &r.trace_id {
+        println!("trace:       {t}");
+    }
 }
 
 async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {

@@ -35,6 +35,7 @@ mod policies;
 mod redis;
 mod report;
 mod restart;
+mod telemetry;
 mod tenants;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,7 @@ pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};
 pub use report::redact_url;
+pub use telemetry::{TelemetrySettings, TraceParent, SAMPLERS};
 pub use tenants::TenantSettings;
 pub use text::Dur;
 pub use worker::WorkerSettings;
@@ -95,6 +97,8 @@ pub struct Settings {
     pub feedback: FeedbackSettings,
     /// How long a bounce suppresses (`[suppression]`).
     pub suppression: SuppressionSettings,
+    /// Where spans are exported, and how (`[telemetry]`); off by default.
+    pub telemetry: TelemetrySettings,
     /// The caps by name (`[caps.NAME]`), checked for every job they match in
     /// addition to its policy; none by default.
     #[serde(default)]
@@ -202,6 +206,7 @@ impl Settings {
         self.http.validate()?;
         self.feedback.validate()?;
         self.suppression.validate()?;
+        self.telemetry.validate()?;
         policies::validate(&self.policies, self.redis.record_ttl.0)?;
         channels::validate(&self.channels)?;
         self.lanes.validate(&self.channels)?;

@@ -91,9 +91,15 @@ impl Feedbacks {
                         &detail,
                     ))
                     .with_timestamp(Utc::now().timestamp().max(0) as u64);
-                publisher
+                let (props, sending) = crate::telemetry::send(&self.dead_exchange, "", None, props);
+                let published = publisher
                     .publish(&self.dead_exchange, "", &delivery.data, props)
-                    .await?;
+                    .await;
+                if let Err(e) = &published {
+                    sending.failed(e);
+                }
+                drop(sending);
+                published?;
                 crate::metrics::feedback("malformed");
                 info!(reason = "malformed_feedback", %detail, "dead-lettered");
                 return Ok(Handled::Malformed(detail));
@@ -123,6 +129,7 @@ impl Feedbacks {
             return Ok(Handled::Again(event));
         }
         crate::metrics::feedback(event.as_str());
+        crate::telemetry::feedback(&f.id, event.as_str());
         if let (Event::Delivered, Applied::First { now_ms, at_ms }) = (event, applied) {
             if at_ms > 0 {
                 metrics::histogram!(crate::metrics::DELIVERY_SECONDS)
@@ -190,7 +197,25 @@ impl Feedbacks {
     async fn settle(&self, publisher: &Publisher, delivery: Delivery, stop: &CancellationToken) {
         // applying must not be cut short by the session's stop once begun: only the
         // wait for Redis is (the feedback then goes back to the queue)
-        match self.handle(publisher, &delivery, stop).await {
+        let otel = crate::telemetry::handling(
+            delivery.properties.headers().as_ref(),
+            &self.queue,
+            delivery.routing_key.as_str(),
+            false,
+        );
+        let handled = match &otel {
+            None => self.handle(publisher, &delivery, stop).await,
+            Some(cx) => {
+                use crate::telemetry::FutureExt as _;
+                let handled = self
+                    .handle(publisher, &delivery, stop)
+                    .with_context(cx.clone())
+                    .await;
+                crate::telemetry::finish_feedback(cx, handled.as_ref().err());
+                handled
+            }
+        };
+        match handled {
             Ok(_) => {
                 let _ = delivery.acker.ack(BasicAckOptions::default()).await;
             }

@@ -66,6 +66,9 @@ pub struct JobNote {
     /// `admin recipient` reads it from the recipient's waiting jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// The trace of the handling that wrote it (hex), while tracing is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// Where a job is, as far as its record tells.
@@ -129,7 +132,8 @@ impl JobNote {
 /// A record is written for every delayed job, so it is built by hand: serde_json's
 /// writer cost more than the rest of the note, and the text was twice as long for
 /// Redis to copy (BENCHMARKS.md item 20). `%` and `|` in the named fields are
-/// written `%25` and `%7C`. [`JobNote::decode`] also reads what earlier versions
+/// written `%25` and `%7C`. A record written while tracing is on starts with
+/// `t=<trace id>|`. [`JobNote::decode`] also reads what earlier versions
 /// wrote: `r1|...` (the same without `<zone>`) and JSON.
 impl JobNote {
     /// The record as stored.
@@ -142,6 +146,11 @@ impl JobNote {
         };
         let zone = self.zone.as_deref().unwrap_or("");
         let mut out = Vec::with_capacity(96 + free + self.channel.len() + zone.len());
+        if let Some(t) = &self.trace_id {
+            out.extend_from_slice(b"t=");
+            escape(&mut out, t);
+            out.push(b'|');
+        }
         let mut num = itoa::Buffer::new();
         let state: &[u8] = match self.step {
             JobState::Delayed { .. } => b"r2|d|",
@@ -200,6 +209,12 @@ impl JobNote {
     /// A stored record, in the form [`JobNote::encode`] writes or the JSON form of
     /// earlier versions; `None` if it is neither.
     pub fn decode(text: &str) -> Option<JobNote> {
+        if let Some(rest) = text.strip_prefix("t=") {
+            let (trace_id, rest) = rest.split_once('|')?;
+            let mut note = Self::decode(rest)?;
+            note.trace_id = Some(unescape(trace_id));
+            return Some(note);
+        }
         if text.starts_with('{') {
             return serde_json::from_str(text).ok();
         }
@@ -254,6 +269,7 @@ impl JobNote {
             policy,
             channel,
             zone,
+            trace_id: None,
         })
     }
 }
@@ -352,6 +368,7 @@ mod tests {
             policy: Some("default".into()),
             channel: "sms".into(),
             zone: Some("Asia/Shanghai".into()),
+            trace_id: None,
         }
     }
 
@@ -425,6 +442,11 @@ mod tests {
                     step: step.clone(),
                     policy: None,
                     zone: None,
+                    ..r.clone()
+                },
+                JobNote {
+                    step: step.clone(),
+                    trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
                     ..r.clone()
                 },
             ] {

@@ -260,6 +260,7 @@ mod tests {
                 policy: None,
                 channel: "sms".into(),
                 zone: None,
+                trace_id: None,
             }),
             waiting,
             spend_cancel: false,

@@ -131,9 +131,14 @@ impl Worker {
                 delivery.properties.headers().as_ref(),
                 now,
             ));
-        s.publisher
-            .publish("", &queue, &delivery.data, props)
-            .await?;
+        crate::telemetry::parked(lane.as_str());
+        let (props, sending) = crate::telemetry::send("", &queue, Some(&job.id), props);
+        let published = s.publisher.publish("", &queue, &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        drop(sending);
+        published?;
         metrics::counter!(
             crate::metrics::LANE_JOBS_TOTAL,
             "channel" => job.channel.to_string(),

@@ -93,6 +93,7 @@ impl Worker {
             first_seen: first_seen.map_or(now, crate::quota::window::from_millis),
             policy: &policy.name,
         };
+        crate::telemetry::job(&job.id, &policy.name, attempt);
         // Each step may settle the job; the first that does, decides.
         let decision = 'decided: {
             if let Some(at) = self.cancels.get(&job.id) {
@@ -206,17 +207,23 @@ impl Worker {
                     props = props.with_headers(h);
                 }
                 let exchange = &self.settings.amqp.dispatch_exchange;
+                let (props, sending) =
+                    crate::telemetry::send(exchange, &job.channel, Some(&job.id), props);
                 // a broker that blocks or stopped answering would hold the dispatch
                 // until it answers: hold it here instead, so that a shutdown meanwhile
                 // hands the job back unsent rather than sent twice
                 if !s.publisher.is_flowing() {
                     s.publisher.flowing().await;
                 }
-                match s
+                let published = s
                     .publisher
                     .publish(exchange, &job.channel, &delivery.data, props)
-                    .await
-                {
+                    .await;
+                if let Err(e) = &published {
+                    sending.failed(e);
+                }
+                drop(sending);
+                match published {
                     Ok(()) => {
                         s.commits.commit(ticket);
                         if attempt > 0 {
@@ -344,14 +351,15 @@ impl Worker {
                 ladder.mark(&mut headers, seconds);
                 headers
             });
-        s.publisher
-            .publish(
-                "",
-                self.topology.delay_entry(seconds),
-                &delivery.data,
-                props,
-            )
-            .await?;
+        crate::telemetry::delayed(cause.label(), held_by, until);
+        let entry = self.topology.delay_entry(seconds);
+        let (props, sending) = crate::telemetry::send("", entry, Some(&job.id), props);
+        let published = s.publisher.publish("", entry, &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        drop(sending);
+        published?;
         s.metrics
             .delayed(cause, (until - now).to_std().unwrap_or_default());
         debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
@@ -425,6 +433,7 @@ impl Worker {
                 policy: Some(seen.policy.to_string()),
                 channel: job.channel.to_string(),
                 zone: Some(job.tz.name().to_string()),
+                trace_id: crate::telemetry::trace_id(),
             }),
             waiting,
             spend_cancel,
@@ -460,9 +469,15 @@ impl Worker {
         } else if let Some(id) = delivery.properties.message_id() {
             props = props.with_message_id(id.clone());
         }
-        publisher
-            .publish(&self.settings.amqp.dead_exchange, "", &delivery.data, props)
-            .await?;
+        crate::telemetry::dead(reason.as_str());
+        let exchange = &self.settings.amqp.dead_exchange;
+        let (props, sending) = crate::telemetry::send(exchange, "", job.map(|j| &*j.id), props);
+        let published = publisher.publish(exchange, "", &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        drop(sending);
+        published?;
         info!(reason = reason.as_str(), detail, "dead-lettered");
         Ok(Outcome::Dead(reason))
     }

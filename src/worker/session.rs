@@ -247,12 +247,35 @@ impl Worker {
         let span = info_span!(
             "job",
             job_id = tracing::field::Empty,
-            tag = delivery.delivery_tag
+            tag = delivery.delivery_tag,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
         );
         let started = Instant::now();
-        let result = Box::pin(self.process_from(&s, &delivery, lane.map(|(_, l)| l)))
-            .instrument(span.clone())
-            .await;
+        let process = Box::pin(self.process_from(&s, &delivery, lane.map(|(_, l)| l)));
+        let otel = crate::telemetry::enabled().then(|| {
+            let queue = match lane {
+                None => self.settings.amqp.jobs_queue.clone(),
+                Some((i, p)) => self.topology.lane_queue(&self.topology.laned[i], p),
+            };
+            let headers = delivery.properties.headers().as_ref();
+            crate::telemetry::handling(headers, &queue, delivery.routing_key.as_str(), true)
+        });
+        let otel = otel.flatten();
+        let result = match &otel {
+            None => process.instrument(span.clone()).await,
+            Some(cx) => {
+                let (trace_id, span_id) = crate::telemetry::ids(cx);
+                span.record("trace_id", trace_id).record("span_id", span_id);
+                use crate::telemetry::FutureExt as _;
+                let result = process
+                    .with_context(cx.clone())
+                    .instrument(span.clone())
+                    .await;
+                crate::telemetry::finish(cx, result.as_ref());
+                result
+            }
+        };
         // In a closure, never `span.enter()` across an await: a guard held over an
         // await leaks the span into other tasks, and tracing-subscriber then panics
         // in a later task's `info_span!` ("tried to clone a span that already

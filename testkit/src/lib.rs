@@ -10,6 +10,7 @@
 //! - [`proxy`]: a TCP proxy that can cut every connection through it at once;
 //! - [`pki`]: certificates for the TLS tests;
 //! - [`audit`]: the audit that finds every published job exactly once;
+//! - [`catch_up`]: how long the queues take to be back at their depth after a fault;
 //! - [`reliability`]: the figures the fault scenarios write into RELIABILITY.md;
 //! - [`timeline`]: series over time drawn as an SVG (the soak's plot);
 //! - [`browser`]: headless Chromium, for the pages the worker serves.
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod audit;
 pub mod browser;
+pub mod catch_up;
 pub mod env;
 pub mod pki;
 pub mod procs;

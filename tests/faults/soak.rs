@@ -48,6 +48,9 @@
 //!    Redis memory within `baseline + 512 bytes × sends recorded + 16 MiB`: the
 //!    worker keeps one sorted-set member per send for the dedupe window (24 h, longer
 //!    than the run), so memory grows with sends and with nothing else.
+//!    After each fault (but the reload), the jobs queue and the lanes back to their
+//!    depth before it within 5 minutes while publishing goes on
+//!    ([`testkit::catch_up`]: the time is in the figures as `catch_up`).
 //!
 //! Writes `target/reliability/soak.json` (every sample), its figures
 //! (`target/reliability/soak.{quick,long}.json`, the long form from 60 minutes on),
@@ -71,6 +74,7 @@ use lapin::{Connection, ConnectionProperties};
 use quota_worker::config::Settings;
 use serde_json::{json, Value};
 use testkit::audit::{depth, noon_zone, publish_all, Audit, Published};
+use testkit::catch_up::{catch_up_seconds, Depths};
 use testkit::procs::{RedisServer, WorkerProc};
 use testkit::proxy::Proxy;
 use testkit::timeline::{self, Panel, Series};
@@ -85,6 +89,9 @@ const CHUNK: usize = 10_000;
 /// Redis memory allowed per recorded send (see the module doc).
 const BYTES_PER_SEND: f64 = 512.0;
 const REDIS_SLACK: f64 = 16.0 * 1024.0 * 1024.0;
+/// After each fault, the jobs queue and every lane are back to their depth before it
+/// within this many seconds, while publishing goes on ([`catch_up_seconds`]).
+const CATCH_UP_SECONDS: f64 = 300.0;
 
 fn env_f64(name: &str, default: f64) -> f64 {
     std::env::var(name)
@@ -376,6 +383,8 @@ struct Sample {
     dead_queue: Option<u32>,
     /// The delay ladder and the lanes.
     waiting: Option<u32>,
+    /// The lanes alone.
+    lanes: Option<u32>,
     /// Taken downstream plus still in the dispatch queue (copies included).
     dispatched: Option<u64>,
     published: u64,
@@ -439,18 +448,19 @@ async fn redis_used_memory(url: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Ready messages of the delay ladder and the lanes.
-async fn waiting(conn: &Connection, s: &Settings) -> Option<u32> {
+/// Ready messages of the delay ladder and the lanes, and of the lanes alone.
+async fn waiting(conn: &Connection, s: &Settings) -> Option<(u32, u32)> {
     let t = topology(s);
     let ladder = t.ladder();
     let mut n = 0;
     for level in 0..ladder.levels {
         n += depth(conn, &ladder.queue(level)).await?;
     }
+    let mut lanes = 0;
     for (q, ..) in t.lane_queues() {
-        n += depth(conn, &q).await?;
+        lanes += depth(conn, &q).await?;
     }
-    Some(n)
+    Some((n + lanes, lanes))
 }
 
 /// Everything dispatched so far: taken downstream plus waiting in the dispatch queue.
@@ -514,7 +524,8 @@ async fn sample_every(
             jobs_queue: jq,
             dispatch_queue: dq,
             dead_queue: xq,
-            waiting: w,
+            waiting: w.map(|w| w.0),
+            lanes: w.map(|w| w.1),
             dispatched: d,
             published: published.load(Ordering::Relaxed),
         });
@@ -1245,6 +1256,39 @@ async fn soak() {
         .map(|f| f.ended_seconds)
         .collect();
     let flat = flatness(&samples, run_seconds, &outages);
+    // after each fault: the time until the jobs queue and the lanes are back to their
+    // depth before it, while the load goes on (the faults but the reload)
+    let depths: Vec<Depths> = samples
+        .iter()
+        .map(|x| Depths {
+            t: x.t,
+            jobs_queue: x.jobs_queue,
+            lanes: x.lanes,
+        })
+        .collect();
+    let catch_up: Vec<Value> = faults
+        .iter()
+        .filter(|f| f.kind != "reload")
+        .map(|f| {
+            json!({
+                "kind": f.kind,
+                "at_seconds": f.at_seconds,
+                "catch_up_seconds": catch_up_seconds(&depths, f.at_seconds, f.ended_seconds),
+            })
+        })
+        .collect();
+    let slow: Vec<&Value> = catch_up
+        .iter()
+        .filter(|c| {
+            c["catch_up_seconds"]
+                .as_f64()
+                .is_none_or(|x| x > CATCH_UP_SECONDS)
+        })
+        .collect();
+    let catch_up_max = catch_up
+        .iter()
+        .map(|c| c["catch_up_seconds"].as_f64().unwrap_or(f64::INFINITY))
+        .fold(0.0, f64::max);
     let not_flat: Vec<&Value> = flat.iter().filter(|f| f["flat"] == false).collect();
     let (bytes_per_send, over_bound) = redis_bound(&samples, baseline, run_seconds);
     let peak_redis = samples
@@ -1315,6 +1359,13 @@ async fn soak() {
     // ceiling, the lower of the two)
     figures["drain_ceiling_jobs_per_second"] = json!(drain);
     figures["sustained_seconds"] = json!(sustained_secs);
+    figures["catch_up"] = json!(catch_up);
+    figures["catch_up_max_seconds"] = if catch_up_max.is_finite() {
+        json!(catch_up_max)
+    } else {
+        Value::Null
+    };
+    figures["catch_up_bound_seconds"] = json!(CATCH_UP_SECONDS);
     let mut full = figures.clone();
     full["samples"] = json!(samples);
     std::fs::write(
@@ -1340,5 +1391,9 @@ async fn soak() {
     assert!(
         over_bound.is_empty(),
         "Redis memory over its bound: {over_bound:?}"
+    );
+    assert!(
+        slow.is_empty(),
+        "the queues did not catch up within {CATCH_UP_SECONDS} s after: {slow:?}"
     );
 }

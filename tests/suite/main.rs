@@ -38,6 +38,7 @@ mod preferences;
 mod privileges;
 mod producer;
 mod reference;
+mod tracing;
 mod waiting;
 mod windows;
 

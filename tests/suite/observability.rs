@@ -486,6 +486,32 @@ fn the_observability_services_mount_the_repository_files_and_agree_on_addresses(
             }
         }
     }
+    // the trace backend: Jaeger, pinned, in the profile, taking OTLP/HTTP on 4318,
+    // where the worker's endpoint points when QW_OTLP_ENDPOINT says so
+    let jaeger = &services["jaeger"];
+    let image = jaeger.get("image").map(text).unwrap_or_default();
+    if !image.starts_with("jaegertracing/all-in-one:1.") {
+        problems.push(format!("jaeger: image `{image}`"));
+    }
+    if seq(jaeger.get("profiles"))
+        .iter()
+        .map(text)
+        .collect::<Vec<_>>()
+        != ["observability"]
+    {
+        problems.push("jaeger is not in the observability profile".into());
+    }
+    if !seq(jaeger.get("ports"))
+        .iter()
+        .map(text)
+        .any(|p| p == "4318:4318")
+    {
+        problems.push("jaeger does not publish OTLP/HTTP (4318)".into());
+    }
+    let worker_env = text(&services["worker"]["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"]);
+    if worker_env != "${QW_OTLP_ENDPOINT:-}" {
+        problems.push(format!("the worker's OTLP endpoint: `{worker_env}`"));
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
     // Prometheus reads the configuration the command names, and its rule files

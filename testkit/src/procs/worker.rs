@@ -32,6 +32,17 @@ impl WorkerProc {
         Self::spawn_with(bin.as_ref(), s, dir, tag, env_for(s))
     }
 
+    /// [`WorkerProc::spawn`] with the environment `env` (e.g. [`worker_env`] and more).
+    pub fn spawn_env(
+        bin: impl AsRef<Path>,
+        s: &Settings,
+        dir: &Path,
+        tag: &str,
+        env: Vec<(String, String)>,
+    ) -> WorkerProc {
+        Self::spawn_with(bin.as_ref(), s, dir, tag, env)
+    }
+
     fn spawn_with(
         bin: &Path,
         s: &Settings,

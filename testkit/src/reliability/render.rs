@@ -174,6 +174,29 @@ fn soak(v: &Value) -> String {
         })
         .unwrap_or_default();
     let mib = |x: &Value| format!("{:.1}", x.as_f64().unwrap_or(0.0) / 1048576.0);
+    let catch_up: Vec<String> = v["catch_up"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let secs = c["catch_up_seconds"]
+                        .as_f64()
+                        .map_or("never".into(), |x| format!("{x:.0} s"));
+                    format!("{} {secs}", cell(&c["kind"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let catch_up = if catch_up.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Time until the jobs queue and the lanes were back to their depth before each fault, \
+             publishing going on (bound {} s): {}.",
+            cell(&v["catch_up_bound_seconds"]),
+            catch_up.join(", ")
+        )
+    };
     format!(
         "- **Soak** ({} form, `bench/soak.sh`): {} min of three worker processes on a private RabbitMQ node \
          (through a proxy) and a private Redis with AOF (`appendfsync everysec`). Ceiling measured first: {} \
@@ -186,7 +209,7 @@ fn soak(v: &Value) -> String {
          (its AMQP client then starts a runtime of its own, once: four descriptors more for good): {}. Redis `used_memory` from {} MiB to a peak of {} MiB, {} bytes \
          per dispatched send beyond the start in the last quarter, bound {} ({} samples over it): the worker \
          keeps a sorted-set member per send for the dedupe window (24 h), and nothing else grows with the jobs. \
-         Longest recovery: {} s. ![The soak: dispatch rate, worker RSS and descriptors, Redis memory, faults \
+         Longest recovery: {} s.{} ![The soak: dispatch rate, worker RSS and descriptors, Redis memory, faults \
          marked]({})\n",
         cell(&v["mode"]), cell(&v["minutes"]), cell(&v["ceiling_jobs"]), cell(&v["ceiling_jobs_per_second"]),
         cell(&v["rate_per_second"]), cell(&v["jobs"]), cell(&v["fault_every_seconds"]), faults.join("; "),
@@ -195,7 +218,7 @@ fn soak(v: &Value) -> String {
         cell(&v["uncommitted_after_kills"]), cell(&v["redis_resets_logged"]), processes.join("; "),
         mib(&v["redis_baseline_bytes"]), mib(&v["redis_peak_bytes"]),
         cell(&v["redis_bytes_per_send_last_quarter"]), cell(&v["redis_bound"]), cell(&v["redis_over_bound"]),
-        cell(&v["recovery_seconds"]), cell(&v["plot"]),
+        cell(&v["recovery_seconds"]), catch_up, cell(&v["plot"]),
     )
 }
 

@@ -1,0 +1,392 @@
+//! The recovery step (`--steps recovery`): how fast a paced channel's backlog drains
+//! once it sits in a lane. A ceiling first (the broker's pass-through, as in every
+//! other step); the channel is then paced at half of it. A backlog of bulk jobs
+//! (`--jobs`, default 100,000; 10,000 with `--quick`) is parked in the channel's bulk
+//! lane before any worker runs, as a fault leaves it; then the workers start and the
+//! dispatch queue's depth is read every second until every job is there. Four passes:
+//! one worker and three, each without and with a broker restart half-way through the
+//! drain (the restart passes run on a private RabbitMQ node the step starts, so the
+//! shared broker is never restarted; they are skipped where no node can be started).
+//!
+//! Reported: the drain rate over the whole drain and by 5-second interval, against the
+//! channel's rate, and the seconds the broker was away (the intervals that overlap
+//! the restart are marked, and the whole-drain figure is also given without them).
+//!
+//! Then the burst ([`burst`]): the same number of bulk jobs published to the jobs
+//! exchange as fast as the benchmark can, as a producer that knows no lanes sends a
+//! campaign, while one worker (then three) reads and parks them: the publish rate, the
+//! parking rate, and how long an urgent job published right behind them waits.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use lapin::Connection;
+use quota_worker::amqp::Topology;
+use quota_worker::config::Settings;
+use quota_worker::quota::lanes::Priority;
+use testkit::procs::RabbitNode;
+
+use crate::broker::{closed, connect, preload};
+use crate::ceiling::ceiling;
+use crate::context::{header, Bench};
+use crate::procs::{spawn_worker, stop, wait_ready};
+use crate::report::{Burst, Recovery, Report, INTERVAL_SECS};
+
+/// Runs the step into `report`.
+pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
+    let jobs = b
+        .args
+        .jobs
+        .unwrap_or(if b.args.quick { 10_000 } else { 100_000 });
+    let c = b.settings("rcceil");
+    let (ceiling_rate, _) = ceiling(&c, "a-allowed", b.jobs.min(50_000)).await?;
+    b.teardown.ceiling(&c).await;
+    let rate = ((ceiling_rate / 2.0).round() as u64).max(1);
+    header(
+        "recovery",
+        format!("ceiling {ceiling_rate:.0} msgs/s: the channel paced at {rate}/s"),
+    );
+    let restart_possible = RabbitNode::available();
+    for restart in [false, true] {
+        if restart && !restart_possible {
+            eprintln!("      no RabbitMQ node can be started here: the restart passes are skipped");
+            continue;
+        }
+        for workers in [1, 3] {
+            let mut r = pass(b, workers, jobs, rate, restart).await?;
+            r.ceiling_msgs_per_sec = ceiling_rate;
+            eprintln!(
+                "      drained {} jobs in {:.1} s: {:.3} of the rate (without the outage {:.3}); lowest 5 s interval {:.3}",
+                r.jobs, r.drain_secs, r.ratio_whole, r.ratio_without_outage, r.min_interval_ratio
+            );
+            report.recovery.push(r);
+        }
+    }
+    for workers in [1, 3] {
+        let burst = burst(b, workers, jobs, rate).await?;
+        eprintln!(
+            "      published at {:.0}/s, parked at {:.0}/s: an urgent job behind them waits {:.1} s",
+            burst.publish_per_sec, burst.parking_per_sec, burst.urgent_wait_secs
+        );
+        report.bursts.push(burst);
+    }
+    Ok(())
+}
+
+/// `jobs` bulk jobs published to the jobs exchange at once while `workers` workers
+/// run, the channel paced at `rate`: how fast they are published and parked.
+async fn burst(b: &Bench, workers: usize, jobs: usize, rate: u64) -> Result<Burst> {
+    header(
+        "recovery",
+        format!(
+            "burst: {jobs} bulk jobs to the jobs exchange, {workers} worker(s), paced at {rate}/s"
+        ),
+    );
+    let mut s = b.settings(&format!("rb{workers}"));
+    if let Some(sms) = s.channels.get_mut("sms") {
+        sms.rate = Some(rate);
+    }
+    let env = [(
+        "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
+        rate.to_string(),
+    )];
+    let mut procs = Vec::new();
+    let result = async {
+        for _ in 0..workers {
+            let (child, port) = spawn_worker(&b.worker, &s, &env)?;
+            procs.push(child);
+            wait_ready(port, procs.last_mut().expect("just pushed")).await?;
+        }
+        let conn = connect(&s.amqp.url).await?;
+        let ns = &s.redis.key_prefix;
+        let bodies = (0..jobs).map(|i| {
+            format!(r#"{{"id":"{ns}-c{i}","recipient":"c{i}","channel":"sms","category":"transactional","priority":"bulk"}}"#)
+                .into_bytes()
+        });
+        let ch = conn.create_channel().await?;
+        ch.confirm_select(Default::default()).await?;
+        let started = Instant::now();
+        preload(&ch, &s.amqp.jobs_exchange, "", bodies).await?;
+        let published = started.elapsed().as_secs_f64();
+        let deadline = started + Duration::from_secs(600);
+        while depth(&conn, &s.amqp.jobs_queue).await? > 0 {
+            if Instant::now() > deadline {
+                bail!("the jobs queue was not read within 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let parked = started.elapsed().as_secs_f64();
+        let _ = closed(conn.close(200, "bye".into())).await;
+        let (publish, parking) = (jobs as f64 / published, jobs as f64 / parked);
+        Ok(Burst {
+            workers,
+            jobs,
+            publish_per_sec: publish,
+            parking_per_sec: parking,
+            urgent_wait_secs: (parked - published).max(0.0),
+        })
+    }
+    .await;
+    for child in &mut procs {
+        stop(child);
+    }
+    b.teardown.namespace(&s).await;
+    result
+}
+
+async fn pass(
+    b: &Bench,
+    workers: usize,
+    jobs: usize,
+    rate: u64,
+    restart: bool,
+) -> Result<Recovery> {
+    header(
+        "recovery",
+        format!(
+            "{workers} worker(s), {jobs} bulk jobs parked, paced at {rate}/s{}",
+            if restart {
+                ", the broker restarted half-way"
+            } else {
+                ""
+            }
+        ),
+    );
+    let suffix = format!("rc{workers}{}", if restart { "r" } else { "" });
+    let mut s = b.settings(&suffix);
+    if let Some(sms) = s.channels.get_mut("sms") {
+        sms.rate = Some(rate);
+    }
+    let mut node = None;
+    if restart {
+        let mut n = RabbitNode::new();
+        n.start().await;
+        s.amqp.url = n.url();
+        node = Some(n);
+    }
+    let result = drain(b, &s, workers, jobs, rate, node.as_mut()).await;
+    if let Some(mut n) = node {
+        n.stop();
+        // the keys are on the shared Redis; the queues went with the node
+        s.amqp.url = b.args.amqp.clone();
+    }
+    b.teardown.namespace(&s).await;
+    result
+}
+
+async fn drain(
+    b: &Bench,
+    s: &Settings,
+    workers: usize,
+    jobs: usize,
+    rate: u64,
+    node: Option<&mut RabbitNode>,
+) -> Result<Recovery> {
+    let topology = Topology::from_settings(s);
+    let conn = connect(&s.amqp.url).await?;
+    topology.declare(&conn).await?;
+    let lane = topology.lane_queue("sms", Priority::Bulk);
+    let dispatch = topology.dispatch_queue("sms");
+    let ns = &s.redis.key_prefix;
+    let bodies = (0..jobs).map(|i| {
+        format!(r#"{{"id":"{ns}-r{i}","recipient":"r{i}","channel":"sms","category":"transactional","priority":"bulk"}}"#)
+            .into_bytes()
+    });
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(Default::default()).await?;
+    preload(
+        &ch,
+        &s.lanes.exchange,
+        &Priority::Bulk.routing_key("sms"),
+        bodies,
+    )
+    .await?;
+    let parked = depth(&conn, &lane).await?;
+    if parked as usize != jobs {
+        bail!("{parked} of {jobs} jobs parked in {lane}");
+    }
+    let _ = closed(conn.close(200, "bye".into())).await;
+
+    let env = [(
+        "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
+        rate.to_string(),
+    )];
+    let mut procs = Vec::new();
+    for _ in 0..workers {
+        let (mut child, port) = spawn_worker(&b.worker, s, &env)?;
+        wait_ready(port, &mut child).await?;
+        procs.push(child);
+    }
+    let watched = watch(s, &dispatch, jobs, rate, node).await;
+    for child in &mut procs {
+        stop(child);
+    }
+    let (samples, outage) = watched?;
+    Ok(summarise(workers, jobs, rate, &samples, outage))
+}
+
+/// Reads the dispatch queue's depth every second until it holds `jobs`; with `node`,
+/// stops and starts it again once half of them are there. Returns (seconds since the
+/// start, depth) samples and the outage (start, end) in the same seconds.
+async fn watch(
+    s: &Settings,
+    dispatch: &str,
+    jobs: usize,
+    rate: u64,
+    mut node: Option<&mut RabbitNode>,
+) -> Result<(Vec<(f64, u32)>, Option<(f64, f64)>)> {
+    let started = Instant::now();
+    // twice the time the rate needs, and two minutes for the workers and a restart
+    let limit = Duration::from_secs(jobs as u64 * 2 / rate + 120);
+    let mut samples = Vec::new();
+    let mut outage = None;
+    let mut conn = connect(&s.amqp.url).await?;
+    let mut next = started;
+    loop {
+        next += Duration::from_secs(1);
+        tokio::time::sleep_until(next.into()).await;
+        let d = depth(&conn, dispatch).await?;
+        samples.push((started.elapsed().as_secs_f64(), d));
+        if d as usize >= jobs {
+            break;
+        }
+        if started.elapsed() > limit {
+            bail!("{d} of {jobs} jobs dispatched after {} s", limit.as_secs());
+        }
+        if outage.is_none() && d as usize >= jobs / 2 {
+            if let Some(n) = node.as_deref_mut() {
+                let _ = closed(conn.close(200, "restart".into())).await;
+                let from = started.elapsed().as_secs_f64();
+                n.stop();
+                n.start().await;
+                outage = Some((from, started.elapsed().as_secs_f64()));
+                conn = connect(&s.amqp.url).await?;
+                next = Instant::now();
+            }
+        }
+    }
+    let _ = closed(conn.close(200, "bye".into())).await;
+    Ok((samples, outage))
+}
+
+/// Messages ready in `queue` (a passive declare on a channel of its own).
+async fn depth(conn: &Connection, queue: &str) -> Result<u32> {
+    let ch = conn.create_channel().await?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let q = ch
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await?;
+    let _ = ch.close(200, "".into()).await;
+    Ok(q.message_count())
+}
+
+/// The pass's figures from its depth samples (pure).
+pub fn summarise(
+    workers: usize,
+    jobs: usize,
+    rate: u64,
+    samples: &[(f64, u32)],
+    outage: Option<(f64, f64)>,
+) -> Recovery {
+    // the drain starts at the last sample before the first dispatched job
+    let first = samples.iter().position(|&(_, d)| d > 0).unwrap_or(0);
+    let t0 = if first == 0 {
+        0.0
+    } else {
+        samples[first - 1].0
+    };
+    let end = samples.last().map_or(t0, |s| s.0);
+    let drain_secs = (end - t0).max(f64::EPSILON);
+    let dispatched = samples.last().map_or(0, |s| s.1) as f64;
+    let outage_secs = outage.map_or(0.0, |(a, z)| z - a);
+    let rate_f = rate as f64;
+    let ratio_whole = dispatched / drain_secs / rate_f;
+    let ratio_without_outage = dispatched / (drain_secs - outage_secs).max(f64::EPSILON) / rate_f;
+    // depth at t (the last sample at or before it)
+    let at = |t: f64| -> f64 {
+        samples
+            .iter()
+            .take_while(|s| s.0 <= t + 1e-9)
+            .last()
+            .map_or(0.0, |s| s.1 as f64)
+    };
+    let mut intervals = Vec::new();
+    let mut in_outage = Vec::new();
+    let step = INTERVAL_SECS as f64;
+    let mut a = t0;
+    while a + step <= end + 1e-9 {
+        let z = a + step;
+        intervals.push((at(z) - at(a)) / step);
+        in_outage.push(outage.is_some_and(|(oa, oz)| oa < z && oz > a));
+        a = z;
+    }
+    let min_interval_ratio = intervals
+        .iter()
+        .zip(&in_outage)
+        .filter(|(_, o)| !**o)
+        .map(|(v, _)| v / rate_f)
+        .fold(f64::INFINITY, f64::min);
+    Recovery {
+        workers,
+        broker_restart: outage.is_some(),
+        jobs,
+        rate,
+        ceiling_msgs_per_sec: 0.0,
+        drain_secs,
+        ratio_whole,
+        ratio_without_outage,
+        outage_secs,
+        intervals,
+        interval_in_outage: in_outage,
+        min_interval_ratio: if min_interval_ratio.is_finite() {
+            min_interval_ratio
+        } else {
+            0.0
+        },
+        curve: samples[first.saturating_sub(1)..]
+            .iter()
+            .map(|&(t, d)| (t - t0, d as f64))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_drain_is_at_the_rate_in_every_interval() {
+        // 100 jobs a second from t = 2 on, 1,000 jobs
+        let samples: Vec<(f64, u32)> = (1..=12)
+            .map(|t| (t as f64, ((t - 2).max(0) * 100) as u32))
+            .collect();
+        let r = summarise(1, 1_000, 100, &samples, None);
+        assert_eq!(r.drain_secs, 10.0);
+        assert!((r.ratio_whole - 1.0).abs() < 1e-9);
+        assert_eq!(r.intervals, vec![100.0, 100.0]);
+        assert!((r.min_interval_ratio - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_outage_is_marked_and_left_out_of_the_lowest_interval() {
+        // 100/s, then nothing from t = 5 to t = 10, then 100/s again
+        let mut samples = Vec::new();
+        let mut d = 0u32;
+        for t in 1..=16 {
+            if !(6..=10).contains(&t) {
+                d += 100;
+            }
+            samples.push((t as f64, d));
+        }
+        let r = summarise(1, 1_100, 100, &samples, Some((5.0, 10.0)));
+        assert!(r.broker_restart);
+        assert_eq!(r.interval_in_outage, vec![false, true, false]);
+        assert!(r.ratio_whole < 0.75);
+        assert!((r.min_interval_ratio - 1.0).abs() < 1e-9);
+    }
+}
