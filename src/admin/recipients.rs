@@ -157,6 +157,9 @@ pub struct RecipientStatus {
     pub policies: Vec<PolicyStatus>,
     /// Its suppressions in force (on the query's channel, when it names one).
     pub suppressions: Vec<super::SuppressionInfo>,
+    /// The recipient's own preferences (the set, with `updated_at`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preferences: Option<serde_json::Value>,
     /// One entry per cap (and channel) configured for the tenant: every layer
     /// above the policies.
     pub caps: Vec<CapStatus>,
@@ -360,6 +363,7 @@ impl<'a> Recipients<'a> {
             waiting,
             policies,
             suppressions: super::suppressions::list(self.store, q.recipient, q.channel).await?,
+            preferences: super::preferences::get(self.store, q.tenant, q.recipient).await?,
             caps,
         })
     }

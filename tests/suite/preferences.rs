@@ -189,6 +189,26 @@ async fn a_tenant_has_its_own_set() {
         200
     );
     assert_eq!(call(&addr, "GET", &path("r"), "", None).await.0, 404);
+    // the admin's view of the recipient shows the tenant's set (`admin recipient --json`)
+    let recipients = quota_worker::admin::recipients::Recipients::new(w.store(), &s);
+    let query = |tenant| quota_worker::admin::recipients::RecipientQuery {
+        recipient: "r",
+        category: None,
+        channel: None,
+        tz: chrono_tz::Tz::UTC,
+        tenant,
+    };
+    let shown = recipients.status(&query(Some("acme"))).await.unwrap();
+    assert_eq!(
+        shown.preferences.unwrap()["channels"],
+        json!({"sms": false})
+    );
+    assert!(recipients
+        .status(&query(None))
+        .await
+        .unwrap()
+        .preferences
+        .is_none());
     let with_tenant = br#"{"id":"t1","recipient":"r","channel":"sms","tenant":"acme"}"#;
     publish(&conn, &s, with_tenant).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
