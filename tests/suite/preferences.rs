@@ -409,3 +409,49 @@ async fn quiet_hours_across_midnight_delay_to_their_end_unless_allowed_or_requir
     }
     stop.cancel();
 }
+
+/// `schema/preferences.schema.json` (in `docs/reference/schemas.md`) and the worker's
+/// own parser agree: every set below that the parser takes, the schema takes, and
+/// every set the schema refuses, the parser refuses too (the parser checks more: a
+/// configured channel, day and zone names).
+#[test]
+fn the_preferences_schema_and_the_parser_agree() {
+    use quota_worker::quota::preferences::Preferences;
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schema/preferences.schema.json")).unwrap();
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .expect("the schema is a valid JSON Schema");
+    let known = |c: &str| ["sms", "email", "push"].contains(&c);
+    let good = [
+        json!({}),
+        json!({ "categories": { "marketing": false, "reminders": { "sms": false } },
+                "channels": { "sms": false },
+                "quiet_hours": { "timezone": "Europe/Berlin",
+                                 "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ],
+                                 "allow": ["urgent"] } }),
+        json!({ "channels": { "email": true }, "updated_at": "2026-11-26T22:00:00Z" }),
+        json!({ "quiet_hours": { "windows": [ { "days": "mon-fri", "from": "00:00", "to": "24:00" } ],
+                                 "allow": [] } }),
+    ];
+    for v in &good {
+        assert!(Preferences::parse(v, &known).is_ok(), "the parser refuses {v}");
+        assert!(validator.is_valid(v), "the schema refuses {v}");
+    }
+    let bad = [
+        json!({ "colour": "red" }),
+        json!({ "channels": { "sms": "no" } }),
+        json!({ "categories": { "a:b": false } }),
+        json!({ "categories": { "promo": 0 } }),
+        json!({ "quiet_hours": { "windows": [ { "days": "daily", "from": "7:00", "to": "08:00" } ] } }),
+        json!({ "quiet_hours": { "windows": [ { "days": "daily", "from": "24:00", "to": "08:00" } ] } }),
+        json!({ "quiet_hours": { "windows": [ { "days": "daily", "from": "22:00" } ] } }),
+        json!({ "quiet_hours": { "allow": ["soon"] } }),
+        json!({ "quiet_hours": { "zone": "Europe/Berlin" } }),
+    ];
+    for v in &bad {
+        assert!(Preferences::parse(v, &known).is_err(), "the parser takes {v}");
+        assert!(!validator.is_valid(v), "the schema takes {v}");
+    }
+}
