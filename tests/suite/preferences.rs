@@ -436,7 +436,10 @@ fn the_preferences_schema_and_the_parser_agree() {
                                  "allow": [] } }),
     ];
     for v in &good {
-        assert!(Preferences::parse(v, &known).is_ok(), "the parser refuses {v}");
+        assert!(
+            Preferences::parse(v, &known).is_ok(),
+            "the parser refuses {v}"
+        );
         assert!(validator.is_valid(v), "the schema refuses {v}");
     }
     let bad = [
@@ -451,7 +454,10 @@ fn the_preferences_schema_and_the_parser_agree() {
         json!({ "quiet_hours": { "zone": "Europe/Berlin" } }),
     ];
     for v in &bad {
-        assert!(Preferences::parse(v, &known).is_err(), "the parser takes {v}");
+        assert!(
+            Preferences::parse(v, &known).is_err(),
+            "the parser takes {v}"
+        );
         assert!(!validator.is_valid(v), "the schema takes {v}");
     }
 }
