@@ -129,7 +129,7 @@ async fn measure(
 }
 
 /// Messages ready in `queue` (a passive declare).
-async fn ready(conn: &Connection, queue: &str) -> Result<u32> {
+pub(crate) async fn ready(conn: &Connection, queue: &str) -> Result<u32> {
     let ch = conn.create_channel().await?;
     let passive = QueueDeclareOptions {
         passive: true,

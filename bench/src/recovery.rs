@@ -20,9 +20,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
-use lapin::Connection;
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::quota::lanes::Priority;
@@ -31,6 +28,7 @@ use testkit::procs::RabbitNode;
 use crate::broker::{closed, connect, preload};
 use crate::ceiling::ceiling;
 use crate::context::{header, Bench};
+use crate::lanes::ready;
 use crate::procs::{spawn_worker, stop, wait_ready};
 use crate::report::{Burst, Recovery, Report, INTERVAL_SECS};
 
@@ -111,7 +109,7 @@ async fn burst(b: &Bench, workers: usize, jobs: usize, rate: u64) -> Result<Burs
         preload(&ch, &s.amqp.jobs_exchange, "", bodies).await?;
         let published = started.elapsed().as_secs_f64();
         let deadline = started + Duration::from_secs(600);
-        while depth(&conn, &s.amqp.jobs_queue).await? > 0 {
+        while ready(&conn, &s.amqp.jobs_queue).await? > 0 {
             if Instant::now() > deadline {
                 bail!("the jobs queue was not read within 10 minutes");
             }
@@ -203,7 +201,7 @@ async fn drain(
         bodies,
     )
     .await?;
-    let parked = depth(&conn, &lane).await?;
+    let parked = ready(&conn, &lane).await?;
     if parked as usize != jobs {
         bail!("{parked} of {jobs} jobs parked in {lane}");
     }
@@ -247,7 +245,7 @@ async fn watch(
     loop {
         next += Duration::from_secs(1);
         tokio::time::sleep_until(next.into()).await;
-        let d = depth(&conn, dispatch).await?;
+        let d = ready(&conn, dispatch).await?;
         samples.push((started.elapsed().as_secs_f64(), d));
         if d as usize >= jobs {
             break;
@@ -269,20 +267,6 @@ async fn watch(
     }
     let _ = closed(conn.close(200, "bye".into())).await;
     Ok((samples, outage))
-}
-
-/// Messages ready in `queue` (a passive declare on a channel of its own).
-async fn depth(conn: &Connection, queue: &str) -> Result<u32> {
-    let ch = conn.create_channel().await?;
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let q = ch
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await?;
-    let _ = ch.close(200, "".into()).await;
-    Ok(q.message_count())
 }
 
 /// The pass's figures from its depth samples (pure).
