@@ -61,6 +61,10 @@
 --                     only counts); nothing was recorded
 -- A job with layers is admitted only when its policy (unless in shadow mode) and
 -- every layer that holds it pass; it is then recorded in its key and every layer's.
+--   12                as 1, and 13, m, t1 .. tm as 6, for a job that took over its
+--                     own abandoned reservation (older than the lease): its earlier
+--                     dispatch may have gone out, so the worker never frees the
+--                     recipient's slot for it (it keeps the reservation instead)
 --   9, kind, since, until  suppressed (see the suppression section below): nothing
 --                     was written for this job
 --   10, what          opted out (see the preferences section below): nothing was
@@ -142,6 +146,8 @@ for p = 1, tonumber(ARGV[4]) do
   a = a + 5 + 2 * nrules
 end
 local score = string.format('%.0f', now * 2)
+-- whether the job being admitted took over its own abandoned reservation
+local inherited = false
 
 -- A key's remembered sends other than `member`'s (their scores), from its ZRANGE
 -- `entries`; what `plan` no longer needs is trimmed.
@@ -236,8 +242,11 @@ local function admit(key, member, plan, layers)
       redis.call('PEXPIREAT', key, plan.expire_at)
       return 3, reserved_at
     end
-    -- an abandoned reservation (its worker died before confirming): admit afresh
-    redis.call('ZREM', key, member)
+    -- an abandoned reservation (its worker died before confirming, perhaps after
+    -- its dispatch went out): decided afresh, but it stays counted until this
+    -- admission replaces it (a refusal leaves it), and the admission says it
+    -- inherited it (12, 13) so that the worker keeps it rather than free it
+    inherited = true
   end
 
   if not plan.valid then
@@ -344,6 +353,7 @@ end
 
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
+  inherited = false
   -- >>> suppression: one HGET per job, only when the section is present
   local ok, code, extra = true, nil, nil
   if supp_at then
@@ -359,6 +369,7 @@ for k = 1, jobs do
     ok, code, extra = pcall(admit, key, ARGV[a], plans[tonumber(ARGV[a + 1])], layers[k])
   end
   if not ok then code = failure(code) end
+  if inherited and (code == 1 or code == 6) then code = code == 1 and 12 or 13 end
   n = n + 1
   out[n] = code
   if code == 3 or code == 10 or code == 11 then
@@ -369,7 +380,7 @@ for k = 1, jobs do
       n = n + 1
       out[n] = extra[i]
     end
-  elseif code == 0 or code == 6 then
+  elseif code == 0 or code == 6 or code == 13 then
     n = n + 1
     out[n] = #extra
     for i = 1, #extra do

@@ -43,6 +43,11 @@ pub struct Ticket {
     pub(crate) layer_keys: Option<Box<Vec<String>>>,
     /// The channel's rate and the TAT its take left, when the channel is paced.
     pub(crate) rate: Option<(Rate, i64)>,
+    /// It took over this job's own reservation from an earlier attempt that never
+    /// confirmed (a worker killed, a dispatch unconfirmed), whose dispatch may have
+    /// gone out: given back, it keeps the reservation rather than free the
+    /// recipient's slot for another job.
+    pub(crate) inherited: bool,
 }
 
 #[cfg(test)]
@@ -56,6 +61,7 @@ impl Ticket {
             channel: "sms".into(),
             layer_keys: None,
             rate: None,
+            inherited: false,
         }
     }
 }

@@ -81,13 +81,14 @@ pub struct LayerArgs {
 /// (ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Admitted and recorded at `now`.
-    Admitted(i64),
+    /// Admitted and recorded at `now`; `true` when it took over its own abandoned
+    /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]).
+    Admitted(i64, bool),
     /// Refused; the times (ms) of the sends still remembered.
     Refused(i64, Vec<i64>),
     /// A shadow policy's rules would refuse it; recorded at `now` all the same; the
-    /// times (ms) of the other sends still remembered.
-    Shadowed(i64, Vec<i64>),
+    /// times (ms) of the other sends still remembered; inherited as for `Admitted`.
+    Shadowed(i64, Vec<i64>, bool),
     /// Already dispatched.
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
@@ -116,9 +117,9 @@ impl Verdict {
     /// Redis time of the call.
     pub fn now(&self) -> i64 {
         match self {
-            Verdict::Admitted(now)
+            Verdict::Admitted(now, _)
             | Verdict::Refused(now, _)
-            | Verdict::Shadowed(now, _)
+            | Verdict::Shadowed(now, ..)
             | Verdict::Duplicate(now)
             | Verdict::Reserved(now, _)
             | Verdict::Clock(now)
@@ -141,15 +142,15 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
     while let Some((&code, tail)) = rest.split_first() {
         rest = tail;
         out.push(match code {
-            1 => Verdict::Admitted(now),
-            0 | 6 => {
+            1 | 12 => Verdict::Admitted(now, code == 12),
+            0 | 6 | 13 => {
                 let (&m, tail) = rest.split_first()?;
                 let m = usize::try_from(m).ok().filter(|m| *m <= tail.len())?;
                 rest = &tail[m..];
                 let times = tail[..m].to_vec();
                 match code {
                     0 => Verdict::Refused(now, times),
-                    _ => Verdict::Shadowed(now, times),
+                    _ => Verdict::Shadowed(now, times, code == 13),
                 }
             }
             2 => Verdict::Duplicate(now),
@@ -406,7 +407,7 @@ impl Caller {
         Ok(verdicts
             .into_iter()
             .map(|v| match (short, &v) {
-                (Some((acked, wanted)), Verdict::Admitted(at) | Verdict::Shadowed(at, _)) => {
+                (Some((acked, wanted)), Verdict::Admitted(at, _) | Verdict::Shadowed(at, ..)) => {
                     Err(StoreError::Unreplicated {
                         reserved_at: *at,
                         recorded: true,
@@ -558,22 +559,24 @@ mod tests {
         let now = 1_700_000_000_000;
         let flat = [
             now, 1, 0, 2, 10, 20, 2, 3, 55, 4, 0, 0, 5, 6, 1, 30, 7, 8, 3, 1, 5, 0, 2, 6, 7, 9, 4,
-            9, 0,
+            9, 0, 12, 13, 1, 40,
         ];
         assert_eq!(
-            verdicts(&flat, 11),
+            verdicts(&flat, 13),
             Some(vec![
-                Verdict::Admitted(now),
+                Verdict::Admitted(now, false),
                 Verdict::Refused(now, vec![10, 20]),
                 Verdict::Duplicate(now),
                 Verdict::Reserved(now, 55),
                 Verdict::Clock(now),
                 Verdict::Refused(now, vec![]),
                 Verdict::WrongType(now),
-                Verdict::Shadowed(now, vec![30]),
+                Verdict::Shadowed(now, vec![30], false),
                 Verdict::Elsewhere(now),
                 Verdict::Layered(now, vec![vec![5], vec![], vec![6, 7]]),
                 Verdict::Suppressed(now, 4, 9, 0),
+                Verdict::Admitted(now, true),
+                Verdict::Shadowed(now, vec![40], true),
             ])
         );
         assert_eq!(Verdict::Reserved(now, 55).now(), now);

@@ -14,6 +14,7 @@ pub mod marker;
 pub(crate) mod notes;
 pub(crate) mod rate;
 pub(crate) mod refund;
+pub(crate) mod release;
 pub mod scripts;
 pub mod slots;
 

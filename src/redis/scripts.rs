@@ -23,6 +23,8 @@ pub const LANES_LUA: &str = concat!(
 );
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.
 pub const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
+/// `lua/release.lua`: an admission's own reservation, given back.
+pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 /// `lua/import.lua`: a past send imported by the admin.
 pub(crate) const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
 /// `lua/feedback.lua`: one feedback about a recipient, applied once.
@@ -46,6 +48,8 @@ pub struct Scripts {
     pub lanes: Script,
     /// `lua/refund.lua`.
     pub refund: Script,
+    /// `lua/release.lua`.
+    pub release: Script,
     /// `lua/import.lua`.
     pub import: Script,
     /// `lua/collapse.lua`.
@@ -66,6 +70,7 @@ impl Default for Scripts {
             rate: Script::new(RATE_LUA),
             lanes: Script::new(LANES_LUA),
             refund: Script::new(REFUND_LUA),
+            release: Script::new(RELEASE_LUA),
             import: Script::new(IMPORT_LUA),
             collapse: Script::new(COLLAPSE_LUA),
             feedback: Script::new(FEEDBACK_LUA),
@@ -87,6 +92,7 @@ impl Scripts {
             &self.rate,
             &self.lanes,
             &self.refund,
+            &self.release,
             &self.import,
             &self.collapse,
             &self.feedback,

@@ -89,7 +89,7 @@ impl QuotaStore {
                 match b {
                     Ok(b) => (a, Some(b)),
                     Err(e) => {
-                        if let Verdict::Admitted(at) = a {
+                        if let Verdict::Admitted(at, _) = a {
                             self.orphan(&key, &member, at);
                         }
                         return Err(e);
@@ -133,20 +133,21 @@ impl QuotaStore {
         }
         if let Verdict::Reserved(_, at) = reply {
             if self.adopt(&key, &member, at) {
-                reply = Verdict::Admitted(at);
+                reply = Verdict::Admitted(at, true);
             }
         }
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
         let layer_keys =
             || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
         let mut admission = match reply {
-            Verdict::Admitted(now) => Admission::Admitted(Ticket {
+            Verdict::Admitted(now, inherited) => Admission::Admitted(Ticket {
                 key,
                 member: member.into_boxed_slice(),
                 admitted_at: window::from_millis(now),
                 channel: req.channel.to_string(),
                 layer_keys: layer_keys(),
                 rate: rate.zip(taken),
+                inherited,
             }),
             Verdict::Layered(now, blocks) => layered_refusal(&policy, layers, req.tz, now, blocks),
             Verdict::Refused(now, sends) => {
@@ -162,7 +163,7 @@ impl QuotaStore {
                     seen: sends.len(),
                 }
             }
-            Verdict::Shadowed(now, sends) => {
+            Verdict::Shadowed(now, sends, inherited) => {
                 let sends: Vec<DateTime<Utc>> =
                     sends.into_iter().map(window::from_millis).collect();
                 let at = window::from_millis(now);
@@ -175,6 +176,7 @@ impl QuotaStore {
                         channel: req.channel.to_string(),
                         layer_keys: layer_keys(),
                         rate: rate.zip(taken),
+                        inherited,
                     },
                     retry_at: refusal.retry_at,
                     action: policy.action,

@@ -104,27 +104,26 @@ impl QuotaStore {
     }
 
     pub(super) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
-        if let Some(layer_keys) = &ticket.layer_keys {
-            // the caps it was counted toward give it back too (one slot: one trip)
-            let zrem = |key: &String| {
-                let mut cmd = redis::cmd("ZREM");
-                cmd.arg(key).arg(&ticket.member[..]);
-                cmd
-            };
-            let keys = std::iter::once(&ticket.key).chain(layer_keys.iter());
-            let trips = self.conn.send_all(keys.map(zrem)).await?;
-            for _ in 0..trips {
-                self.count_call();
-            }
+        if ticket.inherited {
+            // an earlier attempt's dispatch may have gone out: the send stays
+            // counted (this worker takes the reservation back when it meets the
+            // job again; another waits out the lease)
+            self.keep_reservation(ticket);
             return Ok(());
         }
-        let mut conn = self.conn.clone();
+        // only while the reservation is still this admission's own (and, with the
+        // caps it was counted toward, theirs too: one hash slot, one call)
         self.count_call();
-        let _: i64 = redis::cmd("ZREM")
-            .arg(&ticket.key)
-            .arg(&ticket.member[..])
-            .query_async(&mut conn)
-            .await?;
+        let keys =
+            std::iter::once(&ticket.key).chain(ticket.layer_keys.iter().flat_map(|k| k.iter()));
+        crate::redis::release::release(
+            &self.conn,
+            &self.scripts.release,
+            keys,
+            &ticket.member,
+            ticket.admitted_at.timestamp_millis(),
+        )
+        .await?;
         Ok(())
     }
 }

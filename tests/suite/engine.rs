@@ -112,6 +112,69 @@ async fn an_abandoned_reservation_is_admitted_again_after_its_lease() {
     assert_eq!(n, 1);
 }
 
+/// A worker killed after its dispatch went out but before it confirmed leaves a
+/// reservation that the job's next attempt takes over; if that attempt is given
+/// back (parked in a lane, its dispatch refused), the first one may still have been
+/// sent: the recipient's slot stays taken, and the job takes it back when it comes.
+#[tokio::test]
+async fn a_taken_over_reservation_given_back_still_counts() {
+    let ns = unique("inherit");
+    let _g = RedisGuard(ns.clone());
+    let mut s = settings(&ns);
+    s.redis.reservation_lease = quota_worker::config::Dur(Duration::from_secs(1));
+    let e = engine(&s).await;
+    admitted(&e.admit(&req("sent-maybe", "erin", Tz::UTC)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = e.admit(&req("sent-maybe", "erin", Tz::UTC)).await.unwrap();
+    e.release(admitted(&again)).await.unwrap();
+    let other = e.admit(&req("another", "erin", Tz::UTC)).await.unwrap();
+    assert!(
+        matches!(other, Admission::Refused { .. }),
+        "the slot of a job that may have been sent went to another: {other:?}"
+    );
+    // this worker takes its kept reservation back at once, and confirms it
+    let third = e.admit(&req("sent-maybe", "erin", Tz::UTC)).await.unwrap();
+    e.commit(admitted(&third)).await.unwrap();
+    let key = e.keys().recipient("erin", "default", None);
+    let n: i64 = redis::cmd("ZCARD")
+        .arg(&key)
+        .query(&mut testkit::redis_sync())
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// An attempt slower than the lease is overtaken by another copy of its job; giving
+/// the slow one back must not free the slot the other now holds (whose dispatch
+/// then confirms: the recipient has one send, committed).
+#[tokio::test]
+async fn a_slow_attempt_given_back_leaves_the_overtaking_copys_reservation() {
+    let ns = unique("overtaken");
+    let _g = RedisGuard(ns.clone());
+    let mut s = settings(&ns);
+    s.redis.reservation_lease = quota_worker::config::Dur(Duration::from_secs(1));
+    let e = engine(&s).await;
+    let slow = e.admit(&req("twice", "fred", Tz::UTC)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let fast = e.admit(&req("twice", "fred", Tz::UTC)).await.unwrap();
+    e.release(admitted(&slow)).await.unwrap();
+    let other = e.admit(&req("another", "fred", Tz::UTC)).await.unwrap();
+    assert!(
+        matches!(other, Admission::Refused { .. }),
+        "the overtaking copy's slot went to another job: {other:?}"
+    );
+    e.commit(admitted(&fast)).await.unwrap();
+    let key = e.keys().recipient("fred", "default", None);
+    let scores: Vec<(Vec<u8>, i64)> = redis::cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut testkit::redis_sync())
+        .unwrap();
+    assert_eq!(scores.len(), 1);
+    assert_eq!(scores[0].1 % 2, 1, "committed");
+}
+
 #[tokio::test]
 async fn release_gives_the_quota_back() {
     let ns = unique("release");
