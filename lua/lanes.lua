@@ -15,8 +15,15 @@
 -- ARGV[5]  lane: 0 urgent, 1 normal, 2 bulk
 -- ARGV[6]  reserve per waiting lane above, µs of the bucket
 -- ARGV[7]  normal's share as an interval, µs (0: no minimum share)
+-- ARGV[8]  look-ahead, µs (optional, default 0): grant slots whose time comes within
+--          this of now; the caller waits for each one's time before using it (one
+--          asker per lane and worker takes the slots of the next moments for the
+--          jobs waiting behind it, instead of each job asking at its slot's instant)
 --
--- Returns as rate.lua: {allowed, remaining, retry_after_us, reset_after_us, tat_us, granted}
+-- Returns as rate.lua: {allowed, remaining, retry_after_us, reset_after_us, tat_us, granted},
+-- and when allowed two more: the first granted slot's time less now (µs; negative:
+-- already due) and the span of one job (µs); granted slot i (0-based) is due at the
+-- first one's time + i spans.
 local key, state = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -25,6 +32,7 @@ local asking = tonumber(ARGV[4] or '1')
 local lane = tonumber(ARGV[5])
 local reserve = tonumber(ARGV[6])
 local share = tonumber(ARGV[7])
+local ahead = tonumber(ARGV[8] or '0')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -54,8 +62,8 @@ local tolerance = interval * burst - reserve * above
 local keep_ms = math.ceil((interval * burst + share + interval * cost) / 1000) + 1000
 
 local allow_at = tat + interval * cost - tolerance
-if allow_at > now then
-  local retry = math.min(allow_at - now, tat - now + interval * cost)
+if allow_at > now + ahead then
+  local retry = math.min(allow_at - now, tat - now + interval * cost) - ahead
   if lane < 2 then
     -- this lane waits until its retry, and a little longer for the retry to arrive
     local until_us = now + retry + interval * cost + 20000
@@ -67,10 +75,10 @@ end
 
 local granted = asking
 if cost > 0 then
-  granted = math.min(asking, 1 + math.floor((now - allow_at) / (interval * cost)))
+  granted = math.min(asking, 1 + math.floor((now + ahead - allow_at) / (interval * cost)))
 end
 local new_tat = tat + interval * cost * granted
-local remaining = math.floor((now - (new_tat - interval * burst)) / interval)
+local remaining = math.max(0, math.floor((now - (new_tat - interval * burst)) / interval))
 if cost > 0 then
   local ttl_ms = math.ceil((math.max(new_tat, ramp_end) - now) / 1000)
   redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
@@ -83,4 +91,4 @@ if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
   redis.call('HSET', state, 's', string.format('%.0f', s))
   redis.call('PEXPIRE', state, keep_ms + math.ceil((s - now) / 1000))
 end
-return {1, remaining, 0, new_tat - now, new_tat, granted}
+return {1, remaining, 0, new_tat - now, new_tat, granted, allow_at - now, interval * cost}

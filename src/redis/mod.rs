@@ -13,6 +13,7 @@ pub(crate) mod import;
 pub mod marker;
 pub(crate) mod notes;
 pub(crate) mod rate;
+pub(crate) mod rate_line;
 pub(crate) mod refund;
 pub(crate) mod release;
 pub mod scripts;

@@ -16,6 +16,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
+use super::rate_line::{granted, Granted, Lines, Slot};
 use crate::quota::lanes::{LaneRate, Priority};
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
@@ -189,6 +190,8 @@ type Ask = (Rate, Option<LaneAsk>);
 pub(crate) struct RateBatcher {
     tx: mpsc::UnboundedSender<(Ask, oneshot::Sender<Reply>)>,
     taker: Arc<Taker>,
+    /// The deliveries read from the channel's lanes, waiting for their slots.
+    lines: Lines,
 }
 
 /// What a call needs.
@@ -221,7 +224,16 @@ impl RateBatcher {
         let taker = Arc::new(taker);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(taker.clone(), rx));
-        RateBatcher { tx, taker }
+        RateBatcher {
+            tx,
+            taker,
+            lines: Lines::default(),
+        }
+    }
+
+    /// Wait in `ask.lane`'s line of this worker for a slot (see [`super::rate_line`]).
+    pub async fn slot(&self, rate: Rate, ask: LaneAsk) -> Result<Slot, StoreError> {
+        self.lines.slot(&self.taker, rate, ask).await
     }
 
     /// Take one job of `rate.cost` from the channel's rate (in `lane` when given).
@@ -249,6 +261,35 @@ fn answered(reply: Result<Reply, oneshot::error::RecvError>) -> Reply {
 }
 
 impl Taker {
+    /// One ask of a lane's line: `wanted` slots, those due within `ahead`.
+    pub(crate) async fn slots(
+        &self,
+        (rate, ask): (Rate, LaneAsk),
+        wanted: usize,
+        ahead: Duration,
+    ) -> Result<Granted, StoreError> {
+        super::conn::count_call(&self.calls);
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self
+            .lanes_script
+            .key(&self.key)
+            .key(&self.lanes_key)
+            .arg(rate.interval_us)
+            .arg(rate.burst)
+            .arg(rate.cost)
+            .arg(wanted)
+            .arg(ask.lane.rank())
+            .arg(ask.lanes.reserve_us)
+            .arg(ask.lanes.share_interval_us)
+            .arg(ahead.as_micros() as u64)
+            .invoke_async(&mut conn)
+            .await?;
+        granted(&reply).ok_or(StoreError::Reply {
+            script: "lanes.lua",
+            reply,
+        })
+    }
+
     /// One call for `asks` (all of one rate and lane), each told its answer.
     async fn answer(&self, (rate, lane): Ask, asks: Vec<oneshot::Sender<Reply>>) {
         super::conn::count_call(&self.calls);

@@ -29,12 +29,25 @@ impl QuotaStore {
             .get(channel)
             .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
         let _in_lanes = Counted::new(&pacer.in_lanes);
-        let (tat, asks) = self.pace_counting(channel, rate, pacer, Some(ask)).await?;
-        if asks == 1 {
-            // a slot at once: the lanes hold no backlog (any longer)
+        let Some(batcher) = self.rates.get(channel) else {
+            let (tat, asks) = self.pace_counting(channel, rate, pacer, Some(ask)).await?;
+            if asks == 1 {
+                // a slot at once: the lanes hold no backlog (any longer)
+                pacer.saturated.store(false, Ordering::Relaxed);
+            }
+            return Ok(tat);
+        };
+        // in the lane's line of this worker (src/redis/rate_line.rs), then to the
+        // slot's time
+        let _waiting = Counted::new(&pacer.waiting);
+        let slot = batcher.slot(rate, ask).await?;
+        if slot.at_once {
             pacer.saturated.store(false, Ordering::Relaxed);
         }
-        Ok(tat)
+        if !slot.wait.is_zero() {
+            tokio::time::sleep(slot.wait).await;
+        }
+        Ok(slot.tat_us)
     }
 
     /// Wait until the channel's rate allows one more job, one waiter at a time;

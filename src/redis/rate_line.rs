@@ -1,0 +1,244 @@
+//! The line of a lane: the deliveries of one lane of one channel that wait in this
+//! worker for a send slot, served in order by one asker.
+//!
+//! Each delivery asking the rate on its own (and sleeping to its `retry_after` when
+//! refused) makes a herd: every waiting delivery wakes at each slot, all of them
+//! ask, one gets it, so a slot costs a wake-up and an ask per delivery held, and
+//! the drain falls as the prefetch grows. Here the deliveries join their lane's
+//! line, and one task (the line's asker, alive while the line is not empty) asks
+//! `lua/lanes.lua` for as many slots as deliveries wait, taking the slots that
+//! come due within [`LOOK_AHEAD`] (no wake-up lands exactly on a slot's instant;
+//! without it a burst of 1 would lose every slot a wake-up is late for), and hands
+//! them out first come, first served: each delivery sleeps to its own slot's time.
+//! A slot costs one ask whatever the prefetch; the lane still takes only what the
+//! channel's rate and the lanes above it allow (the script decides, for every
+//! worker at once).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::rate::{LaneAsk, Taker, MAX_BATCH};
+use crate::quota::policy::Rate;
+use crate::redis::StoreError;
+
+/// How far ahead of now the asker takes slots: well past a timer's lateness (a
+/// millisecond, more on a loaded machine), short beside any wait that matters to a
+/// higher lane.
+pub(crate) const LOOK_AHEAD: Duration = Duration::from_millis(10);
+
+/// A slot handed to a delivery of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The TAT its take left (what a refund passes).
+    pub tat_us: i64,
+    /// How long until the slot is due (the delivery waits this long first).
+    pub wait: Duration,
+    /// Served by the first ask after it joined, and due at once: its lane holds no
+    /// backlog here.
+    pub at_once: bool,
+}
+
+type Reply = Result<Slot, StoreError>;
+
+struct Waiter {
+    ask: (Rate, LaneAsk),
+    /// The asks begun before it joined.
+    joined_after: u64,
+    tx: oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct Line {
+    waiters: VecDeque<Waiter>,
+    /// Whether the asker runs.
+    asking: bool,
+    /// Asks begun so far.
+    asks: u64,
+}
+
+/// The lines of one channel: one per lane.
+#[derive(Default)]
+pub(crate) struct Lines([Arc<Mutex<Line>>; 3]);
+
+impl Lines {
+    /// Wait in `ask.lane`'s line for a slot of `rate`.
+    pub(crate) async fn slot(&self, taker: &Arc<Taker>, rate: Rate, ask: LaneAsk) -> Reply {
+        let line = &self.0[ask.lane.rank().min(2)];
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+            let joined_after = l.asks;
+            l.waiters.push_back(Waiter {
+                ask: (rate, ask),
+                joined_after,
+                tx,
+            });
+            if !l.asking {
+                l.asking = true;
+                tokio::spawn(serve(taker.clone(), line.clone()));
+            }
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Batch("the lane's asker stopped".into())))
+    }
+}
+
+/// The asker: while deliveries wait, ask for as many slots as the first of them
+/// (of one rate: a reload may change it) and hand them out in order.
+async fn serve(taker: Arc<Taker>, line: Arc<Mutex<Line>>) {
+    loop {
+        let (ask, wanted, number) = {
+            let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+            // waiters that gave up (a shutdown) leave the line here
+            l.waiters.retain(|w| !w.tx.is_closed());
+            let Some(first) = l.waiters.front() else {
+                l.asking = false;
+                return;
+            };
+            let ask = first.ask;
+            let wanted = l
+                .waiters
+                .iter()
+                .take(MAX_BATCH)
+                .take_while(|w| w.ask == ask)
+                .count();
+            l.asks += 1;
+            (ask, wanted, l.asks)
+        };
+        match taker.slots(ask, wanted, LOOK_AHEAD).await {
+            Err(e) => {
+                // each waiter retries as after any Redis error (its own backoff)
+                let failed: Vec<_> = {
+                    let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = wanted.min(l.waiters.len());
+                    l.waiters.drain(..n).map(|w| w.tx).collect()
+                };
+                super::fail_all(e, failed);
+            }
+            Ok(Granted::Slots(slots)) => {
+                let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+                for (tat_us, wait) in slots {
+                    // a waiter gone meanwhile passes its slot to the next (none
+                    // left: the slot goes unused, the rate is never exceeded)
+                    while let Some(w) = l.waiters.pop_front() {
+                        let at_once = w.joined_after + 1 == number && wait.is_zero();
+                        let slot = Slot {
+                            tat_us,
+                            wait,
+                            at_once,
+                        };
+                        if w.tx.send(Ok(slot)).is_ok() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Granted::NotYet(retry)) => {
+                tokio::time::sleep(retry.max(Duration::from_micros(100))).await
+            }
+            Ok(Granted::Never) => {
+                let failed: Vec<_> = {
+                    let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = wanted.min(l.waiters.len());
+                    l.waiters.drain(..n).map(|w| w.tx).collect()
+                };
+                let (rate, _) = ask;
+                for tx in failed {
+                    let _ = tx.send(Err(StoreError::CostAboveBurst {
+                        channel: taker.channel.clone(),
+                        cost: rate.cost,
+                        burst: rate.burst,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// What one ask of the line's asker got.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Granted {
+    /// Slots, in order: the TAT each take left and how long until it is due.
+    Slots(Vec<(i64, Duration)>),
+    /// None yet: ask again after this.
+    NotYet(Duration),
+    /// The cost is above the burst: never.
+    Never,
+}
+
+/// The slots of `lua/lanes.lua`'s reply to an ask with a look-ahead (`None`: a reply
+/// of another shape).
+pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
+    let (&allowed, rest) = reply.split_first()?;
+    match allowed {
+        1 => {
+            let &[_, _, _, tat_us, granted, first_in, span, ..] = rest else {
+                return None;
+            };
+            let granted = usize::try_from(granted).ok().filter(|g| *g > 0)?;
+            let slots = (0..granted)
+                .map(|i| {
+                    let later = (granted - 1 - i) as i64;
+                    let due_in = first_in.saturating_add(span.saturating_mul(i as i64));
+                    (
+                        tat_us.saturating_sub(span.saturating_mul(later)),
+                        Duration::from_micros(due_in.max(0) as u64),
+                    )
+                })
+                .collect();
+            Some(Granted::Slots(slots))
+        }
+        0 => Some(Granted::NotYet(Duration::from_micros(
+            (*rest.get(1)?).max(0) as u64,
+        ))),
+        -1 => Some(Granted::Never),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_with_a_look_ahead_gives_each_slot_its_time() {
+        // three granted, the first due 2 ms ago, each 1 ms apart, TAT ending at 9000
+        let g = granted(&[1, 0, 0, 4000, 9000, 3, -2000, 1000]).unwrap();
+        assert_eq!(
+            g,
+            Granted::Slots(vec![
+                (7000, Duration::ZERO),
+                (8000, Duration::ZERO),
+                (9000, Duration::from_micros(0)),
+            ])
+        );
+        let later = granted(&[1, 0, 0, 4000, 9000, 2, 500, 1000]).unwrap();
+        assert_eq!(
+            later,
+            Granted::Slots(vec![
+                (8000, Duration::from_micros(500)),
+                (9000, Duration::from_micros(1500)),
+            ])
+        );
+    }
+
+    #[test]
+    fn refusals_and_odd_replies() {
+        assert_eq!(
+            granted(&[0, 0, 1200, 5000, 9000, 0]),
+            Some(Granted::NotYet(Duration::from_micros(1200)))
+        );
+        assert_eq!(granted(&[-1, 0, -1, 0, 0, 0]), Some(Granted::Never));
+        assert_eq!(
+            granted(&[1, 0, 0, 0, 0, 3]),
+            None,
+            "no slot times (no look-ahead asked)"
+        );
+        assert_eq!(granted(&[1, 0, 0, 0, 0, 0, 0, 10]), None, "none granted");
+        assert_eq!(granted(&[]), None);
+        assert_eq!(granted(&[7]), None);
+    }
+}
