@@ -10,6 +10,15 @@ pub use quota_worker_producer::Priority;
 
 use super::policy::Rate;
 
+/// A take by a job in a lane: its lane, and how the channel's lanes share the rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneAsk {
+    /// The job's lane.
+    pub lane: Priority,
+    /// The channel's reserve and normal share.
+    pub lanes: LaneRate,
+}
+
 /// The lane arithmetic of one channel, from its rate and its lane settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneRate {

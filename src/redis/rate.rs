@@ -16,8 +16,8 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use super::rate_line::{granted, Granted, Lines, Slot};
-use crate::quota::lanes::{LaneRate, Priority};
+use super::rate_line::{granted, AskSlots, Granted, Lines, Slot};
+pub use crate::quota::lanes::LaneAsk;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
@@ -91,15 +91,6 @@ async fn take_many_paced(
             reply,
         }),
     }
-}
-
-/// A take by a job in a lane: its lane, and how the channel's lanes share the rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaneAsk {
-    /// The job's lane.
-    pub lane: Priority,
-    /// The channel's reserve and normal share.
-    pub lanes: LaneRate,
 }
 
 /// [`take_many`] for jobs of one lane (`lua/lanes.lua`, with the channel's lane
@@ -260,9 +251,12 @@ fn answered(reply: Result<Reply, oneshot::error::RecvError>) -> Reply {
     reply.unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
 }
 
-impl Taker {
-    /// One ask of a lane's line: `wanted` slots, those due within `ahead`.
-    pub(crate) async fn slots(
+impl AskSlots for Taker {
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    async fn slots(
         &self,
         (rate, ask): (Rate, LaneAsk),
         wanted: usize,
@@ -289,7 +283,9 @@ impl Taker {
             reply,
         })
     }
+}
 
+impl Taker {
     /// One call for `asks` (all of one rate and lane), each told its answer.
     async fn answer(&self, (rate, lane): Ask, asks: Vec<oneshot::Sender<Reply>>) {
         super::conn::count_call(&self.calls);

@@ -15,14 +15,32 @@
 //! worker at once).
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::rate::{LaneAsk, Taker, MAX_BATCH};
+use crate::quota::lanes::LaneAsk;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
+
+/// Most slots one ask takes (as many jobs as one call of the batcher decides).
+const MAX_ASK: usize = 256;
+
+/// Who asks the channel's rate for a line's slots (the channel's
+/// [`Taker`](super::rate::Taker)).
+pub(crate) trait AskSlots: Send + Sync + 'static {
+    /// The channel's name.
+    fn channel(&self) -> &str;
+    /// One ask: `wanted` slots of `rate` in `ask.lane`, those due within `ahead`.
+    fn slots(
+        &self,
+        ask: (Rate, LaneAsk),
+        wanted: usize,
+        ahead: Duration,
+    ) -> impl Future<Output = Result<Granted, StoreError>> + Send;
+}
 
 /// How far ahead of now the asker takes slots: well past a timer's lateness (a
 /// millisecond, more on a loaded machine), short beside any wait that matters to a
@@ -65,7 +83,12 @@ pub(crate) struct Lines([Arc<Mutex<Line>>; 3]);
 
 impl Lines {
     /// Wait in `ask.lane`'s line for a slot of `rate`.
-    pub(crate) async fn slot(&self, taker: &Arc<Taker>, rate: Rate, ask: LaneAsk) -> Reply {
+    pub(crate) async fn slot<A: AskSlots>(
+        &self,
+        taker: &Arc<A>,
+        rate: Rate,
+        ask: LaneAsk,
+    ) -> Reply {
         let line = &self.0[ask.lane.rank().min(2)];
         let (tx, rx) = oneshot::channel();
         {
@@ -88,7 +111,7 @@ impl Lines {
 
 /// The asker: while deliveries wait, ask for as many slots as the first of them
 /// (of one rate: a reload may change it) and hand them out in order.
-async fn serve(taker: Arc<Taker>, line: Arc<Mutex<Line>>) {
+async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
     loop {
         let (ask, wanted, number) = {
             let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,7 +125,7 @@ async fn serve(taker: Arc<Taker>, line: Arc<Mutex<Line>>) {
             let wanted = l
                 .waiters
                 .iter()
-                .take(MAX_BATCH)
+                .take(MAX_ASK)
                 .take_while(|w| w.ask == ask)
                 .count();
             l.asks += 1;
@@ -148,7 +171,7 @@ async fn serve(taker: Arc<Taker>, line: Arc<Mutex<Line>>) {
                 let (rate, _) = ask;
                 for tx in failed {
                     let _ = tx.send(Err(StoreError::CostAboveBurst {
-                        channel: taker.channel.clone(),
+                        channel: taker.channel().to_string(),
                         cost: rate.cost,
                         burst: rate.burst,
                     }));
