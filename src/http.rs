@@ -4,7 +4,8 @@
 //! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`). The
 //! mutating endpoints ask for `http.admin_token` ([`guard`]). The recipients'
 //! preferences API (`/v1/recipients/{recipient}/preferences`, `preferences.rs`)
-//! asks for `http.api_token` on every method.
+//! asks for `http.api_token` on every method; its OpenAPI 3.1 description
+//! (`/v1/openapi.json`, [`openapi`]) is public.
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -30,6 +31,7 @@ use crate::health::Health;
 use crate::status::Status;
 
 pub mod guard;
+pub mod openapi;
 mod preferences;
 
 pub use guard::Guard;
@@ -91,6 +93,7 @@ pub fn app(app: App) -> Router {
         .route("/readyz", get(ready))
         .merge(mutating)
         .merge(preferences::routes())
+        .route(openapi::OPENAPI_PATH, get(openapi::serve))
         .with_state(app)
 }
 

@@ -1,0 +1,300 @@
+//! The recipients' preferences API seen from outside (issue #38), against the
+//! machine's Redis: the OpenAPI document (`/v1/openapi.json`) checked against the
+//! routes, the producer crate's client, and the Python example
+//! (`examples/python/preferences.py`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::preference_tools::connected;
+use quota_worker::admin::preferences as stored;
+use quota_worker::config::Settings;
+use quota_worker::health::Health;
+use quota_worker::http::openapi::{OPENAPI_PATH, PREFERENCES_PATH};
+use quota_worker::http::{App, Guard};
+use quota_worker::reload::Reloader;
+use quota_worker::status::Status;
+use quota_worker::store::QuotaStore;
+use quota_worker_producer::preferences::{ClientError, PreferencesClient};
+use serde_json::{json, Value};
+use testkit::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The worker's HTTP app on a loopback port, over `store`, the API behind `guard`.
+async fn serve(s: &Settings, store: &Arc<QuotaStore>, guard: Guard) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let status = Arc::new(Status::default());
+    status.attach(Arc::new(Reloader::new(None, s.clone(), store.clone())));
+    let app = App {
+        metrics: None,
+        health: Arc::new(Health::default()),
+        status,
+        guard: Guard::Open,
+        api_guard: guard,
+    };
+    let stop = CancellationToken::new();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::app(app),
+        stop.clone(),
+    ));
+    (addr, stop)
+}
+
+/// `method path` with `body` and an optional bearer token: status and body.
+async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_string())
+}
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let s = settings(&unique("prefs-openapi"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let token = "api-s3cret";
+    let (addr, stop) = serve(&s, &store, Guard::token(&token.into())).await;
+    // public: no token
+    let (code, text) = call(&addr, "GET", OPENAPI_PATH, "", None).await;
+    assert_eq!(code, 200, "{text}");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+    assert_eq!(paths, [OPENAPI_PATH, PREFERENCES_PATH]);
+    let mut schema: Value =
+        serde_json::from_str(include_str!("../../schema/preferences.schema.json")).unwrap();
+    schema.as_object_mut().unwrap().remove("$schema");
+    schema.as_object_mut().unwrap().remove("$id");
+    assert_eq!(doc["components"]["schemas"]["Preferences"], schema);
+
+    let item = &doc["paths"][PREFERENCES_PATH];
+    let documented = |method: &str| -> Vec<u16> {
+        item[method]["responses"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{method} is documented"))
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect()
+    };
+    let methods = ["get", "put", "patch", "delete"];
+    for m in item
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "parameters")
+    {
+        assert!(methods.contains(&m.as_str()), "{m} is not routed");
+    }
+    let p = |r: &str| format!("/v1/recipients/{r}/preferences");
+    let good = json!({"channels": {"sms": false}}).to_string();
+    let bad = json!({"channels": {"fax": false}}).to_string();
+    let big = json!({"pad": "a".repeat(70 * 1024)}).to_string();
+    // (method, path, body, token, status)
+    let t = Some(token);
+    let cases: Vec<(&str, String, &str, Option<&str>, u16)> = vec![
+        ("GET", p("ro"), "", t, 404),
+        ("PUT", p("ro"), &good, t, 200),
+        ("PUT", p("ro"), &bad, t, 400),
+        ("PUT", p("ro"), &big, t, 413),
+        ("PATCH", p("ro"), &good, t, 200),
+        ("PATCH", p("ro"), &bad, t, 400),
+        ("PATCH", p("ro"), &big, t, 413),
+        ("GET", p("ro"), "", t, 200),
+        ("DELETE", p("ro"), "", t, 204),
+        ("GET", p("ro"), "", None, 401),
+        ("PUT", p("ro"), &good, Some("wrong"), 401),
+        ("PATCH", p("ro"), &good, None, 401),
+        ("DELETE", p("ro"), "", None, 401),
+    ];
+    let mut seen: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    for (method, path, body, token, want) in &cases {
+        let (code, text) = call(&addr, method, path, body, *token).await;
+        assert_eq!(code, *want, "{method} {path}: {text}");
+        let m = method.to_lowercase();
+        assert!(
+            documented(&m).contains(&code),
+            "{method} answers {code}, undocumented"
+        );
+        seen.entry(m).or_default().push(code);
+    }
+    stop.cancel();
+    // 403: the API beyond loopback without a token
+    let (addr, stop) = serve(&s, &store, Guard::Refused).await;
+    for m in methods {
+        let (code, _) = call(&addr, &m.to_uppercase(), &p("ro"), &good, None).await;
+        assert_eq!(code, 403);
+        assert!(documented(m).contains(&code));
+        seen.entry(m.into()).or_default().push(code);
+    }
+    // every documented status but 503 (Redis away) is seen
+    for m in methods {
+        for code in documented(m).into_iter().filter(|c| *c != 503) {
+            assert!(
+                seen[m].contains(&code),
+                "{m} {code} documented, never answered"
+            );
+        }
+    }
+    // what is not documented is not routed
+    assert_eq!(call(&addr, "POST", &p("ro"), &good, None).await.0, 405);
+    assert_eq!(call(&addr, "PUT", OPENAPI_PATH, "", None).await.0, 405);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_producer_client_edits_a_set_with_its_token() {
+    let s = settings(&unique("prefs-client"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let (addr, stop) = serve(&s, &store, Guard::token(&"api-s3cret".into())).await;
+    let client =
+        PreferencesClient::new(&format!("http://{addr}"), Some("api-s3cret".into())).unwrap();
+    let r = "+86 138/0";
+    assert_eq!(client.get(r, None).await.unwrap(), None);
+    let set = client
+        .put(r, None, &json!({"categories": {"marketing": false}}))
+        .await
+        .unwrap();
+    assert_eq!(set["categories"], json!({"marketing": false}));
+    let set = client
+        .patch(
+            r,
+            None,
+            &json!({"categories": {"marketing": null}, "channels": {"sms": false}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set.get("categories"), None, "{set}");
+    assert_eq!(client.get(r, None).await.unwrap(), Some(set.clone()));
+    assert_eq!(stored::get(&store, None, r).await.unwrap(), Some(set));
+    // a tenant's own
+    client.put(r, Some("acme & co"), &json!({})).await.unwrap();
+    assert!(stored::get(&store, Some("acme & co"), r)
+        .await
+        .unwrap()
+        .is_some());
+    match client
+        .put(r, None, &json!({"channels": {"fax": false}}))
+        .await
+    {
+        Err(ClientError::Refused {
+            status: 400, field, ..
+        }) => {
+            assert_eq!(field.as_deref(), Some("channels.fax"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let wrong = PreferencesClient::new(&format!("http://{addr}"), Some("nope".into())).unwrap();
+    assert!(matches!(
+        wrong.get(r, None).await,
+        Err(ClientError::Refused { status: 401, .. })
+    ));
+    client.delete(r, None).await.unwrap();
+    assert_eq!(client.get(r, None).await.unwrap(), None);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_python_example_edits_a_set() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: python3 does not run; install Python 3");
+        return;
+    }
+    let s = settings(&unique("prefs-python"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let (addr, stop) = serve(&s, &store, Guard::token(&"api-s3cret".into())).await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/preferences.py");
+    let url = format!("http://{addr}");
+    let run = |token: &'static str, args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("python3");
+        cmd.arg(&script)
+            .args(["--url", &url])
+            .args(args)
+            .env("QUOTA_WORKER__HTTP__API_TOKEN", token);
+        async move { cmd.output().await }
+    };
+    stored::put(
+        &store,
+        Some("acme"),
+        "anna",
+        &json!({"channels": {"sms": false}}),
+    )
+    .await
+    .unwrap();
+    let out = run(
+        "api-s3cret",
+        &[
+            "anna",
+            "--tenant",
+            "acme",
+            "--opt-out",
+            "marketing",
+            "--quiet",
+            "22:00-07:00",
+            "--timezone",
+            "Europe/Berlin",
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = stored::get(&store, Some("acme"), "anna")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(printed, got);
+    assert_eq!(got["channels"], json!({"sms": false}), "kept: {got}");
+    assert_eq!(got["categories"], json!({"marketing": false}));
+    assert_eq!(
+        got["quiet_hours"]["windows"],
+        json!([{"days": "daily", "from": "22:00", "to": "07:00"}])
+    );
+    // a refused set: the worker's field, exit 1
+    let out = run(
+        "api-s3cret",
+        &["anna", "--tenant", "acme", "--quiet", "25:00-07:00"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("quiet_hours.windows[0].from"), "{err}");
+    // a wrong token
+    let out = run("nope", &["anna", "--opt-out", "x"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    stop.cancel();
+}
