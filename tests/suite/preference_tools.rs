@@ -243,3 +243,42 @@ async fn export_and_import_round_trip_between_prefixes_reporting_bad_lines() {
     assert_eq!(report["bad"][0]["line"], 2);
     assert_eq!(report["bad"][0]["field"], "preferences.channels.fax");
 }
+
+/// An import keeps a set's `updated_at`, which may be the one of the set it replaces
+/// (or older): the worker still takes the new set's quiet hours, not the ones it
+/// computed for the old (the version stored moves on).
+#[tokio::test]
+async fn a_set_imported_with_the_same_updated_at_is_not_taken_for_the_old_one() {
+    use chrono::Timelike;
+    use quota_worker::job::Outcome;
+    use quota_worker::quota::preferences::Preferences;
+    let s = settings(&unique("prefs-version"));
+    let (_c, w, conn) = rig(&s).await;
+    let hour = chrono::Utc::now().hour();
+    let quiet = |from: u32| {
+        json!({"quiet_hours": {"timezone": "UTC", "windows": [{"days": "daily",
+            "from": format!("{:02}:00", from % 24), "to": format!("{:02}:00", (from + 2) % 24)}]}})
+    };
+    let known = |c: &str| ["sms", "email", "push"].contains(&c);
+    let at = chrono::Utc::now().timestamp_millis() - 60_000;
+    let now_quiet = Preferences::parse(&quiet(hour), &known).unwrap();
+    stored::write(w.store(), None, "rv", &now_quiet, at)
+        .await
+        .unwrap();
+    let job = |id: &str| format!(r#"{{"id":"{id}","recipient":"rv","channel":"sms"}}"#);
+    publish(&conn, &s, job("v1").as_bytes()).await;
+    assert!(matches!(step(&w, &conn, &s).await, Outcome::Delayed { .. }));
+    // the same updated_at, quiet hours that are not now
+    let later = Preferences::parse(&quiet(hour + 6), &known).unwrap();
+    stored::write(w.store(), None, "rv", &later, at)
+        .await
+        .unwrap();
+    publish(&conn, &s, job("v2").as_bytes()).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let got = stored::get(w.store(), None, "rv").await.unwrap().unwrap();
+    assert_eq!(
+        got["updated_at"],
+        json!(quota_worker::quota::window::from_millis(at)
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    );
+}
