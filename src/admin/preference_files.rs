@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::preferences::write;
 use super::AdminError;
-use crate::quota::preference_lines::{parse_line, write_line};
+use crate::quota::preference_lines::{parse_line, write_line, Line};
 use crate::quota::window::from_millis;
 use crate::redis::scan::{escape_glob, scan_match};
 use crate::store::QuotaStore;
@@ -89,8 +89,10 @@ pub async fn export_lines(
 }
 
 /// Read `input` line by line (blank lines skipped), check each, store the good
-/// ones (an `updated_at` kept as it is; without one, Redis time now); `each`
-/// hears of the bytes of every line read (a progress bar).
+/// ones (an `updated_at` kept as it is; without one, Redis time now), up to
+/// [`IN_FLIGHT`] at once; `each` hears of the bytes of every line read (a progress
+/// bar). Two lines for the same recipient and tenant end as a sequential import
+/// would: the later one stored.
 pub async fn import(
     store: &QuotaStore,
     input: impl BufRead + Send,
@@ -99,6 +101,7 @@ pub async fn import(
     let rules = store.rules();
     let known = |ch: &str| rules.channel(ch).is_some();
     let mut done = Imported::default();
+    let mut batch: Vec<Line> = Vec::with_capacity(IN_FLIGHT);
     for (n, text) in input.lines().enumerate() {
         let text = text.map_err(|e| AdminError::Invalid(format!("reading line {}: {e}", n + 1)))?;
         each(text.len() as u64 + 1);
@@ -107,19 +110,11 @@ pub async fn import(
         }
         match parse_line(&text, &known) {
             Ok(line) => {
-                let at = line
-                    .updated_at
-                    .unwrap_or_else(|| store.redis_now())
-                    .timestamp_millis();
-                write(
-                    store,
-                    line.tenant.as_deref(),
-                    &line.recipient,
-                    &line.preferences,
-                    at,
-                )
-                .await?;
+                batch.push(line);
                 done.stored += 1;
+                if batch.len() == IN_FLIGHT {
+                    store_batch(store, &mut batch).await?;
+                }
             }
             Err(bad) => done.bad.push(BadLine {
                 line: n as u64 + 1,
@@ -128,5 +123,37 @@ pub async fn import(
             }),
         }
     }
+    store_batch(store, &mut batch).await?;
     Ok(done)
+}
+
+/// Store the lines of `batch` at once (of two for the same recipient and tenant,
+/// the later), and empty it.
+async fn store_batch(store: &QuotaStore, batch: &mut Vec<Line>) -> Result<(), AdminError> {
+    let mut last = std::collections::HashMap::new();
+    for (i, line) in batch.iter().enumerate() {
+        last.insert((line.tenant.as_deref(), line.recipient.as_str()), i);
+    }
+    let writes = batch
+        .iter()
+        .enumerate()
+        .filter(|(i, line)| last[&(line.tenant.as_deref(), line.recipient.as_str())] == *i)
+        .map(|(_, line)| {
+            let at = line
+                .updated_at
+                .unwrap_or_else(|| store.redis_now())
+                .timestamp_millis();
+            write(
+                store,
+                line.tenant.as_deref(),
+                &line.recipient,
+                &line.preferences,
+                at,
+            )
+        });
+    for result in futures_util::future::join_all(writes).await {
+        result?;
+    }
+    batch.clear();
+    Ok(())
 }

@@ -176,6 +176,9 @@ async fn export(store: &QuotaStore, file: &str) -> anyhow::Result<ExitCode> {
 }
 
 async fn import(store: &QuotaStore, file: &str, json: bool) -> anyhow::Result<ExitCode> {
+    if file == "-" && std::io::stdin().is_terminal() {
+        eprintln!("reading sets as JSON lines from stdin (end with Ctrl-D)");
+    }
     let (input, size): (Box<dyn BufRead + Send>, Option<u64>) = if file == "-" {
         (Box::new(std::io::BufReader::new(std::io::stdin())), None)
     } else {

@@ -242,6 +242,33 @@ async fn export_and_import_round_trip_between_prefixes_reporting_bad_lines() {
     assert_eq!(report["stored"], 3);
     assert_eq!(report["bad"][0]["line"], 2);
     assert_eq!(report["bad"][0]["field"], "preferences.channels.fax");
+
+    // many lines, stored many at once; of two for one recipient, the later stands
+    // (the second line for m7 follows the first, in the same batch)
+    let mut many: Vec<String> = (0..2000)
+        .map(|i| {
+            format!(r#"{{"recipient":"m{i}","preferences":{{"categories":{{"c{i}":false}}}}}}"#)
+        })
+        .collect();
+    many.insert(
+        8,
+        r#"{"recipient":"m7","preferences":{"channels":{"email":false}}}"#.into(),
+    );
+    let many = many.join("\n");
+    let started = std::time::Instant::now();
+    let out = run_async(&into, &["admin", "preferences", "import", "-"], Some(&many)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    eprintln!("imported 2001 lines in {:?}", started.elapsed());
+    assert!(
+        stdout(&out).contains("imported 2001 set(s); 0 bad"),
+        "{}",
+        stdout(&out)
+    );
+    let m7 = stored::get(&other, None, "m7").await.unwrap().unwrap();
+    assert_eq!(m7["channels"], json!({"email": false}), "{m7}");
+    assert_eq!(m7.get("categories"), None, "{m7}");
+    let out = run_async(&into, &["admin", "preferences", "export", "-"], None).await;
+    assert_eq!(stdout(&out).lines().count(), 3 + 2000);
 }
 
 /// An import keeps a set's `updated_at`, which may be the one of the set it replaces
