@@ -90,7 +90,7 @@ pub async fn export_lines(
 
 /// Read `input` line by line (blank lines skipped), check each, store the good
 /// ones (an `updated_at` kept as it is; without one, Redis time now), up to
-/// [`IN_FLIGHT`] at once; `each` hears of the bytes of every line read (a progress
+/// 64 at once; `each` hears of the bytes of every line read (a progress
 /// bar). Two lines for the same recipient and tenant end as a sequential import
 /// would: the later one stored.
 pub async fn import(
