@@ -73,6 +73,33 @@ async fn call(
     (status, body.to_string())
 }
 
+/// `text` is a valid OpenAPI 3.1 document, as Python's `openapi-spec-validator`
+/// judges it (the OpenAPI Initiative's schema and more); skipped, saying so, where
+/// it is not installed.
+fn valid_openapi(text: &str) {
+    let check = "import sys, json\nfrom openapi_spec_validator import validate\nvalidate(json.load(sys.stdin))\n";
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import openapi_spec_validator"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED the OpenAPI validation: python3 cannot import openapi_spec_validator (`python3 -m pip install openapi-spec-validator`)");
+        return;
+    }
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "not a valid OpenAPI document:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn the_openapi_document_matches_the_routes() {
     let s = settings(&unique("prefs-openapi"));
@@ -85,6 +112,7 @@ async fn the_openapi_document_matches_the_routes() {
     assert_eq!(code, 200, "{text}");
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
+    valid_openapi(&text);
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
     assert_eq!(paths, [OPENAPI_PATH, PREFERENCES_PATH]);
     let mut schema: Value =
