@@ -240,7 +240,7 @@ pub async fn start(
     let listener = bind(&settings.http.listen).await?;
     let handle = crate::metrics::install_recorder()?;
     tokio::spawn(crate::status::sample(status.clone(), shutdown.clone()));
-    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz and POST /reload");
+    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz, POST /reload, the preferences API and /v1/openapi.json");
     let guard = Guard::new(&settings.http);
     if matches!(guard, Guard::Refused) {
         tracing::warn!(listen = %settings.http.listen, "POST /reload answers 403: http.listen is not loopback and http.admin_token is not set");
