@@ -4,7 +4,8 @@
 //! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`). The
 //! mutating endpoints ask for `http.admin_token` ([`guard`]). The recipients'
 //! preferences API (`/v1/recipients/{recipient}/preferences`, `preferences.rs`)
-//! asks for `http.api_token` on every method.
+//! asks for `http.api_token` on every method; its OpenAPI 3.1 description
+//! (`/v1/openapi.json`, [`openapi`]) is public.
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -30,6 +31,7 @@ use crate::health::Health;
 use crate::status::Status;
 
 pub mod guard;
+pub mod openapi;
 mod preferences;
 
 pub use guard::Guard;
@@ -91,6 +93,7 @@ pub fn app(app: App) -> Router {
         .route("/readyz", get(ready))
         .merge(mutating)
         .merge(preferences::routes())
+        .route(openapi::OPENAPI_PATH, get(openapi::serve))
         .with_state(app)
 }
 
@@ -237,7 +240,7 @@ pub async fn start(
     let listener = bind(&settings.http.listen).await?;
     let handle = crate::metrics::install_recorder()?;
     tokio::spawn(crate::status::sample(status.clone(), shutdown.clone()));
-    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz and POST /reload");
+    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz, POST /reload, the preferences API and /v1/openapi.json");
     let guard = Guard::new(&settings.http);
     if matches!(guard, Guard::Refused) {
         tracing::warn!(listen = %settings.http.listen, "POST /reload answers 403: http.listen is not loopback and http.admin_token is not set");

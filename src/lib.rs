@@ -60,7 +60,10 @@
 //! ## The recipient's own say
 //! A recipient's preferences ([`quota::preferences`]: opt-outs by category, channel
 //! or the pair, quiet hours; pure) are edited over HTTP (`/v1/recipients/R/preferences`,
-//! `http/preferences.rs`) and stored by [`admin::preferences`] (`lua/preferences.lua`).
+//! `http/preferences.rs`, described by [`http::openapi`] at `/v1/openapi.json`) and
+//! from the CLI, and stored by [`admin::preferences`] (`lua/preferences.lua`); every
+//! set goes out and comes back in as JSON lines ([`admin::preference_files`],
+//! [`quota::preference_lines`]).
 //! `lua/admit.lua` dead-letters an opted-out job (`opted_out`) in the admission call
 //! it already makes, once [`feedback::watch`] has seen the key `prefix:preferences`;
 //! a `required` policy's jobs pass.

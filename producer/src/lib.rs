@@ -32,6 +32,9 @@
 //! (published to `notify.feedback` by a [`FeedbackPublisher`]; see
 //! docs/guide/feedback.md).
 //!
+//! With the feature `preferences-client`, `preferences::PreferencesClient` reads
+//! and edits a recipient's own preferences through the worker's HTTP API.
+//!
 //! The worker depends on this crate for its decoder and its confirm-mode publisher,
 //! so the two cannot drift apart.
 #![warn(missing_docs)]
@@ -39,6 +42,8 @@
 pub mod decode;
 pub mod feedback;
 mod job;
+#[cfg(feature = "preferences-client")]
+pub mod preferences;
 pub mod priority;
 mod producer;
 pub mod publisher;

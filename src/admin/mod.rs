@@ -1,11 +1,14 @@
 //! Admin: what an operator reads and repairs. Queue depths ([`queues`]), dead
 //! letters read, replayed and purged without loss ([`dead_letters`]), a
 //! recipient's recorded sends ([`recipients`]) and suppressions ([`suppressions`]), and one job by its id: where it is,
-//! why, and cancelling it ([`jobs`]). Returns data; the binary prints it.
+//! why, and cancelling it ([`jobs`]); a recipient's own preferences ([`preferences`]) and
+//! every stored set exported and imported as JSON lines ([`preference_files`]).
+//! Returns data; the binary prints it.
 
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub(crate) mod jobs;
+pub mod preference_files;
 pub mod preferences;
 pub(crate) mod queues;
 pub mod recipients;

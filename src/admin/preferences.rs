@@ -74,20 +74,32 @@ pub async fn put(
     value: &Value,
 ) -> Result<Stored, EditError> {
     let set = check(store, value)?;
+    let now = store.redis_now().timestamp_millis();
+    write(store, tenant, recipient, &set, now).await?;
+    Ok(get(store, tenant, recipient).await?.unwrap_or(Value::Null))
+}
+
+/// Store `set` (checked already) as `recipient`'s, changed at `updated_at` (ms):
+/// the one write of a set, for the API, the CLI and `admin preferences import`.
+pub async fn write(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+    set: &Preferences,
+    updated_at: i64,
+) -> Result<(), StoreError> {
     let mut conn = store.connection();
     // the flag first: a set is never stored while admissions skip the check
     let _: () = redis::cmd("SET")
         .arg(store.keys().preferences_flag())
         .arg(1)
         .query_async(&mut conn)
-        .await
-        .map_err(StoreError::from)?;
+        .await?;
     store.check_preferences(true);
-    let now = store.redis_now().timestamp_millis();
     let json = set.to_json().to_string();
     let mut call = SCRIPT.key(key(store, tenant, recipient));
     call.arg(&json)
-        .arg(now)
+        .arg(updated_at)
         .arg(recipient)
         .arg(tenant.unwrap_or(""));
     for field in set.opt_out_fields() {
@@ -99,11 +111,8 @@ pub async fn put(
             call.arg(format!("qa:{}", p.as_str()));
         }
     }
-    let _: i64 = call
-        .invoke_async(&mut conn)
-        .await
-        .map_err(StoreError::from)?;
-    Ok(get(store, tenant, recipient).await?.unwrap_or(Value::Null))
+    let _: i64 = call.invoke_async(&mut conn).await?;
+    Ok(())
 }
 
 /// Merge `patch` into `recipient`'s set (RFC 7386: `null` removes a key; an absent

@@ -37,6 +37,12 @@ pub enum AdminCommand {
     Recipient(RecipientArgs),
     /// One job by its id: where it is, until when it waits and why; or cancel it.
     Job(JobArgs),
+    /// Every recipient's preferences out to a file and in from one (JSON lines).
+    #[allow(missing_docs)]
+    Preferences {
+        #[command(subcommand)]
+        command: super::preferences::TransferCommand,
+    },
     /// Ask the running worker (on http.listen) to read its configuration again and
     /// apply changed policies, rules, windows and channel rates (as SIGHUP does).
     Reload {
@@ -124,6 +130,12 @@ pub enum RecipientAction {
     },
     /// Lift the recipient's suppression on `--channel`.
     Unsuppress,
+    /// Edit the recipient's own preferences (as the HTTP API does).
+    #[allow(missing_docs)]
+    Preferences {
+        #[command(subcommand)]
+        command: super::preferences::EditCommand,
+    },
 }
 
 /// Run an `admin` subcommand.
@@ -133,6 +145,9 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Dead { command } => dead(settings, command).await,
         AdminCommand::Recipient(args) => recipient(settings, args).await,
         AdminCommand::Job(args) => job(settings, args).await,
+        AdminCommand::Preferences { command } => {
+            super::preferences::transfer(settings, command).await
+        }
         AdminCommand::Reload { addr } => reload(settings, addr).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
@@ -310,6 +325,16 @@ async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
 
 async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<ExitCode> {
     let store = store(settings).await?;
+    if let Some(RecipientAction::Preferences { command }) = args.action {
+        return super::preferences::edit(
+            &store,
+            &args.recipient,
+            args.tenant.as_deref(),
+            args.json,
+            command,
+        )
+        .await;
+    }
     let recipients = Recipients::new(&store, settings);
     let (tz, zone_from) = recipients.zone(&args.recipient, args.timezone).await?;
     let query = RecipientQuery {
@@ -372,6 +397,7 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             )
             .await;
         }
+        Some(RecipientAction::Preferences { .. }) => unreachable!("handled above"),
         Some(RecipientAction::Reset) => {
             let deleted = recipients
                 .reset(&args.recipient, args.tenant.as_deref())

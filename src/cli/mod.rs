@@ -8,6 +8,7 @@
 
 pub mod admin;
 mod dead;
+pub mod preferences;
 pub mod publish;
 pub mod reference;
 pub mod resume;

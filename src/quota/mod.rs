@@ -11,6 +11,7 @@ pub mod keys;
 pub mod lanes;
 pub(crate) mod plan;
 pub mod policy;
+pub mod preference_lines;
 pub mod preferences;
 pub mod prefetch;
 pub mod send_windows;

@@ -3,7 +3,8 @@
 //! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
 //! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
 //! the cancel marks), all registered in [`scripts`]; the reset marker and the pause
-//! mark ([`marker`], plain commands); and the connection ([`conn`]). What the answers mean is decided
+//! mark ([`marker`], plain commands); every key of a pattern by `SCAN`, on each
+//! primary of a cluster ([`scan`]); and the connection ([`conn`]). What the answers mean is decided
 //! elsewhere ([`crate::store`], [`crate::decide`]).
 
 pub(crate) mod admit;
@@ -16,6 +17,7 @@ pub(crate) mod rate;
 pub(crate) mod rate_line;
 pub(crate) mod refund;
 pub(crate) mod release;
+pub(crate) mod scan;
 pub mod scripts;
 pub mod slots;
 

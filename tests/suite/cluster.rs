@@ -493,3 +493,41 @@ async fn waiting_for_replicas_the_masters_lack_holds_every_admission() {
         other => panic!("a second try: expected held again, got {other:?}"),
     }
 }
+
+/// `admin preferences export` on a cluster: the sets spread over the three masters
+/// (each in its recipient's slot) are all found, `SCAN` on each primary, and an
+/// import under another prefix exports the same lines.
+#[tokio::test]
+async fn preferences_export_scans_every_master() {
+    use quota_worker::admin::{preference_files, preferences as stored};
+    let (ns, into_ns) = (unique("c-prefs"), unique("c-prefs-in"));
+    let (_k, _k2) = (ClusterKeys(ns.clone()), ClusterKeys(into_ns.clone()));
+    let e = engine(&cluster_settings(&ns)).await;
+    for i in 0..30 {
+        let tenant = (i % 3 == 0).then_some("acme");
+        let set = json!({"categories": {format!("c{i}"): false}});
+        stored::put(&e, tenant, &format!("r-{i}"), &set)
+            .await
+            .unwrap();
+    }
+    let per_node: Vec<Vec<String>> =
+        cluster().each(&redis::cmd("KEYS").arg(format!("{ns}:*/prefs")).clone());
+    assert!(per_node.iter().all(|k| !k.is_empty()), "{per_node:?}");
+    let keys = preference_files::keys(&e).await.unwrap();
+    assert_eq!(keys.len(), 30);
+    let lines = preference_files::export_lines(&e, &keys, &|| {})
+        .await
+        .unwrap();
+    assert_eq!(lines.len(), 30);
+    let other = engine(&cluster_settings(&into_ns)).await;
+    let text = lines.join("\n");
+    let done = preference_files::import(&other, text.as_bytes(), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!((done.stored, done.bad.len()), (30, 0));
+    let keys = preference_files::keys(&other).await.unwrap();
+    let again = preference_files::export_lines(&other, &keys, &|| {})
+        .await
+        .unwrap();
+    assert_eq!(again, lines);
+}

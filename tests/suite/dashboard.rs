@@ -184,7 +184,8 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     }
     let prometheus = Prometheus::start(&prom, &dir, &addr).await;
 
-    // 30 s of traffic: every outcome, delays, a shadow policy, a reload, feedback
+    // 30 s of traffic: every outcome, delays, a shadow policy, a reload, feedback,
+    // preferences
     let conn = amqp().await;
     let feedback = quota_worker_producer::FeedbackPublisher::open(
         &conn,
@@ -193,8 +194,26 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     )
     .await
     .unwrap();
+    // a recipient's own preferences (the API, open on this loopback listener): its
+    // promotions opted out, and quiet hours now (in UTC, until two hours later)
+    let prefs =
+        quota_worker_producer::preferences::PreferencesClient::new(&format!("http://{addr}"), None)
+            .unwrap();
+    let hour = chrono::Timelike::hour(&chrono::Utc::now());
+    let set = json!({"categories": {"promo": false},
+        "quiet_hours": {"timezone": "UTC", "windows": [{"days": "daily",
+            "from": format!("{hour:02}:00"), "to": format!("{:02}:00", (hour + 2) % 24)}]}});
+    prefs.put("own-say", None, &set).await.unwrap();
     let started = chrono::Utc::now();
     for round in 0..60u32 {
+        // one opted out, one held by the quiet hours, and the set read, each round
+        for (kind, category) in [("p", "promo"), ("q", "default")] {
+            let body = format!(
+                r#"{{"id":"{ns}-{kind}{round}","recipient":"own-say","channel":"sms","category":"{category}"}}"#
+            );
+            publish(&conn, &s, body.as_bytes()).await;
+        }
+        prefs.get("own-say", None).await.unwrap();
         for i in 0..10u32 {
             let n = round * 10 + i;
             let body = match i {

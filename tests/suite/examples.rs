@@ -2,7 +2,9 @@
 //! as subprocesses, configured by the same `QUOTA_WORKER__*` variables as the worker,
 //! against the machine's RabbitMQ and a worker running in this process: their jobs are
 //! dispatched byte for byte under their ids, a second copy of an id is a duplicate, and
-//! a job no queue receives or an exchange that is not there makes them fail.
+//! a job no queue receives or an exchange that is not there makes them fail. And
+//! `examples/python/preferences.py` edits a recipient's set through the worker's
+//! preferences API.
 //!
 //! An example whose runtime or client library is missing is skipped with a line on
 //! stderr saying how to install it (`.ci/run` installs both).
@@ -370,4 +372,96 @@ async fn the_python_example_routes_a_job_with_a_priority_to_its_lane() {
 #[tokio::test]
 async fn the_node_example_routes_a_job_with_a_priority_to_its_lane() {
     routes_a_job_with_a_priority_to_its_lane(node()).await;
+}
+
+/// `examples/python/preferences.py` (standard library only) against the worker's
+/// preferences API: it merges an opt-out and quiet hours into a set, keeping what it
+/// did not touch, prints the set stored, and exits 1 with the worker's field on a
+/// refused set, or on a wrong token.
+#[tokio::test]
+async fn the_python_example_edits_a_set() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: python3 does not run; install Python 3");
+        return;
+    }
+    let s = settings(&unique("prefs-python"));
+    let _c = Cleanup::new(&s);
+    let store = crate::preference_tools::connected(&s).await;
+    let (addr, stop) = crate::preference_api::serve(
+        &s,
+        &store,
+        quota_worker::http::Guard::token(&"api-s3cret".into()),
+    )
+    .await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/preferences.py");
+    let url = format!("http://{addr}");
+    let run = |token: &'static str, args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("python3");
+        cmd.arg(&script)
+            .args(["--url", &url])
+            .args(args)
+            .env("QUOTA_WORKER__HTTP__API_TOKEN", token);
+        async move { cmd.output().await }
+    };
+    quota_worker::admin::preferences::put(
+        &store,
+        Some("acme"),
+        "anna",
+        &json!({"channels": {"sms": false}}),
+    )
+    .await
+    .unwrap();
+    let out = run(
+        "api-s3cret",
+        &[
+            "anna",
+            "--tenant",
+            "acme",
+            "--opt-out",
+            "marketing",
+            "--quiet",
+            "22:00-07:00",
+            "--timezone",
+            "Europe/Berlin",
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = quota_worker::admin::preferences::get(&store, Some("acme"), "anna")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(printed, got);
+    assert_eq!(got["channels"], json!({"sms": false}), "kept: {got}");
+    assert_eq!(got["categories"], json!({"marketing": false}));
+    assert_eq!(
+        got["quiet_hours"]["windows"],
+        json!([{"days": "daily", "from": "22:00", "to": "07:00"}])
+    );
+    // a refused set: the worker's field, exit 1
+    let out = run(
+        "api-s3cret",
+        &["anna", "--tenant", "acme", "--quiet", "25:00-07:00"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("quiet_hours.windows[0].from"), "{err}");
+    // a wrong token
+    let out = run("nope", &["anna", "--opt-out", "x"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    stop.cancel();
 }

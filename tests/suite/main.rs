@@ -34,6 +34,8 @@ mod observability;
 mod operate;
 mod pacing;
 mod pipeline;
+mod preference_api;
+mod preference_tools;
 mod preferences;
 mod privileges;
 mod producer;

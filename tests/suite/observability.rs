@@ -992,6 +992,13 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         .unwrap()
         .expect("HTTP is on");
     let engine = Arc::new(QuotaStore::connect(&s).await.expect("redis"));
+    // as main.rs does: the reloader (and its store) for `POST /reload` and the
+    // preferences API
+    status.attach(Arc::new(quota_worker::reload::Reloader::new(
+        None,
+        s.clone(),
+        engine.clone(),
+    )));
     let worker = Arc::new(
         Worker::new(s.clone(), engine)
             .sharing_health(health)
@@ -1005,8 +1012,8 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // one dispatched, one delayed by the default policy's cap, one dead letter
-    // (malformed), two of the shadow policy (one allowed, one it would have held)
+    // one dispatched, one delayed by the default policy's cap, two dead letters
+    // (malformed, and opted_out below), two of the shadow policy (one allowed, one it would have held)
     let conn = amqp().await;
     publish(&conn, &s, &job("obs-1", "r1", "default")).await;
     publish(&conn, &s, &job("obs-2", "r1", "default")).await;
@@ -1028,6 +1035,22 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         "sms",
     );
     crate::feedback::send(&conn, &s, &bounce).await;
+    // a recipient's own preferences (the API on the worker's listener): one job
+    // opted out, one held by quiet hours (now, in UTC, until two hours later)
+    let hour = chrono::Timelike::hour(&chrono::Utc::now());
+    let set = serde_json::json!({"categories": {"promo": false},
+        "quiet_hours": {"timezone": "UTC", "windows": [{"days": "daily",
+            "from": format!("{hour:02}:00"), "to": format!("{:02}:00", (hour + 2) % 24)}]}});
+    let client =
+        quota_worker_producer::preferences::PreferencesClient::new(&format!("http://{addr}"), None)
+            .unwrap();
+    client
+        .put("r7", None, &set)
+        .await
+        .expect("the API stores the set");
+    publish(&conn, &s, &job("obs-7", "r7", "promo")).await;
+    let quiet = br#"{"id":"obs-8","recipient":"r7","channel":"email"}"#;
+    publish(&conn, &s, quiet).await;
 
     // settled, and the queues read since (every 5 s)
     let jobs_queue = s.amqp.jobs_queue.clone();
@@ -1094,6 +1117,21 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         (
             "quota_worker_queue_messages",
             vec![("role", "dead"), ("queue", &dead_queue)],
+            2.0,
+        ),
+        (
+            "quota_worker_preference_total",
+            vec![("outcome", "opted_out")],
+            1.0,
+        ),
+        (
+            "quota_worker_preference_total",
+            vec![("outcome", "quiet_hours")],
+            1.0,
+        ),
+        (
+            "quota_worker_preference_requests_total",
+            vec![("status", "200")],
             1.0,
         ),
         ("quota_worker_in_flight", vec![], 0.0),

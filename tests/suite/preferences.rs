@@ -2,7 +2,8 @@
 //! RabbitMQ and Redis: opt-outs by category, channel and the pair dead-letter
 //! `opted_out` naming what; a `required` policy passes them; a job waiting in the
 //! ladder meets an opt-out made while it waited; every bad-input class answers 400
-//! naming its field, a large body 413; the API's 401 and 403.
+//! naming its field, a large body 413; the API's 401 and 403; `admin job` says
+//! `opted_out` and `quiet_hours`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -407,6 +408,44 @@ async fn quiet_hours_across_midnight_delay_to_their_end_unless_allowed_or_requir
         publish(&conn, &s, &job(id, "rq", "sms", "default")).await;
         assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{id}");
     }
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn admin_job_says_opted_out_and_quiet_hours() {
+    use chrono::Timelike;
+    let ns = unique("prefs-job");
+    let s = settings_for(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    // quiet now in UTC: from this hour to two hours later (past midnight allowed)
+    let hour = chrono::Utc::now().hour();
+    let set = json!({"categories": {"marketing": false},
+        "quiet_hours": {"timezone": "UTC", "windows": [{"days": "daily",
+            "from": format!("{hour:02}:00"), "to": format!("{:02}:00", (hour + 2) % 24)}]}});
+    let (code, answer) = call(&addr, "PUT", &path("rj"), &set.to_string(), None).await;
+    assert_eq!(code, 200, "{answer}");
+    publish(&conn, &s, &job("j-out", "rj", "sms", "marketing")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(dead_detail(&conn, &s, "j-out").await, "category marketing");
+    publish(&conn, &s, &job("j-quiet", "rj", "sms", "default")).await;
+    assert!(matches!(step(&w, &conn, &s).await, Outcome::Delayed { .. }));
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    let out = serde_json::to_value(jobs.explain("j-out").await.unwrap()).unwrap();
+    assert_eq!(out["record"]["reason"], "opted_out", "{out}");
+    assert_eq!(out["record"]["detail"], "category marketing", "{out}");
+    let quiet = serde_json::to_value(jobs.explain("j-quiet").await.unwrap()).unwrap();
+    assert_eq!(quiet["record"]["cause"], "quiet_hours", "{quiet}");
+    // and the binary says so
+    let text =
+        crate::cli::stdout(&crate::cli::run_async(&s, &["admin", "job", "j-out"], None).await);
+    assert!(
+        text.contains("dead:        opted_out: category marketing"),
+        "{text}"
+    );
+    let text =
+        crate::cli::stdout(&crate::cli::run_async(&s, &["admin", "job", "j-quiet"], None).await);
+    assert!(text.contains("quiet_hours"), "{text}");
     stop.cancel();
 }
 

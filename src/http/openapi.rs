@@ -1,0 +1,201 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 description of the recipients'
+//! preferences API, built here from [`OPERATIONS`] (each method of the route in
+//! `preferences.rs`, its statuses and whether it takes a body) and the set's JSON
+//! Schema (`schema/preferences.schema.json`, the one checked against the parser),
+//! embedded as `components.schemas.Preferences`. Public: it describes the API and
+//! holds no data, so it answers without `http.api_token` (a preference page's
+//! build can fetch it). `suite::preferences::the_openapi_document_matches_the_routes`
+//! checks it against the routes.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::{json, Map, Value};
+
+/// The path of the preferences API.
+pub const PREFERENCES_PATH: &str = "/v1/recipients/{recipient}/preferences";
+/// Where this document is served.
+pub const OPENAPI_PATH: &str = "/v1/openapi.json";
+
+/// One method of the preferences route.
+#[derive(Debug, Clone, Copy)]
+pub struct Operation {
+    /// The HTTP method, lower case.
+    pub method: &'static str,
+    /// Its operationId.
+    pub id: &'static str,
+    /// What it does.
+    pub summary: &'static str,
+    /// The request body's media type, if it takes one.
+    pub body: Option<&'static str>,
+    /// Its answers: status and what it means.
+    pub responses: &'static [(u16, &'static str)],
+}
+
+const AUTH: [(u16, &str); 3] = [
+    (
+        401,
+        "No or a wrong `Authorization: Bearer <http.api_token>`",
+    ),
+    (
+        403,
+        "`http.api_token` is not set and the listener is not loopback",
+    ),
+    (
+        503,
+        "The worker is not connected to Redis yet, or Redis did not answer",
+    ),
+];
+
+/// Every method of [`PREFERENCES_PATH`], as `preferences.rs` routes it.
+pub const OPERATIONS: &[Operation] = &[
+    Operation {
+        method: "get",
+        id: "getPreferences",
+        summary: "The recipient's set, with `updated_at`",
+        body: None,
+        responses: &[
+            (200, "The set"),
+            (404, "The recipient has no set"),
+            AUTH[0],
+            AUTH[1],
+            AUTH[2],
+        ],
+    },
+    Operation {
+        method: "put",
+        id: "putPreferences",
+        summary: "Replace the recipient's set (checked whole: nothing is stored if it is refused)",
+        body: Some("application/json"),
+        responses: &[
+            (200, "The set stored, with `updated_at`"),
+            (400, "Refused, nothing stored: `error` says why, `field` where"),
+            (413, "The body is over 64 KiB"),
+            AUTH[0],
+            AUTH[1],
+            AUTH[2],
+        ],
+    },
+    Operation {
+        method: "patch",
+        id: "patchPreferences",
+        summary: "Merge into the recipient's set (RFC 7386: `null` removes a key); the result is checked whole",
+        body: Some("application/merge-patch+json"),
+        responses: &[
+            (200, "The set stored, with `updated_at`"),
+            (400, "Refused, nothing stored: `error` says why, `field` where"),
+            (413, "The body is over 64 KiB"),
+            AUTH[0],
+            AUTH[1],
+            AUTH[2],
+        ],
+    },
+    Operation {
+        method: "delete",
+        id: "deletePreferences",
+        summary: "Remove the recipient's set",
+        body: None,
+        responses: &[(204, "Removed (or there was none)"), AUTH[0], AUTH[1], AUTH[2]],
+    },
+];
+
+fn answer(status: u16, description: &str) -> (String, Value) {
+    let schema = match status {
+        200 => Some("#/components/schemas/Preferences"),
+        204 => None,
+        _ => Some("#/components/schemas/Error"),
+    };
+    let mut r = json!({ "description": description });
+    if let Some(s) = schema {
+        r["content"] = json!({ "application/json": { "schema": { "$ref": s } } });
+    }
+    (status.to_string(), r)
+}
+
+/// The set's schema as a component: the schema file without its own `$schema`
+/// and `$id` (the document's dialect is JSON Schema 2020-12 already).
+fn preferences_schema() -> Value {
+    let mut schema: Value =
+        serde_json::from_str(include_str!("../../schema/preferences.schema.json"))
+            .expect("schema/preferences.schema.json is JSON");
+    if let Some(m) = schema.as_object_mut() {
+        m.remove("$schema");
+        m.remove("$id");
+    }
+    schema
+}
+
+/// The OpenAPI 3.1 document.
+pub fn document() -> Value {
+    let mut item = Map::new();
+    item.insert(
+        "parameters".into(),
+        json!([
+            { "name": "recipient", "in": "path", "required": true,
+              "description": "The recipient, as producers write it, percent-encoded",
+              "schema": { "type": "string" } },
+            { "name": "tenant", "in": "query", "required": false,
+              "description": "Scope the set to this tenant, as a job's `tenant`",
+              "schema": { "type": "string" } }
+        ]),
+    );
+    for op in OPERATIONS {
+        let mut o = json!({
+            "operationId": op.id,
+            "summary": op.summary,
+            "responses": op.responses.iter().map(|(s, d)| answer(*s, d)).collect::<Map<_, _>>(),
+        });
+        if let Some(media) = op.body {
+            o["requestBody"] = json!({
+                "required": true,
+                "content": { media: { "schema": { "$ref": "#/components/schemas/Preferences" } } }
+            });
+        }
+        item.insert(op.method.into(), o);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "quota-worker: the recipients' preferences API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A recipient's own opt-outs (by category, channel or the pair) and quiet hours, checked in the worker's admission (docs/guide/preferences.md)."
+        },
+        "security": [ { "bearer": [] } ],
+        "paths": {
+            PREFERENCES_PATH: Value::Object(item),
+            OPENAPI_PATH: {
+                "get": {
+                    "operationId": "getOpenApi",
+                    "summary": "This document (public: no token)",
+                    "security": [],
+                    "responses": { "200": { "description": "The OpenAPI document",
+                        "content": { "application/json": { "schema": { "type": "object" } } } } }
+                }
+            }
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": { "type": "http", "scheme": "bearer",
+                    "description": "`http.api_token` (or the file named by `QUOTA_WORKER__HTTP__API_TOKEN_FILE`), not the admin token" }
+            },
+            "schemas": {
+                "Preferences": preferences_schema(),
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": { "type": "string", "description": "What is wrong" },
+                        "field": { "type": "string", "description": "The field refused, e.g. `quiet_hours.windows[0].from` (\"\": the body as a whole)" }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The handler of [`OPENAPI_PATH`].
+pub(super) async fn serve() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document().to_string(),
+    )
+}

@@ -1,0 +1,249 @@
+//! The recipients' preferences API seen from outside (issue #38), against the
+//! machine's Redis: the OpenAPI document (`/v1/openapi.json`) checked against the
+//! routes, and the producer crate's client (the Python example is run by
+//! `examples`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::preference_tools::connected;
+use quota_worker::admin::preferences as stored;
+use quota_worker::config::Settings;
+use quota_worker::health::Health;
+use quota_worker::http::openapi::{OPENAPI_PATH, PREFERENCES_PATH};
+use quota_worker::http::{App, Guard};
+use quota_worker::reload::Reloader;
+use quota_worker::status::Status;
+use quota_worker::store::QuotaStore;
+use quota_worker_producer::preferences::{ClientError, PreferencesClient};
+use serde_json::{json, Value};
+use testkit::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The worker's HTTP app on a loopback port, over `store`, the API behind `guard`.
+pub(crate) async fn serve(
+    s: &Settings,
+    store: &Arc<QuotaStore>,
+    guard: Guard,
+) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let status = Arc::new(Status::default());
+    status.attach(Arc::new(Reloader::new(None, s.clone(), store.clone())));
+    let app = App {
+        metrics: None,
+        health: Arc::new(Health::default()),
+        status,
+        guard: Guard::Open,
+        api_guard: guard,
+    };
+    let stop = CancellationToken::new();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::app(app),
+        stop.clone(),
+    ));
+    (addr, stop)
+}
+
+/// `method path` with `body` and an optional bearer token: status and body.
+async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// `text` is a valid OpenAPI 3.1 document, as Python's `openapi-spec-validator`
+/// judges it (the OpenAPI Initiative's schema and more); skipped, saying so, where
+/// it is not installed.
+fn valid_openapi(text: &str) {
+    let check = "import sys, json\nfrom openapi_spec_validator import validate\nvalidate(json.load(sys.stdin))\n";
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import openapi_spec_validator"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED the OpenAPI validation: python3 cannot import openapi_spec_validator (`python3 -m pip install openapi-spec-validator`)");
+        return;
+    }
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "not a valid OpenAPI document:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let s = settings(&unique("prefs-openapi"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let token = "api-s3cret";
+    let (addr, stop) = serve(&s, &store, Guard::token(&token.into())).await;
+    // public: no token
+    let (code, text) = call(&addr, "GET", OPENAPI_PATH, "", None).await;
+    assert_eq!(code, 200, "{text}");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    valid_openapi(&text);
+    let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+    assert_eq!(paths, [OPENAPI_PATH, PREFERENCES_PATH]);
+    let mut schema: Value =
+        serde_json::from_str(include_str!("../../schema/preferences.schema.json")).unwrap();
+    schema.as_object_mut().unwrap().remove("$schema");
+    schema.as_object_mut().unwrap().remove("$id");
+    assert_eq!(doc["components"]["schemas"]["Preferences"], schema);
+
+    let item = &doc["paths"][PREFERENCES_PATH];
+    let documented = |method: &str| -> Vec<u16> {
+        item[method]["responses"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{method} is documented"))
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect()
+    };
+    let methods = ["get", "put", "patch", "delete"];
+    for m in item
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "parameters")
+    {
+        assert!(methods.contains(&m.as_str()), "{m} is not routed");
+    }
+    let p = |r: &str| format!("/v1/recipients/{r}/preferences");
+    let good = json!({"channels": {"sms": false}}).to_string();
+    let bad = json!({"channels": {"fax": false}}).to_string();
+    let big = json!({"pad": "a".repeat(70 * 1024)}).to_string();
+    // (method, path, body, token, status)
+    let t = Some(token);
+    let cases: Vec<(&str, String, &str, Option<&str>, u16)> = vec![
+        ("GET", p("ro"), "", t, 404),
+        ("PUT", p("ro"), &good, t, 200),
+        ("PUT", p("ro"), &bad, t, 400),
+        ("PUT", p("ro"), &big, t, 413),
+        ("PATCH", p("ro"), &good, t, 200),
+        ("PATCH", p("ro"), &bad, t, 400),
+        ("PATCH", p("ro"), &big, t, 413),
+        ("GET", p("ro"), "", t, 200),
+        ("DELETE", p("ro"), "", t, 204),
+        ("GET", p("ro"), "", None, 401),
+        ("PUT", p("ro"), &good, Some("wrong"), 401),
+        ("PATCH", p("ro"), &good, None, 401),
+        ("DELETE", p("ro"), "", None, 401),
+    ];
+    let mut seen: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    for (method, path, body, token, want) in &cases {
+        let (code, text) = call(&addr, method, path, body, *token).await;
+        assert_eq!(code, *want, "{method} {path}: {text}");
+        let m = method.to_lowercase();
+        assert!(
+            documented(&m).contains(&code),
+            "{method} answers {code}, undocumented"
+        );
+        seen.entry(m).or_default().push(code);
+    }
+    stop.cancel();
+    // 403: the API beyond loopback without a token
+    let (addr, stop) = serve(&s, &store, Guard::Refused).await;
+    for m in methods {
+        let (code, _) = call(&addr, &m.to_uppercase(), &p("ro"), &good, None).await;
+        assert_eq!(code, 403);
+        assert!(documented(m).contains(&code));
+        seen.entry(m.into()).or_default().push(code);
+    }
+    // every documented status but 503 (Redis away) is seen
+    for m in methods {
+        for code in documented(m).into_iter().filter(|c| *c != 503) {
+            assert!(
+                seen[m].contains(&code),
+                "{m} {code} documented, never answered"
+            );
+        }
+    }
+    // what is not documented is not routed
+    assert_eq!(call(&addr, "POST", &p("ro"), &good, None).await.0, 405);
+    assert_eq!(call(&addr, "PUT", OPENAPI_PATH, "", None).await.0, 405);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_producer_client_edits_a_set_with_its_token() {
+    let s = settings(&unique("prefs-client"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let (addr, stop) = serve(&s, &store, Guard::token(&"api-s3cret".into())).await;
+    let client =
+        PreferencesClient::new(&format!("http://{addr}"), Some("api-s3cret".into())).unwrap();
+    let r = "+86 138/0";
+    assert_eq!(client.get(r, None).await.unwrap(), None);
+    let set = client
+        .put(r, None, &json!({"categories": {"marketing": false}}))
+        .await
+        .unwrap();
+    assert_eq!(set["categories"], json!({"marketing": false}));
+    let set = client
+        .patch(
+            r,
+            None,
+            &json!({"categories": {"marketing": null}, "channels": {"sms": false}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set.get("categories"), None, "{set}");
+    assert_eq!(client.get(r, None).await.unwrap(), Some(set.clone()));
+    assert_eq!(stored::get(&store, None, r).await.unwrap(), Some(set));
+    // a tenant's own
+    client.put(r, Some("acme & co"), &json!({})).await.unwrap();
+    assert!(stored::get(&store, Some("acme & co"), r)
+        .await
+        .unwrap()
+        .is_some());
+    match client
+        .put(r, None, &json!({"channels": {"fax": false}}))
+        .await
+    {
+        Err(ClientError::Refused {
+            status: 400, field, ..
+        }) => {
+            assert_eq!(field.as_deref(), Some("channels.fax"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let wrong = PreferencesClient::new(&format!("http://{addr}"), Some("nope".into())).unwrap();
+    assert!(matches!(
+        wrong.get(r, None).await,
+        Err(ClientError::Refused { status: 401, .. })
+    ));
+    client.delete(r, None).await.unwrap();
+    assert_eq!(client.get(r, None).await.unwrap(), None);
+    stop.cancel();
+}
