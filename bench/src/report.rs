@@ -278,7 +278,14 @@ pub struct Recovery {
     pub interval_in_outage: Vec<bool>,
     /// The lowest interval's ratio to the rate, outage intervals left out.
     pub min_interval_ratio: f64,
-    /// Dispatched jobs against seconds from the first one (a point a second).
+    /// Jobs dispatched only after the drain stood still 5 s or more (those whose
+    /// dispatch was in flight when the broker went away wait out
+    /// `redis.reservation_lease`: they may have been sent); the figures above end
+    /// at that stall.
+    pub held: usize,
+    /// How long the held jobs waited after the stall began.
+    pub held_secs: f64,
+    /// Dispatched jobs against seconds from the first one (a point a sample).
     pub curve: Vec<(f64, f64)>,
 }
 

@@ -140,6 +140,12 @@ impl Publisher {
         !self.progress.stalled.load(Ordering::Relaxed) && !self.connection.blocked()
     }
 
+    /// Whether a publish now may reach the broker: its channel and connection are up.
+    /// Not up, a publish fails before anything is sent.
+    pub fn is_connected(&self) -> bool {
+        self.connection.connected() && self.channel.status().connected()
+    }
+
     /// Wait until [`Publisher::is_flowing`], or the connection is gone (a publish
     /// then fails at once). A message sent into a broker that holds or ignores it
     /// is confirmed only when it answers again: one that must not be sent twice is

@@ -157,7 +157,7 @@ impl Worker {
         let _suppressions = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             crate::feedback::watch::watch(self.store.clone(), shutdown.clone()),
         ));
-        let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(2));
+        let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(1));
         let mut backoff = delays();
         loop {
             if shutdown.is_cancelled() {

@@ -215,6 +215,16 @@ impl Worker {
                 if !s.publisher.is_flowing() {
                     s.publisher.flowing().await;
                 }
+                if !s.publisher.is_connected() {
+                    // the session is gone and nothing was sent: the send is given
+                    // back (kept if Redis cannot be told), and the broker delivers
+                    // the job again, to whichever worker, without a lease to wait
+                    drop(sending);
+                    if self.store.release(&ticket).await.is_err() {
+                        self.store.keep_reservation(&ticket);
+                    }
+                    return Err(ProcessError::Interrupted);
+                }
                 let published = s
                     .publisher
                     .publish(exchange, &job.channel, &delivery.data, props)
