@@ -329,7 +329,7 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     let longest = r
         .recovery
         .iter()
-        .map(|p| p.intervals.len() as f64 * step)
+        .map(|p| p.interval_secs.iter().sum::<f64>())
         .fold(step, f64::max);
     let mut chart = chart(
         &root,
@@ -351,11 +351,13 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     ))?;
     let colors = [BLUE, RED, GREEN, MAGENTA];
     for (p, color) in r.recovery.iter().zip(colors) {
-        let points: Vec<(f64, f64)> = p
-            .intervals
-            .iter()
-            .enumerate()
-            .map(|(i, v)| ((i as f64 + 1.0) * step, v / p.rate as f64))
+        let ends = p.interval_secs.iter().scan(0.0, |t, len| {
+            *t += len;
+            Some(*t)
+        });
+        let points: Vec<(f64, f64)> = ends
+            .zip(&p.intervals)
+            .map(|(t, v)| (t, v / p.rate as f64))
             .collect();
         let name = format!(
             "{} worker(s){}: {:.2} whole drain",

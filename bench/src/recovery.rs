@@ -324,15 +324,28 @@ pub fn summarise(
             .last()
             .map_or(0.0, |s| s.1 as f64)
     };
-    let mut intervals = Vec::new();
-    let mut in_outage = Vec::new();
+    // 5-second windows before the broker went away and from its return on (a last
+    // shorter one of at least 2 s counted over its own length), and the outage as
+    // one window of its own
     let step = INTERVAL_SECS as f64;
-    let mut a = t0;
-    while a + step <= end + 1e-9 {
-        let z = a + step;
-        intervals.push((at(z) - at(a)) / step);
-        in_outage.push(outage.is_some_and(|(oa, oz)| oa < z && oz > a));
-        a = z;
+    let segments = match outage {
+        Some((oa, oz)) if oa > t0 && oz < end => {
+            vec![(t0, oa, false), (oa, oz, true), (oz, end, false)]
+        }
+        _ => vec![(t0, end, false)],
+    };
+    let (mut intervals, mut in_outage, mut interval_secs) = (Vec::new(), Vec::new(), Vec::new());
+    for (a0, z0, away) in segments {
+        let mut a = a0;
+        while a < z0 - 1e-9 {
+            let z = if away { z0 } else { (a + step).min(z0) };
+            if z - a >= 2.0 || away {
+                intervals.push((at(z) - at(a)) / (z - a));
+                in_outage.push(away);
+                interval_secs.push(z - a);
+            }
+            a = z;
+        }
     }
     let min_interval_ratio = intervals
         .iter()
@@ -352,6 +365,7 @@ pub fn summarise(
         outage_secs,
         intervals,
         interval_in_outage: in_outage,
+        interval_secs,
         held,
         held_secs,
         min_interval_ratio: if min_interval_ratio.is_finite() {

@@ -272,9 +272,12 @@ pub struct Recovery {
     /// Seconds from stopping the broker to its accepting connections again.
     pub outage_secs: f64,
     /// Jobs per second in each 5-second interval of the drain, from the first
-    /// dispatch; the last interval may be shorter and is left out.
+    /// dispatch to the broker going away and from its return on (a last one of a
+    /// part shorter, if at least 2 s), with the outage as an interval of its own.
     pub intervals: Vec<f64>,
-    /// For each interval, whether the broker was away for some of it.
+    /// Each interval's length, seconds (5, a last one of a segment shorter).
+    pub interval_secs: Vec<f64>,
+    /// For each interval, whether it is the broker's absence.
     pub interval_in_outage: Vec<bool>,
     /// The lowest interval's ratio to the rate, outage intervals left out.
     pub min_interval_ratio: f64,
