@@ -309,3 +309,41 @@ async fn a_set_imported_with_the_same_updated_at_is_not_taken_for_the_old_one() 
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
     );
 }
+
+/// Redis memory per stored set (`MEMORY USAGE` of the recipient's hash): one opt-out,
+/// and the issue's example (a category, a pair, a channel, quiet hours).
+#[tokio::test]
+async fn memory_per_stored_set() {
+    let s = settings(&unique("prefs-mem"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let sets = [
+        json!({"categories": {"marketing": false}}),
+        json!({
+            "categories": {"marketing": false, "reminders": {"sms": false}},
+            "channels": {"sms": false},
+            "quiet_hours": {"timezone": "Europe/Berlin",
+                            "windows": [{"days": "daily", "from": "22:00", "to": "07:00"}],
+                            "allow": ["urgent"]}
+        }),
+    ];
+    let mut r = redis_sync();
+    let mut sizes = Vec::new();
+    for (i, set) in sets.iter().enumerate() {
+        let recipient = format!("+4915100000{i:03}");
+        stored::put(&store, None, &recipient, set).await.unwrap();
+        let bytes: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(store.keys().preferences(&recipient))
+            .query(&mut r)
+            .unwrap();
+        sizes.push(bytes);
+    }
+    println!(
+        "MEMORY USAGE of a recipient's preferences: {} bytes with one opt-out, {} with \
+         the example set (three opt-outs and quiet hours)",
+        sizes[0], sizes[1]
+    );
+    assert!(sizes[0] > 0 && sizes[0] < sizes[1], "{sizes:?}");
+    assert!(sizes[1] < 2048, "{sizes:?}");
+}
