@@ -42,6 +42,7 @@ use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
 mod admit;
+pub(crate) mod digest;
 mod layers;
 mod pace;
 mod quiet;

@@ -31,6 +31,12 @@ pub const FEEDBACK_LUA: &str = include_str!("../../lua/feedback.lua");
 pub const THROTTLE_LUA: &str = include_str!("../../lua/throttle.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
 pub(crate) const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
+/// `lua/digest_fold.lua`: a job folded into its group's open digest.
+pub(crate) const DIGEST_FOLD_LUA: &str = include_str!("../../lua/digest_fold.lua");
+/// `lua/digest_claim.lua`: the digests due to close, each claimed for a lease.
+pub(crate) const DIGEST_CLAIM_LUA: &str = include_str!("../../lua/digest_claim.lua");
+/// `lua/digest_close.lua`: a digest closed, its items read.
+pub(crate) const DIGEST_CLOSE_LUA: &str = include_str!("../../lua/digest_close.lua");
 
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
@@ -54,6 +60,12 @@ pub struct Scripts {
     pub feedback: Script,
     /// `lua/throttle.lua`.
     pub throttle: Script,
+    /// `lua/digest_fold.lua`.
+    pub digest_fold: Script,
+    /// `lua/digest_claim.lua`.
+    pub digest_claim: Script,
+    /// `lua/digest_close.lua`.
+    pub digest_close: Script,
 }
 
 impl Default for Scripts {
@@ -70,6 +82,9 @@ impl Default for Scripts {
             collapse: Script::new(COLLAPSE_LUA),
             feedback: Script::new(FEEDBACK_LUA),
             throttle: Script::new(THROTTLE_LUA),
+            digest_fold: Script::new(DIGEST_FOLD_LUA),
+            digest_claim: Script::new(DIGEST_CLAIM_LUA),
+            digest_close: Script::new(DIGEST_CLOSE_LUA),
         }
     }
 }
@@ -91,6 +106,9 @@ impl Scripts {
             &self.collapse,
             &self.feedback,
             &self.throttle,
+            &self.digest_fold,
+            &self.digest_claim,
+            &self.digest_close,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -1,6 +1,7 @@
 //! One delivery to one confirmed outcome: decode; then the first step that settles
 //! it decides (a cancel mark, known in memory; triage; the newest of its collapse
-//! key, asked of Redis only for jobs that carry one; its schedule and send windows;
+//! key, asked of Redis only for jobs that carry one; for a policy with a digest,
+//! the fold into its digest ([`super::digest`]); its schedule and send windows;
 //! the store's admission); then carry out the [`Decision`] (publish, then commit
 //! or release) and note it for `admin job`. The decision itself is pure
 //! ([`crate::decide`]); this is its executor.
@@ -73,7 +74,12 @@ impl Worker {
         // one snapshot of the rules in force for the whole decision (a reload
         // applies from the next job on)
         let rules = self.store.rules();
-        let max_body = self.settings.worker.max_body_bytes;
+        let mut max_body = self.settings.worker.max_body_bytes;
+        // a digest carries up to `keep` items of at most max_body_bytes each (the
+        // header is looked at only for a body over the bound)
+        if delivery.data.len() > max_body && super::digest::is_digest(delivery) {
+            max_body = max_body.saturating_mul(crate::quota::digest::MAX_KEEP as usize + 2);
+        }
         let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
@@ -101,6 +107,16 @@ impl Worker {
             }
             if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
                 break 'decided decision;
+            }
+            // a policy with a digest folds its jobs (not a digest itself, nor a job
+            // scheduled for later: it is folded when it comes back)
+            if let Some(spec) = policy.digest.as_ref() {
+                if job.not_before.is_none_or(|t| t <= now) && !super::digest::is_digest(delivery) {
+                    let fold = self.fold(s, delivery, &job, seen.first_seen, &policy.name, spec);
+                    let outcome = Box::pin(fold).await?;
+                    rules.metrics.count(&outcome, labels);
+                    return Ok(outcome);
+                }
             }
             if let Some(key) = job.collapse_key.as_deref() {
                 let newest = || {

@@ -1,0 +1,186 @@
+//! The digests' scripts: `lua/digest_fold.lua` (a job into its group's open digest),
+//! `lua/digest_claim.lua` (the digests due, each for a lease) and
+//! `lua/digest_close.lua` (no more items; read them); their arguments and replies,
+//! and the plain commands around them (the index of close instants, the end of a
+//! digest). What they mean is decided in [`crate::quota::digest`] and the worker.
+
+use redis::Script;
+
+use super::conn::RedisConn;
+use crate::quota::keys::DigestGroup;
+use crate::redis::StoreError;
+
+/// What a fold did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Folded {
+    /// It opened the digest (its first item).
+    pub opened: bool,
+    /// The job had been folded before (into this digest): nothing was added.
+    pub again: bool,
+    /// The digest's id (`dg-…`).
+    pub id: String,
+    /// The digest's key (what the index of close instants holds).
+    pub key: String,
+    /// When its window ends (ms, Redis time).
+    pub closes_at: i64,
+    /// This item made it reach its `max_items`: it closes now.
+    pub full: bool,
+}
+
+/// One job to fold.
+#[derive(Debug)]
+pub struct Fold<'a> {
+    /// Its group's keys.
+    pub group: &'a DigestGroup,
+    /// The job's id.
+    pub job: &'a str,
+    /// The item (JSON).
+    pub item: &'a str,
+    /// The digest's head, for the digest it opens (JSON).
+    pub head: &'a str,
+    /// The settings it opens with ([`crate::quota::digest::DigestSpec::encoded`]).
+    pub spec: &'a str,
+    /// Its window, ms.
+    pub window_ms: u64,
+    /// How long the job's mark is kept, ms.
+    pub keep_ms: u64,
+}
+
+/// Fold a job into its group's open digest, then put the digest in `index` by the
+/// instant it closes (now, if full). The second step is a command of its own (the
+/// index is in another hash slot) and idempotent: a worker that dies between the
+/// two hands the job back, and its redelivery finds it folded and writes the index.
+pub async fn fold(
+    conn: &RedisConn,
+    script: &Script,
+    index: &str,
+    f: &Fold<'_>,
+) -> Result<Folded, StoreError> {
+    let mut conn = conn.clone();
+    let mark = format!("{}{}", f.group.mark_base, f.job);
+    let (code, id, key, closes_at, full): (i64, String, String, i64, i64) = script
+        .key(&f.group.key)
+        .key(&mark)
+        .arg(&f.group.base)
+        .arg(&f.group.group)
+        .arg(f.job)
+        .arg(f.item)
+        .arg(f.head)
+        .arg(f.spec)
+        .arg(f.window_ms)
+        .arg(f.keep_ms)
+        .invoke_async(&mut conn)
+        .await?;
+    if !(0..=2).contains(&code) {
+        return Err(StoreError::Reply {
+            script: "digest_fold.lua",
+            reply: vec![code],
+        });
+    }
+    let folded = Folded {
+        opened: code == 1,
+        again: code == 2,
+        id,
+        key,
+        closes_at,
+        full: full == 1,
+    };
+    // opened (or found again: the index may not have it yet) or full: the index
+    // learns when it closes; `LT` never puts off a close already due
+    if folded.opened || folded.again || folded.full {
+        let at = if folded.full { 0 } else { folded.closes_at };
+        let _: i64 = redis::cmd("ZADD")
+            .arg(index)
+            .arg("LT")
+            .arg(at)
+            .arg(&folded.key)
+            .query_async(&mut conn)
+            .await?;
+    }
+    Ok(folded)
+}
+
+/// Claim up to `max` digests due to close, each for `lease_ms`.
+pub async fn claim(
+    conn: &RedisConn,
+    script: &Script,
+    index: &str,
+    lease_ms: u64,
+    max: usize,
+) -> Result<Vec<String>, StoreError> {
+    let mut conn = conn.clone();
+    Ok(script
+        .key(index)
+        .arg(lease_ms)
+        .arg(max)
+        .invoke_async(&mut conn)
+        .await?)
+}
+
+/// A closed digest as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closed {
+    /// Its head (JSON).
+    pub head: String,
+    /// The settings it opened with.
+    pub spec: String,
+    /// Redis time at the close (ms).
+    pub now_ms: i64,
+    /// Its items (JSON), in the order they were folded.
+    pub items: Vec<String>,
+}
+
+/// Close the digest at `key` (see `lua/digest_close.lua`); `None` if it is gone.
+pub async fn close(
+    conn: &RedisConn,
+    script: &Script,
+    key: &str,
+) -> Result<Option<Closed>, StoreError> {
+    let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) else {
+        return Ok(None);
+    };
+    let mut conn = conn.clone();
+    let reply: Vec<String> = script
+        .key(&meta)
+        .key(&items)
+        .key(&order)
+        .invoke_async(&mut conn)
+        .await?;
+    let mut parts = reply.into_iter();
+    if parts.next().as_deref() != Some("1") {
+        return Ok(None);
+    }
+    let head = parts.next().unwrap_or_default();
+    let spec = parts.next().unwrap_or_default();
+    let now_ms = parts
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_default();
+    let items = parts.collect();
+    Ok(Some(Closed {
+        head,
+        spec,
+        now_ms,
+        items,
+    }))
+}
+
+/// A closed digest is done with (sent, or it had nothing to send): its keys go,
+/// then its place in the index.
+pub async fn done(conn: &RedisConn, index: &str, key: &str) -> Result<(), StoreError> {
+    let mut conn = conn.clone();
+    if let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&meta)
+            .arg(&items)
+            .arg(&order)
+            .query_async(&mut conn)
+            .await?;
+    }
+    let _: i64 = redis::cmd("ZREM")
+        .arg(index)
+        .arg(key)
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
+}

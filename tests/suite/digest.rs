@@ -1,0 +1,258 @@
+//! Digests (issue #39), `window` mode, end to end through RabbitMQ and Redis: the
+//! jobs of a policy with a digest section, folded in one window, arrive as one
+//! message with the count, the items kept (first or last), the number omitted; two
+//! digest keys make two digests; three workers folding one group at once make
+//! one digest; `max_items` closes a digest at once; a bad `digest_key` is a dead
+//! letter saying why; a digest meets its policy's caps as one send.
+
+use std::time::Duration;
+
+use quota_worker::config::{DigestSettings, Dur, PolicySettings, RuleSettings, Settings};
+use quota_worker::job::{Outcome, Reason};
+use quota_worker::quota::digest::{DigestMode, KeepFrom};
+use serde_json::{json, Value};
+use testkit::*;
+
+/// Settings with policies `social` (window `window`, keep 2 first), `social_last`
+/// (the same, keep 2 last) and `capped` (the same, at most 1 a day).
+fn digested(ns: &str, window: Duration, max_items: u32) -> Settings {
+    let mut s = settings(ns);
+    let digest = |keep_from| DigestSettings {
+        mode: DigestMode::Window,
+        window: Some(Dur(window)),
+        max_window: None,
+        max_items,
+        keep: 2,
+        keep_from,
+    };
+    let policy = |keep_from| PolicySettings {
+        digest: Some(digest(keep_from)),
+        ..PolicySettings::default()
+    };
+    s.policies.insert("social".into(), policy(KeepFrom::First));
+    s.policies
+        .insert("social_last".into(), policy(KeepFrom::Last));
+    let mut capped = policy(KeepFrom::First);
+    capped.rules = vec![RuleSettings {
+        limit: 1,
+        window: "1d".parse().unwrap(),
+    }];
+    s.policies.insert("capped".into(), capped);
+    s
+}
+
+fn job(id: &str, recipient: &str, category: &str, extra: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms","category":"{category}","payload":{{"n":"{id}", "x": [1, 2.50]}}{extra}}}"#
+    )
+    .into_bytes()
+}
+
+/// The next message on the `sms` dispatch queue within `wait`: (message id, the
+/// `x-notify-digest` header, body).
+async fn dispatched(
+    conn: &lapin::Connection,
+    s: &Settings,
+    wait: Duration,
+) -> Option<(String, Option<String>, Value)> {
+    let queue = topology(s).dispatch_queue("sms");
+    let m = take(conn, &queue, wait).await?;
+    let id = message_id(&m).to_string();
+    let count = header(&m.delivery.properties, "x-notify-digest");
+    let body = serde_json::from_slice(&m.delivery.data).expect("a JSON body");
+    Some((id, count, body))
+}
+
+fn ids(digest: &Value) -> Vec<String> {
+    digest["digest"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn jobs_in_one_window_arrive_as_one_digest_keeping_the_first_or_the_last() {
+    let s = digested(&unique("digest-window"), Duration::from_secs(2), 100);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for n in 1..=5 {
+        publish(&conn, &s, &job(&format!("a{n}"), "r1", "social", "")).await;
+        publish(&conn, &s, &job(&format!("b{n}"), "r1", "social_last", "")).await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            dispatched(&conn, &s, Duration::from_secs(15))
+                .await
+                .expect("a digest"),
+        );
+    }
+    got.sort_by(|a, b| a.2["category"].as_str().cmp(&b.2["category"].as_str()));
+    for (id, count, body) in &got {
+        assert!(id.starts_with("dg-"), "{id}");
+        assert_eq!(body["id"], id.as_str());
+        assert_eq!(count.as_deref(), Some("5"));
+        assert_eq!(body["recipient"], "r1");
+        assert_eq!(body["channel"], "sms");
+        assert_eq!(body["tenant"], Value::Null);
+        let d = &body["digest"];
+        assert_eq!(
+            (d["count"].as_u64(), d["omitted"].as_u64()),
+            (Some(5), Some(3))
+        );
+        assert_eq!(d["key"], body["category"]);
+        assert!(d["first_at"].as_str().unwrap() <= d["last_at"].as_str().unwrap());
+    }
+    let (first, last) = (&got[0].2, &got[1].2);
+    assert_eq!(first["category"], "social");
+    assert_eq!(ids(first), ["a1", "a2"]);
+    assert_eq!(ids(last), ["b4", "b5"]);
+    // the payload is the job's, untouched
+    assert_eq!(
+        first["digest"]["items"][1]["payload"],
+        json!({"n": "a2", "x": [1, 2.5]})
+    );
+    assert!(first["digest"]["items"][0]["at"].is_string());
+    // nothing else: the items themselves are not sent
+    assert!(dispatched(&conn, &s, Duration::from_secs(3))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn digest_keys_make_separate_digests_and_a_bad_one_is_a_dead_letter() {
+    let s = digested(&unique("digest-keys"), Duration::from_secs(2), 100);
+    let (_c, w, conn) = rig(&s).await;
+    // a digest_key outside 1 to 128 characters: malformed, naming the field
+    publish(
+        &conn,
+        &s,
+        &job("bad", "r2", "social", r#","digest_key":"""#),
+    )
+    .await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::Malformed));
+    let dead = take(&conn, &s.amqp.dead_queue, Duration::from_secs(5))
+        .await
+        .expect("a dead letter");
+    let detail = header(&dead.delivery.properties, "x-notify-detail").unwrap();
+    assert!(detail.contains("`digest_key` must be 1 to 128"), "{detail}");
+
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for (id, key) in [("p1", "post-1"), ("p2", "post-2"), ("p3", "post-1")] {
+        let extra = format!(r#","digest_key":"{key}""#);
+        publish(&conn, &s, &job(id, "r2", "social", &extra)).await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            dispatched(&conn, &s, Duration::from_secs(15))
+                .await
+                .expect("a digest")
+                .2,
+        );
+    }
+    got.sort_by(|a, b| {
+        a["digest"]["key"]
+            .as_str()
+            .cmp(&b["digest"]["key"].as_str())
+    });
+    assert_eq!(got[0]["digest"]["key"], "post-1");
+    assert_eq!(ids(&got[0]), ["p1", "p3"]);
+    assert_eq!(got[1]["digest"]["key"], "post-2");
+    assert_eq!(ids(&got[1]), ["p2"]);
+    assert_ne!(got[0]["id"], got[1]["id"]);
+    assert!(dispatched(&conn, &s, Duration::from_secs(3))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn three_workers_folding_one_group_at_once_make_one_digest() {
+    let s = digested(&unique("digest-three"), Duration::from_secs(3), 1000);
+    let (_c, w, conn) = rig(&s).await;
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        let other = if running.is_empty() {
+            w.clone()
+        } else {
+            worker(&s).await
+        };
+        running.push(spawn_worker(other).await);
+    }
+    let bodies: Vec<Vec<u8>> = (0..60)
+        .map(|n| job(&format!("t{n}"), "r3", "social", ""))
+        .collect();
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let sends = bodies.iter().map(|b| {
+        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
+        p.publish(&s.amqp.jobs_exchange, "", b, props)
+    });
+    for r in futures_util::future::join_all(sends).await {
+        r.unwrap();
+    }
+    let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(20))
+        .await
+        .expect("a digest");
+    assert_eq!(count.as_deref(), Some("60"));
+    assert_eq!(body["digest"]["count"], 60);
+    assert_eq!(body["digest"]["omitted"], 58);
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(4))
+            .await
+            .is_none(),
+        "one digest, not two"
+    );
+    for (stop, handle) in running {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn max_items_closes_a_digest_at_once_and_a_digest_is_one_send() {
+    // an hour's window: only max_items closes these
+    let s = digested(&unique("digest-max"), Duration::from_secs(3600), 3);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for n in 1..=7 {
+        publish(&conn, &s, &job(&format!("m{n}"), "r4", "social", "")).await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+            .await
+            .expect("a full digest, closed at once");
+        assert_eq!(count.as_deref(), Some("3"));
+        got.extend(ids(&body).into_iter().map(|i| i.to_string()));
+    }
+    got.sort();
+    assert_eq!(got, ["m1", "m2", "m4", "m5"], "the first two of each three");
+    assert!(dispatched(&conn, &s, Duration::from_secs(2))
+        .await
+        .is_none());
+
+    // `capped` allows one a day: its first digest goes, the next one waits
+    for n in 1..=6 {
+        publish(&conn, &s, &job(&format!("c{n}"), "r5", "capped", "")).await;
+    }
+    let (_, count, _) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the first digest of `capped`");
+    assert_eq!(count.as_deref(), Some("3"), "its items counted for nothing");
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(3))
+            .await
+            .is_none(),
+        "the second digest waits for the cap"
+    );
+    stop.cancel();
+    handle.await.unwrap();
+}
