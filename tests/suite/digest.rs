@@ -3,7 +3,9 @@
 //! message with the count, the items kept (first or last), the number omitted; two
 //! digest keys make two digests; three workers folding one group at once make
 //! one digest; `max_items` closes a digest at once; a bad `digest_key` is a dead
-//! letter saying why; a digest meets its policy's caps as one send.
+//! letter saying why; a digest meets its policy's caps as one send; cancelled and
+//! expired items are left out (an empty digest sends nothing); a closer that dies
+//! mid-close leaves the digest to another, which sends it once under the same id.
 
 use std::time::Duration;
 
@@ -253,6 +255,87 @@ async fn max_items_closes_a_digest_at_once_and_a_digest_is_one_send() {
             .is_none(),
         "the second digest waits for the cap"
     );
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelled_and_expired_items_are_left_out_and_an_empty_digest_sends_nothing() {
+    let s = digested(&unique("digest-gone"), Duration::from_secs(3), 100);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let soon = (chrono::Utc::now() + chrono::Duration::milliseconds(1500)).to_rfc3339();
+    let expiring = format!(r#","expires_at":"{soon}""#);
+    publish(&conn, &s, &job("g1", "r6", "social", "")).await;
+    publish(&conn, &s, &job("g2", "r6", "social", &expiring)).await;
+    publish(&conn, &s, &job("g3", "r6", "social", "")).await;
+    publish(&conn, &s, &job("g4", "r7", "social", &expiring)).await;
+    // g3 cancelled while its digest is open
+    wait_for("the items folded", Duration::from_secs(5), || async {
+        let mut r = redis_sync();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*dgj/g*", s.redis.key_prefix))
+            .query(&mut r)
+            .unwrap();
+        keys.len() == 4
+    })
+    .await;
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    jobs.cancel("g3").await.unwrap();
+    let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(15))
+        .await
+        .expect("r6's digest");
+    assert_eq!(count.as_deref(), Some("1"));
+    assert_eq!(ids(&body), ["g1"], "g2 expired, g3 cancelled");
+    assert_eq!(body["recipient"], "r6");
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(3))
+            .await
+            .is_none(),
+        "r7's digest had no item left: nothing sent"
+    );
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_closer_that_dies_mid_close_leaves_the_digest_to_another_and_it_is_sent_once() {
+    let s = digested(&unique("digest-lease"), Duration::from_secs(1), 100);
+    let (_c, w, conn) = rig(&s).await;
+    // folded one step at a time, no closer running
+    for n in 1..=3 {
+        publish(&conn, &s, &job(&format!("l{n}"), "r8", "social", "")).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
+    }
+    // a job delivered again after its fold is not folded twice
+    publish(&conn, &s, &job("l3", "r8", "social", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // a closer claims it for 2 s, closes it, and dies before sending
+    let claimed = w.store().claim_digests(2000, 64).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(w.store().close_digest(&claimed[0]).await.unwrap().is_some());
+    // closed: the group's next job opens a digest of its own
+    publish(&conn, &s, &job("l4", "r8", "social", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let (id, _, body) = dispatched(&conn, &s, Duration::from_secs(10))
+            .await
+            .expect("a digest");
+        got.push((id, body["digest"]["count"].as_u64().unwrap(), ids(&body)));
+    }
+    got.sort_by(|a, b| b.1.cmp(&a.1));
+    assert_eq!(
+        (got[0].1, got[0].2.clone()),
+        (3, vec!["l1".to_string(), "l2".into()])
+    );
+    assert_eq!((got[1].1, got[1].2.clone()), (1, vec!["l4".to_string()]));
+    assert_eq!(got[0].0, claimed[0].rsplit("/dgm/").next().unwrap());
+    assert!(dispatched(&conn, &s, Duration::from_secs(3))
+        .await
+        .is_none());
     stop.cancel();
     handle.await.unwrap();
 }
