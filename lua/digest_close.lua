@@ -6,17 +6,22 @@
 -- KEYS[1]  the digest's hash
 -- KEYS[2]  its items (hash: job id -> item JSON)
 -- KEYS[3]  their order (list of job ids)
+-- ARGV[1]  `now`: close it even if its close is ahead (a flush); else `due`
 --
--- Returns {'0'} when the digest is gone (done already), else {'1', head, settings,
--- Redis time (ms), item JSON...}.
+-- Returns {'0'} when the digest is gone (done already); {'2', closes at (ms)} when
+-- its close was moved ahead by a later item (sliding) and it stays open; else {'1',
+-- head, settings, Redis time (ms), item JSON...}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'0'} end
-local m = redis.call('HMGET', KEYS[1], 'id', 'group', 'state', 'head', 'spec')
+local m = redis.call('HMGET', KEYS[1], 'id', 'group', 'state', 'head', 'spec', 'close_at')
+local open = m[2] and redis.call('HGET', m[2], 'open') == m[1]
+-- a sliding digest whose close an item moved (and still open, not full): not yet
+if ARGV[1] ~= 'now' and m[3] ~= 'closing' and open and tonumber(m[6]) > now then
+  return {'2', m[6]}
+end
 if m[3] ~= 'closing' then
-  if m[2] and redis.call('HGET', m[2], 'open') == m[1] then
-    redis.call('HDEL', m[2], 'open')
-  end
+  if open then redis.call('HDEL', m[2], 'open') end
   redis.call('HSET', KEYS[1], 'state', 'closing', 'closed_at', string.format('%.0f', now))
 end
 local out = {'1', m[4], m[5], string.format('%.0f', now)}

@@ -15,6 +15,8 @@
 -- ARGV[6]  the settings it opens with (`mode,window_ms,max_window_ms,max_items,keep,keep_from`)
 -- ARGV[7]  window, ms
 -- ARGV[8]  how long marks are kept, ms (`redis.record_ttl`)
+-- ARGV[9]  sliding: the longest it stays open, ms (0: a fixed window); each item then
+--          moves its close to `window` after it, up to this after the first
 --
 -- Returns {code, digest id, digest key, closes at (ms), full}: code 1 opened, 0
 -- joined, 2 the job was folded before (into that digest); full 1 when this item
@@ -49,9 +51,21 @@ if not id then
   redis.call('HSET', meta, 'id', id, 'head', ARGV[5], 'spec', ARGV[6], 'max', max,
     'opened_at', string.format('%.0f', now), 'close_at', string.format('%.0f', close_at),
     'count', 0, 'group', KEYS[1], 'state', 'open')
+  if tonumber(ARGV[9]) > 0 then
+    redis.call('HSET', meta, 'slide', ARGV[7], 'until', string.format('%.0f', now + tonumber(ARGV[9])))
+  end
   code = 1
 else
-  close_at = tonumber(redis.call('HGET', meta, 'close_at'))
+  local m = redis.call('HMGET', meta, 'close_at', 'slide', 'until')
+  close_at = tonumber(m[1])
+  -- sliding: this item moves the close (the settings it opened with)
+  if m[2] then
+    local moved = math.min(tonumber(m[3]), now + tonumber(m[2]))
+    if moved > close_at then
+      close_at = moved
+      redis.call('HSET', meta, 'close_at', string.format('%.0f', close_at))
+    end
+  end
 end
 local items, order = base .. 'dgi/' .. id, base .. 'dgo/' .. id
 redis.call('HSET', items, job, ARGV[4])

@@ -22,15 +22,16 @@ fn default_keep() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct DigestSettings {
     /// How a digest collects (required): `window` (open for `window` from its first
-    /// item); `sliding` and `held` are part of the contract but refused for now
-    /// (not implemented yet).
+    /// item) or `sliding` (each item keeps it open `window` longer, up to
+    /// `max_window` from the first); `held` is part of the contract but refused for
+    /// now (not implemented yet).
     pub mode: DigestMode,
     /// `window` and `sliding`: how long a digest stays open from its first item
     /// (required for both; 1s to 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Dur>,
     /// `sliding`: each item extends the window, up to this from the first item
-    /// (required for `sliding`; at least `window`).
+    /// (required for `sliding`; at least `window`, at most 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_window: Option<Dur>,
     /// A digest closes at once when it holds this many items (default 100; 1 to
@@ -54,7 +55,7 @@ pub(super) fn validate(d: &DigestSettings, at: &str) -> Result<(), ConfigError> 
         DigestMode::Held => {
             return Err(invalid(
                 key("mode"),
-                "`held` is not implemented yet: use \"window\"",
+                "`held` is not implemented yet: use \"window\" or \"sliding\"",
             ))
         }
     }
@@ -80,12 +81,13 @@ pub(super) fn validate(d: &DigestSettings, at: &str) -> Result<(), ConfigError> 
                 "is required for mode \"sliding\" (the longest a digest stays open)",
             ))
         }
-        (DigestMode::Sliding, Some(_)) => {
-            return Err(invalid(
-                key("mode"),
-                "`sliding` is not implemented yet: use \"window\"",
-            ))
+        (DigestMode::Sliding, Some(max)) if max.0 < window.0 => {
+            return Err(invalid(key("max_window"), "must be at least `window`"))
         }
+        (DigestMode::Sliding, Some(max)) if max.0 > Duration::from_secs(7 * 86_400) => {
+            return Err(invalid(key("max_window"), "must be at most 7d (168h)"))
+        }
+        (DigestMode::Sliding, Some(_)) => {}
         (_, Some(_)) => {
             return Err(invalid(
                 key("max_window"),
@@ -196,6 +198,13 @@ keep = 1000"#
             format!("{at}.keep")
         );
         assert_eq!(key_of(r#"mode = "held""#), format!("{at}.mode"));
+        assert_eq!(
+            key_of("mode = \"sliding\"\nwindow = \"1h\"\nmax_window = \"30m\""),
+            format!("{at}.max_window")
+        );
+        let sliding = parse("mode = \"sliding\"\nwindow = \"15m\"\nmax_window = \"2h\"").unwrap();
+        assert!(validate(&sliding, at).is_ok());
+        assert_eq!(build(&sliding).max_window, Some(Duration::from_secs(7200)));
     }
 
     #[test]

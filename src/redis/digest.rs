@@ -1,6 +1,6 @@
 //! The digests' scripts: `lua/digest_fold.lua` (a job into its group's open digest),
 //! `lua/digest_claim.lua` (the digests due, each for a lease) and
-//! `lua/digest_close.lua` (no more items; read them); their arguments and replies,
+//! `lua/digest_close.lua` (no more items, read them; or not yet: a sliding digest); their arguments and replies,
 //! and the plain commands around them (the index of close instants, the end of a
 //! digest). What they mean is decided in [`crate::quota::digest`] and the worker.
 
@@ -44,6 +44,8 @@ pub struct Fold<'a> {
     pub window_ms: u64,
     /// How long the job's mark is kept, ms.
     pub keep_ms: u64,
+    /// `sliding`: the longest the digest stays open, ms (0: a fixed window).
+    pub max_window_ms: u64,
 }
 
 /// Fold a job into its group's open digest, then put the digest in `index` by the
@@ -69,6 +71,7 @@ pub async fn fold(
         .arg(f.spec)
         .arg(f.window_ms)
         .arg(f.keep_ms)
+        .arg(f.max_window_ms)
         .invoke_async(&mut conn)
         .await?;
     if !(0..=2).contains(&code) {
@@ -130,25 +133,47 @@ pub struct Closed {
     pub items: Vec<String>,
 }
 
-/// Close the digest at `key` (see `lua/digest_close.lua`); `None` if it is gone.
+/// What a close found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Close {
+    /// The digest is gone (done already).
+    Gone,
+    /// A later item moved its close to this instant (ms; `sliding`): it stays open.
+    NotYet(i64),
+    /// Closed: no item joins it from now on.
+    Closed(Closed),
+}
+
+/// Close the digest at `key` (see `lua/digest_close.lua`): when it is due, or now
+/// whatever its close instant (`now`: a flush).
 pub async fn close(
     conn: &RedisConn,
     script: &Script,
     key: &str,
-) -> Result<Option<Closed>, StoreError> {
+    now: bool,
+) -> Result<Close, StoreError> {
     let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) else {
-        return Ok(None);
+        return Ok(Close::Gone);
     };
     let mut conn = conn.clone();
     let reply: Vec<String> = script
         .key(&meta)
         .key(&items)
         .key(&order)
+        .arg(if now { "now" } else { "due" })
         .invoke_async(&mut conn)
         .await?;
     let mut parts = reply.into_iter();
-    if parts.next().as_deref() != Some("1") {
-        return Ok(None);
+    match parts.next().as_deref() {
+        Some("1") => {}
+        Some("2") => {
+            let at = parts
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_default();
+            return Ok(Close::NotYet(at));
+        }
+        _ => return Ok(Close::Gone),
     }
     let head = parts.next().unwrap_or_default();
     let spec = parts.next().unwrap_or_default();
@@ -157,12 +182,31 @@ pub async fn close(
         .and_then(|t| t.parse().ok())
         .unwrap_or_default();
     let items = parts.collect();
-    Ok(Some(Closed {
+    Ok(Close::Closed(Closed {
         head,
         spec,
         now_ms,
         items,
     }))
+}
+
+/// A digest claimed too early (its close moved ahead) goes back in the index at
+/// `at` (ms), its claim dropped.
+pub async fn reschedule(
+    conn: &RedisConn,
+    index: &str,
+    key: &str,
+    at: i64,
+) -> Result<(), StoreError> {
+    let mut conn = conn.clone();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(index)
+        .arg("XX")
+        .arg(at)
+        .arg(key)
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
 }
 
 /// A closed digest is done with (sent, or it had nothing to send): its keys go,

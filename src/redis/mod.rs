@@ -9,7 +9,7 @@
 pub(crate) mod admit;
 pub(crate) mod collapse;
 pub(crate) mod conn;
-pub(crate) mod digest;
+pub mod digest;
 pub(crate) mod import;
 pub mod marker;
 pub(crate) mod notes;

@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 
 use super::QuotaStore;
-use crate::quota::digest::{DigestHead, DigestSpec, StoredItem};
-use crate::redis::digest::{self, Closed, Fold, Folded};
+use crate::quota::digest::{DigestHead, DigestMode, DigestSpec, StoredItem};
+use crate::redis::digest::{self, Close, Fold, Folded};
 use crate::redis::StoreError;
 
 /// One job to fold, as the worker decoded it.
@@ -68,6 +68,10 @@ impl QuotaStore {
             spec: &spec_text,
             window_ms: spec.window.as_millis() as u64,
             keep_ms: self.record_ttl.as_millis() as u64,
+            max_window_ms: match spec.mode {
+                DigestMode::Sliding => spec.max_window.map_or(0, |d| d.as_millis() as u64),
+                _ => 0,
+            },
         };
         self.count_call();
         let index = self.keys.digests();
@@ -92,11 +96,17 @@ impl QuotaStore {
         .await
     }
 
-    /// Close the digest at `key`: no item joins it from now on; its items, read.
-    /// `None`: it is gone (done already).
-    pub async fn close_digest(&self, key: &str) -> Result<Option<Closed>, StoreError> {
+    /// Close the digest at `key` if it is due (`now`: whatever its close instant):
+    /// no item joins it from then on; its items, read.
+    pub async fn close_digest(&self, key: &str, now: bool) -> Result<Close, StoreError> {
         self.count_call();
-        digest::close(&self.conn, &self.scripts.digest_close, key).await
+        digest::close(&self.conn, &self.scripts.digest_close, key, now).await
+    }
+
+    /// Put the digest at `key`, claimed too early, back in the index at `at` (ms).
+    pub async fn reschedule_digest(&self, key: &str, at: i64) -> Result<(), StoreError> {
+        self.count_call();
+        digest::reschedule(&self.conn, &self.keys.digests(), key, at).await
     }
 
     /// The digest at `key` is done with: its keys and its place in the index go.

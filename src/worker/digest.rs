@@ -24,6 +24,7 @@ use crate::amqp::Publisher;
 use crate::job::decode::Job;
 use crate::job::Outcome;
 use crate::quota::digest::{self, DigestHead, DigestSpec, StoredItem, DIGEST_HEADER};
+use crate::redis::digest::Close;
 use crate::store::digest::FoldJob;
 
 /// How long a closer holds a digest it claimed: one that dies mid-close lets
@@ -99,9 +100,16 @@ impl Worker {
 
     /// Close the digest at `key`, publish its message (confirmed), end it.
     async fn close_one(&self, publisher: &Publisher, key: &str) -> anyhow::Result<()> {
-        let Some(closed) = self.store.close_digest(key).await? else {
-            self.store.end_digest(key).await?;
-            return Ok(());
+        let closed = match self.store.close_digest(key, false).await? {
+            Close::Closed(closed) => closed,
+            Close::NotYet(at) => {
+                self.store.reschedule_digest(key, at).await?;
+                return Ok(());
+            }
+            Close::Gone => {
+                self.store.end_digest(key).await?;
+                return Ok(());
+            }
         };
         let mut head: DigestHead = serde_json::from_str(&closed.head)?;
         head.id = key.rsplit("/dgm/").next().unwrap_or_default().to_string();

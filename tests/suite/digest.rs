@@ -1,4 +1,4 @@
-//! Digests (issue #39), `window` mode, end to end through RabbitMQ and Redis: the
+//! Digests (issue #39), `window` and `sliding` modes, end to end through RabbitMQ and Redis: the
 //! jobs of a policy with a digest section, folded in one window, arrive as one
 //! message with the count, the items kept (first or last), the number omitted; two
 //! digest keys make two digests; three workers folding one group at once make
@@ -40,6 +40,7 @@ fn digested(ns: &str, window: Duration, max_items: u32) -> Settings {
         window: "1d".parse().unwrap(),
     }];
     s.policies.insert("capped".into(), capped);
+    s.validate().expect("valid settings");
     s
 }
 
@@ -314,7 +315,11 @@ async fn a_closer_that_dies_mid_close_leaves_the_digest_to_another_and_it_is_sen
     // a closer claims it for 2 s, closes it, and dies before sending
     let claimed = w.store().claim_digests(2000, 64).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert!(w.store().close_digest(&claimed[0]).await.unwrap().is_some());
+    let closed = w.store().close_digest(&claimed[0], false).await.unwrap();
+    assert!(matches!(
+        closed,
+        quota_worker::redis::digest::Close::Closed(_)
+    ));
     // closed: the group's next job opens a digest of its own
     publish(&conn, &s, &job("l4", "r8", "social", "")).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
@@ -334,6 +339,47 @@ async fn a_closer_that_dies_mid_close_leaves_the_digest_to_another_and_it_is_sen
     assert_eq!((got[1].1, got[1].2.clone()), (1, vec!["l4".to_string()]));
     assert_eq!(got[0].0, claimed[0].rsplit("/dgm/").next().unwrap());
     assert!(dispatched(&conn, &s, Duration::from_secs(3))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn sliding_each_item_keeps_the_digest_open_up_to_max_window() {
+    let mut s = digested(&unique("digest-sliding"), Duration::from_secs(2), 100);
+    let d = s
+        .policies
+        .get_mut("social")
+        .unwrap()
+        .digest
+        .as_mut()
+        .unwrap();
+    d.mode = DigestMode::Sliding;
+    d.max_window = Some(Dur(Duration::from_secs(4)));
+    s.validate().expect("a valid sliding digest");
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let started = std::time::Instant::now();
+    // items at about 0 s, 1.5 s and 3 s: each moves the close 2 s on, up to 4 s
+    for (n, at) in [(1, 0), (2, 1500), (3, 3000)] {
+        let due = Duration::from_millis(at);
+        tokio::time::sleep(due.saturating_sub(started.elapsed())).await;
+        publish(&conn, &s, &job(&format!("s{n}"), "r9", "social", "")).await;
+    }
+    let queue = topology(&s).dispatch_queue("sms");
+    assert_eq!(depth(&conn, &queue).await, 0, "not closed at its first 2 s");
+    let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the digest");
+    let closed_after = started.elapsed();
+    assert_eq!(count.as_deref(), Some("3"));
+    assert_eq!(body["digest"]["count"], 3);
+    assert!(
+        closed_after < Duration::from_millis(4900),
+        "closed at max_window (4 s), not 2 s after the last item: {closed_after:?}"
+    );
+    assert!(dispatched(&conn, &s, Duration::from_secs(2))
         .await
         .is_none());
     stop.cancel();
