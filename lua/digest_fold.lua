@@ -6,6 +6,8 @@
 --
 -- KEYS[1]  the group's hash: `open` (the id of its open digest), `seq`
 -- KEYS[2]  the job's mark: the id of the digest that holds it (kept ARGV[8] ms)
+-- (and, built from ARGV[1] in the same hash slot: `dgm/ID` the digest, `dgi/ID` its
+-- items, `dgo/ID` their order, `dgs` the recipient's open digests)
 -- ARGV[1]  the base of the digest's keys (`prefix:{tag}/`, the group's hash slot)
 -- ARGV[2]  the group's hash (in the digest's id)
 -- ARGV[3]  the job id
@@ -54,6 +56,8 @@ if not id then
   if tonumber(ARGV[9]) > 0 then
     redis.call('HSET', meta, 'slide', ARGV[7], 'until', string.format('%.0f', now + tonumber(ARGV[9])))
   end
+  -- the recipient's open digests (`admin recipient`)
+  redis.call('SADD', base .. 'dgs', id)
   code = 1
 else
   local m = redis.call('HMGET', meta, 'close_at', 'slide', 'until')
@@ -81,4 +85,5 @@ end
 local ttl = math.max(close_at - now, 0) + keep_ms
 for _, k in ipairs({meta, items, order}) do redis.call('PEXPIRE', k, ttl) end
 redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('PTTL', base .. 'dgs') < ttl then redis.call('PEXPIRE', base .. 'dgs', ttl) end
 return {code, id, meta, close_at, full}

@@ -37,6 +37,9 @@ pub enum AdminCommand {
     Recipient(RecipientArgs),
     /// One job by its id: where it is, until when it waits and why; or cancel it.
     Job(JobArgs),
+    /// One digest by its id (`dg-…`): its group, items and when it closes; or
+    /// close it now.
+    Digest(super::digest::DigestArgs),
     /// Ask the running worker (on http.listen) to read its configuration again and
     /// apply changed policies, rules, windows and channel rates (as SIGHUP does).
     Reload {
@@ -133,6 +136,7 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Dead { command } => dead(settings, command).await,
         AdminCommand::Recipient(args) => recipient(settings, args).await,
         AdminCommand::Job(args) => job(settings, args).await,
+        AdminCommand::Digest(args) => super::digest::digest(settings, args).await,
         AdminCommand::Reload { addr } => reload(settings, addr).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
@@ -407,6 +411,7 @@ fn print_status(s: &RecipientStatus) {
         None => println!("waiting jobs not counted (`redis.notes = false`)"),
     }
     super::suppress::print(&s.suppressions);
+    super::digest::print_open(&s.digests);
     for p in &s.policies {
         let channel = p
             .channel

@@ -8,6 +8,7 @@
 
 pub mod admin;
 mod dead;
+mod digest;
 pub mod publish;
 pub mod reference;
 pub mod resume;

@@ -288,6 +288,13 @@ pub fn digest_keys(meta: &str) -> Option<(String, String, String)> {
     ))
 }
 
+/// The set of a recipient's open digests, from a digest's key (`prefix:{tag}/dgs`),
+/// and the digest's id.
+pub fn digest_set(meta: &str) -> Option<(String, &str)> {
+    let at = meta.rfind("}/dgm/")? + 2;
+    Some((format!("{}dgs", &meta[..at]), &meta[at + 4..]))
+}
+
 /// Bytes of the job-id hash kept as the sorted-set member. Seven bytes (56 bits)
 /// keep a recipient with three sends in Redis's 136-byte allocation class (eight
 /// would take 152); two ids of one recipient collide with odds of about 1 in 7e16.
@@ -319,6 +326,8 @@ mod tests {
         let (m, items, order) = digest_keys(&meta).unwrap();
         assert_eq!((m, items), (meta.clone(), format!("{}dgi/dg-x-1", g.base)));
         assert_eq!(order, format!("{}dgo/dg-x-1", g.base));
+        let (set, id) = digest_set(&meta).unwrap();
+        assert_eq!((set, id), (format!("{}dgs", g.base), "dg-x-1"));
         assert_ne!(a, keys.recipient("+33 6 12 34 56 79", "default", None));
         assert_ne!(
             a,

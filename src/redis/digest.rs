@@ -210,7 +210,7 @@ pub async fn reschedule(
 }
 
 /// A closed digest is done with (sent, or it had nothing to send): its keys go,
-/// then its place in the index.
+/// its place in the recipient's open digests, then its place in the index.
 pub async fn done(conn: &RedisConn, index: &str, key: &str) -> Result<(), StoreError> {
     let mut conn = conn.clone();
     if let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) {
@@ -218,6 +218,13 @@ pub async fn done(conn: &RedisConn, index: &str, key: &str) -> Result<(), StoreE
             .arg(&meta)
             .arg(&items)
             .arg(&order)
+            .query_async(&mut conn)
+            .await?;
+    }
+    if let Some((set, id)) = crate::quota::keys::digest_set(key) {
+        let _: i64 = redis::cmd("SREM")
+            .arg(&set)
+            .arg(id)
             .query_async(&mut conn)
             .await?;
     }

@@ -385,3 +385,79 @@ async fn sliding_each_item_keeps_the_digest_open_up_to_max_window() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+#[tokio::test]
+async fn the_admin_shows_a_recipients_open_digests_and_one_digest_and_flushes_it() {
+    // an hour's window: only the flush closes it
+    let s = digested(&unique("digest-admin"), Duration::from_secs(3600), 100);
+    let (_c, w, conn) = rig(&s).await;
+    for n in 1..=3 {
+        let extra = r#","digest_key":"post-9""#;
+        publish(&conn, &s, &job(&format!("d{n}"), "r10", "social", extra)).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
+    }
+    let digests = quota_worker::admin::Digests::new(w.store());
+    let open = digests.of("r10", None).await.unwrap();
+    assert_eq!(open.len(), 1, "{open:?}");
+    let d = &open[0];
+    assert_eq!(
+        (d.channel.as_str(), d.key.as_str(), d.count),
+        ("sms", "post-9", 3)
+    );
+    assert_eq!(d.state, "open");
+    assert!(d.closes_at.unwrap() > chrono::Utc::now() + chrono::Duration::minutes(59));
+    assert!(digests.of("r10", Some("acme")).await.unwrap().is_empty());
+    // `admin recipient` lists it
+    let recipients = quota_worker::admin::Recipients::new(w.store(), &s);
+    let query = quota_worker::admin::RecipientQuery {
+        recipient: "r10",
+        category: None,
+        channel: None,
+        tz: chrono_tz::Tz::UTC,
+        tenant: None,
+    };
+    assert_eq!(recipients.status(&query).await.unwrap().digests, open);
+
+    // `admin digest ID --json`
+    let out = crate::cli::run_async(&s, &["admin", "digest", &d.id, "--json"], None).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["id"], d.id.as_str());
+    assert_eq!(shown["recipient"], "r10");
+    assert_eq!(shown["items"], json!(["d1", "d2", "d3"]));
+    assert_eq!(shown["settings"]["mode"], "window");
+    assert_eq!(shown["count"], 3);
+    let out = crate::cli::run_async(&s, &["admin", "digest", "dg-nothing"], None).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no open digest `dg-nothing`"));
+
+    // `admin digest ID flush`: closed now, sent by the running worker's closer
+    let out = crate::cli::run_async(&s, &["admin", "digest", &d.id, "flush"], None).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("closed at"), "{text}");
+    assert_eq!(digests.of("r10", None).await.unwrap()[0].state, "closing");
+    // the group's next job opens a new digest
+    publish(
+        &conn,
+        &s,
+        &job("d4", "r10", "social", r#","digest_key":"post-9""#),
+    )
+    .await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the flushed digest");
+    assert_eq!((id.as_str(), count.as_deref()), (d.id.as_str(), Some("3")));
+    assert_eq!(body["digest"]["key"], "post-9");
+    let left = digests.of("r10", None).await.unwrap();
+    assert_eq!(left.len(), 1, "d4's digest: {left:?}");
+    assert_eq!(left[0].count, 1);
+    assert!(digests.show(&d.id).await.is_err(), "sent: no longer open");
+    stop.cancel();
+    handle.await.unwrap();
+}
