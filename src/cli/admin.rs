@@ -222,6 +222,10 @@ fn print_place(place: &Place, record: Option<&JobNote>, now: DateTime<Utc>) -> S
         Place::Dead => "in the dead-letter queue (unless replayed or purged since)".into(),
         Place::Dispatched => "dispatched".into(),
         Place::Superseded => "superseded: acked unsent".into(),
+        Place::Digest { digest, closes_at } => format!(
+            "in the digest `{digest}`, sent with it when it closes at {} (`admin digest {digest}`)",
+            closes_at.to_rfc3339()
+        ),
         Place::Unknown => "unknown: no record (sent at its first handling, still in the jobs queue for the first time, or its record expired)".into(),
     }
 }
@@ -265,6 +269,7 @@ fn print_job(s: &JobStatus, notes: bool) {
         JobState::Dead { reason, detail } => println!("dead:        {reason}: {detail}"),
         JobState::Dispatched => println!("dispatched:  after waiting"),
         JobState::Superseded { by } => println!("superseded:  by job `{by}`"),
+        JobState::Folded { digest, .. } => println!("folded:      into the digest `{digest}`"),
     }
     println!(
         "policy:      {}, channel {}",

@@ -22,7 +22,6 @@ use super::ProcessError;
 use super::{BrokerLink, Worker};
 use crate::amqp::Publisher;
 use crate::job::decode::Job;
-use crate::job::Outcome;
 use crate::quota::digest::{self, DigestHead, DigestSpec, StoredItem, DIGEST_HEADER};
 use crate::redis::digest::Close;
 use crate::store::digest::FoldJob;
@@ -46,7 +45,8 @@ pub(crate) fn is_digest(delivery: &Delivery) -> bool {
 
 impl Worker {
     /// Fold `job` into its group's open digest; the delivery is acked once this
-    /// answers (the write is confirmed by Redis), waiting out Redis outages.
+    /// answers (the write is confirmed by Redis), waiting out Redis outages. The
+    /// digest's id and when it closes (for the job's note).
     pub(super) async fn fold(
         &self,
         s: &BrokerLink,
@@ -55,7 +55,7 @@ impl Worker {
         first_seen: chrono::DateTime<chrono::Utc>,
         policy: &str,
         spec: &DigestSpec,
-    ) -> Result<Outcome, ProcessError> {
+    ) -> Result<(String, chrono::DateTime<chrono::Utc>), ProcessError> {
         let timezone = (job.tz != self.default_tz).then(|| job.tz.name());
         let fold = FoldJob {
             id: &job.id,
@@ -82,7 +82,8 @@ impl Worker {
             full = folded.full,
             "folded into a digest"
         );
-        Ok(Outcome::Folded)
+        let closes_at = crate::quota::window::from_millis(folded.closes_at);
+        Ok((folded.id, closes_at))
     }
 
     /// Claim the digests due and send each; how many were claimed.

@@ -113,9 +113,11 @@ impl Worker {
             if let Some(spec) = policy.digest.as_ref() {
                 if job.not_before.is_none_or(|t| t <= now) && !super::digest::is_digest(delivery) {
                     let fold = self.fold(s, delivery, &job, seen.first_seen, &policy.name, spec);
-                    let outcome = Box::pin(fold).await?;
-                    rules.metrics.count(&outcome, labels);
-                    return Ok(outcome);
+                    let (digest, closes_at) = Box::pin(fold).await?;
+                    let step = JobState::Folded { digest, closes_at };
+                    self.note(s, &job, &seen, step, None);
+                    rules.metrics.count(&Outcome::Folded, labels);
+                    return Ok(Outcome::Folded);
                 }
             }
             if let Some(key) = job.collapse_key.as_deref() {

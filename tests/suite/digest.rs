@@ -398,6 +398,22 @@ async fn the_admin_shows_a_recipients_open_digests_and_one_digest_and_flushes_it
     }
     let digests = quota_worker::admin::Digests::new(w.store());
     let open = digests.of("r10", None).await.unwrap();
+    // `admin job` says which digest holds a job, and when it closes
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    let place = jobs.explain("d2").await.unwrap().place;
+    match &place {
+        quota_worker::job::note::Place::Digest { digest, closes_at } => {
+            assert_eq!(digest, &open[0].id);
+            assert_eq!(Some(*closes_at), open[0].closes_at);
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = crate::cli::run_async(&s, &["admin", "job", "d2"], None).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("in the digest `{}`", open[0].id)),
+        "{text}"
+    );
     assert_eq!(open.len(), 1, "{open:?}");
     let d = &open[0];
     assert_eq!(
