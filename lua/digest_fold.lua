@@ -19,6 +19,8 @@
 -- ARGV[8]  how long marks are kept, ms (`redis.record_ttl`)
 -- ARGV[9]  sliding: the longest it stays open, ms (0: a fixed window); each item then
 --          moves its close to `window` after it, up to this after the first
+-- ARGV[10] the job's collapse key ('' for none): of the items with one key, the digest
+--          keeps the newest (the one folded last)
 --
 -- Returns {code, digest id, digest key, closes at (ms), full}: code 1 opened, 0
 -- joined, 2 the job was folded before (into that digest); full 1 when this item
@@ -75,6 +77,16 @@ local items, order = base .. 'dgi/' .. id, base .. 'dgo/' .. id
 redis.call('HSET', items, job, ARGV[4])
 redis.call('RPUSH', order, job)
 local count = redis.call('HINCRBY', meta, 'count', 1)
+if ARGV[10] ~= '' then
+  local field = 'c:' .. ARGV[10]
+  local older = redis.call('HGET', meta, field)
+  if older and older ~= job then
+    -- replaced: its place in the order stays, and is skipped when the digest closes
+    redis.call('HDEL', items, older)
+    count = redis.call('HINCRBY', meta, 'count', -1)
+  end
+  redis.call('HSET', meta, field, job)
+end
 redis.call('SET', KEYS[2], id, 'PX', keep_ms)
 local full = 0
 if count >= tonumber(redis.call('HGET', meta, 'max')) then

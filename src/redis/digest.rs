@@ -46,6 +46,8 @@ pub struct Fold<'a> {
     pub keep_ms: u64,
     /// `sliding`: the longest the digest stays open, ms (0: a fixed window).
     pub max_window_ms: u64,
+    /// The job's collapse key: the digest keeps the newest item with it.
+    pub collapse_key: Option<&'a str>,
 }
 
 /// Fold a job into its group's open digest, then put the digest in `index` by the
@@ -72,6 +74,7 @@ pub async fn fold(
         .arg(f.window_ms)
         .arg(f.keep_ms)
         .arg(f.max_window_ms)
+        .arg(f.collapse_key.unwrap_or(""))
         .invoke_async(&mut conn)
         .await?;
     if !(0..=2).contains(&code) {

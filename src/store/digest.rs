@@ -32,6 +32,8 @@ pub struct FoldJob<'a> {
     pub expires_at: Option<DateTime<Utc>>,
     /// Its body (its payload is kept as written).
     pub body: &'a [u8],
+    /// Its collapse key: the digest keeps the newest item with it.
+    pub collapse_key: Option<&'a str>,
 }
 
 impl QuotaStore {
@@ -72,6 +74,7 @@ impl QuotaStore {
                 DigestMode::Sliding => spec.max_window.map_or(0, |d| d.as_millis() as u64),
                 _ => 0,
             },
+            collapse_key: job.collapse_key,
         };
         self.count_call();
         let index = self.keys.digests();

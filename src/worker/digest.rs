@@ -68,6 +68,7 @@ impl Worker {
             first_seen,
             expires_at: job.expires_at,
             body: &delivery.data,
+            collapse_key: job.collapse_key.as_deref(),
         };
         let folded = self
             .retry_redis(|| self.store.fold(&fold, spec), &s.stop)

@@ -3,8 +3,8 @@
 //! message with the count, the items kept (first or last), the number omitted; two
 //! digest keys make two digests; three workers folding one group at once make
 //! one digest; `max_items` closes a digest at once; a bad `digest_key` is a dead
-//! letter saying why; a digest meets its policy's caps as one send; cancelled and
-//! expired items are left out (an empty digest sends nothing); a closer that dies
+//! letter saying why; a digest meets its policy's caps as one send; cancelled,
+//! expired and collapsed items are left out (an empty digest sends nothing); a closer that dies
 //! mid-close leaves the digest to another, which sends it once under the same id.
 
 use std::time::Duration;
@@ -261,7 +261,7 @@ async fn max_items_closes_a_digest_at_once_and_a_digest_is_one_send() {
 }
 
 #[tokio::test]
-async fn cancelled_and_expired_items_are_left_out_and_an_empty_digest_sends_nothing() {
+async fn cancelled_expired_and_collapsed_items_are_left_out_and_an_empty_digest_sends_nothing() {
     let s = digested(&unique("digest-gone"), Duration::from_secs(3), 100);
     let (_c, w, conn) = rig(&s).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
@@ -271,6 +271,10 @@ async fn cancelled_and_expired_items_are_left_out_and_an_empty_digest_sends_noth
     publish(&conn, &s, &job("g2", "r6", "social", &expiring)).await;
     publish(&conn, &s, &job("g3", "r6", "social", "")).await;
     publish(&conn, &s, &job("g4", "r7", "social", &expiring)).await;
+    // of two items with one collapse key, the digest keeps the newest
+    let cart = r#","collapse_key":"cart""#;
+    publish(&conn, &s, &job("k1", "r6", "social", cart)).await;
+    publish(&conn, &s, &job("k2", "r6", "social", cart)).await;
     // g3 cancelled while its digest is open
     wait_for("the items folded", Duration::from_secs(5), || async {
         let mut r = redis_sync();
@@ -281,13 +285,30 @@ async fn cancelled_and_expired_items_are_left_out_and_an_empty_digest_sends_noth
         keys.len() == 4
     })
     .await;
+    wait_for(
+        "the collapsed items folded",
+        Duration::from_secs(5),
+        || async {
+            let mut r = redis_sync();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}:*dgj/k*", s.redis.key_prefix))
+                .query(&mut r)
+                .unwrap();
+            keys.len() == 2
+        },
+    )
+    .await;
     let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
     jobs.cancel("g3").await.unwrap();
     let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(15))
         .await
         .expect("r6's digest");
-    assert_eq!(count.as_deref(), Some("1"));
-    assert_eq!(ids(&body), ["g1"], "g2 expired, g3 cancelled");
+    assert_eq!(count.as_deref(), Some("2"));
+    assert_eq!(
+        ids(&body),
+        ["g1", "k2"],
+        "g2 expired, g3 cancelled, k1 replaced"
+    );
     assert_eq!(body["recipient"], "r6");
     assert!(
         dispatched(&conn, &s, Duration::from_secs(3))
