@@ -5,7 +5,9 @@
 //! one digest; `max_items` closes a digest at once; a bad `digest_key` is a dead
 //! letter saying why; a digest meets its policy's caps as one send; cancelled,
 //! expired and collapsed items are left out (an empty digest sends nothing); a closer that dies
-//! mid-close leaves the digest to another, which sends it once under the same id.
+//! mid-close leaves the digest to another, which sends it once under the same id;
+//! sliding windows; the admin commands; feedback `failed` on a digest gives its send
+//! back.
 
 use std::time::Duration;
 
@@ -495,6 +497,39 @@ async fn the_admin_shows_a_recipients_open_digests_and_one_digest_and_flushes_it
     assert_eq!(left.len(), 1, "d4's digest: {left:?}");
     assert_eq!(left[0].count, 1);
     assert!(digests.show(&d.id).await.is_err(), "sent: no longer open");
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn feedback_failed_on_a_digests_id_gives_its_one_send_back() {
+    let s = digested(&unique("digest-feedback"), Duration::from_secs(3600), 3);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for n in 1..=3 {
+        publish(&conn, &s, &job(&format!("f{n}"), "r11", "capped", "")).await;
+    }
+    let (id, _, _) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the full digest");
+    let keys = s.redis.keys();
+    let sends = || async {
+        let client = redis::Client::open(redis_url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        testkit::audit::recorded(&mut c, &keys.recipient("r11", "capped", None))
+            .await
+            .len()
+    };
+    assert_eq!(sends().await, 1, "a digest is one send, its items none");
+    let failed = quota_worker_producer::Feedback::new(
+        &id,
+        quota_worker_producer::Event::Failed,
+        "r11",
+        "sms",
+    );
+    crate::feedback::send(&conn, &s, &failed).await;
+    crate::feedback::heard(&s, &id, quota_worker_producer::Event::Failed).await;
+    assert_eq!(sends().await, 0, "given back");
     stop.cancel();
     handle.await.unwrap();
 }
