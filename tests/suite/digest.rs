@@ -533,3 +533,60 @@ async fn feedback_failed_on_a_digests_id_gives_its_one_send_back() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+/// What an open digest costs Redis, per item: its keys' `MEMORY USAGE` over a
+/// digest of 100 items with a 200-byte payload each (the guide quotes it).
+#[tokio::test]
+async fn redis_memory_per_held_item_is_measured_and_bounded() {
+    let s = digested(&unique("digest-memory"), Duration::from_secs(3600), 1000);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let payload = "x".repeat(200);
+    let bodies: Vec<Vec<u8>> = (0..100)
+        .map(|n| {
+            format!(
+                r#"{{"id":"mem-{n:04}","recipient":"r12","channel":"sms","category":"social","payload":{{"text":"{payload}"}}}}"#
+            )
+            .into_bytes()
+        })
+        .collect();
+    for b in &bodies {
+        publish(&conn, &s, b).await;
+    }
+    let digests = quota_worker::admin::Digests::new(w.store());
+    wait_for("100 items folded", Duration::from_secs(20), || async {
+        digests
+            .of("r12", None)
+            .await
+            .unwrap()
+            .first()
+            .is_some_and(|d| d.count == 100)
+    })
+    .await;
+    let mut r = redis_sync();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*/dg*", s.redis.key_prefix))
+        .query(&mut r)
+        .unwrap();
+    let mut bytes = 0u64;
+    for k in &keys {
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(k)
+            .arg("SAMPLES")
+            .arg(0)
+            .query(&mut r)
+            .unwrap();
+        bytes += used.unwrap_or(0);
+    }
+    let per_item = bytes / 100;
+    eprintln!(
+        "digest memory: {bytes} bytes in {} keys for 100 items of a 200-byte payload: {per_item} bytes per item",
+        keys.len()
+    );
+    // the item (its payload, id, instants) and its mark: well under a kilobyte
+    // above the payload
+    assert!(per_item < 200 + 1024, "{per_item} bytes per item");
+    stop.cancel();
+    handle.await.unwrap();
+}
