@@ -7,7 +7,7 @@
 //! expired and collapsed items are left out (an empty digest sends nothing); a closer that dies
 //! mid-close leaves the digest to another, which sends it once under the same id;
 //! sliding windows; the admin commands; feedback `failed` on a digest gives its send
-//! back.
+//! back; an open digest keeps its settings across a reload; Redis memory per item.
 
 use std::time::Duration;
 
@@ -587,6 +587,57 @@ async fn redis_memory_per_held_item_is_measured_and_bounded() {
     // the item (its payload, id, instants) and its mark: well under a kilobyte
     // above the payload
     assert!(per_item < 200 + 1024, "{per_item} bytes per item");
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_open_digest_keeps_the_settings_it_opened_with_across_a_reload() {
+    let s = digested(&unique("digest-reload"), Duration::from_secs(2), 100);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for n in 1..=2 {
+        publish(&conn, &s, &job(&format!("o{n}"), "r13", "social", "")).await;
+    }
+    let digests = quota_worker::admin::Digests::new(w.store());
+    wait_for("the digest opened", Duration::from_secs(5), || async {
+        digests
+            .of("r13", None)
+            .await
+            .unwrap()
+            .first()
+            .is_some_and(|d| d.count == 2)
+    })
+    .await;
+    // a reload: an hour's window, every item kept
+    let mut reloaded = s.clone();
+    let d = reloaded.policies.get_mut("social").unwrap();
+    let d = d.digest.as_mut().unwrap();
+    d.window = Some(Dur(Duration::from_secs(3600)));
+    d.keep = 10;
+    reloaded.validate().unwrap();
+    let reloader = quota_worker::reload::Reloader::new(None, s.clone(), w.store().clone());
+    reloader.apply(reloaded).unwrap();
+    for n in 3..=4 {
+        publish(&conn, &s, &job(&format!("o{n}"), "r13", "social", "")).await;
+    }
+    // closed at its own 2 s, keeping its own 2 items in full
+    let (first, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the digest, at its own window's end");
+    assert_eq!(count.as_deref(), Some("4"));
+    assert_eq!(ids(&body), ["o1", "o2"]);
+    // the next one opens with the new settings
+    publish(&conn, &s, &job("o5", "r13", "social", "")).await;
+    wait_for("the next digest opened", Duration::from_secs(5), || async {
+        let open = digests.of("r13", None).await.unwrap();
+        open.len() == 1 && open[0].id != first
+    })
+    .await;
+    let next = &digests.of("r13", None).await.unwrap()[0];
+    let shown = digests.show(&next.id).await.unwrap();
+    let settings = shown.settings.unwrap();
+    assert_eq!((settings.window_ms, settings.keep), (3_600_000, 10));
     stop.cancel();
     handle.await.unwrap();
 }
