@@ -167,7 +167,7 @@ pub(crate) async fn close_loop(worker: Arc<Worker>, publisher: Publisher, stop: 
         }
         tick += 1;
         let any = worker.store.rules().has_digests();
-        if !any && tick % 50 != 0 {
+        if !any && !tick.is_multiple_of(50) {
             continue;
         }
         loop {

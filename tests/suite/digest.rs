@@ -354,7 +354,7 @@ async fn a_closer_that_dies_mid_close_leaves_the_digest_to_another_and_it_is_sen
             .expect("a digest");
         got.push((id, body["digest"]["count"].as_u64().unwrap(), ids(&body)));
     }
-    got.sort_by(|a, b| b.1.cmp(&a.1));
+    got.sort_by_key(|g| std::cmp::Reverse(g.1));
     assert_eq!(
         (got[0].1, got[0].2.clone()),
         (3, vec!["l1".to_string(), "l2".into()])
