@@ -21,6 +21,8 @@
 --          moves its close to `window` after it, up to this after the first
 -- ARGV[10] the job's collapse key ('' for none): of the items with one key, the digest
 --          keeps the newest (the one folded last)
+-- ARGV[11] held: the instant the digest closes (ms; the caps' next allowed instant),
+--          for the digest it opens (0: its window from now)
 --
 -- Returns {code, digest id, digest key, closes at (ms), full}: code 1 opened, 0
 -- joined, 2 the job was folded before (into that digest); full 1 when this item
@@ -50,6 +52,7 @@ if not id then
   id = 'dg-' .. ARGV[2] .. '-' .. string.format('%.0f', now) .. '-' .. seq
   meta = base .. 'dgm/' .. id
   close_at = now + tonumber(ARGV[7])
+  if tonumber(ARGV[11]) > 0 then close_at = tonumber(ARGV[11]) end
   local max = string.match(ARGV[6], '^[^,]*,[^,]*,[^,]*,([^,]*)')
   redis.call('HSET', KEYS[1], 'open', id)
   redis.call('HSET', meta, 'id', id, 'head', ARGV[5], 'spec', ARGV[6], 'max', max,

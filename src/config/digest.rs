@@ -22,12 +22,13 @@ fn default_keep() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct DigestSettings {
     /// How a digest collects (required): `window` (open for `window` from its first
-    /// item) or `sliding` (each item keeps it open `window` longer, up to
-    /// `max_window` from the first); `held` is part of the contract but refused for
-    /// now (not implemented yet).
+    /// item), `sliding` (each item keeps it open `window` longer, up to `max_window`
+    /// from the first) or `held` (jobs go as usual while the caps allow them; those
+    /// the caps would delay are folded, and the digest goes at the caps' next
+    /// allowed instant).
     pub mode: DigestMode,
     /// `window` and `sliding`: how long a digest stays open from its first item
-    /// (required for both; 1s to 7d).
+    /// (required for both, refused for `held`; 1s to 7d).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Dur>,
     /// `sliding`: each item extends the window, up to this from the first item
@@ -50,14 +51,20 @@ pub struct DigestSettings {
 /// (`policies.NAME.digest`, or a tenant's `tenants.T.policies.NAME.digest`).
 pub(super) fn validate(d: &DigestSettings, at: &str) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{at}.{k}");
-    match d.mode {
-        DigestMode::Window | DigestMode::Sliding => {}
-        DigestMode::Held => {
-            return Err(invalid(
-                key("mode"),
-                "`held` is not implemented yet: use \"window\" or \"sliding\"",
-            ))
+    if d.mode == DigestMode::Held {
+        // a held digest closes at the caps' next allowed instant: no window
+        for (name, set) in [
+            ("window", d.window.is_some()),
+            ("max_window", d.max_window.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    key(name),
+                    "applies to modes \"window\" and \"sliding\" only (a held digest closes at the caps' next allowed instant)",
+                ));
+            }
         }
+        return validate_sizes(d, at);
     }
     let Some(window) = d.window else {
         return Err(invalid(
@@ -96,6 +103,12 @@ pub(super) fn validate(d: &DigestSettings, at: &str) -> Result<(), ConfigError> 
         }
         (_, None) => {}
     }
+    validate_sizes(d, at)
+}
+
+/// Check `max_items` and `keep`.
+fn validate_sizes(d: &DigestSettings, at: &str) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("{at}.{k}");
     if !(1..=MAX_ITEMS).contains(&d.max_items) {
         return Err(invalid(
             key("max_items"),
@@ -197,7 +210,12 @@ keep = 1000"#
             ),
             format!("{at}.keep")
         );
-        assert_eq!(key_of(r#"mode = "held""#), format!("{at}.mode"));
+        assert_eq!(
+            key_of("mode = \"held\"\nwindow = \"1h\""),
+            format!("{at}.window")
+        );
+        let held = parse("mode = \"held\"\nkeep = 3").unwrap();
+        assert!(validate(&held, at).is_ok());
         assert_eq!(
             key_of("mode = \"sliding\"\nwindow = \"1h\"\nmax_window = \"30m\""),
             format!("{at}.max_window")

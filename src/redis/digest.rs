@@ -48,6 +48,8 @@ pub struct Fold<'a> {
     pub max_window_ms: u64,
     /// The job's collapse key: the digest keeps the newest item with it.
     pub collapse_key: Option<&'a str>,
+    /// `held`: when the digest it opens closes (ms); 0: its window from now.
+    pub close_at_ms: i64,
 }
 
 /// Fold a job into its group's open digest, then put the digest in `index` by the
@@ -75,6 +77,7 @@ pub async fn fold(
         .arg(f.keep_ms)
         .arg(f.max_window_ms)
         .arg(f.collapse_key.unwrap_or(""))
+        .arg(f.close_at_ms)
         .invoke_async(&mut conn)
         .await?;
     if !(0..=2).contains(&code) {

@@ -34,6 +34,8 @@ pub struct FoldJob<'a> {
     pub body: &'a [u8],
     /// Its collapse key: the digest keeps the newest item with it.
     pub collapse_key: Option<&'a str>,
+    /// `held`: the caps' next allowed instant, when the digest it opens closes.
+    pub closes_at: Option<DateTime<Utc>>,
 }
 
 impl QuotaStore {
@@ -75,6 +77,7 @@ impl QuotaStore {
                 _ => 0,
             },
             collapse_key: job.collapse_key,
+            close_at_ms: job.closes_at.map_or(0, |t| t.timestamp_millis().max(1)),
         };
         self.count_call();
         let index = self.keys.digests();

@@ -1,6 +1,6 @@
 //! Digests in the worker (docs/guide/digests.md): a job of a policy with a digest
 //! section is folded into its group's open digest ([`Worker::fold`], acked once
-//! Redis confirmed the write), and the closer ([`close_loop`], a task of each
+//! Redis confirmed the write; `held`: only a job its caps would delay, [`held`]), and the closer ([`close_loop`], a task of each
 //! session) claims the digests due, builds each one's message
 //! ([`crate::quota::digest::message`]) and publishes it, confirmed, to the jobs
 //! exchange as one job with the `x-notify-digest` header: it then meets the
@@ -21,8 +21,9 @@ use tracing::{debug, info, warn};
 use super::ProcessError;
 use super::{BrokerLink, Worker};
 use crate::amqp::Publisher;
+use crate::decide::DelayCause;
 use crate::job::decode::Job;
-use crate::quota::digest::{self, DigestHead, DigestSpec, StoredItem, DIGEST_HEADER};
+use crate::quota::digest::{self, DigestHead, DigestMode, DigestSpec, StoredItem, DIGEST_HEADER};
 use crate::redis::digest::Close;
 use crate::store::digest::FoldJob;
 
@@ -33,6 +34,19 @@ pub(crate) const CLOSE_LEASE: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_millis(200);
 /// The most digests claimed at once.
 const CLAIM: usize = 64;
+
+/// The digest of a `held` policy a delayed job is folded into instead: `Some` when
+/// the policy's digest is `held`, the delay is its caps' (a cap of its policy or a
+/// `[caps.NAME]` layer) and the delivery is not a digest itself.
+pub(crate) fn held<'p>(
+    policy: &'p crate::quota::policy::Policy,
+    cause: &DelayCause,
+    delivery: &Delivery,
+) -> Option<&'p DigestSpec> {
+    let spec = policy.digest.as_ref()?;
+    let by_caps = matches!(cause, DelayCause::Cap { .. } | DelayCause::Capped { .. });
+    (spec.mode == DigestMode::Held && by_caps && !is_digest(delivery)).then_some(spec)
+}
 
 /// Whether a delivery is a digest (it carries `x-notify-digest`): never folded.
 pub(crate) fn is_digest(delivery: &Delivery) -> bool {
@@ -47,6 +61,7 @@ impl Worker {
     /// Fold `job` into its group's open digest; the delivery is acked once this
     /// answers (the write is confirmed by Redis), waiting out Redis outages. The
     /// digest's id and when it closes (for the job's note).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn fold(
         &self,
         s: &BrokerLink,
@@ -55,6 +70,7 @@ impl Worker {
         first_seen: chrono::DateTime<chrono::Utc>,
         policy: &str,
         spec: &DigestSpec,
+        closes_at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(String, chrono::DateTime<chrono::Utc>), ProcessError> {
         let timezone = (job.tz != self.default_tz).then(|| job.tz.name());
         let fold = FoldJob {
@@ -69,6 +85,7 @@ impl Worker {
             expires_at: job.expires_at,
             body: &delivery.data,
             collapse_key: job.collapse_key.as_deref(),
+            closes_at,
         };
         let folded = self
             .retry_redis(|| self.store.fold(&fold, spec), &s.stop)

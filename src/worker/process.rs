@@ -25,6 +25,7 @@ use crate::job::decode::{self, Job};
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
+use crate::quota::digest::DigestMode;
 use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
@@ -110,9 +111,14 @@ impl Worker {
             }
             // a policy with a digest folds its jobs (not a digest itself, nor a job
             // scheduled for later: it is folded when it comes back)
-            if let Some(spec) = policy.digest.as_ref() {
+            if let Some(spec) = policy
+                .digest
+                .as_ref()
+                .filter(|d| d.mode != DigestMode::Held)
+            {
                 if job.not_before.is_none_or(|t| t <= now) && !super::digest::is_digest(delivery) {
-                    let fold = self.fold(s, delivery, &job, seen.first_seen, &policy.name, spec);
+                    let fold =
+                        self.fold(s, delivery, &job, seen.first_seen, &policy.name, spec, None);
                     let (digest, closes_at) = Box::pin(fold).await?;
                     let step = JobState::Folded { digest, closes_at };
                     self.note(s, &job, &seen, step, None);
@@ -190,6 +196,25 @@ impl Worker {
             }
             decide::after_admission(&job, &cx, admission, now)
         };
+        // a `held` digest: what the caps would delay is folded instead, and its
+        // digest closes at the instant the caps allow the next send
+        if let Decision::Delay { until, cause } = &decision {
+            if let Some(spec) = super::digest::held(policy, cause, delivery) {
+                let fold = self.fold(
+                    s,
+                    delivery,
+                    &job,
+                    seen.first_seen,
+                    &policy.name,
+                    spec,
+                    Some(*until),
+                );
+                let (digest, closes_at) = Box::pin(fold).await?;
+                self.note(s, &job, &seen, JobState::Folded { digest, closes_at }, None);
+                rules.metrics.count(&Outcome::Folded, labels);
+                return Ok(Outcome::Folded);
+            }
+        }
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
         // a copy of its future per job, BENCHMARKS.md item 15.)

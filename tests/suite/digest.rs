@@ -1,4 +1,4 @@
-//! Digests (issue #39), `window` and `sliding` modes, end to end through RabbitMQ and Redis: the
+//! Digests (issue #39), `window`, `sliding` and `held` modes, end to end through RabbitMQ and Redis: the
 //! jobs of a policy with a digest section, folded in one window, arrive as one
 //! message with the count, the items kept (first or last), the number omitted; two
 //! digest keys make two digests; three workers folding one group at once make
@@ -638,6 +638,70 @@ async fn an_open_digest_keeps_the_settings_it_opened_with_across_a_reload() {
     let shown = digests.show(&next.id).await.unwrap();
     let settings = shown.settings.unwrap();
     assert_eq!((settings.window_ms, settings.keep), (3_600_000, 10));
+    stop.cancel();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn held_what_the_caps_would_delay_goes_as_one_digest_at_their_next_allowed_instant() {
+    let mut s = digested(&unique("digest-held"), Duration::from_secs(2), 100);
+    s.policies.insert(
+        "held".into(),
+        PolicySettings {
+            rules: vec![RuleSettings {
+                limit: 1,
+                window: "4s".parse().unwrap(),
+            }],
+            digest: Some(DigestSettings {
+                mode: DigestMode::Held,
+                window: None,
+                max_window: None,
+                max_items: 100,
+                keep: 10,
+                keep_from: KeepFrom::First,
+            }),
+            ..PolicySettings::default()
+        },
+    );
+    s.validate().expect("a valid held digest");
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    // the first goes as today; the three the cap would delay are folded
+    for n in 1..=4 {
+        publish(&conn, &s, &job(&format!("h{n}"), "r14", "held", "")).await;
+    }
+    let (first, header_count, _) = dispatched(&conn, &s, Duration::from_secs(5))
+        .await
+        .expect("h1, as today");
+    assert_eq!((first.as_str(), header_count), ("h1", None));
+    let sent_at = std::time::Instant::now();
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the digest, at the cap's next allowed instant");
+    let waited = sent_at.elapsed();
+    assert!(id.starts_with("dg-"), "{id}");
+    assert_eq!(count.as_deref(), Some("3"));
+    assert_eq!(ids(&body), ["h2", "h3", "h4"]);
+    assert!(
+        waited > Duration::from_millis(3000),
+        "sent when the cap allows the next send (4 s after h1): {waited:?}"
+    );
+    // the digest was one send: the next job is held again, into a new digest
+    publish(&conn, &s, &job("h5", "r14", "held", "")).await;
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(2))
+            .await
+            .is_none(),
+        "h5 waits: the digest used the cap"
+    );
+    let (next, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("h5's digest");
+    assert_ne!(next, id);
+    assert_eq!(
+        (count.as_deref(), ids(&body)),
+        (Some("1"), vec!["h5".to_string()])
+    );
     stop.cancel();
     handle.await.unwrap();
 }
