@@ -56,11 +56,18 @@ pub struct Fold<'a> {
 /// instant it closes (now, if full). The second step is a command of its own (the
 /// index is in another hash slot) and idempotent: a worker that dies between the
 /// two hands the job back, and its redelivery finds it folded and writes the index.
+///
+/// With `wait` (`redis.wait_replicas` and `redis.wait_timeout` ms), the fold is
+/// followed by `WAIT` on the same connection: fewer replicas than asked within the
+/// timeout is an error ([`StoreError::Unreplicated`]), the job is not acked and is
+/// folded again (found folded) until they answer. Not on a Redis Cluster yet (a
+/// keyless `WAIT` there is not routed to the node of the fold).
 pub async fn fold(
     conn: &RedisConn,
     script: &Script,
     index: &str,
     f: &Fold<'_>,
+    wait: Option<(u32, u64)>,
 ) -> Result<Folded, StoreError> {
     let mut conn = conn.clone();
     let mark = format!("{}{}", f.group.mark_base, f.job);
@@ -85,6 +92,21 @@ pub async fn fold(
             script: "digest_fold.lua",
             reply: vec![code],
         });
+    }
+    if let Some((wanted, timeout_ms)) = wait.filter(|_| !matches!(conn, RedisConn::Cluster(..))) {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout_ms)
+            .query_async(&mut conn)
+            .await?;
+        if acked < i64::from(wanted) {
+            return Err(StoreError::Unreplicated {
+                reserved_at: 0,
+                recorded: false,
+                acked,
+                wanted,
+            });
+        }
     }
     let folded = Folded {
         opened: code == 1,

@@ -81,7 +81,14 @@ impl QuotaStore {
         };
         self.count_call();
         let index = self.keys.digests();
-        digest::fold(&self.conn, &self.scripts.digest_fold, &index, &fold).await
+        digest::fold(
+            &self.conn,
+            &self.scripts.digest_fold,
+            &index,
+            &fold,
+            self.fold_wait,
+        )
+        .await
     }
 
     /// Claim up to `max` digests due to close, each for `lease_ms`.

@@ -705,3 +705,48 @@ async fn held_what_the_caps_would_delay_goes_as_one_digest_at_their_next_allowed
     stop.cancel();
     handle.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_fold_the_replicas_asked_for_do_not_acknowledge_is_not_acked() {
+    let mut s = digested(&unique("digest-wait"), Duration::from_secs(3600), 100);
+    // one replica asked; the test's Redis has none
+    s.redis.wait_replicas = 1;
+    s.redis.wait_timeout = Dur(Duration::from_millis(100));
+    let (_c, w, conn) = rig(&s).await;
+    publish(&conn, &s, &job("w1", "r15", "social", "")).await;
+    let m = take(&conn, &s.amqp.jobs_queue, Duration::from_secs(10))
+        .await
+        .expect("the job");
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (session, committer) = w.session_context(p.clone(), stop.clone());
+    let held = tokio::time::timeout(
+        Duration::from_millis(1500),
+        w.process(&session, &m.delivery),
+    );
+    assert!(
+        held.await.is_err(),
+        "not settled while no replica acknowledges"
+    );
+    stop.cancel();
+    drop(session);
+    committer.await.unwrap();
+    // its redelivery, once replicas answer (here: a worker that asks for none), is
+    // found folded: one item, not two
+    let mut s0 = s.clone();
+    s0.redis.wait_replicas = 0;
+    let w0 = worker(&s0).await;
+    let (session, committer) = w0.session_context(p, tokio_util::sync::CancellationToken::new());
+    let outcome = w0.process(&session, &m.delivery).await.unwrap();
+    assert_eq!(outcome, Outcome::Folded);
+    drop(session);
+    committer.await.unwrap();
+    let open = quota_worker::admin::Digests::new(w0.store())
+        .of("r15", None)
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].count, 1);
+}
