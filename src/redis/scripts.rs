@@ -37,6 +37,8 @@ pub(crate) const DIGEST_FOLD_LUA: &str = include_str!("../../lua/digest_fold.lua
 pub(crate) const DIGEST_CLAIM_LUA: &str = include_str!("../../lua/digest_claim.lua");
 /// `lua/digest_close.lua`: a digest closed, its items read.
 pub(crate) const DIGEST_CLOSE_LUA: &str = include_str!("../../lua/digest_close.lua");
+/// `lua/digest_reopen.lua`: a held digest refused when it went, open again.
+pub(crate) const DIGEST_REOPEN_LUA: &str = include_str!("../../lua/digest_reopen.lua");
 
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
@@ -66,6 +68,8 @@ pub struct Scripts {
     pub digest_claim: Script,
     /// `lua/digest_close.lua`.
     pub digest_close: Script,
+    /// `lua/digest_reopen.lua`.
+    pub digest_reopen: Script,
 }
 
 impl Default for Scripts {
@@ -85,6 +89,7 @@ impl Default for Scripts {
             digest_fold: Script::new(DIGEST_FOLD_LUA),
             digest_claim: Script::new(DIGEST_CLAIM_LUA),
             digest_close: Script::new(DIGEST_CLOSE_LUA),
+            digest_reopen: Script::new(DIGEST_REOPEN_LUA),
         }
     }
 }
@@ -109,6 +114,7 @@ impl Scripts {
             &self.digest_fold,
             &self.digest_claim,
             &self.digest_close,
+            &self.digest_reopen,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -122,6 +122,33 @@ impl QuotaStore {
         digest::reschedule(&self.conn, &self.keys.digests(), key, at).await
     }
 
+    /// The key of digest `id` of `recipient` (of `tenant`).
+    pub fn digest_key(&self, tenant: Option<&str>, recipient: &str, id: &str) -> String {
+        let group = self.keys.for_tenant(tenant).digest_group(recipient, "", "");
+        format!("{}dgm/{id}", group.base)
+    }
+
+    /// A `held` digest refused when it went: open again until `close_at`.
+    pub async fn reopen_digest(
+        &self,
+        key: &str,
+        close_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.count_call();
+        let keep_ms = self.record_ttl.as_millis() as u64;
+        let at = close_at.timestamp_millis();
+        let index = self.keys.digests();
+        digest::reopen(
+            &self.conn,
+            &self.scripts.digest_reopen,
+            &index,
+            key,
+            at,
+            keep_ms,
+        )
+        .await
+    }
+
     /// The digest at `key` is done with: its keys and its place in the index go.
     pub async fn end_digest(&self, key: &str) -> Result<(), StoreError> {
         self.count_call();

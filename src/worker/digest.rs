@@ -30,6 +30,9 @@ use crate::store::digest::FoldJob;
 /// How long a closer holds a digest it claimed: one that dies mid-close lets
 /// another claim it again after this.
 pub(crate) const CLOSE_LEASE: Duration = Duration::from_secs(30);
+/// How long a held digest sent as a job is left before a closer looks at it again
+/// (its job normally settles it well before).
+const HELD_RECHECK: Duration = Duration::from_secs(3600);
 /// How often a closer looks for digests due.
 const TICK: Duration = Duration::from_millis(200);
 /// The most digests claimed at once.
@@ -46,6 +49,15 @@ pub(crate) fn held<'p>(
     let spec = policy.digest.as_ref()?;
     let by_caps = matches!(cause, DelayCause::Cap { .. } | DelayCause::Capped { .. });
     (spec.mode == DigestMode::Held && by_caps && !is_digest(delivery)).then_some(spec)
+}
+
+/// Whether a delivery is a digest of a `held` policy (refused, it opens again).
+pub(crate) fn held_digest(policy: &crate::quota::policy::Policy, delivery: &Delivery) -> bool {
+    policy
+        .digest
+        .as_ref()
+        .is_some_and(|d| d.mode == DigestMode::Held)
+        && is_digest(delivery)
 }
 
 /// Whether a delivery is a digest (it carries `x-notify-digest`): never folded.
@@ -163,10 +175,27 @@ impl Worker {
             .with_message_id(ShortString::from(head.id.as_str()))
             .with_headers(headers);
         let exchange = &self.settings.amqp.jobs_exchange;
-        publisher.publish(exchange, "", &built.body, props).await?;
+        let held = spec.mode == DigestMode::Held;
+        if held {
+            // kept until its job is decided: dispatched, it is done with; refused,
+            // it opens again (`lua/digest_reopen.lua`, which writes the index
+            // itself: hence this first); looked at again in an hour should neither
+            // happen (its job is then a duplicate, or goes)
+            let later = closed.now_ms + HELD_RECHECK.as_millis() as i64;
+            self.store.reschedule_digest(key, later).await?;
+        }
+        if let Err(e) = publisher.publish(exchange, "", &built.body, props).await {
+            if held {
+                let lease = closed.now_ms + CLOSE_LEASE.as_millis() as i64;
+                let _ = self.store.reschedule_digest(key, lease).await;
+            }
+            return Err(e.into());
+        }
         crate::metrics::digest_ended(&policy, "sent", built.count);
         info!(digest = %head.id, count = built.count, expired = built.expired, "digest closed and sent as one job");
-        self.store.end_digest(key).await?;
+        if !held {
+            self.store.end_digest(key).await?;
+        }
         Ok(())
     }
 }

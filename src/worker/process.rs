@@ -199,6 +199,18 @@ impl Worker {
         // a `held` digest: what the caps would delay is folded instead, and its
         // digest closes at the instant the caps allow the next send
         if let Decision::Delay { until, cause } = &decision {
+            // a held digest refused when it goes opens again and goes on collecting
+            if super::digest::held_digest(policy, delivery) {
+                let key = self
+                    .store
+                    .digest_key(job.tenant.as_deref(), &job.recipient, &job.id);
+                let reopen = || self.store.reopen_digest(&key, *until);
+                if Box::pin(self.retry_redis(reopen, &s.stop)).await? {
+                    debug!(until = %until.to_rfc3339(), "a held digest refused: open again until then");
+                    rules.metrics.count(&Outcome::Folded, labels);
+                    return Ok(Outcome::Folded);
+                }
+            }
             if let Some(spec) = super::digest::held(policy, cause, delivery) {
                 let fold = self.fold(
                     s,
@@ -299,6 +311,17 @@ impl Worker {
             }
         };
         if let Ok(outcome) = &outcome {
+            // a digest sent (or a duplicate, or dead) is done with: its keys go
+            // (a held digest's stay until then, for it to open again if refused)
+            if policy.digest.is_some()
+                && !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked)
+                && super::digest::is_digest(delivery)
+            {
+                let key = self
+                    .store
+                    .digest_key(job.tenant.as_deref(), &job.recipient, &job.id);
+                Box::pin(self.retry_redis(|| self.store.end_digest(&key), &s.stop)).await?;
+            }
             rules.metrics.count(outcome, labels);
         }
         outcome

@@ -7,7 +7,10 @@
 //! expired and collapsed items are left out (an empty digest sends nothing); a closer that dies
 //! mid-close leaves the digest to another, which sends it once under the same id;
 //! sliding windows; the admin commands; feedback `failed` on a digest gives its send
-//! back; an open digest keeps its settings across a reload; Redis memory per item.
+//! back; an open digest keeps its settings across a reload; Redis memory per item;
+//! `held`: what the caps hold goes at their next instant, and a held digest refused
+//! then opens again and goes on collecting; a fold the replicas do not acknowledge
+//! is not acked.
 
 use std::time::Duration;
 
@@ -749,4 +752,91 @@ async fn a_fold_the_replicas_asked_for_do_not_acknowledge_is_not_acked() {
         .unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].count, 1);
+}
+
+#[tokio::test]
+async fn a_held_digest_refused_when_it_goes_waits_and_goes_on_collecting() {
+    let mut s = digested(&unique("digest-held-again"), Duration::from_secs(2), 100);
+    // the policy allows one per 3 s; a cap over every sms two per 7 s, which
+    // `transactional` jobs count toward without being held by it
+    s.policies.insert(
+        "held".into(),
+        PolicySettings {
+            rules: vec![RuleSettings {
+                limit: 1,
+                window: "3s".parse().unwrap(),
+            }],
+            digest: Some(DigestSettings {
+                mode: DigestMode::Held,
+                window: None,
+                max_window: None,
+                max_items: 100,
+                keep: 10,
+                keep_from: KeepFrom::First,
+            }),
+            ..PolicySettings::default()
+        },
+    );
+    s.caps.insert(
+        "sms_total".into(),
+        quota_worker::config::CapSettings {
+            rules: vec![RuleSettings {
+                limit: 2,
+                window: "7s".parse().unwrap(),
+            }],
+            ..Default::default()
+        },
+    );
+    s.validate().expect("valid settings");
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let started = std::time::Instant::now();
+    for n in 1..=3 {
+        publish(&conn, &s, &job(&format!("a{n}"), "r16", "held", "")).await;
+    }
+    let (first, _, _) = dispatched(&conn, &s, Duration::from_secs(5))
+        .await
+        .expect("a1, as today");
+    assert_eq!(first, "a1");
+    // a2 and a3 are held by the policy until 3 s; at 1 s a receipt fills the cap
+    tokio::time::sleep(Duration::from_millis(1000).saturating_sub(started.elapsed())).await;
+    publish(&conn, &s, &job("t1", "r16", "transactional", "")).await;
+    let (receipt, _, _) = dispatched(&conn, &s, Duration::from_secs(5))
+        .await
+        .expect("the receipt");
+    assert_eq!(receipt, "t1");
+    // at 3 s the policy allows the digest, the cap does not (until a1 leaves it,
+    // at 7 s): it opens again, and a job the cap holds meanwhile (at 4 s) joins it
+    tokio::time::sleep(Duration::from_millis(4000).saturating_sub(started.elapsed())).await;
+    publish(&conn, &s, &job("a4", "r16", "held", "")).await;
+    // one digest, open again, holding the three
+    let digests = quota_worker::admin::Digests::new(w.store());
+    wait_for("a4 folded", Duration::from_secs(2), || async {
+        let open = digests.of("r16", None).await.unwrap();
+        open.len() == 1 && open[0].count == 3 && open[0].state == "open"
+    })
+    .await;
+    let reopened = digests.of("r16", None).await.unwrap()[0].id.clone();
+    assert!(started.elapsed() < Duration::from_millis(6500));
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .expect("the digest, when the cap allows it");
+    assert_eq!(id, reopened, "the same digest, sent once");
+    let at = started.elapsed();
+    wait_for("the digest done with", Duration::from_secs(2), || async {
+        digests.of("r16", None).await.unwrap().is_empty()
+    })
+    .await;
+    assert!(id.starts_with("dg-"));
+    assert_eq!(count.as_deref(), Some("3"), "{body}");
+    assert_eq!(ids(&body), ["a2", "a3", "a4"]);
+    assert!(
+        at > Duration::from_millis(6500),
+        "sent at the cap's 7 s: {at:?}"
+    );
+    assert!(dispatched(&conn, &s, Duration::from_secs(2))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
 }
