@@ -840,3 +840,41 @@ async fn a_held_digest_refused_when_it_goes_waits_and_goes_on_collecting() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_digest_larger_than_max_body_bytes_is_still_a_job() {
+    let mut s = digested(&unique("digest-large"), Duration::from_secs(3600), 3);
+    s.worker.max_body_bytes = 400;
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let text = "x".repeat(200);
+    for n in 1..=3 {
+        let body = format!(
+            r#"{{"id":"big-{n}","recipient":"r17","channel":"sms","category":"social","payload":{{"text":"{text}"}}}}"#
+        );
+        assert!(body.len() < 400);
+        publish(&conn, &s, body.as_bytes()).await;
+    }
+    let m = take(
+        &conn,
+        &topology(&s).dispatch_queue("sms"),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the digest");
+    assert!(
+        m.delivery.data.len() > 400,
+        "{} bytes",
+        m.delivery.data.len()
+    );
+    assert_eq!(
+        header(&m.delivery.properties, "x-notify-digest").as_deref(),
+        Some("3")
+    );
+    // nothing dead-lettered `malformed` for its size
+    assert!(take(&conn, &s.amqp.dead_queue, Duration::from_millis(500))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
+}
