@@ -2,7 +2,8 @@
 -- went (another layer of caps, a send window, quiet hours): it opens again and goes
 -- on collecting until the next instant it may go. Jobs held meanwhile opened the
 -- group's next digest: their items join this one, in the order they were folded,
--- and that digest goes.
+-- and that digest goes. A full digest (max_items) only waits: the group's next jobs
+-- go to the next digest.
 --
 -- KEYS[1]  the digest's hash
 -- KEYS[2]  its items
@@ -14,10 +15,12 @@
 -- Returns 1, or 0 when the digest is gone (sent, or never there).
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local base = ARGV[2]
-local m = redis.call('HMGET', KEYS[1], 'id', 'group')
+local m = redis.call('HMGET', KEYS[1], 'id', 'group', 'count', 'max')
 local id, group = m[1], m[2]
+-- a full digest (max_items) takes no more: it only waits
+local full = tonumber(m[3]) >= tonumber(m[4])
 local other = redis.call('HGET', group, 'open')
-if other and other ~= id then
+if not full and other and other ~= id then
   local om, oi, oo = base .. 'dgm/' .. other, base .. 'dgi/' .. other, base .. 'dgo/' .. other
   for _, job in ipairs(redis.call('LRANGE', oo, 0, -1)) do
     local item = redis.call('HGET', oi, job)
@@ -30,7 +33,7 @@ if other and other ~= id then
   redis.call('DEL', om, oi, oo)
   redis.call('SREM', base .. 'dgs', other)
 end
-redis.call('HSET', group, 'open', id)
+if not full then redis.call('HSET', group, 'open', id) end
 redis.call('HSET', KEYS[1], 'state', 'open', 'close_at', ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
