@@ -19,7 +19,11 @@
 //! 3. What needs no admission settles first: a cancel mark ([`worker::cancels`],
 //!    held in memory); [`decide::triage`] (an unconfigured channel, a job already
 //!    expired; pure); for a job with a `collapse_key`, whether a newer one replaced
-//!    it ([`redis::collapse`], `lua/collapse.lua`); [`decide::hold`] (a `not_before`
+//!    it ([`redis::collapse`], `lua/collapse.lua`); for a policy with a `window` or
+//!    `sliding` digest, the fold into its group's open digest (`worker::digest`,
+//!    `lua/digest_fold.lua`; a closer in each session sends each digest, when its
+//!    window ends, as one job; a `held` digest folds, after step 5, what its caps
+//!    would delay); [`decide::hold`] (a `not_before`
 //!    ahead, send windows closed now: [`quota::send_windows`]; pure).
 //! 4. [`store::QuotaStore::admit`] (the quota store: what an admission asks and
 //!    answers is [`admission`]) asks Redis: the recipient's caps, its policy's

@@ -94,6 +94,18 @@ pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
 /// channel, by `channel` (what its rate needs, within `lanes.prefetch`).
 pub const LANE_PREFETCH: &str = "quota_worker_lane_prefetch";
 
+/// Counter: jobs folded into digests, by `policy`.
+pub const DIGEST_ITEMS_TOTAL: &str = "quota_worker_digest_items_total";
+/// Counter: digests closed, by `policy` and `result` (sent: published as one job;
+/// empty: no item left, nothing sent).
+pub const DIGESTS_TOTAL: &str = "quota_worker_digests_total";
+/// Histogram: items per digest sent, by `policy`.
+pub const DIGEST_ITEMS: &str = "quota_worker_digest_items";
+/// Upper bounds of the items-per-digest histogram.
+pub(crate) const DIGEST_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
+];
+
 /// Upper bounds (seconds) of the lane wait histogram: urgent jobs should take
 /// well under a second; bulk ones may wait hours behind a campaign.
 pub const LANE_BUCKETS: &[f64] = &[
@@ -133,7 +145,8 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(Matcher::Full(ADMISSION_BATCH_JOBS.into()), BATCH_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(DELAY_SECONDS.into()), DELAY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(JOB_SECONDS.into()), JOB_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(LANE_WAIT_SECONDS.into()), LANE_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(LANE_WAIT_SECONDS.into()), LANE_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(DIGEST_ITEMS.into()), DIGEST_BUCKETS)
 }
 
 /// A recorder that is not installed globally, and its handle (tests).
@@ -293,6 +306,12 @@ pub fn describe() {
         Unit::Seconds,
         "How long a job waited in its lane for its channel's rate, by channel and lane"
     );
+    describe_counter!(DIGEST_ITEMS_TOTAL, "Jobs folded into digests, by policy");
+    describe_counter!(
+        DIGESTS_TOTAL,
+        "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent)"
+    );
+    describe_histogram!(DIGEST_ITEMS, "Items per digest sent, by policy");
     describe_gauge!(
         LANE_PREFETCH,
         "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"
@@ -346,6 +365,21 @@ pub fn queue(role: &'static str, queue: &str, messages: u32, consumers: u32) {
 pub(crate) fn shadowed(policy: &str, verdict: crate::decide::ShadowVerdict) {
     metrics::counter!(SHADOW_TOTAL, "policy" => policy.to_string(), "verdict" => verdict.label())
         .increment(1);
+}
+
+/// Count one job folded into a digest of `policy`.
+pub(crate) fn digest_folded(policy: &str) {
+    metrics::counter!(DIGEST_ITEMS_TOTAL, "policy" => policy.to_string()).increment(1);
+}
+
+/// Count one digest of `policy` closed with `result` (`sent`, `empty`), holding
+/// `items`.
+pub(crate) fn digest_ended(policy: &str, result: &'static str, items: usize) {
+    let policy = policy.to_string();
+    metrics::counter!(DIGESTS_TOTAL, "policy" => policy.clone(), "result" => result).increment(1);
+    if result == "sent" {
+        metrics::histogram!(DIGEST_ITEMS, "policy" => policy).record(items as f64);
+    }
 }
 
 /// Jobs settled by this process, by outcome kind (for the status page, which

@@ -159,6 +159,15 @@ impl Rules {
         Cow::Owned(cause.to_string())
     }
 
+    /// Whether some policy in force (shared or a tenant's) has a digest section.
+    pub fn has_digests(&self) -> bool {
+        self.policies.values().any(|p| p.digest.is_some())
+            || self
+                .tenants
+                .values()
+                .any(|t| t.policies.values().any(|p| p.digest.is_some()))
+    }
+
     /// The policy a category selects (an unknown category: `default`).
     pub fn policy(&self, category: &str) -> &Arc<Policy> {
         self.policies

@@ -120,13 +120,14 @@ pub struct ChannelView {
 }
 
 /// The outcome labels without the reason, in the order of the page.
-const OUTCOMES: [&str; 6] = [
+const OUTCOMES: [&str; 7] = [
     "dispatched",
     "delayed",
     "duplicate",
     "superseded",
     "dead",
     "parked",
+    "folded",
 ];
 
 impl Status {

@@ -42,6 +42,7 @@ use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
 mod admit;
+pub(crate) mod digest;
 mod layers;
 mod pace;
 mod quiet;
@@ -115,6 +116,8 @@ pub struct QuotaStore {
     plans: std::sync::Mutex<PlanCache<Policy>>,
     /// The same for the caps.
     cap_plans: std::sync::Mutex<PlanCache<Cap>>,
+    /// `redis.wait_replicas` and `redis.wait_timeout` (ms) for digest folds.
+    fold_wait: Option<(u32, u64)>,
 }
 
 /// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
@@ -239,6 +242,7 @@ impl QuotaStore {
             preferences: AtomicBool::new(false),
             quiet: Default::default(),
             cap_plans: Default::default(),
+            fold_wait: wait,
         };
         store.sync_clock().await?;
         Ok(store)

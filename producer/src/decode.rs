@@ -20,6 +20,8 @@ pub const MAX_RECIPIENT_CHARS: usize = 256;
 pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted collapse key, in characters.
 pub const MAX_COLLAPSE_KEY_CHARS: usize = 128;
+/// Longest accepted digest key, in characters.
+pub const MAX_DIGEST_KEY_CHARS: usize = 128;
 
 /// A decoded job. Borrows from the body where it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,9 @@ pub struct Job<'a> {
     pub priority: Option<Priority>,
     /// The tenant: its recipients are counted apart from other tenants'.
     pub tenant: Option<Cow<'a, str>>,
+    /// The digest it is folded into (with its recipient and channel), when its
+    /// policy has one; `None`: its category's.
+    pub digest_key: Option<Cow<'a, str>>,
 }
 
 /// Why a body is not a job.
@@ -73,6 +78,8 @@ struct Wire<'a> {
     #[serde(borrow, default)]
     priority: Option<Cow<'a, str>>,
     tenant: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    digest_key: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -155,6 +162,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         None => None,
         Some(t) => Some(required("tenant", Some(t), MAX_TENANT_CHARS)?),
     };
+    let digest_key = match wire.digest_key {
+        None => None,
+        Some(k) => Some(required("digest_key", Some(k), MAX_DIGEST_KEY_CHARS)?),
+    };
     Ok(Job {
         id,
         recipient,
@@ -166,6 +177,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         collapse_key,
         priority,
         tenant,
+        digest_key,
     })
 }
 
@@ -211,9 +223,11 @@ mod tests {
         let j = ok(
             r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo",
             "timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00",
-            "not_before":"2026-11-30T09:00:00+08:00","collapse_key":"cart","payload":{"a":[1,2]},"extra":true}"#,
+            "not_before":"2026-11-30T09:00:00+08:00","collapse_key":"cart","payload":{"a":[1,2]},"extra":true,
+            "digest_key":"post-17"}"#,
         );
         assert_eq!(j.collapse_key.as_deref(), Some("cart"));
+        assert_eq!(j.digest_key.as_deref(), Some("post-17"));
         assert_eq!(j.id, "j1");
         assert_eq!(j.category, "promo");
         assert_eq!(j.tz, chrono_tz::Asia::Shanghai);
@@ -286,6 +300,18 @@ mod tests {
             (
                 br#"{"id":"a","recipient":"r","channel":"sms","collapse_key":""}"#.to_vec(),
                 "`collapse_key` must be 1 to 128",
+            ),
+            (
+                br#"{"id":"a","recipient":"r","channel":"sms","digest_key":""}"#.to_vec(),
+                "`digest_key` must be 1 to 128",
+            ),
+            (
+                format!(
+                    r#"{{"id":"a","recipient":"r","channel":"sms","digest_key":"{}"}}"#,
+                    "k".repeat(129)
+                )
+                .into_bytes(),
+                "`digest_key` must be 1 to 128 characters, not 129",
             ),
             (
                 br#"{"id":"a","recipient":"r","channel":"sms","collapse_key":7}"#.to_vec(),

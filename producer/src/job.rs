@@ -74,6 +74,11 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub tenant: Option<String>,
+    /// Jobs of a policy with a digest are folded into one message per recipient,
+    /// channel and this key (1 to 128 characters); absent or null: per category.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub digest_key: Option<String>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -96,6 +101,7 @@ impl Job {
             collapse_key: None,
             priority: None,
             tenant: None,
+            digest_key: None,
             payload: None,
             extra: Map::new(),
         }
@@ -149,6 +155,13 @@ impl Job {
     /// overrides of policies and caps apply.
     pub fn tenant(mut self, tenant: impl Into<String>) -> Job {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Set the digest key: a policy with a digest folds its jobs of one recipient,
+    /// channel and key into one message.
+    pub fn digest_key(mut self, key: impl Into<String>) -> Job {
+        self.digest_key = Some(key.into());
         self
     }
 

@@ -148,6 +148,7 @@ fn lengths() -> Vec<(String, bool)> {
         ("channel", 64),
         ("category", 64),
         ("collapse_key", 128),
+        ("digest_key", 128),
     ] {
         for (n, ok) in [(max, true), (max + 1, false)] {
             let mut job = serde_json::json!({"id": "j", "recipient": "r", "channel": "sms"});

@@ -97,7 +97,7 @@ impl<'a> Jobs<'a> {
                 JobState::Dead { reason, .. } => {
                     Some(format!("went to the dead-letter queue (reason `{reason}`)"))
                 }
-                JobState::Delayed { .. } => None,
+                JobState::Delayed { .. } | JobState::Folded { .. } => None,
             };
             if let Some(ended) = ended {
                 return Err(AdminError::Invalid(format!(

@@ -1,12 +1,13 @@
 //! Admin: what an operator reads and repairs. Queue depths ([`queues`]), dead
 //! letters read, replayed and purged without loss ([`dead_letters`]), a
 //! recipient's recorded sends ([`recipients`]) and suppressions ([`suppressions`]), and one job by its id: where it is,
-//! why, and cancelling it ([`jobs`]); a recipient's own preferences ([`preferences`]) and
-//! every stored set exported and imported as JSON lines ([`preference_files`]).
-//! Returns data; the binary prints it.
+//! why, and cancelling it ([`jobs`]); digests shown and flushed ([`digests`]); a
+//! recipient's own preferences ([`preferences`]) and every stored set exported and
+//! imported as JSON lines ([`preference_files`]). Returns data; the binary prints it.
 
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
+pub mod digests;
 pub(crate) mod jobs;
 pub mod preference_files;
 pub mod preferences;
@@ -19,6 +20,7 @@ use crate::redis::StoreError;
 
 pub use dead_letter_info::{DeadLetterInfo, Selection};
 pub use dead_letters::{DeadLetters, WalkAction, WalkReport};
+pub use digests::{DigestInfo, Digests, Flushed, OpenDigest};
 pub use jobs::{Cancelled, JobStatus, Jobs};
 pub use queues::{queue_stats, QueueStat};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};

@@ -163,6 +163,8 @@ pub struct RecipientStatus {
     /// One entry per cap (and channel) configured for the tenant: every layer
     /// above the policies.
     pub caps: Vec<CapStatus>,
+    /// Its open digests (docs/guide/digests.md): group, items, when each closes.
+    pub digests: Vec<super::OpenDigest>,
 }
 
 /// Which keys of a recipient a command looks at.
@@ -365,6 +367,9 @@ impl<'a> Recipients<'a> {
             suppressions: super::suppressions::list(self.store, q.recipient, q.channel).await?,
             preferences: super::preferences::get(self.store, q.tenant, q.recipient).await?,
             caps,
+            digests: super::Digests::new(self.store)
+                .of(q.recipient, q.tenant)
+                .await?,
         })
     }
 

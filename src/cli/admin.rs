@@ -43,6 +43,9 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: super::preferences::TransferCommand,
     },
+    /// One digest by its id (`dg-…`): its group, items and when it closes; or
+    /// close it now.
+    Digest(super::digest::DigestArgs),
     /// Ask the running worker (on http.listen) to read its configuration again and
     /// apply changed policies, rules, windows and channel rates (as SIGHUP does).
     Reload {
@@ -148,6 +151,7 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Preferences { command } => {
             super::preferences::transfer(settings, command).await
         }
+        AdminCommand::Digest(args) => super::digest::digest(settings, args).await,
         AdminCommand::Reload { addr } => reload(settings, addr).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
@@ -233,6 +237,10 @@ fn print_place(place: &Place, record: Option<&JobNote>, now: DateTime<Utc>) -> S
         Place::Dead => "in the dead-letter queue (unless replayed or purged since)".into(),
         Place::Dispatched => "dispatched".into(),
         Place::Superseded => "superseded: acked unsent".into(),
+        Place::Digest { digest, closes_at } => format!(
+            "in the digest `{digest}`, sent with it when it closes at {} (`admin digest {digest}`)",
+            closes_at.to_rfc3339()
+        ),
         Place::Unknown => "unknown: no record (sent at its first handling, still in the jobs queue for the first time, or its record expired)".into(),
     }
 }
@@ -276,6 +284,7 @@ fn print_job(s: &JobStatus, notes: bool) {
         JobState::Dead { reason, detail } => println!("dead:        {reason}: {detail}"),
         JobState::Dispatched => println!("dispatched:  after waiting"),
         JobState::Superseded { by } => println!("superseded:  by job `{by}`"),
+        JobState::Folded { digest, .. } => println!("folded:      into the digest `{digest}`"),
     }
     println!(
         "policy:      {}, channel {}",
@@ -433,6 +442,7 @@ fn print_status(s: &RecipientStatus) {
         None => println!("waiting jobs not counted (`redis.notes = false`)"),
     }
     super::suppress::print(&s.suppressions);
+    super::digest::print_open(&s.digests);
     for p in &s.policies {
         let channel = p
             .channel

@@ -9,6 +9,7 @@
 pub mod admin;
 mod dead;
 pub mod preferences;
+mod digest;
 pub mod publish;
 pub mod reference;
 pub mod resume;

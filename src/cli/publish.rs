@@ -111,6 +111,7 @@ async fn publish_one(
         collapse_key: args.collapse_key,
         priority: args.priority,
         tenant: args.tenant,
+        digest_key: None,
         payload: args.payload,
         extra: Default::default(),
     };

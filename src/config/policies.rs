@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::digest::DigestSettings;
 use super::error::{invalid, ConfigError};
 use super::text::{send_windows_text, window_text, Dur};
 use crate::quota::caps::CapsMode;
@@ -84,6 +85,10 @@ pub struct PolicySettings {
     /// for the policy named `transactional`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
+    /// Its jobs are folded into digests (`[policies.NAME.digest]`, docs/guide/digests.md);
+    /// unset (the default): none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<DigestSettings>,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -101,7 +106,7 @@ pub(super) fn validate(
     validate_each(policies, record_ttl, "")
 }
 
-/// Check each policy's `max_wait`, naming keys under `prefix` (`""`, or a tenant's
+/// Check each policy's `max_wait` and digest section, naming keys under `prefix` (`""`, or a tenant's
 /// `tenants.NAME.`).
 pub(super) fn validate_each(
     policies: &BTreeMap<String, PolicySettings>,
@@ -109,6 +114,9 @@ pub(super) fn validate_each(
     prefix: &str,
 ) -> Result<(), ConfigError> {
     for (name, p) in policies {
+        if let Some(d) = &p.digest {
+            super::digest::validate(d, &format!("{prefix}policies.{name}.digest"))?;
+        }
         if p.max_wait.is_some_and(|d| d.0 < Duration::from_secs(1)) {
             return Err(invalid(
                 format!("{prefix}policies.{name}.max_wait"),
@@ -157,6 +165,7 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
         },
         caps: p.caps,
         required: p.required.unwrap_or(name == "transactional"),
+        digest: p.digest.as_ref().map(super::digest::build),
     }
 }
 

@@ -167,6 +167,68 @@ fn send_windows_load_typed_and_bad_ones_name_key_and_line() {
 }
 
 #[test]
+fn a_digest_section_loads_typed_and_a_bad_one_names_key_and_line() {
+    let path = std::env::temp_dir().join(format!("qw-digest-{}.toml", std::process::id()));
+    let write_and_load = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let loaded = Settings::load_with_env(Some(&path), env(&[]));
+        std::fs::remove_file(&path).unwrap();
+        loaded
+    };
+    let s = write_and_load(
+        "[policies.social]\nrules = [{ limit = 1, window = \"1d\" }]\n\n\
+         [policies.social.digest]\nmode = \"sliding\"\nwindow = \"15m\"\nmax_window = \"2h\"\n\
+         keep = 3\nkeep_from = \"last\"\n",
+    )
+    .unwrap();
+    let social = s
+        .policies()
+        .into_iter()
+        .find(|p| p.name == "social")
+        .unwrap();
+    let d = social.digest.unwrap();
+    assert_eq!(d.mode, crate::quota::digest::DigestMode::Sliding);
+    assert_eq!(d.window, std::time::Duration::from_secs(900));
+    assert_eq!(d.max_window, Some(std::time::Duration::from_secs(7200)));
+    assert_eq!((d.max_items, d.keep), (100, 3));
+    assert_eq!(d.keep_from, crate::quota::digest::KeepFrom::Last);
+    assert!(s
+        .policies()
+        .iter()
+        .all(|p| p.name == "social" || p.digest.is_none()));
+    for (text, key, line) in [
+        (
+            "[policies.social.digest]\nmode = \"window\"\nwindow = \"15m\"\nkeep_from = \"middle\"\n",
+            "policies.social.digest.keep_from",
+            4,
+        ),
+        (
+            "[policies.social.digest]\nmode = \"sliding\"\n\nwindow = \"15m\"\n",
+            "policies.social.digest.max_window",
+            0,
+        ),
+        (
+            "[policies.social.digest]\nmode = \"window\"\nwindow = \"15m\"\nmax_items = 0\n",
+            "policies.social.digest.max_items",
+            4,
+        ),
+    ] {
+        let err = write_and_load(text).unwrap_err();
+        assert_eq!(err.key(), Some(key), "{err}");
+        if line > 0 {
+            assert_eq!(
+                err.origin(),
+                Some(&Origin::File {
+                    path: path.clone(),
+                    line
+                }),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
 fn tls_keys_need_a_tls_url_and_urls_are_checked() {
     for (vars, key, says) in [
         (

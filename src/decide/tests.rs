@@ -22,6 +22,7 @@ pub(super) fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
         collapse_key: None,
         priority: None,
         tenant: None,
+        digest_key: None,
     }
 }
 
@@ -39,6 +40,7 @@ pub(super) fn policy() -> Policy {
         suppressed_by: crate::quota::suppression::Kinds::ALL,
         caps: Default::default(),
         required: false,
+        digest: None,
     }
 }
 

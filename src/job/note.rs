@@ -41,6 +41,14 @@ pub enum JobState {
         /// The newer job's id.
         by: String,
     },
+    /// Folded into a digest (its policy has one), sent with it.
+    Folded {
+        /// When the digest closes (as the fold saw it).
+        #[serde(with = "instant")]
+        closes_at: DateTime<Utc>,
+        /// The digest's id.
+        digest: String,
+    },
 }
 
 /// A job's record: its last step, when, and what it was decided under.
@@ -91,6 +99,13 @@ pub enum Place {
     Dispatched,
     /// Acked unsent, replaced by a newer job.
     Superseded,
+    /// In digest `digest`, sent with it when it closes, at `closes_at`.
+    Digest {
+        /// The digest's id.
+        digest: String,
+        /// When it closes (as the fold saw it).
+        closes_at: DateTime<Utc>,
+    },
     /// No record: never delayed nor dead-lettered (sent at its first handling, or
     /// still in the jobs queue for the first time), or its record has expired.
     Unknown,
@@ -114,6 +129,10 @@ impl JobNote {
             JobState::Dead { .. } => Place::Dead,
             JobState::Dispatched => Place::Dispatched,
             JobState::Superseded { .. } => Place::Superseded,
+            JobState::Folded { digest, closes_at } => Place::Digest {
+                digest: digest.clone(),
+                closes_at: *closes_at,
+            },
         }
     }
 }
@@ -127,6 +146,7 @@ impl JobNote {
 /// r2|x|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<reason>|<detail>
 /// r2|s|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>
 /// r2|c|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<by>
+/// r2|f|<at>|<attempt>|<first seen>|<policy>|<channel>|<zone>|<closes at>|<digest>
 /// ```
 ///
 /// A record is written for every delayed job, so it is built by hand: serde_json's
@@ -142,6 +162,7 @@ impl JobNote {
             JobState::Delayed { held_by, .. } => held_by.len(),
             JobState::Dead { detail, .. } => detail.len() + 16,
             JobState::Superseded { by } => by.len(),
+            JobState::Folded { digest, .. } => digest.len() + 16,
             JobState::Dispatched => 0,
         };
         let zone = self.zone.as_deref().unwrap_or("");
@@ -157,6 +178,7 @@ impl JobNote {
             JobState::Dead { .. } => b"r2|x|",
             JobState::Dispatched => b"r2|s|",
             JobState::Superseded { .. } => b"r2|c|",
+            JobState::Folded { .. } => b"r2|f|",
         };
         out.extend_from_slice(state);
         out.extend_from_slice(num.format(self.at.timestamp_millis()).as_bytes());
@@ -202,6 +224,12 @@ impl JobNote {
                 out.push(b'|');
                 out.extend_from_slice(by.as_bytes());
             }
+            JobState::Folded { closes_at, digest } => {
+                out.push(b'|');
+                out.extend_from_slice(num.format(closes_at.timestamp_millis()).as_bytes());
+                out.push(b'|');
+                out.extend_from_slice(digest.as_bytes());
+            }
         }
         out
     }
@@ -228,6 +256,7 @@ impl JobNote {
             "x" => 2,
             "s" => 0,
             "c" => 1,
+            "f" => 2,
             _ => return None,
         };
         let mut f = rest.splitn(5 + usize::from(zoned) + extra, '|');
@@ -257,6 +286,10 @@ impl JobNote {
                 detail: next()?.to_string(),
             },
             "s" => JobState::Dispatched,
+            "f" => JobState::Folded {
+                closes_at: millis(next()?)?,
+                digest: next()?.to_string(),
+            },
             _ => JobState::Superseded {
                 by: next()?.to_string(),
             },
@@ -433,6 +466,10 @@ mod tests {
             JobState::Dispatched,
             JobState::Superseded {
                 by: "id|with|bars".into(),
+            },
+            JobState::Folded {
+                closes_at: r.at + chrono::Duration::minutes(15),
+                digest: "dg-Xb3k9QmZtR2w-1795608000000-1".into(),
             },
         ];
         for step in steps {

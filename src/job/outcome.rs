@@ -73,11 +73,14 @@ pub enum Outcome {
     /// Its channel's rate would have made it wait: published to its lane's queue,
     /// where it waits for the rate (and is decided again).
     Parked,
+    /// Folded into its group's open digest (its policy has one): acked once stored,
+    /// sent as an item of the digest.
+    Folded,
 }
 
 impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
-    pub(crate) const KINDS: usize = 5 + Reason::ALL.len();
+    pub(crate) const KINDS: usize = 6 + Reason::ALL.len();
 
     /// Its kind, in `0..KINDS`: the index of its counter.
     pub(crate) fn kind(&self) -> usize {
@@ -88,6 +91,7 @@ impl Outcome {
             Outcome::Superseded => 3,
             Outcome::Dead(r) => 4 + *r as usize,
             Outcome::Parked => 4 + Reason::ALL.len(),
+            Outcome::Folded => 5 + Reason::ALL.len(),
         }
     }
 
@@ -99,6 +103,7 @@ impl Outcome {
             2 => ("duplicate", ""),
             3 => ("superseded", ""),
             k if k == 4 + Reason::ALL.len() => ("parked", ""),
+            k if k == 5 + Reason::ALL.len() => ("folded", ""),
             k => ("dead", Reason::ALL[k - 4].as_str()),
         }
     }
@@ -120,7 +125,7 @@ mod tests {
         ]
         .into_iter()
         .chain(Reason::ALL.map(Outcome::Dead))
-        .chain([Outcome::Parked]);
+        .chain([Outcome::Parked, Outcome::Folded]);
         let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
         assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {

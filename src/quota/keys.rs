@@ -122,6 +122,34 @@ impl Keys {
         )
     }
 
+    /// The keys of a digest group (docs/guide/digests.md): the group's hash
+    /// (`prefix:{tag}/dg/GROUP`), the base of its digests' keys (`prefix:{tag}/`:
+    /// `dgm/ID` the digest, `dgi/ID` its items, `dgo/ID` their order) and GROUP, a
+    /// keyed hash of the recipient, channel and key (the tenant keys it too, through
+    /// [`Keys::for_tenant`]). All in the recipient's hash slot.
+    pub fn digest_group(&self, recipient: &str, channel: &str, key: &str) -> DigestGroup {
+        let tag = self.recipient_tag(recipient);
+        let mut h = blake3::Hasher::new_keyed(&self.recipient_key);
+        h.update(b"digest\0").update(recipient.as_bytes());
+        h.update(b"\0").update(channel.as_bytes());
+        h.update(b"\0").update(key.as_bytes());
+        let group =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&h.finalize().as_bytes()[..9]);
+        let base = format!("{}:{{{tag}}}/", self.prefix);
+        DigestGroup {
+            key: format!("{base}dg/{group}"),
+            mark_base: format!("{base}dgj/"),
+            base,
+            group,
+        }
+    }
+
+    /// The sorted set of the digests to close, by the instant they close (ms):
+    /// member = the digest's key.
+    pub fn digests(&self) -> String {
+        format!("{}:digests", self.prefix)
+    }
+
     /// What the worker last did with job `id` (`admin job ID` reads it).
     pub fn job(&self, id: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + id.len() + 5);
@@ -235,6 +263,38 @@ fn mark_hash(id: &str, event: &str) -> String {
     h.finalize().to_hex()[..32].to_string()
 }
 
+/// The keys of one digest group ([`Keys::digest_group`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestGroup {
+    /// The group's hash: its open digest's id, a counter.
+    pub key: String,
+    /// The base of its digests' keys (`prefix:{tag}/`).
+    pub base: String,
+    /// The base of its jobs' marks (`prefix:{tag}/dgj/`, then the job id).
+    pub mark_base: String,
+    /// The group's keyed hash (in its digests' ids).
+    pub group: String,
+}
+
+/// A digest's keys from the key the index holds (`prefix:{tag}/dgm/ID`): the
+/// digest's hash, its items, their order; `None` if it is not such a key.
+pub fn digest_keys(meta: &str) -> Option<(String, String, String)> {
+    let at = meta.rfind("}/dgm/")? + 2;
+    let (base, id) = (&meta[..at], &meta[at + 4..]);
+    Some((
+        meta.to_string(),
+        format!("{base}dgi/{id}"),
+        format!("{base}dgo/{id}"),
+    ))
+}
+
+/// The set of a recipient's open digests, from a digest's key (`prefix:{tag}/dgs`),
+/// and the digest's id.
+pub fn digest_set(meta: &str) -> Option<(String, &str)> {
+    let at = meta.rfind("}/dgm/")? + 2;
+    Some((format!("{}dgs", &meta[..at]), &meta[at + 4..]))
+}
+
 /// Bytes of the job-id hash kept as the sorted-set member. Seven bytes (56 bits)
 /// keep a recipient with three sends in Redis's 136-byte allocation class (eight
 /// would take 152); two ids of one recipient collide with odds of about 1 in 7e16.
@@ -258,6 +318,16 @@ mod tests {
         assert!(!a.contains("33 6"));
         let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_string();
         assert_eq!(tag(&a), tag(&b));
+        let g = keys.digest_group("+33 6 12 34 56 78", "sms", "social");
+        assert_eq!(tag(&g.key), tag(&a));
+        assert!(g.key.starts_with(&g.base) && g.mark_base.starts_with(&g.base));
+        assert_ne!(g, keys.digest_group("+33 6 12 34 56 78", "sms", "other"));
+        let meta = format!("{}dgm/dg-x-1", g.base);
+        let (m, items, order) = digest_keys(&meta).unwrap();
+        assert_eq!((m, items), (meta.clone(), format!("{}dgi/dg-x-1", g.base)));
+        assert_eq!(order, format!("{}dgo/dg-x-1", g.base));
+        let (set, id) = digest_set(&meta).unwrap();
+        assert_eq!((set, id), (format!("{}dgs", g.base), "dg-x-1"));
         assert_ne!(a, keys.recipient("+33 6 12 34 56 79", "default", None));
         assert_ne!(
             a,

@@ -7,6 +7,7 @@
 //! No I/O: the store ([`crate::store`]) carries them to Redis.
 
 pub mod caps;
+pub mod digest;
 pub mod keys;
 pub mod lanes;
 pub(crate) mod plan;

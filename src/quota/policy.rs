@@ -86,6 +86,8 @@ pub struct Policy {
     /// Its jobs pass the recipients' opt-outs and quiet hours
     /// (`policies.NAME.required`).
     pub required: bool,
+    /// Its jobs are folded into digests (`policies.NAME.digest`); `None`: never.
+    pub digest: Option<super::digest::DigestSpec>,
 }
 
 /// What a policy lets the caps do to its jobs (`policies.NAME.caps`).

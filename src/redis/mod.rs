@@ -1,7 +1,7 @@
 //! Redis, one module per script: each owns its arguments and its reply
 //! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
 //! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
-//! collapse key; [`notes`]: what the worker notes about waiting and ended jobs, and
+//! collapse key; [`digest`]: digests folded, claimed and closed; [`notes`]: what the worker notes about waiting and ended jobs, and
 //! the cancel marks), all registered in [`scripts`]; the reset marker and the pause
 //! mark ([`marker`], plain commands); every key of a pattern by `SCAN`, on each
 //! primary of a cluster ([`scan`]); and the connection ([`conn`]). What the answers mean is decided
@@ -10,6 +10,7 @@
 pub(crate) mod admit;
 pub(crate) mod collapse;
 pub(crate) mod conn;
+pub mod digest;
 pub(crate) mod import;
 pub mod marker;
 pub(crate) mod notes;

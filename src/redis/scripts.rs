@@ -33,6 +33,14 @@ pub const FEEDBACK_LUA: &str = include_str!("../../lua/feedback.lua");
 pub const THROTTLE_LUA: &str = include_str!("../../lua/throttle.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
 pub(crate) const COLLAPSE_LUA: &str = include_str!("../../lua/collapse.lua");
+/// `lua/digest_fold.lua`: a job folded into its group's open digest.
+pub(crate) const DIGEST_FOLD_LUA: &str = include_str!("../../lua/digest_fold.lua");
+/// `lua/digest_claim.lua`: the digests due to close, each claimed for a lease.
+pub(crate) const DIGEST_CLAIM_LUA: &str = include_str!("../../lua/digest_claim.lua");
+/// `lua/digest_close.lua`: a digest closed, its items read.
+pub(crate) const DIGEST_CLOSE_LUA: &str = include_str!("../../lua/digest_close.lua");
+/// `lua/digest_reopen.lua`: a held digest refused when it went, open again.
+pub(crate) const DIGEST_REOPEN_LUA: &str = include_str!("../../lua/digest_reopen.lua");
 
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
@@ -58,6 +66,14 @@ pub struct Scripts {
     pub feedback: Script,
     /// `lua/throttle.lua`.
     pub throttle: Script,
+    /// `lua/digest_fold.lua`.
+    pub digest_fold: Script,
+    /// `lua/digest_claim.lua`.
+    pub digest_claim: Script,
+    /// `lua/digest_close.lua`.
+    pub digest_close: Script,
+    /// `lua/digest_reopen.lua`.
+    pub digest_reopen: Script,
 }
 
 impl Default for Scripts {
@@ -75,6 +91,10 @@ impl Default for Scripts {
             collapse: Script::new(COLLAPSE_LUA),
             feedback: Script::new(FEEDBACK_LUA),
             throttle: Script::new(THROTTLE_LUA),
+            digest_fold: Script::new(DIGEST_FOLD_LUA),
+            digest_claim: Script::new(DIGEST_CLAIM_LUA),
+            digest_close: Script::new(DIGEST_CLOSE_LUA),
+            digest_reopen: Script::new(DIGEST_REOPEN_LUA),
         }
     }
 }
@@ -97,6 +117,10 @@ impl Scripts {
             &self.collapse,
             &self.feedback,
             &self.throttle,
+            &self.digest_fold,
+            &self.digest_claim,
+            &self.digest_close,
+            &self.digest_reopen,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -1,6 +1,7 @@
 //! One delivery to one confirmed outcome: decode; then the first step that settles
 //! it decides (a cancel mark, known in memory; triage; the newest of its collapse
-//! key, asked of Redis only for jobs that carry one; its schedule and send windows;
+//! key, asked of Redis only for jobs that carry one; for a policy with a digest,
+//! the fold into its digest ([`super::digest`]); its schedule and send windows;
 //! the store's admission); then carry out the [`Decision`] (publish, then commit
 //! or release) and note it for `admin job`. The decision itself is pure
 //! ([`crate::decide`]); this is its executor.
@@ -24,6 +25,7 @@ use crate::job::decode::{self, Job};
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::metrics::JobLabels;
+use crate::quota::digest::DigestMode;
 use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::{Note, Waiting};
@@ -73,7 +75,12 @@ impl Worker {
         // one snapshot of the rules in force for the whole decision (a reload
         // applies from the next job on)
         let rules = self.store.rules();
-        let max_body = self.settings.worker.max_body_bytes;
+        let mut max_body = self.settings.worker.max_body_bytes;
+        // a digest carries up to `keep` items of at most max_body_bytes each (the
+        // header is looked at only for a body over the bound)
+        if delivery.data.len() > max_body && super::digest::is_digest(delivery) {
+            max_body = max_body.saturating_mul(crate::quota::digest::MAX_KEEP as usize + 2);
+        }
         let job = match decode::decode(&delivery.data, max_body, self.default_tz) {
             Ok(job) => job,
             Err(m) => {
@@ -101,6 +108,23 @@ impl Worker {
             }
             if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
                 break 'decided decision;
+            }
+            // a policy with a digest folds its jobs (not a digest itself, nor a job
+            // scheduled for later: it is folded when it comes back)
+            if let Some(spec) = policy
+                .digest
+                .as_ref()
+                .filter(|d| d.mode != DigestMode::Held)
+            {
+                if job.not_before.is_none_or(|t| t <= now) && !super::digest::is_digest(delivery) {
+                    let fold =
+                        self.fold(s, delivery, &job, seen.first_seen, &policy.name, spec, None);
+                    let (digest, closes_at) = Box::pin(fold).await?;
+                    let step = JobState::Folded { digest, closes_at };
+                    self.note(s, &job, &seen, step, None);
+                    rules.metrics.count(&Outcome::Folded, labels);
+                    return Ok(Outcome::Folded);
+                }
             }
             if let Some(key) = job.collapse_key.as_deref() {
                 let newest = || {
@@ -172,6 +196,37 @@ impl Worker {
             }
             decide::after_admission(&job, &cx, admission, now)
         };
+        // a `held` digest: what the caps would delay is folded instead, and its
+        // digest closes at the instant the caps allow the next send
+        if let Decision::Delay { until, cause } = &decision {
+            // a held digest refused when it goes opens again and goes on collecting
+            if super::digest::held_digest(policy, delivery) {
+                let key = self
+                    .store
+                    .digest_key(job.tenant.as_deref(), &job.recipient, &job.id);
+                let reopen = || self.store.reopen_digest(&key, *until);
+                if Box::pin(self.retry_redis(reopen, &s.stop)).await? {
+                    debug!(until = %until.to_rfc3339(), "a held digest refused: open again until then");
+                    rules.metrics.count(&Outcome::Folded, labels);
+                    return Ok(Outcome::Folded);
+                }
+            }
+            if let Some(spec) = super::digest::held(policy, cause, delivery) {
+                let fold = self.fold(
+                    s,
+                    delivery,
+                    &job,
+                    seen.first_seen,
+                    &policy.name,
+                    spec,
+                    Some(*until),
+                );
+                let (digest, closes_at) = Box::pin(fold).await?;
+                self.note(s, &job, &seen, JobState::Folded { digest, closes_at }, None);
+                rules.metrics.count(&Outcome::Folded, labels);
+                return Ok(Outcome::Folded);
+            }
+        }
         // Carry the decision out: publish its outcome, then commit or release. (One
         // match here rather than a function of its own: each level of async call is
         // a copy of its future per job, BENCHMARKS.md item 15.)
@@ -266,6 +321,17 @@ impl Worker {
             }
         };
         if let Ok(outcome) = &outcome {
+            // a digest sent (or a duplicate, or dead) is done with: its keys go
+            // (a held digest's stay until then, for it to open again if refused)
+            if policy.digest.is_some()
+                && !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked)
+                && super::digest::is_digest(delivery)
+            {
+                let key = self
+                    .store
+                    .digest_key(job.tenant.as_deref(), &job.recipient, &job.id);
+                Box::pin(self.retry_redis(|| self.store.end_digest(&key), &s.stop)).await?;
+            }
             rules.metrics.count(outcome, labels);
         }
         outcome

@@ -89,6 +89,12 @@ impl Worker {
 
         let tasks = tokio_util::task::TaskTracker::new();
         let stop = shutdown.child_token();
+        // the digests' closer (docs/guide/digests.md): one per session, on its
+        // publisher; one killed mid-close leaves its digest to the next after the
+        // lease
+        let _closer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            super::digest::close_loop(self.clone(), publisher.clone(), stop.clone()),
+        ));
         // the second consumer: feedback from the senders, on the session's
         // publisher's channel (its dead letters go through it); if it ends on its own,
         // it ends the session through `ended` (one token for the loop below to wait

@@ -6,7 +6,8 @@
 //! They run the engine scenarios (`scenarios`) that `engine` runs on a single node
 //! (caps, exact retry times, duplicates, release, the GCRA rate, concurrent
 //! admissions), the cluster's own cases (scripts on every node, keys spread over the
-//! masters) and one end-to-end run of the worker, with `redis.cluster = true`.
+//! masters) and one end-to-end run of the worker, with `redis.cluster = true`, and
+//! one of digests.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -530,4 +531,67 @@ async fn preferences_export_scans_every_master() {
         .await
         .unwrap();
     assert_eq!(again, lines);
+}
+
+/// Digests on the cluster: jobs of five recipients (keys spread over the masters)
+/// folded in one window arrive as one digest each; the admin finds one by its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digests_fold_and_close_on_the_cluster() {
+    let ns = unique("c-digest");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    s.policies.insert(
+        "social".into(),
+        quota_worker::config::PolicySettings {
+            digest: Some(quota_worker::config::DigestSettings {
+                mode: quota_worker::quota::digest::DigestMode::Window,
+                window: Some(quota_worker::config::Dur(Duration::from_secs(2))),
+                max_window: None,
+                max_items: 100,
+                keep: 2,
+                keep_from: Default::default(),
+            }),
+            ..Default::default()
+        },
+    );
+    s.validate().unwrap();
+    let _c = Cleanup::new(&s);
+    let w = worker(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let conn = amqp().await;
+    for i in 0..20 {
+        let body = format!(
+            r#"{{"id":"{ns}-{i}","recipient":"r{}","channel":"sms","category":"social","payload":{{"i":{i}}}}}"#,
+            i % 5
+        );
+        publish(&conn, &s, body.as_bytes()).await;
+    }
+    let open = quota_worker::admin::Digests::new(w.store());
+    wait_for("r3's digest open", Duration::from_secs(10), || async {
+        open.of("r3", None)
+            .await
+            .unwrap()
+            .first()
+            .is_some_and(|d| d.count == 4)
+    })
+    .await;
+    let id = open.of("r3", None).await.unwrap()[0].id.clone();
+    assert_eq!(open.show(&id).await.unwrap().recipient, "r3");
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let m = take(&conn, &dispatch, Duration::from_secs(15))
+            .await
+            .expect("a digest");
+        let body: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+        assert_eq!(body["digest"]["count"], 4, "{body}");
+        got.push(body["recipient"].as_str().unwrap().to_string());
+    }
+    got.sort();
+    assert_eq!(got, ["r0", "r1", "r2", "r3", "r4"]);
+    assert!(take(&conn, &dispatch, Duration::from_secs(2))
+        .await
+        .is_none());
+    stop.cancel();
+    handle.await.unwrap();
 }

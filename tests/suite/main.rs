@@ -21,6 +21,7 @@ mod compose;
 mod config_cli;
 mod connections;
 mod dashboard;
+mod digest;
 mod docs;
 mod engine;
 mod examples;
