@@ -8,8 +8,8 @@
 
 pub mod admin;
 mod dead;
-pub mod preferences;
 mod digest;
+pub mod preferences;
 pub mod publish;
 pub mod reference;
 pub mod resume;
