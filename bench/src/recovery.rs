@@ -265,12 +265,8 @@ async fn watch(
                 let from = started.elapsed().as_secs_f64();
                 n.stop();
                 n.start().await;
+                outage = Some((from, started.elapsed().as_secs_f64()));
                 conn = connect(&s.amqp.url).await?;
-                // what the broker took while it was being stopped counts in the
-                // outage, not in the first interval after it
-                let back = started.elapsed().as_secs_f64();
-                outage = Some((from, back));
-                samples.push((back, ready(&conn, dispatch).await?));
                 next = Instant::now();
             }
         }
