@@ -40,13 +40,7 @@ pub async fn get(
     tenant: Option<&str>,
     recipient: &str,
 ) -> Result<Option<Stored>, StoreError> {
-    let mut conn = store.connection();
-    let (set, at): (Option<String>, Option<i64>) = redis::cmd("HMGET")
-        .arg(key(store, tenant, recipient))
-        .arg("set")
-        .arg("updated_at")
-        .query_async(&mut conn)
-        .await?;
+    let (set, at) = raw(store, tenant, recipient).await?;
     let Some(mut set) = set.and_then(|s| serde_json::from_str::<Value>(&s).ok()) else {
         return Ok(None);
     };
@@ -58,6 +52,21 @@ pub async fn get(
         );
     }
     Ok(Some(set))
+}
+
+/// `recipient`'s set as stored (its JSON) and when it was stored (ms).
+async fn raw(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+) -> Result<(Option<String>, Option<i64>), StoreError> {
+    let mut conn = store.connection();
+    Ok(redis::cmd("HMGET")
+        .arg(key(store, tenant, recipient))
+        .arg("set")
+        .arg("updated_at")
+        .query_async(&mut conn)
+        .await?)
 }
 
 fn check(store: &QuotaStore, value: &Value) -> Result<Preferences, EditError> {
@@ -88,6 +97,20 @@ pub async fn write(
     set: &Preferences,
     updated_at: i64,
 ) -> Result<(), StoreError> {
+    write_if(store, tenant, recipient, set, updated_at, None).await?;
+    Ok(())
+}
+
+/// [`write`], only while the stored set is still `read` (its JSON, "" for none) when
+/// given; whether it was written.
+async fn write_if(
+    store: &QuotaStore,
+    tenant: Option<&str>,
+    recipient: &str,
+    set: &Preferences,
+    updated_at: i64,
+    read: Option<&str>,
+) -> Result<bool, StoreError> {
     let mut conn = store.connection();
     // the flag first: a set is never stored while admissions skip the check
     let _: () = redis::cmd("SET")
@@ -102,6 +125,9 @@ pub async fn write(
         .arg(updated_at)
         .arg(recipient)
         .arg(tenant.unwrap_or(""));
+    if let Some(read) = read {
+        call.arg("=").arg(read);
+    }
     for field in set.opt_out_fields() {
         call.arg(field);
     }
@@ -111,8 +137,8 @@ pub async fn write(
             call.arg(format!("qa:{}", p.as_str()));
         }
     }
-    let _: i64 = call.invoke_async(&mut conn).await?;
-    Ok(())
+    let done: i64 = call.invoke_async(&mut conn).await?;
+    Ok(done >= 0)
 }
 
 /// Merge `patch` into `recipient`'s set (RFC 7386: `null` removes a key; an absent
@@ -123,15 +149,29 @@ pub async fn patch(
     recipient: &str,
     patch: &Value,
 ) -> Result<Stored, EditError> {
-    let mut value = get(store, tenant, recipient)
-        .await?
-        .unwrap_or_else(|| Value::Object(Default::default()));
-    if let Some(map) = value.as_object_mut() {
-        map.remove("updated_at");
+    // read, merge, and write only if no other write came between (else again):
+    // two PATCHes of one recipient at once both apply
+    for _ in 0..PATCH_TRIES {
+        let (read, _) = raw(store, tenant, recipient).await?;
+        let mut value = read
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        merge_patch(&mut value, patch);
+        let set = check(store, &value)?;
+        let now = store.redis_now().timestamp_millis();
+        let read = read.as_deref().unwrap_or("");
+        if write_if(store, tenant, recipient, &set, now, Some(read)).await? {
+            return Ok(get(store, tenant, recipient).await?.unwrap_or(Value::Null));
+        }
     }
-    merge_patch(&mut value, patch);
-    put(store, tenant, recipient, &value).await
+    Err(EditError::Store(StoreError::Batch(format!(
+        "the preferences of {recipient} changed under {PATCH_TRIES} PATCHes in a row"
+    ))))
 }
+
+/// How many times a PATCH reads and merges again when another write came between.
+const PATCH_TRIES: usize = 16;
 
 /// Remove `recipient`'s set; whether there was one.
 pub async fn delete(

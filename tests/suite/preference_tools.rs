@@ -347,3 +347,27 @@ async fn memory_per_stored_set() {
     assert!(sizes[0] > 0 && sizes[0] < sizes[1], "{sizes:?}");
     assert!(sizes[1] < 2048, "{sizes:?}");
 }
+
+/// Twenty `PATCH`es of one recipient at once, each turning off a category of its
+/// own: every one applies (a PATCH writes only the set it read, else reads again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_patches_of_one_recipient_all_apply() {
+    let s = settings(&unique("prefs-patch"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let patch = json!({"categories": {format!("c{i}"): false}});
+                stored::patch(&store, None, "r-race", &patch).await.unwrap();
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let set = stored::get(&store, None, "r-race").await.unwrap().unwrap();
+    let categories = set["categories"].as_object().unwrap();
+    assert_eq!(categories.len(), 20, "{set}");
+}
