@@ -6,6 +6,7 @@
 //! admissions' check on ([`crate::feedback::watch`]).
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -149,8 +150,10 @@ pub async fn patch(
     recipient: &str,
     patch: &Value,
 ) -> Result<Stored, EditError> {
-    // read, merge, and write only if no other write came between (else again):
+    // read, merge, and write only if no other write came between (else again,
+    // after a short jittered pause: of the PATCHes that meet, one wins each round):
     // two PATCHes of one recipient at once both apply
+    let mut pauses = crate::backoff::delays(Duration::from_millis(1), Duration::from_millis(50));
     for _ in 0..PATCH_TRIES {
         let (read, _) = raw(store, tenant, recipient).await?;
         let mut value = read
@@ -164,6 +167,7 @@ pub async fn patch(
         if write_if(store, tenant, recipient, &set, now, Some(read)).await? {
             return Ok(get(store, tenant, recipient).await?.unwrap_or(Value::Null));
         }
+        tokio::time::sleep(pauses.next().unwrap_or_default()).await;
     }
     Err(EditError::Store(StoreError::Batch(format!(
         "the preferences of {recipient} changed under {PATCH_TRIES} PATCHes in a row"
@@ -171,7 +175,7 @@ pub async fn patch(
 }
 
 /// How many times a PATCH reads and merges again when another write came between.
-const PATCH_TRIES: usize = 16;
+const PATCH_TRIES: usize = 64;
 
 /// Remove `recipient`'s set; whether there was one.
 pub async fn delete(
