@@ -103,23 +103,38 @@ pub async fn take_many_in_lane(
     ask: LaneAsk,
     asking: usize,
 ) -> Result<Vec<RateReply>, StoreError> {
+    let reply = call_lanes(conn, script, (key, state), rate, ask, asking, None).await?;
+    split(&reply, rate.interval_us, rate.burst, rate.cost, asking).ok_or(StoreError::Reply {
+        script: "lanes.lua",
+        reply,
+    })
+}
+
+/// One call of `lua/lanes.lua` for `asking` jobs of `ask.lane`, with the look-ahead
+/// (µs) of a lane's line when given; its raw reply.
+async fn call_lanes(
+    conn: &RedisConn,
+    script: &Script,
+    (key, state): (String, String),
+    rate: Rate,
+    ask: LaneAsk,
+    asking: usize,
+    ahead_us: Option<u64>,
+) -> Result<Vec<i64>, StoreError> {
     let mut conn = conn.clone();
-    let reply: Vec<i64> = script
-        .key(key)
-        .key(state)
+    let mut call = script.key(key);
+    call.key(state)
         .arg(rate.interval_us)
         .arg(rate.burst)
         .arg(rate.cost)
         .arg(asking)
         .arg(ask.lane.rank())
         .arg(ask.lanes.reserve_us)
-        .arg(ask.lanes.share_interval_us)
-        .invoke_async(&mut conn)
-        .await?;
-    split(&reply, rate.interval_us, rate.burst, rate.cost, asking).ok_or(StoreError::Reply {
-        script: "lanes.lua",
-        reply,
-    })
+        .arg(ask.lanes.share_interval_us);
+    if let Some(ahead) = ahead_us {
+        call.arg(ahead);
+    }
+    Ok(call.invoke_async(&mut conn).await?)
 }
 
 /// One reply per job from the script's reply for `asking` jobs (see `lua/rate.lua`).
@@ -263,21 +278,18 @@ impl AskSlots for Taker {
         ahead: Duration,
     ) -> Result<Granted, StoreError> {
         super::conn::count_call(&self.calls);
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self
-            .lanes_script
-            .key(&self.key)
-            .key(&self.lanes_key)
-            .arg(rate.interval_us)
-            .arg(rate.burst)
-            .arg(rate.cost)
-            .arg(wanted)
-            .arg(ask.lane.rank())
-            .arg(ask.lanes.reserve_us)
-            .arg(ask.lanes.share_interval_us)
-            .arg(ahead.as_micros() as u64)
-            .invoke_async(&mut conn)
-            .await?;
+        let keys = (self.key.clone(), self.lanes_key.clone());
+        let ahead = Some(ahead.as_micros() as u64);
+        let reply = call_lanes(
+            &self.conn,
+            &self.lanes_script,
+            keys,
+            rate,
+            ask,
+            wanted,
+            ahead,
+        )
+        .await?;
         granted(&reply).ok_or(StoreError::Reply {
             script: "lanes.lua",
             reply,

@@ -48,7 +48,7 @@ pub(crate) async fn serve(
 }
 
 /// `method path` with `body` and an optional bearer token: status and body.
-async fn call(
+pub(crate) async fn call(
     addr: &str,
     method: &str,
     path: &str,

@@ -9,37 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quota_worker::config::Settings;
-use quota_worker::health::Health;
-use quota_worker::http::{App, Guard};
+use quota_worker::http::Guard;
 use quota_worker::job::{Outcome, Reason};
-use quota_worker::reload::Reloader;
-use quota_worker::status::Status;
 use quota_worker::worker::Worker;
 use serde_json::{json, Value};
 use testkit::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The preferences API of `worker`, served on a loopback port with `guard`.
 async fn serve(s: &Settings, w: &Arc<Worker>, guard: Guard) -> (String, CancellationToken) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let status = Arc::new(Status::default());
-    status.attach(Arc::new(Reloader::new(None, s.clone(), w.store().clone())));
-    let app = App {
-        metrics: None,
-        health: Arc::new(Health::default()),
-        status,
-        guard: Guard::Open,
-        api_guard: guard,
-    };
-    let stop = CancellationToken::new();
-    tokio::spawn(quota_worker::http::serve(
-        listener,
-        quota_worker::http::app(app),
-        stop.clone(),
-    ));
-    (addr, stop)
+    crate::preference_api::serve(s, w.store(), guard).await
 }
 
 /// `method path` with `body` and an optional bearer token: status and JSON body.
@@ -50,22 +29,8 @@ async fn call(
     body: &str,
     token: Option<&str>,
 ) -> (u16, Value) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let _ = stream.write_all(body.as_bytes()).await;
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let (status, body) = crate::preference_api::call(addr, method, path, body, token).await;
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
 fn path(recipient: &str) -> String {
