@@ -465,3 +465,81 @@ fn the_preferences_schema_and_the_parser_agree() {
         assert!(!validator.is_valid(v), "the schema takes {v}");
     }
 }
+
+/// A zone (`Etc/GMT±x`) where the local hour is `hour` now, and the instant of
+/// `at` o'clock local tomorrow there.
+fn zone_at(hour: u32, at: u32) -> (String, chrono::DateTime<chrono::Utc>) {
+    use chrono::{Duration as Span, TimeZone, Timelike};
+    let now = chrono::Utc::now();
+    let mut x = hour as i32 - now.hour() as i32;
+    if x > 14 {
+        x -= 24;
+    } else if x < -12 {
+        x += 24;
+    }
+    let zone = match x {
+        0 => "Etc/GMT".to_string(),
+        x if x > 0 => format!("Etc/GMT-{x}"),
+        x => format!("Etc/GMT+{}", -x),
+    };
+    let tz: chrono_tz::Tz = zone.parse().unwrap();
+    let local = (now.with_timezone(&tz).date_naive() + Span::days(1))
+        .and_hms_opt(at, 0, 0)
+        .unwrap();
+    let instant = tz.from_local_datetime(&local).unwrap().to_utc();
+    (zone, instant)
+}
+
+#[tokio::test]
+async fn a_cap_instant_inside_quiet_hours_is_one_delay_to_their_end() {
+    let ns = unique("prefs-one");
+    let mut s = settings_for(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![quota_worker::config::RuleSettings {
+        limit: 1,
+        window: "1d".parse().unwrap(),
+    }];
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    // noon where the recipient lives: the day's one send goes, the next waits for
+    // tomorrow's midnight, which is inside their quiet hours 22:00-07:00 (in the
+    // job's zone: the set names none)
+    let (zone, seven) = zone_at(12, 7);
+    let (_, midnight) = zone_at(12, 0);
+    let set =
+        json!({"quiet_hours": {"windows": [{"days": "daily", "from": "22:00", "to": "07:00"}]}});
+    let (code, answer) = call(&addr, "PUT", &path("ro"), &set.to_string(), None).await;
+    assert_eq!(code, 200, "{answer}");
+    let body = |id: &str, r: &str| {
+        format!(r#"{{"id":"{id}","recipient":"{r}","channel":"sms","timezone":"{zone}"}}"#)
+    };
+    for r in ["ro", "rc"] {
+        publish(&conn, &s, body(&format!("{r}-1"), r).as_bytes()).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{r}");
+    }
+    // one delay, to the quiet hours' end: not to midnight first
+    publish(&conn, &s, body("ro-2", "ro").as_bytes()).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: seven },
+        "{zone}"
+    );
+    // a recipient without quiet hours waits for the cap alone
+    publish(&conn, &s, body("rc-2", "rc").as_bytes()).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: midnight },
+        "{zone}"
+    );
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    let out = serde_json::to_value(jobs.explain("ro-2").await.unwrap()).unwrap();
+    let record = &out["record"];
+    assert_eq!(record["state"], "delayed", "{out}");
+    assert_eq!(record["cause"], "quiet_hours", "{out}");
+    assert_eq!(record["attempt"], 0, "one delay: {out}");
+    let until: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(record["until"].clone()).unwrap();
+    assert_eq!(until, seven, "{out}");
+    let capped = serde_json::to_value(jobs.explain("rc-2").await.unwrap()).unwrap();
+    assert_eq!(capped["record"]["cause"], "cap", "{capped}");
+    stop.cancel();
+}
