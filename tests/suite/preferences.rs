@@ -468,7 +468,7 @@ fn the_preferences_schema_and_the_parser_agree() {
 
 /// A zone (`Etc/GMT±x`) where the local hour is `hour` now, and the instant of
 /// `at` o'clock local tomorrow there.
-fn zone_at(hour: u32, at: u32) -> (String, chrono::DateTime<chrono::Utc>) {
+pub(crate) fn zone_at(hour: u32, at: u32) -> (String, chrono::DateTime<chrono::Utc>) {
     use chrono::{Duration as Span, TimeZone, Timelike};
     let now = chrono::Utc::now();
     let mut x = hour as i32 - now.hour() as i32;
