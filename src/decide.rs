@@ -110,8 +110,8 @@ pub enum DelayCause {
     DispatchRefused,
     /// Its recipient's quiet hours (their preferences).
     QuietHours,
-    /// Redis lost its data and `redis.on_reset = "pause"` holds the jobs of
-    /// policies with rules until `admin resume` ([`paused`]).
+    /// Redis lost its data and `redis.on_reset = "pause"` holds the jobs its caps
+    /// or its recipient's preferences could stop until `admin resume` ([`paused`]).
     Paused,
 }
 

@@ -38,7 +38,7 @@ pub(crate) const REDIS_MASTER_CHANGES_TOTAL: &str = "quota_worker_redis_master_c
 pub(crate) const REPLICA_WAITS_TOTAL: &str = "quota_worker_replica_waits_total";
 /// Counter: times this worker found Redis without its data (its reset marker gone).
 pub const REDIS_RESETS_TOTAL: &str = "quota_worker_redis_resets_total";
-/// Gauge: 1 while jobs of policies with rules are held after a Redis reset
+/// Gauge: 1 while jobs of policies with rules or not required are held after a Redis reset
 /// (`redis.on_reset = "pause"`), until `admin resume`.
 pub const PAUSED: &str = "quota_worker_paused";
 /// Gauge: 1 while the broker blocks the worker's connection (`connection.blocked`:
@@ -322,7 +322,7 @@ pub fn describe() {
     );
     describe_gauge!(
         PAUSED,
-        "1 while jobs of policies with rules are held after a Redis reset (redis.on_reset = pause), until admin resume"
+        "1 while jobs of policies with rules or not required are held after a Redis reset (redis.on_reset = pause), until admin resume"
     );
     metrics::gauge!(PAUSED).set(0.0);
     describe_gauge!(

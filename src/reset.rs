@@ -5,8 +5,9 @@
 //! same watcher sees); a marker gone or replaced means the data went with it. That
 //! is logged at ERROR, counted (`quota_worker_redis_resets_total`), shown on the
 //! status page, and with `redis.on_reset = "pause"` the pause mark is set in Redis:
-//! every worker then holds the jobs of enforced policies that have rules until
-//! `quota-worker admin resume` deletes it. [`judge`] is pure; [`Resets::check`]
+//! every worker then holds the jobs that caps or preferences could stop (of
+//! enforced policies with rules, and of policies that are not required:
+//! [`crate::decide::paused`]) until `quota-worker admin resume` deletes it. [`judge`] is pure; [`Resets::check`]
 //! does the I/O.
 //!
 //! Cost: one `MGET` a second a worker (it replaces the watcher's `PING`), nothing
@@ -69,14 +70,15 @@ pub struct ResetView {
     pub resets: u64,
     /// The last time.
     pub last: Option<DateTime<Utc>>,
-    /// Whether jobs of policies with rules are held (until `admin resume`).
+    /// Whether jobs of policies with rules or not required are held (until
+    /// `admin resume`).
     pub paused: bool,
     /// Why, as the pause mark says.
     pub paused_because: Option<String>,
 }
 
 impl Resets {
-    /// Whether jobs of enforced policies with rules are held now.
+    /// Whether the pause holds jobs now (see [`crate::decide::paused`]).
     pub fn paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed)
     }
@@ -126,7 +128,7 @@ impl Resets {
                 );
                 if on_reset == OnReset::Pause {
                     let why = format!(
-                        "redis found without its data at {}; jobs of policies with rules held until `quota-worker admin resume`",
+                        "redis found without its data at {}; jobs of policies with rules or not required held until `quota-worker admin resume`",
                         at.to_rfc3339()
                     );
                     marker::pause(&conn, keys, &why).await?;
@@ -145,10 +147,12 @@ impl Resets {
             if paused {
                 tracing::warn!(
                     because = seen.paused.as_deref().unwrap_or(""),
-                    "holding the jobs of policies with rules until `quota-worker admin resume`"
+                    "holding the jobs of policies with rules or not required until `quota-worker admin resume`"
                 );
             } else {
-                tracing::info!("resumed: jobs of policies with rules are decided again");
+                tracing::info!(
+                    "resumed: jobs of policies with rules or not required are decided again"
+                );
             }
         }
         *self.pause_reason.lock().unwrap_or_else(|e| e.into_inner()) = seen.paused;

@@ -54,7 +54,8 @@ pub enum AdminCommand {
         addr: Option<std::net::SocketAddr>,
     },
     /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
-    /// decide the jobs of policies with rules again (deletes the pause mark in Redis;
+    /// decide the jobs it holds again (of policies with rules or not required;
+    /// deletes the pause mark in Redis;
     /// each worker sees it within a second).
     Resume {
         /// Print JSON.

@@ -77,8 +77,9 @@ pub struct RedisSettings {
     /// either way.
     pub notes: bool,
     /// What to do when Redis comes back without its data (its reset marker gone):
-    /// `continue` (the default) or `pause` (hold the jobs of enforced policies
-    /// that have rules until `quota-worker admin resume`).
+    /// `continue` (the default) or `pause` (hold the jobs that caps or lost
+    /// preferences could stop, of enforced policies with rules and of policies that
+    /// are not required, until `quota-worker admin resume`).
     #[serde(default)]
     pub on_reset: OnReset,
 }
@@ -90,7 +91,8 @@ pub enum OnReset {
     /// Go on: every recipient's caps start afresh (logged, counted, shown).
     #[default]
     Continue,
-    /// Hold the jobs of enforced policies with rules until `admin resume`.
+    /// Hold the jobs that caps or preferences could stop (of enforced policies with
+    /// rules, and of policies that are not required) until `admin resume`.
     Pause,
 }
 

@@ -10,12 +10,18 @@ use crate::quota::policy::Mode;
 /// How long a job held by the pause waits before it is looked at again.
 pub const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
 
-/// While the worker is paused after Redis lost its data: a job of an enforced
-/// policy with rules is held [`PAUSED_HOLD`] (not beyond its `expires_at`, and not
-/// bounded by `max_wait`: the pause is no cap), never dead-lettered for it; a job of
-/// a policy without rules (transactional) or a shadow one goes on (`None`).
+/// While the worker is paused after Redis lost its data: a job its caps or its
+/// recipient's preferences could stop is held [`PAUSED_HOLD`] (not beyond its
+/// `expires_at`, and not bounded by `max_wait`: the pause is no cap), never
+/// dead-lettered for it. That is a job of an enforced policy with rules (the sends
+/// they counted are gone), and a job of any policy that is not `required` (the
+/// recipients' preferences may be gone: an opt-out or quiet hours that would stop
+/// it, whatever the policy's mode). A job of a required policy without enforced
+/// rules (transactional) goes on (`None`).
 pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
-    if cx.policy.mode != Mode::Enforce || cx.policy.rules.is_empty() {
+    let caps = cx.policy.mode == Mode::Enforce && !cx.policy.rules.is_empty();
+    let preferences = !cx.policy.required;
+    if !caps && !preferences {
         return None;
     }
     let hold = now + PAUSED_HOLD;
@@ -33,7 +39,7 @@ mod tests {
     use crate::quota::policy::Policy;
 
     #[test]
-    fn the_pause_holds_enforced_policies_with_rules_only_and_never_past_expiry() {
+    fn the_pause_holds_what_caps_or_preferences_could_stop_and_never_past_expiry() {
         let p = policy();
         let now = at(10, 0);
         let held = |j: &Job<'_>, p: &Policy| match paused(j, &cx(p), now) {
@@ -53,15 +59,38 @@ mod tests {
             rules: vec![],
             ..policy()
         };
-        assert_eq!(held(&job(None), &no_rules), None, "transactional jobs go");
+        assert_eq!(
+            held(&job(None), &no_rules),
+            Some(now + PAUSED_HOLD),
+            "without rules, preferences could stop it"
+        );
+        let required = Policy {
+            required: true,
+            ..no_rules.clone()
+        };
+        assert_eq!(held(&job(None), &required), None, "transactional jobs go");
+        let required_with_rules = Policy {
+            required: true,
+            ..policy()
+        };
+        assert_eq!(
+            held(&job(None), &required_with_rules),
+            Some(now + PAUSED_HOLD),
+            "its caps could stop it"
+        );
         let shadow = Policy {
             mode: Mode::Shadow,
             ..policy()
         };
         assert_eq!(
             held(&job(None), &shadow),
-            None,
-            "a shadow policy holds nothing"
+            Some(now + PAUSED_HOLD),
+            "a shadow policy's caps hold nothing, preferences still could"
         );
+        let shadow_required = Policy {
+            required: true,
+            ..shadow
+        };
+        assert_eq!(held(&job(None), &shadow_required), None);
     }
 }

@@ -632,3 +632,78 @@ async fn quiet_hours_across_a_dst_change_end_at_the_right_instant() {
         w.stop();
     }
 }
+
+/// `redis.on_reset = "pause"` holds the jobs that preferences could stop: Redis loses
+/// the test's keys (its reset marker and the recipient's opt-out with them); while
+/// paused, a job of a policy without rules that is not required is held, not sent
+/// (the lost opt-out can no longer stop it), and a transactional one goes; after the
+/// sets are imported again from an export and `admin resume`, the opt-out stops it.
+#[tokio::test]
+async fn the_pause_after_a_reset_holds_what_lost_preferences_could_stop() {
+    use quota_worker::config::OnReset;
+    let ns = unique("prefs-reset");
+    let mut s = settings_for(&ns);
+    s.redis.on_reset = OnReset::Pause;
+    assert!(s.policies["marketing"].rules.is_empty());
+    let (_c, w, conn) = rig(&s).await;
+    let resets = &w.health.resets;
+    let check = || resets.check(w.store(), OnReset::Pause);
+    check().await.unwrap();
+    assert!(!resets.paused());
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    let set = json!({"categories": {"marketing": false}}).to_string();
+    assert_eq!(call(&addr, "PUT", &path("rl"), &set, None).await.0, 200);
+    publish(&conn, &s, &job("m-1", "rl", "sms", "marketing")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(dead_detail(&conn, &s, "m-1").await, "category marketing");
+    // the backup
+    let dir = temp_dir(&ns);
+    let file = dir.join("prefs.jsonl");
+    let file = file.to_str().unwrap();
+    let out = crate::cli::run_async(&s, &["admin", "preferences", "export", file], None).await;
+    assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+
+    // Redis loses its data: the marker and the set go
+    drop(RedisGuard(ns.clone()));
+    assert_eq!(call(&addr, "GET", &path("rl"), "", None).await.0, 404);
+    check().await.unwrap();
+    assert!(resets.paused(), "paused after the reset");
+    publish(&conn, &s, &job("m-2", "rl", "sms", "marketing")).await;
+    assert!(
+        matches!(step(&w, &conn, &s).await, Outcome::Delayed { .. }),
+        "held, not sent"
+    );
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    let held = serde_json::to_value(jobs.explain("m-2").await.unwrap()).unwrap();
+    assert_eq!(held["record"]["cause"], "paused", "{held}");
+    publish(&conn, &s, &job("receipt", "rl", "sms", "transactional")).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Dispatched,
+        "required jobs go"
+    );
+    let dispatch = format!("{}sms", s.amqp.dispatch_queue_prefix);
+    let sent = take(&conn, &dispatch, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        message_id(&sent),
+        "receipt",
+        "only the transactional job is sent"
+    );
+
+    // restored from the export, then resumed: the opt-out stops the job again
+    let out = crate::cli::run_async(&s, &["admin", "preferences", "import", file], None).await;
+    assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+    let out = crate::cli::run_async(&s, &["admin", "resume"], None).await;
+    assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+    check().await.unwrap();
+    assert!(!resets.paused(), "resumed");
+    publish(&conn, &s, &job("m-2", "rl", "sms", "marketing")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(dead_detail(&conn, &s, "m-2").await, "category marketing");
+    assert!(take(&conn, &dispatch, Duration::from_millis(500))
+        .await
+        .is_none());
+    stop.cancel();
+}
