@@ -85,6 +85,9 @@ pub enum DelayCause {
         rule: Option<Rule>,
         /// How many sends of the recipient it saw remembered.
         seen: usize,
+        /// The recipient's quiet hours pushed the instant the caps gave (it waits
+        /// for their end, one instant for both).
+        quiet: bool,
     },
     /// A cap (`[caps.NAME]`) the job meets: `rule` is one that is full now.
     Capped {
@@ -94,6 +97,8 @@ pub enum DelayCause {
         rule: Option<Rule>,
         /// How many sends that cap remembers.
         seen: usize,
+        /// As for [`DelayCause::Cap`].
+        quiet: bool,
     },
     /// Send windows closed now.
     Window {
@@ -160,10 +165,21 @@ impl std::fmt::Display for DelayCause {
     /// What holds the job, as the `x-notify-held-by` header and the logs say it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DelayCause::Cap { policy, rule, .. } => {
-                write!(f, "policy `{policy}` ({})", describe(*rule))
+            DelayCause::Cap {
+                policy,
+                rule,
+                quiet,
+                ..
+            } => {
+                write!(f, "policy `{policy}` ({})", describe(*rule))?;
+                f.write_str(if *quiet { QUIET_TOO } else { "" })
             }
-            DelayCause::Capped { cap, rule, .. } => f.write_str(&Cap::describe(cap, *rule)),
+            DelayCause::Capped {
+                cap, rule, quiet, ..
+            } => {
+                f.write_str(&Cap::describe(cap, *rule))?;
+                f.write_str(if *quiet { QUIET_TOO } else { "" })
+            }
             DelayCause::Window {
                 of: WindowsOf::Policy,
                 name,
@@ -186,6 +202,9 @@ impl std::fmt::Display for DelayCause {
         }
     }
 }
+
+/// What a cap's cause adds when quiet hours pushed its instant.
+const QUIET_TOO: &str = " and the recipient's quiet_hours";
 
 fn dead(reason: Reason, detail: String) -> Decision {
     Decision::Dead(DeadLetter { reason, detail })
@@ -408,9 +427,13 @@ pub(crate) fn after_admission(
             quiet,
             ..
         } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
-            Ok((until, true)) => wait(job, cx, until, DelayCause::QuietHours, false),
-            Ok((until, false)) => {
-                let cause = DelayCause::Cap { policy, rule, seen };
+            Ok((until, quiet)) => {
+                let cause = DelayCause::Cap {
+                    policy,
+                    rule,
+                    seen,
+                    quiet,
+                };
                 wait(job, cx, until, cause, false)
             }
             Err(never) => Decision::Dead(never),
@@ -447,12 +470,16 @@ pub(crate) fn after_admission(
             quiet,
             ..
         } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
-            Ok((until, true)) => wait(job, cx, until, DelayCause::QuietHours, false),
-            Ok((until, false)) => wait(
+            Ok((until, quiet)) => wait(
                 job,
                 cx,
                 until,
-                DelayCause::Capped { cap, rule, seen },
+                DelayCause::Capped {
+                    cap,
+                    rule,
+                    seen,
+                    quiet,
+                },
                 false,
             ),
             Err(never) => Decision::Dead(never),
@@ -553,6 +580,7 @@ pub fn shadow(
                     policy: cx.policy.name.clone(),
                     rule: *rule,
                     seen: *seen,
+                    quiet: false,
                 };
                 held(wait(job, cx, until, cause, true))
             }

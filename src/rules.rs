@@ -105,6 +105,7 @@ impl Rules {
                 cap: c.name.clone(),
                 rule,
                 seen: 0,
+                quiet: false,
             })
         });
         let every_policy = policies
@@ -117,6 +118,7 @@ impl Rules {
                     policy: p.name.clone(),
                     rule,
                     seen: 0,
+                    quiet: false,
                 })
             })
             .chain(cap_causes)
@@ -143,13 +145,23 @@ impl Rules {
                 DelayCause::Cap {
                     policy: p, rule: r, ..
                 },
-                DelayCause::Cap { policy, rule, .. },
+                DelayCause::Cap {
+                    policy,
+                    rule,
+                    quiet: false,
+                    ..
+                },
             ) => p == policy && r == rule,
             (
                 DelayCause::Capped {
                     cap: p, rule: r, ..
                 },
-                DelayCause::Capped { cap, rule, .. },
+                DelayCause::Capped {
+                    cap,
+                    rule,
+                    quiet: false,
+                    ..
+                },
             ) => p == cap && r == rule,
             _ => false,
         });
@@ -308,6 +320,7 @@ mod tests {
                 policy: policy.name.clone(),
                 rule,
                 seen: 7,
+                quiet: false,
             };
             let text = rules.held_by(&cause);
             assert!(matches!(text, Cow::Borrowed(_)), "{cause:?}");
@@ -319,6 +332,13 @@ mod tests {
                 policy: "gone".into(),
                 rule: None,
                 seen: 0,
+                quiet: false,
+            },
+            DelayCause::Cap {
+                policy: policy.name.clone(),
+                rule: None,
+                seen: 0,
+                quiet: true,
             },
             DelayCause::Schedule,
             DelayCause::DispatchRefused,

@@ -217,7 +217,12 @@ impl QuotaStore {
                 Some((until, hours)) => {
                     metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
                         .increment(1);
-                    Admission::Quiet { until, hours }
+                    // one instant with its caps: their refusal at the quiet hours'
+                    // end, if they would refuse it then
+                    let at_end = self
+                        .caps_at(&key, &member, &policy, layers, req.tz, until, &hours)
+                        .await?;
+                    at_end.unwrap_or(Admission::Quiet { until, hours })
                 }
                 None => {
                     return Err(StoreError::Reply {

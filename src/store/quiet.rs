@@ -4,9 +4,12 @@
 //! (`lua/admit.lua`'s preferences section), so a recipient outside their quiet
 //! hours costs no extra round trip; a new version, or the instant passed, answers
 //! 11 and [`QuotaStore::quiet_end`] reads the set once and computes again (pure:
-//! [`crate::quota::preferences::QuietHours::end`]).
+//! [`crate::quota::preferences::QuietHours::end`]). A job held by them whose caps
+//! would still refuse it at their end waits for the caps' instant instead, so that
+//! it is delayed once ([`QuotaStore::caps_at`]).
 
 use super::*;
+use crate::quota::policy::Action;
 use crate::quota::preferences::{Preferences, QuietHours};
 
 /// Entries kept at most (the map is cleared past it).
@@ -90,5 +93,76 @@ impl QuotaStore {
             },
         );
         Ok((end, holding))
+    }
+
+    /// For a job `hours` hold until `until`: the refusal its policy's rules and the
+    /// caps that hold it would give at `until`, from the sends they remember now
+    /// (one read of their sorted sets, all in the recipient's slot), with `hours`
+    /// for the decision to push that instant past them again; `None` when they
+    /// would admit it then (or never, or its policy drops refused jobs: it is
+    /// decided again at `until`), and without a read when it meets no rule. Sends made meanwhile can only make the true
+    /// instant later, and the job is admitted again there, so it is never early.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn caps_at(
+        &self,
+        key: &str,
+        member: &[u8],
+        policy: &Policy,
+        layers: &[JobLayer],
+        tz: Tz,
+        until: DateTime<Utc>,
+        hours: &Arc<QuietHours>,
+    ) -> Result<Option<Admission>, StoreError> {
+        let policy_holds = policy.mode == Mode::Enforce && !policy.rules.is_empty();
+        let held: Vec<&JobLayer> = layers
+            .iter()
+            .filter(|l| l.1 && !l.0.rules.is_empty())
+            .collect();
+        if policy.action != Action::Delay || (!policy_holds && held.is_empty()) {
+            return Ok(None);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES");
+        for l in layers {
+            pipe.cmd("ZRANGE")
+                .arg(&l.2)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+        }
+        self.count_call();
+        let mut conn = self.connection();
+        let sets: Vec<Vec<(Vec<u8>, f64)>> = pipe.query_async(&mut conn).await?;
+        // scores are ms * 2 + state; the job's own reservation is not another send
+        let blocks: Vec<Vec<i64>> = sets
+            .into_iter()
+            .map(|set| {
+                set.into_iter()
+                    .filter(|(m, _)| m.as_slice() != member)
+                    .map(|(_, score)| (score as i64).div_euclid(2))
+                    .collect()
+            })
+            .collect();
+        let refusal = layered_refusal(
+            policy,
+            layers,
+            tz,
+            until.timestamp_millis(),
+            blocks,
+            Some(hours.clone()),
+        );
+        Ok(match refusal {
+            Admission::Refused {
+                rule: Some(_),
+                retry_at: Some(_),
+                ..
+            }
+            | Admission::Capped {
+                rule: Some(_),
+                retry_at: Some(_),
+                ..
+            } => Some(refusal),
+            _ => None,
+        })
     }
 }

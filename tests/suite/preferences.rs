@@ -534,13 +534,21 @@ async fn a_cap_instant_inside_quiet_hours_is_one_delay_to_their_end() {
     let out = serde_json::to_value(jobs.explain("ro-2").await.unwrap()).unwrap();
     let record = &out["record"];
     assert_eq!(record["state"], "delayed", "{out}");
-    assert_eq!(record["cause"], "quiet_hours", "{out}");
+    // held by its cap and the quiet hours, one instant for both
+    assert_eq!(record["cause"], "cap", "{out}");
+    let held_by = record["held_by"].as_str().unwrap_or_default();
+    assert!(
+        held_by.ends_with("and the recipient's quiet_hours"),
+        "{out}"
+    );
     assert_eq!(record["attempt"], 0, "one delay: {out}");
     let until: chrono::DateTime<chrono::Utc> =
         serde_json::from_value(record["until"].clone()).unwrap();
     assert_eq!(until, seven, "{out}");
     let capped = serde_json::to_value(jobs.explain("rc-2").await.unwrap()).unwrap();
     assert_eq!(capped["record"]["cause"], "cap", "{capped}");
+    let held_by = capped["record"]["held_by"].as_str().unwrap_or_default();
+    assert!(!held_by.contains("quiet_hours"), "{capped}");
     stop.cancel();
 }
 
@@ -705,5 +713,85 @@ async fn the_pause_after_a_reset_holds_what_lost_preferences_could_stop() {
     assert!(take(&conn, &dispatch, Duration::from_millis(500))
         .await
         .is_none());
+    stop.cancel();
+}
+
+/// A job met inside quiet hours whose caps would still refuse it at their end waits
+/// once, for the first instant its caps and the quiet hours both allow, not to the
+/// quiet hours' end and then again: a rolling one-per-24h recipient who got an
+/// urgent job (allowed through the quiet hours) has a normal one held to 24 hours
+/// after it, or, when that falls in the next day's quiet hours, to their end.
+#[tokio::test]
+async fn a_job_inside_quiet_hours_that_its_caps_refuse_at_their_end_waits_once() {
+    use chrono::{Datelike, DurationRound, Timelike};
+    let ns = unique("prefs-inside");
+    let mut s = settings_for(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![quota_worker::config::RuleSettings {
+        limit: 1,
+        window: "24h".parse().unwrap(),
+    }];
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    let now = chrono::Utc::now();
+    let hour = now.hour();
+    let quiet_end =
+        now.duration_trunc(chrono::Duration::hours(1)).unwrap() + chrono::Duration::hours(2);
+    let set = |days: &str| {
+        json!({"quiet_hours": {"timezone": "UTC", "windows": [{"days": days,
+            "from": format!("{hour:02}:00"), "to": format!("{:02}:00", (hour + 2) % 24)}]}})
+        .to_string()
+    };
+    let today = now.weekday().to_string().to_lowercase();
+    // (recipient, quiet days, where the normal job waits (None: 24 h after the
+    // urgent send, for its cap), whether the quiet hours pushed that instant)
+    let day = chrono::Duration::hours(24);
+    let cases = [
+        ("ri-daily", "daily", Some(quiet_end + day), true),
+        ("ri-today", today.as_str(), None, false),
+    ];
+    for (r, days, expected, quiet_too) in cases {
+        let (code, answer) = call(&addr, "PUT", &path(r), &set(days), None).await;
+        assert_eq!(code, 200, "{answer}");
+        let urgent = format!(
+            r#"{{"id":"{r}-urgent","recipient":"{r}","channel":"sms","priority":"urgent"}}"#
+        );
+        let before = chrono::Utc::now();
+        publish(&conn, &s, urgent.as_bytes()).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{r}");
+        let after = chrono::Utc::now();
+        let id = format!("{r}-normal");
+        publish(&conn, &s, &job(&id, r, "sms", "default")).await;
+        let Outcome::Delayed { until } = step(&w, &conn, &s).await else {
+            panic!("{r}: held")
+        };
+        match expected {
+            Some(at) => assert_eq!(until, at, "{r}"),
+            None => {
+                let slack = chrono::Duration::seconds(1);
+                assert!(
+                    until >= before + day - slack && until <= after + day + slack,
+                    "{r}: {until} is not 24 h after the urgent send ({before} .. {after}); quiet until {quiet_end}"
+                );
+            }
+        }
+        let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+        let out = serde_json::to_value(jobs.explain(&id).await.unwrap()).unwrap();
+        assert_eq!(out["record"]["cause"], "cap", "{r}: {out}");
+        let held_by = out["record"]["held_by"].as_str().unwrap_or_default();
+        assert_eq!(held_by.contains("quiet_hours"), quiet_too, "{r}: {out}");
+        assert_eq!(out["record"]["attempt"], 0, "{r}: one delay: {out}");
+    }
+    // a recipient with no send yet waits to the quiet hours' end
+    assert_eq!(
+        call(&addr, "PUT", &path("ri-free"), &set("daily"), None)
+            .await
+            .0,
+        200
+    );
+    publish(&conn, &s, &job("ri-free-1", "ri-free", "sms", "default")).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: quiet_end }
+    );
     stop.cancel();
 }
