@@ -71,6 +71,14 @@
 --                     written for this job
 --   11, version       quiet hours to compute (the preferences section): nothing
 --                     was written for this job
+--   14, version, m, t1 .. tm
+--   15, version, n, then n blocks (m, t1 .. tm)
+--                     as 0 and 8, for a job whose recipient has quiet hours (of
+--                     that version) that do not allow its priority (the preferences
+--                     section, when the worker's version was the stored one): the
+--                     worker pushes the instant the caps give past them, one instant
+--                     for both; without the preferences section, or without such
+--                     quiet hours, a refusal answers 0 or 8 as always
 --
 -- Suppression section (optional, after the layers section if any, else after the
 -- keys of the undeclared jobs; opened by the word "S"; the worker sends it only while
@@ -330,6 +338,8 @@ end
 
 -- >>> preferences: the optional section (opened by "P") after the suppressions
 local pref_at = nil
+-- the job's recipient's quiet hours' version, when they do not allow its priority
+local quiet_version = nil
 local r = b
 if supp_at then r = supp_at + tonumber(ARGV[4]) + jobs + 1 end
 if ARGV[r] == 'P' then pref_at = r + 1 end
@@ -344,8 +354,12 @@ local function opted_out(key, k)
   for i = 1, 3 do
     if v[i] then return 10, i end
   end
-  if v[4] and not v[5] and (v[4] ~= ARGV[at + 3] or now >= tonumber(ARGV[at + 4])) then
-    return 11, tonumber(v[4])
+  if v[4] and not v[5] then
+    if v[4] ~= ARGV[at + 3] or now >= tonumber(ARGV[at + 4]) then
+      return 11, tonumber(v[4])
+    end
+    -- outside them now: a refusal says so (14, 15), for one instant with the caps'
+    quiet_version = tonumber(v[4])
   end
   return nil
 end
@@ -354,6 +368,7 @@ end
 for k = 1, jobs do
   local key = KEYS[k] or ARGV[tail + k]
   inherited = false
+  quiet_version = nil
   -- >>> suppression: one HGET per job, only when the section is present
   local ok, code, extra = true, nil, nil
   if supp_at then
@@ -370,8 +385,16 @@ for k = 1, jobs do
   end
   if not ok then code = failure(code) end
   if inherited and (code == 1 or code == 6) then code = code == 1 and 12 or 13 end
-  n = n + 1
-  out[n] = code
+  -- >>> preferences: a refusal carries the quiet hours' version (14, 15)
+  if quiet_version and (code == 0 or code == 8) then
+    out[n + 1] = code == 0 and 14 or 15
+    out[n + 2] = quiet_version
+    n = n + 2
+  else
+    n = n + 1
+    out[n] = code
+  end
+  -- <<< preferences
   if code == 3 or code == 10 or code == 11 then
     n = n + 1
     out[n] = extra

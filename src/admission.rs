@@ -4,7 +4,10 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use std::sync::Arc;
+
 use crate::quota::policy::{Action, Rate};
+use crate::quota::preferences::QuietHours;
 use crate::quota::window::Rule;
 
 /// What the store needs to know of a job.
@@ -98,6 +101,9 @@ pub enum Admission {
         rule: Option<Rule>,
         /// How many sends of the recipient it saw remembered.
         seen: usize,
+        /// Its recipient's quiet hours, when they do not allow it (outside them
+        /// now): the instant it waits for is pushed past them too.
+        quiet: Option<Arc<QuietHours>>,
     },
     /// A cap refused it (the layer whose own next allowed instant is the latest of
     /// all the job's layers).
@@ -115,6 +121,8 @@ pub enum Admission {
         rule: Option<Rule>,
         /// How many sends that cap remembers.
         seen: usize,
+        /// Its recipient's quiet hours, as for [`Admission::Refused`].
+        quiet: Option<Arc<QuietHours>>,
     },
     /// This job was already dispatched.
     Duplicate,
@@ -127,6 +135,9 @@ pub enum Admission {
     Quiet {
         /// Where the quiet hours end.
         until: DateTime<Utc>,
+        /// The quiet hours (an instant their end gives that send windows push
+        /// further is pushed past them again).
+        hours: Arc<QuietHours>,
     },
     /// Another worker holds a live reservation for this job (it is being dispatched);
     /// look again at `retry_at`, when that reservation would lapse.

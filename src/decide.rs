@@ -21,6 +21,7 @@ use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
 use crate::quota::caps::Cap;
 use crate::quota::policy::{Action, Mode, Policy};
+use crate::quota::preferences::QuietHours;
 use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
 
@@ -286,6 +287,37 @@ fn windows_open(
     }
 }
 
+/// Steps at most in the search for an instant that both the send windows and the
+/// recipient's quiet hours allow (each step moves past one of them).
+const QUIET_STEPS: usize = 16;
+
+/// The first instant at or after `at` at which the send windows that apply to
+/// `job` are open and its recipient's `quiet` hours (if any) are over: each pushes
+/// the other until neither moves it (quiet hours that end inside a closed window,
+/// a window that opens inside quiet hours), in at most [`QUIET_STEPS`] steps, after
+/// which the last instant is taken (the job is decided again there, so it is never
+/// sent inside either). `true` when the quiet hours moved it. A cap that allows a
+/// send at `at` allows it later too, so this is also the first instant its caps,
+/// its send windows and the quiet hours all allow.
+fn open_and_not_quiet(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    at: DateTime<Utc>,
+    quiet: Option<&QuietHours>,
+) -> Result<(DateTime<Utc>, bool), DeadLetter> {
+    let mut t = at;
+    let mut moved = false;
+    for _ in 0..QUIET_STEPS {
+        let (open, _) = windows_open(job, cx, t, false)?;
+        let Some(end) = quiet.map(|q| q.end(job.tz, open)).filter(|e| *e > open) else {
+            return Ok((open, moved));
+        };
+        moved = true;
+        t = end;
+    }
+    Ok((t, moved))
+}
+
 /// Hold `job` until `until` for `cause`, unless it expires first or would wait
 /// longer than its policy's `max_wait` (a schedule the producer asked for is not
 /// bounded by it; nor is any wait by a shadow policy's, unless `as_enforced`).
@@ -373,9 +405,11 @@ pub(crate) fn after_admission(
             policy,
             rule,
             seen,
+            quiet,
             ..
-        } => match windows_open(job, cx, at, false) {
-            Ok((until, _)) => {
+        } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
+            Ok((until, true)) => wait(job, cx, until, DelayCause::QuietHours, false),
+            Ok((until, false)) => {
                 let cause = DelayCause::Cap { policy, rule, seen };
                 wait(job, cx, until, cause, false)
             }
@@ -410,9 +444,11 @@ pub(crate) fn after_admission(
             cap,
             rule,
             seen,
+            quiet,
             ..
-        } => match windows_open(job, cx, at, false) {
-            Ok((until, _)) => wait(
+        } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
+            Ok((until, true)) => wait(job, cx, until, DelayCause::QuietHours, false),
+            Ok((until, false)) => wait(
                 job,
                 cx,
                 until,
@@ -426,7 +462,7 @@ pub(crate) fn after_admission(
             cause: DelayCause::Reserved,
         },
         Admission::Duplicate => Decision::Duplicate,
-        Admission::Quiet { until } => match windows_open(job, cx, until, false) {
+        Admission::Quiet { until, hours } => match open_and_not_quiet(job, cx, until, Some(&hours)) {
             Ok((at, _)) => wait(job, cx, at, DelayCause::QuietHours, false),
             Err(never) => Decision::Dead(never),
         },

@@ -70,6 +70,7 @@ fn refused(retry_at: Option<DateTime<Utc>>, action: Action) -> Admission {
         policy: "default".into(),
         rule: daily(),
         seen: 1,
+        quiet: None,
     }
 }
 
@@ -403,6 +404,7 @@ fn a_cap_holds_drops_or_never_admits_naming_itself() {
             window: Window::CalendarDays(1),
         }),
         seen: 5,
+        quiet: None,
     };
     let p = policy();
     let c = cx(&p);
@@ -448,4 +450,123 @@ fn a_cap_holds_drops_or_never_admits_naming_itself() {
         now,
     );
     assert_eq!(dead_letter(late).reason, Reason::Capped);
+}
+
+fn quiet(text: &[&str]) -> std::sync::Arc<QuietHours> {
+    std::sync::Arc::new(QuietHours {
+        timezone: None,
+        windows: windows(text),
+        allow: vec![quota_worker_producer::Priority::Urgent],
+    })
+}
+
+fn delay(d: Decision) -> (DateTime<Utc>, DelayCause) {
+    match d {
+        Decision::Delay { until, cause } => (until, cause),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Refused by a daily cap until tomorrow's midnight, with quiet `hours`.
+fn refused_quiet(hours: std::sync::Arc<QuietHours>) -> Admission {
+    Admission::Refused {
+        retry_at: Some(day2(0, 0)),
+        action: Action::Delay,
+        policy: "default".into(),
+        rule: daily(),
+        seen: 1,
+        quiet: Some(hours),
+    }
+}
+
+fn day2(h: u32, m: u32) -> DateTime<Utc> {
+    at(h, m) + Duration::days(1)
+}
+
+#[test]
+fn a_cap_instant_inside_quiet_hours_waits_to_their_end_as_one_instant() {
+    let p = policy();
+    let c = cx(&p);
+    let now = at(15, 0);
+    let refused_with = |hours: &[&str]| refused_quiet(quiet(hours));
+    // the cap allows the next send at midnight, inside 22:00-07:00: held to 07:00
+    let (until, cause) = delay(after_admission(
+        &job(None),
+        &c,
+        refused_with(&["daily 22:00-07:00"]),
+        now,
+    ));
+    assert_eq!((until, cause.label()), (day2(7, 0), "quiet_hours"));
+    // quiet hours that do not cover the cap's instant leave it as it was
+    let (until, cause) = delay(after_admission(
+        &job(None),
+        &c,
+        refused_with(&["daily 01:00-07:00"]),
+        now,
+    ));
+    assert_eq!((until, cause.label()), (day2(0, 0), "cap"));
+    // a cap layer as its policy
+    let capped = Admission::Capped {
+        retry_at: Some(day2(0, 0)),
+        action: Action::Delay,
+        policy: "default".into(),
+        cap: "total".into(),
+        rule: daily(),
+        seen: 1,
+        quiet: Some(quiet(&["daily 23:00-06:30"])),
+    };
+    let (until, cause) = delay(after_admission(&job(None), &c, capped, now));
+    assert_eq!((until, cause.label()), (day2(6, 30), "quiet_hours"));
+    // max_wait counts to the pushed instant
+    let mut short = policy();
+    short.max_wait = Some(Duration::hours(20));
+    let d = after_admission(
+        &job(None),
+        &cx(&short),
+        refused_with(&["daily 22:00-07:00"]),
+        now,
+    );
+    assert_eq!(reason(&d), Some(Reason::Capped), "{d:?}");
+}
+
+#[test]
+fn quiet_hours_and_send_windows_push_each_other_to_a_fixpoint() {
+    let p = policy();
+    // the channel opens at 08:30; quiet hours 22:00-07:00 and 08:00-09:00
+    let open = windows(&["daily 08:30-20:00"]);
+    let c = Context {
+        channel_windows: Some(&open),
+        ..cx(&p)
+    };
+    let hours = quiet(&["daily 22:00-07:00", "daily 08:00-09:00"]);
+    let refused = refused_quiet(hours.clone());
+    // midnight: quiet to 07:00, closed to 08:30, quiet to 09:00, open: 09:00
+    let (until, cause) = delay(after_admission(&job(None), &c, refused, at(15, 0)));
+    assert_eq!((until, cause.label()), (day2(9, 0), "quiet_hours"));
+    // the same from quiet hours the job met now
+    let quiet_now = Admission::Quiet {
+        until: day2(7, 0),
+        hours,
+    };
+    let (until, cause) = delay(after_admission(&job(None), &c, quiet_now, at(23, 0)));
+    assert_eq!((until, cause.label()), (day2(9, 0), "quiet_hours"));
+    // a window that opens outside them is taken as it is
+    let late = windows(&["daily 10:00-20:00"]);
+    let c = Context {
+        channel_windows: Some(&late),
+        ..cx(&p)
+    };
+    let refused = refused_quiet(quiet(&["daily 22:00-07:00"]));
+    let (until, _) = delay(after_admission(&job(None), &c, refused, at(15, 0)));
+    assert_eq!(until, day2(10, 0));
+}
+
+#[test]
+fn quiet_hours_always_on_stop_after_bounded_steps() {
+    let p = policy();
+    let refused = refused_quiet(quiet(&["daily 00:00-24:00"]));
+    // never outside them: held (decided again then), never sent, never looping
+    let (until, cause) = delay(after_admission(&job(None), &cx(&p), refused, at(15, 0)));
+    assert!(until > day2(0, 0), "{until}");
+    assert_eq!(cause.label(), "quiet_hours");
 }

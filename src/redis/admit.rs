@@ -84,8 +84,9 @@ pub(crate) enum Verdict {
     /// Admitted and recorded at `now`; `true` when it took over its own abandoned
     /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]).
     Admitted(i64, bool),
-    /// Refused; the times (ms) of the sends still remembered.
-    Refused(i64, Vec<i64>),
+    /// Refused; the times (ms) of the sends still remembered; the version of the
+    /// recipient's quiet hours when they do not allow the job (code 14).
+    Refused(i64, Vec<i64>, Option<i64>),
     /// A shadow policy's rules would refuse it; recorded at `now` all the same; the
     /// times (ms) of the other sends still remembered; inherited as for `Admitted`.
     Shadowed(i64, Vec<i64>, bool),
@@ -109,8 +110,9 @@ pub(crate) enum Verdict {
     Quiet(i64, i64),
     /// A job with layers, refused by its policy or a cap: the times (ms) of the
     /// sends each layer remembers, its policy's first, then each cap's in the order
-    /// given (none for a cap that only counts).
-    Layered(i64, Vec<Vec<i64>>),
+    /// given (none for a cap that only counts); the quiet hours' version as for
+    /// `Refused` (code 15).
+    Layered(i64, Vec<Vec<i64>>, Option<i64>),
 }
 
 impl Verdict {
@@ -118,7 +120,7 @@ impl Verdict {
     pub fn now(&self) -> i64 {
         match self {
             Verdict::Admitted(now, _)
-            | Verdict::Refused(now, _)
+            | Verdict::Refused(now, ..)
             | Verdict::Shadowed(now, ..)
             | Verdict::Duplicate(now)
             | Verdict::Reserved(now, _)
@@ -128,7 +130,7 @@ impl Verdict {
             | Verdict::Suppressed(now, ..)
             | Verdict::OptedOut(now, _)
             | Verdict::Quiet(now, _) => *now,
-            Verdict::Layered(now, _) => *now,
+            Verdict::Layered(now, ..) => *now,
         }
     }
 }
@@ -141,6 +143,15 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
     let mut out = Vec::with_capacity(jobs);
     while let Some((&code, tail)) = rest.split_first() {
         rest = tail;
+        // 14 and 15: a refusal (0, 8) followed by the quiet hours' version
+        let (code, quiet) = match code {
+            14 | 15 => {
+                let (&v, tail) = rest.split_first()?;
+                rest = tail;
+                (if code == 14 { 0 } else { 8 }, Some(v))
+            }
+            _ => (code, None),
+        };
         out.push(match code {
             1 | 12 => Verdict::Admitted(now, code == 12),
             0 | 6 | 13 => {
@@ -149,7 +160,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
                 rest = &tail[m..];
                 let times = tail[..m].to_vec();
                 match code {
-                    0 => Verdict::Refused(now, times),
+                    0 => Verdict::Refused(now, times, quiet),
                     _ => Verdict::Shadowed(now, times, code == 13),
                 }
             }
@@ -176,7 +187,7 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
                     blocks.push(tail[..m].to_vec());
                     rest = &tail[m..];
                 }
-                Verdict::Layered(now, blocks)
+                Verdict::Layered(now, blocks, quiet)
             }
             9 => {
                 let (v, tail) = (rest.get(..3)?, &rest[3..]);
@@ -565,21 +576,37 @@ mod tests {
             verdicts(&flat, 13),
             Some(vec![
                 Verdict::Admitted(now, false),
-                Verdict::Refused(now, vec![10, 20]),
+                Verdict::Refused(now, vec![10, 20], None),
                 Verdict::Duplicate(now),
                 Verdict::Reserved(now, 55),
                 Verdict::Clock(now),
-                Verdict::Refused(now, vec![]),
+                Verdict::Refused(now, vec![], None),
                 Verdict::WrongType(now),
                 Verdict::Shadowed(now, vec![30], false),
                 Verdict::Elsewhere(now),
-                Verdict::Layered(now, vec![vec![5], vec![], vec![6, 7]]),
+                Verdict::Layered(now, vec![vec![5], vec![], vec![6, 7]], None),
                 Verdict::Suppressed(now, 4, 9, 0),
                 Verdict::Admitted(now, true),
                 Verdict::Shadowed(now, vec![40], true),
             ])
         );
         assert_eq!(Verdict::Reserved(now, 55).now(), now);
+    }
+
+    #[test]
+    fn a_refusal_with_quiet_hours_carries_their_version() {
+        let now = 1_700_000_000_000;
+        let flat = [now, 14, 7, 1, 10, 15, 8, 2, 1, 5, 0, 1];
+        assert_eq!(
+            verdicts(&flat, 3),
+            Some(vec![
+                Verdict::Refused(now, vec![10], Some(7)),
+                Verdict::Layered(now, vec![vec![5], vec![]], Some(8)),
+                Verdict::Admitted(now, false),
+            ])
+        );
+        assert_eq!(verdicts(&[now, 14], 1), None, "no version");
+        assert_eq!(verdicts(&[now, 14, 7], 1), None, "no refusal after it");
     }
 
     #[test]

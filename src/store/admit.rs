@@ -112,11 +112,11 @@ impl QuotaStore {
                         .quiet_end(&hash, version, now, req.tz, req.priority)
                         .await?
                     {
-                        Some(until) => {
-                            quiet_until = Some(until);
+                        (Some(until), Some(hours)) => {
+                            quiet_until = Some((until, hours));
                             break;
                         }
-                        None => {
+                        _ => {
                             reply = self
                                 .call_admit(&key, &member, &policy, layers, req, None)
                                 .await?
@@ -136,6 +136,18 @@ impl QuotaStore {
                 reply = Verdict::Admitted(at, true);
             }
         }
+        // a refusal of a recipient with quiet hours that hold the job: what they
+        // are (known, or one HGET for a version not known), so that the instant it
+        // waits for is pushed past them as well
+        let quiet = match reply {
+            Verdict::Refused(now, _, Some(version)) | Verdict::Layered(now, _, Some(version)) => {
+                let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
+                self.quiet_end(&hash, version, now, req.tz, req.priority)
+                    .await?
+                    .1
+            }
+            _ => None,
+        };
         let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
         let layer_keys =
             || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
@@ -149,8 +161,10 @@ impl QuotaStore {
                 rate: rate.zip(taken),
                 inherited,
             }),
-            Verdict::Layered(now, blocks) => layered_refusal(&policy, layers, req.tz, now, blocks),
-            Verdict::Refused(now, sends) => {
+            Verdict::Layered(now, blocks, _) => {
+                layered_refusal(&policy, layers, req.tz, now, blocks, quiet)
+            }
+            Verdict::Refused(now, sends, _) => {
                 let sends: Vec<DateTime<Utc>> =
                     sends.into_iter().map(window::from_millis).collect();
                 let refusal =
@@ -161,6 +175,7 @@ impl QuotaStore {
                     policy: policy.name.clone(),
                     rule: refusal.rule,
                     seen: sends.len(),
+                    quiet,
                 }
             }
             Verdict::Shadowed(now, sends, inherited) => {
@@ -199,10 +214,10 @@ impl QuotaStore {
                 }
             }
             Verdict::Quiet(now, version) => match quiet_until {
-                Some(until) => {
+                Some((until, hours)) => {
                     metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
                         .increment(1);
-                    Admission::Quiet { until }
+                    Admission::Quiet { until, hours }
                 }
                 None => {
                     return Err(StoreError::Reply {

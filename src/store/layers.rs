@@ -13,6 +13,7 @@ use crate::admission::Admission;
 use crate::quota::caps::{self, Cap};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy};
+use crate::quota::preferences::QuietHours;
 use crate::quota::window;
 
 /// A cap a job meets, with whether it may hold the job and its sorted set.
@@ -58,6 +59,7 @@ pub(crate) fn layered_refusal(
     tz: Tz,
     now: i64,
     blocks: Vec<Vec<i64>>,
+    quiet: Option<Arc<QuietHours>>,
 ) -> Admission {
     let sends: Vec<Vec<DateTime<Utc>>> = blocks
         .into_iter()
@@ -92,6 +94,7 @@ pub(crate) fn layered_refusal(
             policy: policy.name.clone(),
             rule: r.rule,
             seen,
+            quiet,
         },
         i => Admission::Capped {
             retry_at: r.retry_at,
@@ -100,6 +103,7 @@ pub(crate) fn layered_refusal(
             cap: layers[i - 1].0.name.clone(),
             rule: r.rule,
             seen,
+            quiet,
         },
     }
 }

@@ -16,7 +16,7 @@ const MAX_KNOWN: usize = 50_000;
 #[derive(Debug, Clone)]
 pub(crate) struct Known {
     version: i64,
-    hours: Option<QuietHours>,
+    hours: Option<Arc<QuietHours>>,
     clear_until: i64,
 }
 
@@ -32,7 +32,9 @@ impl QuotaStore {
     /// Where the quiet hours of version `version` of `hash` end, seen at `now`
     /// (ms), for a job of priority `priority` in zone `tz`: `None` when `now` is
     /// outside them or they allow it (then the instant before which they do not
-    /// begin is remembered, and the job is asked again).
+    /// begin is remembered, and the job is asked again); and the quiet hours
+    /// themselves unless they allow it (for the decision to push any later instant
+    /// past them too). Read from what is known of that version, else with one HGET.
     pub(super) async fn quiet_end(
         &self,
         hash: &str,
@@ -40,7 +42,7 @@ impl QuotaStore {
         now: i64,
         tz: Tz,
         priority: quota_worker_producer::Priority,
-    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+    ) -> Result<(Option<DateTime<Utc>>, Option<Arc<QuietHours>>), StoreError> {
         let cached = {
             let known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
             known.get(hash).filter(|k| k.version == version).cloned()
@@ -57,11 +59,13 @@ impl QuotaStore {
                 set.and_then(|s| serde_json::from_str(&s).ok())
                     .and_then(|v| Preferences::parse(&v, &|_| true).ok())
                     .and_then(|p| p.quiet_hours)
+                    .map(Arc::new)
             }
         };
         let at = window::from_millis(now);
-        let (end, clear_until) = match &hours {
-            Some(q) if !q.allow.contains(&priority) => {
+        let holding = hours.clone().filter(|q| !q.allow.contains(&priority));
+        let (end, clear_until) = match &holding {
+            Some(q) => {
                 let end = q.end(tz, at);
                 // inside them, `at` itself: the next job is held too
                 let next = q
@@ -85,6 +89,6 @@ impl QuotaStore {
                 clear_until,
             },
         );
-        Ok(end)
+        Ok((end, holding))
     }
 }

@@ -595,3 +595,89 @@ async fn digests_fold_and_close_on_the_cluster() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+/// Preferences at admission on the cluster (recipients spread over the three
+/// masters, each set in its recipient's slot): an opted-out job is dead-lettered
+/// `opted_out`, a job inside quiet hours waits to their end, and a job the one-a-day
+/// cap refuses, whose next day starts inside quiet hours, waits once to their end.
+#[tokio::test]
+async fn preferences_hold_and_stop_jobs_on_the_cluster() {
+    use chrono::{DurationRound, Timelike};
+    use quota_worker::admin::preferences as stored;
+    use quota_worker::job::{Outcome, Reason};
+    let ns = unique("c-prefs-admit");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    let daily = quota_worker::config::RuleSettings {
+        limit: 1,
+        window: "1d".parse().unwrap(),
+    };
+    s.policies.get_mut("default").unwrap().rules = vec![daily];
+    let marketing = s.policies["default"].clone();
+    s.policies.insert("marketing".into(), marketing);
+    let (_c, w, conn) = rig(&s).await;
+    // quiet now in UTC: from this hour to two hours later
+    let now = chrono::Utc::now();
+    let hour = now.hour();
+    let quiet_end =
+        now.duration_trunc(chrono::Duration::hours(1)).unwrap() + chrono::Duration::hours(2);
+    let quiet_now = json!({"categories": {"marketing": false},
+        "quiet_hours": {"timezone": "UTC", "windows": [{"days": "daily",
+            "from": format!("{hour:02}:00"), "to": format!("{:02}:00", (hour + 2) % 24)}]}});
+    // noon where they live, quiet 22:00-07:00 there
+    let (zone, seven) = crate::preferences::zone_at(12, 7);
+    let quiet_night =
+        json!({"quiet_hours": {"windows": [{"days": "daily", "from": "22:00", "to": "07:00"}]}});
+    let recipients: Vec<String> = (0..9).map(|i| format!("r{i}")).collect();
+    for (i, r) in recipients.iter().enumerate() {
+        let set = if i % 2 == 0 { &quiet_now } else { &quiet_night };
+        stored::put(w.store(), None, r, set).await.unwrap();
+    }
+    assert!(w.store().checks_preferences());
+    let per_node: Vec<Vec<String>> =
+        cluster().each(&redis::cmd("KEYS").arg(format!("{ns}:*/prefs")).clone());
+    assert!(
+        per_node.iter().filter(|k| !k.is_empty()).count() >= 2,
+        "{per_node:?}"
+    );
+    let body = |id: &str, r: &str, category: &str| {
+        format!(
+            r#"{{"id":"{id}","recipient":"{r}","channel":"sms","category":"{category}","timezone":"{zone}"}}"#
+        )
+    };
+    for (i, r) in recipients.iter().enumerate() {
+        if i % 2 == 0 {
+            publish(
+                &conn,
+                &s,
+                body(&format!("{r}-m"), r, "marketing").as_bytes(),
+            )
+            .await;
+            assert_eq!(
+                step(&w, &conn, &s).await,
+                Outcome::Dead(Reason::OptedOut),
+                "{r}"
+            );
+            let m = take(&conn, &s.amqp.dead_queue, Duration::from_secs(5))
+                .await
+                .expect("a dead letter");
+            let p = &m.delivery.properties;
+            assert_eq!(header(p, "x-notify-reason").as_deref(), Some("opted_out"));
+            publish(&conn, &s, body(&format!("{r}-q"), r, "default").as_bytes()).await;
+            assert_eq!(
+                step(&w, &conn, &s).await,
+                Outcome::Delayed { until: quiet_end },
+                "{r}"
+            );
+        } else {
+            publish(&conn, &s, body(&format!("{r}-1"), r, "default").as_bytes()).await;
+            assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{r}");
+            publish(&conn, &s, body(&format!("{r}-2"), r, "default").as_bytes()).await;
+            assert_eq!(
+                step(&w, &conn, &s).await,
+                Outcome::Delayed { until: seven },
+                "{r}: one delay, to the quiet hours' end ({zone})"
+            );
+        }
+    }
+}

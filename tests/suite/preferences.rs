@@ -465,3 +465,170 @@ fn the_preferences_schema_and_the_parser_agree() {
         assert!(!validator.is_valid(v), "the schema takes {v}");
     }
 }
+
+/// A zone (`Etc/GMT±x`) where the local hour is `hour` now, and the instant of
+/// `at` o'clock local tomorrow there.
+pub(crate) fn zone_at(hour: u32, at: u32) -> (String, chrono::DateTime<chrono::Utc>) {
+    use chrono::{Duration as Span, TimeZone, Timelike};
+    let now = chrono::Utc::now();
+    let mut x = hour as i32 - now.hour() as i32;
+    if x > 14 {
+        x -= 24;
+    } else if x < -12 {
+        x += 24;
+    }
+    let zone = match x {
+        0 => "Etc/GMT".to_string(),
+        x if x > 0 => format!("Etc/GMT-{x}"),
+        x => format!("Etc/GMT+{}", -x),
+    };
+    let tz: chrono_tz::Tz = zone.parse().unwrap();
+    let local = (now.with_timezone(&tz).date_naive() + Span::days(1))
+        .and_hms_opt(at, 0, 0)
+        .unwrap();
+    let instant = tz.from_local_datetime(&local).unwrap().to_utc();
+    (zone, instant)
+}
+
+#[tokio::test]
+async fn a_cap_instant_inside_quiet_hours_is_one_delay_to_their_end() {
+    let ns = unique("prefs-one");
+    let mut s = settings_for(&ns);
+    s.policies.get_mut("default").unwrap().rules = vec![quota_worker::config::RuleSettings {
+        limit: 1,
+        window: "1d".parse().unwrap(),
+    }];
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, &w, Guard::Open).await;
+    // noon where the recipient lives: the day's one send goes, the next waits for
+    // tomorrow's midnight, which is inside their quiet hours 22:00-07:00 (in the
+    // job's zone: the set names none)
+    let (zone, seven) = zone_at(12, 7);
+    let (_, midnight) = zone_at(12, 0);
+    let set =
+        json!({"quiet_hours": {"windows": [{"days": "daily", "from": "22:00", "to": "07:00"}]}});
+    let (code, answer) = call(&addr, "PUT", &path("ro"), &set.to_string(), None).await;
+    assert_eq!(code, 200, "{answer}");
+    let body = |id: &str, r: &str| {
+        format!(r#"{{"id":"{id}","recipient":"{r}","channel":"sms","timezone":"{zone}"}}"#)
+    };
+    for r in ["ro", "rc"] {
+        publish(&conn, &s, body(&format!("{r}-1"), r).as_bytes()).await;
+        assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched, "{r}");
+    }
+    // one delay, to the quiet hours' end: not to midnight first
+    publish(&conn, &s, body("ro-2", "ro").as_bytes()).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: seven },
+        "{zone}"
+    );
+    // a recipient without quiet hours waits for the cap alone
+    publish(&conn, &s, body("rc-2", "rc").as_bytes()).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Delayed { until: midnight },
+        "{zone}"
+    );
+    let jobs = quota_worker::admin::Jobs::new(w.store(), &s);
+    let out = serde_json::to_value(jobs.explain("ro-2").await.unwrap()).unwrap();
+    let record = &out["record"];
+    assert_eq!(record["state"], "delayed", "{out}");
+    assert_eq!(record["cause"], "quiet_hours", "{out}");
+    assert_eq!(record["attempt"], 0, "one delay: {out}");
+    let until: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(record["until"].clone()).unwrap();
+    assert_eq!(until, seven, "{out}");
+    let capped = serde_json::to_value(jobs.explain("rc-2").await.unwrap()).unwrap();
+    assert_eq!(capped["record"]["cause"], "cap", "{capped}");
+    stop.cancel();
+}
+
+/// `admin job ID --json`'s record once the job has one (the worker binary writes it).
+async fn record_of(s: &Settings, id: &str, w: &testkit::procs::WorkerProc) -> Value {
+    for _ in 0..100 {
+        let out = crate::cli::run_async(s, &["admin", "job", id, "--json"], None).await;
+        if out.status.success() {
+            let v: Value = serde_json::from_str(&crate::cli::stdout(&out)).unwrap_or(Value::Null);
+            if v["record"].is_object() {
+                return v["record"].clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no record of {id}:\n{}", w.tail(30));
+}
+
+/// Quiet hours 22:00-07:00 that span a DST change in the recipient's zone end at
+/// 07:00 local after the change, through the worker binary and a Redis whose clocks
+/// read a few seconds before the change (`testkit::clock`; RabbitMQ keeps real time,
+/// its delays being relative): Berlin springs forward (07:00 CEST is 05:00 UTC, not
+/// 06:00), New York falls back (07:00 EST is 12:00 UTC, not 11:00). A job before
+/// the change and one after it wait to the same instant; an urgent one passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_hours_across_a_dst_change_end_at_the_right_instant() {
+    use chrono::{DateTime, Utc};
+    use testkit::clock::ShiftedClock;
+    use testkit::procs::{RedisServer, WorkerProc};
+    // (zone, the change in UTC, where 07:00 local falls after it)
+    let cases = [
+        (
+            "Europe/Berlin",
+            "2027-03-28T01:00:00Z",
+            "2027-03-28T05:00:00Z",
+        ),
+        (
+            "America/New_York",
+            "2027-11-07T06:00:00Z",
+            "2027-11-07T12:00:00Z",
+        ),
+    ];
+    for (zone, change, end) in cases {
+        let change: DateTime<Utc> = change.parse().unwrap();
+        let end: DateTime<Utc> = end.parse().unwrap();
+        let ns = unique("prefs-dst");
+        let mut s = settings_for(&ns);
+        let clock = ShiftedClock::at(change - chrono::Duration::seconds(8));
+        let redis = RedisServer::with_clock(&clock);
+        s.redis.url = redis.url();
+        let _c = Cleanup::new(&s);
+        let dir = temp_dir(&ns);
+        let set = json!({"quiet_hours": {"timezone": zone,
+            "windows": [{"days": "daily", "from": "22:00", "to": "07:00"}]}});
+        let out = crate::cli::run_async(
+            &s,
+            &["admin", "recipient", "rd", "preferences", "set", "-"],
+            Some(&set.to_string()),
+        )
+        .await;
+        assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+        let env = [testkit::env::worker_env(&s), clock.env()].concat();
+        let mut w = WorkerProc::spawn_env(crate::BIN, &s, &dir, "w", env);
+        let conn = amqp().await;
+        crate::tracing::consuming(&conn, &s, &w).await;
+        let dispatch = format!("{}sms", s.amqp.dispatch_queue_prefix);
+
+        assert!(clock.now() < change, "{zone}: started too late");
+        publish(&conn, &s, &job("before", "rd", "sms", "default")).await;
+        let record = record_of(&s, "before", &w).await;
+        assert!(clock.now() < change, "{zone}: decided too late");
+        while clock.now() < change + chrono::Duration::seconds(1) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        publish(&conn, &s, &job("after", "rd", "sms", "default")).await;
+        let after = record_of(&s, "after", &w).await;
+        for (id, r) in [("before", record), ("after", after)] {
+            assert_eq!(r["state"], "delayed", "{zone} {id}: {r}");
+            assert_eq!(r["cause"], "quiet_hours", "{zone} {id}: {r}");
+            let until: DateTime<Utc> = serde_json::from_value(r["until"].clone()).unwrap();
+            assert_eq!(until, end, "{zone} {id}: {r}");
+        }
+        let urgent = br#"{"id":"urgent","recipient":"rd","channel":"sms","priority":"urgent"}"#;
+        publish(&conn, &s, urgent).await;
+        let sent = take(&conn, &dispatch, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("{zone}: the urgent job goes:\n{}", w.tail(30)));
+        assert_eq!(message_id(&sent), "urgent", "{zone}: nothing else is sent");
+        w.stop();
+    }
+}

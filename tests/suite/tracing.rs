@@ -209,7 +209,7 @@ fn run_tagged(
 }
 
 /// Wait until the worker consumes its jobs queue (its topology is declared).
-async fn consuming(conn: &lapin::Connection, s: &Settings, w: &WorkerProc) {
+pub(crate) async fn consuming(conn: &lapin::Connection, s: &Settings, w: &WorkerProc) {
     let queue = s.amqp.jobs_queue.clone();
     for _ in 0..300 {
         if testkit::audit::consumers(conn, &queue).await.unwrap_or(0) > 0 {
