@@ -878,3 +878,108 @@ async fn a_digest_larger_than_max_body_bytes_is_still_a_job() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+/// The jobs a worker process counts as folded (`quota_worker_digest_items_total`
+/// of policy `social` on its `/metrics`).
+async fn folded_by(addr: &str) -> u64 {
+    let (_, text) = http_get(addr, "/metrics").await.expect("its metrics");
+    text.lines()
+        .filter(|l| l.starts_with("quota_worker_digest_items_total{") && l.contains("\"social\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Three `quota-worker` processes on one group: 90 jobs of one recipient published
+/// at once, taken by the three as they come (each holds up to its prefetch), all
+/// folded into one digest that holds every job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_folding_one_group_at_once_make_one_digest_of_every_item_once() {
+    let mut s = digested(&unique("digest-procs"), Duration::from_secs(4), 1000);
+    // every item carried in full, so each can be counted
+    s.policies
+        .get_mut("social")
+        .unwrap()
+        .digest
+        .as_mut()
+        .unwrap()
+        .keep = 100;
+    s.amqp.prefetch = 10;
+    let (_c, _w, conn) = rig(&s).await;
+    let dir = testkit::temp_dir("digest-procs");
+    let mut procs = Vec::new();
+    let mut addrs = Vec::new();
+    for n in 0..3 {
+        let mut one = s.clone();
+        one.http.enabled = true;
+        one.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
+        addrs.push(one.http.listen.clone());
+        let tag = n.to_string();
+        procs.push(testkit::procs::WorkerProc::spawn_serving(
+            crate::BIN,
+            &one,
+            &dir,
+            &tag,
+        ));
+    }
+    wait_for("three consumers", Duration::from_secs(30), || async {
+        testkit::audit::consumers(&conn, &s.amqp.jobs_queue).await == Some(3)
+    })
+    .await;
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = (0..90)
+        .map(|n| job(&format!("q{n}"), "r20", "social", ""))
+        .collect();
+    let sends = bodies.iter().map(|b| {
+        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
+        p.publish(&s.amqp.jobs_exchange, "", b, props)
+    });
+    for r in futures_util::future::join_all(sends).await {
+        r.unwrap();
+    }
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("a digest; worker 0:\n{}", procs[0].tail(20)));
+    assert!(id.starts_with("dg-"), "{id}");
+    assert_eq!(count.as_deref(), Some("90"));
+    assert_eq!(
+        (
+            body["digest"]["count"].as_u64(),
+            body["digest"]["omitted"].as_u64()
+        ),
+        (Some(90), Some(0))
+    );
+    let mut got = ids(&body);
+    got.sort();
+    let mut want: Vec<String> = (0..90).map(|n| format!("q{n}")).collect();
+    want.sort();
+    assert_eq!(got, want, "every job once");
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(5))
+            .await
+            .is_none(),
+        "one digest, not two"
+    );
+    assert_eq!(depth(&conn, &s.amqp.jobs_queue).await, 0);
+    // the three folded into it: each its share, 90 in all
+    let mut folded = Vec::new();
+    for addr in &addrs {
+        folded.push(folded_by(addr).await);
+    }
+    assert_eq!(folded.iter().sum::<u64>(), 90, "{folded:?}");
+    assert!(
+        folded.iter().filter(|n| **n > 0).count() >= 2,
+        "more than one process folded: {folded:?}"
+    );
+    for w in &mut procs {
+        let status = w.stop();
+        assert!(status.is_some_and(|s| s.success()), "{}", w.tail(20));
+    }
+    let panics = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .filter(|log| log.contains("panicked"))
+        .count();
+    assert_eq!(panics, 0, "a worker panicked");
+}
