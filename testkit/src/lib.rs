@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub mod audit;
 pub mod browser;
 pub mod catch_up;
+pub mod clock;
 pub mod env;
 pub mod pki;
 pub mod procs;

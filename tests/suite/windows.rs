@@ -234,3 +234,20 @@ async fn a_job_that_would_wait_longer_than_max_wait_is_dead_lettered_capped() {
 }
 
 const WAIT: Duration = Duration::from_secs(10);
+
+/// The tests' shifted clock (testkit::clock) moves a private Redis's `TIME`, which the
+/// scripts read, to the chosen instant, and the clock moves on from there.
+#[test]
+fn a_shifted_clock_moves_the_time_redis_reads() {
+    let at = Utc.with_ymd_and_hms(2027, 3, 28, 0, 59, 50).unwrap();
+    let clock = testkit::clock::ShiftedClock::at(at);
+    let redis = procs::RedisServer::with_clock(&clock);
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut redis.connection()).unwrap();
+    let seen = window::from_millis(secs * 1000 + micros / 1000);
+    let drift = (seen - at).num_milliseconds();
+    assert!(
+        (0..5_000).contains(&drift),
+        "Redis reads {seen}, {drift} ms from {at}"
+    );
+    assert!((clock.now() - seen).num_milliseconds().abs() < 1_000);
+}

@@ -23,6 +23,8 @@ pub struct RedisServer {
     tls: Option<RedisTls>,
     /// `appendfsync` when the append-only file is on (see [`RedisServer::with_aof`]).
     aof: Option<&'static str>,
+    /// Variables its process is started with (a shifted clock).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -42,6 +44,7 @@ impl RedisServer {
             node_timeout_ms,
             tls: None,
             aof: None,
+            env: Vec::new(),
             child: None,
         }
     }
@@ -80,6 +83,16 @@ impl RedisServer {
     pub fn cluster_node(node_timeout_ms: u32) -> RedisServer {
         Self::first_started("redis-server", || {
             Self::prepared(free_port(Some(10_000)), "redis", true, node_timeout_ms)
+        })
+    }
+
+    /// A single node whose wall clock is `clock` (Redis `TIME`, which the scripts
+    /// read, included): see [`crate::clock`].
+    pub fn with_clock(clock: &crate::clock::ShiftedClock) -> RedisServer {
+        Self::first_started("redis-server with a shifted clock", || {
+            let mut r = Self::prepared(free_port(None), "redis-clock", false, 5000);
+            r.env = clock.env();
+            r
         })
     }
 
@@ -166,6 +179,7 @@ impl RedisServer {
                 .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()]);
         }
         let child = cmd
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
