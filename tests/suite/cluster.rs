@@ -638,28 +638,24 @@ async fn waiting_for_replicas_a_fold_waits_on_the_master_that_holds_it() {
         .rules()
         .policy_of("social", None)
         .digest
-        .clone()
         .expect("a digest section");
-    let fold = |e: std::sync::Arc<quota_worker::store::QuotaStore>, id: String, who: String| {
-        let spec = spec.clone();
-        async move {
-            let body = format!(r#"{{"id":"{id}","recipient":"{who}","payload":{{}}}}"#);
-            let job = FoldJob {
-                id: &id,
-                recipient: &who,
-                channel: "sms",
-                category: "social",
-                tenant: None,
-                timezone: None,
-                key: "social",
-                first_seen: chrono::Utc::now(),
-                expires_at: None,
-                body: body.as_bytes(),
-                collapse_key: None,
-                closes_at: None,
-            };
-            e.fold(&job, &spec).await
-        }
+    let fold = |e: std::sync::Arc<quota_worker::store::QuotaStore>, id: String, who: String| async move {
+        let body = format!(r#"{{"id":"{id}","recipient":"{who}","payload":{{}}}}"#);
+        let job = FoldJob {
+            id: &id,
+            recipient: &who,
+            channel: "sms",
+            category: "social",
+            tenant: None,
+            timezone: None,
+            key: "social",
+            first_seen: chrono::Utc::now(),
+            expires_at: None,
+            body: body.as_bytes(),
+            collapse_key: None,
+            closes_at: None,
+        };
+        e.fold(&job, &spec).await
     };
     // ten recipients folded while every replica answers; the master of each
     let mut owner = Vec::new();
