@@ -1002,7 +1002,7 @@ async fn open_digests(
 }
 
 /// `held` against a one-a-day cap across a change of daylight saving time, on the
-/// real services: a private Redis and the worker binary on a clock set to 23:59:45
+/// real services: a private Redis and the worker binary on a clock set to 23:59:35
 /// in Berlin on 28 March 2027, the day summer time began there (23 hours long:
 /// 2027-03-27T23:00Z to 2027-03-28T22:00Z); RabbitMQ on real time. The first job
 /// goes; the three after it are folded into one digest that closes at the
@@ -1015,7 +1015,7 @@ async fn held_against_one_a_day_across_a_dst_change_goes_at_the_midnight_ending_
     let utc = |d, h, m, s| chrono::Utc.with_ymd_and_hms(2027, 3, d, h, m, s).unwrap();
     let (day_start, midnight) = (utc(27, 23, 0, 0), utc(28, 22, 0, 0));
     assert_eq!(midnight - day_start, chrono::Duration::hours(23));
-    let clock = testkit::clock::ShiftedClock::at(utc(28, 21, 59, 45));
+    let clock = testkit::clock::ShiftedClock::at(utc(28, 21, 59, 35));
     let redis =
         tokio::task::spawn_blocking(move || testkit::procs::RedisServer::with_clock(&clock))
             .await
