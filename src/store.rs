@@ -42,7 +42,7 @@ use crate::redis::{refund, RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
 mod admit;
-pub(crate) mod digest;
+pub mod digest;
 mod layers;
 mod pace;
 mod quiet;
@@ -118,6 +118,12 @@ pub struct QuotaStore {
     cap_plans: std::sync::Mutex<PlanCache<Cap>>,
     /// `redis.wait_replicas` and `redis.wait_timeout` (ms) for digest folds.
     fold_wait: Option<(u32, u64)>,
+    /// With waiting on a cluster, connections of the folds' own (a fold's `WAIT`
+    /// holds its connection; see [`RedisConn::dedicated`]), taken in turn; empty
+    /// otherwise (the folds use the shared connection).
+    fold_conns: Vec<tokio::sync::Mutex<RedisConn>>,
+    /// The next of `fold_conns` to try first.
+    fold_next: AtomicUsize,
 }
 
 /// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
@@ -192,6 +198,10 @@ impl QuotaStore {
             Some(_) => conn.dedicated(crate::redis::admit::OUTSTANDING).await?,
             None => Vec::new(),
         };
+        let fold_conns = match wait {
+            Some(_) => conn.dedicated(digest::FOLD_CONNS).await?,
+            None => Vec::new(),
+        };
         let admitter = Admitter::start(Caller {
             prefix_len: keys.prefix().len(),
             conn: conn.clone(),
@@ -243,6 +253,11 @@ impl QuotaStore {
             quiet: Default::default(),
             cap_plans: Default::default(),
             fold_wait: wait,
+            fold_conns: fold_conns
+                .into_iter()
+                .map(tokio::sync::Mutex::new)
+                .collect(),
+            fold_next: AtomicUsize::new(0),
         };
         store.sync_clock().await?;
         Ok(store)

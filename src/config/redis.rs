@@ -46,7 +46,9 @@ pub struct RedisSettings {
     /// recorded (and the caps start afresh for them). On a cluster the `WAIT` follows
     /// each node's call, on connections the admissions keep for themselves (see
     /// `RedisConn::dedicated`); a master with fewer replicas answering (just promoted,
-    /// none attached yet) holds its recipients' jobs, as a short `WAIT` does.
+    /// none attached yet) holds its recipients' jobs, as a short `WAIT` does. A digest
+    /// fold is waited for the same way (on a cluster, `WAIT` goes to the master that
+    /// holds the fold, on connections the folds keep for themselves).
     pub wait_replicas: u32,
     /// How long one `WAIT` may take, 1ms to 1500ms (default `500ms`); a job whose
     /// admission was not replicated in time is held and retried, as when Redis is

@@ -57,11 +57,14 @@ pub struct Fold<'a> {
 /// index is in another hash slot) and idempotent: a worker that dies between the
 /// two hands the job back, and its redelivery finds it folded and writes the index.
 ///
-/// With `wait` (`redis.wait_replicas` and `redis.wait_timeout` ms), the fold is
-/// followed by `WAIT` on the same connection: fewer replicas than asked within the
-/// timeout is an error ([`StoreError::Unreplicated`]), the job is not acked and is
-/// folded again (found folded) until they answer. Not on a Redis Cluster yet (a
-/// keyless `WAIT` there is not routed to the node of the fold).
+/// With `wait` (`redis.wait_replicas` and `redis.wait_timeout` ms), the script call
+/// is followed by `WAIT` in the same pipeline: one round trip, and on a Redis
+/// Cluster the pipeline goes to the node that owns the group's slot (the script's
+/// keys route it; `WAIT` has none), so the `WAIT` is answered by the master that
+/// holds the fold. Fewer replicas than asked within the timeout is an error
+/// ([`StoreError::Unreplicated`]): the job is not acked and is folded again (found
+/// folded) until they answer. `conn` is then, on a cluster, a connection of the
+/// folds' own (a `WAIT` holds the connection it runs on).
 pub async fn fold(
     conn: &RedisConn,
     script: &Script,
@@ -71,9 +74,11 @@ pub async fn fold(
 ) -> Result<Folded, StoreError> {
     let mut conn = conn.clone();
     let mark = format!("{}{}", f.group.mark_base, f.job);
-    let (code, id, key, closes_at, full): (i64, String, String, i64, i64) = script
-        .key(&f.group.key)
-        .key(&mark)
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash())
+        .arg(2)
+        .arg(&f.group.key)
+        .arg(&mark)
         .arg(&f.group.base)
         .arg(&f.group.group)
         .arg(f.job)
@@ -84,21 +89,15 @@ pub async fn fold(
         .arg(f.keep_ms)
         .arg(f.max_window_ms)
         .arg(f.collapse_key.unwrap_or(""))
-        .arg(f.close_at_ms)
-        .invoke_async(&mut conn)
-        .await?;
-    if !(0..=2).contains(&code) {
-        return Err(StoreError::Reply {
-            script: "digest_fold.lua",
-            reply: vec![code],
-        });
-    }
-    if let Some((wanted, timeout_ms)) = wait.filter(|_| !matches!(conn, RedisConn::Cluster(..))) {
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(timeout_ms)
-            .query_async(&mut conn)
-            .await?;
+        .arg(f.close_at_ms);
+    let ((code, id, key, closes_at, full), acked) = match fold_call(&call, &mut conn, wait).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(&mut conn).await?;
+            fold_call(&call, &mut conn, wait).await?
+        }
+        result => result?,
+    };
+    if let (Some((wanted, _)), Some(acked)) = (wait, acked) {
         if acked < i64::from(wanted) {
             return Err(StoreError::Unreplicated {
                 reserved_at: 0,
@@ -107,6 +106,12 @@ pub async fn fold(
                 wanted,
             });
         }
+    }
+    if !(0..=2).contains(&code) {
+        return Err(StoreError::Reply {
+            script: "digest_fold.lua",
+            reply: vec![code],
+        });
     }
     let folded = Folded {
         opened: code == 1,
@@ -129,6 +134,30 @@ pub async fn fold(
             .await?;
     }
     Ok(folded)
+}
+
+/// The fold script's reply, as `lua/digest_fold.lua` gives it.
+type FoldReply = (i64, String, String, i64, i64);
+
+/// Send the fold script's call, followed by `WAIT` in the same pipeline when
+/// waiting is on: its reply, and how many replicas acknowledged.
+async fn fold_call(
+    call: &redis::Cmd,
+    conn: &mut RedisConn,
+    wait: Option<(u32, u64)>,
+) -> redis::RedisResult<(FoldReply, Option<i64>)> {
+    match wait {
+        None => Ok((call.query_async(conn).await?, None)),
+        Some((replicas, timeout_ms)) => {
+            let mut pipe = redis::pipe();
+            pipe.add_command(call.clone())
+                .cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout_ms);
+            let (reply, acked): (FoldReply, i64) = pipe.query_async(conn).await?;
+            Ok((reply, Some(acked)))
+        }
+    }
 }
 
 /// Claim up to `max` digests due to close, each for `lease_ms`.

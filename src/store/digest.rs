@@ -9,6 +9,10 @@ use crate::quota::digest::{DigestHead, DigestMode, DigestSpec, StoredItem};
 use crate::redis::digest::{self, Close, Fold, Folded};
 use crate::redis::StoreError;
 
+/// How many connections the folds keep for themselves when they wait for replicas
+/// on a Redis Cluster (folds beyond these at one moment wait for one to be free).
+pub(crate) const FOLD_CONNS: usize = 4;
+
 /// One job to fold, as the worker decoded it.
 #[derive(Debug)]
 pub struct FoldJob<'a> {
@@ -81,14 +85,35 @@ impl QuotaStore {
         };
         self.count_call();
         let index = self.keys.digests();
+        let lent = self.fold_conn().await;
+        let conn = lent.as_deref().unwrap_or(&self.conn);
         digest::fold(
-            &self.conn,
+            conn,
             &self.scripts.digest_fold,
             &index,
             &fold,
             self.fold_wait,
         )
         .await
+    }
+
+    /// One of the folds' own connections (waiting for replicas on a cluster): the
+    /// first free one from the next in turn, else the next in turn once it is free;
+    /// `None` when there are none (the shared connection is used).
+    async fn fold_conn(&self) -> Option<tokio::sync::MutexGuard<'_, crate::redis::RedisConn>> {
+        let n = self.fold_conns.len();
+        if n == 0 {
+            return None;
+        }
+        let first = self
+            .fold_next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for i in 0..n {
+            if let Ok(guard) = self.fold_conns[(first + i) % n].try_lock() {
+                return Some(guard);
+            }
+        }
+        Some(self.fold_conns[first % n].lock().await)
     }
 
     /// Claim up to `max` digests due to close, each for `lease_ms`.

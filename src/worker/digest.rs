@@ -28,7 +28,8 @@ use crate::redis::digest::Close;
 use crate::store::digest::FoldJob;
 
 /// How long a closer holds a digest it claimed: one that dies mid-close lets
-/// another claim it again after this.
+/// another claim it again after this (or after `redis.reservation_lease`, when
+/// that is shorter: [`Worker::close_lease`]).
 pub(crate) const CLOSE_LEASE: Duration = Duration::from_secs(30);
 /// How long a held digest sent as a job is left before a closer looks at it again
 /// (its job normally settles it well before).
@@ -116,9 +117,17 @@ impl Worker {
         Ok((folded.id, closes_at))
     }
 
+    /// How long a closer holds a digest it claimed: [`CLOSE_LEASE`], or
+    /// `redis.reservation_lease` when that is shorter (the time after which a
+    /// worker's claim on a send is taken for a dead worker's, here a claim on a
+    /// close).
+    pub(crate) fn close_lease(&self) -> Duration {
+        CLOSE_LEASE.min(self.settings.redis.reservation_lease.0)
+    }
+
     /// Claim the digests due and send each; how many were claimed.
     async fn close_due(&self, publisher: &Publisher) -> Result<usize, crate::redis::StoreError> {
-        let lease = CLOSE_LEASE.as_millis() as u64;
+        let lease = self.close_lease().as_millis() as u64;
         let claimed = self.store.claim_digests(lease, CLAIM).await?;
         for key in &claimed {
             if let Err(e) = self.close_one(publisher, key).await {
@@ -186,7 +195,7 @@ impl Worker {
         }
         if let Err(e) = publisher.publish(exchange, "", &built.body, props).await {
             if held {
-                let lease = closed.now_ms + CLOSE_LEASE.as_millis() as i64;
+                let lease = closed.now_ms + self.close_lease().as_millis() as i64;
                 let _ = self.store.reschedule_digest(key, lease).await;
             }
             return Err(e.into());

@@ -158,7 +158,11 @@ impl Worker {
         let _suppressions = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             crate::feedback::watch::watch(self.store.clone(), shutdown.clone()),
         ));
-        let delays = || crate::backoff::delays(Duration::from_millis(200), Duration::from_secs(1));
+        // short: each try at a broker that is away costs a refused connection, and the
+        // time between its return and the next try is drain lost (100 ms doubling
+        // to 250 ms, each lengthened by up to itself: back within 0.5 s)
+        let delays =
+            || crate::backoff::delays(Duration::from_millis(100), Duration::from_millis(250));
         let mut backoff = delays();
         loop {
             if shutdown.is_cancelled() {

@@ -96,6 +96,14 @@ pub fn worker_toml(s: &Settings) -> String {
             "]\nscope = {}\naction = {}\npriority = {}\n\n",
             v["scope"], v["action"], v["priority"]
         ));
+        // its digest section, each key as TOML (strings quoted, numbers bare)
+        if let Some(d) = v["digest"].as_object() {
+            out.push_str(&format!("[policies.{name}.digest]\n"));
+            for (k, x) in d {
+                out.push_str(&format!("{k} = {x}\n"));
+            }
+            out.push('\n');
+        }
     }
     for (name, c) in &s.channels {
         out.push_str(&format!("[channels.{name}]\n"));

@@ -13,9 +13,11 @@ use testkit::audit::{self, depth, Audit, Published};
 use testkit::procs::WorkerProc;
 use testkit::*;
 
+mod digests;
 mod failover;
 mod node;
 
+pub(crate) use digests::*;
 pub(crate) use failover::*;
 pub(crate) use node::*;
 

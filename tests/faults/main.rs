@@ -1,8 +1,9 @@
 //! The fault suite: the worker under kill -9, a broker restart, a broker hang, nodes
 //! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
 //! failover and a Redis Cluster master failing over to its replica, four competing
-//! processes, SIGTERM under load, stale `x-death` headers and kill -9 while feedback
-//! is applied, one file a scenario over a shared harness (`harness.rs`). Every scenario
+//! processes, SIGTERM under load, stale `x-death` headers, kill -9 while feedback
+//! is applied, kill -9 while digests close and a broker restart with digests open,
+//! one file a scenario over a shared harness (`harness.rs`). Every scenario
 //! publishes a known set of jobs and ends with an audit (see `testkit::audit`): each
 //! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
 //! against what was dispatched and what Redis recorded; duplicates counted and
@@ -26,6 +27,8 @@ mod harness;
 
 mod broker_hang;
 mod broker_restart;
+mod digest_broker_restart;
+mod digest_close_kill;
 mod feedback_kill;
 mod four_workers;
 mod interrupted_admission;

@@ -681,3 +681,145 @@ async fn preferences_hold_and_stop_jobs_on_the_cluster() {
         }
     }
 }
+
+/// `redis.wait_replicas` for digest folds on a Redis Cluster (three masters, one
+/// replica each, started for this test): each fold's `WAIT` goes to the master that
+/// holds its group. With the replica of one master stopped, a fold of a recipient
+/// on that master is held (0 of 1 replicas; the shared connection answers at once
+/// meanwhile), a fold of a recipient on another master is not; once the replica is
+/// back, the held job's fold again finds it folded: one item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_replicas_a_fold_waits_on_the_master_that_holds_it() {
+    use quota_worker::config::{DigestSettings, Dur, PolicySettings};
+    use quota_worker::quota::digest::{DigestMode, KeepFrom};
+    use quota_worker::redis::StoreError;
+    use quota_worker::store::digest::FoldJob;
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::with_replicas(1, 15_000))
+        .await
+        .unwrap();
+    let ns = unique("c-fold-wait");
+    let mut s = settings(&ns);
+    s.redis.cluster = true;
+    s.redis.cluster_urls = cluster.urls();
+    s.redis.url = "redis://127.0.0.1:1".into();
+    s.redis.wait_replicas = 1;
+    s.redis.wait_timeout = Dur(Duration::from_millis(1000));
+    s.policies.insert(
+        "social".into(),
+        PolicySettings {
+            digest: Some(DigestSettings {
+                mode: DigestMode::Window,
+                window: Some(Dur(Duration::from_secs(3600))),
+                max_window: None,
+                max_items: 100,
+                keep: 10,
+                keep_from: KeepFrom::First,
+            }),
+            ..PolicySettings::default()
+        },
+    );
+    s.validate().unwrap();
+    let e = std::sync::Arc::new(engine(&s).await);
+    let spec = e
+        .rules()
+        .policy_of("social", None)
+        .digest
+        .expect("a digest section");
+    let fold = |e: std::sync::Arc<quota_worker::store::QuotaStore>, id: String, who: String| async move {
+        let body = format!(r#"{{"id":"{id}","recipient":"{who}","payload":{{}}}}"#);
+        let job = FoldJob {
+            id: &id,
+            recipient: &who,
+            channel: "sms",
+            category: "social",
+            tenant: None,
+            timezone: None,
+            key: "social",
+            first_seen: chrono::Utc::now(),
+            expires_at: None,
+            body: body.as_bytes(),
+            collapse_key: None,
+            closes_at: None,
+        };
+        e.fold(&job, &spec).await
+    };
+    // ten recipients folded while every replica answers; the master of each
+    let mut owner = Vec::new();
+    for i in 0..10 {
+        let folded = fold(e.clone(), format!("f{i}"), format!("r{i}"))
+            .await
+            .expect("replicated");
+        let node = (0..3)
+            .map(|m| cluster.masters()[m])
+            .find(|&m| {
+                redis::cmd("EXISTS")
+                    .arg(&folded.key)
+                    .query::<i64>(&mut cluster.nodes[m].connection())
+                    .is_ok_and(|n| n == 1)
+            })
+            .expect("a master holds the digest");
+        owner.push(node);
+    }
+    let victim = owner[0];
+    let other = owner
+        .iter()
+        .position(|&m| m != victim)
+        .expect("recipients on two masters");
+    let port = cluster.nodes[victim].port;
+    let replica = (0..cluster.nodes.len())
+        .find(|&i| {
+            cluster.nodes[i]
+                .replication()
+                .contains(&format!("master_port:{port}"))
+        })
+        .expect("the victim's replica");
+    let replica_pid = cluster.nodes[replica].pid().unwrap().to_string();
+    testkit::procs::signal(&replica_pid, "STOP");
+    struct Cont(String);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            testkit::procs::signal(&self.0, "CONT");
+        }
+    }
+    let cont = Cont(replica_pid);
+    let started = std::time::Instant::now();
+    let held = tokio::spawn(fold(e.clone(), "g0".into(), "r0".into()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ping = std::time::Instant::now();
+    e.ping().await.unwrap();
+    assert!(
+        ping.elapsed() < Duration::from_millis(500),
+        "a ping waited {:?} behind the fold's WAIT",
+        ping.elapsed()
+    );
+    // a recipient on another master: its replica answers
+    let elsewhere = fold(e.clone(), "g1".into(), format!("r{other}")).await;
+    assert!(elsewhere.is_ok(), "{elsewhere:?}");
+    match held.await.unwrap() {
+        Err(StoreError::Unreplicated {
+            acked: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("expected a held fold, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    drop(cont);
+    let again = loop {
+        match fold(e.clone(), "g0".into(), "r0".into()).await {
+            Ok(f) => break f,
+            Err(StoreError::Unreplicated { .. }) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "never replicated"
+                );
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert!(again.again, "found folded: {again:?}");
+    let digests = quota_worker::admin::Digests::new(&e);
+    let open = digests.of("r0", None).await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].count, 2, "f0 and g0, once each");
+}

@@ -878,3 +878,233 @@ async fn a_digest_larger_than_max_body_bytes_is_still_a_job() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+/// The jobs a worker process counts as folded (`quota_worker_digest_items_total`
+/// of policy `social` on its `/metrics`).
+async fn folded_by(addr: &str) -> u64 {
+    let (_, text) = http_get(addr, "/metrics").await.expect("its metrics");
+    text.lines()
+        .filter(|l| l.starts_with("quota_worker_digest_items_total{") && l.contains("\"social\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Three `quota-worker` processes on one group: 90 jobs of one recipient published
+/// at once, taken by the three as they come (each holds up to its prefetch), all
+/// folded into one digest that holds every job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_folding_one_group_at_once_make_one_digest_of_every_item_once() {
+    let mut s = digested(&unique("digest-procs"), Duration::from_secs(4), 1000);
+    // every item carried in full, so each can be counted
+    s.policies
+        .get_mut("social")
+        .unwrap()
+        .digest
+        .as_mut()
+        .unwrap()
+        .keep = 100;
+    s.amqp.prefetch = 10;
+    let (_c, _w, conn) = rig(&s).await;
+    let dir = testkit::temp_dir("digest-procs");
+    let mut procs = Vec::new();
+    let mut addrs = Vec::new();
+    for n in 0..3 {
+        let mut one = s.clone();
+        one.http.enabled = true;
+        one.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
+        addrs.push(one.http.listen.clone());
+        let tag = n.to_string();
+        procs.push(testkit::procs::WorkerProc::spawn_serving(
+            crate::BIN,
+            &one,
+            &dir,
+            &tag,
+        ));
+    }
+    wait_for("three consumers", Duration::from_secs(30), || async {
+        testkit::audit::consumers(&conn, &s.amqp.jobs_queue).await == Some(3)
+    })
+    .await;
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = (0..90)
+        .map(|n| job(&format!("q{n}"), "r20", "social", ""))
+        .collect();
+    let sends = bodies.iter().map(|b| {
+        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
+        p.publish(&s.amqp.jobs_exchange, "", b, props)
+    });
+    for r in futures_util::future::join_all(sends).await {
+        r.unwrap();
+    }
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("a digest; worker 0:\n{}", procs[0].tail(20)));
+    assert!(id.starts_with("dg-"), "{id}");
+    assert_eq!(count.as_deref(), Some("90"));
+    assert_eq!(
+        (
+            body["digest"]["count"].as_u64(),
+            body["digest"]["omitted"].as_u64()
+        ),
+        (Some(90), Some(0))
+    );
+    let mut got = ids(&body);
+    got.sort();
+    let mut want: Vec<String> = (0..90).map(|n| format!("q{n}")).collect();
+    want.sort();
+    assert_eq!(got, want, "every job once");
+    assert!(
+        dispatched(&conn, &s, Duration::from_secs(5))
+            .await
+            .is_none(),
+        "one digest, not two"
+    );
+    assert_eq!(depth(&conn, &s.amqp.jobs_queue).await, 0);
+    // the three folded into it: each its share, 90 in all
+    let mut folded = Vec::new();
+    for addr in &addrs {
+        folded.push(folded_by(addr).await);
+    }
+    assert_eq!(folded.iter().sum::<u64>(), 90, "{folded:?}");
+    assert!(
+        folded.iter().filter(|n| **n > 0).count() >= 2,
+        "more than one process folded: {folded:?}"
+    );
+    for w in &mut procs {
+        let status = w.stop();
+        assert!(status.is_some_and(|s| s.success()), "{}", w.tail(20));
+    }
+    let panics = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .filter(|log| log.contains("panicked"))
+        .count();
+    assert_eq!(panics, 0, "a worker panicked");
+}
+
+/// `recipient`'s open digests once one of them is as `wanted` says (10 s at most).
+async fn open_digests(
+    digests: &quota_worker::admin::Digests<'_>,
+    recipient: &str,
+    wanted: impl Fn(&quota_worker::admin::OpenDigest) -> bool,
+) -> Vec<quota_worker::admin::OpenDigest> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = digests.of(recipient, None).await.unwrap();
+        if open.iter().any(&wanted) {
+            return open;
+        }
+        assert!(std::time::Instant::now() < deadline, "{open:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `held` against a one-a-day cap across a change of daylight saving time, on the
+/// real services: a private Redis and the worker binary on a clock set to 23:59:35
+/// in Berlin on 28 March 2027, the day summer time began there (23 hours long:
+/// 2027-03-27T23:00Z to 2027-03-28T22:00Z); RabbitMQ on real time. The first job
+/// goes; the three after it are folded into one digest that closes at the
+/// recipient's next midnight, 2027-03-28T22:00:00Z exactly (24 hours after the day
+/// began would be an hour late), and is dispatched then, counted as one send. The
+/// next job is held again, into a digest of the next (24-hour) day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_against_one_a_day_across_a_dst_change_goes_at_the_midnight_ending_the_short_day() {
+    use chrono::TimeZone;
+    let utc = |d, h, m, s| chrono::Utc.with_ymd_and_hms(2027, 3, d, h, m, s).unwrap();
+    let (day_start, midnight) = (utc(27, 23, 0, 0), utc(28, 22, 0, 0));
+    assert_eq!(midnight - day_start, chrono::Duration::hours(23));
+    let clock = testkit::clock::ShiftedClock::at(utc(28, 21, 59, 35));
+    let redis =
+        tokio::task::spawn_blocking(move || testkit::procs::RedisServer::with_clock(&clock))
+            .await
+            .unwrap();
+    let mut s = settings(&unique("digest-dst"));
+    s.redis.url = redis.url();
+    s.policies.insert(
+        "held".into(),
+        PolicySettings {
+            rules: vec![RuleSettings {
+                limit: 1,
+                window: "1d".parse().unwrap(),
+            }],
+            digest: Some(DigestSettings {
+                mode: DigestMode::Held,
+                window: None,
+                max_window: None,
+                max_items: 100,
+                keep: 10,
+                keep_from: KeepFrom::First,
+            }),
+            ..PolicySettings::default()
+        },
+    );
+    s.validate().unwrap();
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    topology(&s).declare(&conn).await.unwrap();
+    let dir = testkit::temp_dir("digest-dst");
+    let mut env = testkit::env::worker_env(&s);
+    env.extend(clock.env());
+    let mut w = testkit::procs::WorkerProc::spawn_env(crate::BIN, &s, &dir, "0", env);
+    wait_for("the worker consumes", Duration::from_secs(30), || async {
+        testkit::audit::consumers(&conn, &s.amqp.jobs_queue).await == Some(1)
+    })
+    .await;
+    let berlin = r#","timezone":"Europe/Berlin""#;
+    for n in 1..=4 {
+        publish(
+            &conn,
+            &s,
+            &job(&format!("d{n}"), "r-berlin", "held", berlin),
+        )
+        .await;
+    }
+    let (first, header_count, _) = dispatched(&conn, &s, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("d1, as today:\n{}", w.tail(20)));
+    assert_eq!((first.as_str(), header_count), ("d1", None));
+    // the three after it, folded into one digest closing at the next local midnight
+    let store = quota_worker::store::QuotaStore::connect(&s).await.unwrap();
+    let digests = quota_worker::admin::Digests::new(&store);
+    let open = open_digests(&digests, "r-berlin", |d| d.count == 3).await;
+    assert!(
+        clock.now() < midnight,
+        "the first job and the folds were on the 28th (too slow a start): {}",
+        clock.now()
+    );
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].closes_at, Some(midnight));
+    let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("the digest at midnight:\n{}", w.tail(20)));
+    assert!(clock.now() >= midnight, "sent at {}", clock.now());
+    assert_eq!(id, open[0].id);
+    assert_eq!(count.as_deref(), Some("3"));
+    assert_eq!(ids(&body), ["d2", "d3", "d4"]);
+    // two sends recorded: d1 on the 28th, the digest (one send) on the 29th
+    let keys = s.redis.keys();
+    let mut rc = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let sends = testkit::audit::recorded(&mut rc, &keys.recipient("r-berlin", "held", None)).await;
+    let times: Vec<i64> = sends.iter().map(|(t, ..)| *t).collect();
+    assert_eq!(times.len(), 2, "{times:?}");
+    assert!(times[0] < midnight.timestamp_millis(), "{times:?}");
+    assert!(times[1] >= midnight.timestamp_millis(), "{times:?}");
+    // the 29th's one send is used: the next job is held into the next day's digest,
+    // which closes at the midnight after (a 24-hour day)
+    publish(&conn, &s, &job("d5", "r-berlin", "held", berlin)).await;
+    let open = open_digests(&digests, "r-berlin", |d| d.count == 1).await;
+    let next = open.iter().find(|d| d.count == 1).unwrap();
+    assert_ne!(next.id, id);
+    assert_eq!(next.closes_at, Some(utc(29, 22, 0, 0)));
+    assert!(dispatched(&conn, &s, Duration::from_secs(1))
+        .await
+        .is_none());
+    let status = w.stop();
+    assert!(status.is_some_and(|s| s.success()), "{}", w.tail(20));
+}
