@@ -398,6 +398,9 @@ fn the_dashboard_is_json_and_every_panel_queries_the_provisioned_prometheus() {
         "quota_worker_shadow_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
+        "sum by (policy) (rate(quota_worker_digest_items_total",
+        "sum by (policy, result) (rate(quota_worker_digests_total",
+        "histogram_quantile(0.99, sum by (le, policy) (rate(quota_worker_digest_items_bucket",
     ] {
         if !exprs.iter().any(|e| e.contains(wanted)) {
             problems.push(format!("no panel queries `{wanted}`"));
@@ -973,6 +976,20 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     let mut promo = s.policies["default"].clone();
     promo.mode = Mode::Shadow;
     s.policies.insert("promo".into(), promo);
+    // a policy with a digest (a window of a second), so that folds, digests sent
+    // and items per digest are counted
+    let social = quota_worker::config::PolicySettings {
+        digest: Some(quota_worker::config::DigestSettings {
+            mode: quota_worker::quota::digest::DigestMode::Window,
+            window: Some(quota_worker::config::Dur(Duration::from_secs(1))),
+            max_window: None,
+            max_items: 100,
+            keep: 10,
+            keep_from: Default::default(),
+        }),
+        ..Default::default()
+    };
+    s.policies.insert("social".into(), social);
     // a paced channel, so that a job waits in its lane
     let push = s.channels.get_mut("push").unwrap();
     push.rate = Some(1);
@@ -1049,6 +1066,9 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         .await
         .expect("the API stores the set");
     publish(&conn, &s, &job("obs-7", "r7", "promo")).await;
+    // two jobs folded into one digest, sent when its window ends
+    publish(&conn, &s, &job("obs-9", "r8", "social")).await;
+    publish(&conn, &s, &job("obs-10", "r8", "social")).await;
     let quiet = br#"{"id":"obs-8","recipient":"r7","channel":"email"}"#;
     publish(&conn, &s, quiet).await;
 
@@ -1133,6 +1153,26 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
             "quota_worker_preference_requests_total",
             vec![("status", "200")],
             1.0,
+        ),
+        (
+            "quota_worker_digest_items_total",
+            vec![("policy", "social")],
+            2.0,
+        ),
+        (
+            "quota_worker_digests_total",
+            vec![("policy", "social"), ("result", "sent")],
+            1.0,
+        ),
+        (
+            "quota_worker_digest_items_count",
+            vec![("policy", "social")],
+            1.0,
+        ),
+        (
+            "quota_worker_digest_items_sum",
+            vec![("policy", "social")],
+            2.0,
         ),
         ("quota_worker_in_flight", vec![], 0.0),
         (
