@@ -117,9 +117,9 @@ impl Worker {
     }
 
     /// Claim the digests due and send them, all at once (one after the other, each
-    /// waiting for its publish's confirm, a closer sent about 550 a second, behind
-    /// 1,200 a second falling due in the benchmark's digest step); how many were
-    /// claimed.
+    /// waiting for its publish's confirm, a closer sent 300 to 550 a second, behind
+    /// 1,000 to 1,300 a second falling due in the benchmark's digest step,
+    /// BENCHMARKS.md "Digests"); how many were claimed.
     async fn close_due(&self, publisher: &Publisher) -> Result<usize, crate::redis::StoreError> {
         let lease = CLOSE_LEASE.as_millis() as u64;
         let claimed = self.store.claim_digests(lease, CLAIM).await?;
