@@ -1029,8 +1029,8 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // one dispatched, one delayed by the default policy's cap, two dead letters
-    // (malformed, and opted_out below), two of the shadow policy (one allowed, one it would have held)
+    // one dispatched, one delayed by the default policy's cap, three dead letters
+    // (malformed, and opted_out and an expired digest below), two of the shadow policy (one allowed, one it would have held)
     let conn = amqp().await;
     publish(&conn, &s, &job("obs-1", "r1", "default")).await;
     publish(&conn, &s, &job("obs-2", "r1", "default")).await;
@@ -1069,6 +1069,15 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     // two jobs folded into one digest, sent when its window ends
     publish(&conn, &s, &job("obs-9", "r8", "social")).await;
     publish(&conn, &s, &job("obs-10", "r8", "social")).await;
+    // and a digest's job (its header) past its expires_at: dead-lettered, a dead digest
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert(
+        quota_worker::quota::digest::DIGEST_HEADER.into(),
+        lapin::types::AMQPValue::LongLongInt(1),
+    );
+    let expired = br#"{"id":"dg-obs-11","recipient":"r8","channel":"sms","category":"social","expires_at":"2020-01-01T00:00:00Z"}"#;
+    let props = lapin::BasicProperties::default().with_headers(headers);
+    publish_with(&conn, &s, expired, props).await;
     let quiet = br#"{"id":"obs-8","recipient":"r7","channel":"email"}"#;
     publish(&conn, &s, quiet).await;
 
@@ -1137,7 +1146,7 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         (
             "quota_worker_queue_messages",
             vec![("role", "dead"), ("queue", &dead_queue)],
-            2.0,
+            3.0,
         ),
         (
             "quota_worker_preference_total",
@@ -1162,6 +1171,11 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         (
             "quota_worker_digests_total",
             vec![("policy", "social"), ("result", "sent")],
+            1.0,
+        ),
+        (
+            "quota_worker_digests_total",
+            vec![("policy", "social"), ("result", "dead")],
             1.0,
         ),
         (
