@@ -97,7 +97,7 @@ pub const LANE_PREFETCH: &str = "quota_worker_lane_prefetch";
 /// Counter: jobs folded into digests, by `policy`.
 pub const DIGEST_ITEMS_TOTAL: &str = "quota_worker_digest_items_total";
 /// Counter: digests closed, by `policy` and `result` (sent: published as one job;
-/// empty: no item left, nothing sent).
+/// empty: no item left, nothing sent; dead: its job, sent, was dead-lettered).
 pub const DIGESTS_TOTAL: &str = "quota_worker_digests_total";
 /// Histogram: items per digest sent, by `policy`.
 pub const DIGEST_ITEMS: &str = "quota_worker_digest_items";
@@ -309,7 +309,7 @@ pub fn describe() {
     describe_counter!(DIGEST_ITEMS_TOTAL, "Jobs folded into digests, by policy");
     describe_counter!(
         DIGESTS_TOTAL,
-        "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent)"
+        "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent; dead: its job, sent, was dead-lettered)"
     );
     describe_histogram!(DIGEST_ITEMS, "Items per digest sent, by policy");
     describe_gauge!(
@@ -372,8 +372,8 @@ pub(crate) fn digest_folded(policy: &str) {
     metrics::counter!(DIGEST_ITEMS_TOTAL, "policy" => policy.to_string()).increment(1);
 }
 
-/// Count one digest of `policy` closed with `result` (`sent`, `empty`), holding
-/// `items`.
+/// Count one digest of `policy` closed with `result` (`sent`, `empty`, `dead`: its
+/// job dead-lettered), holding `items`.
 pub(crate) fn digest_ended(policy: &str, result: &'static str, items: usize) {
     let policy = policy.to_string();
     metrics::counter!(DIGESTS_TOTAL, "policy" => policy.clone(), "result" => result).increment(1);

@@ -40,6 +40,12 @@
 //!   broker restart half-way (on a private node): the drain rate against the rate,
 //!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
 //!   bulk jobs to the jobs exchange: how fast they are published and parked.
+//! - **digest** ([`digest`], only when asked for): a policy with a `window` digest
+//!   (2 s), `--jobs` jobs (default 100,000) ten a recipient, on a private
+//!   `redis-server`: a backlog folded as fast as the worker can, then the same
+//!   offered at half that rate: digests sent against those expected, items in them
+//!   against jobs, items folded per second, Redis bytes per held item, and the time
+//!   from a window's end to its digest's arrival on the dispatch queue.
 //! - **memory** ([`memory`]): Redis `used_memory` growth per recipient holding three
 //!   sends.
 //!
@@ -59,6 +65,7 @@ mod ceiling;
 mod cli;
 mod cluster;
 mod context;
+mod digest;
 mod engine;
 mod jobs;
 mod lanes;

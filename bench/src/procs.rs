@@ -16,11 +16,35 @@ use testkit::{free_port, redis_host_port};
 /// `quota-worker run` for `s`, quiet, its HTTP endpoint on a free port, with `env`
 /// added to its environment.
 pub fn spawn_worker(bin: &Path, s: &Settings, env: &[(String, String)]) -> Result<(Child, u16)> {
+    spawn(bin, s, env, None)
+}
+
+/// [`spawn_worker`] with the configuration file `config` (`--config`: policies and
+/// channels, which cannot be environment variables).
+pub fn spawn_worker_configured(
+    bin: &Path,
+    s: &Settings,
+    env: &[(String, String)],
+    config: &Path,
+) -> Result<(Child, u16)> {
+    spawn(bin, s, env, Some(config))
+}
+
+fn spawn(
+    bin: &Path,
+    s: &Settings,
+    env: &[(String, String)],
+    config: Option<&Path>,
+) -> Result<(Child, u16)> {
     let port = free_port(None);
     let mut w = s.clone();
     w.http.enabled = true;
     w.http.listen = format!("127.0.0.1:{port}");
-    let child = Command::new(bin)
+    let mut cmd = Command::new(bin);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let child = cmd
         .arg("run")
         .envs(testkit::env::env_for(&w))
         .envs(env.iter().cloned())

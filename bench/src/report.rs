@@ -184,6 +184,8 @@ pub struct Report {
     /// The recovery step's bursts: how fast a campaign published to the jobs queue
     /// is parked, by workers.
     pub bursts: Vec<Burst>,
+    /// The digest step: the backlog pass, then the paced one.
+    pub digests: Vec<DigestRun>,
 }
 
 impl EndToEnd {
@@ -307,4 +309,49 @@ pub struct Burst {
     /// How long an urgent job published right behind the burst waits to be read:
     /// `jobs / parking − jobs / publish` (0 when parking keeps up), in seconds.
     pub urgent_wait_secs: f64,
+}
+
+/// One pass of the digest step (`digest`): jobs of a policy with a `window` digest,
+/// ten a recipient one after the other, folded and sent by the real worker.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct DigestRun {
+    /// `backlog` (published before the worker starts) or `paced` (offered at
+    /// `offered_jobs_per_sec`).
+    pub pass: String,
+    /// Jobs published.
+    pub jobs: u64,
+    /// Recipients (groups), ten jobs each.
+    pub recipients: u64,
+    /// The digest's window, seconds.
+    pub window_secs: u64,
+    pub offered_jobs_per_sec: Option<f64>,
+    /// Digests read from the dispatch queue.
+    pub digests_sent: u64,
+    /// Groups × windows: one digest per recipient (its ten jobs fall in one window).
+    pub digests_expected: u64,
+    /// The sum of the digests' `count`.
+    pub items_in_digests: u64,
+    /// Digests sent = expected, and items in them = jobs.
+    pub accounted: bool,
+    /// Items folded (the worker's `quota_worker_digest_items_total`).
+    pub items_folded: u64,
+    /// From the last sample before the first fold to the first with them all.
+    pub fold_secs: f64,
+    pub items_folded_per_sec: f64,
+    /// Items held (folded, their digest not sent yet) at the sample holding most.
+    pub peak_items_held: u64,
+    /// Redis `used_memory` growth at that sample, less what the folded jobs leave
+    /// after their digests are sent, over the items held.
+    pub redis_bytes_per_held_item: f64,
+    /// `used_memory` growth once every digest is sent, per job (marks kept
+    /// `redis.record_ttl`, notes for `admin job`, the groups' hashes).
+    pub redis_bytes_left_per_job: f64,
+    /// From a window's end (the digest's opening instant, in its id, + the window)
+    /// to its arrival on the dispatch queue.
+    pub window_end_to_dispatch: EndToEnd,
+    /// The same from the digest's `first_at` + the window.
+    pub first_at_to_dispatch_p50_ms: f64,
+    pub first_at_to_dispatch_p99_ms: f64,
+    /// The worker's outcomes (`folded` the jobs, `dispatched` the digests).
+    pub outcomes: HashMap<String, u64>,
 }

@@ -33,6 +33,7 @@ pub fn print(r: &Report) {
     print_scale(r);
     print_latency_passes(r);
     print_recovery(r);
+    print_digests(r);
     println!(
         "\nRedis memory: {:.1} bytes per recipient with 3 sends ({} recipients); MEMORY USAGE of one: {} bytes",
         r.memory_bytes_per_recipient, r.memory_recipients, r.memory_usage_one_recipient
@@ -232,6 +233,38 @@ fn print_recovery(r: &Report) {
         println!(
             "burst of {} bulk jobs to the jobs exchange, {} worker(s): published at {:.0}/s, parked at {:.0}/s; an urgent job behind them waits {:.1} s",
             x.jobs, x.workers, x.publish_per_sec, x.parking_per_sec, x.urgent_wait_secs
+        );
+    }
+}
+
+/// The digest step: one row a pass.
+fn print_digests(r: &Report) {
+    if r.digests.is_empty() {
+        return;
+    }
+    println!("\n| digest pass | jobs | window s | offered/s | digests sent / expected | items in digests | accounted | items folded/s | Redis bytes per held item (held at most) | bytes left per job | window end to dispatch p50 / p99 / max ms | from first_at p50 / p99 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for d in &r.digests {
+        let e = &d.window_end_to_dispatch;
+        println!(
+            "| {} | {} | {} | {} | {} / {} | {} | {} | {:.0} | {:.0} ({}) | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} |",
+            d.pass,
+            d.jobs,
+            d.window_secs,
+            d.offered_jobs_per_sec.map_or("-".into(), |v| format!("{v:.0}")),
+            d.digests_sent,
+            d.digests_expected,
+            d.items_in_digests,
+            if d.accounted { "yes" } else { "NO" },
+            d.items_folded_per_sec,
+            d.redis_bytes_per_held_item,
+            d.peak_items_held,
+            d.redis_bytes_left_per_job,
+            e.p50_ms,
+            e.p99_ms,
+            e.max_ms,
+            d.first_at_to_dispatch_p50_ms,
+            d.first_at_to_dispatch_p99_ms,
         );
     }
 }

@@ -332,6 +332,10 @@ impl Worker {
                     .digest_key(job.tenant.as_deref(), &job.recipient, &job.id);
                 Box::pin(self.retry_redis(|| self.store.end_digest(&key), &s.stop)).await?;
             }
+            // a digest's job dead-lettered (opted out, expired, cancelled, …)
+            if matches!(outcome, Outcome::Dead(_)) && super::digest::is_digest(delivery) {
+                crate::metrics::digest_ended(&policy.name, "dead", 0);
+            }
             rules.metrics.count(outcome, labels);
         }
         outcome

@@ -168,7 +168,9 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let dir = testkit::temp_dir(&ns);
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", testkit::free_port(None));
-    let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n";
+    // a shadow policy, and one with a digest (a window of a second)
+    let extra = "[policies.promo]\nrules = [{ limit = 1, window = \"1d\" }]\nmode = \"shadow\"\n\
+                 [policies.social]\nrules = []\n[policies.social.digest]\nmode = \"window\"\nwindow = \"1s\"\n";
     let config = dir.join("worker.toml");
     std::fs::write(&config, format!("{}{extra}", testkit::env::worker_toml(&s))).unwrap();
     let mut w = WorkerProc::spawn_serving(crate::BIN, &s, &dir, "0");
@@ -185,7 +187,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let prometheus = Prometheus::start(&prom, &dir, &addr).await;
 
     // 30 s of traffic: every outcome, delays, a shadow policy, a reload, feedback,
-    // preferences
+    // preferences, digests
     let conn = amqp().await;
     let feedback = quota_worker_producer::FeedbackPublisher::open(
         &conn,
@@ -214,6 +216,15 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
             publish(&conn, &s, body.as_bytes()).await;
         }
         prefs.get("own-say", None).await.unwrap();
+        // three jobs a round folded into the digests of two recipients (a digest
+        // closes a second after its first item: two or three rounds each)
+        for k in 0..3u32 {
+            let body = format!(
+                r#"{{"id":"{ns}-d{round}-{k}","recipient":"dg{}","channel":"sms","category":"social"}}"#,
+                k % 2
+            );
+            publish(&conn, &s, body.as_bytes()).await;
+        }
         for i in 0..10u32 {
             let n = round * 10 + i;
             let body = match i {

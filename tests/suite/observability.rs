@@ -398,6 +398,9 @@ fn the_dashboard_is_json_and_every_panel_queries_the_provisioned_prometheus() {
         "quota_worker_shadow_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
+        "sum by (policy) (rate(quota_worker_digest_items_total",
+        "sum by (policy, result) (rate(quota_worker_digests_total",
+        "histogram_quantile(0.99, sum by (le, policy) (rate(quota_worker_digest_items_bucket",
     ] {
         if !exprs.iter().any(|e| e.contains(wanted)) {
             problems.push(format!("no panel queries `{wanted}`"));
@@ -973,6 +976,20 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     let mut promo = s.policies["default"].clone();
     promo.mode = Mode::Shadow;
     s.policies.insert("promo".into(), promo);
+    // a policy with a digest (a window of a second), so that folds, digests sent
+    // and items per digest are counted
+    let social = quota_worker::config::PolicySettings {
+        digest: Some(quota_worker::config::DigestSettings {
+            mode: quota_worker::quota::digest::DigestMode::Window,
+            window: Some(quota_worker::config::Dur(Duration::from_secs(1))),
+            max_window: None,
+            max_items: 100,
+            keep: 10,
+            keep_from: Default::default(),
+        }),
+        ..Default::default()
+    };
+    s.policies.insert("social".into(), social);
     // a paced channel, so that a job waits in its lane
     let push = s.channels.get_mut("push").unwrap();
     push.rate = Some(1);
@@ -1012,8 +1029,8 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // one dispatched, one delayed by the default policy's cap, two dead letters
-    // (malformed, and opted_out below), two of the shadow policy (one allowed, one it would have held)
+    // one dispatched, one delayed by the default policy's cap, three dead letters
+    // (malformed, and opted_out and an expired digest below), two of the shadow policy (one allowed, one it would have held)
     let conn = amqp().await;
     publish(&conn, &s, &job("obs-1", "r1", "default")).await;
     publish(&conn, &s, &job("obs-2", "r1", "default")).await;
@@ -1049,6 +1066,18 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         .await
         .expect("the API stores the set");
     publish(&conn, &s, &job("obs-7", "r7", "promo")).await;
+    // two jobs folded into one digest, sent when its window ends
+    publish(&conn, &s, &job("obs-9", "r8", "social")).await;
+    publish(&conn, &s, &job("obs-10", "r8", "social")).await;
+    // and a digest's job (its header) past its expires_at: dead-lettered, a dead digest
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert(
+        quota_worker::quota::digest::DIGEST_HEADER.into(),
+        lapin::types::AMQPValue::LongLongInt(1),
+    );
+    let expired = br#"{"id":"dg-obs-11","recipient":"r8","channel":"sms","category":"social","expires_at":"2020-01-01T00:00:00Z"}"#;
+    let props = lapin::BasicProperties::default().with_headers(headers);
+    publish_with(&conn, &s, expired, props).await;
     let quiet = br#"{"id":"obs-8","recipient":"r7","channel":"email"}"#;
     publish(&conn, &s, quiet).await;
 
@@ -1117,7 +1146,7 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         (
             "quota_worker_queue_messages",
             vec![("role", "dead"), ("queue", &dead_queue)],
-            2.0,
+            3.0,
         ),
         (
             "quota_worker_preference_total",
@@ -1133,6 +1162,31 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
             "quota_worker_preference_requests_total",
             vec![("status", "200")],
             1.0,
+        ),
+        (
+            "quota_worker_digest_items_total",
+            vec![("policy", "social")],
+            2.0,
+        ),
+        (
+            "quota_worker_digests_total",
+            vec![("policy", "social"), ("result", "sent")],
+            1.0,
+        ),
+        (
+            "quota_worker_digests_total",
+            vec![("policy", "social"), ("result", "dead")],
+            1.0,
+        ),
+        (
+            "quota_worker_digest_items_count",
+            vec![("policy", "social")],
+            1.0,
+        ),
+        (
+            "quota_worker_digest_items_sum",
+            vec![("policy", "social")],
+            2.0,
         ),
         ("quota_worker_in_flight", vec![], 0.0),
         (
