@@ -14,7 +14,9 @@
 #
 # QW_SOAK_MINUTES       length of the steady run, minutes (default 60)
 # QW_SOAK_FAULT_EVERY   seconds between faults (default 600)
-# QW_SOAK_SAMPLE        seconds between samples (default 5)
+# QW_SOAK_SAMPLE        seconds between samples (default 5; each is also printed as a line)
+# QW_SOAK_CHUNK         jobs in one chunk of the feed (default: ten seconds of it, at least
+#                       10,000; the rolling cap's load is 0.07 x rate / (chunk / 50))
 # QW_SOAK_CEILING_JOBS  backlog drained to measure the drain's ceiling (default 20000)
 # QW_SOAK_SUSTAINED_SECS  seconds of the soak's own loop offered the drain's ceiling,
 #                       to measure what it sustains (default 45); the ceiling is the lower

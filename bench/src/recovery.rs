@@ -56,8 +56,9 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
             let mut r = pass(b, workers, jobs, rate, restart).await?;
             r.ceiling_msgs_per_sec = ceiling_rate;
             eprintln!(
-                "      drained {} jobs in {:.1} s: {:.3} of the rate (without the outage {:.3}); lowest 5 s interval {:.3}",
-                r.jobs, r.drain_secs, r.ratio_whole, r.ratio_without_outage, r.min_interval_ratio
+                "      drained {} jobs in {:.1} s: {:.3} of the rate (without the outage {:.3}); lowest 5 s interval {:.3}{}",
+                r.jobs, r.drain_secs, r.ratio_whole, r.ratio_without_outage, r.min_interval_ratio,
+                r.resumed_after_secs.map_or(String::new(), |s| format!("; dispatching again {s:.2} s after the broker's return"))
             );
             report.recovery.push(r);
         }
@@ -347,6 +348,13 @@ pub fn summarise(
             a = z;
         }
     }
+    let resumed_after_secs = outage.and_then(|(_, oz)| {
+        let back = at(oz);
+        samples
+            .iter()
+            .find(|s| s.0 > oz && s.1 as f64 > back)
+            .map(|s| s.0 - oz)
+    });
     let min_interval_ratio = intervals
         .iter()
         .zip(&in_outage)
@@ -363,6 +371,7 @@ pub fn summarise(
         ratio_whole,
         ratio_without_outage,
         outage_secs,
+        resumed_after_secs,
         intervals,
         interval_in_outage: in_outage,
         interval_secs,
@@ -413,6 +422,10 @@ mod tests {
         assert_eq!(r.interval_in_outage, vec![false, true, false]);
         assert!(r.ratio_whole < 0.75);
         assert!((r.min_interval_ratio - 1.0).abs() < 1e-9);
+        // the first sample after the return with more dispatched is at t = 11
+        assert_eq!(r.resumed_after_secs, Some(1.0));
+        let steady = summarise(1, 1_600, 100, &samples, None);
+        assert_eq!(steady.resumed_after_secs, None);
     }
 
     #[test]

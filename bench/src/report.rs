@@ -273,6 +273,9 @@ pub struct Recovery {
     pub ratio_without_outage: f64,
     /// Seconds from stopping the broker to its accepting connections again.
     pub outage_secs: f64,
+    /// Seconds from the broker's return to the first sample with more jobs dispatched
+    /// (the workers' reconnect as the drain sees it, to within a sample).
+    pub resumed_after_secs: Option<f64>,
     /// Jobs per second in each 5-second interval of the drain, from the first
     /// dispatch to the broker going away and from its return on (a last one of a
     /// part shorter, if at least 2 s), with the outage as an interval of its own.

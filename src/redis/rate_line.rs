@@ -109,9 +109,43 @@ impl Lines {
     }
 }
 
+/// The longest the asker sleeps after a refusal before it asks again: a reload may
+/// bring a faster rate meanwhile, and deliveries that join wait for this asker.
+const MAX_NOT_YET: Duration = Duration::from_secs(1);
+
+/// The asker's mark on its line: whatever ends the asker (its return, a panic, its
+/// task dropped with the runtime), the line is left without one, so the next
+/// delivery that joins starts another instead of waiting for good.
+struct Asking {
+    line: Arc<Mutex<Line>>,
+    /// Set when the asker leaves an empty line (it cleared `asking` itself, under
+    /// the same lock that found the line empty).
+    done: bool,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut l = self.line.lock().unwrap_or_else(|e| e.into_inner());
+        l.asking = false;
+        // those waiting now would wait for an asker that is gone: they hear so and
+        // retry as after any Redis error (each joins again and starts one)
+        for w in l.waiters.drain(..) {
+            let _ =
+                w.tx.send(Err(StoreError::Batch("the lane's asker stopped".into())));
+        }
+    }
+}
+
 /// The asker: while deliveries wait, ask for as many slots as the first of them
 /// (of one rate: a reload may change it) and hand them out in order.
 async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
+    let mut asking = Asking {
+        line: line.clone(),
+        done: false,
+    };
     loop {
         let (ask, wanted, number) = {
             let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,6 +153,7 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
             l.waiters.retain(|w| !w.tx.is_closed());
             let Some(first) = l.waiters.front() else {
                 l.asking = false;
+                asking.done = true;
                 return;
             };
             let ask = first.ask;
@@ -160,7 +195,8 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
                 }
             }
             Ok(Granted::NotYet(retry)) => {
-                tokio::time::sleep(retry.max(Duration::from_micros(100))).await
+                let nap = retry.clamp(Duration::from_micros(100), MAX_NOT_YET);
+                tokio::time::sleep(nap).await
             }
             Ok(Granted::Never) => {
                 let failed: Vec<_> = {
@@ -225,6 +261,82 @@ pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quota::lanes::{LaneRate, Priority};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Asks as told: `first` for the first ask, every slot asked for after it.
+    struct Scripted {
+        asks: AtomicU32,
+        first: fn() -> Granted,
+    }
+
+    impl AskSlots for Scripted {
+        fn channel(&self) -> &str {
+            "sms"
+        }
+
+        async fn slots(
+            &self,
+            _ask: (Rate, LaneAsk),
+            wanted: usize,
+            _ahead: Duration,
+        ) -> Result<Granted, StoreError> {
+            if self.asks.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Ok((self.first)());
+            }
+            Ok(Granted::Slots(
+                (0..wanted).map(|i| (i as i64, Duration::ZERO)).collect(),
+            ))
+        }
+    }
+
+    fn one_slot(first: fn() -> Granted) -> (Arc<Scripted>, Rate, LaneAsk) {
+        let taker = Arc::new(Scripted {
+            asks: AtomicU32::new(0),
+            first,
+        });
+        let rate = Rate {
+            interval_us: 10_000,
+            burst: 1,
+            cost: 1,
+        };
+        let ask = LaneAsk {
+            lane: Priority::Normal,
+            lanes: LaneRate {
+                reserve_us: 0,
+                share_interval_us: 0,
+            },
+        };
+        (taker, rate, ask)
+    }
+
+    #[tokio::test]
+    async fn an_asker_that_panics_leaves_the_line_to_the_next_one() {
+        let (taker, rate, ask) = one_slot(|| panic!("a bug in the asker"));
+        let lines = Lines::default();
+        let within = Duration::from_secs(5);
+        let first = tokio::time::timeout(within, lines.slot(&taker, rate, ask))
+            .await
+            .expect("the waiting delivery hears that its asker is gone");
+        assert!(matches!(first, Err(StoreError::Batch(_))), "{first:?}");
+        let next = tokio::time::timeout(within, lines.slot(&taker, rate, ask))
+            .await
+            .expect("the next delivery starts an asker of its own");
+        assert!(next.is_ok(), "{next:?}");
+    }
+
+    #[tokio::test]
+    async fn a_long_refusal_is_asked_again_within_a_second() {
+        // a refusal for an hour (a slow rate since reloaded): asked again at most
+        // MAX_NOT_YET later, and served then
+        let (taker, rate, ask) = one_slot(|| Granted::NotYet(Duration::from_secs(3600)));
+        let lines = Lines::default();
+        let slot = tokio::time::timeout(Duration::from_secs(5), lines.slot(&taker, rate, ask))
+            .await
+            .expect("asked again within MAX_NOT_YET");
+        assert!(slot.is_ok(), "{slot:?}");
+        assert_eq!(taker.asks.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn a_grant_with_a_look_ahead_gives_each_slot_its_time() {

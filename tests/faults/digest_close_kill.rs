@@ -84,24 +84,6 @@ async fn kill_9_during_a_digest_close_sends_each_digest_once_with_every_item() {
         "lost": a.lost.len(),
         "elapsed_seconds": started.elapsed().as_secs_f64(),
     }));
-    let panics = worker_panics(&dir);
-    assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    assert!(settled, "the digests were not all sent:\n{}", w.tail(30));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "worker exit:\n{}",
-        w.tail(30)
-    );
-    a.assert_items_once();
-    assert_eq!(a.digests, 200, "one digest a recipient");
-    assert!(
-        a.twice.is_empty(),
-        "digests dispatched twice: {:?}",
-        a.twice
-    );
-    assert_eq!(
-        depth(&conn, &s.amqp.dead_queue).await,
-        Some(0),
-        "dead letters"
-    );
+    a.assert_end((&dir, &w), settled, status, (&conn, &s), 200)
+        .await;
 }

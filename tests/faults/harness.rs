@@ -75,6 +75,24 @@ pub(crate) enum Kind {
     Malformed,
 }
 
+impl Kind {
+    /// The kind of the `i`-th job of a [`Mix`] (the last part of its id).
+    pub(crate) fn at(i: usize) -> Kind {
+        match i % 100 {
+            0..=2 => Kind::Malformed,
+            3..=12 => Kind::Daily,
+            13..=19 => Kind::Rolling,
+            _ => Kind::Free,
+        }
+    }
+
+    /// The kind of a [`Mix`]'s job by its id (`None`: not an id of a mix).
+    pub(crate) fn of_id(id: &str) -> Option<Kind> {
+        let (_, i) = id.rsplit_once('-')?;
+        Some(Kind::at(i.parse().ok()?))
+    }
+}
+
 pub(crate) struct Mix {
     pub(crate) jobs: Vec<Published>,
     pub(crate) kinds: BTreeMap<String, Kind>,
@@ -89,25 +107,25 @@ impl Mix {
         let (mut daily, mut rolling, mut free) = (0usize, 0usize, 0usize);
         for i in 0..n {
             let id = format!("{ns}-{i}");
-            let (kind, recipient, body) = match i % 100 {
-                0..=2 => (
+            let (kind, recipient, body) = match Kind::at(i) {
+                Kind::Malformed => (
                     Kind::Malformed,
                     String::new(),
                     format!(r#"{{"id":"{id}","recipient":42,"channel":"sms"}}"#).into_bytes(),
                 ),
-                3..=12 => {
+                Kind::Daily => {
                     daily += 1;
                     let r = format!("daily-{}", daily % (n / 100).max(1));
                     let b = audit::job_body(&id, &r, "sms", "daily", zone);
                     (Kind::Daily, r, b)
                 }
-                13..=19 => {
+                Kind::Rolling => {
                     rolling += 1;
                     let r = format!("roll-{}", rolling % (n / 50).max(1));
                     let b = audit::job_body(&id, &r, "sms", "rolling", zone);
                     (Kind::Rolling, r, b)
                 }
-                _ => {
+                Kind::Free => {
                     free += 1;
                     let r = format!("free-{}", free % 500);
                     let mut b = audit::job_body(&id, &r, "sms", "transactional", zone);

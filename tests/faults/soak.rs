@@ -28,11 +28,15 @@
 //!    the lower of the two.
 //! 2. *Soak*: the harness's mix ([`Mix`]: uncapped in three lanes, daily and rolling
 //!    caps, malformed) published steadily at a third of the ceiling, the channel
-//!    paced at it; a downstream consumer takes the dispatches as they come (as a
+//!    paced at it, in chunks of ten seconds of jobs so that the rolling cap runs at
+//!    a third of its capacity at any ceiling, each rolling recipient's jobs three at
+//!    a time so that it still refuses some ([`chunk_for`], [`in_threes`]); a
+//!    downstream consumer takes the dispatches as they come (as a
 //!    sender would, so the broker does not hold an hour of them) and keeps their ids
 //!    in order. Every `QW_SOAK_SAMPLE` seconds (default 5): each worker's RSS
 //!    (`VmRSS`) and open descriptors (`/proc/PID/fd`), Redis `used_memory`, the
-//!    queue depths, dispatched and published counts.
+//!    queue depths (each lane's too), dispatched and published counts, printed as a
+//!    line as it goes (with the rolling jobs not yet dispatched).
 //! 3. *Audit*: publishing stops, the queues settle, the workers stop (SIGTERM), every
 //!    job is looked for ([`judge`]): none lost, no cap exceeded, every duplicate
 //!    dispatch explained by a fault RELIABILITY.md names (a kill -9, or a lost
@@ -83,9 +87,48 @@ use tokio::sync::{watch, RwLock};
 use tokio_util::sync::CancellationToken;
 
 const WORKERS: usize = 3;
-/// Jobs made at once for the feed (each chunk a [`Mix`] of its own; its
+/// Jobs made at once for the feed, at least (each chunk a [`Mix`] of its own; its
 /// recipients' names repeat from chunk to chunk, so the caps apply across them).
 const CHUNK: usize = 10_000;
+/// Seconds of the feed in one chunk ([`chunk_for`]).
+const CHUNK_SECONDS: f64 = 10.0;
+
+/// Jobs in one chunk of the feed at `rate` jobs/s: [`CHUNK_SECONDS`] of them, at
+/// least [`CHUNK`] (`QW_SOAK_CHUNK` sets it). A mix's capped recipients are a fixed
+/// part of its jobs (rolling: one per 50, offered 7 jobs in 100), so ten seconds a
+/// chunk offer each rolling recipient 0.35 jobs/s against the 1/s its cap lets
+/// through (two per rolling 2 s), whatever the machine's ceiling. A chunk of a fixed
+/// 10,000 gave 200 rolling recipients, 200 jobs/s at most, and a ceiling of 8,064
+/// offered them 188/s: the cap itself, not the worker, then held a backlog that
+/// grew with each job's trip back through the delay ladder and never settled
+/// (docs/notes/recovery-drain.md). The feed gives each rolling recipient its jobs
+/// three at a time ([`in_threes`]), so the cap still refuses a third of them.
+fn chunk_for(rate: f64) -> usize {
+    let asked = env_f64("QW_SOAK_CHUNK", 0.0) as usize;
+    if asked > 0 {
+        return asked;
+    }
+    ((rate * CHUNK_SECONDS).round() as usize).max(CHUNK)
+}
+
+/// The `n`-th rolling job of the feed, given to a recipient of `recipients` three
+/// at a time: the three come within milliseconds of each other, the cap (two per
+/// rolling 2 s) lets two go and delays the third about two seconds. Spread one by
+/// one, as a mix gives them, the cap would refuse none of them at any load below
+/// its capacity (each recipient's jobs evenly spaced more than a second apart).
+fn in_threes(mut job: Published, n: usize, recipients: usize, zone: &str) -> Published {
+    job.recipient = format!("roll-{}", (n / 3) % recipients.max(1));
+    job.body = testkit::audit::job_body(&job.id, &job.recipient, "sms", "rolling", zone);
+    job
+}
+
+/// Rolling-capped jobs published and dispatched so far (a live figure: the cap's
+/// backlog is the difference).
+#[derive(Default)]
+struct RollingCount {
+    published: AtomicU64,
+    dispatched: AtomicU64,
+}
 /// Redis memory allowed per recorded send (see the module doc).
 const BYTES_PER_SEND: f64 = 512.0;
 const REDIS_SLACK: f64 = 16.0 * 1024.0 * 1024.0;
@@ -169,8 +212,11 @@ async fn publish_steadily(
     stop: CancellationToken,
     fed: Arc<Mutex<Fed>>,
     published: Arc<AtomicU64>,
+    rolling: Arc<RollingCount>,
 ) {
     let zone = noon_zone();
+    let chunk_size = chunk_for(rate);
+    let mut rolled = 0usize;
     let mut pending: VecDeque<(Published, Kind)> = VecDeque::new();
     let mut chunk = 0usize;
     let mut conn: Option<(Connection, lapin::Channel)> = None;
@@ -195,10 +241,14 @@ async fn publish_steadily(
             continue;
         }
         while pending.len() < n {
-            let mix = Mix::new(&format!("{ns}-{chunk}"), CHUNK, &zone);
+            let mix = Mix::new(&format!("{ns}-{chunk}"), chunk_size, &zone);
             chunk += 1;
-            for j in mix.jobs {
+            for mut j in mix.jobs {
                 let k = mix.kinds[&j.id];
+                if k == Kind::Rolling {
+                    j = in_threes(j, rolled, chunk_size / 50, &zone);
+                    rolled += 1;
+                }
                 pending.push_back((j, k));
             }
         }
@@ -253,6 +303,10 @@ async fn publish_steadily(
         }
         sent += n as u64;
         published.fetch_add(n as u64, Ordering::Relaxed);
+        let rolled = batch.iter().filter(|(_, k)| *k == Kind::Rolling).count();
+        rolling
+            .published
+            .fetch_add(rolled as u64, Ordering::Relaxed);
         let mut guard = fed.lock().unwrap();
         let f = &mut *guard;
         for (j, k) in batch {
@@ -292,6 +346,7 @@ async fn take_dispatches(
     pause: Arc<Pause>,
     stop: CancellationToken,
     taken: Arc<Mutex<Taken>>,
+    rolling: Arc<RollingCount>,
 ) {
     let mut want = pause.want.subscribe();
     'session: loop {
@@ -353,7 +408,12 @@ async fn take_dispatches(
                                 t.redelivered_again += 1;
                             } else {
                                 let pos = t.count;
-                                t.dispatched.entry(id).or_default().push(pos);
+                                let kind = Kind::of_id(&id);
+                                let at = t.dispatched.entry(id).or_default();
+                                if at.is_empty() && kind == Some(Kind::Rolling) {
+                                    rolling.dispatched.fetch_add(1, Ordering::Relaxed);
+                                }
+                                at.push(pos);
                                 t.count += 1;
                             }
                         }
@@ -385,6 +445,8 @@ struct Sample {
     waiting: Option<u32>,
     /// The lanes alone.
     lanes: Option<u32>,
+    /// Each lane queue's, in the order of `Topology::lane_queues`.
+    lane_depths: Option<Vec<u32>>,
     /// Taken downstream plus still in the dispatch queue (copies included).
     dispatched: Option<u64>,
     published: u64,
@@ -477,6 +539,7 @@ async fn sample_every(
     pids: Arc<Mutex<[u32; WORKERS]>>,
     taken: Arc<Mutex<Taken>>,
     published: Arc<AtomicU64>,
+    rolling: Arc<RollingCount>,
     started: Instant,
     stop: CancellationToken,
     out: Arc<Mutex<Vec<Sample>>>,
@@ -514,6 +577,37 @@ async fn sample_every(
             ),
             None => (None, None, None, None, None),
         };
+        let mut lane_depths = conn.as_ref().map(|_| Vec::new());
+        if let Some(c) = &conn {
+            // one line a sample while it runs: each lane queue's ready depth and
+            // consumers, so a lane that stops draining shows when it stops
+            let mut lanes = String::new();
+            for (q, ..) in topology(&s).lane_queues() {
+                let Some(info) = testkit::inspect(c, &q).await else {
+                    lane_depths = None;
+                    break;
+                };
+                let short = q.rsplit('.').next().unwrap_or(&q);
+                lanes.push_str(&format!(
+                    " {short}={}/{}c",
+                    info.message_count(),
+                    info.consumer_count()
+                ));
+                if let Some(d) = lane_depths.as_mut() {
+                    d.push(info.message_count());
+                }
+            }
+            let rolled = rolling.published.load(Ordering::Relaxed);
+            let rolled_out = rolling.dispatched.load(Ordering::Relaxed);
+            eprintln!(
+                "soak: t={t:.0} s jobs={} dispatch={} lanes:{lanes} dispatched={} published={} rolling waiting={}",
+                jq.map_or("?".into(), |v| v.to_string()),
+                dq.map_or("?".into(), |v| v.to_string()),
+                d.map_or("?".into(), |v| v.to_string()),
+                published.load(Ordering::Relaxed),
+                rolled.saturating_sub(rolled_out)
+            );
+        }
         out.lock().unwrap().push(Sample {
             t,
             pids: p,
@@ -526,6 +620,7 @@ async fn sample_every(
             dead_queue: xq,
             waiting: w.map(|w| w.0),
             lanes: w.map(|w| w.1),
+            lane_depths,
             dispatched: d,
             published: published.load(Ordering::Relaxed),
         });
@@ -616,6 +711,7 @@ async fn sustained(
         stop.clone(),
         Arc::new(Mutex::new(Fed::default())),
         published.clone(),
+        Arc::default(),
     ));
     let taker = tokio::spawn(take_dispatches(
         node_url.to_string(),
@@ -623,6 +719,7 @@ async fn sustained(
         pause,
         stop.clone(),
         Arc::new(Mutex::new(Taken::default())),
+        Arc::default(),
     ));
     let reading = || async {
         let depth = depth(&conn, &s.amqp.jobs_queue).await.unwrap_or(0) as f64;
@@ -927,7 +1024,7 @@ async fn soak() {
         .await
         .min(drain);
     let rate = (ceiling / 3.0).floor().max(1.0);
-    eprintln!("soak: ceiling {ceiling:.0} jobs/s sustained (the drain's {drain:.0}); publishing {rate:.0}/s for {minutes} min, a fault every {fault_every:?}");
+    eprintln!("soak: ceiling {ceiling:.0} jobs/s sustained (the drain's {drain:.0}); publishing {rate:.0}/s for {minutes} min, a fault every {fault_every:?}; the feed in chunks of {}", chunk_for(rate));
 
     let ns = unique("soak");
     let mut s = fault_settings(&ns, ceiling.round() as u64);
@@ -953,6 +1050,7 @@ async fn soak() {
     let fed = Arc::new(Mutex::new(Fed::default()));
     let taken = Arc::new(Mutex::new(Taken::default()));
     let published = Arc::new(AtomicU64::new(0));
+    let rolling = Arc::new(RollingCount::default());
     let samples = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let feeder = tokio::spawn(publish_steadily(
@@ -964,6 +1062,7 @@ async fn soak() {
         stop_feed.clone(),
         fed.clone(),
         published.clone(),
+        rolling.clone(),
     ));
     let taker = tokio::spawn(take_dispatches(
         node_url.clone(),
@@ -971,6 +1070,7 @@ async fn soak() {
         pause.clone(),
         stop_taking.clone(),
         taken.clone(),
+        rolling.clone(),
     ));
     let sampler = tokio::spawn(sample_every(
         sample,
@@ -979,6 +1079,7 @@ async fn soak() {
         pids.clone(),
         taken.clone(),
         published.clone(),
+        rolling.clone(),
         started,
         stop_sampling.clone(),
         samples.clone(),
@@ -1263,7 +1364,7 @@ async fn soak() {
         .map(|x| Depths {
             t: x.t,
             jobs_queue: x.jobs_queue,
-            lanes: x.lanes,
+            lanes: x.lane_depths.clone(),
         })
         .collect();
     let catch_up: Vec<Value> = faults
@@ -1359,6 +1460,12 @@ async fn soak() {
     // ceiling, the lower of the two)
     figures["drain_ceiling_jobs_per_second"] = json!(drain);
     figures["sustained_seconds"] = json!(sustained_secs);
+    // the rolling cap's load: jobs offered a recipient a second against the one a
+    // second its cap lets through ([`chunk_for`])
+    let chunk = chunk_for(rate);
+    figures["feed_chunk"] = json!(chunk);
+    figures["rolling_recipients"] = json!(chunk / 50);
+    figures["rolling_load"] = json!(rate * 0.07 / (chunk / 50).max(1) as f64);
     figures["catch_up"] = json!(catch_up);
     figures["catch_up_max_seconds"] = if catch_up_max.is_finite() {
         json!(catch_up_max)

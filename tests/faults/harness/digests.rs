@@ -261,4 +261,39 @@ impl DigestAudit {
             self.wrong
         );
     }
+
+    /// The closing checks both digest scenarios end with, once their run is
+    /// recorded: no worker panic (its logs in `dir`), every digest sent (`settled`),
+    /// the worker's clean exit (`status`), every job once in one of `digests`
+    /// digests, no digest twice, no dead letter.
+    pub(crate) async fn assert_end(
+        &self,
+        run: (&std::path::Path, &testkit::procs::WorkerProc),
+        settled: bool,
+        status: Option<std::process::ExitStatus>,
+        (conn, s): (&lapin::Connection, &Settings),
+        digests: usize,
+    ) {
+        let (dir, w) = run;
+        let panics = super::worker_panics(dir);
+        assert!(panics.is_empty(), "worker panics: {panics:#?}");
+        assert!(settled, "the digests were not all sent:\n{}", w.tail(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "worker exit:\n{}",
+            w.tail(30)
+        );
+        self.assert_items_once();
+        assert_eq!(self.digests, digests, "one digest a recipient");
+        assert!(
+            self.twice.is_empty(),
+            "digests dispatched twice: {:?}",
+            self.twice
+        );
+        assert_eq!(
+            depth(conn, &s.amqp.dead_queue).await,
+            Some(0),
+            "dead letters"
+        );
+    }
 }
