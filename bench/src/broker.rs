@@ -155,66 +155,98 @@ pub async fn offer(
     Ok(sent)
 }
 
-/// A consumer on an output queue (no acks, so it asks the broker for nothing per
-/// message) that records arrival minus [`SENT_HEADER`] for every message.
-pub struct Arrivals {
-    count: Arc<AtomicU64>,
+/// A consumer on a queue without acks (so it asks the broker for nothing per
+/// message) that keeps what `read` makes of each delivery as it arrives, and adds
+/// up the weight `read` gives each, until it is stopped.
+pub struct Watch<T> {
+    weight: Arc<AtomicU64>,
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Result<Vec<u64>>>,
+    task: tokio::task::JoinHandle<Result<Vec<T>>>,
 }
 
-impl Arrivals {
-    /// Starts consuming `queue`.
-    pub async fn start(conn: &Connection, queue: &str) -> Result<Arrivals> {
+impl<T: Send + 'static> Watch<T> {
+    /// Starts consuming `queue` under consumer tag `tag`.
+    pub async fn start<F>(
+        conn: &Connection,
+        queue: &str,
+        tag: &str,
+        mut read: F,
+    ) -> Result<Watch<T>>
+    where
+        F: FnMut(&lapin::message::Delivery) -> (Option<T>, u64) + Send + 'static,
+    {
         let ch = conn.create_channel().await?;
         let opts = BasicConsumeOptions {
             no_ack: true,
             ..Default::default()
         };
         let mut consumer = ch
-            .basic_consume(queue.into(), "e2e".into(), opts, FieldTable::default())
+            .basic_consume(queue.into(), tag.into(), opts, FieldTable::default())
             .await?;
-        let count = Arc::new(AtomicU64::new(0));
+        let weight = Arc::new(AtomicU64::new(0));
         let stop = tokio_util::sync::CancellationToken::new();
-        let (n, halt) = (count.clone(), stop.clone());
+        let (n, halt) = (weight.clone(), stop.clone());
         let task = tokio::spawn(async move {
-            let mut micros = Vec::new();
+            let mut kept = Vec::new();
             loop {
                 let d = tokio::select! {
                     _ = halt.cancelled() => break,
                     d = consumer.next() => d,
                 };
                 let Some(d) = d else { break };
-                let d = d?;
-                let now = unix_micros();
-                let sent = d
-                    .properties
-                    .headers()
-                    .as_ref()
-                    .and_then(|h| h.inner().get(SENT_HEADER))
-                    .and_then(|v| match v {
-                        AMQPValue::LongLongInt(v) => Some(*v),
-                        _ => None,
-                    });
-                if let Some(sent) = sent {
-                    micros.push((now - sent).max(0) as u64);
-                }
-                n.fetch_add(1, Ordering::Relaxed);
+                let (k, w) = read(&d?);
+                kept.extend(k);
+                n.fetch_add(w, Ordering::Relaxed);
             }
             let _ = ch.close(200, "".into()).await;
-            Ok(micros)
+            Ok(kept)
         });
-        Ok(Arrivals { count, stop, task })
+        Ok(Watch { weight, stop, task })
+    }
+
+    /// The weight of what arrived so far.
+    pub fn weight(&self) -> u64 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Stops consuming: what was kept, in the order it arrived.
+    pub async fn finish(self) -> Result<Vec<T>> {
+        self.stop.cancel();
+        self.task.await?
+    }
+}
+
+/// A [`Watch`] of an output queue that records arrival minus [`SENT_HEADER`] for
+/// every message.
+pub struct Arrivals(Watch<u64>);
+
+impl Arrivals {
+    /// Starts consuming `queue`.
+    pub async fn start(conn: &Connection, queue: &str) -> Result<Arrivals> {
+        let watch = Watch::start(conn, queue, "e2e", |d| {
+            let now = unix_micros();
+            let sent = d
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get(SENT_HEADER))
+                .and_then(|v| match v {
+                    AMQPValue::LongLongInt(v) => Some(*v),
+                    _ => None,
+                });
+            (sent.map(|sent| (now - sent).max(0) as u64), 1)
+        })
+        .await?;
+        Ok(Arrivals(watch))
     }
 
     /// Waits (at most 60 s) until `sent` messages have arrived, then stops.
     pub async fn finish(self, sent: u64) -> Result<EndToEnd> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.count.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+        while self.0.weight() < sent && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.stop.cancel();
-        let mut micros = self.task.await??;
+        let mut micros = self.0.finish().await?;
         micros.sort_unstable();
         Ok(EndToEnd::of(sent, &micros))
     }

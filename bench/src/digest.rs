@@ -28,19 +28,17 @@
 //! published.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures_util::StreamExt;
-use lapin::options::BasicConsumeOptions;
-use lapin::types::FieldTable;
 use lapin::Connection;
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 
-use crate::broker::{closed, connect, preload};
+use crate::broker::{closed, connect, preload, Watch};
 use crate::context::{header, Bench};
 use crate::metrics::{metric_sum, outcome_counts, scrape};
 use crate::procs::{spawn_worker_configured, stop, wait_ready, OwnRedis};
@@ -166,7 +164,7 @@ async fn run_pass(
         preload(&ch, &s.amqp.jobs_exchange, "", bodies).await?;
         let _ = ch.close(200, "".into()).await;
     }
-    let consumer = Consumer::start(&conn, &topology.dispatch_queue("sms")).await?;
+    let consumer = watch_digests(&conn, &topology.dispatch_queue("sms")).await?;
     let (mut child, port) = spawn_worker_configured(&b.worker, s, &[], config)?;
     let started = Instant::now();
     let sampling = Sampler::start(port, s.redis.url.clone(), started);
@@ -181,7 +179,7 @@ async fn run_pass(
         };
         // every item in a digest on the dispatch queue, or the deadline
         let deadline = Instant::now() + Duration::from_secs(120 + sent / 500);
-        while consumer.items.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+        while consumer.weight() < sent && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // a moment for a digest too many, should there be one
@@ -356,57 +354,22 @@ pub fn rfc3339_ms(t: &str) -> Option<i64> {
     Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
 }
 
-/// A consumer on the dispatch queue (no acks) that reads every digest.
-struct Consumer {
-    items: Arc<AtomicU64>,
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Result<Vec<Seen>>>,
-}
-
-impl Consumer {
-    async fn start(conn: &Connection, queue: &str) -> Result<Consumer> {
-        let ch = conn.create_channel().await?;
-        let opts = BasicConsumeOptions {
-            no_ack: true,
-            ..Default::default()
+/// A [`Watch`] of the dispatch queue that reads every digest, weighed by its items.
+async fn watch_digests(conn: &Connection, queue: &str) -> Result<Watch<Seen>> {
+    Watch::start(conn, queue, "digests", |d| {
+        let arrived_ms = unix_ms();
+        let body: serde_json::Value =
+            serde_json::from_slice(&d.data).unwrap_or(serde_json::Value::Null);
+        let count = body["digest"]["count"].as_u64().unwrap_or(0);
+        let seen = Seen {
+            arrived_ms,
+            opened_ms: body["id"].as_str().and_then(opened_ms),
+            first_ms: body["digest"]["first_at"].as_str().and_then(rfc3339_ms),
+            count,
         };
-        let mut consumer = ch
-            .basic_consume(queue.into(), "digests".into(), opts, FieldTable::default())
-            .await?;
-        let items = Arc::new(AtomicU64::new(0));
-        let stop = tokio_util::sync::CancellationToken::new();
-        let (n, halt) = (items.clone(), stop.clone());
-        let task = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            loop {
-                let d = tokio::select! {
-                    _ = halt.cancelled() => break,
-                    d = consumer.next() => d,
-                };
-                let Some(d) = d else { break };
-                let d = d?;
-                let arrived_ms = unix_ms();
-                let body: serde_json::Value =
-                    serde_json::from_slice(&d.data).unwrap_or(serde_json::Value::Null);
-                let count = body["digest"]["count"].as_u64().unwrap_or(0);
-                seen.push(Seen {
-                    arrived_ms,
-                    opened_ms: body["id"].as_str().and_then(opened_ms),
-                    first_ms: body["digest"]["first_at"].as_str().and_then(rfc3339_ms),
-                    count,
-                });
-                n.fetch_add(count, Ordering::Relaxed);
-            }
-            let _ = ch.close(200, "".into()).await;
-            Ok(seen)
-        });
-        Ok(Consumer { items, stop, task })
-    }
-
-    async fn finish(self) -> Result<Vec<Seen>> {
-        self.stop.cancel();
-        self.task.await?
-    }
+        (Some(seen), count)
+    })
+    .await
 }
 
 /// Reads the worker's metrics and Redis's memory every [`SAMPLE`], on a thread of

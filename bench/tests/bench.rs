@@ -44,29 +44,30 @@ async fn exists(conn: &Connection, queue: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
-    let out = std::env::temp_dir().join(format!("qwt-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
     let jobs = 1_500u64;
-    let run = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .arg("--worker")
-        .arg(worker_binary())
-        .args(["--quick", "--no-realtime", "--rounds", "1"])
-        .args(["--jobs", &jobs.to_string(), "--recipients", "500"])
-        .args(["--steps", "engine,a,b,c,latency,memory,scale"])
-        .args(["--latency-secs", "3"])
-        .args(["--scale-recipients", "300,1000", "--scale-policies", "1,10"])
-        .arg("--out")
-        .arg(&out)
-        .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
-        .env("QW_BENCH_RATE", "200")
-        .output()
-        .expect("running bench");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
-    let svg = std::fs::read_to_string(out.join("bench.svg")).unwrap();
+    let run = run_quick(
+        "all",
+        &[
+            "--no-realtime",
+            "--rounds",
+            "1",
+            "--jobs",
+            &jobs.to_string(),
+            "--recipients",
+            "500",
+            "--steps",
+            "engine,a,b,c,latency,memory,scale",
+            "--latency-secs",
+            "3",
+            "--scale-recipients",
+            "300,1000",
+            "--scale-policies",
+            "1,10",
+        ],
+        &[("QW_BENCH_RATE", "200")],
+    );
+    let report = &run.report;
+    let svg = std::fs::read_to_string(run.out.join("bench.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("Admission latency"));
 
     let mixes = report["mixes"].as_array().unwrap();
@@ -157,7 +158,7 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
         .expect("rabbitmq");
-    let pid = stderr_pid(&stderr).unwrap_or_else(|| panic!("no run id in: {stderr}"));
+    let pid = run.pid;
     for q in [
         format!("bench{pid}m0r0a0.jobs"),
         format!("bench{pid}c0r0a0.jobs.src"),
@@ -167,16 +168,7 @@ async fn the_benchmark_runs_every_step_and_accounts_for_every_job() {
     ] {
         assert!(!exists(&conn, &q).await, "{q} left behind");
     }
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("bench{pid}*"))
-        .query(&mut redis)
-        .unwrap();
-    assert!(keys.is_empty(), "keys left behind: {keys:?}");
-    let _ = std::fs::remove_dir_all(&out);
+    assert_no_keys_left(&run);
 }
 
 /// The run id the benchmark prints (`run bench<pid>`).
@@ -187,6 +179,58 @@ fn stderr_pid(stderr: &str) -> Option<u32> {
         .and_then(|p| p.trim().parse().ok())
 }
 
+/// What one small run of the benchmark left: its report, what it printed, its run id
+/// and its output directory.
+struct Run {
+    report: Value,
+    stdout: String,
+    pid: u32,
+    out: PathBuf,
+}
+
+/// `bench --quick` with `args` (and `env`) against the machine's broker and Redis,
+/// into a directory of its own (`tag`); it must succeed.
+fn run_quick(tag: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = std::env::temp_dir().join(format!("qwt-bench-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("--worker")
+        .arg(worker_binary())
+        .arg("--quick")
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
+        .envs(env.iter().copied())
+        .output()
+        .expect("running bench");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
+    let pid = stderr_pid(&stderr).unwrap_or_else(|| panic!("no run id in: {stderr}"));
+    Run {
+        report,
+        stdout: String::from_utf8_lossy(&run.stdout).into_owned(),
+        pid,
+        out,
+    }
+}
+
+/// No key of run `pid` left in Redis; its output directory removed.
+fn assert_no_keys_left(run: &Run) {
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("bench{}*", run.pid))
+        .query(&mut redis)
+        .unwrap();
+    assert!(keys.is_empty(), "keys left behind: {keys:?}");
+    let _ = std::fs::remove_dir_all(&run.out);
+}
+
 /// The recovery step, small: a backlog parked in the bulk lane of a channel paced at
 /// half the ceiling is drained, every job reaching the dispatch queue, by one worker
 /// and by three, and again with a broker restart half-way (on a private node, where
@@ -195,23 +239,9 @@ fn stderr_pid(stderr: &str) -> Option<u32> {
 /// No speed is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
-    let out = std::env::temp_dir().join(format!("qwt-bench-rc-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .arg("--worker")
-        .arg(worker_binary())
-        .args(["--quick", "--steps", "recovery", "--jobs", "1200"])
-        .arg("--out")
-        .arg(&out)
-        .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
-        .output()
-        .expect("running bench");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(stdout.contains("by 5 s interval"), "{stdout}");
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
+    let run = run_quick("rc", &["--steps", "recovery", "--jobs", "1200"], &[]);
+    assert!(run.stdout.contains("by 5 s interval"), "{}", run.stdout);
+    let report = &run.report;
     let passes = report["recovery"].as_array().unwrap();
     let restart = testkit::procs::RabbitNode::available();
     let expected: &[(u64, bool)] = if restart {
@@ -261,19 +291,9 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
         );
         assert!(x["urgent_wait_secs"].as_f64().unwrap() >= 0.0, "{x}");
     }
-    let svg = std::fs::read_to_string(out.join("recovery.svg")).unwrap();
+    let svg = std::fs::read_to_string(run.out.join("recovery.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("Lane drain after a fault"));
-    let pid = stderr_pid(&stderr).unwrap_or_else(|| panic!("no run id in: {stderr}"));
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("bench{pid}*"))
-        .query(&mut redis)
-        .unwrap();
-    assert!(keys.is_empty(), "keys left behind: {keys:?}");
-    let _ = std::fs::remove_dir_all(&out);
+    assert_no_keys_left(&run);
 }
 
 /// The digest step, small: 1,000 jobs of a policy with a 2 s `window` digest, ten a
@@ -285,23 +305,9 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
 /// is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_digest_step_accounts_for_every_item_in_the_digests_expected() {
-    let out = std::env::temp_dir().join(format!("qwt-bench-dg-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .arg("--worker")
-        .arg(worker_binary())
-        .args(["--quick", "--steps", "digest", "--jobs", "1000"])
-        .arg("--out")
-        .arg(&out)
-        .args(["--amqp", &amqp_url(), "--redis", &redis_url()])
-        .output()
-        .expect("running bench");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(stdout.contains("| digest pass |"), "{stdout}");
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
+    let run = run_quick("dg", &["--steps", "digest", "--jobs", "1000"], &[]);
+    assert!(run.stdout.contains("| digest pass |"), "{}", run.stdout);
+    let report = &run.report;
     let passes = report["digests"].as_array().unwrap();
     let names: Vec<&str> = passes.iter().map(|p| p["pass"].as_str().unwrap()).collect();
     assert_eq!(names, ["backlog", "paced"]);
@@ -326,21 +332,12 @@ async fn the_digest_step_accounts_for_every_item_in_the_digests_expected() {
         assert!(e["max_ms"].as_f64().unwrap() >= e["p50_ms"].as_f64().unwrap());
     }
     assert!(passes[1]["offered_jobs_per_sec"].as_f64().unwrap() > 0.0);
-    let pid = stderr_pid(&stderr).unwrap_or_else(|| panic!("no run id in: {stderr}"));
     let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
         .expect("rabbitmq");
+    let pid = run.pid;
     for q in [format!("bench{pid}dgb.jobs"), format!("bench{pid}dgp.jobs")] {
         assert!(!exists(&conn, &q).await, "{q} left behind");
     }
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("bench{pid}*"))
-        .query(&mut redis)
-        .unwrap();
-    assert!(keys.is_empty(), "keys left behind: {keys:?}");
-    let _ = std::fs::remove_dir_all(&out);
+    assert_no_keys_left(&run);
 }

@@ -49,6 +49,21 @@ fn digested(ns: &str, window: Duration, max_items: u32) -> Settings {
     s
 }
 
+/// Publish `bodies` to the jobs exchange all at once (each confirmed), as a burst
+/// of one recipient's jobs reaches the workers together.
+async fn publish_at_once(conn: &lapin::Connection, s: &Settings, bodies: &[Vec<u8>]) {
+    let p = quota_worker::amqp::Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let sends = bodies.iter().map(|b| {
+        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
+        p.publish(&s.amqp.jobs_exchange, "", b, props)
+    });
+    for r in futures_util::future::join_all(sends).await {
+        r.unwrap();
+    }
+}
+
 fn job(id: &str, recipient: &str, category: &str, extra: &str) -> Vec<u8> {
     format!(
         r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms","category":"{category}","payload":{{"n":"{id}", "x": [1, 2.50]}}{extra}}}"#
@@ -196,16 +211,7 @@ async fn three_workers_folding_one_group_at_once_make_one_digest() {
     let bodies: Vec<Vec<u8>> = (0..60)
         .map(|n| job(&format!("t{n}"), "r3", "social", ""))
         .collect();
-    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
-        .await
-        .unwrap();
-    let sends = bodies.iter().map(|b| {
-        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
-        p.publish(&s.amqp.jobs_exchange, "", b, props)
-    });
-    for r in futures_util::future::join_all(sends).await {
-        r.unwrap();
-    }
+    publish_at_once(&conn, &s, &bodies).await;
     let (_, count, body) = dispatched(&conn, &s, Duration::from_secs(20))
         .await
         .expect("a digest");
@@ -925,19 +931,10 @@ async fn three_worker_processes_folding_one_group_at_once_make_one_digest_of_eve
         testkit::audit::consumers(&conn, &s.amqp.jobs_queue).await == Some(3)
     })
     .await;
-    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(10))
-        .await
-        .unwrap();
     let bodies: Vec<Vec<u8>> = (0..90)
         .map(|n| job(&format!("q{n}"), "r20", "social", ""))
         .collect();
-    let sends = bodies.iter().map(|b| {
-        let props = lapin::BasicProperties::default().with_content_type("application/json".into());
-        p.publish(&s.amqp.jobs_exchange, "", b, props)
-    });
-    for r in futures_util::future::join_all(sends).await {
-        r.unwrap();
-    }
+    publish_at_once(&conn, &s, &bodies).await;
     let (id, count, body) = dispatched(&conn, &s, Duration::from_secs(30))
         .await
         .unwrap_or_else(|| panic!("a digest; worker 0:\n{}", procs[0].tail(20)));
