@@ -266,8 +266,24 @@ async fn watch(
                 let from = started.elapsed().as_secs_f64();
                 n.stop();
                 n.start().await;
-                outage = Some((from, started.elapsed().as_secs_f64()));
                 conn = connect(&s.amqp.url).await?;
+                // the outage ends at the queue's first answer after the start, read
+                // again until it holds what was dispatched before (a quorum queue not
+                // yet up answers 0): the drain after the return is counted from
+                // there, not from the depth read before the stop (the workers go on
+                // dispatching while the broker stops)
+                let before = d;
+                let mut back = ready(&conn, dispatch).await?;
+                for _ in 0..50 {
+                    if back >= before {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    back = ready(&conn, dispatch).await?;
+                }
+                let returned = started.elapsed().as_secs_f64();
+                outage = Some((from, returned));
+                samples.push((returned, back));
                 next = Instant::now();
             }
         }
@@ -288,6 +304,16 @@ pub fn summarise(
     samples: &[(f64, u32)],
     outage: Option<(f64, f64)>,
 ) -> Recovery {
+    // the dispatch queue only grows: a read that comes back lower (a quorum queue
+    // not yet up after the broker's restart answers 0) counts as the one before it
+    let samples: Vec<(f64, u32)> = samples
+        .iter()
+        .scan(0u32, |most, &(t, d)| {
+            *most = (*most).max(d);
+            Some((t, *most))
+        })
+        .collect();
+    let samples = samples.as_slice();
     // the drain starts at the last sample before the first dispatched job
     let first = samples.iter().position(|&(_, d)| d > 0).unwrap_or(0);
     let t0 = if first == 0 {
@@ -295,17 +321,16 @@ pub fn summarise(
     } else {
         samples[first - 1].0
     };
-    // a last few jobs that arrive only after a stall of [`STALL_SECS`] or more (jobs
-    // whose dispatch was in flight when the broker went away: they may have been
-    // sent, so they wait out redis.reservation_lease) end the drain at the stall
-    // and are reported apart
-    let stall = samples.len().checked_sub(2).and_then(|before_last| {
-        let flat = samples[before_last].1;
-        let from = samples[..=before_last]
-            .iter()
-            .rposition(|s| s.1 != flat)
-            .map_or(0, |i| i + 1);
-        (samples[before_last].0 - samples[from].0 >= STALL_SECS).then_some(from)
+    // jobs that arrive only after a stall of [`STALL_SECS`] or more (jobs whose
+    // dispatch was in flight when the broker went away: they may have been sent, so
+    // they wait out redis.reservation_lease, and not all at one moment) end the
+    // drain at the first such stall after the broker's return, and are reported apart
+    let last_depth = samples.last().map_or(0, |s| s.1);
+    let back_at = outage.map_or(f64::NEG_INFINITY, |(_, z)| z);
+    let stall = (0..samples.len()).find(|&i| {
+        let (at, d) = samples[i];
+        let still = samples[i..].iter().take_while(|s| s.1 == d).last();
+        at >= back_at && d > 0 && d < last_depth && still.is_some_and(|s| s.0 - at >= STALL_SECS)
     });
     let last = stall.map_or(samples.len().saturating_sub(1), |i| i);
     let end = samples.get(last).map_or(t0, |s| s.0);
@@ -426,6 +451,27 @@ mod tests {
         assert_eq!(r.resumed_after_secs, Some(1.0));
         let steady = summarise(1, 1_600, 100, &samples, None);
         assert_eq!(steady.resumed_after_secs, None);
+    }
+
+    #[test]
+    fn a_zero_read_after_the_return_and_late_jobs_in_two_steps_end_the_drain_at_the_first_stall() {
+        // 10,000/s to 42,000 by 4.2 s; the broker away from 4.25 s to 17.6 s; a read
+        // of 0 as it comes back, then the rest to 99,971 by 19.9 s; the last 29 (and
+        // copies) only at 127.5 s and 127.7 s, after the lease
+        let mut samples: Vec<(f64, u32)> = (1..=42).map(|i| (i as f64 / 10.0, i * 1_000)).collect();
+        samples.push((18.0, 0));
+        samples.push((18.2, 86_000));
+        samples.extend((1..=16).map(|i| (18.2 + i as f64 / 10.0, 86_000 + i * 873)));
+        samples.push((19.9, 99_971));
+        samples.extend((1..=1075).map(|i| (19.9 + i as f64 / 10.0, 99_971)));
+        samples.push((127.5, 99_974));
+        samples.push((127.7, 100_029));
+        let r = summarise(3, 100_000, 10_000, &samples, Some((4.25, 17.6)));
+        assert_eq!(r.held, 29);
+        assert!((r.drain_secs - 19.9).abs() < 1e-9, "{}", r.drain_secs);
+        assert!((r.held_secs - (127.7 - 19.9)).abs() < 1e-9);
+        assert!(r.min_interval_ratio > 0.5, "{}", r.min_interval_ratio);
+        assert!((r.resumed_after_secs.unwrap() - 0.6).abs() < 1e-9);
     }
 
     #[test]

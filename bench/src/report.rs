@@ -271,7 +271,8 @@ pub struct Recovery {
     pub ratio_whole: f64,
     /// The same, without the seconds the broker was away.
     pub ratio_without_outage: f64,
-    /// Seconds from stopping the broker to its accepting connections again.
+    /// Seconds from asking the broker to stop to the dispatch queue's first answer
+    /// after its start (holding at least what it held before the stop).
     pub outage_secs: f64,
     /// Seconds from the broker's return to the first sample with more jobs dispatched
     /// (the workers' reconnect as the drain sees it, to within a sample).
