@@ -130,12 +130,10 @@ impl Drop for Asking {
         }
         let mut l = self.line.lock().unwrap_or_else(|e| e.into_inner());
         l.asking = false;
-        // those waiting now would wait for an asker that is gone: they hear so and
-        // retry as after any Redis error (each joins again and starts one)
-        for w in l.waiters.drain(..) {
-            let _ =
-                w.tx.send(Err(StoreError::Batch("the lane's asker stopped".into())));
-        }
+        // those waiting now would wait for an asker that is gone: their senders
+        // dropped, they hear "the lane's asker stopped" ([`Lines::slot`]) and retry
+        // as after any Redis error (each joins again and starts one)
+        l.waiters.clear();
     }
 }
 

@@ -86,11 +86,23 @@ impl Kind {
         }
     }
 
+    /// The part of a [`Mix`]'s jobs of this kind.
+    pub(crate) fn share(self) -> f64 {
+        (0..100).filter(|&i| Kind::at(i) == self).count() as f64 / 100.0
+    }
+
     /// The kind of a [`Mix`]'s job by its id (`None`: not an id of a mix).
     pub(crate) fn of_id(id: &str) -> Option<Kind> {
         let (_, i) = id.rsplit_once('-')?;
         Some(Kind::at(i.parse().ok()?))
     }
+}
+
+/// A job `id` of the `r`-th rolling-capped recipient: its recipient and its body.
+pub(crate) fn rolling_job(id: &str, r: usize, zone: &str) -> (String, Vec<u8>) {
+    let recipient = format!("roll-{r}");
+    let body = audit::job_body(id, &recipient, "sms", "rolling", zone);
+    (recipient, body)
 }
 
 pub(crate) struct Mix {
@@ -121,8 +133,7 @@ impl Mix {
                 }
                 Kind::Rolling => {
                     rolling += 1;
-                    let r = format!("roll-{}", rolling % (n / 50).max(1));
-                    let b = audit::job_body(&id, &r, "sms", "rolling", zone);
+                    let (r, b) = rolling_job(&id, rolling % Mix::rolling_recipients(n), zone);
                     (Kind::Rolling, r, b)
                 }
                 Kind::Free => {
@@ -146,6 +157,11 @@ impl Mix {
             });
         }
         Mix { jobs, kinds }
+    }
+
+    /// The rolling-capped recipients of a mix of `n` jobs.
+    pub(crate) fn rolling_recipients(n: usize) -> usize {
+        (n / 50).max(1)
     }
 
     pub(crate) fn count(&self, k: Kind) -> usize {

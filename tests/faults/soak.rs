@@ -117,8 +117,7 @@ fn chunk_for(rate: f64) -> usize {
 /// one, as a mix gives them, the cap would refuse none of them at any load below
 /// its capacity (each recipient's jobs evenly spaced more than a second apart).
 fn in_threes(mut job: Published, n: usize, recipients: usize, zone: &str) -> Published {
-    job.recipient = format!("roll-{}", (n / 3) % recipients.max(1));
-    job.body = testkit::audit::job_body(&job.id, &job.recipient, "sms", "rolling", zone);
+    (job.recipient, job.body) = rolling_job(&job.id, (n / 3) % recipients, zone);
     job
 }
 
@@ -246,7 +245,7 @@ async fn publish_steadily(
             for mut j in mix.jobs {
                 let k = mix.kinds[&j.id];
                 if k == Kind::Rolling {
-                    j = in_threes(j, rolled, chunk_size / 50, &zone);
+                    j = in_threes(j, rolled, Mix::rolling_recipients(chunk_size), &zone);
                     rolled += 1;
                 }
                 pending.push_back((j, k));
@@ -510,19 +509,26 @@ async fn redis_used_memory(url: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Ready messages of the delay ladder and the lanes, and of the lanes alone.
-async fn waiting(conn: &Connection, s: &Settings) -> Option<(u32, u32)> {
-    let t = topology(s);
-    let ladder = t.ladder();
+/// Ready messages of the delay ladder's queues.
+async fn ladder_depth(conn: &Connection, s: &Settings) -> Option<u32> {
+    let ladder = topology(s).ladder();
     let mut n = 0;
     for level in 0..ladder.levels {
         n += depth(conn, &ladder.queue(level)).await?;
     }
-    let mut lanes = 0;
-    for (q, ..) in t.lane_queues() {
-        lanes += depth(conn, &q).await?;
+    Some(n)
+}
+
+/// Each lane queue's last name part, ready messages and consumers, in the order of
+/// `Topology::lane_queues`.
+async fn lane_states(conn: &Connection, s: &Settings) -> Option<Vec<(String, u32, u32)>> {
+    let mut out = Vec::new();
+    for (q, ..) in topology(s).lane_queues() {
+        let info = testkit::inspect(conn, &q).await?;
+        let short = q.rsplit('.').next().unwrap_or(&q).to_string();
+        out.push((short, info.message_count(), info.consumer_count()));
     }
-    Some((n + lanes, lanes))
+    Some(out)
 }
 
 /// Everything dispatched so far: taken downstream plus waiting in the dispatch queue.
@@ -567,36 +573,27 @@ async fn sample_every(
             .ok()
             .and_then(|c| c.ok());
         }
-        let (jq, dq, xq, w, d) = match &conn {
+        let (jq, dq, xq, ladder, lanes) = match &conn {
             Some(c) => (
                 depth(c, &s.amqp.jobs_queue).await,
                 depth(c, &dispatch).await,
                 depth(c, &s.amqp.dead_queue).await,
-                waiting(c, &s).await,
-                dispatched_now(c, &dispatch, &taken).await,
+                ladder_depth(c, &s).await,
+                lane_states(c, &s).await,
             ),
             None => (None, None, None, None, None),
         };
-        let mut lane_depths = conn.as_ref().map(|_| Vec::new());
-        if let Some(c) = &conn {
+        // taken downstream plus still in the dispatch queue
+        let d = dq.map(|dq| taken.lock().unwrap().count as u64 + dq as u64);
+        let lane_depths: Option<Vec<u32>> = lanes.as_ref().map(|l| l.iter().map(|x| x.1).collect());
+        let in_lanes = lane_depths.as_ref().map(|l| l.iter().sum::<u32>());
+        if let Some(lanes) = &lanes {
             // one line a sample while it runs: each lane queue's ready depth and
             // consumers, so a lane that stops draining shows when it stops
-            let mut lanes = String::new();
-            for (q, ..) in topology(&s).lane_queues() {
-                let Some(info) = testkit::inspect(c, &q).await else {
-                    lane_depths = None;
-                    break;
-                };
-                let short = q.rsplit('.').next().unwrap_or(&q);
-                lanes.push_str(&format!(
-                    " {short}={}/{}c",
-                    info.message_count(),
-                    info.consumer_count()
-                ));
-                if let Some(d) = lane_depths.as_mut() {
-                    d.push(info.message_count());
-                }
-            }
+            let lanes: String = lanes
+                .iter()
+                .map(|(q, ready, consumers)| format!(" {q}={ready}/{consumers}c"))
+                .collect();
             let rolled = rolling.published.load(Ordering::Relaxed);
             let rolled_out = rolling.dispatched.load(Ordering::Relaxed);
             eprintln!(
@@ -618,8 +615,8 @@ async fn sample_every(
             jobs_queue: jq,
             dispatch_queue: dq,
             dead_queue: xq,
-            waiting: w.map(|w| w.0),
-            lanes: w.map(|w| w.1),
+            waiting: ladder.zip(in_lanes).map(|(l, n)| l + n),
+            lanes: in_lanes,
             lane_depths,
             dispatched: d,
             published: published.load(Ordering::Relaxed),
@@ -1463,9 +1460,10 @@ async fn soak() {
     // the rolling cap's load: jobs offered a recipient a second against the one a
     // second its cap lets through ([`chunk_for`])
     let chunk = chunk_for(rate);
+    let recipients = Mix::rolling_recipients(chunk);
     figures["feed_chunk"] = json!(chunk);
-    figures["rolling_recipients"] = json!(chunk / 50);
-    figures["rolling_load"] = json!(rate * 0.07 / (chunk / 50).max(1) as f64);
+    figures["rolling_recipients"] = json!(recipients);
+    figures["rolling_load"] = json!(rate * Kind::Rolling.share() / recipients as f64);
     figures["catch_up"] = json!(catch_up);
     figures["catch_up_max_seconds"] = if catch_up_max.is_finite() {
         json!(catch_up_max)
