@@ -44,25 +44,36 @@ fn spawn(
     if let Some(config) = config {
         cmd.arg("--config").arg(config);
     }
-    let child = cmd
-        .arg("run")
+    cmd.arg("run")
         .envs(testkit::env::env_for(&w))
         .envs(env.iter().cloned())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the worker")?;
+        .stdout(Stdio::null());
+    // QW_BENCH_WORKER_LOGS=DIR: each worker's log, at info, in DIR/worker-<port>.log
+    // (when its session started and how long that took, every reconnect)
+    match std::env::var_os("QW_BENCH_WORKER_LOGS") {
+        Some(dir) => {
+            let path = Path::new(&dir).join(format!("worker-{port}.log"));
+            let log = std::fs::File::create(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            cmd.env("RUST_LOG", "info").stderr(log)
+        }
+        None => cmd.env("RUST_LOG", "warn").stderr(Stdio::null()),
+    };
+    let child = cmd.spawn().context("starting the worker")?;
     Ok((child, port))
+}
+
+/// Whether the worker's `/readyz` answers 200: it is connected and consuming.
+pub fn is_ready(port: u16) -> bool {
+    get(port, "/readyz")
+        .is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
 }
 
 /// Wait until the worker's `/readyz` answers 200: it is connected and consuming.
 pub async fn wait_ready(port: u16, child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if get(port, "/readyz")
-            .is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
-        {
+        if is_ready(port) {
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {

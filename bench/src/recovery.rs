@@ -29,7 +29,7 @@ use crate::broker::{closed, connect, preload};
 use crate::ceiling::ceiling;
 use crate::context::{header, Bench};
 use crate::lanes::ready;
-use crate::procs::{spawn_worker, stop, wait_ready};
+use crate::procs::{is_ready, spawn_worker, stop, wait_ready};
 use crate::report::{Burst, Recovery, Report, INTERVAL_SECS};
 
 /// Runs the step into `report`.
@@ -60,6 +60,11 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
                 r.jobs, r.drain_secs, r.ratio_whole, r.ratio_without_outage, r.min_interval_ratio,
                 r.resumed_after_secs.map_or(String::new(), |s| format!("; dispatching again {s:.2} s after the broker's return"))
             );
+            if let Some(secs) = r.consuming_after_secs {
+                eprintln!(
+                    "      every worker consuming again {secs:.2} s after the broker's return"
+                );
+            }
             report.recovery.push(r);
         }
     }
@@ -212,18 +217,21 @@ async fn drain(
         "QUOTA_WORKER__CHANNELS__SMS__RATE".to_string(),
         rate.to_string(),
     )];
-    let mut procs = Vec::new();
+    let (mut procs, mut ports) = (Vec::new(), Vec::new());
     for _ in 0..workers {
         let (mut child, port) = spawn_worker(&b.worker, s, &env)?;
         wait_ready(port, &mut child).await?;
         procs.push(child);
+        ports.push(port);
     }
-    let watched = watch(s, &dispatch, jobs, rate, node).await;
+    let watched = watch(s, &dispatch, (jobs, rate), &ports, node).await;
     for child in &mut procs {
         stop(child);
     }
-    let (samples, outage) = watched?;
-    Ok(summarise(workers, jobs, rate, &samples, outage))
+    let (samples, outage, consuming_after) = watched?;
+    let mut r = summarise(workers, jobs, rate, &samples, outage);
+    r.consuming_after_secs = consuming_after;
+    Ok(r)
 }
 
 /// How often the drain reads the dispatch queue's depth: a drain of 100,000 jobs at
@@ -231,20 +239,20 @@ async fn drain(
 const SAMPLE: Duration = Duration::from_millis(100);
 
 /// Reads the dispatch queue's depth every [`SAMPLE`] until it holds `jobs`; with `node`,
-/// stops and starts it again once half of them are there. Returns (seconds since the
-/// start, depth) samples and the outage (start, end) in the same seconds.
+/// stops and starts it again once half of them are there, and follows the workers'
+/// readiness (at `ports`) meanwhile.
 async fn watch(
     s: &Settings,
     dispatch: &str,
-    jobs: usize,
-    rate: u64,
+    (jobs, rate): (usize, u64),
+    ports: &[u16],
     mut node: Option<&mut RabbitNode>,
-) -> Result<(Vec<(f64, u32)>, Option<(f64, f64)>)> {
+) -> Result<Watched> {
     let started = Instant::now();
     // twice the time the rate needs, and two minutes for the workers and a restart
     let limit = Duration::from_secs(jobs as u64 * 2 / rate + 120);
     let mut samples = Vec::new();
-    let mut outage = None;
+    let (mut outage, mut consuming) = (None, None);
     let mut conn = connect(&s.amqp.url).await?;
     let mut next = started;
     loop {
@@ -263,9 +271,14 @@ async fn watch(
         if outage.is_none() && d as usize >= jobs / 2 {
             if let Some(n) = node.as_deref_mut() {
                 let _ = closed(conn.close(200, "restart".into())).await;
+                let ready_again = readiness(ports.to_vec(), started);
                 let from = started.elapsed().as_secs_f64();
+                let at = || chrono::Utc::now().format("%H:%M:%S%.3f");
+                eprintln!("      {} stopping the broker", at());
                 n.stop();
+                eprintln!("      {} starting it", at());
                 n.start().await;
+                eprintln!("      {} it accepts a connection", at());
                 conn = connect(&s.amqp.url).await?;
                 // the outage ends at the queue's first answer after the start, read
                 // again until it holds what was dispatched before (a quorum queue not
@@ -281,15 +294,53 @@ async fn watch(
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     back = ready(&conn, dispatch).await?;
                 }
+                eprintln!("      {} its dispatch queue answers {back}", at());
                 let returned = started.elapsed().as_secs_f64();
                 outage = Some((from, returned));
+                consuming = Some((ready_again, returned));
                 samples.push((returned, back));
                 next = Instant::now();
             }
         }
     }
     let _ = closed(conn.close(200, "bye".into())).await;
-    Ok((samples, outage))
+    let consuming_after = match consuming {
+        Some((ready_again, returned)) => {
+            let at = tokio::task::spawn_blocking(move || ready_again.join()).await;
+            at.ok()
+                .and_then(|r| r.ok())
+                .flatten()
+                .map(|at| at - returned)
+        }
+        None => None,
+    };
+    Ok((samples, outage, consuming_after))
+}
+
+/// What [`watch`] saw: (seconds since the start, depth) samples, the outage (start,
+/// end) in the same seconds, and the seconds from the broker's return to every
+/// worker consuming again (its `/readyz` at 200 after it was not).
+type Watched = (Vec<(f64, u32)>, Option<(f64, f64)>, Option<f64>);
+
+/// From now on, each worker's `/readyz` every 10 ms, in a thread: the seconds since
+/// `started` at which every one of them, having been not ready (its session ended),
+/// is ready again (its session is consuming); `None` after two minutes.
+fn readiness(ports: Vec<u16>, started: Instant) -> std::thread::JoinHandle<Option<f64>> {
+    std::thread::spawn(move || {
+        let mut was_down = vec![false; ports.len()];
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let up: Vec<bool> = ports.iter().map(|&p| is_ready(p)).collect();
+            for (d, u) in was_down.iter_mut().zip(&up) {
+                *d |= !u;
+            }
+            if was_down.iter().all(|d| *d) && up.iter().all(|u| *u) {
+                return Some(started.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    })
 }
 
 /// A drain whose depth stands still this long before its last jobs arrive ends at
@@ -397,6 +448,7 @@ pub fn summarise(
         ratio_without_outage,
         outage_secs,
         resumed_after_secs,
+        consuming_after_secs: None,
         intervals,
         interval_in_outage: in_outage,
         interval_secs,

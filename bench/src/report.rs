@@ -274,6 +274,11 @@ pub struct Recovery {
     /// Seconds from asking the broker to stop to the dispatch queue's first answer
     /// after its start (holding at least what it held before the stop).
     pub outage_secs: f64,
+    /// Seconds from the broker's return to every worker consuming again (its
+    /// `/readyz` at 200 after its session ended): the reconnect, and the broker
+    /// answering each consumer of the session (a quorum queue holding a backlog
+    /// answers its consumer last, once it has read its log again).
+    pub consuming_after_secs: Option<f64>,
     /// Seconds from the broker's return to the first sample with more jobs dispatched
     /// (the workers' reconnect as the drain sees it, to within a sample).
     pub resumed_after_secs: Option<f64>,

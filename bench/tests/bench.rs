@@ -273,6 +273,10 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
         assert!(p["ratio_whole"].as_f64().unwrap() > 0.0, "{p}");
         if p["broker_restart"] == true {
             assert!(p["outage_secs"].as_f64().unwrap() > 0.0, "{p}");
+            // every worker's session ended with the broker and started again
+            assert!(p["consuming_after_secs"].as_f64().is_some(), "{p}");
+        } else {
+            assert!(p["consuming_after_secs"].is_null(), "{p}");
         }
     }
     // the bursts: every job read from the jobs queue and parked, by one worker and three

@@ -159,10 +159,10 @@ impl Worker {
             crate::feedback::watch::watch(self.store.clone(), shutdown.clone()),
         ));
         // short: each try at a broker that is away costs a refused connection, and the
-        // time between its return and the next try is drain lost (100 ms doubling
-        // to 250 ms, each lengthened by up to itself: back within 0.5 s)
+        // time between its return and the next try is drain lost (50 ms doubling
+        // to 100 ms, each lengthened by up to itself: a try every 0.1 to 0.2 s)
         let delays =
-            || crate::backoff::delays(Duration::from_millis(100), Duration::from_millis(250));
+            || crate::backoff::delays(Duration::from_millis(50), Duration::from_millis(100));
         let mut backoff = delays();
         loop {
             if shutdown.is_cancelled() {

@@ -48,9 +48,13 @@ impl Worker {
         // Connecting, declaring and subscribing, bounded (a broker that accepts the
         // connection but never answers must not stall the worker) and cut short by
         // shutdown.
+        let began = Instant::now();
+        let mut took = [Duration::ZERO; 2];
         let setup = async {
             let conn = amqp::connect(url, &a.tls, "quota-worker", timeout).await?;
+            took[0] = began.elapsed();
             self.topology.declare(&conn).await?;
+            took[1] = began.elapsed() - took[0];
             let publisher = Publisher::open(&conn, timeout).await?;
             let consume = conn.create_channel().await?;
             consume
@@ -75,7 +79,11 @@ impl Worker {
         };
         self.health.broker.store(true, Ordering::Relaxed);
         let broker = crate::config::redact_url(url);
-        info!(queue = %a.jobs_queue, prefetch = a.prefetch, %broker, "consuming");
+        // how long the session took to start, by part: after a broker's restart this
+        // is drain lost (docs/guide/recovery.md)
+        let [connect_ms, declare_ms] = took.map(|d| d.as_millis() as u64);
+        let setup_ms = began.elapsed().as_millis() as u64;
+        info!(queue = %a.jobs_queue, prefetch = a.prefetch, %broker, connect_ms, declare_ms, setup_ms, "consuming");
         let (mut blocked, flow) = amqp::flow::follow(&conn);
         let _flow = tokio_util::task::AbortOnDropHandle::new(flow);
         let conn = Arc::new(conn);

@@ -240,7 +240,8 @@ async fn redis_with_an_acl_user() {
 
 /// The broker closes the worker's connection (`rabbitmqctl close_all_connections`)
 /// again and again: while it declares its topology at start (each time a few more
-/// of its queues exist, so the close lands in the middle of the declarations), and
+/// of its queues exist, so the close lands in the middle of the declarations or of
+/// the session's start), and
 /// then while it consumes. The worker never exits, comes back after each close,
 /// and then dispatches a job as if nothing happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,10 +261,10 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     let dir = temp_dir("closed");
 
     // Closes inside the broker, each as soon as the node holds N queues and the
-    // worker holds a connection the closer has not closed yet: the worker creates its
-    // queues one by one (25 with the defaults), so a close falls between two of its
-    // declarations (or, when the closer lags behind them, just after: still a
-    // session ended). Waiting for a new connection keeps a lagging close from
+    // worker holds a connection the closer has not closed yet: the broker creates the
+    // worker's queues one by one (25 with the defaults), so a close falls among the
+    // answers to its declarations (or, when the closer lags behind them, just after,
+    // while it opens its channels and consumers: still a session ended at start). Waiting for a new connection keeps a lagging close from
     // landing while the worker backs off, or on the one just closed, ending nothing.
     let closes_while_declaring = [3, 8, 13, 18];
     let burst = format!(
@@ -299,13 +300,22 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
         }
     };
     wait_for(closes_while_declaring.len(), "broker session ended");
-    let mid_declare = log()
-        .lines()
-        .filter(|l| l.contains("broker session ended") && l.contains("cannot declare"))
-        .count();
+    // a session that ended before it was consuming ended while it connected,
+    // declared or subscribed (the declarations go out together, so a close lands
+    // among their answers or just after them)
+    let (mut mid_setup, mut mid_declare, mut consuming) = (0, 0, false);
+    for line in log().lines() {
+        if line.contains("\"consuming\"") {
+            consuming = true;
+        } else if line.contains("broker session ended") {
+            mid_setup += usize::from(!consuming);
+            mid_declare += usize::from(line.contains("cannot declare"));
+            consuming = false;
+        }
+    }
     assert!(
-        mid_declare >= 1,
-        "no close landed while declaring:\n{}",
+        mid_setup >= 1,
+        "no close landed while the session started:\n{}",
         log()
     );
     wait_for(1, "\"consuming\"");
@@ -340,7 +350,9 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
         .wait(Duration::from_secs(30))
         .expect("the worker stops");
     assert!(status.success(), "{status:?}");
-    eprintln!("{ended} sessions ended by the broker, {mid_declare} of them while declaring");
+    eprintln!(
+        "{ended} sessions ended by the broker, {mid_setup} of them while starting ({mid_declare} while declaring)"
+    );
 }
 
 /// Redis is not there when the worker starts (it starts later, or restarts): the
@@ -380,4 +392,56 @@ async fn the_worker_waits_for_a_redis_that_is_not_there_yet() {
     assert_eq!(got, ["after-redis-came"], "{}", worker.tail(10));
     worker.term();
     assert!(worker.wait(Duration::from_secs(30)).unwrap().success());
+}
+
+/// The topology's steps go out together (one round trip, not one a step), yet they
+/// keep their order and the first refusal is the one reported: with a delay queue
+/// half-way down the ladder already there as a classic queue, the declaration fails
+/// on that queue, named, as fatal (the broker refused it); what comes before it was
+/// declared, and what comes after it was not.
+#[tokio::test]
+async fn a_refused_declaration_names_its_step_and_stops_the_ones_after_it() {
+    let ns = unique("refused");
+    let s = settings(&ns);
+    let _cleanup = testkit::Cleanup::new(&s);
+    let t = Topology::from_settings(&s);
+    let ladder = t.ladder();
+    let (clash, after) = (ladder.queue(5), ladder.queue(6));
+    let conn = testkit::amqp().await;
+    let ch = conn.create_channel().await.unwrap();
+    let durable = lapin::options::QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare(clash.as_str().into(), durable, Default::default())
+        .await
+        .unwrap();
+
+    let err = t.declare(&conn).await.unwrap_err();
+    match &err {
+        BrokerError::Declare { what, .. } => assert_eq!(what, &format!("queue `{clash}`")),
+        other => panic!("not a declaration error: {other:?}"),
+    }
+    assert!(err.is_fatal(), "{err}");
+    let exists = |name: String| {
+        let conn = &conn;
+        async move {
+            let ch = conn.create_channel().await.unwrap();
+            let passive = lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            ch.queue_declare(name.as_str().into(), passive, Default::default())
+                .await
+                .is_ok()
+        }
+    };
+    assert!(exists(s.amqp.dead_queue.clone()).await);
+    assert!(exists(ladder.queue(4)).await);
+    assert!(
+        !exists(after).await,
+        "a step after the refused one was declared"
+    );
+    // the connection itself is still good (only the topology's channel was closed)
+    assert!(exists(s.amqp.jobs_queue.clone()).await);
 }
