@@ -80,11 +80,17 @@ async fn a_shadow_policy_sends_every_job_records_it_and_counts_what_it_would_hav
     publish(&conn, &s, &job("d2", "r2", "default")).await;
     let sms = topology(&s).dispatch_queue("sms");
     wait_depth(&conn, &sms, 4).await;
+    // (d2's delay is confirmed apart from d1's dispatch: it may land a moment later)
+    wait_for("d2 in a delay queue", Duration::from_secs(20), || async {
+        delayed(&conn, &s).await >= 1
+    })
+    .await;
     assert_eq!(
         delayed(&conn, &s).await,
         1,
         "only the enforced policy held one"
     );
+    assert_eq!(depth(&conn, &sms).await, 4, "and sent the others");
 
     // every shadow send is recorded, so caps that start enforcing count them
     let args = ["admin", "recipient", "r1", "--category", "promo", "--json"];
