@@ -4,9 +4,12 @@
 //! (`--jobs`, default 100,000; 10,000 with `--quick`) is parked in the channel's bulk
 //! lane before any worker runs, as a fault leaves it; then the workers start and the
 //! dispatch queue's depth is read every 100 ms until every job is there. Four passes:
-//! one worker and three, each without and with a broker restart half-way through the
-//! drain (the restart passes run on a private RabbitMQ node the step starts, so the
-//! shared broker is never restarted; they are skipped where no node can be started).
+//! one worker and three, each without and with a broker restart in the middle of the
+//! drain (the stop is asked once a quarter of the jobs are dispatched: the workers go
+//! on dispatching for the seconds the broker takes to stop, and a stop asked half-way
+//! left three workers nothing to drain after the return; the restart passes run on a
+//! private RabbitMQ node the step starts, so the shared broker is never restarted;
+//! they are skipped where no node can be started).
 //!
 //! Reported: the drain rate over the whole drain and by 5-second interval, against the
 //! channel's rate, and the seconds the broker was away (the intervals that overlap
@@ -64,6 +67,9 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
                 eprintln!(
                     "      every worker consuming again {secs:.2} s after the broker's return"
                 );
+            }
+            if let Some(secs) = r.lane_serving_after_secs {
+                eprintln!("      its lane queue serving a consumer again {secs:.2} s after the broker's return");
             }
             report.recovery.push(r);
         }
@@ -152,7 +158,7 @@ async fn pass(
         format!(
             "{workers} worker(s), {jobs} bulk jobs parked, paced at {rate}/s{}",
             if restart {
-                ", the broker restarted half-way"
+                ", the broker restarted in the middle"
             } else {
                 ""
             }
@@ -224,13 +230,14 @@ async fn drain(
         procs.push(child);
         ports.push(port);
     }
-    let watched = watch(s, &dispatch, (jobs, rate), &ports, node).await;
+    let watched = watch(s, (&dispatch, &lane), (jobs, rate), &ports, node).await;
     for child in &mut procs {
         stop(child);
     }
-    let (samples, outage, consuming_after) = watched?;
+    let (samples, outage, consuming_after, serving_after) = watched?;
     let mut r = summarise(workers, jobs, rate, &samples, outage);
     r.consuming_after_secs = consuming_after;
+    r.lane_serving_after_secs = serving_after;
     Ok(r)
 }
 
@@ -239,11 +246,11 @@ async fn drain(
 const SAMPLE: Duration = Duration::from_millis(100);
 
 /// Reads the dispatch queue's depth every [`SAMPLE`] until it holds `jobs`; with `node`,
-/// stops and starts it again once half of them are there, and follows the workers'
+/// stops and starts it again once a quarter of them are there, and follows the workers'
 /// readiness (at `ports`) meanwhile.
 async fn watch(
     s: &Settings,
-    dispatch: &str,
+    (dispatch, lane): (&str, &str),
     (jobs, rate): (usize, u64),
     ports: &[u16],
     mut node: Option<&mut RabbitNode>,
@@ -252,7 +259,7 @@ async fn watch(
     // twice the time the rate needs, and two minutes for the workers and a restart
     let limit = Duration::from_secs(jobs as u64 * 2 / rate + 120);
     let mut samples = Vec::new();
-    let (mut outage, mut consuming) = (None, None);
+    let (mut outage, mut consuming, mut probe) = (None, None, None);
     let mut conn = connect(&s.amqp.url).await?;
     let mut next = started;
     loop {
@@ -268,7 +275,7 @@ async fn watch(
         if started.elapsed() > limit {
             bail!("{d} of {jobs} jobs dispatched after {} s", limit.as_secs());
         }
-        if outage.is_none() && d as usize >= jobs / 2 {
+        if outage.is_none() && d as usize >= jobs / 4 {
             if let Some(n) = node.as_deref_mut() {
                 let _ = closed(conn.close(200, "restart".into())).await;
                 let ready_again = readiness(ports.to_vec(), started);
@@ -280,6 +287,7 @@ async fn watch(
                 n.start().await;
                 eprintln!("      {} it accepts a connection", at());
                 conn = connect(&s.amqp.url).await?;
+                let serving = lane_serving(&conn, lane, started).await?;
                 // the outage ends at the queue's first answer after the start, read
                 // again until it holds what was dispatched before (a quorum queue not
                 // yet up answers 0): the drain after the return is counted from
@@ -298,6 +306,7 @@ async fn watch(
                 let returned = started.elapsed().as_secs_f64();
                 outage = Some((from, returned));
                 consuming = Some((ready_again, returned));
+                probe = Some((serving, returned));
                 samples.push((returned, back));
                 next = Instant::now();
             }
@@ -314,13 +323,48 @@ async fn watch(
         }
         None => None,
     };
-    Ok((samples, outage, consuming_after))
+    let serving_after = match probe {
+        Some((serving, returned)) => serving.await.ok().flatten().map(|at| at - returned),
+        None => None,
+    };
+    Ok((samples, outage, consuming_after, serving_after))
 }
 
 /// What [`watch`] saw: (seconds since the start, depth) samples, the outage (start,
 /// end) in the same seconds, and the seconds from the broker's return to every
-/// worker consuming again (its `/readyz` at 200 after it was not).
-type Watched = (Vec<(f64, u32)>, Option<(f64, f64)>, Option<f64>);
+/// worker consuming again (its `/readyz` at 200 after it was not), and to the lane
+/// queue serving a consumer again.
+type Watched = (
+    Vec<(f64, u32)>,
+    Option<(f64, f64)>,
+    Option<f64>,
+    Option<f64>,
+);
+
+/// From now on, in a task: the seconds since `started` at which `lane` serves a
+/// consumer again (its `basic.consume` answered; a quorum queue holding a backlog
+/// answers last, once it has read its log again, and its passive declare answers
+/// before that). The bench's consumer holds at most one job and closes its channel at
+/// once, which hands the job back. `None` if the broker refused.
+async fn lane_serving(
+    conn: &lapin::Connection,
+    lane: &str,
+    started: Instant,
+) -> Result<tokio::task::JoinHandle<Option<f64>>> {
+    let ch = conn.create_channel().await?;
+    let lane = lane.to_string();
+    Ok(tokio::spawn(async move {
+        ch.basic_qos(1, Default::default()).await.ok()?;
+        let tag = "bench-recovery-probe";
+        let opts = Default::default();
+        let args = Default::default();
+        let consumer = ch.basic_consume(lane.as_str().into(), tag.into(), opts, args);
+        consumer.await.ok()?;
+        let at = started.elapsed().as_secs_f64();
+        let _ = ch.close(200, "probed".into()).await;
+        Some(at)
+    }))
+}
 
 /// From now on, each worker's `/readyz` every 10 ms, in a thread: the seconds since
 /// `started` at which every one of them, having been not ready (its session ended),
@@ -449,6 +493,7 @@ pub fn summarise(
         outage_secs,
         resumed_after_secs,
         consuming_after_secs: None,
+        lane_serving_after_secs: None,
         intervals,
         interval_in_outage: in_outage,
         interval_secs,

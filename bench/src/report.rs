@@ -279,6 +279,10 @@ pub struct Recovery {
     /// answering each consumer of the session (a quorum queue holding a backlog
     /// answers its consumer last, once it has read its log again).
     pub consuming_after_secs: Option<f64>,
+    /// Seconds from the broker's return until the bulk lane queue serves a consumer
+    /// again (the bench's own, which holds at most one job and hands it back at once):
+    /// no worker can drain it before.
+    pub lane_serving_after_secs: Option<f64>,
     /// Seconds from the broker's return to the first sample with more jobs dispatched
     /// (the workers' reconnect as the drain sees it, to within a sample).
     pub resumed_after_secs: Option<f64>,

@@ -233,7 +233,7 @@ fn assert_no_keys_left(run: &Run) {
 
 /// The recovery step, small: a backlog parked in the bulk lane of a channel paced at
 /// half the ceiling is drained, every job reaching the dispatch queue, by one worker
-/// and by three, and again with a broker restart half-way (on a private node, where
+/// and by three, and again with a broker restart in the middle (on a private node, where
 /// one can be started); a burst of as many to the jobs exchange is read and parked;
 /// the report, the table and `recovery.svg` say so, and the run leaves no key behind.
 /// No speed is checked.
@@ -275,8 +275,11 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
             assert!(p["outage_secs"].as_f64().unwrap() > 0.0, "{p}");
             // every worker's session ended with the broker and started again
             assert!(p["consuming_after_secs"].as_f64().is_some(), "{p}");
+            // and the lane queue served a consumer again
+            assert!(p["lane_serving_after_secs"].as_f64().is_some(), "{p}");
         } else {
             assert!(p["consuming_after_secs"].is_null(), "{p}");
+            assert!(p["lane_serving_after_secs"].is_null(), "{p}");
         }
     }
     // the bursts: every job read from the jobs queue and parked, by one worker and three
