@@ -255,6 +255,9 @@ async fn the_worker_outlives_the_broker_closing_its_connection_mid_declare() {
     let ns = unique("closed");
     let mut s = settings(&ns);
     s.amqp.url = node.url();
+    // a close that lands in the AMQP handshake leaves the connect waiting for its
+    // deadline (this one, 10 s by default): 3 s keeps the test short
+    s.amqp.publish_timeout = quota_worker::config::Dur(Duration::from_secs(3));
     // the private node goes with the test; the recipient key it writes in the
     // machine's Redis would not
     let _cleanup = testkit::Cleanup::new(&s);
