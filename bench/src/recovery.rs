@@ -5,15 +5,20 @@
 //! lane before any worker runs, as a fault leaves it; then the workers start and the
 //! dispatch queue's depth is read every 100 ms until every job is there. Four passes:
 //! one worker and three, each without and with a broker restart in the middle of the
-//! drain (the stop is asked once a quarter of the jobs are dispatched: the workers go
-//! on dispatching for the seconds the broker takes to stop, and a stop asked half-way
-//! left three workers nothing to drain after the return; the restart passes run on a
-//! private RabbitMQ node the step starts, so the shared broker is never restarted;
-//! they are skipped where no node can be started).
+//! drain (the stop is asked as soon as the drain has begun: the workers go on
+//! dispatching for the 2–10 s `rabbitmqctl stop` takes on this loaded machine, so the
+//! broker goes away in the middle of the drain; a stop asked later left three workers
+//! little or nothing to drain after the return). The restart passes run on a private
+//! RabbitMQ node the step starts, so the shared broker is never restarted; they are
+//! skipped where no node can be started.
 //!
 //! Reported: the drain rate over the whole drain and by 5-second interval, against the
-//! channel's rate, and the seconds the broker was away (the intervals that overlap
-//! the restart are marked, and the whole-drain figure is also given without them).
+//! channel's rate, and the seconds the broker was away: from asking it to stop until
+//! the lane queue with the backlog serves a consumer again (a quorum queue answers a
+//! declare before it has read its log again, and serves consumers only after: no
+//! worker can drain it before). The intervals that overlap the restart are marked,
+//! the whole-drain figure is also given without them, and the first interval counted
+//! from the broker's first answer instead is given beside.
 //!
 //! Then the burst ([`burst`]): the same number of bulk jobs published to the jobs
 //! exchange as fast as the benchmark can, as a producer that knows no lanes sends a
@@ -50,7 +55,12 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
         format!("ceiling {ceiling_rate:.0} msgs/s: the channel paced at {rate}/s"),
     );
     let restart_possible = RabbitNode::available();
+    // `QW_BENCH_RECOVERY=restart`: only the passes with a broker restart (no burst)
+    let restart_only = std::env::var("QW_BENCH_RECOVERY").is_ok_and(|v| v == "restart");
     for restart in [false, true] {
+        if restart_only && !restart {
+            continue;
+        }
         if restart && !restart_possible {
             eprintln!("      no RabbitMQ node can be started here: the restart passes are skipped");
             continue;
@@ -61,20 +71,29 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
             eprintln!(
                 "      drained {} jobs in {:.1} s: {:.3} of the rate (without the outage {:.3}); lowest 5 s interval {:.3}{}",
                 r.jobs, r.drain_secs, r.ratio_whole, r.ratio_without_outage, r.min_interval_ratio,
-                r.resumed_after_secs.map_or(String::new(), |s| format!("; dispatching again {s:.2} s after the broker's return"))
+                r.resumed_after_secs.map_or(String::new(), |s| format!("; dispatching again {s:.2} s after the broker's first answer"))
             );
+            if let Some(secs) = r.stopping_secs {
+                eprintln!("      the broker answered for {secs:.2} s after it was asked to stop");
+            }
             if let Some(secs) = r.consuming_after_secs {
                 eprintln!(
-                    "      every worker consuming again {secs:.2} s after the broker's return"
+                    "      every worker consuming again {secs:.2} s after the broker's first answer"
                 );
             }
             if let Some(secs) = r.lane_serving_after_secs {
-                eprintln!("      its lane queue serving a consumer again {secs:.2} s after the broker's return");
+                eprintln!("      its lane queue serving a consumer again {secs:.2} s after the broker's first answer");
+            }
+            if let Some(first) = r.first_from_answer_ratio {
+                eprintln!("      the first interval counted from the broker's first answer instead: {first:.3} of the rate");
             }
             report.recovery.push(r);
         }
     }
     for workers in [1, 3] {
+        if restart_only {
+            break;
+        }
         let burst = burst(b, workers, jobs, rate).await?;
         eprintln!(
             "      published at {:.0}/s, parked at {:.0}/s: an urgent job behind them waits {:.1} s",
@@ -234,10 +253,9 @@ async fn drain(
     for child in &mut procs {
         stop(child);
     }
-    let (samples, outage, consuming_after, serving_after) = watched?;
-    let mut r = summarise(workers, jobs, rate, &samples, outage);
-    r.consuming_after_secs = consuming_after;
-    r.lane_serving_after_secs = serving_after;
+    let watched = watched?;
+    let mut r = summarise(workers, jobs, rate, &watched.samples, watched.restart);
+    r.consuming_after_secs = watched.consuming_after;
     Ok(r)
 }
 
@@ -246,7 +264,7 @@ async fn drain(
 const SAMPLE: Duration = Duration::from_millis(100);
 
 /// Reads the dispatch queue's depth every [`SAMPLE`] until it holds `jobs`; with `node`,
-/// stops and starts it again once a quarter of them are there, and follows the workers'
+/// stops and starts it again once the drain has begun, and follows the workers'
 /// readiness (at `ports`) meanwhile.
 async fn watch(
     s: &Settings,
@@ -259,7 +277,7 @@ async fn watch(
     // twice the time the rate needs, and two minutes for the workers and a restart
     let limit = Duration::from_secs(jobs as u64 * 2 / rate + 120);
     let mut samples = Vec::new();
-    let (mut outage, mut consuming, mut probe) = (None, None, None);
+    let (mut restart, mut consuming, mut probe) = (None, None, None);
     let mut conn = connect(&s.amqp.url).await?;
     let mut next = started;
     loop {
@@ -269,20 +287,26 @@ async fn watch(
         samples.push((started.elapsed().as_secs_f64(), d));
         // (a drain shorter than two samples, as in the harness's tests, meets its
         // restart at its end)
-        if d as usize >= jobs && (outage.is_some() || node.is_none()) {
+        if d as usize >= jobs && (restart.is_some() || node.is_none()) {
             break;
         }
         if started.elapsed() > limit {
             bail!("{d} of {jobs} jobs dispatched after {} s", limit.as_secs());
         }
-        if outage.is_none() && d as usize >= jobs / 4 {
+        if restart.is_none() && d > 0 {
             if let Some(n) = node.as_deref_mut() {
-                let _ = closed(conn.close(200, "restart".into())).await;
                 let ready_again = readiness(ports.to_vec(), started);
                 let from = started.elapsed().as_secs_f64();
                 let at = || chrono::Utc::now().format("%H:%M:%S%.3f");
                 eprintln!("      {} stopping the broker", at());
-                n.stop();
+                // the depth is read on while the broker stops (the workers dispatch
+                // meanwhile), until it no longer answers: it is gone after the last read
+                let reads = tokio::spawn(read_while_up(conn, dispatch.to_string(), started));
+                tokio::task::block_in_place(|| n.stop());
+                let reads = reads.await.unwrap_or_default();
+                let gone = reads.last().map_or(from, |r| r.0);
+                let d = reads.iter().map(|r| r.1).max().unwrap_or(d).max(d);
+                samples.extend(reads);
                 eprintln!("      {} starting it", at());
                 n.start().await;
                 eprintln!("      {} it accepts a connection", at());
@@ -304,9 +328,14 @@ async fn watch(
                 }
                 eprintln!("      {} its dispatch queue answers {back}", at());
                 let returned = started.elapsed().as_secs_f64();
-                outage = Some((from, returned));
+                restart = Some(Restart {
+                    asked: from,
+                    gone,
+                    answered: returned,
+                    serving: None,
+                });
                 consuming = Some((ready_again, returned));
-                probe = Some((serving, returned));
+                probe = Some(serving);
                 samples.push((returned, back));
                 next = Instant::now();
             }
@@ -323,23 +352,73 @@ async fn watch(
         }
         None => None,
     };
-    let serving_after = match probe {
-        Some((serving, returned)) => serving.await.ok().flatten().map(|at| at - returned),
-        None => None,
-    };
-    Ok((samples, outage, consuming_after, serving_after))
+    if let (Some(r), Some(serving)) = (restart.as_mut(), probe) {
+        r.serving = serving.await.ok().flatten();
+    }
+    Ok(Watched {
+        samples,
+        restart,
+        consuming_after,
+    })
 }
 
-/// What [`watch`] saw: (seconds since the start, depth) samples, the outage (start,
-/// end) in the same seconds, and the seconds from the broker's return to every
-/// worker consuming again (its `/readyz` at 200 after it was not), and to the lane
-/// queue serving a consumer again.
-type Watched = (
-    Vec<(f64, u32)>,
-    Option<(f64, f64)>,
-    Option<f64>,
-    Option<f64>,
-);
+/// The dispatch queue's depth on `conn` every [`SAMPLE`] (seconds since `started`,
+/// depth) until it does not answer within a second: the broker stopping.
+async fn read_while_up(
+    conn: lapin::Connection,
+    dispatch: String,
+    started: Instant,
+) -> Vec<(f64, u32)> {
+    let mut reads = Vec::new();
+    let mut next = Instant::now();
+    loop {
+        next += SAMPLE;
+        tokio::time::sleep_until(next.into()).await;
+        match tokio::time::timeout(Duration::from_secs(1), ready(&conn, &dispatch)).await {
+            Ok(Ok(d)) => reads.push((started.elapsed().as_secs_f64(), d)),
+            _ => break,
+        }
+    }
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        closed(conn.close(200, "bye".into())),
+    )
+    .await;
+    reads
+}
+
+/// What [`watch`] saw.
+struct Watched {
+    /// (seconds since the start, depth of the dispatch queue) every [`SAMPLE`].
+    samples: Vec<(f64, u32)>,
+    /// The broker's restart, in the same seconds.
+    restart: Option<Restart>,
+    /// Seconds from the broker's first answer to every worker consuming again (its
+    /// `/readyz` at 200 after it was not).
+    consuming_after: Option<f64>,
+}
+
+/// A broker restart as the drain saw it, in seconds since the drain was first read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Restart {
+    /// The broker asked to stop.
+    pub asked: f64,
+    /// The last answer before it went away (the workers dispatch while it stops).
+    pub gone: f64,
+    /// Its dispatch queue's first answer after its start, holding at least what it
+    /// held before the stop.
+    pub answered: f64,
+    /// The lane queue with the backlog serving a consumer again (`None`: not seen).
+    pub serving: Option<f64>,
+}
+
+impl Restart {
+    /// Its end for the drain: the lane queue serving again, or the first answer if
+    /// that came later (or the serving was not seen).
+    pub fn back(&self) -> f64 {
+        self.serving.map_or(self.answered, |s| s.max(self.answered))
+    }
+}
 
 /// From now on, in a task: the seconds since `started` at which `lane` serves a
 /// consumer again (its `basic.consume` answered; a quorum queue holding a backlog
@@ -397,8 +476,9 @@ pub fn summarise(
     jobs: usize,
     rate: u64,
     samples: &[(f64, u32)],
-    outage: Option<(f64, f64)>,
+    restart: Option<Restart>,
 ) -> Recovery {
+    let outage = restart.map(|r| (r.gone, r.back()));
     // the dispatch queue only grows: a read that comes back lower (a quorum queue
     // not yet up after the broker's restart answers 0) counts as the one before it
     let samples: Vec<(f64, u32)> = samples
@@ -468,12 +548,18 @@ pub fn summarise(
             a = z;
         }
     }
-    let resumed_after_secs = outage.and_then(|(_, oz)| {
-        let back = at(oz);
+    let resumed_after_secs = restart.and_then(|r| {
+        let back = at(r.answered);
         samples
             .iter()
-            .find(|s| s.0 > oz && s.1 as f64 > back)
-            .map(|s| s.0 - oz)
+            .find(|s| s.0 > r.answered && s.1 as f64 > back)
+            .map(|s| s.0 - r.answered)
+    });
+    // the first interval counted from the broker's first answer instead (5 s, or to
+    // the drain's end if at least 2 s)
+    let first_from_answer_ratio = restart.and_then(|r| {
+        let z = (r.answered + step).min(end);
+        (z - r.answered >= 2.0).then(|| (at(z) - at(r.answered)) / (z - r.answered) / rate_f)
     });
     let min_interval_ratio = intervals
         .iter()
@@ -493,7 +579,9 @@ pub fn summarise(
         outage_secs,
         resumed_after_secs,
         consuming_after_secs: None,
-        lane_serving_after_secs: None,
+        lane_serving_after_secs: restart.and_then(|r| r.serving.map(|s| s - r.answered)),
+        first_from_answer_ratio,
+        stopping_secs: restart.map(|r| r.gone - r.asked),
         intervals,
         interval_in_outage: in_outage,
         interval_secs,
@@ -504,6 +592,7 @@ pub fn summarise(
         } else {
             0.0
         },
+        returned_at_secs: restart.map(|r| r.answered - t0),
         curve: samples[first.saturating_sub(1)..]
             .iter()
             .map(|&(t, d)| (t - t0, d as f64))
@@ -539,7 +628,15 @@ mod tests {
             }
             samples.push((t as f64, d));
         }
-        let r = summarise(1, 1_100, 100, &samples, Some((5.0, 10.0)));
+        let away = |asked, answered, serving| {
+            Some(Restart {
+                asked,
+                gone: asked,
+                answered,
+                serving,
+            })
+        };
+        let r = summarise(1, 1_100, 100, &samples, away(5.0, 10.0, None));
         assert!(r.broker_restart);
         assert_eq!(r.interval_in_outage, vec![false, true, false]);
         assert!(r.ratio_whole < 0.75);
@@ -548,6 +645,40 @@ mod tests {
         assert_eq!(r.resumed_after_secs, Some(1.0));
         let steady = summarise(1, 1_600, 100, &samples, None);
         assert_eq!(steady.resumed_after_secs, None);
+        // the lane queue serving again before the first answer: the answer ends it
+        let early = summarise(1, 1_100, 100, &samples, away(5.0, 10.0, Some(9.5)));
+        assert_eq!(early.outage_secs, 5.0);
+        assert_eq!(early.lane_serving_after_secs, Some(-0.5));
+    }
+
+    #[test]
+    fn the_broker_is_back_once_its_lane_queue_serves_again() {
+        // 100/s to t = 5; away until its first answer at t = 10; its lane queue
+        // serves again at t = 11, then 100/s to 1,500 jobs at t = 20
+        let mut samples: Vec<(f64, u32)> = (1..=5).map(|t| (t as f64, t * 100)).collect();
+        samples.extend((10..=11).map(|t| (t as f64, 500)));
+        samples.extend((12..=20).map(|t| (t as f64, 500 + (t - 11) * 100)));
+        let restart = Restart {
+            asked: 4.5,
+            gone: 5.0,
+            answered: 10.0,
+            serving: Some(11.0),
+        };
+        let r = summarise(1, 1_400, 100, &samples, Some(restart));
+        assert_eq!(r.outage_secs, 6.0);
+        assert_eq!(r.lane_serving_after_secs, Some(1.0));
+        assert_eq!(r.interval_in_outage, vec![false, true, false, false]);
+        assert!(
+            (r.min_interval_ratio - 1.0).abs() < 1e-9,
+            "{}",
+            r.min_interval_ratio
+        );
+        // counted from the first answer, the first interval lost the second before
+        // the lane served
+        let first = r.first_from_answer_ratio.unwrap();
+        assert!((first - 0.8).abs() < 1e-9, "{first}");
+        assert_eq!(r.returned_at_secs, Some(10.0));
+        assert_eq!(r.stopping_secs, Some(0.5));
     }
 
     #[test]
@@ -563,7 +694,13 @@ mod tests {
         samples.extend((1..=1075).map(|i| (19.9 + i as f64 / 10.0, 99_971)));
         samples.push((127.5, 99_974));
         samples.push((127.7, 100_029));
-        let r = summarise(3, 100_000, 10_000, &samples, Some((4.25, 17.6)));
+        let restart = Restart {
+            asked: 4.25,
+            gone: 4.25,
+            answered: 17.6,
+            serving: None,
+        };
+        let r = summarise(3, 100_000, 10_000, &samples, Some(restart));
         assert_eq!(r.held, 29);
         assert!((r.drain_secs - 19.9).abs() < 1e-9, "{}", r.drain_secs);
         assert!((r.held_secs - (127.7 - 19.9)).abs() < 1e-9);

@@ -271,19 +271,28 @@ pub struct Recovery {
     pub ratio_whole: f64,
     /// The same, without the seconds the broker was away.
     pub ratio_without_outage: f64,
-    /// Seconds from asking the broker to stop to the dispatch queue's first answer
-    /// after its start (holding at least what it held before the stop).
+    /// Seconds from the broker's last answer as it stopped to its return for the drain: the lane
+    /// queue with the backlog serving a consumer again, or the dispatch queue's first
+    /// answer after its start (holding at least what it held before the stop) if that
+    /// is later.
     pub outage_secs: f64,
-    /// Seconds from the broker's return to every worker consuming again (its
+    /// Seconds from asking the broker to stop to its last answer before it went away
+    /// (the workers dispatch meanwhile; the outage begins at that answer).
+    pub stopping_secs: Option<f64>,
+    /// Seconds from the broker's first answer to every worker consuming again (its
     /// `/readyz` at 200 after its session ended): the reconnect, and the broker
     /// answering each consumer of the session (a quorum queue holding a backlog
     /// answers its consumer last, once it has read its log again).
     pub consuming_after_secs: Option<f64>,
-    /// Seconds from the broker's return until the bulk lane queue serves a consumer
+    /// Seconds from the broker's first answer until the bulk lane queue serves a consumer
     /// again (the bench's own, which holds at most one job and hands it back at once):
     /// no worker can drain it before.
     pub lane_serving_after_secs: Option<f64>,
-    /// Seconds from the broker's return to the first sample with more jobs dispatched
+    /// The first interval after the restart counted from the dispatch queue's first
+    /// answer instead of the lane serving again (5 s, or to the drain's end if at
+    /// least 2 s), against the rate: the broker's recovery of its queues included.
+    pub first_from_answer_ratio: Option<f64>,
+    /// Seconds from the broker's first answer to the first sample with more jobs dispatched
     /// (the workers' reconnect as the drain sees it, to within a sample).
     pub resumed_after_secs: Option<f64>,
     /// Jobs per second in each 5-second interval of the drain, from the first
@@ -303,6 +312,9 @@ pub struct Recovery {
     pub held: usize,
     /// How long the held jobs waited after the stall began.
     pub held_secs: f64,
+    /// The broker's return (the dispatch queue's first answer) in the curve's
+    /// seconds.
+    pub returned_at_secs: Option<f64>,
     /// Dispatched jobs against seconds from the first one (a point a sample).
     pub curve: Vec<(f64, f64)>,
 }

@@ -193,11 +193,11 @@ fn print_recovery(r: &Report) {
     if r.recovery.is_empty() {
         return;
     }
-    println!("\n| workers | broker restart | jobs | rate/s | drain s | x rate (whole) | x rate (without the outage) | lowest 5 s interval x rate | outage s | lane serving again after s | consuming again after s | dispatching again after s | held by the lease (s) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| workers | broker restart | jobs | rate/s | drain s | x rate (whole) | x rate (without the outage) | lowest 5 s interval x rate | first 5 s from the first answer x rate | outage s | lane serving again after s | consuming again after s | dispatching again after s | held by the lease (s) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for p in &r.recovery {
         println!(
-            "| {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1} | {} | {} | {} | {} ({:.0}) |",
+            "| {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {:.1} | {} | {} | {} | {} ({:.0}) |",
             p.workers,
             if p.broker_restart { "yes" } else { "no" },
             p.jobs,
@@ -206,6 +206,8 @@ fn print_recovery(r: &Report) {
             p.ratio_whole,
             p.ratio_without_outage,
             p.min_interval_ratio,
+            p.first_from_answer_ratio
+                .map_or("-".to_string(), |s| format!("{s:.3}")),
             p.outage_secs,
             p.lane_serving_after_secs
                 .map_or("-".to_string(), |s| format!("{s:.2}")),

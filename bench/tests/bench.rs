@@ -277,9 +277,12 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
             assert!(p["consuming_after_secs"].as_f64().is_some(), "{p}");
             // and the lane queue served a consumer again
             assert!(p["lane_serving_after_secs"].as_f64().is_some(), "{p}");
+            // the broker's last answer as it stopped was read (at or after the ask)
+            assert!(p["stopping_secs"].as_f64().unwrap() >= 0.0, "{p}");
         } else {
             assert!(p["consuming_after_secs"].is_null(), "{p}");
             assert!(p["lane_serving_after_secs"].is_null(), "{p}");
+            assert!(p["stopping_secs"].is_null(), "{p}");
         }
     }
     // the bursts: every job read from the jobs queue and parked, by one worker and three
