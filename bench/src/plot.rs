@@ -329,7 +329,12 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     let longest = r
         .recovery
         .iter()
-        .map(|p| p.interval_secs.iter().sum::<f64>())
+        .flat_map(|p| {
+            p.interval_starts
+                .iter()
+                .zip(&p.interval_secs)
+                .map(|(a, l)| a + l)
+        })
         .fold(step, f64::max);
     let mut chart = chart(
         &root,
@@ -351,10 +356,11 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     ))?;
     let colors = [BLUE, RED, GREEN, MAGENTA];
     for (p, color) in r.recovery.iter().zip(colors) {
-        let ends = p.interval_secs.iter().scan(0.0, |t, len| {
-            *t += len;
-            Some(*t)
-        });
+        let ends = p
+            .interval_starts
+            .iter()
+            .zip(&p.interval_secs)
+            .map(|(a, l)| a + l);
         let points: Vec<(f64, f64)> = ends
             .zip(&p.intervals)
             .map(|(t, v)| (t, v / p.rate as f64))

@@ -13,8 +13,8 @@
 //! skipped where no node can be started.
 //!
 //! Reported: the drain rate over the whole drain and by 5-second interval, against the
-//! channel's rate, and the seconds the broker was away: from asking it to stop until
-//! the lane queue with the backlog serves a consumer again (a quorum queue answers a
+//! channel's rate, and the seconds the broker was away: from its last answer as it
+//! stops until the lane queue with the backlog serves a consumer again (a quorum queue answers a
 //! declare before it has read its log again, and serves consumers only after: no
 //! worker can drain it before). The intervals that overlap the restart are marked,
 //! the whole-drain figure is also given without them, and the first interval counted
@@ -536,6 +536,7 @@ pub fn summarise(
         _ => vec![(t0, end, false)],
     };
     let (mut intervals, mut in_outage, mut interval_secs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut interval_starts = Vec::new();
     for (a0, z0, away) in segments {
         let mut a = a0;
         while a < z0 - 1e-9 {
@@ -544,6 +545,7 @@ pub fn summarise(
                 intervals.push((at(z) - at(a)) / (z - a));
                 in_outage.push(away);
                 interval_secs.push(z - a);
+                interval_starts.push(a - t0);
             }
             a = z;
         }
@@ -585,6 +587,7 @@ pub fn summarise(
         intervals,
         interval_in_outage: in_outage,
         interval_secs,
+        interval_starts,
         held,
         held_secs,
         min_interval_ratio: if min_interval_ratio.is_finite() {
@@ -668,6 +671,8 @@ mod tests {
         assert_eq!(r.outage_secs, 6.0);
         assert_eq!(r.lane_serving_after_secs, Some(1.0));
         assert_eq!(r.interval_in_outage, vec![false, true, false, false]);
+        assert_eq!(r.interval_starts, vec![0.0, 5.0, 11.0, 16.0]);
+        assert_eq!(r.interval_secs, vec![5.0, 6.0, 5.0, 4.0]);
         assert!(
             (r.min_interval_ratio - 1.0).abs() < 1e-9,
             "{}",

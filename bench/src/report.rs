@@ -301,6 +301,9 @@ pub struct Recovery {
     pub intervals: Vec<f64>,
     /// Each interval's length, seconds (5, a last one of a segment shorter).
     pub interval_secs: Vec<f64>,
+    /// Each interval's start, seconds since the drain began (a part's last interval
+    /// shorter than 2 s is left out, so they need not follow one another).
+    pub interval_starts: Vec<f64>,
     /// For each interval, whether it is the broker's absence.
     pub interval_in_outage: Vec<bool>,
     /// The lowest interval's ratio to the rate, outage intervals left out.

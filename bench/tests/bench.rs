@@ -271,6 +271,13 @@ async fn the_recovery_step_drains_a_parked_backlog_and_reports_each_interval() {
         let curve = p["curve"].as_array().unwrap();
         assert!(curve.last().unwrap()[1].as_f64().unwrap() >= 1200.0, "{p}");
         assert!(p["ratio_whole"].as_f64().unwrap() > 0.0, "{p}");
+        // every interval with its start, for the plot
+        let intervals = p["intervals"].as_array().unwrap().len();
+        assert_eq!(
+            p["interval_starts"].as_array().unwrap().len(),
+            intervals,
+            "{p}"
+        );
         if p["broker_restart"] == true {
             assert!(p["outage_secs"].as_f64().unwrap() > 0.0, "{p}");
             // every worker's session ended with the broker and started again
