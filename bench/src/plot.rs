@@ -329,12 +329,7 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     let longest = r
         .recovery
         .iter()
-        .flat_map(|p| {
-            p.interval_starts
-                .iter()
-                .zip(&p.interval_secs)
-                .map(|(a, l)| a + l)
-        })
+        .flat_map(|p| p.interval_ends())
         .fold(step, f64::max);
     let mut chart = chart(
         &root,
@@ -356,12 +351,8 @@ pub fn plot_recovery(r: &Report, path: &Path) -> Result<()> {
     ))?;
     let colors = [BLUE, RED, GREEN, MAGENTA];
     for (p, color) in r.recovery.iter().zip(colors) {
-        let ends = p
-            .interval_starts
-            .iter()
-            .zip(&p.interval_secs)
-            .map(|(a, l)| a + l);
-        let points: Vec<(f64, f64)> = ends
+        let points: Vec<(f64, f64)> = p
+            .interval_ends()
             .zip(&p.intervals)
             .map(|(t, v)| (t, v / p.rate as f64))
             .collect();

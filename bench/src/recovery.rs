@@ -14,9 +14,9 @@
 //!
 //! Reported: the drain rate over the whole drain and by 5-second interval, against the
 //! channel's rate, and the seconds the broker was away: from its last answer as it
-//! stops until the lane queue with the backlog serves a consumer again (a quorum queue answers a
-//! declare before it has read its log again, and serves consumers only after: no
-//! worker can drain it before). The intervals that overlap the restart are marked,
+//! stops until the lane queue with the backlog serves a consumer again (a quorum
+//! queue answers a declare before it has read its log again, and serves consumers
+//! only after: no worker can drain it before). The intervals that overlap the restart are marked,
 //! the whole-drain figure is also given without them, and the first interval counted
 //! from the broker's first answer instead is given beside.
 //!
@@ -334,7 +334,7 @@ async fn watch(
                     answered: returned,
                     serving: None,
                 });
-                consuming = Some((ready_again, returned));
+                consuming = Some(ready_again);
                 probe = Some(serving);
                 samples.push((returned, back));
                 next = Instant::now();
@@ -342,15 +342,15 @@ async fn watch(
         }
     }
     let _ = closed(conn.close(200, "bye".into())).await;
-    let consuming_after = match consuming {
-        Some((ready_again, returned)) => {
+    let consuming_after = match (consuming, restart) {
+        (Some(ready_again), Some(r)) => {
             let at = tokio::task::spawn_blocking(move || ready_again.join()).await;
             at.ok()
-                .and_then(|r| r.ok())
+                .and_then(|at| at.ok())
                 .flatten()
-                .map(|at| at - returned)
+                .map(|at| at - r.answered)
         }
-        None => None,
+        _ => None,
     };
     if let (Some(r), Some(serving)) = (restart.as_mut(), probe) {
         r.serving = serving.await.ok().flatten();

@@ -322,6 +322,16 @@ pub struct Recovery {
     pub curve: Vec<(f64, f64)>,
 }
 
+impl Recovery {
+    /// Each interval's end, seconds since the drain began.
+    pub fn interval_ends(&self) -> impl Iterator<Item = f64> + '_ {
+        self.interval_starts
+            .iter()
+            .zip(&self.interval_secs)
+            .map(|(a, l)| a + l)
+    }
+}
+
 /// The recovery step's burst: `jobs` bulk jobs published to the jobs exchange as fast
 /// as the benchmark can (a producer that knows no lanes), read and parked in their
 /// lane by `workers` workers.
