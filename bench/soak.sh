@@ -15,6 +15,11 @@
 # QW_SOAK_MINUTES       length of the steady run, minutes (default 60)
 # QW_SOAK_FAULT_EVERY   seconds between faults (default 600)
 # QW_SOAK_SAMPLE        seconds between samples (default 5; each is also printed as a line)
+# QW_SOAK_METRICS       seconds between reads of each worker's metrics (default 60): its
+#                       outcomes, delays, lane parks and takes, lane prefetch, in flight;
+#                       printed and kept in the samples (worker_metrics)
+# QW_SOAK_FAULTS        the faults in turn, comma-separated (default
+#                       kill9,broker_restart,redis_restart,proxy_cut,reload)
 # QW_SOAK_CHUNK         jobs in one chunk of the feed (default: ten seconds of it, at least
 #                       10,000; the rolling cap's load is 0.07 x rate / (chunk / 50))
 # QW_SOAK_CEILING_JOBS  backlog drained to measure the drain's ceiling (default 20000)

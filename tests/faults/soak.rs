@@ -36,7 +36,12 @@
 //!    in order. Every `QW_SOAK_SAMPLE` seconds (default 5): each worker's RSS
 //!    (`VmRSS`) and open descriptors (`/proc/PID/fd`), Redis `used_memory`, the
 //!    queue depths (each lane's too), dispatched and published counts, printed as a
-//!    line as it goes (with the rolling jobs not yet dispatched).
+//!    line as it goes (with the rolling jobs not yet dispatched). Every
+//!    `QW_SOAK_METRICS` seconds (default 60), each worker's own counters of where
+//!    its jobs go (outcomes, delays, each lane's parks and takes, its lane prefetch;
+//!    the workers serve their metrics on ports of their own), printed and kept in
+//!    the sample (`worker_metrics`). The faults come in the order `QW_SOAK_FAULTS`
+//!    gives ([`fault_order`]).
 //! 3. *Audit*: publishing stops, the queues settle, the workers stop (SIGTERM), every
 //!    job is looked for ([`judge`]): none lost, no cap exceeded, every duplicate
 //!    dispatch explained by a fault RELIABILITY.md names (a kill -9, or a lost
@@ -428,6 +433,31 @@ async fn take_dispatches(
     }
 }
 
+/// The faults in turn: `QW_SOAK_FAULTS` (names separated by commas, e.g.
+/// `reload,kill9`), else kill -9, broker restart, Redis restart, connections cut,
+/// reload.
+fn fault_order() -> Vec<&'static str> {
+    const ALL: [&str; 5] = [
+        "kill9",
+        "broker_restart",
+        "redis_restart",
+        "proxy_cut",
+        "reload",
+    ];
+    let Ok(asked) = std::env::var("QW_SOAK_FAULTS") else {
+        return ALL.to_vec();
+    };
+    asked
+        .split(',')
+        .map(|k| {
+            let k = k.trim();
+            *ALL.iter()
+                .find(|a| **a == k)
+                .unwrap_or_else(|| panic!("QW_SOAK_FAULTS: no fault `{k}` (one of {ALL:?})"))
+        })
+        .collect()
+}
+
 /// One sample of the run.
 #[derive(Clone, Debug, serde::Serialize)]
 struct Sample {
@@ -449,6 +479,9 @@ struct Sample {
     /// Taken downstream plus still in the dispatch queue (copies included).
     dispatched: Option<u64>,
     published: u64,
+    /// Each worker's [`lane_metrics`], every `QW_SOAK_METRICS` seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_metrics: Option<Vec<BTreeMap<String, f64>>>,
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -539,7 +572,7 @@ async fn dispatched_now(conn: &Connection, dispatch: &str, taken: &Mutex<Taken>)
 
 #[allow(clippy::too_many_arguments)]
 async fn sample_every(
-    every: Duration,
+    (every, metrics_every, ports): (Duration, Duration, [u16; WORKERS]),
     url: String,
     s: Settings,
     pids: Arc<Mutex<[u32; WORKERS]>>,
@@ -553,12 +586,25 @@ async fn sample_every(
     let dispatch = topology(&s).dispatch_queue("sms");
     let mut conn: Option<Connection> = None;
     let mut tick = tokio::time::interval(every);
+    let mut scraped: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
         let t = started.elapsed().as_secs_f64();
+        let worker_metrics = if scraped.is_none_or(|at| at.elapsed() >= metrics_every) {
+            scraped = Some(Instant::now());
+            let mut each = Vec::with_capacity(WORKERS);
+            for (i, port) in ports.iter().enumerate() {
+                let m = lane_metrics(*port).await;
+                eprintln!("soak: t={t:.0} s worker {i} metrics: {}", compact(&m));
+                each.push(m);
+            }
+            Some(each)
+        } else {
+            None
+        };
         let p = *pids.lock().unwrap();
         let rss = p.map(rss_kib);
         let fds = p.map(fd_count);
@@ -620,8 +666,61 @@ async fn sample_every(
             lane_depths,
             dispatched: d,
             published: published.load(Ordering::Relaxed),
+            worker_metrics,
         });
     }
+}
+
+/// A soak worker: `quota-worker run` for `s`, its metrics served on `port`.
+fn serving(s: &Settings, dir: &std::path::Path, tag: &str, port: u16) -> WorkerProc {
+    let mut env = testkit::env::worker_env(s);
+    env.retain(|(k, _)| !k.starts_with("QUOTA_WORKER__HTTP__"));
+    env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "true".into()));
+    env.push((
+        "QUOTA_WORKER__HTTP__LISTEN".into(),
+        format!("127.0.0.1:{port}"),
+    ));
+    WorkerProc::spawn_env(crate::BIN, s, dir, tag, env)
+}
+
+/// The metrics that show where a worker's jobs go (outcomes, delays, each lane's
+/// parks and takes, the prefetch it holds, in flight), each series as exported
+/// (name and labels) with its value; empty when the worker does not answer.
+async fn lane_metrics(port: u16) -> BTreeMap<String, f64> {
+    const KEPT: [&str; 6] = [
+        "quota_worker_jobs_total",
+        "quota_worker_delays_total",
+        "quota_worker_lane_jobs_total",
+        "quota_worker_lane_prefetch",
+        "quota_worker_in_flight",
+        "quota_worker_channel_rate",
+    ];
+    let Some((200, body)) = http_get(&format!("127.0.0.1:{port}"), "/metrics").await else {
+        return BTreeMap::new();
+    };
+    body.lines()
+        .filter(|l| {
+            KEPT.iter().any(|k| {
+                l.strip_prefix(k)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+        })
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One line of [`lane_metrics`]: each series without its metric's common prefix.
+fn compact(m: &BTreeMap<String, f64>) -> String {
+    if m.is_empty() {
+        return "(no answer)".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{}={v}", k.trim_start_matches("quota_worker_")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The ceiling: `n` uncapped jobs published first, then drained by three workers
@@ -1004,6 +1103,7 @@ async fn soak() {
     let minutes = env_f64("QW_SOAK_MINUTES", 60.0);
     let fault_every = Duration::from_secs_f64(env_f64("QW_SOAK_FAULT_EVERY", 600.0));
     let sample = Duration::from_secs_f64(env_f64("QW_SOAK_SAMPLE", 5.0));
+    let metrics_every = Duration::from_secs_f64(env_f64("QW_SOAK_METRICS", 60.0));
     let ceiling_jobs = env_f64("QW_SOAK_CEILING_JOBS", 20_000.0) as usize;
     let sustained_secs = env_f64("QW_SOAK_SUSTAINED_SECS", 45.0);
     let run = Duration::from_secs_f64(minutes * 60.0);
@@ -1033,8 +1133,11 @@ async fn soak() {
     let baseline = redis_used_memory(&redis.url()).await.unwrap_or(0) as f64;
     let dir = testkit::temp_dir("soak");
     let mut generation = [0usize; WORKERS];
+    // each worker serves its metrics on a port of its own: the sampler reads its lane
+    // counters every `QW_SOAK_METRICS` seconds
+    let ports: [u16; WORKERS] = std::array::from_fn(|_| free_port(None));
     let mut workers: Vec<WorkerProc> = (0..WORKERS)
-        .map(|i| WorkerProc::spawn(crate::BIN, &s, &dir, &format!("w{i}-0")))
+        .map(|i| serving(&s, &dir, &format!("w{i}-0"), ports[i]))
         .collect();
     let pids = Arc::new(Mutex::new([0u32; WORKERS]));
     *pids.lock().unwrap() = std::array::from_fn(|i| workers[i].pid());
@@ -1070,7 +1173,7 @@ async fn soak() {
         rolling.clone(),
     ));
     let sampler = tokio::spawn(sample_every(
-        sample,
+        (sample, metrics_every, ports),
         node_url.clone(),
         s.clone(),
         pids.clone(),
@@ -1082,13 +1185,7 @@ async fn soak() {
         samples.clone(),
     ));
 
-    let kinds = [
-        "kill9",
-        "broker_restart",
-        "redis_restart",
-        "proxy_cut",
-        "reload",
-    ];
+    let kinds = fault_order();
     let mut faults: Vec<Fault> = Vec::new();
     let mut kills = 0usize;
     let mut next = fault_every;
@@ -1119,11 +1216,11 @@ async fn soak() {
                 .await;
                 let before = dispatched_now(&conn, &dispatch, &taken).await.unwrap_or(0) as usize;
                 generation[slot] += 1;
-                workers[slot] = WorkerProc::spawn(
-                    crate::BIN,
+                workers[slot] = serving(
                     &s,
                     &dir,
                     &format!("w{slot}-{}", generation[slot]),
+                    ports[slot],
                 );
                 pids.lock().unwrap()[slot] = workers[slot].pid();
                 let restarted = Instant::now();
