@@ -685,7 +685,8 @@ fn serving(s: &Settings, dir: &std::path::Path, tag: &str, port: u16) -> WorkerP
 
 /// The metrics that show where a worker's jobs go (outcomes, delays, each lane's
 /// parks and takes, the prefetch it holds, in flight), each series as exported
-/// (name and labels) with its value; empty when the worker does not answer.
+/// (name and labels) with its value, those at 0 left out; empty when the worker
+/// does not answer.
 async fn lane_metrics(port: u16) -> BTreeMap<String, f64> {
     const KEPT: [&str; 6] = [
         "quota_worker_jobs_total",
@@ -707,7 +708,9 @@ async fn lane_metrics(port: u16) -> BTreeMap<String, f64> {
         })
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
+            let value: f64 = value.parse().ok()?;
+            // the series every worker registers at 0 say nothing
+            (value != 0.0).then(|| (series.to_string(), value))
         })
         .collect()
 }
