@@ -86,6 +86,9 @@ pub const TRACE_SPANS_DROPPED_TOTAL: &str = "quota_worker_trace_spans_dropped_to
 /// Counter: jobs of paced channels by lane, by `channel`, `lane` and `step`
 /// (parked: put in the lane's queue; taken: given a send slot from it).
 pub const LANE_JOBS_TOTAL: &str = "quota_worker_lane_jobs_total";
+/// Counter: of the jobs parked, those parked without asking Redis, behind this
+/// worker's lane jobs waiting for the rate, by `channel` and `lane`.
+pub const LANE_PARKED_UNASKED_TOTAL: &str = "quota_worker_lane_parked_unasked_total";
 /// Histogram: how long a job waited in its lane, from being parked (or published
 /// to the lane) to its send slot, by `channel` and `lane`.
 pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
@@ -300,6 +303,10 @@ pub fn describe() {
     describe_counter!(
         LANE_JOBS_TOTAL,
         "Jobs of paced channels by channel, lane (urgent, normal, bulk) and step: parked (put in the lane's queue), taken (given a send slot from it)"
+    );
+    describe_counter!(
+        LANE_PARKED_UNASKED_TOTAL,
+        "Of the jobs parked, those parked without asking Redis: behind this worker's lane jobs waiting for the rate, while it holds its channel saturated; by channel and lane"
     );
     describe_histogram!(
         LANE_WAIT_SECONDS,

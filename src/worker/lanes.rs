@@ -114,12 +114,14 @@ impl Worker {
     }
 
     /// Publish the delivery to its lane's queue (confirmed); the caller acks it.
+    /// `asked`: whether the job asked the rate first (else it was parked behind this
+    /// worker's lane jobs without asking).
     pub(crate) async fn park(
         &self,
         s: &BrokerLink,
         delivery: &Delivery,
         job: &Job<'_>,
-        lane: Priority,
+        (lane, asked): (Priority, bool),
     ) -> Result<Outcome, ProcessError> {
         let queue = self.topology.lane_queue(&job.channel, lane);
         let now = self.store.redis_now();
@@ -146,7 +148,15 @@ impl Worker {
             "step" => "parked"
         )
         .increment(1);
-        debug!(%queue, "parked in its lane until its channel's rate allows");
+        if !asked {
+            metrics::counter!(
+                crate::metrics::LANE_PARKED_UNASKED_TOTAL,
+                "channel" => job.channel.to_string(),
+                "lane" => lane.as_str()
+            )
+            .increment(1);
+        }
+        debug!(%queue, asked, "parked in its lane until its channel's rate allows");
         Ok(Outcome::Parked)
     }
 }

@@ -167,12 +167,13 @@ impl Worker {
                 Some(paced) => match Box::pin(self.rate_step(s, &job, lane, from, paced)).await? {
                     Step::Admit(step) => step,
                     Step::Park(lane) => {
-                        return Box::pin(self.parked(s, delivery, &job, lane, &rules)).await
+                        return Box::pin(self.parked(s, delivery, &job, (lane, false), &rules))
+                            .await
                     }
                 },
             };
             let Some(admission) = self.admit(&req, &rules, s, step).await? else {
-                return Box::pin(self.parked(s, delivery, &job, lane, &rules)).await;
+                return Box::pin(self.parked(s, delivery, &job, (lane, true), &rules)).await;
             };
             if let (Some(lane), RateStep::Taken(_)) = (from, step) {
                 self.lane_taken(delivery, &job.channel, lane);
@@ -347,7 +348,7 @@ impl Worker {
         s: &BrokerLink,
         delivery: &Delivery,
         job: &Job<'_>,
-        lane: Priority,
+        lane: (Priority, bool),
         rules: &Rules,
     ) -> Result<Outcome, ProcessError> {
         let outcome = self.park(s, delivery, job, lane).await?;

@@ -1044,6 +1044,21 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         );
         publish(&conn, &s, body.as_bytes()).await;
     }
+    // once the second is parked (after asking: its wait was past lanes.park_after),
+    // and while it waits in its lane for its slot, a third is parked behind it
+    // without asking
+    let parked = [("channel", "push"), ("lane", "urgent"), ("step", "parked")];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = http_get(&addr, "/metrics").await.expect("/metrics").1;
+        if Exposition::parse(&body).value("quota_worker_lane_jobs_total", &parked) == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "obs-6 was never parked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let behind = r#"{"id":"obs-12","recipient":"r12","channel":"push","category":"transactional"}"#;
+    publish(&conn, &s, behind.as_bytes()).await;
     // and a feedback that suppresses another recipient
     let bounce = quota_worker_producer::Feedback::new(
         "obs-0",
@@ -1192,17 +1207,22 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         (
             "quota_worker_lane_jobs_total",
             vec![("channel", "push"), ("lane", "urgent"), ("step", "parked")],
+            2.0,
+        ),
+        (
+            "quota_worker_lane_parked_unasked_total",
+            vec![("channel", "push"), ("lane", "urgent")],
             1.0,
         ),
         (
             "quota_worker_lane_jobs_total",
             vec![("channel", "push"), ("lane", "urgent"), ("step", "taken")],
-            1.0,
+            2.0,
         ),
         (
             "quota_worker_lane_wait_seconds_count",
             vec![("channel", "push"), ("lane", "urgent")],
-            1.0,
+            2.0,
         ),
     ];
     let deadline = Instant::now() + Duration::from_secs(30);
