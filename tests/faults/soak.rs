@@ -673,20 +673,16 @@ async fn sample_every(
 
 /// A soak worker: `quota-worker run` for `s`, its metrics served on `port`.
 fn serving(s: &Settings, dir: &std::path::Path, tag: &str, port: u16) -> WorkerProc {
-    let mut env = testkit::env::worker_env(s);
-    env.retain(|(k, _)| !k.starts_with("QUOTA_WORKER__HTTP__"));
-    env.push(("QUOTA_WORKER__HTTP__ENABLED".into(), "true".into()));
-    env.push((
-        "QUOTA_WORKER__HTTP__LISTEN".into(),
-        format!("127.0.0.1:{port}"),
-    ));
-    WorkerProc::spawn_env(crate::BIN, s, dir, tag, env)
+    let mut s = s.clone();
+    s.http.enabled = true;
+    s.http.listen = format!("127.0.0.1:{port}");
+    WorkerProc::spawn_serving(crate::BIN, &s, dir, tag)
 }
 
 /// The metrics that show where a worker's jobs go (outcomes, delays, each lane's
-/// parks and takes, its parks without asking, the prefetch it holds, in flight), each series as exported
-/// (name and labels) with its value, those at 0 left out; empty when the worker
-/// does not answer.
+/// parks and takes, its parks without asking, the prefetch it holds, in flight),
+/// each series as exported (name and labels) with its value, those at 0 left out;
+/// empty when the worker does not answer.
 async fn lane_metrics(port: u16) -> BTreeMap<String, f64> {
     const KEPT: [&str; 7] = [
         "quota_worker_jobs_total",

@@ -1048,15 +1048,11 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     // and while it waits in its lane for its slot, a third is parked behind it
     // without asking
     let parked = [("channel", "push"), ("lane", "urgent"), ("step", "parked")];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_for("obs-6 parked", Duration::from_secs(10), || async {
         let body = http_get(&addr, "/metrics").await.expect("/metrics").1;
-        if Exposition::parse(&body).value("quota_worker_lane_jobs_total", &parked) == Some(1.0) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "obs-6 was never parked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Exposition::parse(&body).value("quota_worker_lane_jobs_total", &parked) == Some(1.0)
+    })
+    .await;
     let behind = r#"{"id":"obs-12","recipient":"r12","channel":"push","category":"transactional"}"#;
     publish(&conn, &s, behind.as_bytes()).await;
     // and a feedback that suppresses another recipient
