@@ -18,16 +18,25 @@ use crate::store::QuotaStore;
 /// How often workers look for the key.
 pub const POLL: Duration = Duration::from_millis(500);
 
-/// Read the key once and set the store's check.
+/// Read the keys once and set the store's checks. Two commands sent at once, not
+/// one pipeline: on a cluster the two keys live in different slots, and a
+/// pipeline of both is refused (`CROSSSLOT`); on one node the multiplexed
+/// connection still sends them together.
 pub async fn refresh(store: &QuotaStore) -> Result<(), StoreError> {
-    let mut conn = store.connection();
-    let (exists, prefs): (bool, bool) = redis::pipe()
-        .cmd("EXISTS")
-        .arg(store.keys().suppressions_flag())
-        .cmd("EXISTS")
-        .arg(store.keys().preferences_flag())
-        .query_async(&mut conn)
-        .await?;
+    let (mut a, mut b) = (store.connection(), store.connection());
+    let exists = |key: String| {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(key);
+        cmd
+    };
+    let (suppressions, preferences) = (
+        exists(store.keys().suppressions_flag()),
+        exists(store.keys().preferences_flag()),
+    );
+    let (exists, prefs): (bool, bool) = tokio::try_join!(
+        suppressions.query_async(&mut a),
+        preferences.query_async(&mut b),
+    )?;
     store.check_suppressions(exists);
     store.check_preferences(prefs);
     Ok(())

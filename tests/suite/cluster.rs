@@ -823,3 +823,37 @@ async fn waiting_for_replicas_a_fold_waits_on_the_master_that_holds_it() {
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].count, 2, "f0 and g0, once each");
 }
+
+#[tokio::test]
+async fn suppressions_and_preferences_written_elsewhere_turn_the_checks_on() {
+    // the two flags live in different slots: the worker's poll must read both
+    let ns = unique("c-flags");
+    let _k = ClusterKeys(ns.clone());
+    let e = engine(&cluster_settings(&ns)).await;
+    quota_worker::feedback::watch::refresh(&e)
+        .await
+        .expect("the poll reads both flags on a cluster");
+    assert!(!e.checks_suppressions() && !e.checks_preferences());
+    let keys = e.keys();
+    let (flag_s, flag_p) = (keys.suppressions_flag(), keys.preferences_flag());
+    assert_ne!(
+        quota_worker::redis::slots::slot(flag_s.as_bytes()),
+        quota_worker::redis::slots::slot(flag_p.as_bytes()),
+        "the flags share a slot: the test proves nothing"
+    );
+    // another worker's suppression and an admin's preferences, as Redis holds them
+    let mut conn = e.connection();
+    for flag in [&flag_s, &flag_p] {
+        let _: () = redis::cmd("SET")
+            .arg(flag)
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    quota_worker::feedback::watch::refresh(&e)
+        .await
+        .expect("the poll reads both flags on a cluster");
+    assert!(e.checks_suppressions(), "suppressions never checked");
+    assert!(e.checks_preferences(), "preferences never checked");
+}

@@ -24,6 +24,8 @@ pub struct RabbitNode {
     pub name: String,
     dir: PathBuf,
     child: Option<Child>,
+    /// Whether it ever served (its ports are then known to its users).
+    ran: bool,
 }
 
 impl RabbitNode {
@@ -53,6 +55,7 @@ impl RabbitNode {
             name,
             dir,
             child: None,
+            ran: false,
         }
     }
 
@@ -116,9 +119,66 @@ impl RabbitNode {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
     }
 
-    /// Start it (again); returns once an AMQP connection succeeds.
+    /// Start it (again); returns once an AMQP connection succeeds. A node that
+    /// exits while booting is started again (three tries in all), with ports of
+    /// its own picked afresh if it never ran: a port picked free may be taken
+    /// before the node binds it (by an outgoing connection of a loaded machine:
+    /// they come from the same range), and its boot then fails. What it printed is
+    /// shown each time.
     pub async fn start(&mut self) -> Duration {
         let started = Instant::now();
+        for attempt in 1..=3 {
+            match self.boot().await {
+                Ok(()) => {
+                    self.ran = true;
+                    return started.elapsed();
+                }
+                Err(status) => {
+                    let out = fs::read_to_string(self.dir.join("server.out")).unwrap_or_default();
+                    let tail: Vec<&str> = out.lines().rev().take(30).collect();
+                    eprintln!(
+                        "rabbitmq node {} (port {}) exited with {status} while booting (try {attempt} of 3); the end of its output:\n{}",
+                        self.name,
+                        self.port,
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                    if !self.ran {
+                        self.new_ports();
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        panic!(
+            "rabbitmq node exited three times while booting; see {}",
+            self.dir.join("server.out").display()
+        );
+    }
+
+    /// Other free ports for a node that never ran (its listeners rewritten).
+    fn new_ports(&mut self) {
+        let conf = self.dir.join("rabbitmq.conf");
+        let mut text = fs::read_to_string(&conf).unwrap();
+        let port = free_port(None);
+        text = text.replace(
+            &format!("listeners.tcp.local = 127.0.0.1:{}\n", self.port),
+            &format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
+        );
+        self.port = port;
+        if let Some(old) = self.tls_port {
+            let tls_port = free_port(None);
+            text = text.replace(
+                &format!("listeners.ssl.local = 127.0.0.1:{old}\n"),
+                &format!("listeners.ssl.local = 127.0.0.1:{tls_port}\n"),
+            );
+            self.tls_port = Some(tls_port);
+        }
+        fs::write(&conf, text).unwrap();
+        self.dist_port = free_port(None);
+    }
+
+    /// One boot: `Err` with its exit status if the node exits before it serves.
+    async fn boot(&mut self) -> Result<(), std::process::ExitStatus> {
         let out = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -139,10 +199,8 @@ impl RabbitNode {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!(
-                    "rabbitmq node exited with {status}; see {}",
-                    self.dir.join("server.out").display()
-                );
+                self.child = None;
+                return Err(status);
             }
             if port_open(self.port) {
                 let url = self.url();
@@ -150,7 +208,7 @@ impl RabbitNode {
                     lapin::Connection::connect(&url, lapin::ConnectionProperties::default());
                 if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(5), connect).await {
                     let _ = c.close(200, "probe".into()).await;
-                    return started.elapsed();
+                    return Ok(());
                 }
             }
             assert!(Instant::now() < deadline, "rabbitmq node did not start");

@@ -73,6 +73,31 @@ pub(crate) fn failover_violations(violations: &[String]) -> serde_json::Value {
     })
 }
 
+/// The worker's warnings and errors in `log` (JSON lines), by message, most
+/// frequent first: what a run that did not settle kept running into.
+pub(crate) fn log_warnings(log: &str) -> Vec<(usize, String)> {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let level = v["level"].as_str().unwrap_or_default();
+        if level != "WARN" && level != "ERROR" {
+            continue;
+        }
+        let fields = &v["fields"];
+        let message = fields["message"].as_str().unwrap_or_default();
+        let error = fields["error"].as_str().unwrap_or_default();
+        let error: String = error.chars().take(160).collect();
+        *counts
+            .entry(format!("{level} {message}: {error}"))
+            .or_default() += 1;
+    }
+    let mut out: Vec<(usize, String)> = counts.into_iter().map(|(m, n)| (n, m)).collect();
+    out.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
+    out
+}
+
 /// What a Redis failover scenario measured around the kill of the master.
 pub(crate) struct Failover {
     pub(crate) jobs: usize,
@@ -101,10 +126,16 @@ pub(crate) fn conclude_failover(
     extra: serde_json::Value,
 ) -> serde_json::Value {
     let a = &end.audit;
+    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
     if !end.settled {
         explain_stuck(a, mix, w);
+        for (count, message) in log_warnings(&log).into_iter().take(15) {
+            eprintln!(
+                "{what}, wait_replicas = {}: {count} x {message}",
+                s.redis.wait_replicas
+            );
+        }
     }
-    let log = std::fs::read_to_string(&w.log).unwrap_or_default();
     for v in end.violations.iter().take(20) {
         eprintln!("{what}, wait_replicas = {}: {v}", s.redis.wait_replicas);
     }
