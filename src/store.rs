@@ -52,55 +52,17 @@ use layers::{cached, layered_refusal, JobLayer};
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
 /// do not stampede Redis: the ones that wake together ask in one call.)
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Pacer {
     waiting: AtomicUsize,
     /// Of those, the ones read from a lane queue.
     in_lanes: AtomicUsize,
-    /// Until when the channel's rate holds a backlog, as this worker last saw it
-    /// (µs after `epoch`; 0: it does not). Set when a job read from the jobs queue
-    /// is parked after asking: until the wait Redis answered it would have ended
-    /// ([`Pacer::hold`]); cleared when a job read from a lane gets its slot at its
-    /// first ask. While it holds and jobs of the lanes wait here, a new job is
-    /// parked behind them without asking Redis; once it lapses the next one asks
-    /// again, so the state lasts only as long as Redis says the backlog does.
-    saturated_until: AtomicU64,
-    epoch: std::time::Instant,
-}
-
-impl Default for Pacer {
-    fn default() -> Pacer {
-        Pacer {
-            waiting: AtomicUsize::new(0),
-            in_lanes: AtomicUsize::new(0),
-            saturated_until: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
-        }
-    }
-}
-
-/// The longest [`Pacer::saturate`] holds the state at once: a slower rate's wait
-/// (or a reload's) is asked about again after this.
-const MAX_HOLD: Duration = Duration::from_secs(1);
-
-impl Pacer {
-    /// Hold the channel saturated for `wait` (at most [`MAX_HOLD`]).
-    fn saturate(&self, wait: Duration) {
-        let until = self.epoch.elapsed() + wait.min(MAX_HOLD);
-        self.saturated_until
-            .store((until.as_micros() as u64).max(1), Ordering::Relaxed);
-    }
-
-    /// The lanes hold no backlog (any longer).
-    fn unsaturate(&self) {
-        self.saturated_until.store(0, Ordering::Relaxed);
-    }
-
-    /// Whether the channel is held saturated now.
-    fn saturated(&self) -> bool {
-        let until = self.saturated_until.load(Ordering::Relaxed);
-        until != 0 && (self.epoch.elapsed().as_micros() as u64) < until
-    }
+    /// Whether the channel's rate holds a backlog, as this worker last saw it: set
+    /// when a job read from the jobs queue is parked after asking (its wait was
+    /// longer than `lanes.park_after`), cleared when a job read from a lane gets
+    /// its slot at its first ask. While it is set and jobs of the lanes wait here,
+    /// a new job is parked behind them without asking Redis.
+    saturated: AtomicBool,
 }
 
 /// How [`QuotaStore::admit_with`] takes the channel's rate.
@@ -379,33 +341,5 @@ impl QuotaStore {
     /// This machine's clock, corrected by the offset last seen from Redis.
     pub(crate) fn redis_now(&self) -> DateTime<Utc> {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_saturated_channel_lapses_after_the_answered_wait() {
-        let p = Pacer::default();
-        assert!(!p.saturated());
-        p.saturate(Duration::from_millis(300));
-        assert!(p.saturated());
-        std::thread::sleep(Duration::from_millis(400));
-        assert!(!p.saturated(), "held past the wait Redis answered");
-        p.saturate(Duration::from_secs(3600));
-        assert!(p.saturated());
-        p.unsaturate();
-        assert!(!p.saturated(), "a lane job's slot at once ends it");
-    }
-
-    #[test]
-    fn a_long_wait_is_held_at_most_a_second() {
-        let p = Pacer::default();
-        p.saturate(Duration::from_secs(3600));
-        let until = Duration::from_micros(p.saturated_until.load(Ordering::Relaxed));
-        assert!(until <= p.epoch.elapsed() + MAX_HOLD, "{until:?}");
-        assert!(until > MAX_HOLD / 2, "{until:?}");
     }
 }

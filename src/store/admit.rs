@@ -284,19 +284,12 @@ impl QuotaStore {
                 // jobs queue must not stall behind a prefetch of waiting jobs.
                 let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
                 let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
-                let wait_us = |reply: &RateReply| {
-                    (reply.retry_after.as_micros() as u64).saturating_add(queued_us)
-                };
                 let short = |reply: &RateReply| {
-                    reply.allowed == 0 && wait_us(reply) <= self.park_after.as_micros() as u64
+                    let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
+                    reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
                 };
                 if parking && !rate_reply.as_ref().is_some_and(short) {
-                    // held for the wait Redis answered (the backlog's length as it
-                    // stands), then asked about again
-                    let wait = rate_reply
-                        .as_ref()
-                        .map_or(self.park_after, |r| Duration::from_micros(wait_us(r)));
-                    pacer.saturate(wait);
+                    pacer.saturated.store(true, Ordering::Relaxed);
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
@@ -307,9 +300,7 @@ impl QuotaStore {
                     match tokio::time::timeout(self.park_after, paced).await {
                         Ok(paced) => paced,
                         Err(_) => {
-                            // a wait Redis did not answer in full (a stall may
-                            // have made it long): held no longer than it lasted
-                            pacer.saturate(self.park_after);
+                            pacer.saturated.store(true, Ordering::Relaxed);
                             self.release_recipient(ticket).await?;
                             return Ok(None);
                         }
