@@ -184,7 +184,9 @@ pub async fn waiting_zone(
 }
 
 /// Mark job `id` cancelled at `now` (kept `ttl_ms`; older marks are dropped), and
-/// raise the version workers watch. Returns whether it was marked already.
+/// raise the version workers watch. Returns whether it was marked already. The
+/// mark and the version are two keys in different slots of a cluster, so they go
+/// in two calls: the mark first, so that a worker that sees the new version finds it.
 pub async fn cancel(
     conn: &RedisConn,
     keys: &Keys,
@@ -194,7 +196,7 @@ pub async fn cancel(
 ) -> Result<bool, StoreError> {
     let (set, version) = keys.cancelled();
     let mut conn = conn.clone();
-    let (added, _, _, _): (u32, i64, i64, i64) = redis::pipe()
+    let (added, _, _): (u32, i64, i64) = redis::pipe()
         .cmd("ZADD")
         .arg(&set)
         .arg("NX")
@@ -207,7 +209,9 @@ pub async fn cancel(
         .cmd("PEXPIRE")
         .arg(&set)
         .arg(ttl_ms)
-        .cmd("INCR")
+        .query_async(&mut conn)
+        .await?;
+    let _: i64 = redis::cmd("INCR")
         .arg(&version)
         .query_async(&mut conn)
         .await?;

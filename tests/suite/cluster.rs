@@ -857,3 +857,29 @@ async fn suppressions_and_preferences_written_elsewhere_turn_the_checks_on() {
     assert!(e.checks_suppressions(), "suppressions never checked");
     assert!(e.checks_preferences(), "preferences never checked");
 }
+
+#[tokio::test]
+async fn a_job_is_cancelled_on_the_cluster() {
+    // the cancel marks and their version live in different slots
+    let ns = unique("c-cancel");
+    let _k = ClusterKeys(ns.clone());
+    let s = cluster_settings(&ns);
+    let e = engine(&s).await;
+    let (set, version) = e.keys().cancelled();
+    assert_ne!(
+        quota_worker::redis::slots::slot(set.as_bytes()),
+        quota_worker::redis::slots::slot(version.as_bytes()),
+        "the keys share a slot: the test proves nothing"
+    );
+    let jobs = quota_worker::admin::Jobs::new(&e, &s);
+    let first = jobs.cancel("c1").await.expect("cancelled on the cluster");
+    assert!(!first.already);
+    assert!(jobs.cancel("c1").await.unwrap().already);
+    let mut conn = e.connection();
+    let v: i64 = redis::cmd("GET")
+        .arg(&version)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(v, 2, "each cancel raises the version workers watch");
+}
