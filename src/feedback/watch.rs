@@ -24,14 +24,14 @@ pub const POLL: Duration = Duration::from_millis(500);
 /// connection still sends them together.
 pub async fn refresh(store: &QuotaStore) -> Result<(), StoreError> {
     let (mut a, mut b) = (store.connection(), store.connection());
-    let exists = |key: String| {
+    let exists_cmd = |key: String| {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(key);
         cmd
     };
     let (suppressions, preferences) = (
-        exists(store.keys().suppressions_flag()),
-        exists(store.keys().preferences_flag()),
+        exists_cmd(store.keys().suppressions_flag()),
+        exists_cmd(store.keys().preferences_flag()),
     );
     let (exists, prefs): (bool, bool) = tokio::try_join!(
         suppressions.query_async(&mut a),

@@ -55,6 +55,14 @@ elif [ "$(cat /proc/$c/comm 2>/dev/null)" = "$comm" ]; then kill -9 "$c" 2>/dev/
         .spawn();
 }
 
+/// The last `n` lines of the file at `path` (empty if unreadable), for failure
+/// messages.
+pub(crate) fn tail_of(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Send `signal` (e.g. "TERM", "KILL", "STOP", "CONT") to one pid, or to a process
 /// group when `pid` is given negative as text.
 pub fn signal(target: &str, signal: &str) {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{signal, wait_child, watchdog};
+use super::{signal, tail_of, wait_child, watchdog};
 use crate::{free_port, port_open, temp_dir};
 
 const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -134,13 +134,11 @@ impl RabbitNode {
                     return started.elapsed();
                 }
                 Err(status) => {
-                    let out = fs::read_to_string(self.dir.join("server.out")).unwrap_or_default();
-                    let tail: Vec<&str> = out.lines().rev().take(30).collect();
                     eprintln!(
                         "rabbitmq node {} (port {}) exited with {status} while booting (try {attempt} of 3); the end of its output:\n{}",
                         self.name,
                         self.port,
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        tail_of(&self.dir.join("server.out"), 30)
                     );
                     if !self.ran {
                         self.new_ports();

@@ -133,9 +133,7 @@ impl WorkerProc {
 
     /// The last `n` lines of its log, for failure messages.
     pub fn tail(&self, n: usize) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        super::tail_of(&self.log, n)
     }
 }
 
