@@ -45,11 +45,25 @@ mod admit;
 pub mod digest;
 mod layers;
 mod pace;
-mod pacer;
 mod quiet;
 mod writes;
 use layers::{cached, layered_refusal, JobLayer};
-use pacer::Pacer;
+
+/// How many jobs of one channel wait for its send rate. While any do, a newly
+/// admitted job joins them rather than racing them for the next free slot. (They
+/// do not stampede Redis: the ones that wake together ask in one call.)
+#[derive(Debug, Default)]
+struct Pacer {
+    waiting: AtomicUsize,
+    /// Of those, the ones read from a lane queue.
+    in_lanes: AtomicUsize,
+    /// Whether the channel's rate holds a backlog, as this worker last saw it: set
+    /// when a job read from the jobs queue is parked after asking (its wait was
+    /// longer than `lanes.park_after`), cleared when a job read from a lane gets
+    /// its slot at its first ask. While it is set and jobs of the lanes wait here,
+    /// a new job is parked behind them without asking Redis.
+    saturated: AtomicBool,
+}
 
 /// How [`QuotaStore::admit_with`] takes the channel's rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

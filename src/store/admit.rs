@@ -280,30 +280,16 @@ impl QuotaStore {
                 // parked only when the wait is longer than lanes.park_after: a
                 // shorter one (a burst above the rate for a moment) is waited out
                 // here, in the job's lane, at no extra publish. The wait counts the
-                // jobs of the jobs queue already waiting here, each a slot ahead of
-                // this one: the jobs queue must not stall behind a prefetch of
-                // waiting jobs. Jobs of the lanes waiting here are not counted:
-                // they take their slots from Redis as this one does, so a backlog
-                // the rate causes shows in Redis's answer (the lanes' asks keep its
-                // bucket full), and one left by a stall, waiting for the machine
-                // rather than the rate, must not park every new job behind it.
-                let waiting = pacer.waiting.load(Ordering::Relaxed);
-                let ahead = waiting.saturating_sub(pacer.in_lanes.load(Ordering::Relaxed));
-                let queued_us = r
-                    .interval_us
-                    .saturating_mul(r.cost)
-                    .saturating_mul(ahead as u64);
-                let wait_us = |reply: &RateReply| {
-                    (reply.retry_after.as_micros() as u64).saturating_add(queued_us)
-                };
+                // jobs already waiting here, each a slot ahead of this one: the
+                // jobs queue must not stall behind a prefetch of waiting jobs.
+                let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
+                let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
                 let short = |reply: &RateReply| {
-                    reply.allowed == 0 && wait_us(reply) <= self.park_after.as_micros() as u64
+                    let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
+                    reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
                 };
                 if parking && !rate_reply.as_ref().is_some_and(short) {
-                    let wait = rate_reply
-                        .as_ref()
-                        .map_or(self.park_after, |r| Duration::from_micros(wait_us(r)));
-                    pacer.saturate(wait, self.park_after);
+                    pacer.saturated.store(true, Ordering::Relaxed);
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
@@ -312,11 +298,9 @@ impl QuotaStore {
                     // waited out here for at most lanes.park_after in all (a lane
                     // above it may take the slots meanwhile); then parked after all
                     match tokio::time::timeout(self.park_after, paced).await {
-                        // (its slot came after a wait: no sign the lanes' backlog
-                        // is not the rate's, so the state stays as it is)
                         Ok(paced) => paced,
                         Err(_) => {
-                            pacer.saturate(self.park_after, self.park_after);
+                            pacer.saturated.store(true, Ordering::Relaxed);
                             self.release_recipient(ticket).await?;
                             return Ok(None);
                         }
@@ -333,12 +317,6 @@ impl QuotaStore {
                         return Err(e);
                     }
                 }
-            }
-            (Admission::Admitted(_) | Admission::Shadowed { .. }, Some(_)) if parking => {
-                // a job of the jobs queue had its slot at its first ask: the rate
-                // has room, so what the lanes hold waits for the machine, not the
-                // rate (while they are held saturated, only the probe asks)
-                pacer.unsaturate();
             }
             (Admission::Admitted(_) | Admission::Shadowed { .. }, _) => {}
             (_, Some(r)) => {

@@ -7,17 +7,13 @@ impl QuotaStore {
     /// Whether a new job of `channel` belongs behind the backlog its lanes hold,
     /// parked without asking Redis: this worker has jobs read from the lanes
     /// waiting for the rate, and the rate is saturated as it last saw it (a job was
-    /// parked after asking, and the hold that set has not run out: see
-    /// [`Pacer`]). Lane jobs waiting a moment for their slot are no backlog: a rule
-    /// of "any lane job waiting" parked every job that followed, for good; so did a
-    /// state held until a lane job got its slot at once, on a machine too loaded
-    /// for that after a stall.
+    /// parked after asking, and no job of the lanes has since had its slot at its
+    /// first ask). Lane jobs waiting a moment for their slot are no backlog: a rule
+    /// of "any lane job waiting" parked every job that followed, for good.
     pub(crate) fn is_pacing(&self, channel: &str) -> bool {
-        // a probe's ask takes at most lanes.park_after, and a moment to answer
-        let probe = self.park_after + Duration::from_millis(50);
-        self.pacers
-            .get(channel)
-            .is_some_and(|p| p.parks_unasked(probe))
+        self.pacers.get(channel).is_some_and(|p| {
+            p.in_lanes.load(Ordering::Relaxed) > 0 && p.saturated.load(Ordering::Relaxed)
+        })
     }
 
     /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
@@ -37,7 +33,7 @@ impl QuotaStore {
             let (tat, asks) = self.pace_counting(channel, rate, pacer, Some(ask)).await?;
             if asks == 1 {
                 // a slot at once: the lanes hold no backlog (any longer)
-                pacer.unsaturate();
+                pacer.saturated.store(false, Ordering::Relaxed);
             }
             return Ok(tat);
         };
@@ -46,7 +42,7 @@ impl QuotaStore {
         let _waiting = Counted::new(&pacer.waiting);
         let slot = batcher.slot(rate, ask).await?;
         if slot.at_once {
-            pacer.unsaturate();
+            pacer.saturated.store(false, Ordering::Relaxed);
         }
         if !slot.wait.is_zero() {
             tokio::time::sleep(slot.wait).await;

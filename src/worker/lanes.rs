@@ -10,8 +10,8 @@
 //! here; only a longer one parks it (one extra publish), after its recipient's
 //! reservation is given back: nothing is held or counted while it waits. Once a
 //! job was parked so, and while this worker's jobs read from the lanes wait for the
-//! rate, new ones are parked behind them without asking Redis for the wait it was
-//! answered; then one asks again (`src/store/pacer.rs`). A job read from a lane queue first waits in
+//! rate without getting a slot at their first ask (the lanes hold a backlog), a
+//! new one is parked behind them without asking Redis. A job read from a lane queue first waits in
 //! the worker for a send slot in its lane (as many per lane as the rate needs, at
 //! most `lanes.prefetch`: [`super::lane_qos`]), then is decided as any other with
 //! that slot taken.
