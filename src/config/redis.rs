@@ -84,6 +84,10 @@ pub struct RedisSettings {
     /// are not required, until `quota-worker admin resume`).
     #[serde(default)]
     pub on_reset: OnReset,
+    /// With `on_reset = "pause"`: how long a held job waits in the delay ladder
+    /// before it is decided again (default `60s`; between `1s` and `1h`). After
+    /// `admin resume`, the held jobs come back within it.
+    pub paused_hold: Dur,
 }
 
 /// `redis.on_reset`: what a worker does when Redis lost its data.
@@ -144,6 +148,7 @@ impl fmt::Debug for RedisSettings {
             .field("record_ttl", &r.record_ttl)
             .field("notes", &r.notes)
             .field("on_reset", &r.on_reset)
+            .field("paused_hold", &r.paused_hold)
             .finish()
     }
 }
@@ -208,6 +213,10 @@ impl RedisSettings {
         }
         if self.reservation_lease.0 < Duration::from_secs(1) {
             return Err(invalid("redis.reservation_lease", "must be at least 1s"));
+        }
+        let hold = self.paused_hold.0;
+        if hold < Duration::from_secs(1) || hold > Duration::from_secs(3600) {
+            return Err(invalid("redis.paused_hold", "must be between 1s and 1h"));
         }
         Ok(())
     }
@@ -363,6 +372,14 @@ mod tests {
         assert_eq!(
             key_of(|r| r.reservation_lease = Dur(Duration::from_millis(999))).as_deref(),
             Some("redis.reservation_lease")
+        );
+        assert_eq!(
+            key_of(|r| r.paused_hold = Dur(Duration::from_millis(999))).as_deref(),
+            Some("redis.paused_hold")
+        );
+        assert_eq!(
+            key_of(|r| r.paused_hold = Dur(Duration::from_secs(3601))).as_deref(),
+            Some("redis.paused_hold")
         );
         assert!(Settings::defaults().redis.validate().is_ok());
     }

@@ -7,24 +7,27 @@ use super::{Context, Decision, DelayCause};
 use crate::job::Job;
 use crate::quota::policy::Mode;
 
-/// How long a job held by the pause waits before it is looked at again.
-pub const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
-
 /// While the worker is paused after Redis lost its data: a job its caps or its
-/// recipient's preferences could stop is held [`PAUSED_HOLD`] (not beyond its
+/// recipient's preferences could stop is held for `hold` (`redis.paused_hold`: how
+/// long it waits before it is looked at again; not beyond its
 /// `expires_at`, and not bounded by `max_wait`: the pause is no cap), never
 /// dead-lettered for it. That is a job of an enforced policy with rules (the sends
 /// they counted are gone), and a job of any policy that is not `required` (the
 /// recipients' preferences may be gone: an opt-out or quiet hours that would stop
 /// it, whatever the policy's mode). A job of a required policy without enforced
 /// rules (transactional) goes on (`None`).
-pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
+pub fn paused(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    now: DateTime<Utc>,
+    hold: chrono::Duration,
+) -> Option<Decision> {
     let caps = cx.policy.mode == Mode::Enforce && !cx.policy.rules.is_empty();
     let preferences = !cx.policy.required;
     if !caps && !preferences {
         return None;
     }
-    let hold = now + PAUSED_HOLD;
+    let hold = now + hold;
     let until = job.expires_at.map_or(hold, |exp| exp.min(hold));
     Some(Decision::Delay {
         until,
@@ -35,6 +38,8 @@ pub fn paused(job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Dec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
     use crate::decide::tests::{at, cx, job, policy};
     use crate::quota::policy::Policy;
 
@@ -42,7 +47,7 @@ mod tests {
     fn the_pause_holds_what_caps_or_preferences_could_stop_and_never_past_expiry() {
         let p = policy();
         let now = at(10, 0);
-        let held = |j: &Job<'_>, p: &Policy| match paused(j, &cx(p), now) {
+        let held = |j: &Job<'_>, p: &Policy| match paused(j, &cx(p), now, PAUSED_HOLD) {
             Some(Decision::Delay { until, cause }) => {
                 assert_eq!(cause, DelayCause::Paused);
                 Some(until)

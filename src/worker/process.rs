@@ -53,6 +53,12 @@ pub enum ProcessError {
 }
 
 impl Worker {
+    /// How long a job held by the pause after a Redis reset waits (`redis.paused_hold`).
+    fn paused_hold(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.settings.redis.paused_hold.0)
+            .unwrap_or(chrono::TimeDelta::seconds(60))
+    }
+
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
     /// (and counted). The caller acks on Ok and hands the delivery back on Err.
     pub async fn process(
@@ -146,7 +152,7 @@ impl Worker {
                 break 'decided decision;
             }
             if self.health.resets.paused() {
-                if let Some(decision) = decide::paused(&job, &cx, now) {
+                if let Some(decision) = decide::paused(&job, &cx, now, self.paused_hold()) {
                     break 'decided decision;
                 }
             }
@@ -181,7 +187,7 @@ impl Worker {
             // paused while it waited for its admission or its channel's rate: its
             // admission is given back and it waits as the others do
             if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
-                if let Some(decision) = decide::paused(&job, &cx, now) {
+                if let Some(decision) = decide::paused(&job, &cx, now, self.paused_hold()) {
                     Box::pin(self.retry_redis(|| self.store.release(ticket), &s.stop)).await?;
                     break 'decided decision;
                 }

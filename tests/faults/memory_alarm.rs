@@ -1,6 +1,7 @@
 //! Fault scenario: RabbitMQ's memory alarm under load (flow control: the broker
 //! blocks every publishing connection with `connection.blocked` until the alarm
-//! clears), for 20 s and for 45 s (2 minutes in the long form), on a private node.
+//! clears), for 10 s and for 25 s with a publish timeout of 5 s (20 s and 2 minutes
+//! with the default 10 s in the long form), on a private node.
 
 use std::time::{Duration, Instant};
 
@@ -34,8 +35,9 @@ impl Drop for Clear<'_> {
     }
 }
 
-/// A worker draining a mix at 300 dispatches/s; the memory alarm raised for 20 s
-/// once 600 went out, and for 45 s (2 minutes in the long form) once half of them did. Every job must be
+/// A worker draining a mix at 300 dispatches/s; the memory alarm raised for twice
+/// the publish timeout once 600 went out, and for five times it (twelve in the long
+/// form) once half of them did. Every job must be
 /// found exactly once: no dispatch handed back while its confirm was only held by
 /// the alarm (the worker waits for it while the connection lives), nothing lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,15 +47,16 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
         return;
     };
     let node = &guard.0;
-    // twice and then several times the publish timeout (10 s): the quick form's
-    // second alarm is 45 s, the long form's 2 minutes
-    let alarms = [
-        Duration::from_secs(20),
-        Duration::from_secs(if long() { 120 } else { 45 }),
-    ];
-    let n = if long() { 20_000 } else { 6_000 };
+    // twice and then several times the publish timeout: the quick form's is 5 s
+    // (alarms of 10 and 25 s), the long form's the default 10 s (20 s and 2 minutes)
     let ns = unique("memalarm");
-    let s = node_settings(node, &ns, 300);
+    let mut s = node_settings(node, &ns, 300);
+    if !long() {
+        s.amqp.publish_timeout = quota_worker::config::Dur(Duration::from_secs(5));
+    }
+    let timeout = s.amqp.publish_timeout.0;
+    let alarms = [timeout * 2, timeout * if long() { 12 } else { 5 }];
+    let n = if long() { 20_000 } else { 6_000 };
     let _g = RedisGuard(ns.clone());
     let Loaded {
         conn,
@@ -125,7 +128,7 @@ async fn a_memory_alarm_of_any_length_costs_no_duplicate() {
             "test": "tests/faults/memory_alarm.rs: a_memory_alarm_of_any_length_costs_no_duplicate",
             "jobs": n,
             "faults": alarms.len(),
-            "fault": format!("RabbitMQ's memory alarm (set_vm_memory_high_watermark 0, then 0.4) for 20 s, then for {} s, at 300 dispatches/s", alarms[1].as_secs()),
+            "fault": format!("RabbitMQ's memory alarm (set_vm_memory_high_watermark 0, then 0.4) for {} s, then for {} s, at 300 dispatches/s, publish timeout {} s", alarms[0].as_secs(), alarms[1].as_secs(), timeout.as_secs()),
             "duplicates": a.duplicate_dispatches(),
             "duplicate_waiting_copies": a.duplicate_waiting(),
             "duplicate_dead_letters": a.duplicate_dead(),

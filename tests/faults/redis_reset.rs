@@ -44,6 +44,9 @@ async fn flush_under_load(on_reset: OnReset) -> serde_json::Value {
     s.redis.url = redis.url();
     s.redis.on_reset = on_reset;
     s.redis.reservation_lease = Dur(Duration::from_secs(120));
+    // the held jobs come back 5 s after they were held (a minute by default): the
+    // run settles soon after `admin resume`
+    s.redis.paused_hold = Dur(Duration::from_secs(5));
     let _c = Cleanup::new(&s);
     declare(&s).await;
     let mix = Mix::new(&ns, n, &noon_zone());
