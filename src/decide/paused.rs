@@ -27,8 +27,8 @@ pub fn paused(
     if !caps && !preferences {
         return None;
     }
-    let hold = now + hold;
-    let until = job.expires_at.map_or(hold, |exp| exp.min(hold));
+    let held_until = now + hold;
+    let until = job.expires_at.map_or(held_until, |exp| exp.min(held_until));
     Some(Decision::Delay {
         until,
         cause: DelayCause::Paused,
@@ -38,10 +38,11 @@ pub fn paused(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
     use crate::decide::tests::{at, cx, job, policy};
     use crate::quota::policy::Policy;
+
+    /// `redis.paused_hold`'s default.
+    const PAUSED_HOLD: chrono::Duration = chrono::Duration::seconds(60);
 
     #[test]
     fn the_pause_holds_what_caps_or_preferences_could_stop_and_never_past_expiry() {

@@ -53,10 +53,10 @@ pub enum ProcessError {
 }
 
 impl Worker {
-    /// How long a job held by the pause after a Redis reset waits (`redis.paused_hold`).
+    /// How long a job held by the pause after a Redis reset waits (`redis.paused_hold`,
+    /// validated to at most an hour, so the conversion cannot fail).
     fn paused_hold(&self) -> chrono::Duration {
-        chrono::Duration::from_std(self.settings.redis.paused_hold.0)
-            .unwrap_or(chrono::TimeDelta::seconds(60))
+        chrono::Duration::from_std(self.settings.redis.paused_hold.0).unwrap_or_default()
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
