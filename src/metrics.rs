@@ -96,6 +96,10 @@ pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
 /// Gauge: deliveries this worker holds at most from each lane queue of a paced
 /// channel, by `channel` (what its rate needs, within `lanes.prefetch`).
 pub const LANE_PREFETCH: &str = "quota_worker_lane_prefetch";
+/// Gauge: how far ahead of now this worker's lane lines of a paced channel take
+/// send slots (twice the longest recent round trip of their asks to Redis, within
+/// 10 ms and 250 ms), by `channel` and `lane`.
+pub const LANE_LOOK_AHEAD_SECONDS: &str = "quota_worker_lane_look_ahead_seconds";
 
 /// Counter: jobs folded into digests, by `policy`.
 pub const DIGEST_ITEMS_TOTAL: &str = "quota_worker_digest_items_total";
@@ -323,6 +327,11 @@ pub fn describe() {
         LANE_PREFETCH,
         "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"
     );
+    describe_gauge!(
+        LANE_LOOK_AHEAD_SECONDS,
+        Unit::Seconds,
+        "How far ahead of now this worker's lane lines take send slots: twice the longest recent round trip of their asks to Redis, within 10 ms and 250 ms; by channel and lane"
+    );
     describe_counter!(
         REDIS_RESETS_TOTAL,
         "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"
@@ -502,6 +511,16 @@ pub fn channel_rate(channel: &str, rate: crate::quota::policy::Rate, interval: O
     metrics::gauge!(CHANNEL_RATE, "channel" => channel.to_string()).set(per_second);
     let mut rates = CHANNEL_RATES.lock().unwrap_or_else(|e| e.into_inner());
     rates.insert(channel.to_string(), per_second);
+}
+
+/// Set [`LANE_LOOK_AHEAD_SECONDS`] for `channel`.
+pub(crate) fn lane_look_ahead(channel: &str, lane: &'static str, ahead: std::time::Duration) {
+    metrics::gauge!(
+        LANE_LOOK_AHEAD_SECONDS,
+        "channel" => channel.to_string(),
+        "lane" => lane
+    )
+    .set(ahead.as_secs_f64());
 }
 
 /// Set [`LANE_PREFETCH`] for `channel`.

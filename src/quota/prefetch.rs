@@ -94,13 +94,14 @@ impl Bounds {
 
 /// The deliveries to hold from a lane queue of a channel paced at `per_second`
 /// jobs (`None`: not paced any more, the ceiling), each taking `service` besides its
-/// wait for the rate, its ack held at most `settle` after it: `per_second × (service
-/// + settle) × HEADROOM`, rounded up, within `bounds`.
-pub fn target(per_second: Option<f64>, service: Duration, settle: Duration, bounds: Bounds) -> u16 {
+/// wait for the rate, and held `beside` longer at most (its ack held after its
+/// settle, its wait for a slot its lane's line took ahead of time): `per_second ×
+/// (service + beside) × HEADROOM`, rounded up, within `bounds`.
+pub fn target(per_second: Option<f64>, service: Duration, beside: Duration, bounds: Bounds) -> u16 {
     let Some(rate) = per_second.filter(|r| r.is_finite() && *r > 0.0) else {
         return bounds.ceiling;
     };
-    let want = (rate * (service + settle).as_secs_f64() * HEADROOM).ceil();
+    let want = (rate * (service + beside).as_secs_f64() * HEADROOM).ceil();
     if want >= bounds.ceiling as f64 {
         bounds.ceiling
     } else {

@@ -242,6 +242,11 @@ impl RateBatcher {
         self.lines.slot(&self.taker, rate, ask).await
     }
 
+    /// How far ahead this worker's lane lines take slots now.
+    pub fn lane_ahead(&self) -> Duration {
+        self.lines.ahead()
+    }
+
     /// Take one job of `rate.cost` from the channel's rate (in `lane` when given).
     pub async fn take(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
         let (reply_tx, reply_rx) = oneshot::channel();

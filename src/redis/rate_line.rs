@@ -7,12 +7,19 @@
 //! the drain falls as the prefetch grows. Here the deliveries join their lane's
 //! line, and one task (the line's asker, alive while the line is not empty) asks
 //! `lua/lanes.lua` for as many slots as deliveries wait, taking the slots that
-//! come due within [`LOOK_AHEAD`] (no wake-up lands exactly on a slot's instant;
-//! without it a burst of 1 would lose every slot a wake-up is late for), and hands
-//! them out first come, first served: each delivery sleeps to its own slot's time.
-//! A slot costs one ask whatever the prefetch; the lane still takes only what the
-//! channel's rate and the lanes above it allow (the script decides, for every
-//! worker at once).
+//! come due within its look-ahead, and hands them out first come, first served:
+//! each delivery sleeps to its own slot's time. A slot costs one ask whatever the
+//! prefetch; the lane still takes only what the channel's rate and the lanes above
+//! it allow (the script decides, for every worker at once).
+//!
+//! The look-ahead covers the asker's own round trip. The script never grants a
+//! slot whose time has passed (with a burst of 1 a slot nobody takes at its
+//! instant is gone), so the slots between the last one an ask granted and the
+//! moment the next ask reaches Redis are lost unless the first ask already took
+//! them. The asker times each ask and looks ahead twice the longest recent round
+//! trip ([`Ahead`]), at least [`LOOK_AHEAD`] (no wake-up lands exactly on a slot's
+//! instant) and at most [`MAX_LOOK_AHEAD`]. On a Redis 40 ms away a fixed 10 ms
+//! drained a lane at a fifth of its rate.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -20,13 +27,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::quota::lanes::LaneAsk;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
-/// Most slots one ask takes (as many jobs as one call of the batcher decides).
-const MAX_ASK: usize = 256;
+/// Most slots one ask takes (the most deliveries a worker holds from a lane,
+/// `lanes.prefetch`'s ceiling).
+const MAX_ASK: usize = 1024;
 
 /// Who asks the channel's rate for a line's slots (the channel's
 /// [`Taker`](super::rate::Taker)).
@@ -42,10 +51,41 @@ pub(crate) trait AskSlots: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Granted, StoreError>> + Send;
 }
 
-/// How far ahead of now the asker takes slots: well past a timer's lateness (a
-/// millisecond, more on a loaded machine), short beside any wait that matters to a
-/// higher lane.
+/// The least the asker looks ahead of now for slots: well past a timer's lateness
+/// (a millisecond, more on a loaded machine), short beside any wait that matters
+/// to a higher lane.
 pub(crate) const LOOK_AHEAD: Duration = Duration::from_millis(10);
+
+/// The most the asker looks ahead: slots taken ahead are this lane's, so a job of
+/// a higher lane may wait up to this long behind them (the same bound as a job's
+/// wait in the worker before it is parked, `lanes.park_after`'s default). A Redis
+/// slower than half of it a round trip loses slots again.
+pub(crate) const MAX_LOOK_AHEAD: Duration = Duration::from_millis(250);
+
+/// The asker's look-ahead, from the round trips of its asks: twice the longest
+/// recent one (a longer round trip counts at once; a shorter one lowers the
+/// estimate by an eighth of the difference an ask, so one fast answer after slow
+/// ones does not shorten it to where the next slow one loses slots).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ahead {
+    round_trip: Duration,
+}
+
+impl Ahead {
+    /// An ask took `round_trip` from its sending to its answer.
+    pub(crate) fn observe(&mut self, round_trip: Duration) {
+        self.round_trip = if round_trip >= self.round_trip {
+            round_trip
+        } else {
+            self.round_trip - (self.round_trip - round_trip) / 8
+        };
+    }
+
+    /// How far ahead the next ask takes slots.
+    pub(crate) fn now(&self) -> Duration {
+        (self.round_trip * 2).clamp(LOOK_AHEAD, MAX_LOOK_AHEAD)
+    }
+}
 
 /// A slot handed to a delivery of the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +115,9 @@ struct Line {
     asking: bool,
     /// Asks begun so far.
     asks: u64,
+    /// How far ahead its asks look (kept while the line is empty: the next asker
+    /// starts from what the last one learnt).
+    ahead: Ahead,
 }
 
 /// The lines of one channel: one per lane.
@@ -106,6 +149,16 @@ impl Lines {
         }
         rx.await
             .unwrap_or_else(|_| Err(StoreError::Batch("the lane's asker stopped".into())))
+    }
+
+    /// How far ahead the lines look now (the farthest of the three): how long a
+    /// delivery may wait in a line for a slot already its own.
+    pub(crate) fn ahead(&self) -> Duration {
+        self.0
+            .iter()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()).ahead.now())
+            .max()
+            .unwrap_or(LOOK_AHEAD)
     }
 }
 
@@ -145,7 +198,7 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
         done: false,
     };
     loop {
-        let (ask, wanted, number) = {
+        let (ask, wanted, number, ahead) = {
             let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
             // waiters that gave up (a shutdown) leave the line here
             l.waiters.retain(|w| !w.tx.is_closed());
@@ -162,9 +215,19 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
                 .take_while(|w| w.ask == ask)
                 .count();
             l.asks += 1;
-            (ask, wanted, l.asks)
+            (ask, wanted, l.asks, l.ahead.now())
         };
-        match taker.slots(ask, wanted, LOOK_AHEAD).await {
+        let sent = Instant::now();
+        let answer = taker.slots(ask, wanted, ahead).await;
+        let next = {
+            let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+            l.ahead.observe(sent.elapsed());
+            l.ahead.now()
+        };
+        if next != ahead || number == 1 {
+            crate::metrics::lane_look_ahead(taker.channel(), ask.1.lane.as_str(), next);
+        }
+        match answer {
             Err(e) => {
                 // each waiter retries as after any Redis error (its own backoff)
                 let failed: Vec<_> = {
@@ -334,6 +397,125 @@ mod tests {
             .expect("asked again within MAX_NOT_YET");
         assert!(slot.is_ok(), "{slot:?}");
         assert_eq!(taker.asks.load(Ordering::SeqCst), 2);
+    }
+
+    /// A channel's rate in memory, as `lua/lanes.lua` grants it with a burst of 1
+    /// (no slot before now; those due within the look-ahead), `latency` away each
+    /// way.
+    struct Distant {
+        interval: Duration,
+        latency: Duration,
+        start: Instant,
+        tat: Mutex<Duration>,
+    }
+
+    impl AskSlots for Distant {
+        fn channel(&self) -> &str {
+            "sms"
+        }
+
+        async fn slots(
+            &self,
+            _ask: (Rate, LaneAsk),
+            wanted: usize,
+            ahead: Duration,
+        ) -> Result<Granted, StoreError> {
+            tokio::time::sleep(self.latency).await;
+            let now = self.start.elapsed();
+            let reply = {
+                let mut tat = self.tat.lock().unwrap();
+                let first = (*tat).max(now);
+                if first > now + ahead {
+                    Granted::NotYet(first - now - ahead)
+                } else {
+                    let room =
+                        ((now + ahead - first).as_micros() / self.interval.as_micros()) as usize;
+                    let granted = wanted.min(room + 1);
+                    *tat = first + self.interval * granted as u32;
+                    Granted::Slots(
+                        (0..granted)
+                            .map(|i| {
+                                let due = first + self.interval * i as u32;
+                                (due.as_micros() as i64, due.saturating_sub(now))
+                            })
+                            .collect(),
+                    )
+                }
+            };
+            tokio::time::sleep(self.latency).await;
+            Ok(reply)
+        }
+    }
+
+    /// The instants (from the start) at which a line of `waiting` deliveries was
+    /// served, Redis `latency` away each way, at 400 slots a second.
+    async fn served_through(latency: Duration, waiting: usize) -> Vec<Duration> {
+        let (_, rate, ask) = one_slot(|| Granted::Never);
+        let taker = Arc::new(Distant {
+            interval: Duration::from_micros(2_500),
+            latency,
+            start: Instant::now(),
+            tat: Mutex::new(Duration::ZERO),
+        });
+        let lines = Arc::new(Lines::default());
+        let mut waiters = Vec::new();
+        for _ in 0..waiting {
+            let (lines, taker) = (lines.clone(), taker.clone());
+            waiters.push(tokio::spawn(async move {
+                let slot = lines.slot(&taker, rate, ask).await.unwrap();
+                tokio::time::sleep(slot.wait).await;
+                taker.start.elapsed()
+            }));
+        }
+        let mut served = Vec::new();
+        for w in waiters {
+            served.push(w.await.unwrap());
+        }
+        served
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_takes_every_slot_of_a_distant_redis() {
+        // 400/s: 800 slots from the first second to the third, once the asker has
+        // timed its first ask; a line looking a fixed 10 ms ahead took 5 slots a
+        // round trip (250 of them 20 ms away each way)
+        let (from, to) = (Duration::from_secs(1), Duration::from_secs(3));
+        for (latency, round_trip) in [(20, "40 ms"), (100, "200 ms")] {
+            let at = served_through(Duration::from_millis(latency), 2_000).await;
+            let n = at.iter().filter(|t| **t >= from && **t < to).count();
+            assert!(
+                n >= 792,
+                "{n} of 800 slots taken through a {round_trip} round trip"
+            );
+            assert!(n <= 801, "{n} slots in 2 s: above the rate");
+        }
+    }
+
+    #[test]
+    fn the_look_ahead_follows_the_longest_recent_round_trip() {
+        let ms = Duration::from_millis;
+        let mut a = Ahead::default();
+        assert_eq!(a.now(), LOOK_AHEAD, "nothing measured: the least");
+        a.observe(ms(2));
+        assert_eq!(a.now(), LOOK_AHEAD, "a fast Redis: the least");
+        a.observe(ms(40));
+        assert_eq!(a.now(), ms(80), "a slow answer counts at once");
+        a.observe(ms(8));
+        assert_eq!(
+            a.now(),
+            ms(72),
+            "a fast one lowers it by an eighth of the gap"
+        );
+        for _ in 0..100 {
+            a.observe(ms(8));
+        }
+        let low = a.now();
+        assert!(
+            low >= ms(16) && low < ms(17),
+            "fast answers bring it down: {low:?}"
+        );
+        a.observe(ms(900));
+        assert_eq!(a.now(), MAX_LOOK_AHEAD, "never past the most");
     }
 
     #[test]

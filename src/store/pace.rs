@@ -16,6 +16,14 @@ impl QuotaStore {
         })
     }
 
+    /// How far ahead this worker's lane lines of `channel` take slots now (how long
+    /// a lane delivery may wait for a slot already its own).
+    pub(crate) fn lane_ahead(&self, channel: &str) -> Duration {
+        self.rates
+            .get(channel)
+            .map_or(Duration::ZERO, RateBatcher::lane_ahead)
+    }
+
     /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
     /// the TAT the take left (for [`RateStep::Taken`]).
     pub(crate) async fn pace_in_lane(

@@ -113,12 +113,15 @@ fn per_second(rate: Rate) -> f64 {
 
 impl Worker {
     /// The deliveries to hold now from each lane queue of the `index`-th paced
-    /// channel, `channel`, given `estimate`.
+    /// channel, `channel`, given `estimate`: besides the time each takes outside its
+    /// wait for the rate, the line's look-ahead (the slots it takes ahead of now are
+    /// held by deliveries waiting for them) and the ack's hold.
     fn lane_target(&self, channel: &str, estimate: Estimate) -> u16 {
         let rules = self.store.rules();
         let rate = rules.channel(channel).and_then(|c| c.rate).map(per_second);
         let bounds = Bounds::under(self.topology.lanes.prefetch.ceiling());
-        prefetch::target(rate, estimate.service(), HOLD, bounds)
+        let beside = HOLD + self.store.lane_ahead(channel);
+        prefetch::target(rate, estimate.service(), beside, bounds)
     }
 
     /// The deliveries a session starts with from the lane queues of the `index`-th

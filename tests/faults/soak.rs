@@ -680,16 +680,18 @@ fn serving(s: &Settings, dir: &std::path::Path, tag: &str, port: u16) -> WorkerP
 }
 
 /// The metrics that show where a worker's jobs go (outcomes, delays, each lane's
-/// parks and takes, its parks without asking, the prefetch it holds, in flight),
+/// parks and takes, its parks without asking, the prefetch it holds, how far ahead
+/// its lane lines take slots, in flight),
 /// each series as exported (name and labels) with its value, those at 0 left out;
 /// empty when the worker does not answer.
 async fn lane_metrics(port: u16) -> BTreeMap<String, f64> {
-    const KEPT: [&str; 7] = [
+    const KEPT: [&str; 8] = [
         "quota_worker_jobs_total",
         "quota_worker_delays_total",
         "quota_worker_lane_jobs_total",
         "quota_worker_lane_parked_unasked_total",
         "quota_worker_lane_prefetch",
+        "quota_worker_lane_look_ahead_seconds",
         "quota_worker_in_flight",
         "quota_worker_channel_rate",
     ];

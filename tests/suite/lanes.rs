@@ -265,6 +265,93 @@ async fn the_lanes_share_one_rate_and_normal_keeps_its_share() {
     assert!(of('b') <= 0.05 * n as f64, "bulk took {} of {n}", of('b'));
 }
 
+/// A lane's backlog drains at its channel's rate when Redis is slow to answer: with
+/// Redis behind a proxy that adds 20 ms each way (a round trip of 40 ms and more,
+/// four times the lane line's shortest look-ahead), one worker drains 2,000 bulk
+/// jobs parked in their lane at 400/s (burst 1) at 0.9 of the rate or better over
+/// 3 s from half a second after its first dispatch (the worker's first asks time
+/// the round trip). A line that asked only 10 ms ahead lost every slot between the
+/// end of one grant and its next ask (a burst of 1 keeps no unused slot) and
+/// drained at 0.2 of the rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_drains_at_its_rate_through_a_slow_redis() {
+    const RATE: u64 = 400;
+    const JOBS: usize = 2_000;
+    let window = Duration::from_secs(3);
+    let ns = unique("lanesslow");
+    let mut s = laned(&ns, RATE);
+    s.channels.get_mut("sms").unwrap().burst = Some(1);
+    let _c = Cleanup::new(&s);
+    let (host, port) = redis_host_port(&s.redis.url);
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&format!("{host}:{port}"))
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = testkit::proxy::Proxy::delayed(target, Duration::from_millis(20));
+    s.redis.url = format!("redis://{}", proxy.addr());
+    // the topology first, then the backlog straight into the bulk lane, then the worker
+    worker(&s).await;
+    let conn = amqp().await;
+    let lane = topology(&s).lane_queue("sms", Priority::Bulk);
+    let p = Publisher::open(&conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let bodies: Vec<String> = (0..JOBS)
+        .map(|i| body(&format!("b-{i}"), "campaign", None))
+        .collect();
+    for chunk in bodies.chunks(64) {
+        let sends = chunk.iter().map(|b| {
+            let props =
+                lapin::BasicProperties::default().with_content_type("application/json".into());
+            p.publish("", &lane, b.as_bytes(), props)
+        });
+        for r in futures_util::future::join_all(sends).await {
+            r.unwrap();
+        }
+    }
+    let mut out = Dispatched::open(&conn, &s).await;
+    let running = spawn_worker(worker(&s).await).await;
+    out.read_until(Duration::from_secs(60), |ids| {
+        ids.first()
+            .is_some_and(|(_, t0)| t0.elapsed() > window + Duration::from_secs(2))
+    })
+    .await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    let first = out.ids.first().expect("nothing dispatched").1;
+    let t0 = first + Duration::from_millis(500);
+    let n = out
+        .ids
+        .iter()
+        .filter(|(_, t)| *t >= t0 && *t < t0 + window)
+        .count();
+    let curve: Vec<usize> = (0..8)
+        .map(|k| {
+            let from = first + Duration::from_millis(500 * k);
+            let to = from + Duration::from_millis(500);
+            out.ids
+                .iter()
+                .filter(|(_, t)| *t >= from && *t < to)
+                .count()
+        })
+        .collect();
+    println!("by half-seconds: {curve:?}");
+    let expected = RATE as f64 * window.as_secs_f64();
+    println!(
+        "through a Redis 40 ms away: {n} dispatched in {window:?} from 0.5 s after the \
+         first ({:.2} of the rate)",
+        n as f64 / expected
+    );
+    assert!(
+        n as f64 >= 0.9 * expected,
+        "{n} dispatched in {window:?}, the rate allows {expected}"
+    );
+    assert!(
+        n as f64 <= 1.05 * expected + 1.0,
+        "{n} dispatched in {window:?}: above the rate ({expected})"
+    );
+}
+
 /// A burst above the rate for a moment is waited out in the worker, a backlog is
 /// parked: at 100/s (burst 5) with `lanes.park_after` 1 s, 20 jobs at once (about
 /// 150 ms of waiting) all go out without a park; 400 at once (about 4 s) are
