@@ -4,11 +4,14 @@
 //! the jitter. The time a delivery stays unacked, apart from its wait for the rate,
 //! is measured as the worker runs ([`Estimate`]): from its delivery to its settle,
 //! less the time it waited for its send slot, plus the time the ack may be held
-//! behind an earlier delivery (`amqp::acks`). The result is kept between a floor
+//! behind an earlier delivery (`amqp::acks`) and the wait for a slot the lane's line
+//! took ahead of time (its look-ahead). The result is kept between a floor
 //! and a ceiling (`lanes.prefetch`), so memory stays flat whatever the rate.
 //!
 //! The wait for the rate is left out on purpose: counting it would make the answer
 //! feed itself (more deliveries in hand, longer waits, more deliveries in hand).
+//! The look-ahead does not: it follows the round trip of the line's asks to Redis,
+//! not the number held.
 
 use std::time::Duration;
 
@@ -129,7 +132,7 @@ mod tests {
     #[test]
     fn the_target_is_rate_times_latency_with_headroom_within_bounds() {
         let b = Bounds::under(AUTO_CEILING);
-        // (jobs/s, service ms, settle ms, expected)
+        // (jobs/s, service ms, beside ms, expected)
         let table: [(Option<f64>, u64, u64, u16); 10] = [
             (Some(100.0), 20, 50, FLOOR),
             (Some(500.0), 20, 50, 53),
@@ -142,11 +145,11 @@ mod tests {
             (None, 20, 50, AUTO_CEILING),
             (Some(f64::INFINITY), 20, 50, AUTO_CEILING),
         ];
-        for (rate, service, settle, want) in table {
+        for (rate, service, beside, want) in table {
             assert_eq!(
-                target(rate, MS(service), MS(settle), b),
+                target(rate, MS(service), MS(beside), b),
                 want,
-                "{rate:?}/s, {service} ms + {settle} ms"
+                "{rate:?}/s, {service} ms + {beside} ms"
             );
         }
     }

@@ -10,7 +10,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
