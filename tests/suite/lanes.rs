@@ -39,15 +39,23 @@ fn body(id: &str, category: &str, priority: Option<&str>) -> String {
 }
 
 async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) {
+    publish_to(conn, (&s.amqp.jobs_exchange, ""), bodies).await;
+}
+
+/// Publish `bodies` to `exchange` with `routing_key`, a few at a time, each confirmed.
+async fn publish_to(
+    conn: &lapin::Connection,
+    (exchange, routing_key): (&str, &str),
+    bodies: &[String],
+) {
     let p = Publisher::open(conn, Duration::from_secs(10))
         .await
         .unwrap();
-    // a few at a time, each confirmed
     for chunk in bodies.chunks(64) {
         let sends = chunk.iter().map(|b| {
             let props =
                 lapin::BasicProperties::default().with_content_type("application/json".into());
-            p.publish(&s.amqp.jobs_exchange, "", b.as_bytes(), props)
+            p.publish(exchange, routing_key, b.as_bytes(), props)
         });
         for r in futures_util::future::join_all(sends).await {
             r.unwrap();
@@ -293,22 +301,10 @@ async fn a_lane_drains_at_its_rate_through_a_slow_redis() {
     worker(&s).await;
     let conn = amqp().await;
     let lane = topology(&s).lane_queue("sms", Priority::Bulk);
-    let p = Publisher::open(&conn, Duration::from_secs(10))
-        .await
-        .unwrap();
     let bodies: Vec<String> = (0..JOBS)
         .map(|i| body(&format!("b-{i}"), "campaign", None))
         .collect();
-    for chunk in bodies.chunks(64) {
-        let sends = chunk.iter().map(|b| {
-            let props =
-                lapin::BasicProperties::default().with_content_type("application/json".into());
-            p.publish("", &lane, b.as_bytes(), props)
-        });
-        for r in futures_util::future::join_all(sends).await {
-            r.unwrap();
-        }
-    }
+    publish_to(&conn, ("", &lane), &bodies).await;
     let mut out = Dispatched::open(&conn, &s).await;
     let running = spawn_worker(worker(&s).await).await;
     out.read_until(Duration::from_secs(60), |ids| {
