@@ -58,8 +58,9 @@ struct Pacer {
     /// Of those, the ones read from a lane queue.
     in_lanes: AtomicUsize,
     /// Whether the channel's rate holds a backlog, as this worker last saw it: set
-    /// when a job read from the jobs queue is parked after asking (its wait was
-    /// longer than `lanes.park_after`), cleared when a job read from a lane gets
+    /// when a job read from the jobs queue is parked after asking (the rate's own
+    /// answers put its wait past `lanes.park_after`; the time Redis takes to answer
+    /// never counts), cleared when a job read from a lane gets
     /// its slot at its first ask. While it is set and jobs of the lanes wait here,
     /// a new job is parked behind them without asking Redis.
     saturated: AtomicBool,

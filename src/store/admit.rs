@@ -293,20 +293,20 @@ impl QuotaStore {
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
-                let paced = self.pace(req.channel, r, pacer, lane);
-                let paced = if parking {
-                    // waited out here for at most lanes.park_after in all (a lane
-                    // above it may take the slots meanwhile); then parked after all
-                    match tokio::time::timeout(self.park_after, paced).await {
-                        Ok(paced) => paced,
-                        Err(_) => {
-                            pacer.saturated.store(true, Ordering::Relaxed);
-                            self.release_recipient(ticket).await?;
-                            return Ok(None);
-                        }
+                // waited out here while the rate's own answers add up to at most
+                // lanes.park_after (a lane above it may take the slots meanwhile);
+                // then parked after all. The time Redis takes to answer does not
+                // count: a slow Redis is no backlog, and parking would only add a
+                // publish and a delivery to every job while it is slow.
+                let budget = parking.then_some(self.park_after);
+                let paced = match self.pace_within(req.channel, r, pacer, lane, budget).await {
+                    Ok(Some((tat, _))) => Ok(tat),
+                    Ok(None) => {
+                        pacer.saturated.store(true, Ordering::Relaxed);
+                        self.release_recipient(ticket).await?;
+                        return Ok(None);
                     }
-                } else {
-                    paced.await
+                    Err(e) => Err(e),
                 };
                 match paced {
                     Ok(tat) => ticket.rate = Some((r, tat)),

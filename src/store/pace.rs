@@ -59,18 +59,7 @@ impl QuotaStore {
     }
 
     /// Wait until the channel's rate allows one more job, one waiter at a time;
-    /// returns the TAT the take left.
-    pub(super) async fn pace(
-        &self,
-        channel: &str,
-        rate: Rate,
-        pacer: &Pacer,
-        lane: Option<LaneAsk>,
-    ) -> Result<i64, StoreError> {
-        Ok(self.pace_counting(channel, rate, pacer, lane).await?.0)
-    }
-
-    /// [`QuotaStore::pace`], and how many asks it took.
+    /// returns the TAT the take left and how many asks it took.
     async fn pace_counting(
         &self,
         channel: &str,
@@ -78,14 +67,37 @@ impl QuotaStore {
         pacer: &Pacer,
         lane: Option<LaneAsk>,
     ) -> Result<(i64, u32), StoreError> {
+        let paced = self.pace_within(channel, rate, pacer, lane, None).await?;
+        Ok(paced.expect("a wait without a budget ends with a slot"))
+    }
+
+    /// [`QuotaStore::pace_counting`] for as long as the rate's refusals add up to
+    /// at most `budget` (the `retry_after` of each refusal, not the time Redis
+    /// took to answer); `None` when the next refusal would pass it.
+    pub(super) async fn pace_within(
+        &self,
+        channel: &str,
+        rate: Rate,
+        pacer: &Pacer,
+        lane: Option<LaneAsk>,
+        budget: Option<Duration>,
+    ) -> Result<Option<(i64, u32)>, StoreError> {
         let _waiting = Counted::new(&pacer.waiting);
         let mut asks = 0u32;
+        let mut refused = Duration::ZERO;
         loop {
             let reply = self.take_rate_in(channel, rate, lane).await?;
             asks = asks.saturating_add(1);
             match reply.allowed {
-                1 => return Ok((reply.tat_us, asks)),
-                0 => tokio::time::sleep(reply.retry_after.max(Duration::from_micros(100))).await,
+                1 => return Ok(Some((reply.tat_us, asks))),
+                0 => {
+                    let wait = reply.retry_after.max(Duration::from_micros(100));
+                    refused += wait;
+                    if budget.is_some_and(|b| refused > b) {
+                        return Ok(None);
+                    }
+                    tokio::time::sleep(wait).await
+                }
                 _ => {
                     return Err(StoreError::CostAboveBurst {
                         channel: channel.to_string(),

@@ -390,6 +390,41 @@ async fn a_short_burst_waits_in_the_worker_and_a_backlog_is_parked() {
     assert!(parked >= 100, "only {parked} of 250 were parked");
 }
 
+/// A wait made long by a slow Redis, not by the rate, parks nothing: through a
+/// Redis 300 ms away a round trip (longer than `lanes.park_after`, 250 ms), 40 jobs
+/// at once at 400/s (burst 5: 100 ms of the rate, five slots an ask) all go out
+/// from the worker without a park, though the last wait more than a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_parks_no_job_the_rate_would_serve_soon() {
+    const JOBS: usize = 40;
+    let ns = unique("lanesslowpark");
+    let mut s = laned(&ns, 400);
+    let _c = Cleanup::new(&s);
+    let (host, port) = redis_host_port(&s.redis.url);
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&format!("{host}:{port}"))
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = testkit::proxy::Proxy::delayed(target, Duration::from_millis(150));
+    s.redis.url = format!("redis://{}", proxy.addr());
+    let running = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    let mut out = Dispatched::open(&conn, &s).await;
+    let bodies: Vec<String> = (0..JOBS)
+        .map(|i| body(&format!("j-{i}"), "campaign", None))
+        .collect();
+    publish_all(&conn, &s, &bodies).await;
+    out.read_until(Duration::from_secs(60), |ids| ids.len() >= JOBS)
+        .await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    assert_eq!(out.ids.len(), JOBS, "not all were dispatched");
+    let took = out.ids[JOBS - 1].1 - out.ids[0].1;
+    let parked = out.parked_among(0..JOBS);
+    println!("{JOBS} jobs through a Redis 300 ms away: {parked} parked, the last {took:?} after the first");
+    assert_eq!(parked, 0, "{parked} of {JOBS} were parked for a slow Redis");
+}
+
 /// A job delayed by its schedule while its channel is busy comes back to its own
 /// lane: an urgent one goes out as soon as its `not_before` passes, ahead of the
 /// bulk backlog.
