@@ -30,7 +30,8 @@ pub struct LaneSettings {
     /// most this long waits in the worker; only a longer wait parks it in its lane
     /// (default 250ms; at most 10s). A burst above the rate for a moment (a producer
     /// publishing in batches) then costs no park, while a backlog behind the rate
-    /// (waits growing past it) is parked and read out urgent first.
+    /// (waits growing past it) is parked and read out urgent first. The wait is
+    /// what the rate answers, not the time Redis takes to answer.
     pub park_after: Dur,
 }
 

@@ -7,7 +7,8 @@
 //!
 //! A job read from the jobs queue asks the rate as before, in its lane; a wait of
 //! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
-//! here; only a longer one parks it (one extra publish), after its recipient's
+//! here, counted in the rate's answers, not in the time Redis takes to give them;
+//! only a longer one parks it (one extra publish), after its recipient's
 //! reservation is given back: nothing is held or counted while it waits. Once a
 //! job was parked so, and while this worker's jobs read from the lanes wait for the
 //! rate without getting a slot at their first ask (the lanes hold a backlog), a
