@@ -33,6 +33,19 @@ fn laned(ns: &str, rate: u64) -> Settings {
     s
 }
 
+/// Points `s` at its Redis through a loopback proxy that delays each direction by
+/// `delay` (the proxy serves for as long as it lives).
+fn behind_a_slow_redis(s: &mut Settings, delay: Duration) -> testkit::proxy::Proxy {
+    let (host, port) = redis_host_port(&s.redis.url);
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&format!("{host}:{port}"))
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = testkit::proxy::Proxy::delayed(target, delay);
+    s.redis.url = format!("redis://{}", proxy.addr());
+    proxy
+}
+
 fn body(id: &str, category: &str, priority: Option<&str>) -> String {
     let lane = priority.map_or(String::new(), |p| format!(r#","priority":"{p}""#));
     format!(r#"{{"id":"{id}","recipient":"{id}","channel":"sms","category":"{category}"{lane}}}"#)
@@ -290,13 +303,7 @@ async fn a_lane_drains_at_its_rate_through_a_slow_redis() {
     let mut s = laned(&ns, RATE);
     s.channels.get_mut("sms").unwrap().burst = Some(1);
     let _c = Cleanup::new(&s);
-    let (host, port) = redis_host_port(&s.redis.url);
-    let target = std::net::ToSocketAddrs::to_socket_addrs(&format!("{host}:{port}"))
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = testkit::proxy::Proxy::delayed(target, Duration::from_millis(20));
-    s.redis.url = format!("redis://{}", proxy.addr());
+    let _proxy = behind_a_slow_redis(&mut s, Duration::from_millis(20));
     // the topology first, then the backlog straight into the bulk lane, then the worker
     worker(&s).await;
     let conn = amqp().await;
@@ -400,13 +407,7 @@ async fn a_slow_redis_parks_no_job_the_rate_would_serve_soon() {
     let ns = unique("lanesslowpark");
     let mut s = laned(&ns, 400);
     let _c = Cleanup::new(&s);
-    let (host, port) = redis_host_port(&s.redis.url);
-    let target = std::net::ToSocketAddrs::to_socket_addrs(&format!("{host}:{port}"))
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = testkit::proxy::Proxy::delayed(target, Duration::from_millis(150));
-    s.redis.url = format!("redis://{}", proxy.addr());
+    let _proxy = behind_a_slow_redis(&mut s, Duration::from_millis(150));
     let running = spawn_worker(worker(&s).await).await;
     let conn = amqp().await;
     let mut out = Dispatched::open(&conn, &s).await;
