@@ -299,17 +299,13 @@ impl QuotaStore {
                 // count: a slow Redis is no backlog, and parking would only add a
                 // publish and a delivery to every job while it is slow.
                 let budget = parking.then_some(self.park_after);
-                let paced = match self.pace_within(req.channel, r, pacer, lane, budget).await {
-                    Ok(Some((tat, _))) => Ok(tat),
+                match self.pace_within(req.channel, r, pacer, lane, budget).await {
+                    Ok(Some((tat, _))) => ticket.rate = Some((r, tat)),
                     Ok(None) => {
                         pacer.saturated.store(true, Ordering::Relaxed);
                         self.release_recipient(ticket).await?;
                         return Ok(None);
                     }
-                    Err(e) => Err(e),
-                };
-                match paced {
-                    Ok(tat) => ticket.rate = Some((r, tat)),
                     Err(e) => {
                         if self.release_recipient(ticket).await.is_err() {
                             self.keep_reservation(ticket);
