@@ -8,7 +8,7 @@
 -- KEYS[3..] the recipient's keys of every configured policy (give_back, note)
 -- ARGV[1]  how long the mark is kept, ms (0: no mark; the admin's edits)
 -- ARGV[2]  what: give_back | suppress | unsuppress | note
--- give_back, note: ARGV[3] the job's member (its id's hash, as in admit.lua)
+-- give_back, note: ARGV[3] the job's member (its id's hash, as in lua/admit/)
 -- suppress: ARGV[3] channel, ARGV[4] kind bit (1 bounced, 2 complained,
 --           4 unsubscribed), ARGV[5] how long, ms (0: until removed)
 -- unsuppress: ARGV[3] channel

@@ -1,7 +1,7 @@
 -- import.lua: import a past send (for migrating from another system), committed,
 -- and keep the recipient's sorted set at least until that send stops counting.
 --
--- KEYS[1]  the recipient's sorted set (see admit.lua)
+-- KEYS[1]  the recipient's sorted set (see lua/admit/)
 -- ARGV[1]  member (job id hash)
 -- ARGV[2]  score: sent_ms * 2 + 1 (committed)
 -- ARGV[3]  expire-at ms: when the send stops counting for every rule and leaves the

@@ -28,7 +28,7 @@
 //! 4. [`store::QuotaStore::admit`] (the quota store: what an admission asks and
 //!    answers is [`admission`]) asks Redis: the recipient's caps, its policy's
 //!    and those of every `[caps.NAME]` layer the job meets ([`rules::Rules::layers`],
-//!    [`quota::caps`]), all in the one call ([`redis::admit`], `lua/admit.lua`, with
+//!    [`quota::caps`]), all in the one call ([`redis::admit`], `lua/admit/`, with
 //!    the calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],
 //!    keyed per tenant) and the channel's send
 //!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
@@ -57,7 +57,7 @@
 //! of a dispatched job, decoded by the producer crate's decoder (pure) and applied
 //! once in Redis ([`feedback::apply`]: `lua/feedback.lua` gives a failed send back or
 //! suppresses a recipient, `lua/throttle.lua` pauses a channel's rate and ramps it
-//! back). `lua/admit.lua` dead-letters a suppressed recipient's job (`suppressed`,
+//! back). `lua/admit/` dead-letters a suppressed recipient's job (`suppressed`,
 //! [`quota::suppression`]) in the admission call it already makes, once
 //! [`feedback::watch`] has seen that some recipient is suppressed.
 //!
@@ -68,7 +68,7 @@
 //! from the CLI, and stored by [`admin::preferences`] (`lua/preferences.lua`); every
 //! set goes out and comes back in as JSON lines ([`admin::preference_files`],
 //! [`quota::preference_lines`]).
-//! `lua/admit.lua` dead-letters an opted-out job (`opted_out`) in the admission call
+//! `lua/admit/` dead-letters an opted-out job (`opted_out`) in the admission call
 //! it already makes, once [`feedback::watch`] has seen the key `prefix:preferences`;
 //! a `required` policy's jobs pass.
 //!

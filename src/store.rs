@@ -1,11 +1,11 @@
 //! The quota store: the Redis side of every decision.
 //!
-//! [`QuotaStore::admit`] asks two scripts: `lua/admit.lua` (the recipient's caps, one
+//! [`QuotaStore::admit`] asks two scripts: `lua/admit/` (the recipient's caps, one
 //! sorted set per recipient and policy) and `lua/rate.lua` (the channel's GCRA send
 //! rate). When the channel is not pacing, both go out at once on the multiplexed
 //! connection, so the allow path costs one round trip; the dispatch is then
 //! confirmed with [`QuotaStore::commit`] (or undone with [`QuotaStore::release`]).
-//! Admissions that wait at the same moment share one `admit.lua` call (module
+//! Admissions that wait at the same moment share one `lua/admit/` call (module
 //! [`crate::redis::admit`]) on a single node.
 //!
 //! ## One clock

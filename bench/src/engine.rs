@@ -1,4 +1,4 @@
-//! The engine step (`--steps engine`): `redis-benchmark` running `lua/admit.lua` by
+//! The engine step (`--steps engine`): `redis-benchmark` running `lua/admit/` by
 //! EVALSHA, then the engine's own admissions with 256 in flight, on the same Redis.
 //! Also the tools the rate and memory steps drive the engine with: a policy of one
 //! rule, an `sms` request, and many admissions in flight.
@@ -57,13 +57,17 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
         quota_worker::redis::scripts::ADMIT_LUA,
         &[
             &key,
-            // lease, dedupe, no undeclared keys, one plan: valid from 0 to 2^53,
-            // no calendar expiry, not shadow, one rule (3 per rolling day); then
-            // the job: member, plan 1 (the layout lua/admit.lua opens with)
+            // lease, dedupe, no undeclared keys, one plan, no layers, suppression
+            // or preferences section (the header of lua/admit/protocol.lua); the
+            // plan: valid from 0 to 2^53, no calendar expiry, not shadow, one rule
+            // (3 per rolling day); then the job: member, plan 1
             "120000",
             "86400000",
             "0",
             "1",
+            "0",
+            "0",
+            "0",
             "0",
             "9007199254740991",
             "0",

@@ -1,7 +1,7 @@
 //! A recipient's own preferences: opt-outs by category, by channel or by the pair,
 //! and quiet hours (issue #38). Pure: the set as the HTTP API takes it (validated
 //! whole, every refusal naming its field), the RFC 7386 merge `PATCH` applies, and
-//! the hash fields `lua/admit.lua` reads at admission.
+//! the hash fields `lua/admit/` reads at admission.
 
 use std::collections::BTreeMap;
 
@@ -88,14 +88,17 @@ pub enum OptOut {
 }
 
 impl OptOut {
-    /// The code `lua/admit.lua` answers after 10.
+    /// Every opt-out, with its number and name in `lua/admit/protocol.lua`
+    /// (`OPTED_OUT`, the payload of an `opted_out` answer).
+    pub const ALL: [(OptOut, i64, &'static str); 3] = [
+        (OptOut::Category, 1, "category"),
+        (OptOut::Channel, 2, "channel"),
+        (OptOut::Pair, 3, "pair"),
+    ];
+
+    /// The opt-out `lua/admit/` names by `code`.
     pub fn from_code(code: i64) -> Option<OptOut> {
-        match code {
-            1 => Some(OptOut::Category),
-            2 => Some(OptOut::Channel),
-            3 => Some(OptOut::Pair),
-            _ => None,
-        }
+        OptOut::ALL.iter().find(|(_, n, _)| *n == code).map(|(o, ..)| *o)
     }
 
     /// The dead letter's detail: `category marketing`, `channel sms`, or

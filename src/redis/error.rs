@@ -36,6 +36,15 @@ pub enum StoreError {
         /// What it said.
         reply: Vec<i64>,
     },
+    /// A script answered, by name, something the worker cannot act on (a value no
+    /// worker writes, or still outside the planned day after planning again).
+    #[error("unexpected answer from {script}: {answer}")]
+    Answer {
+        /// Which script.
+        script: &'static str,
+        /// The answer, by name.
+        answer: String,
+    },
     /// The job names a channel that is not configured.
     #[error("unknown channel `{0}`")]
     UnknownChannel(String),

@@ -7,8 +7,27 @@ use redis::Script;
 
 use super::conn::RedisConn;
 
-/// `lua/admit.lua`: a recipient's caps, checked and recorded (many jobs a call).
-pub const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
+/// `lua/admit/`: a recipient's caps, checked and recorded (many jobs a call), its
+/// parts in the order they are joined (each uses only what the ones before define).
+pub const ADMIT_PARTS: [(&str, &str); 7] = [
+    ("protocol.lua", include_str!("../../lua/admit/protocol.lua")),
+    ("plans.lua", include_str!("../../lua/admit/plans.lua")),
+    ("layers.lua", include_str!("../../lua/admit/layers.lua")),
+    ("recipient.lua", include_str!("../../lua/admit/recipient.lua")),
+    ("suppression.lua", include_str!("../../lua/admit/suppression.lua")),
+    ("preferences.lua", include_str!("../../lua/admit/preferences.lua")),
+    ("answer.lua", include_str!("../../lua/admit/answer.lua")),
+];
+/// `lua/admit/`, joined (the parts of [`ADMIT_PARTS`], in order).
+pub const ADMIT_LUA: &str = concat!(
+    include_str!("../../lua/admit/protocol.lua"),
+    include_str!("../../lua/admit/plans.lua"),
+    include_str!("../../lua/admit/layers.lua"),
+    include_str!("../../lua/admit/recipient.lua"),
+    include_str!("../../lua/admit/suppression.lua"),
+    include_str!("../../lua/admit/preferences.lua"),
+    include_str!("../../lua/admit/answer.lua"),
+);
 /// `lua/rate.lua`: a channel's GCRA send rate (after `lua/gcra_read.lua`, the read
 /// of the rate key it shares with `lua/lanes.lua`).
 pub const RATE_LUA: &str = concat!(
@@ -45,9 +64,9 @@ pub(crate) const DIGEST_REOPEN_LUA: &str = include_str!("../../lua/digest_reopen
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
 pub struct Scripts {
-    /// `lua/admit.lua`.
+    /// `lua/admit/`.
     pub admit: Script,
-    /// `lua/admit.lua` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
+    /// `lua/admit/` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
     /// a cluster's per-node calls, which carry keys they do not declare.
     pub admit_cross_slot: Script,
     /// `lua/rate.lua`.

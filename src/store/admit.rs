@@ -1,4 +1,4 @@
-//! Admissions: a job's policy and the caps it meets, asked of `lua/admit.lua` with the
+//! Admissions: a job's policy and the caps it meets, asked of `lua/admit/` with the
 //! plans of the day, the channel's rate taken with it, and the reservations this
 //! store keeps for jobs whose dispatch failed.
 
@@ -200,20 +200,17 @@ impl QuotaStore {
                 }
             }
             Verdict::Duplicate(_) => Admission::Duplicate,
-            Verdict::Suppressed(now, kind, since, until) => {
+            Verdict::Suppressed(_, kind, since, until) => {
                 let value = format!("{kind}:{since}:{until}");
                 match crate::quota::suppression::Suppression::decode(&value) {
                     Some(s) => Admission::Suppressed(s),
                     // a value no worker writes: an error, retried (never a decision)
                     None => {
-                        return Err(StoreError::Reply {
-                            script: "admit.lua",
-                            reply: vec![9, now, i64::from(kind), since, until],
-                        })
+                        return Err(unexpected(&reply));
                     }
                 }
             }
-            Verdict::Quiet(now, version) => match quiet_until {
+            Verdict::Quiet(..) => match quiet_until {
                 Some((until, hours)) => {
                     metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
                         .increment(1);
@@ -224,25 +221,15 @@ impl QuotaStore {
                         .await?;
                     at_end.unwrap_or(Admission::Quiet { until, hours })
                 }
-                None => {
-                    return Err(StoreError::Reply {
-                        script: "admit.lua",
-                        reply: vec![11, now, version],
-                    })
-                }
+                None => return Err(unexpected(&reply)),
             },
-            Verdict::OptedOut(now, what) => match OptOut::from_code(what) {
+            Verdict::OptedOut(_, what) => match OptOut::from_code(what) {
                 Some(what) => {
                     metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")
                         .increment(1);
                     Admission::OptedOut(what)
                 }
-                None => {
-                    return Err(StoreError::Reply {
-                        script: "admit.lua",
-                        reply: vec![10, now, what],
-                    })
-                }
+                None => return Err(unexpected(&reply)),
             },
             Verdict::Reserved(_, reserved_at) => Admission::Reserved {
                 retry_at: window::from_millis(reserved_at + self.lease_ms),
@@ -251,16 +238,8 @@ impl QuotaStore {
             // gets here: call_admit turns it into an error)
             // (the admitter asks a job that answered 7 again on its own; one that
             // still does is an error, retried like Redis being away)
-            Verdict::Clock(now) | Verdict::WrongType(now) | Verdict::Elsewhere(now) => {
-                let code = match reply {
-                    Verdict::Clock(_) => 4,
-                    Verdict::WrongType(_) => 5,
-                    _ => 7,
-                };
-                return Err(StoreError::Reply {
-                    script: "admit.lua",
-                    reply: vec![code, now],
-                });
+            Verdict::Clock(_) | Verdict::WrongType(_) | Verdict::Elsewhere(_) => {
+                return Err(unexpected(&reply));
             }
         };
         match (&mut admission, rate) {
@@ -442,11 +421,17 @@ impl QuotaStore {
         };
         self.observe(reply.now());
         match reply {
-            Verdict::WrongType(now) => Err(StoreError::Reply {
-                script: "admit.lua",
-                reply: vec![5, now],
-            }),
+            Verdict::WrongType(_) => Err(unexpected(&reply)),
             reply => Ok(reply),
         }
+    }
+}
+
+/// An answer of `lua/admit/` the worker cannot act on, as an error (retried like
+/// Redis being away, never a decision).
+fn unexpected(verdict: &Verdict) -> StoreError {
+    StoreError::Answer {
+        script: "admit.lua",
+        answer: format!("{verdict:?}"),
     }
 }

@@ -1,7 +1,7 @@
 //! What this worker knows of its recipients' quiet hours: per preferences hash, the
 //! version of the set it read, its quiet hours, and the instant before which they
 //! do not begin (computed from Redis time). Admissions send the last two
-//! (`lua/admit.lua`'s preferences section), so a recipient outside their quiet
+//! (`lua/admit/`'s preferences section), so a recipient outside their quiet
 //! hours costs no extra round trip; a new version, or the instant passed, answers
 //! 11 and [`QuotaStore::quiet_end`] reads the set once and computes again (pure:
 //! [`crate::quota::preferences::QuietHours::end`]). A job held by them whose caps

@@ -274,7 +274,7 @@ async fn a_stale_slot_map_costs_calls_not_decisions() {
 
 /// The per-node call itself: sent to one node with a key it owns declared and a
 /// key of another node carried as an argument, the script admits the first and
-/// answers 7 ("not here") for the second, having written nothing for it.
+/// answers `elsewhere` for the second, having written nothing for it.
 #[tokio::test]
 async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
     let ns = unique("c-nothere");
@@ -308,11 +308,15 @@ async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
         .arg(&sha)
         .arg(1)
         .arg(key(here))
-        // lease, dedupe, one undeclared key, one plan (3 per rolling day)
+        // lease, dedupe, one undeclared key, one plan (3 per rolling day), no
+        // layers, suppression or preferences section
         .arg(120_000)
         .arg(86_400_000)
         .arg(1)
         .arg(1)
+        .arg(0)
+        .arg(0)
+        .arg(0)
         .arg(0)
         .arg(9_007_199_254_740_991i64)
         .arg(0)
@@ -327,7 +331,9 @@ async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
         .arg(key(there))
         .query(&mut conn)
         .unwrap();
-    assert_eq!(flat[1..], [1, 7], "{flat:?}");
+    // each answer: code, flags, payload length (lua/admit/protocol.lua): the first
+    // job `admitted` (1), the second `elsewhere` (8)
+    assert_eq!(flat[1..], [1, 0, 0, 8, 0, 0], "{flat:?}");
     let elsewhere = &map.nodes()[owner(there)];
     let mut owner_conn =
         redis::Client::open(format!("redis://{}:{}", elsewhere.host, elsewhere.port))

@@ -1,0 +1,83 @@
+use std::sync::Arc;
+
+use super::{command, AdmitArgs, Call, LayerArgs};
+use crate::quota::plan::Plan;
+
+fn plan(limit: u32) -> Arc<Plan> {
+    Arc::new(Plan {
+        valid_from_ms: 0,
+        valid_until_ms: 1 << 50,
+        calendar_expiry_ms: 0,
+        rules: vec![(limit, -86_400_000)],
+        shadow: false,
+        suppressed_by: 3,
+    })
+}
+
+fn job(key: &str, layers: usize, channel: bool, prefs: bool) -> AdmitArgs {
+    AdmitArgs {
+        key: key.to_string(),
+        member: key.as_bytes().to_vec(),
+        plan: plan(1),
+        channel: channel.then(|| "sms".to_string()),
+        prefs: prefs.then(|| (["c".into(), "sms".into(), "normal".into()], 0, 0)),
+        layers: (0..layers)
+            .map(|i| LayerArgs {
+                key: format!("{key}:cap{i}"),
+                plan: plan(3),
+                holds: true,
+            })
+            .collect(),
+    }
+}
+
+/// ARGV as the script sees it (1-based: index 0 is unused).
+fn argv(cmd: &redis::Cmd) -> Vec<String> {
+    let args: Vec<String> = cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        })
+        .collect();
+    let declared: usize = args[2].parse().unwrap();
+    let mut out = vec![String::new()];
+    out.extend_from_slice(&args[3 + declared..]);
+    out
+}
+
+const CALL: Call<'static> = Call {
+    sha: "sha",
+    lease_ms: 120_000,
+    dedupe_ms: 86_400_000,
+    prefix_len: 7,
+};
+
+/// Each section starts exactly where the header says, and the call ends with the
+/// last section.
+#[test]
+fn every_section_starts_where_the_header_says() {
+    let (a, b, c) = (job("a", 0, true, true), job("b", 2, true, true), job("c", 1, true, true));
+    let cmd = command(&CALL, &[&a, &b, &c], 1);
+    let argv = argv(&cmd);
+    let at = |i: usize| argv[i].parse::<usize>().unwrap();
+    // header: lease, dedupe, undeclared, plans, then the three sections' starts
+    assert_eq!(&argv[1..5], ["120000", "86400000", "2", "2"]);
+    assert_eq!(argv[at(5)], "2", "two jobs meet caps");
+    assert_eq!(argv[at(5) + 1], "2", "the first of them is job 2");
+    assert_eq!(argv[at(6)], "7", "the suppression section opens with L");
+    assert_eq!(argv[at(6) + 1], "3", "plan 1's mask");
+    assert_eq!(argv[at(6) + 3], "sms", "job 1's channel after the two masks");
+    assert_eq!(argv[at(7)], "7", "the preferences section opens with L");
+    assert_eq!(argv[at(7) + 1..at(7) + 4], ["c", "sms", "normal"]);
+    assert_eq!(argv.len() - 1, at(7) + 15, "five values for each of three jobs");
+}
+
+/// A call without sections says so with zeros, and carries nothing after the keys.
+#[test]
+fn a_call_without_sections_ends_with_its_keys() {
+    let (a, b) = (job("a", 0, false, false), job("b", 0, false, false));
+    let argv = argv(&command(&CALL, &[&a, &b], 1));
+    assert_eq!(&argv[5..8], ["0", "0", "0"]);
+    assert_eq!(argv.last().unwrap(), "b", "the undeclared key last");
+}
