@@ -107,10 +107,15 @@ async fn sigterm_under_load_exits_zero_within_the_grace_period_and_loses_nothing
 /// The Helm chart's stop: `(terminationGracePeriodSeconds, preStopSleepSeconds,
 /// config.worker.shutdown_grace)` of its values.
 fn chart_stop() -> (u64, u64, Duration) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/helm/quota-worker/values.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/helm/quota-worker/values.yaml"
+    );
     let values: serde_norway::Value =
         serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let grace = values["config"]["worker"]["shutdown_grace"].as_str().unwrap();
+    let grace = values["config"]["worker"]["shutdown_grace"]
+        .as_str()
+        .unwrap();
     (
         values["terminationGracePeriodSeconds"].as_u64().unwrap(),
         values["preStopSleepSeconds"].as_u64().unwrap(),
@@ -131,7 +136,10 @@ async fn sigterm_with_the_charts_grace_stops_consuming_at_once_and_loses_nothing
     let (pod_grace, pre_stop, grace) = chart_stop();
     assert_eq!(
         grace,
-        quota_worker::config::Settings::defaults().worker.shutdown_grace.0,
+        quota_worker::config::Settings::defaults()
+            .worker
+            .shutdown_grace
+            .0,
         "the chart keeps the worker's default shutdown grace"
     );
     let n = 3_000;
@@ -174,7 +182,10 @@ async fn sigterm_with_the_charts_grace_stops_consuming_at_once_and_loses_nothing
     let stopped_consuming = loop {
         let mut consumers = 0;
         for q in &watched {
-            consumers += inspect(&conn, q).await.map(|q| q.consumer_count()).unwrap_or(0);
+            consumers += inspect(&conn, q)
+                .await
+                .map(|q| q.consumer_count())
+                .unwrap_or(0);
         }
         if consumers == 0 {
             break termed.elapsed();
@@ -193,7 +204,10 @@ async fn sigterm_with_the_charts_grace_stops_consuming_at_once_and_loses_nothing
     unpaced.channels.get_mut("sms").unwrap().rate = Some(1_000);
     let fdir = testkit::temp_dir("sigterm-chart-finish");
     let mut f = WorkerProc::spawn(crate::BIN, &unpaced, &fdir, "finish");
-    let end = finish(&conn, &s, &mix, Duration::from_secs(180), async { f.stop() }).await;
+    let end = finish(&conn, &s, &mix, Duration::from_secs(180), async {
+        f.stop()
+    })
+    .await;
     let a = &end.audit;
     eprintln!(
         "SIGTERM with a {grace:?} grace: consumers gone after {stopped_consuming:?}, \
@@ -202,7 +216,12 @@ async fn sigterm_with_the_charts_grace_stops_consuming_at_once_and_loses_nothing
     let mut panics = worker_panics(&dir);
     panics.extend(worker_panics(&fdir));
     assert!(panics.is_empty(), "worker panics: {panics:#?}");
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit:\n{}", w.tail(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit:\n{}",
+        w.tail(20)
+    );
     assert!(
         stopped_consuming < Duration::from_secs(1),
         "consumers gone after {stopped_consuming:?}"
@@ -260,7 +279,12 @@ async fn sigterm_with_digests_open_leaves_them_to_the_next_worker_whole() {
     let took = termed.elapsed();
     let (open_after, _) = digest_state(&s);
     eprintln!("SIGTERM with {open_after} digests open: exit {status:?} after {took:?}");
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit:\n{}", w.tail(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit:\n{}",
+        w.tail(20)
+    );
     assert!(took < grace, "took {took:?} for a grace of {grace:?}");
     let mut next = WorkerProc::spawn(crate::BIN, &s, &dir, "1");
     let settled = until_digests_sent(&conn, &s, 200, Duration::from_secs(60)).await;

@@ -765,7 +765,10 @@ fn the_kubernetes_example_probes_what_the_worker_serves() {
             .map(|m| text(&m["mountPath"]))
             .unwrap_or_else(|| panic!("no mount of {volume}"))
     };
-    assert_eq!(config_path.parent().unwrap(), Path::new(&mount_of("config")));
+    assert_eq!(
+        config_path.parent().unwrap(),
+        Path::new(&mount_of("config"))
+    );
     let file = config_path.file_name().unwrap().to_str().unwrap();
     let toml = kind("ConfigMap")["data"][file].as_str().unwrap();
     let dir = std::env::temp_dir().join(format!("qw-k8s-{}", std::process::id()));
@@ -863,7 +866,9 @@ async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration()
             env.insert(k, interpolated(&v));
         }
     }
-    let listen = env.get_mut("QUOTA_WORKER__HTTP__LISTEN").expect("compose sets http.listen");
+    let listen = env
+        .get_mut("QUOTA_WORKER__HTTP__LISTEN")
+        .expect("compose sets http.listen");
     assert!(listen.starts_with("0.0.0.0:"), "{listen}");
     *listen = format!("0.0.0.0:{port}");
     let mut worker = WorkerProc::spawn_env(
@@ -874,9 +879,11 @@ async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration()
         env.into_iter().collect(),
     );
     let addr = format!("127.0.0.1:{port}");
-    testkit::wait_for("the worker ready", std::time::Duration::from_secs(30), || async {
-        matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _)))
-    })
+    testkit::wait_for(
+        "the worker ready",
+        std::time::Duration::from_secs(30),
+        || async { matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _))) },
+    )
     .await;
 
     // the guide's first `sh` block that calls the API, run by the shell as written
@@ -899,8 +906,14 @@ async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration()
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let code = curl(&block);
-    assert_eq!(code, "200", "the guide's curl: {block}\n{}", worker.tail(20));
-    let token = interpolated(&environment(service(&compose(), "worker"))["QUOTA_WORKER__HTTP__API_TOKEN"]);
+    assert_eq!(
+        code,
+        "200",
+        "the guide's curl: {block}\n{}",
+        worker.tail(20)
+    );
+    let token =
+        interpolated(&environment(service(&compose(), "worker"))["QUOTA_WORKER__HTTP__API_TOKEN"]);
     let (status, body) = {
         let out = std::process::Command::new("curl")
             .args(["-s", "-w", "\n%{http_code}", "-H"])
@@ -913,7 +926,10 @@ async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration()
         (status.to_string(), body.to_string())
     };
     assert_eq!(status, "200", "{body}");
-    assert!(body.replace(' ', "").contains(r#""marketing":false"#), "{body}");
+    assert!(
+        body.replace(' ', "").contains(r#""marketing":false"#),
+        "{body}"
+    );
     // the same call without the token is refused
     let without: String = block
         .lines()

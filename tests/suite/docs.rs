@@ -368,12 +368,15 @@ fn the_configuration_guide_names_every_key() {
     let mut missing = Vec::new();
     for key in keys {
         let segments: Vec<&str> = key.path.split('.').filter(|s| *s != "NAME").collect();
-        let [section, rest @ ..] = segments.as_slice() else { continue };
+        let [section, rest @ ..] = segments.as_slice() else {
+            continue;
+        };
         if rest.is_empty() {
             continue;
         }
         let Some((_, text)) = rows.iter().find(|(head, _)| {
-            head.contains(&format!("`[{section}]`")) || head.contains(&format!("`[{section}.NAME]`"))
+            head.contains(&format!("`[{section}]`"))
+                || head.contains(&format!("`[{section}.NAME]`"))
         }) else {
             missing.push(format!("{}: no row for [{section}]", key.path));
             continue;
@@ -428,19 +431,33 @@ fn no_example_gives_a_job_a_date_that_goes_stale() {
     {
         let text = std::fs::read_to_string(root.join(&file)).unwrap();
         for (n, line) in text.lines().enumerate() {
-            for field in ["\"expires_at\":", "\"not_before\":", "--expires-at ", "--not-before "] {
+            for field in [
+                "\"expires_at\":",
+                "\"not_before\":",
+                "--expires-at ",
+                "--not-before ",
+            ] {
                 let Some(at) = line.find(field) else { continue };
-                let value = line[at + field.len()..].trim_start().trim_start_matches('"');
+                let value = line[at + field.len()..]
+                    .trim_start()
+                    .trim_start_matches('"');
                 let dated = value.len() >= 10
-                    && value.as_bytes()[..10]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, b)| if i == 4 || i == 7 { *b == b'-' } else { b.is_ascii_digit() });
+                    && value.as_bytes()[..10].iter().enumerate().all(|(i, b)| {
+                        if i == 4 || i == 7 {
+                            *b == b'-'
+                        } else {
+                            b.is_ascii_digit()
+                        }
+                    });
                 if dated {
                     stale.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
                 }
             }
         }
     }
-    assert!(stale.is_empty(), "fixed dates in examples:\n{}", stale.join("\n"));
+    assert!(
+        stale.is_empty(),
+        "fixed dates in examples:\n{}",
+        stale.join("\n")
+    );
 }
