@@ -939,3 +939,33 @@ async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration()
     assert_eq!(curl(&without), "401", "{without}");
     worker.stop();
 }
+
+/// The Helm chart's `appVersion` is the crate's version, and its PrometheusRule and
+/// dashboard read the repository's own files: `files/` holds links to them, not
+/// copies (`deploy/helm/check.py` renders the chart and compares the objects too).
+#[test]
+fn the_helm_chart_is_this_version_and_uses_the_deploy_files() {
+    let chart = Path::new(ROOT).join("deploy/helm/quota-worker");
+    let meta: Value =
+        serde_norway::from_str(&std::fs::read_to_string(chart.join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(text(&meta["appVersion"]), env!("CARGO_PKG_VERSION"));
+    for (link, target) in [
+        ("files/alerts.yml", "deploy/prometheus/alerts.yml"),
+        (
+            "files/quota-worker.json",
+            "deploy/grafana/dashboards/quota-worker.json",
+        ),
+    ] {
+        let path = chart.join(link);
+        assert!(
+            path.symlink_metadata().unwrap().file_type().is_symlink(),
+            "{link} is a link"
+        );
+        assert_eq!(
+            path.canonicalize().unwrap(),
+            Path::new(ROOT).join(target).canonicalize().unwrap(),
+            "{link} points at {target}"
+        );
+    }
+}
