@@ -110,7 +110,7 @@ def kubernetes_validate(objs: list[dict], what: str, tmp: Path) -> None:
         files.append(str(f))
     for version in ("1.25.0", "1.37.0"):
         run = subprocess.run(
-            ["kubernetes-validate", "--strict", "--quiet", "-k", version, *files],
+            [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, *files],
             capture_output=True, text=True,
         )
         check(run.returncode == 0,
