@@ -61,6 +61,15 @@ KIND_ORDER = [
     "ServiceMonitor", "PrometheusRule",
 ]
 
+# The metadata KEDA's RabbitMQ scaler reads (its documentation's parameters): the
+# ScaledObject's schema leaves trigger metadata an open map of strings, so a misspelt
+# key would pass the schema and be ignored by KEDA.
+RABBITMQ_METADATA = {
+    "host", "hostFromEnv", "protocol", "queueName", "mode", "value", "activationValue",
+    "vhostName", "useRegex", "excludeUnacknowledged", "pageSize", "operation",
+    "timeout", "unsafeSsl", "usernameFromEnv", "passwordFromEnv",
+}
+
 failures: list[str] = []
 
 
@@ -217,6 +226,11 @@ def keda_queues(objs: list[dict], values: dict) -> None:
           "KEDA never scales on the delay ladder")
     check(all(t["type"] == "rabbitmq" and t["metadata"]["mode"] == "QueueLength"
               for t in scaled["spec"]["triggers"]), "KEDA's triggers are RabbitMQ QueueLength")
+    unknown = {k for t in scaled["spec"]["triggers"] for k in t["metadata"]} - RABBITMQ_METADATA
+    check(not unknown, "KEDA's trigger metadata are the RabbitMQ scaler's parameters",
+          str(sorted(unknown)))
+    check(all(isinstance(v, str) for t in scaled["spec"]["triggers"]
+              for v in t["metadata"].values()), "KEDA's trigger metadata are strings")
 
 
 def schema_refuses() -> None:
