@@ -50,7 +50,8 @@ EXAMPLE_HEADER = """\
 # chart's defaults). Generated: do not edit; after a change to the chart run
 #   python3 deploy/helm/check.py --write
 # (deploy/helm/check.py checks that this file is the chart's rendering). To install,
-# prefer the chart itself: docs/guide/deployment.md, "Kubernetes".
+# prefer the chart itself (docs/guide/deployment.md, "Kubernetes: the Helm chart"); to
+# apply this file, replace the placeholders first: kubectl apply -f deploy/kubernetes.yaml
 """
 # The kinds kubernetes-validate does not know, validated by validate-crds.mjs.
 CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
