@@ -180,10 +180,14 @@ fn assert_env_takes_effect(vars: &BTreeMap<String, String>, place: &str) {
         let loaded = loaded.http.admin_token.as_ref().map(|t| t.expose_secret());
         assert_eq!(loaded, Some(token.as_str()), "{place}: http.admin_token");
     }
+    if let Some(token) = ours.get(&format!("{ENV_PREFIX}__HTTP__API_TOKEN")) {
+        let loaded = loaded.http.api_token.as_ref().map(|t| t.expose_secret());
+        assert_eq!(loaded, Some(token.as_str()), "{place}: http.api_token");
+    }
     let effective = serde_json::to_value(&loaded).unwrap();
     for (var, value) in &ours {
         let path = var[ENV_PREFIX.len() + 2..].to_lowercase();
-        if path == "redis__hash_key" || path == "http__admin_token" {
+        if ["redis__hash_key", "http__admin_token", "http__api_token"].contains(&path.as_str()) {
             continue;
         }
         let mut at = &effective;
@@ -714,6 +718,8 @@ fn the_systemd_unit_runs_the_worker_with_its_secrets_and_time_to_stop() {
 
 #[test]
 fn the_kubernetes_example_probes_what_the_worker_serves() {
+    // deploy/kubernetes.yaml is the Helm chart rendered (deploy/helm/check.py checks
+    // that it is); here: what it asks of the worker is what the worker does
     let manifest = std::fs::read_to_string(Path::new(ROOT).join("deploy/kubernetes.yaml")).unwrap();
     let docs: Vec<Value> = serde_norway::Deserializer::from_str(&manifest)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
@@ -727,10 +733,6 @@ fn the_kubernetes_example_probes_what_the_worker_serves() {
     let deployment = kind("Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
     let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
-    assert!(
-        std::time::Duration::from_secs(grace) > defaults().worker.shutdown_grace.0,
-        "terminationGracePeriodSeconds {grace}"
-    );
     assert_eq!(
         pod["securityContext"]["runAsUser"].as_u64(),
         Some(10001),
@@ -744,13 +746,43 @@ fn the_kubernetes_example_probes_what_the_worker_serves() {
         .map(|e| (text(&e["name"]), text(&e["value"])))
         .collect();
     assert_env_takes_effect(&env, "deploy/kubernetes.yaml");
-    // listening on the pod's address: the mutating endpoints need the token
+    // listening on the pod's address: the mutating endpoints and the preferences API
+    // need their tokens
+    for var in [
+        "QUOTA_WORKER__HTTP__ADMIN_TOKEN_FILE",
+        "QUOTA_WORKER__HTTP__API_TOKEN_FILE",
+        "QUOTA_WORKER__REDIS__HASH_KEY_FILE",
+    ] {
+        assert!(env.contains_key(var), "deploy/kubernetes.yaml: no {var}");
+    }
+    // the configuration is the ConfigMap's file, where QUOTA_WORKER_CONFIG says
+    let config_path = Path::new(&env["QUOTA_WORKER_CONFIG"]);
+    let mounts = container["volumeMounts"].as_sequence().unwrap();
+    let mount_of = |volume: &str| {
+        mounts
+            .iter()
+            .find(|m| text(&m["name"]) == volume)
+            .map(|m| text(&m["mountPath"]))
+            .unwrap_or_else(|| panic!("no mount of {volume}"))
+    };
+    assert_eq!(
+        config_path.parent().unwrap(),
+        Path::new(&mount_of("config"))
+    );
+    let file = config_path.file_name().unwrap().to_str().unwrap();
+    let toml = kind("ConfigMap")["data"][file].as_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("qw-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(file), toml).unwrap();
+    let settings = Settings::load_from_vars(Some(&dir.join(file)), Vec::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let settings = settings.expect("the ConfigMap's configuration loads");
     assert!(
-        env.contains_key("QUOTA_WORKER__HTTP__ADMIN_TOKEN_FILE"),
-        "deploy/kubernetes.yaml: no http.admin_token"
+        std::time::Duration::from_secs(grace) > settings.worker.shutdown_grace.0,
+        "terminationGracePeriodSeconds {grace}"
     );
     // the probes ask what the worker serves, on the port it listens on
-    let listen = port_of(&env["QUOTA_WORKER__HTTP__LISTEN"]);
+    let listen = port_of(&settings.http.listen);
     let named_port = container["ports"]
         .as_sequence()
         .unwrap()
@@ -765,7 +797,7 @@ fn the_kubernetes_example_probes_what_the_worker_serves() {
         assert_eq!(text(&get["port"]), "http", "{probe}");
     }
     // every *_FILE names a file the Secret volume provides
-    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    let mount = mount_of("secrets");
     let provided: Vec<String> = secret["stringData"]
         .as_mapping()
         .unwrap()
@@ -808,6 +840,132 @@ fn the_build_context_holds_what_the_build_needs() {
                 .iter()
                 .any(|p| *p == needed || *p == "*" || *p == "**"),
             ".dockerignore excludes {needed}"
+        );
+    }
+}
+
+/// The first `curl` of the preferences guide, as written, against a worker started
+/// with the compose stack's worker environment (its broker and Redis URLs and its
+/// port aside: those name the stack's containers; it still listens beyond loopback)
+/// and nothing more: 200, and the set is stored; without the token, 401.
+#[tokio::test]
+async fn the_preferences_guide_curl_answers_200_with_the_compose_configuration() {
+    use testkit::procs::WorkerProc;
+
+    let s = testkit::settings(&testkit::unique("compose-curl"));
+    let _cleanup = testkit::Cleanup::new(&s);
+    let port = testkit::free_port(None);
+    let dir = testkit::temp_dir("compose-curl");
+    // the test's names and local URLs, then the stack's worker environment over them
+    let mut env: BTreeMap<String, String> = testkit::env::env_for(&s)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("QUOTA_WORKER__HTTP__"))
+        .collect();
+    for (k, v) in environment(service(&compose(), "worker")) {
+        if k != "QUOTA_WORKER__AMQP__URL" && k != "QUOTA_WORKER__REDIS__URL" {
+            env.insert(k, interpolated(&v));
+        }
+    }
+    let listen = env
+        .get_mut("QUOTA_WORKER__HTTP__LISTEN")
+        .expect("compose sets http.listen");
+    assert!(listen.starts_with("0.0.0.0:"), "{listen}");
+    *listen = format!("0.0.0.0:{port}");
+    let mut worker = WorkerProc::spawn_env(
+        env!("CARGO_BIN_EXE_quota-worker"),
+        &s,
+        &dir,
+        "compose",
+        env.into_iter().collect(),
+    );
+    let addr = format!("127.0.0.1:{port}");
+    testkit::wait_for(
+        "the worker ready",
+        std::time::Duration::from_secs(30),
+        || async { matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _))) },
+    )
+    .await;
+
+    // the guide's first `sh` block that calls the API, run by the shell as written
+    let guide = std::fs::read_to_string(Path::new(ROOT).join("docs/guide/preferences.md")).unwrap();
+    let block = guide
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.starts_with("curl -X PUT http://127.0.0.1:9464/v1/recipients/"))
+        .expect("the guide's curl")
+        .trim_end()
+        .replace("http://127.0.0.1:9464", &format!("http://{addr}"));
+    let curl = |command: &str| {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("{command} -s -o /dev/null -w '%{{http_code}}'"))
+            .env_remove("QW_API_TOKEN")
+            .output()
+            .expect("bash and curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let code = curl(&block);
+    assert_eq!(
+        code,
+        "200",
+        "the guide's curl: {block}\n{}",
+        worker.tail(20)
+    );
+    let token =
+        interpolated(&environment(service(&compose(), "worker"))["QUOTA_WORKER__HTTP__API_TOKEN"]);
+    let (status, body) = {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .arg(format!("http://{addr}/v1/recipients/user-42/preferences"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap();
+        (status.to_string(), body.to_string())
+    };
+    assert_eq!(status, "200", "{body}");
+    assert!(
+        body.replace(' ', "").contains(r#""marketing":false"#),
+        "{body}"
+    );
+    // the same call without the token is refused
+    let without: String = block
+        .lines()
+        .filter(|l| !l.contains("Authorization"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(curl(&without), "401", "{without}");
+    worker.stop();
+}
+
+/// The Helm chart's `appVersion` is the crate's version, and its PrometheusRule and
+/// dashboard read the repository's own files: `files/` holds links to them, not
+/// copies (`deploy/helm/check.py` renders the chart and compares the objects too).
+#[test]
+fn the_helm_chart_is_this_version_and_uses_the_deploy_files() {
+    let chart = Path::new(ROOT).join("deploy/helm/quota-worker");
+    let meta: Value =
+        serde_norway::from_str(&std::fs::read_to_string(chart.join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(text(&meta["appVersion"]), env!("CARGO_PKG_VERSION"));
+    for (link, target) in [
+        ("files/alerts.yml", "deploy/prometheus/alerts.yml"),
+        (
+            "files/quota-worker.json",
+            "deploy/grafana/dashboards/quota-worker.json",
+        ),
+    ] {
+        let path = chart.join(link);
+        assert!(
+            path.symlink_metadata().unwrap().file_type().is_symlink(),
+            "{link} is a link"
+        );
+        assert_eq!(
+            path.canonicalize().unwrap(),
+            Path::new(ROOT).join(target).canonicalize().unwrap(),
+            "{link} points at {target}"
         );
     }
 }

@@ -325,3 +325,139 @@ fn a_broken_link_an_unknown_anchor_and_a_missing_image_are_each_found() {
     assert_eq!(problems.len(), 4, "only those: {problems:?}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The delay causes, as `DelayCause::LABELS` in `src/decide.rs` lists them.
+fn delay_causes(root: &Path) -> Vec<String> {
+    let code = std::fs::read_to_string(root.join("src/decide.rs")).unwrap();
+    let at = code.find("const LABELS").expect("DelayCause::LABELS");
+    let list = &code[at..];
+    let list = &list[list.find("= [").unwrap() + 3..list.find("];").unwrap()];
+    let causes: Vec<String> = list
+        .split(',')
+        .map(|w| w.trim().trim_matches('"').to_string())
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert!(causes.len() >= 7, "{causes:?}");
+    causes
+}
+
+/// Each word of `words` that `text` does not show as `` `word` ``.
+fn unnamed<'a>(text: &str, words: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    words
+        .into_iter()
+        .filter(|w| !text.contains(&format!("`{w}`")))
+        .cloned()
+        .collect()
+}
+
+/// The configuration guide's table of sections names every key of the configuration
+/// types (or the sub-table it is in, `[amqp.tls]`, `digest`), in its section's row.
+#[test]
+fn the_configuration_guide_names_every_key() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let guide = std::fs::read_to_string(root.join("docs/guide/configuration.md")).unwrap();
+    let rows: Vec<(&str, &str)> = guide
+        .lines()
+        .filter(|l| l.starts_with("| `["))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (cells[0], cells.get(1).copied().unwrap_or(""))
+        })
+        .collect();
+    let (keys, _) = crate::reference::config::keys(root);
+    let mut missing = Vec::new();
+    for key in keys {
+        let segments: Vec<&str> = key.path.split('.').filter(|s| *s != "NAME").collect();
+        let [section, rest @ ..] = segments.as_slice() else {
+            continue;
+        };
+        if rest.is_empty() {
+            continue;
+        }
+        let Some((_, text)) = rows.iter().find(|(head, _)| {
+            head.contains(&format!("`[{section}]`"))
+                || head.contains(&format!("`[{section}.NAME]`"))
+        }) else {
+            missing.push(format!("{}: no row for [{section}]", key.path));
+            continue;
+        };
+        let named = rest.iter().any(|s| {
+            text.contains(&format!("`{s}`"))
+                || text.contains(&format!("`[{section}.{s}]`"))
+                || text.contains(&format!("`[{section}.NAME.{s}]`"))
+        });
+        if !named {
+            missing.push(key.path.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys docs/guide/configuration.md's table does not name: {missing:?}"
+    );
+}
+
+/// The operating guide and README name every delay cause and every dead-letter reason
+/// the code has.
+#[test]
+fn the_operating_guide_and_readme_name_every_delay_cause_and_dead_letter_reason() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let causes = delay_causes(root);
+    let reasons: Vec<String> = crate::reference::dead_letters::reasons(root)
+        .into_iter()
+        .map(|(word, _)| word)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "opted_out"), "{reasons:?}");
+    for page in ["docs/guide/operating.md", "README.md"] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        let causes_missing = unnamed(&text, &causes);
+        let reasons_missing = unnamed(&text, &reasons);
+        assert!(
+            causes_missing.is_empty() && reasons_missing.is_empty(),
+            "{page} does not name the delay causes {causes_missing:?} nor the dead-letter reasons {reasons_missing:?}"
+        );
+    }
+}
+
+/// No example gives a job a fixed date that goes stale (`expires_at`, `not_before`,
+/// `--expires-at`, `--not-before` followed by a literal date): one copied a week
+/// later would be dead-lettered `expired` or sent at once.
+#[test]
+fn no_example_gives_a_job_a_date_that_goes_stale() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stale = Vec::new();
+    for file in markdown_files(root)
+        .into_iter()
+        .filter(|f| !f.starts_with("docs/notes") && !f.starts_with("docs/reference"))
+    {
+        let text = std::fs::read_to_string(root.join(&file)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for field in [
+                "\"expires_at\":",
+                "\"not_before\":",
+                "--expires-at ",
+                "--not-before ",
+            ] {
+                let Some(at) = line.find(field) else { continue };
+                let value = line[at + field.len()..]
+                    .trim_start()
+                    .trim_start_matches('"');
+                let dated = value.len() >= 10
+                    && value.as_bytes()[..10].iter().enumerate().all(|(i, b)| {
+                        if i == 4 || i == 7 {
+                            *b == b'-'
+                        } else {
+                            b.is_ascii_digit()
+                        }
+                    });
+                if dated {
+                    stale.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "fixed dates in examples:\n{}",
+        stale.join("\n")
+    );
+}

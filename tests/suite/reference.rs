@@ -8,8 +8,8 @@
 //! And every key of `config/default.toml` is in `config.md`, and every key there is
 //! in `config/default.toml` (set, or shown commented).
 
-mod config;
-mod dead_letters;
+pub(crate) mod config;
+pub(crate) mod dead_letters;
 mod metrics;
 mod schemas;
 mod source;

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Checks the Helm chart without a cluster or a helm binary.
+
+Renders and lints deploy/helm/quota-worker with helm-python-sdk (Helm's own Go code,
+bound through a C library) with the default values and with every optional part on
+(all-on.values.yaml; once with KEDA, once with the HPA instead), then:
+
+- validates every rendered Kubernetes object with `kubernetes-validate --strict`, and
+  the KEDA and Prometheus Operator objects with @kubernetes-models (validate-crds.mjs);
+- runs the rendered ConfigMap's configuration, with the Deployment's environment and
+  the Secret's files, through `quota-worker config check --strict`;
+- checks that values.schema.json refuses values of the wrong type;
+- checks that the PrometheusRule and the dashboard ConfigMap hold the files of
+  deploy/prometheus and deploy/grafana, that KEDA scales on the jobs and lane queues
+  and never on the delay ladder, and that the grace period covers the preStop hook
+  and worker.shutdown_grace;
+- checks that deploy/kubernetes.yaml is the chart rendered with example.values.yaml
+  (`--write` renders it again).
+
+Usage: python3 deploy/helm/check.py [--bin target/debug/quota-worker] [--write]
+Needs: pip install -r deploy/helm/requirements.txt; (cd deploy/helm && npm ci).
+Exit status 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+import helm_python as helm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CHART = HERE / "quota-worker"
+RELEASE = "quota-worker"
+NAMESPACE = "default"
+EXAMPLE = ROOT / "deploy" / "kubernetes.yaml"
+EXAMPLE_HEADER = """\
+# quota-worker on Kubernetes, rendered from the Helm chart deploy/helm/quota-worker
+# with deploy/helm/example.values.yaml (a Secret of placeholders to replace, and the
+# chart's defaults). Generated: do not edit; after a change to the chart run
+#   python3 deploy/helm/check.py --write
+# (deploy/helm/check.py checks that this file is the chart's rendering). To install,
+# prefer the chart itself (docs/guide/deployment.md, "Kubernetes: the Helm chart"); to
+# apply this file, replace the placeholders first: kubectl apply -f deploy/kubernetes.yaml
+"""
+# The kinds kubernetes-validate does not know, validated by validate-crds.mjs.
+CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
+# Helm's install order, for the kinds the chart makes.
+KIND_ORDER = [
+    "NetworkPolicy", "PodDisruptionBudget", "Secret", "ConfigMap", "Service",
+    "Deployment", "HorizontalPodAutoscaler", "TriggerAuthentication", "ScaledObject",
+    "ServiceMonitor", "PrometheusRule",
+]
+
+# The metadata KEDA's RabbitMQ scaler reads (its documentation's parameters): the
+# ScaledObject's schema leaves trigger metadata an open map of strings, so a misspelt
+# key would pass the schema and be ignored by KEDA.
+RABBITMQ_METADATA = {
+    "host", "hostFromEnv", "protocol", "queueName", "mode", "value", "activationValue",
+    "vhostName", "useRegex", "excludeUnacknowledged", "pageSize", "operation",
+    "timeout", "unsafeSsl", "usernameFromEnv", "passwordFromEnv",
+}
+
+failures: list[str] = []
+
+
+def check(ok: bool, what: str, detail: str = "") -> None:
+    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
+    if not ok:
+        failures.append(what)
+
+
+def values_of(name: str) -> dict:
+    return yaml.safe_load((HERE / name).read_text()) or {}
+
+
+def render(values: dict) -> dict[str, str]:
+    """The chart's templates rendered with `values`, by template path (NOTES.txt left out)."""
+    chart = helm.Chart.load(CHART)
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return {k: v for k, v in out.items() if not k.endswith("NOTES.txt")}
+
+
+def objects_of(rendered: dict[str, str]) -> list[dict]:
+    objs = []
+    for path in sorted(rendered):
+        for doc in yaml.safe_load_all(rendered[path]):
+            if doc:
+                objs.append(doc)
+    return objs
+
+
+def find(objs: list[dict], kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def lint(values: dict, what: str) -> None:
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    bad = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2]
+    check(not bad and not report.get("errors"), f"helm lint --strict ({what})",
+          json.dumps(bad + (report.get("errors") or [])))
+
+
+def kubernetes_validate(objs: list[dict], what: str, tmp: Path) -> None:
+    core = [o for o in objs if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
+    files = []
+    for i, o in enumerate(core):
+        f = tmp / f"{what}-{i}-{o['kind']}.yaml"
+        f.write_text(yaml.safe_dump(o))
+        files.append(str(f))
+    for version in ("1.25.0", "1.37.0"):
+        run = subprocess.run(
+            [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, *files],
+            capture_output=True, text=True,
+        )
+        check(run.returncode == 0,
+              f"kubernetes-validate --strict -k {version} ({what}: "
+              f"{', '.join(sorted({o['kind'] for o in core}))})",
+              run.stdout + run.stderr)
+
+
+def custom_validate(objs: list[dict], what: str) -> None:
+    custom = [o for o in objs if o["apiVersion"].startswith(CUSTOM_GROUPS)]
+    if not custom:
+        return
+    run = subprocess.run(["node", str(HERE / "validate-crds.mjs")], input=json.dumps(custom),
+                         capture_output=True, text=True, cwd=HERE)
+    print(run.stdout, end="")
+    check(run.returncode == 0, f"@kubernetes-models validation ({what}: "
+          f"{', '.join(sorted({o['kind'] for o in custom}))})", run.stderr)
+
+
+def seconds(duration: str) -> float:
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", duration)
+    assert m, duration
+    return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m[2]]
+
+
+def config_check(objs: list[dict], binary: Path, what: str, tmp: Path) -> None:
+    """The ConfigMap's configuration, read as the pod reads it, passes `config check --strict`."""
+    deployment = find(objs, "Deployment")[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    configmap = next(o for o in find(objs, "ConfigMap")
+                     if o["metadata"]["name"] == volumes["config"]["configMap"]["name"])
+    secret_name = volumes["secrets"]["secret"]["secretName"]
+    secrets = {o["metadata"]["name"]: o for o in find(objs, "Secret")}
+    # the chart's Secret, or one as an operator would make it
+    data = secrets[secret_name]["stringData"] if secret_name in secrets else {
+        "amqp_url": "amqps://worker:secret@rabbitmq:5671/prod",
+        "redis_url": "rediss://:secret@redis:6380",
+        "hash_key": "k" * 44,
+        "admin_token": "a" * 64,
+        "api_token": "b" * 64,
+    }
+    root = tmp / what
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
+    for var in container["env"]:
+        value = var.get("value", "")
+        for name, mount in mounts.items():
+            if value.startswith(mount + "/"):
+                value = str(root / name) + value[len(mount):]
+        env[var["name"]] = value
+    (root / "config").mkdir(parents=True)
+    for file, text in configmap["data"].items():
+        (root / "config" / file).write_text(text)
+    (root / "secrets").mkdir()
+    for file, text in data.items():
+        (root / "secrets" / file).write_text(text + "\n")
+    for var, path in env.items():
+        if var.endswith("_FILE"):
+            check(Path(path).is_file(), f"{var} names a file of the Secret ({what})", path)
+    run = subprocess.run([str(binary), "config", "check", "--strict"], env=env,
+                         capture_output=True, text=True)
+    check(run.returncode == 0, f"quota-worker config check --strict ({what})",
+          run.stdout[-2000:] + run.stderr)
+    listen = re.search(r'^listen = "(.*)"$', run.stdout, re.M)
+    port = container["ports"][0]["containerPort"]
+    check(bool(listen) and listen[1].endswith(f":{port}"),
+          f"the worker listens on the container's port {port} ({what})",
+          listen[1] if listen else run.stdout[-500:])
+    grace = pod["terminationGracePeriodSeconds"]
+    shutdown = re.search(r'^shutdown_grace = "(.*)"$', run.stdout, re.M)
+    pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", ["", "0"])
+    check(bool(shutdown) and grace > int(pre_stop[-1]) + seconds(shutdown[1]),
+          f"terminationGracePeriodSeconds {grace} > preStop {pre_stop[-1]} s "
+          f"+ worker.shutdown_grace ({what})", shutdown[1] if shutdown else "")
+
+
+def same_files(objs: list[dict]) -> None:
+    """The PrometheusRule and the dashboard hold the repository's own files."""
+    for link, target in [("files/alerts.yml", "deploy/prometheus/alerts.yml"),
+                         ("files/quota-worker.json", "deploy/grafana/dashboards/quota-worker.json")]:
+        path = CHART / link
+        check(path.is_symlink() and path.resolve() == (ROOT / target).resolve(),
+              f"{link} is a link to {target}")
+    rule = find(objs, "PrometheusRule")[0]
+    alerts = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    check(rule["spec"] == alerts, "the PrometheusRule's spec is deploy/prometheus/alerts.yml")
+    dashboard = next(o for o in find(objs, "ConfigMap") if "quota-worker.json" in o.get("data", {}))
+    expected = json.loads((ROOT / "deploy/grafana/dashboards/quota-worker.json").read_text())
+    check(json.loads(dashboard["data"]["quota-worker.json"]) == expected,
+          "the dashboard ConfigMap holds deploy/grafana/dashboards/quota-worker.json")
+
+
+def keda_queues(objs: list[dict], values: dict) -> None:
+    scaled = find(objs, "ScaledObject")[0]
+    queues = [t["metadata"]["queueName"] for t in scaled["spec"]["triggers"]]
+    paced = [c for c, s in values["config"].get("channels", {}).items() if "rate" in s]
+    want = ["notify.jobs"] + [f"notify.lanes.{c}.{p}" for c in sorted(paced)
+                              for p in ("urgent", "normal", "bulk")]
+    check(sorted(queues) == sorted(want), "KEDA scales on the jobs queue and every lane",
+          f"{queues} != {want}")
+    check(not any(q.startswith("notify.delay") for q in queues),
+          "KEDA never scales on the delay ladder")
+    check(all(t["type"] == "rabbitmq" and t["metadata"]["mode"] == "QueueLength"
+              for t in scaled["spec"]["triggers"]), "KEDA's triggers are RabbitMQ QueueLength")
+    unknown = {k for t in scaled["spec"]["triggers"] for k in t["metadata"]} - RABBITMQ_METADATA
+    check(not unknown, "KEDA's trigger metadata are the RabbitMQ scaler's parameters",
+          str(sorted(unknown)))
+    check(all(isinstance(v, str) for t in scaled["spec"]["triggers"]
+              for v in t["metadata"].values()), "KEDA's trigger metadata are strings")
+
+
+def schema_refuses() -> None:
+    chart = helm.Chart.load(CHART)
+    for bad in [{"replicaCount": "two"},
+                {"autoscaling": {"keda": {"enabled": "yes"}}},
+                {"config": {"http": {"listen": 9464}}},
+                {"terminationGracePeriodSeconds": "30s"},
+                {"replicaCuont": 2}]:
+        try:
+            chart.render(bad, name=RELEASE, namespace=NAMESPACE)
+            refused = ""
+        except helm.HelmError as e:
+            refused = str(e)
+        check("schema" in refused, f"values.schema.json refuses {json.dumps(bad)}", refused or "rendered")
+    try:
+        chart.render({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}},
+                     name=RELEASE, namespace=NAMESPACE)
+        refused = ""
+    except helm.HelmError as e:
+        refused = str(e)
+    check("enable one" in refused, "KEDA and the HPA together are refused", refused or "rendered")
+
+
+def example_text() -> str:
+    rendered = render(values_of("example.values.yaml"))
+    docs = []
+    for path, text in rendered.items():
+        for doc in re.split(r"^---\s*$", text, flags=re.M):
+            body = doc.strip()
+            if body and yaml.safe_load(body):
+                kind = yaml.safe_load(body)["kind"]
+                docs.append((KIND_ORDER.index(kind), path, body))
+    docs.sort()
+    return EXAMPLE_HEADER + "".join(f"---\n# Source: {p}\n{b}\n" for _, p, b in docs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", default=str(ROOT / "target/debug/quota-worker"),
+                        help="the quota-worker binary (default target/debug/quota-worker)")
+    parser.add_argument("--write", action="store_true", help="render deploy/kubernetes.yaml again")
+    args = parser.parse_args()
+    if args.write:
+        EXAMPLE.write_text(example_text())
+        print(f"wrote {EXAMPLE.relative_to(ROOT)}")
+        return 0
+    binary = Path(args.bin)
+    if not binary.is_file():
+        print(f"no binary at {binary}: build it (cargo build --bin quota-worker)", file=sys.stderr)
+        return 1
+    all_on = values_of("all-on.values.yaml")
+    hpa = copy.deepcopy(all_on)
+    hpa["autoscaling"] = {"keda": {"enabled": False}, "hpa": {"enabled": True}}
+    cases = [("defaults", {}), ("all-on", all_on), ("all-on-hpa", hpa),
+             ("example", values_of("example.values.yaml"))]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for what, values in cases:
+            print(f"--- {what}")
+            lint(values, what)
+            objs = objects_of(render(values))
+            print(f"     rendered: {', '.join(o['kind'] for o in objs)}")
+            kubernetes_validate(objs, what, tmp)
+            custom_validate(objs, what)
+            config_check(objs, binary, what, tmp)
+        print("--- the parts made from the repository's files")
+        same_files(objects_of(render(all_on)))
+        keda_queues(objects_of(render(all_on)), all_on)
+        kinds = {o["kind"] for o in objects_of(render(hpa))}
+        check("HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds,
+              "autoscaling.hpa makes an HPA and no ScaledObject")
+        default_kinds = sorted(o["kind"] for o in objects_of(render({})))
+        check(default_kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"],
+              "the defaults make a Deployment, its ConfigMap, a Service and a PDB",
+              str(default_kinds))
+        print("--- values.schema.json")
+        schema_refuses()
+        print("--- deploy/kubernetes.yaml")
+        check(EXAMPLE.read_text() == example_text(),
+              "deploy/kubernetes.yaml is the chart's rendering (python3 deploy/helm/check.py --write)")
+    print(f"{len(failures)} failed" if failures else "every check passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
