@@ -104,6 +104,9 @@ pub enum Admission {
         /// Its recipient's quiet hours, when they do not allow it (outside them
         /// now): the instant it waits for is pushed past them too.
         quiet: Option<Arc<QuietHours>>,
+        /// Whether a rule or cap that refuses it spans channels (then it holds the
+        /// notification on every channel: a fallback waits as well).
+        spanning: bool,
     },
     /// A cap refused it (the layer whose own next allowed instant is the latest of
     /// all the job's layers).
@@ -123,6 +126,9 @@ pub enum Admission {
         seen: usize,
         /// Its recipient's quiet hours, as for [`Admission::Refused`].
         quiet: Option<Arc<QuietHours>>,
+        /// Whether a rule or cap that refuses it spans channels, as for
+        /// [`Admission::Refused`].
+        spanning: bool,
     },
     /// This job was already dispatched.
     Duplicate,

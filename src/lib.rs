@@ -129,6 +129,7 @@ pub mod amqp;
 pub(crate) mod backoff;
 pub mod config;
 pub(crate) mod decide;
+pub mod fallback;
 pub mod feedback;
 pub mod health;
 pub mod http;

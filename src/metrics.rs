@@ -69,6 +69,9 @@ pub const SUPPRESSIONS_TOTAL: &str = "quota_worker_suppressions_total";
 /// Counter: jobs the recipients' preferences stopped or held, by `outcome`
 /// (`opted_out`, `quiet_hours`).
 pub const PREFERENCE_TOTAL: &str = "quota_worker_preference_total";
+/// Counter: jobs that moved on to their next channel, by `policy`, `from`, `to`
+/// and `cause` (`capped`, `opted_out`, `suppressed`).
+pub const FALLBACK_TOTAL: &str = "quota_worker_fallback_total";
 /// Counter: requests to the preferences API (`/v1/recipients/...`), by `status`.
 pub const PREFERENCE_REQUESTS_TOTAL: &str = "quota_worker_preference_requests_total";
 /// Seconds from a job's dispatch (its recorded send) to its `delivered` feedback.
@@ -214,6 +217,10 @@ pub fn describe() {
     describe_counter!(
         PREFERENCE_TOTAL,
         "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"
+    );
+    describe_counter!(
+        FALLBACK_TOTAL,
+        "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed)"
     );
     describe_counter!(
         PREFERENCE_REQUESTS_TOTAL,

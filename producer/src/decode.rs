@@ -22,6 +22,8 @@ pub const MAX_TENANT_CHARS: usize = 64;
 pub const MAX_COLLAPSE_KEY_CHARS: usize = 128;
 /// Longest accepted digest key, in characters.
 pub const MAX_DIGEST_KEY_CHARS: usize = 128;
+/// Most channels a job's `fallback` names.
+pub const MAX_FALLBACK: usize = 4;
 
 /// A decoded job. Borrows from the body where it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +52,10 @@ pub struct Job<'a> {
     /// The digest it is folded into (with its recipient and channel), when its
     /// policy has one; `None`: its category's.
     pub digest_key: Option<Cow<'a, str>>,
+    /// The further channels it may move on to, in order (1 to
+    /// [`MAX_FALLBACK`], none repeated, not its own `channel`); `None`: its
+    /// channel alone.
+    pub fallback: Option<Vec<Cow<'a, str>>>,
 }
 
 /// Why a body is not a job.
@@ -80,6 +86,8 @@ struct Wire<'a> {
     tenant: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     digest_key: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    fallback: Option<Vec<Cow<'a, str>>>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -166,6 +174,10 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         None => None,
         Some(k) => Some(required("digest_key", Some(k), MAX_DIGEST_KEY_CHARS)?),
     };
+    let fallback = match wire.fallback {
+        None => None,
+        Some(list) => Some(fallback(list, &channel)?),
+    };
     Ok(Job {
         id,
         recipient,
@@ -178,7 +190,34 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         priority,
         tenant,
         digest_key,
+        fallback,
     })
+}
+
+/// A job's `fallback`: 1 to [`MAX_FALLBACK`] channels, none repeated, not `own`.
+fn fallback<'a>(list: Vec<Cow<'a, str>>, own: &str) -> Result<Vec<Cow<'a, str>>, Malformed> {
+    if list.is_empty() || list.len() > MAX_FALLBACK {
+        return Err(Malformed(format!(
+            "the field `fallback` must name 1 to {MAX_FALLBACK} channels, not {}",
+            list.len()
+        )));
+    }
+    for (i, c) in list.iter().enumerate() {
+        let c = required("fallback", Some(c.clone()), 64)?;
+        if c == own {
+            return Err(Malformed(format!(
+                "the field `fallback` names the job's own channel `{}`",
+                truncate(&c)
+            )));
+        }
+        if list[..i].contains(&c) {
+            return Err(Malformed(format!(
+                "the field `fallback` names channel `{}` twice",
+                truncate(&c)
+            )));
+        }
+    }
+    Ok(list)
 }
 
 /// An optional RFC 3339 field. The date and time are joined by `T` (or `t`), as

@@ -79,6 +79,12 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub digest_key: Option<String>,
+    /// Further channels, in order (1 to 4, none repeated, not `channel`): when its
+    /// channel refuses it (capped, opted out, suppressed) or its send fails, it
+    /// moves on to the next; absent or null: its channel alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4), extend("uniqueItems" = true))]
+    pub fallback: Option<Vec<String>>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -102,6 +108,7 @@ impl Job {
             priority: None,
             tenant: None,
             digest_key: None,
+            fallback: None,
             payload: None,
             extra: Map::new(),
         }
@@ -162,6 +169,12 @@ impl Job {
     /// channel and key into one message.
     pub fn digest_key(mut self, key: impl Into<String>) -> Job {
         self.digest_key = Some(key.into());
+        self
+    }
+
+    /// Set the further channels it may move on to, in order.
+    pub fn fallback<S: Into<String>>(mut self, channels: impl IntoIterator<Item = S>) -> Job {
+        self.fallback = Some(channels.into_iter().map(Into::into).collect());
         self
     }
 

@@ -112,6 +112,7 @@ async fn publish_one(
         priority: args.priority,
         tenant: args.tenant,
         digest_key: None,
+        fallback: None,
         payload: args.payload,
         extra: Default::default(),
     };

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::digest::DigestSettings;
+use super::fallback::FallbackSettings;
 use super::error::{invalid, ConfigError};
 use super::text::{send_windows_text, window_text, Dur};
 use crate::quota::caps::CapsMode;
@@ -89,6 +90,11 @@ pub struct PolicySettings {
     /// unset (the default): none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<DigestSettings>,
+    /// When its jobs that name further channels (`fallback`) move on to the next
+    /// (`[policies.NAME.fallback]`, docs/guide/fallback.md); unset: on `capped`,
+    /// `opted_out`, `suppressed` and `failed`, at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackSettings>,
 }
 
 /// Check the policies: a `default` one, and each `max_wait` at least a second and
@@ -116,6 +122,9 @@ pub(super) fn validate_each(
     for (name, p) in policies {
         if let Some(d) = &p.digest {
             super::digest::validate(d, &format!("{prefix}policies.{name}.digest"))?;
+        }
+        if let Some(f) = &p.fallback {
+            super::fallback::validate(f, &format!("{prefix}policies.{name}.fallback"))?;
         }
         if p.max_wait.is_some_and(|d| d.0 < Duration::from_secs(1)) {
             return Err(invalid(
@@ -166,6 +175,11 @@ pub(super) fn build(name: &str, p: &PolicySettings) -> Policy {
         caps: p.caps,
         required: p.required.unwrap_or(name == "transactional"),
         digest: p.digest.as_ref().map(super::digest::build),
+        fallback: p
+            .fallback
+            .as_ref()
+            .map(super::fallback::build)
+            .unwrap_or_default(),
     }
 }
 

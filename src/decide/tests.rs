@@ -23,6 +23,7 @@ pub(super) fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
         priority: None,
         tenant: None,
         digest_key: None,
+        fallback: None,
     }
 }
 
@@ -41,6 +42,7 @@ pub(super) fn policy() -> Policy {
         caps: Default::default(),
         required: false,
         digest: None,
+        fallback: Default::default(),
     }
 }
 
@@ -71,6 +73,7 @@ fn refused(retry_at: Option<DateTime<Utc>>, action: Action) -> Admission {
         rule: daily(),
         seen: 1,
         quiet: None,
+        spanning: true,
     }
 }
 
@@ -408,6 +411,7 @@ fn a_cap_holds_drops_or_never_admits_naming_itself() {
         }),
         seen: 5,
         quiet: None,
+        spanning: true,
     };
     let p = policy();
     let c = cx(&p);
@@ -479,6 +483,7 @@ fn refused_quiet(hours: std::sync::Arc<QuietHours>) -> Admission {
         rule: daily(),
         seen: 1,
         quiet: Some(hours),
+        spanning: true,
     }
 }
 
@@ -530,6 +535,7 @@ fn a_cap_instant_inside_quiet_hours_waits_to_their_end_as_one_instant() {
         rule: daily(),
         seen: 1,
         quiet: Some(quiet(&["daily 23:00-06:30"])),
+        spanning: true,
     };
     let (until, cause) = delay(after_admission(&job(None), &c, capped, now));
     assert_eq!((until, cause.label()), (day2(6, 30), "cap"));

@@ -50,6 +50,12 @@ impl Cap {
             }
     }
 
+    /// Whether it counts one channel alone: its scope is `channel`, or it matches
+    /// one channel only.
+    pub fn of_one_channel(&self) -> bool {
+        self.scope == Scope::Channel || self.channels.as_ref().is_some_and(|c| c.len() == 1)
+    }
+
     /// The cap as `cap daily_total: 5 per 1d` (its first rule, or `rule` when given),
     /// as `x-notify-held-by` and the dead-letter details name it.
     pub fn describe(name: &str, rule: Option<Rule>) -> String {

@@ -88,6 +88,8 @@ pub struct Policy {
     pub required: bool,
     /// Its jobs are folded into digests (`policies.NAME.digest`); `None`: never.
     pub digest: Option<super::digest::DigestSpec>,
+    /// When its jobs that name further channels move on (`policies.NAME.fallback`).
+    pub fallback: crate::fallback::FallbackSpec,
 }
 
 /// What a policy lets the caps do to its jobs (`policies.NAME.caps`).

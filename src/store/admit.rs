@@ -176,6 +176,7 @@ impl QuotaStore {
                     rule: refusal.rule,
                     seen: sends.len(),
                     quiet,
+                    spanning: policy.scope != Scope::Channel,
                 }
             }
             Verdict::Shadowed(now, sends, inherited) => {

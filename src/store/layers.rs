@@ -12,7 +12,7 @@ use super::PlanCache;
 use crate::admission::Admission;
 use crate::quota::caps::{self, Cap};
 use crate::quota::plan::{plan, Plan};
-use crate::quota::policy::{Mode, Policy};
+use crate::quota::policy::{Mode, Policy, Scope};
 use crate::quota::preferences::QuietHours;
 use crate::quota::window;
 
@@ -85,8 +85,10 @@ pub(crate) fn layered_refusal(
                 .chain(std::iter::repeat(&[][..])),
         )
         .collect();
-    let r = caps::refusal(&view, tz, window::from_millis(now));
+    let at = window::from_millis(now);
+    let r = caps::refusal(&view, tz, at);
     let seen = view[r.layer].1.len();
+    let spanning = spanning(policy, layers, &view, tz, at);
     match r.layer {
         0 => Admission::Refused {
             retry_at: r.retry_at,
@@ -95,6 +97,7 @@ pub(crate) fn layered_refusal(
             rule: r.rule,
             seen,
             quiet,
+            spanning,
         },
         i => Admission::Capped {
             retry_at: r.retry_at,
@@ -104,6 +107,26 @@ pub(crate) fn layered_refusal(
             rule: r.rule,
             seen,
             quiet,
+            spanning,
         },
     }
+}
+
+/// Whether a layer that refuses the job at `now` spans channels: the policy unless
+/// its scope is `channel`, a cap unless its scope is `channel` or it matches one
+/// channel alone.
+fn spanning(
+    policy: &Policy,
+    layers: &[JobLayer],
+    view: &[(&[window::Rule], &[DateTime<Utc>])],
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> bool {
+    let spans = |i: usize| match i {
+        0 => policy.scope != Scope::Channel,
+        i => !layers[i - 1].0.of_one_channel(),
+    };
+    view.iter()
+        .enumerate()
+        .any(|(i, (rules, sends))| spans(i) && window::refusal(rules, tz, now, sends).rule.is_some())
 }

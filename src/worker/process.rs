@@ -6,6 +6,7 @@
 //! or release) and note it for `admin job`. The decision itself is pure
 //! ([`crate::decide`]); this is its executor.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use super::{BrokerLink, Worker};
 use crate::admission::{Admission, Request};
 use crate::amqp::{PublishError, Publisher};
 use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
+use crate::fallback;
 use crate::job::decode::{self, Job};
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
@@ -107,6 +109,9 @@ impl Worker {
             policy: &policy.name,
         };
         crate::telemetry::job(&job.id, &policy.name, attempt);
+        // a job with `fallback`: where it is on its route, and itself on the
+        // channel of that step (`None` for every other job)
+        let mut route: Option<(fallback::Routed, Job<'_>)> = None;
         // Each step may settle the job; the first that does, decides.
         let decision = 'decided: {
             if let Some(at) = self.cancels.get(&job.id) {
@@ -114,6 +119,11 @@ impl Worker {
             }
             if let Some(decision) = decide::triage(&job, &self.topology.channels, now) {
                 break 'decided decision;
+            }
+            if let Some(further) = job.fallback.as_deref() {
+                if let Some(dead) = fallback::route::unknown_channel(further, &self.topology.channels) {
+                    break 'decided Decision::Dead(dead);
+                }
             }
             // a policy with a digest folds its jobs (not a digest itself, nor a job
             // scheduled for later: it is folded when it comes back)
@@ -184,6 +194,20 @@ impl Worker {
             if let (Some(lane), RateStep::Taken(_)) = (from, step) {
                 self.lane_taken(delivery, &job.channel, lane);
             }
+            let admission = match job.fallback.as_deref() {
+                None => admission,
+                Some(further) => {
+                    let walk = self.route(s, &job, further, &cx, &rules, admission);
+                    let stepped = Box::pin(walk).await?;
+                    let on_step = Job {
+                        channel: stepped.channel,
+                        ..job.clone()
+                    };
+                    route = Some((stepped.routed, on_step));
+                    stepped.admission
+                }
+            };
+            let job = route.as_ref().map_or(&job, |(_, on_step)| on_step);
             // paused while it waited for its admission or its channel's rate: its
             // admission is given back and it waits as the others do
             if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
@@ -201,7 +225,7 @@ impl Worker {
                     "shadow policy: what enforcing it would have done"
                 );
             }
-            decide::after_admission(&job, &cx, admission, now)
+            decide::after_admission(job, &cx, admission, now)
         };
         // a `held` digest: what the caps would delay is folded instead, and its
         // digest closes at the instant the caps allow the next send
@@ -238,7 +262,13 @@ impl Worker {
         // match here rather than a function of its own: each level of async call is
         // a copy of its future per job, BENCHMARKS.md item 15.)
         let outcome = match decision {
-            Decision::Dead(dead) => self.dead_noted(s, delivery, &job, &seen, dead).await,
+            Decision::Dead(dead) => {
+                let dead = match &route {
+                    Some((routed, _)) => routed.dead_letter(dead),
+                    None => dead,
+                };
+                self.dead_noted(s, delivery, &job, &seen, dead).await
+            }
             Decision::ReleaseThenDead(ticket, dead) => {
                 self.retry_redis(|| self.store.release(&ticket), &s.stop)
                     .await?;
@@ -265,12 +295,17 @@ impl Worker {
                 let mut props = BasicProperties::default()
                     .with_content_type("application/json".into())
                     .with_message_id(ShortString::from(job.id.as_ref()));
-                if let Some(h) = headers::dispatch_headers(headers, now) {
-                    props = props.with_headers(h);
+                let channel = route.as_ref().map_or(&job.channel, |(_, j)| &j.channel);
+                match (headers::dispatch_headers(headers, now), &route) {
+                    (h, Some((routed, _))) => {
+                        props = props.with_headers(fallback::route::with_headers(h, routed, channel));
+                    }
+                    (Some(h), None) => props = props.with_headers(h),
+                    (None, None) => {}
                 }
                 let exchange = &self.settings.amqp.dispatch_exchange;
                 let (props, sending) =
-                    crate::telemetry::send(exchange, &job.channel, Some(&job.id), props);
+                    crate::telemetry::send(exchange, channel, Some(&job.id), props);
                 // a broker that blocks or stopped answering would hold the dispatch
                 // until it answers: hold it here instead, so that a shutdown meanwhile
                 // hands the job back unsent rather than sent twice
@@ -289,7 +324,7 @@ impl Worker {
                 }
                 let published = s
                     .publisher
-                    .publish(exchange, &job.channel, &delivery.data, props)
+                    .publish(exchange, channel, &delivery.data, props)
                     .await;
                 if let Err(e) = &published {
                     sending.failed(e);
@@ -302,7 +337,7 @@ impl Worker {
                             // it had waited: out of its recipient's waiting jobs
                             self.note(s, &job, &seen, JobState::Dispatched, None);
                         }
-                        debug!(channel = %job.channel, "dispatched");
+                        debug!(channel = %channel, "dispatched");
                         Ok(Outcome::Dispatched)
                     }
                     Err(e @ (PublishError::Returned | PublishError::Nacked)) => {
@@ -381,6 +416,48 @@ impl Worker {
             .admission_seconds
             .record(started.elapsed().as_secs_f64());
         Ok(admission)
+    }
+
+    /// The route of a job with `fallback` (`further`), from its own channel's
+    /// `first` admission: each further channel admitted in turn as the job's
+    /// policy says (module [`crate::fallback`]).
+    async fn route<'j>(
+        &self,
+        s: &BrokerLink,
+        job: &Job<'j>,
+        further: &[Cow<'j, str>],
+        cx: &Context<'_>,
+        rules: &Rules,
+        first: Admission,
+    ) -> Result<fallback::step::Stepped<'j>, ProcessError> {
+        let mut channels = Vec::with_capacity(1 + further.len());
+        channels.push(job.channel.clone());
+        channels.extend(further.iter().cloned());
+        let of = fallback::step::RouteOf {
+            policy: cx.policy,
+            spec: &cx.policy.fallback,
+            tz: job.tz,
+            now: self.store.redis_now(),
+        };
+        let all = &channels;
+        let admit = move |step: usize| {
+            let channel: &str = &all[step];
+            async move {
+                let req = Request {
+                    id: &job.id,
+                    recipient: &job.recipient,
+                    channel,
+                    category: &job.category,
+                    tz: job.tz,
+                    tenant: job.tenant.as_deref(),
+                    priority: job.priority.unwrap_or(cx.policy.priority),
+                };
+                // a further step waits for its channel's rate here (never parked)
+                let admission = self.admit(&req, rules, s, RateStep::Wait(None)).await?;
+                admission.ok_or(ProcessError::Interrupted)
+            }
+        };
+        fallback::step::walk(all, first, &of, admit).await
     }
 
     /// Run a Redis operation until it succeeds, backing off while Redis is away.

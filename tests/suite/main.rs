@@ -25,6 +25,7 @@ mod digest;
 mod docs;
 mod engine;
 mod examples;
+mod fallback;
 mod feedback;
 mod fuzz;
 mod guard;

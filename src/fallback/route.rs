@@ -1,0 +1,145 @@
+//! A job's route over its channels: whether a step's admission moves it on and
+//! why, what the next step's dispatch carries, and the dead letter when no channel
+//! is left. Pure: no I/O.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+
+use super::spec::{Cause, FallbackSpec};
+use crate::admission::Admission;
+use crate::decide::DeadLetter;
+use crate::job::Reason;
+use crate::quota::caps::Cap;
+use crate::quota::policy::Policy;
+use crate::quota::window::Rule;
+
+/// Where a job with `fallback` is on its route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// The step it goes out (or waits, or dies) on: 0 is its own channel.
+    pub step: usize,
+    /// How many channels its route has.
+    pub of: usize,
+    /// Why it left the channel before this step (`x-notify-fallback-from`), from
+    /// the second step on.
+    pub from: Option<String>,
+    /// Every channel gone (none left, none to wait for): the dead letter's detail,
+    /// naming each channel's cause.
+    pub gone: Option<String>,
+}
+
+impl Routed {
+    /// The dispatch headers of this step: `x-notify-channel`, `x-notify-route`
+    /// (`"2/3"`) and, from the second step on, `x-notify-fallback-from`.
+    pub fn headers<'a>(&'a self, channel: &'a str) -> Vec<(&'static str, Cow<'a, str>)> {
+        let mut out = vec![
+            ("x-notify-channel", Cow::Borrowed(channel)),
+            (
+                "x-notify-route",
+                Cow::Owned(format!("{}/{}", self.step + 1, self.of)),
+            ),
+        ];
+        if let Some(from) = &self.from {
+            out.push(("x-notify-fallback-from", Cow::Borrowed(from.as_str())));
+        }
+        out
+    }
+
+    /// The dead letter of a job whose every channel is gone: the first channel's
+    /// reason (`first`), and the detail naming each channel's cause.
+    pub(crate) fn dead_letter(&self, first: DeadLetter) -> DeadLetter {
+        match &self.gone {
+            Some(detail) => DeadLetter {
+                reason: first.reason,
+                detail: detail.clone(),
+            },
+            None => first,
+        }
+    }
+}
+
+/// The dispatch headers of a routed job: its own (`own`, as a dispatch without a
+/// route would carry them) and its step's ([`Routed::headers`]).
+pub(crate) fn with_headers(own: Option<FieldTable>, routed: &Routed, channel: &str) -> FieldTable {
+    let mut out = own.unwrap_or_default();
+    for (name, value) in routed.headers(channel) {
+        let value = AMQPValue::LongString(value.as_ref().into());
+        out.insert(ShortString::from(name), value);
+    }
+    out
+}
+
+/// Whether the admission of a step on `channel` moves the job on under `spec`, and
+/// the words that say why (``capped (policy `p` (at most 1 per 1d) until …)``).
+pub fn moves_on(
+    admission: &Admission,
+    policy: &Policy,
+    spec: &FallbackSpec,
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Option<(Cause, String)> {
+    let further = |retry_at: &Option<DateTime<Utc>>| match retry_at {
+        Some(t) => *t - now > spec.wait_at_most,
+        None => true,
+    };
+    let (cause, why) = match admission {
+        Admission::OptedOut(_) => (Cause::OptedOut, "opted_out".to_string()),
+        Admission::Suppressed(s) => (Cause::Suppressed, format!("suppressed ({})", s.kind)),
+        Admission::Refused {
+            retry_at,
+            rule,
+            spanning: false,
+            ..
+        } if further(retry_at) => {
+            let held = format!("policy `{}` ({})", policy.name, rule_text(*rule));
+            (Cause::Capped, capped(&held, retry_at, tz))
+        }
+        Admission::Capped {
+            retry_at,
+            cap,
+            rule,
+            spanning: false,
+            ..
+        } if further(retry_at) => (Cause::Capped, capped(&Cap::describe(cap, *rule), retry_at, tz)),
+        _ => return None,
+    };
+    spec.moves_on(cause).then_some((cause, why))
+}
+
+fn rule_text(rule: Option<Rule>) -> String {
+    match rule {
+        Some(r) => format!("at most {} per {}", r.limit, r.window),
+        None => "no rule passes".into(),
+    }
+}
+
+fn capped(held: &str, retry_at: &Option<DateTime<Utc>>, tz: Tz) -> String {
+    match retry_at {
+        Some(t) => format!("capped ({held} until {})", t.with_timezone(&tz).to_rfc3339()),
+        None => format!("capped ({held}, never)"),
+    }
+}
+
+/// The channels of a job's route that are not configured, if any (the job is
+/// then dead-lettered `unknown_channel`).
+pub(crate) fn unknown_channel(fallback: &[Cow<'_, str>], channels: &[String]) -> Option<DeadLetter> {
+    let unknown: Vec<&str> = fallback
+        .iter()
+        .map(|c| c.as_ref())
+        .filter(|c| !channels.iter().any(|k| k == c))
+        .collect();
+    (!unknown.is_empty()).then(|| DeadLetter {
+        reason: Reason::UnknownChannel,
+        detail: format!(
+            "the fallback channel(s) `{}` are not configured",
+            unknown.join("`, `")
+        ),
+    })
+}
+
+#[cfg(test)]
+#[path = "route_tests.rs"]
+mod tests;
