@@ -198,160 +198,148 @@ pub(crate) fn process_collector() -> &'static metrics_process::Collector {
     COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
+/// What kind of metric a name is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+use Kind::{Counter, Gauge, Histogram};
+
+/// A metric's description for `/metrics`: its name, kind, unit and help text.
+struct Described {
+    name: &'static str,
+    kind: Kind,
+    seconds: bool,
+    help: &'static str,
+}
+
+impl Described {
+    const fn new(kind: Kind, name: &'static str, help: &'static str) -> Described {
+        Described {
+            name,
+            kind,
+            seconds: false,
+            help,
+        }
+    }
+
+    const fn in_seconds(kind: Kind, name: &'static str, help: &'static str) -> Described {
+        Described {
+            name,
+            kind,
+            seconds: true,
+            help,
+        }
+    }
+
+    /// Hand the description to the recorder.
+    fn describe(&self) {
+        use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+        let (name, help) = (self.name, self.help);
+        match (self.kind, self.seconds) {
+            (Counter, false) => describe_counter!(name, help),
+            (Counter, true) => describe_counter!(name, Unit::Seconds, help),
+            (Gauge, false) => describe_gauge!(name, help),
+            (Gauge, true) => describe_gauge!(name, Unit::Seconds, help),
+            (Histogram, false) => describe_histogram!(name, help),
+            (Histogram, true) => describe_histogram!(name, Unit::Seconds, help),
+        }
+    }
+}
+
+/// Every metric the worker records, described.
+const DESCRIBED: &[Described] = &[
+    Described::new(Counter, TRACE_SPANS_DROPPED_TOTAL,
+        "Spans the trace exporter dropped: its queue was full (a slow or dead collector) or their export failed"),
+    Described::new(Counter, FEEDBACK_TOTAL,
+        "Feedback from the senders, by event (delivered, failed, throttled, bounced, complained, unsubscribed, malformed); a duplicate is not counted again"),
+    Described::new(Counter, SUPPRESSIONS_TOTAL,
+        "Recipients suppressed on a channel, by kind (bounced, complained, unsubscribed)"),
+    Described::new(Counter, PREFERENCE_TOTAL,
+        "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"),
+    Described::new(Counter, FALLBACK_TOTAL,
+        "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed)"),
+    Described::new(Counter, PREFERENCE_REQUESTS_TOTAL,
+        "Requests to the preferences API (/v1/recipients/R/preferences), by HTTP status"),
+    Described::in_seconds(Histogram, DELIVERY_SECONDS,
+        "Time from a job's dispatch to its delivered feedback"),
+    Described::new(Gauge, CHANNEL_RATE,
+        "Each paced channel's send rate in force, jobs per second (0 while paused after a provider's 429, then ramping back)"),
+    Described::new(Counter, JOBS_TOTAL,
+        "Jobs settled, by outcome (dispatched, delayed, duplicate, dead), dead-letter reason, policy and channel (empty when the job has none: malformed, or an unconfigured channel)"),
+    Described::new(Counter, DELAYS_TOTAL,
+        "Jobs delayed, by cause: cap, window (send windows closed), schedule (not_before ahead), in_flight (another worker holds it), dispatch_refused, paused, quiet_hours (the recipient's)"),
+    Described::in_seconds(Histogram, ADMISSION_SECONDS,
+        "Time to decide a job in Redis (caps and send rate, pacing waits included)"),
+    Described::in_seconds(Histogram, ADMISSION_CALL_SECONDS,
+        "Time of one admission script call to Redis (one call decides a batch of jobs), from sending it to its reply"),
+    Described::new(Histogram, ADMISSION_BATCH_JOBS,
+        "Jobs decided by one admission script call"),
+    Described::in_seconds(Histogram, JOB_SECONDS,
+        "Time from delivery to a confirmed outcome"),
+    Described::new(Gauge, IN_FLIGHT,
+        "Deliveries being processed now"),
+    Described::new(Counter, REDIS_ERRORS_TOTAL,
+        "Redis calls that failed (the job is held and retried)"),
+    Described::new(Counter, BROKER_ERRORS_TOTAL,
+        "Broker sessions that ended in an error"),
+    Described::new(Counter, RECONNECTS_TOTAL,
+        "Reconnections to the broker"),
+    Described::new(Counter, REDIS_MASTER_CHANGES_TOTAL,
+        "Connections made to the Redis master the sentinels name (the first, then one per failover or lost connection)"),
+    Described::new(Counter, REPLICA_WAITS_TOTAL,
+        "WAITs after admission calls (redis.wait_replicas), by result: replicated, or short (fewer replicas than asked in time: the jobs are held and retried)"),
+    Described::new(Counter, REDIS_CALLS_TOTAL,
+        "Redis commands sent (a script call or a pipeline counts once)"),
+    Described::in_seconds(Histogram, DELAY_SECONDS,
+        "How long a delayed job is held before it is decided again, by cause"),
+    Described::new(Gauge, QUEUE_MESSAGES,
+        "Messages ready in each queue of the topology, by role (jobs, lane, delay, dispatch, dead) and queue; read every 5 s"),
+    Described::new(Gauge, QUEUE_CONSUMERS,
+        "Consumers of each queue of the topology, by role and queue; read every 5 s"),
+    Described::new(Gauge, READY,
+        "1 while the worker is ready: broker connected with the topology declared, and Redis answering"),
+    Described::new(Gauge, UP,
+        "1 while a dependency (broker, redis) is up"),
+    Described::new(Gauge, BUILD_INFO,
+        "Always 1; the labels say which build runs"),
+    Described::new(Counter, SHADOW_TOTAL,
+        "Jobs of shadow policies, by what enforcing the policy would have done (allowed, held_cap, held_window, dead)"),
+    Described::new(Counter, RELOADS_TOTAL,
+        "Configuration reloads (SIGHUP, admin reload), by result (applied, refused)"),
+    Described::new(Counter, LANE_JOBS_TOTAL,
+        "Jobs of paced channels by channel, lane (urgent, normal, bulk) and step: parked (put in the lane's queue), taken (given a send slot from it)"),
+    Described::new(Counter, LANE_PARKED_UNASKED_TOTAL,
+        "Of the jobs parked, those parked without asking Redis: behind this worker's lane jobs waiting for the rate, while it holds its channel saturated; by channel and lane"),
+    Described::in_seconds(Histogram, LANE_WAIT_SECONDS,
+        "How long a job waited in its lane for its channel's rate, by channel and lane"),
+    Described::new(Counter, DIGEST_ITEMS_TOTAL,
+        "Jobs folded into digests, by policy"),
+    Described::new(Counter, DIGESTS_TOTAL,
+        "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent; dead: its job, sent, was dead-lettered)"),
+    Described::new(Histogram, DIGEST_ITEMS,
+        "Items per digest sent, by policy"),
+    Described::new(Gauge, LANE_PREFETCH,
+        "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"),
+    Described::in_seconds(Gauge, LANE_LOOK_AHEAD_SECONDS,
+        "How far ahead of now this worker's lane lines take send slots: twice the longest recent round trip of their asks to Redis, within 10 ms and 250 ms; by channel and lane"),
+    Described::new(Counter, REDIS_RESETS_TOTAL,
+        "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"),
+    Described::new(Gauge, PAUSED,
+        "1 while jobs of policies with rules or not required are held after a Redis reset (redis.on_reset = pause), until admin resume"),
+    Described::new(Gauge, BROKER_BLOCKED,
+        "1 while the broker blocks the connection (a memory or disk alarm): no new jobs taken, outcomes wait for their confirms"),
+];
+
 /// Describe every metric the worker records, and register the error counters at 0
 /// so that dashboards see them before the first error.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(
-        TRACE_SPANS_DROPPED_TOTAL,
-        "Spans the trace exporter dropped: its queue was full (a slow or dead collector) or their export failed"
-    );
-    describe_counter!(
-        FEEDBACK_TOTAL,
-        "Feedback from the senders, by event (delivered, failed, throttled, bounced, complained, unsubscribed, malformed); a duplicate is not counted again"
-    );
-    describe_counter!(
-        SUPPRESSIONS_TOTAL,
-        "Recipients suppressed on a channel, by kind (bounced, complained, unsubscribed)"
-    );
-    describe_counter!(
-        PREFERENCE_TOTAL,
-        "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"
-    );
-    describe_counter!(
-        FALLBACK_TOTAL,
-        "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed)"
-    );
-    describe_counter!(
-        PREFERENCE_REQUESTS_TOTAL,
-        "Requests to the preferences API (/v1/recipients/R/preferences), by HTTP status"
-    );
-    describe_histogram!(
-        DELIVERY_SECONDS,
-        Unit::Seconds,
-        "Time from a job's dispatch to its delivered feedback"
-    );
-    describe_gauge!(
-        CHANNEL_RATE,
-        "Each paced channel's send rate in force, jobs per second (0 while paused after a provider's 429, then ramping back)"
-    );
-    describe_counter!(
-        JOBS_TOTAL,
-        "Jobs settled, by outcome (dispatched, delayed, duplicate, dead), dead-letter reason, policy and channel (empty when the job has none: malformed, or an unconfigured channel)"
-    );
-    describe_counter!(
-        DELAYS_TOTAL,
-        "Jobs delayed, by cause: cap, window (send windows closed), schedule (not_before ahead), in_flight (another worker holds it), dispatch_refused, paused, quiet_hours (the recipient's)"
-    );
-    describe_histogram!(
-        ADMISSION_SECONDS,
-        Unit::Seconds,
-        "Time to decide a job in Redis (caps and send rate, pacing waits included)"
-    );
-    describe_histogram!(
-        ADMISSION_CALL_SECONDS,
-        Unit::Seconds,
-        "Time of one admission script call to Redis (one call decides a batch of jobs), from sending it to its reply"
-    );
-    describe_histogram!(
-        ADMISSION_BATCH_JOBS,
-        "Jobs decided by one admission script call"
-    );
-    describe_histogram!(
-        JOB_SECONDS,
-        Unit::Seconds,
-        "Time from delivery to a confirmed outcome"
-    );
-    describe_gauge!(IN_FLIGHT, "Deliveries being processed now");
-    describe_counter!(
-        REDIS_ERRORS_TOTAL,
-        "Redis calls that failed (the job is held and retried)"
-    );
-    describe_counter!(
-        BROKER_ERRORS_TOTAL,
-        "Broker sessions that ended in an error"
-    );
-    describe_counter!(RECONNECTS_TOTAL, "Reconnections to the broker");
-    describe_counter!(
-        REDIS_MASTER_CHANGES_TOTAL,
-        "Connections made to the Redis master the sentinels name (the first, then one per failover or lost connection)"
-    );
-    describe_counter!(
-        REPLICA_WAITS_TOTAL,
-        "WAITs after admission calls (redis.wait_replicas), by result: replicated, or short (fewer replicas than asked in time: the jobs are held and retried)"
-    );
-    describe_counter!(
-        REDIS_CALLS_TOTAL,
-        "Redis commands sent (a script call or a pipeline counts once)"
-    );
-    describe_histogram!(
-        DELAY_SECONDS,
-        Unit::Seconds,
-        "How long a delayed job is held before it is decided again, by cause"
-    );
-    describe_gauge!(
-        QUEUE_MESSAGES,
-        "Messages ready in each queue of the topology, by role (jobs, lane, delay, dispatch, dead) and queue; read every 5 s"
-    );
-    describe_gauge!(
-        QUEUE_CONSUMERS,
-        "Consumers of each queue of the topology, by role and queue; read every 5 s"
-    );
-    describe_gauge!(
-        READY,
-        "1 while the worker is ready: broker connected with the topology declared, and Redis answering"
-    );
-    describe_gauge!(UP, "1 while a dependency (broker, redis) is up");
-    describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs");
-    describe_counter!(
-        SHADOW_TOTAL,
-        "Jobs of shadow policies, by what enforcing the policy would have done (allowed, held_cap, held_window, dead)"
-    );
-    describe_counter!(
-        RELOADS_TOTAL,
-        "Configuration reloads (SIGHUP, admin reload), by result (applied, refused)"
-    );
-    describe_counter!(
-        LANE_JOBS_TOTAL,
-        "Jobs of paced channels by channel, lane (urgent, normal, bulk) and step: parked (put in the lane's queue), taken (given a send slot from it)"
-    );
-    describe_counter!(
-        LANE_PARKED_UNASKED_TOTAL,
-        "Of the jobs parked, those parked without asking Redis: behind this worker's lane jobs waiting for the rate, while it holds its channel saturated; by channel and lane"
-    );
-    describe_histogram!(
-        LANE_WAIT_SECONDS,
-        Unit::Seconds,
-        "How long a job waited in its lane for its channel's rate, by channel and lane"
-    );
-    describe_counter!(DIGEST_ITEMS_TOTAL, "Jobs folded into digests, by policy");
-    describe_counter!(
-        DIGESTS_TOTAL,
-        "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent; dead: its job, sent, was dead-lettered)"
-    );
-    describe_histogram!(DIGEST_ITEMS, "Items per digest sent, by policy");
-    describe_gauge!(
-        LANE_PREFETCH,
-        "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"
-    );
-    describe_gauge!(
-        LANE_LOOK_AHEAD_SECONDS,
-        Unit::Seconds,
-        "How far ahead of now this worker's lane lines take send slots: twice the longest recent round trip of their asks to Redis, within 10 ms and 250 ms; by channel and lane"
-    );
-    describe_counter!(
-        REDIS_RESETS_TOTAL,
-        "Times Redis was found without its data (restarted empty, flushed, failed over to an empty replica): every recorded send forgotten"
-    );
-    describe_gauge!(
-        PAUSED,
-        "1 while jobs of policies with rules or not required are held after a Redis reset (redis.on_reset = pause), until admin resume"
-    );
+    for d in DESCRIBED {
+        d.describe();
+    }
     metrics::gauge!(PAUSED).set(0.0);
-    describe_gauge!(
-        BROKER_BLOCKED,
-        "1 while the broker blocks the connection (a memory or disk alarm): no new jobs taken, outcomes wait for their confirms"
-    );
     metrics::gauge!(BROKER_BLOCKED).set(0.0);
     for name in [
         REDIS_ERRORS_TOTAL,

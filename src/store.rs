@@ -214,26 +214,7 @@ impl QuotaStore {
             wait,
             waiting: std::sync::Mutex::new(waiting),
         });
-        let rates = settings
-            .channels
-            .keys()
-            .map(|c| {
-                let taker = Taker {
-                    conn: conn.clone(),
-                    script: scripts.rate.clone(),
-                    key: keys.rate(c),
-                    lanes_script: scripts.lanes.clone(),
-                    lanes_key: keys.lanes(c),
-                    calls: calls.clone(),
-                    channel: c.clone(),
-                    shown: AtomicU64::new(settings.rate(c).map_or(0, |r| {
-                        crate::metrics::channel_rate(c, r, Some(r.interval_us));
-                        r.interval_us
-                    })),
-                };
-                (c.clone(), RateBatcher::start(taker))
-            })
-            .collect();
+        let rates = rate_batchers(&conn, &scripts, &keys, settings, &calls);
         let store = QuotaStore {
             conn,
             keys,
@@ -343,4 +324,35 @@ impl QuotaStore {
     pub(crate) fn redis_now(&self) -> DateTime<Utc> {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
+}
+
+/// A rate batcher a channel, each on its own key of `lua/rate.lua` and
+/// `lua/lanes.lua`; a paced channel's rate in force shown in the metrics at once.
+fn rate_batchers(
+    conn: &RedisConn,
+    scripts: &Scripts,
+    keys: &Keys,
+    settings: &Settings,
+    calls: &Arc<AtomicU64>,
+) -> HashMap<String, RateBatcher> {
+    settings
+        .channels
+        .keys()
+        .map(|c| {
+            let taker = Taker {
+                conn: conn.clone(),
+                script: scripts.rate.clone(),
+                key: keys.rate(c),
+                lanes_script: scripts.lanes.clone(),
+                lanes_key: keys.lanes(c),
+                calls: calls.clone(),
+                channel: c.clone(),
+                shown: AtomicU64::new(settings.rate(c).map_or(0, |r| {
+                    crate::metrics::channel_rate(c, r, Some(r.interval_us));
+                    r.interval_us
+                })),
+            };
+            (c.clone(), RateBatcher::start(taker))
+        })
+        .collect()
 }

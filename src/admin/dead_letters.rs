@@ -102,6 +102,19 @@ struct Pending {
 /// AckBudget with a budget: only the first `free` deliveries are acked as they settle;
 /// the rest are held until the consumer is cancelled, so the broker never has credit
 /// to deliver a message beyond the ones counted at the start (our own copies).
+/// One walk under way: its channels, its consumer, the publishes awaiting their
+/// confirms, the acks held back, and what it did so far.
+struct Walking {
+    prefetch: u32,
+    consume: lapin::Channel,
+    publish: lapin::Channel,
+    tag: String,
+    consumer: lapin::Consumer,
+    pending: VecDeque<Pending>,
+    acks: AckBudget,
+    report: WalkReport,
+}
+
 struct AckBudget {
     free: u32,
     done: u32,
@@ -180,26 +193,28 @@ impl<'a> DeadLetters<'a> {
     pub async fn walk<F>(
         &self,
         stop: &CancellationToken,
-        mut choose: F,
+        choose: F,
     ) -> Result<WalkReport, AdminError>
     where
         F: FnMut(&Delivery) -> WalkAction,
     {
         let found = self.count().await?;
-        let mut report = WalkReport {
-            found,
-            ..Default::default()
-        };
         if found == 0 {
-            return Ok(report);
+            return Ok(WalkReport {
+                found,
+                ..Default::default()
+            });
         }
+        let mut w = self.open(found).await?;
+        let mut failure = self.visit(&mut w, stop, choose).await;
+        self.put_back(&mut w, &mut failure).await;
+        self.finish(w, failure).await
+    }
+
+    /// Start a walk over the `found` messages: a consuming channel with a prefetch
+    /// of min(N, 256), a publishing channel in confirm mode.
+    async fn open(&self, found: u32) -> Result<Walking, AdminError> {
         let prefetch = (self.prefetch as u32).min(found);
-        let mut acks = AckBudget {
-            free: found - prefetch,
-            done: 0,
-            held: Vec::new(),
-        };
-        let dead_queue = self.topology.amqp.dead_queue.as_str();
         let consume = self.conn.create_channel().await?;
         consume
             .basic_qos(prefetch as u16, BasicQosOptions::default())
@@ -209,99 +224,137 @@ impl<'a> DeadLetters<'a> {
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
         let tag = format!("quota-worker-admin-{}", uuid::Uuid::now_v7());
-        let mut consumer = consume
+        let consumer = consume
             .basic_consume(
-                dead_queue.into(),
+                self.topology.amqp.dead_queue.as_str().into(),
                 tag.as_str().into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await?;
-        let mut pending: VecDeque<Pending> = VecDeque::new();
-        let mut failure = None;
-        while report.visited < found {
+        Ok(Walking {
+            prefetch,
+            consume,
+            publish,
+            tag,
+            consumer,
+            pending: VecDeque::new(),
+            acks: AckBudget {
+                free: found - prefetch,
+                done: 0,
+                held: Vec::new(),
+            },
+            report: WalkReport {
+                found,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// Visit the messages in order, each as `choose` says, until every one found
+    /// was visited, `stop` is cancelled, the queue has nothing more to deliver, or
+    /// a step fails (that failure returned).
+    async fn visit<F>(
+        &self,
+        w: &mut Walking,
+        stop: &CancellationToken,
+        mut choose: F,
+    ) -> Option<AdminError>
+    where
+        F: FnMut(&Delivery) -> WalkAction,
+    {
+        while w.report.visited < w.report.found {
             let next = tokio::select! {
                 biased;
                 _ = stop.cancelled() => {
-                    report.interrupted = true;
-                    break;
+                    w.report.interrupted = true;
+                    return None;
                 }
-                next = tokio::time::timeout(IDLE, consumer.next()) => next,
+                next = tokio::time::timeout(IDLE, w.consumer.next()) => next,
             };
             let delivery = match next {
                 Ok(Some(Ok(delivery))) => delivery,
-                Ok(Some(Err(e))) => {
-                    failure = Some(e.into());
-                    break;
-                }
+                Ok(Some(Err(e))) => return Some(e.into()),
                 // cancelled by the broker, or nothing more to deliver
-                Ok(None) | Err(_) => break,
+                Ok(None) | Err(_) => return None,
             };
-            report.visited += 1;
+            w.report.visited += 1;
             let step = choose(&delivery);
-            if let Err(e) = self
-                .apply(
-                    step,
-                    delivery,
-                    &publish,
-                    &mut pending,
-                    &mut acks,
-                    &mut report,
-                )
-                .await
-            {
-                failure = Some(e);
-                break;
+            if let Err(e) = self.apply_in(w, step, delivery).await {
+                return Some(e);
             }
         }
-        let _ = consume
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+        None
+    }
+
+    /// Cancel the consumer, then put the messages delivered but not visited
+    /// (interrupted) back at the tail, untouched, rather than handed back (which
+    /// would raise their delivery count); after a failure, hand them back.
+    async fn put_back(&self, w: &mut Walking, failure: &mut Option<AdminError>) {
+        let _ = w
+            .consume
+            .basic_cancel(w.tag.as_str().into(), BasicCancelOptions::default())
             .await;
-        // Delivered but not visited (interrupted): put back at the tail, untouched,
-        // rather than handed back (which would raise their delivery count).
         while let Ok(Some(Ok(delivery))) =
-            tokio::time::timeout(Duration::from_millis(200), consumer.next()).await
+            tokio::time::timeout(Duration::from_millis(200), w.consumer.next()).await
         {
             if failure.is_some() {
                 hand_back(delivery).await;
                 continue;
             }
-            if let Err(e) = self
-                .apply(
-                    WalkAction::Keep,
-                    delivery,
-                    &publish,
-                    &mut pending,
-                    &mut acks,
-                    &mut report,
-                )
-                .await
-            {
-                failure = Some(e);
+            if let Err(e) = self.apply_in(w, WalkAction::Keep, delivery).await {
+                *failure = Some(e);
             }
         }
-        while let Some(p) = pending.pop_front() {
-            if let Err(e) = self.confirm_then_ack(p, &mut acks).await {
+    }
+
+    /// Await the publishes still pending and ack their originals, send the held
+    /// acks, and close both channels: the report, or the walk's first failure.
+    async fn finish(
+        &self,
+        mut w: Walking,
+        mut failure: Option<AdminError>,
+    ) -> Result<WalkReport, AdminError> {
+        while let Some(p) = w.pending.pop_front() {
+            if let Err(e) = self.confirm_then_ack(p, &mut w.acks).await {
                 failure.get_or_insert(e);
             }
         }
         // The held acks go as one multiple ack, then a round trip on the channel
         // before it closes: acks still in flight when a channel closes can be lost
         // by quorum queues (seen on 3.10 under load), and the message would come back.
-        if let Some(last) = acks.held.iter().map(|d| d.delivery_tag).max() {
-            consume
+        if let Some(last) = w.acks.held.iter().map(|d| d.delivery_tag).max() {
+            w.consume
                 .basic_ack(last, BasicAckOptions { multiple: true })
                 .await?;
         }
-        consume
-            .basic_qos(prefetch as u16, BasicQosOptions::default())
+        w.consume
+            .basic_qos(w.prefetch as u16, BasicQosOptions::default())
             .await?;
-        let _ = publish.close(200, "walk done".into()).await;
-        let _ = consume.close(200, "walk done".into()).await;
+        let _ = w.publish.close(200, "walk done".into()).await;
+        let _ = w.consume.close(200, "walk done".into()).await;
         match failure {
             Some(e) => Err(e),
-            None => Ok(report),
+            None => Ok(w.report),
         }
+    }
+
+    /// [`apply`](Self::apply) within a walk.
+    async fn apply_in(
+        &self,
+        w: &mut Walking,
+        step: WalkAction,
+        delivery: Delivery,
+    ) -> Result<(), AdminError> {
+        let Walking {
+            publish,
+            pending,
+            acks,
+            report,
+            ..
+        } = w;
+        self.apply(step, delivery, publish, pending, acks, report)
+            .await
     }
 
     async fn apply(

@@ -8,10 +8,11 @@ use serde::Serialize;
 
 use super::AdminError;
 use crate::config::Settings;
-use crate::quota::keys;
+use crate::quota::caps::Cap;
+use crate::quota::keys::{self, Keys};
 use crate::quota::policy::{Policy, Scope};
 use crate::quota::{send_windows, window};
-use crate::redis::{import, notes};
+use crate::redis::{import, notes, RedisConn};
 use crate::store::QuotaStore;
 
 /// One recorded send.
@@ -54,6 +55,17 @@ pub struct NextAllowed {
     pub local: String,
     /// Whether that is now.
     pub now: bool,
+}
+
+impl NextAllowed {
+    /// `t`, also in `tz`; now if it is not after `now`.
+    fn at(t: DateTime<Utc>, tz: Tz, now: DateTime<Utc>) -> NextAllowed {
+        NextAllowed {
+            utc: t,
+            local: t.with_timezone(&tz).to_rfc3339(),
+            now: t <= now,
+        }
+    }
 }
 
 /// A recipient's sends under one policy (and channel, for per-channel policies).
@@ -276,79 +288,15 @@ impl<'a> Recipients<'a> {
         let mut conn = self.store.connection();
         let mut policies = Vec::new();
         for (policy, channel) in targets {
-            let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
-            let read = read_layer(&mut conn, &key, &policy.rules, q.tz, now).await?;
-            let (instants, rules) = (&read.instants, read.rules);
-            let channel_windows = channel
-                .as_deref()
-                .or(q.channel)
-                .filter(|_| !policy.ignore_channel_windows)
-                .and_then(|c| Some((c, self.settings.channel_windows(c)?)));
-            let mut sets = Vec::new();
-            let mut send_windows = Vec::new();
-            if let Some(w) = &policy.send_windows {
-                sets.push(w);
-                send_windows.push(format!("policy: {w}"));
-            }
-            if let Some((c, w)) = channel_windows {
-                sets.push(w);
-                send_windows.push(format!("channel {c}: {w}"));
-            }
-            let next_allowed = window::earliest_allowed(&policy.rules, q.tz, now, instants)
-                .and_then(|t| send_windows::next_open(&sets, q.tz, t))
-                .map(|(t, _)| NextAllowed {
-                    utc: t,
-                    local: t.with_timezone(&q.tz).to_rfc3339(),
-                    now: t <= now,
-                });
-            policies.push(PolicyStatus {
-                policy: policy.name.clone(),
-                channel,
-                action: format!("{:?}", policy.action).to_lowercase(),
-                key,
-                key_expires_at: read.key_expires_at,
-                sends: read.sends,
-                rules,
-                send_windows,
-                next_allowed,
-            });
+            policies.push(
+                self.policy_status(&mut conn, &keys, q, now, policy, channel)
+                    .await?,
+            );
         }
         let mut caps = Vec::new();
         for cap in rules.caps_of(q.tenant) {
-            let shown = |c: &str| {
-                cap.channels
-                    .as_ref()
-                    .is_none_or(|l| l.iter().any(|x| x == c))
-                    && q.channel.is_none_or(|x| x == c)
-            };
-            let channels: Vec<Option<String>> = match cap.scope {
-                Scope::Recipient => vec![None],
-                Scope::Channel => self
-                    .settings
-                    .channels
-                    .keys()
-                    .filter(|c| shown(c))
-                    .map(|c| Some(c.clone()))
-                    .collect(),
-            };
-            for channel in channels {
-                let key = keys.cap(q.recipient, &cap.name, channel.as_deref());
-                let read = read_layer(&mut conn, &key, &cap.rules, q.tz, now).await?;
-                let next = window::earliest_allowed(&cap.rules, q.tz, now, &read.instants);
-                caps.push(CapStatus {
-                    cap: cap.name.clone(),
-                    channel,
-                    mode: cap.mode.as_str(),
-                    key,
-                    key_expires_at: read.key_expires_at,
-                    sends: read.sends,
-                    rules: read.rules,
-                    next_allowed: next.map(|t| NextAllowed {
-                        utc: t,
-                        local: t.with_timezone(&q.tz).to_rfc3339(),
-                        now: t <= now,
-                    }),
-                });
+            for channel in self.cap_channels(cap, q.channel) {
+                caps.push(cap_status(&mut conn, &keys, q, now, cap, channel).await?);
             }
         }
         let waiting = if self.settings.redis.notes {
@@ -371,6 +319,72 @@ impl<'a> Recipients<'a> {
                 .of(q.recipient, q.tenant)
                 .await?,
         })
+    }
+
+    /// One policy's layer for the recipient (on `channel`, for a policy that counts
+    /// per channel): its sends, rules, send windows and next allowed instant.
+    async fn policy_status(
+        &self,
+        conn: &mut RedisConn,
+        keys: &Keys,
+        q: &RecipientQuery<'_>,
+        now: DateTime<Utc>,
+        policy: Policy,
+        channel: Option<String>,
+    ) -> Result<PolicyStatus, AdminError> {
+        let key = keys.recipient(q.recipient, &policy.name, channel.as_deref());
+        let read = read_layer(conn, &key, &policy.rules, q.tz, now).await?;
+        let channel_windows = channel
+            .as_deref()
+            .or(q.channel)
+            .filter(|_| !policy.ignore_channel_windows)
+            .and_then(|c| Some((c, self.settings.channel_windows(c)?)));
+        let mut sets = Vec::new();
+        let mut send_windows = Vec::new();
+        if let Some(w) = &policy.send_windows {
+            sets.push(w);
+            send_windows.push(format!("policy: {w}"));
+        }
+        if let Some((c, w)) = channel_windows {
+            sets.push(w);
+            send_windows.push(format!("channel {c}: {w}"));
+        }
+        let next_allowed = window::earliest_allowed(&policy.rules, q.tz, now, &read.instants)
+            .and_then(|t| send_windows::next_open(&sets, q.tz, t))
+            .map(|(t, _)| NextAllowed::at(t, q.tz, now));
+        Ok(PolicyStatus {
+            policy: policy.name.clone(),
+            channel,
+            action: format!("{:?}", policy.action).to_lowercase(),
+            key,
+            key_expires_at: read.key_expires_at,
+            sends: read.sends,
+            rules: read.rules,
+            send_windows,
+            next_allowed,
+        })
+    }
+
+    /// The channels a cap counts on that the query shows: none apart for a cap per
+    /// recipient; each configured channel the cap names (all without a list), only
+    /// the asked one with `--channel`, for a cap per channel.
+    fn cap_channels(&self, cap: &Cap, asked: Option<&str>) -> Vec<Option<String>> {
+        let shown = |c: &str| {
+            cap.channels
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|x| x == c))
+                && asked.is_none_or(|x| x == c)
+        };
+        match cap.scope {
+            Scope::Recipient => vec![None],
+            Scope::Channel => self
+                .settings
+                .channels
+                .keys()
+                .filter(|c| shown(c))
+                .map(|c| Some(c.clone()))
+                .collect(),
+        }
     }
 
     /// Import a past send at `at` (committed, under job id `id`), so the caps hold
@@ -459,6 +473,31 @@ impl<'a> Recipients<'a> {
         let deleted: u32 = redis::cmd("DEL").arg(&names).query_async(&mut conn).await?;
         Ok(deleted)
     }
+}
+
+/// One cap's layer for the recipient on `channel`: its sends, rules and next
+/// allowed instant.
+async fn cap_status(
+    conn: &mut RedisConn,
+    keys: &Keys,
+    q: &RecipientQuery<'_>,
+    now: DateTime<Utc>,
+    cap: &Cap,
+    channel: Option<String>,
+) -> Result<CapStatus, AdminError> {
+    let key = keys.cap(q.recipient, &cap.name, channel.as_deref());
+    let read = read_layer(conn, &key, &cap.rules, q.tz, now).await?;
+    let next = window::earliest_allowed(&cap.rules, q.tz, now, &read.instants);
+    Ok(CapStatus {
+        cap: cap.name.clone(),
+        channel,
+        mode: cap.mode.as_str(),
+        key,
+        key_expires_at: read.key_expires_at,
+        sends: read.sends,
+        rules: read.rules,
+        next_allowed: next.map(|t| NextAllowed::at(t, q.tz, now)),
+    })
 }
 
 /// One layer's sorted set, read at `now`: its sends, each rule's count, and when

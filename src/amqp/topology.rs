@@ -196,134 +196,179 @@ impl Topology {
             .create_channel()
             .await
             .map_err(failed("a channel for the topology".into()))?;
+        let mut steps = Steps {
+            ch,
+            steps: Vec::new(),
+        };
+        self.declare_jobs_and_dispatch(&mut steps);
+        self.declare_lanes(&mut steps);
+        self.declare_feedback(&mut steps);
+        self.declare_ladder(&mut steps);
+        steps.run().await
+    }
+
+    /// Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
+    /// unless told otherwise: every queue a consumer reads gets an explicit limit.
+    fn limited(&self, mut args: FieldTable, limit: u32) -> FieldTable {
+        if self.amqp.queue_type == QueueType::Quorum {
+            args.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongLongInt(limit as i64),
+            );
+        }
+        args
+    }
+
+    /// A queue a consumer reads that can dead-letter: its messages go to
+    /// `notify.dead`, after `amqp.delivery_limit` deliveries at most.
+    fn dead_lettered(&self) -> FieldTable {
         let a = &self.amqp;
-        let mut steps: Vec<Step> = Vec::new();
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        let exchange = |name: String, kind: ExchangeKind, args: FieldTable| -> Step {
-            let ch = ch.clone();
-            Box::pin(async move {
-                ch.exchange_declare(name.as_str().into(), kind, durable, args)
-                    .await
-                    .map_err(failed(format!("exchange `{name}`")))
-            })
-        };
-        let queue = |name: String, args: FieldTable| -> Step {
-            let ch = ch.clone();
-            Box::pin(async move {
-                let opts = QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                };
-                ch.queue_declare(name.as_str().into(), opts, args)
-                    .await
-                    .map(|_| ())
-                    .map_err(failed(format!("queue `{name}`")))
-            })
-        };
-        let bind = |queue: String, exchange: String, key: String, args: FieldTable| -> Step {
-            let ch = ch.clone();
-            Box::pin(async move {
-                ch.queue_bind(
-                    queue.as_str().into(),
-                    exchange.as_str().into(),
-                    ShortString::from(key),
-                    QueueBindOptions::default(),
-                    args,
-                )
-                .await
-                .map_err(failed(format!("the binding of `{queue}` to `{exchange}`")))
-            })
-        };
-        let none = FieldTable::default;
+        self.limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit)
+    }
+
+    /// The jobs, dispatch and dead exchanges; the dead queue, the jobs queue and a
+    /// dispatch queue a channel, bound.
+    fn declare_jobs_and_dispatch(&self, steps: &mut Steps) {
+        let a = &self.amqp;
         for (name, kind) in [
             (&a.jobs_exchange, ExchangeKind::Fanout),
             (&a.dispatch_exchange, ExchangeKind::Direct),
             (&a.dead_exchange, ExchangeKind::Fanout),
         ] {
-            steps.push(exchange(name.clone(), kind, none()));
+            steps.exchange(name.clone(), kind, FieldTable::default());
         }
-
-        // Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
-        // unless told otherwise: every queue a consumer reads gets an explicit limit,
-        // and those that can dead-letter send the message to `notify.dead`.
-        let limited = |mut args: FieldTable, limit: u32| {
-            if a.queue_type == QueueType::Quorum {
-                args.insert(
-                    "x-delivery-limit".into(),
-                    AMQPValue::LongLongInt(limit as i64),
-                );
-            }
-            args
-        };
-        let dead_lettered = || limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit);
-        steps.push(queue(
-            a.dead_queue.clone(),
-            limited(self.queue_args(None), i32::MAX as u32),
-        ));
-        steps.push(bind(
-            a.dead_queue.clone(),
-            a.dead_exchange.clone(),
+        let dead = self.limited(self.queue_args(None), i32::MAX as u32);
+        steps.queue(a.dead_queue.clone(), dead);
+        steps.bind(
+            &a.dead_queue,
+            &a.dead_exchange,
             String::new(),
-            none(),
-        ));
-        steps.push(queue(a.jobs_queue.clone(), dead_lettered()));
-        steps.push(bind(
-            a.jobs_queue.clone(),
-            a.jobs_exchange.clone(),
+            FieldTable::default(),
+        );
+        steps.queue(a.jobs_queue.clone(), self.dead_lettered());
+        steps.bind(
+            &a.jobs_queue,
+            &a.jobs_exchange,
             String::new(),
-            none(),
-        ));
+            FieldTable::default(),
+        );
         for c in &self.channels {
             let q = self.dispatch_queue(c);
-            steps.push(queue(q.clone(), dead_lettered()));
-            steps.push(bind(q, a.dispatch_exchange.clone(), c.clone(), none()));
+            steps.queue(q.clone(), self.dead_lettered());
+            steps.bind(&q, &a.dispatch_exchange, c.clone(), FieldTable::default());
         }
+    }
 
-        // lanes: a direct exchange whose unroutable messages (a channel with no
-        // lanes) go on to the jobs exchange, and a queue per paced channel and lane
+    /// Lanes: a direct exchange whose unroutable messages (a channel with no lanes)
+    /// go on to the jobs exchange, and a queue per paced channel and lane.
+    fn declare_lanes(&self, steps: &mut Steps) {
         let mut lanes_args = FieldTable::default();
-        lanes_args.insert("alternate-exchange".into(), long(&a.jobs_exchange));
+        lanes_args.insert("alternate-exchange".into(), long(&self.amqp.jobs_exchange));
         let lanes = &self.lanes.exchange;
-        steps.push(exchange(lanes.clone(), ExchangeKind::Direct, lanes_args));
+        steps.exchange(lanes.clone(), ExchangeKind::Direct, lanes_args);
         for (q, c, p) in self.lane_queues() {
-            steps.push(queue(q.clone(), dead_lettered()));
-            steps.push(bind(q, lanes.clone(), p.routing_key(c), none()));
+            steps.queue(q.clone(), self.dead_lettered());
+            steps.bind(&q, lanes, p.routing_key(c), FieldTable::default());
         }
-        // feedback from the senders: bad feedback is dead-lettered by the worker
-        // (`malformed_feedback`); the delivery limit catches a poison message
-        let (fx, fq) = &self.feedback;
-        steps.push(exchange(fx.clone(), ExchangeKind::Fanout, none()));
-        steps.push(queue(fq.clone(), dead_lettered()));
-        steps.push(bind(fq.clone(), fx.clone(), String::new(), none()));
+    }
 
+    /// Feedback from the senders: bad feedback is dead-lettered by the worker
+    /// (`malformed_feedback`); the delivery limit catches a poison message.
+    fn declare_feedback(&self, steps: &mut Steps) {
+        let (fx, fq) = &self.feedback;
+        steps.exchange(fx.clone(), ExchangeKind::Fanout, FieldTable::default());
+        steps.queue(fq.clone(), self.dead_lettered());
+        steps.bind(fq, fx, String::new(), FieldTable::default());
+    }
+
+    /// The delay ladder: a level's headers exchange falls through to the level
+    /// below (the jobs exchange under the first), and its queue holds a message
+    /// 2^n seconds before dead-lettering it there.
+    fn declare_ladder(&self, steps: &mut Steps) {
         let ladder = self.ladder();
         for n in 0..ladder.levels {
             let next = if n == 0 {
-                a.jobs_exchange.clone()
+                self.amqp.jobs_exchange.clone()
             } else {
                 ladder.exchange(n - 1)
             };
             let mut x_args = FieldTable::default();
             x_args.insert("alternate-exchange".into(), long(&next));
             let name = ladder.exchange(n);
-            steps.push(exchange(name.clone(), ExchangeKind::Headers, x_args));
+            steps.exchange(name.clone(), ExchangeKind::Headers, x_args);
             let mut args = self.queue_args(Some(&next));
             args.insert(
                 "x-message-ttl".into(),
                 AMQPValue::LongLongInt((1i64 << n) * 1000),
             );
             let q = ladder.queue(n);
-            steps.push(queue(q.clone(), args));
-            steps.push(bind(q, name, String::new(), ladder.binding(n)));
+            steps.queue(q.clone(), args);
+            steps.bind(&q, &name, String::new(), ladder.binding(n));
         }
-        let answers = futures_util::future::join_all(steps).await;
+    }
+}
+
+/// The steps of [`Topology::declare`], in order, on one channel: each method goes
+/// out when its step is first polled.
+struct Steps {
+    ch: lapin::Channel,
+    steps: Vec<Step>,
+}
+
+impl Steps {
+    /// Declare a durable exchange.
+    fn exchange(&mut self, name: String, kind: ExchangeKind, args: FieldTable) {
+        let ch = self.ch.clone();
+        self.steps.push(Box::pin(async move {
+            let durable = ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            };
+            ch.exchange_declare(name.as_str().into(), kind, durable, args)
+                .await
+                .map_err(failed(format!("exchange `{name}`")))
+        }));
+    }
+
+    /// Declare a durable queue.
+    fn queue(&mut self, name: String, args: FieldTable) {
+        let ch = self.ch.clone();
+        self.steps.push(Box::pin(async move {
+            let opts = QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            };
+            ch.queue_declare(name.as_str().into(), opts, args)
+                .await
+                .map(|_| ())
+                .map_err(failed(format!("queue `{name}`")))
+        }));
+    }
+
+    /// Bind `queue` to `exchange` with a routing key and arguments.
+    fn bind(&mut self, queue: &str, exchange: &str, key: String, args: FieldTable) {
+        let (ch, queue, exchange) = (self.ch.clone(), queue.to_string(), exchange.to_string());
+        self.steps.push(Box::pin(async move {
+            ch.queue_bind(
+                queue.as_str().into(),
+                exchange.as_str().into(),
+                ShortString::from(key),
+                QueueBindOptions::default(),
+                args,
+            )
+            .await
+            .map_err(failed(format!("the binding of `{queue}` to `{exchange}`")))
+        }));
+    }
+
+    /// Send every step and await their answers together: the first failure, or
+    /// the channel closed after them all.
+    async fn run(self) -> Result<(), BrokerError> {
+        let answers = futures_util::future::join_all(self.steps).await;
         match answers.into_iter().find_map(Result::err) {
             Some(first) => Err(first),
             None => {
-                let _ = ch.close(200, "topology declared".into()).await;
+                let _ = self.ch.close(200, "topology declared".into()).await;
                 Ok(())
             }
         }

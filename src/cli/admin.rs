@@ -9,7 +9,10 @@ use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
 use super::{amqp, parse_instant, parse_zone, print_json, store};
-use quota_worker::admin::{self, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients};
+use quota_worker::admin::recipients::{CapStatus, PolicyStatus, RuleStatus};
+use quota_worker::admin::{
+    self, JobStatus, Jobs, RecipientQuery, RecipientStatus, Recipients, Recorded,
+};
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::job::note::{JobNote, JobState, Place};
@@ -369,27 +372,8 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             let recorded = recipients.import_send(&query, at, &id).await?;
             if args.json {
                 print_json(&recorded)?;
-            } else if recorded.added {
-                println!(
-                    "recorded a send at {} under policy `{}`{} as job `{}`; kept until {}",
-                    recorded.at.with_timezone(&tz).to_rfc3339(),
-                    recorded.policy,
-                    recorded
-                        .channel
-                        .as_ref()
-                        .map(|c| format!(" (channel {c})"))
-                        .unwrap_or_default(),
-                    recorded.id,
-                    recorded
-                        .key_expires_at
-                        .map(|t| t.to_rfc3339())
-                        .unwrap_or_else(|| "(no expiry)".into())
-                );
             } else {
-                println!(
-                    "job `{}` was already recorded under policy `{}`; nothing changed",
-                    recorded.id, recorded.policy
-                );
+                print_recorded(&recorded, tz);
             }
         }
         Some(action @ (RecipientAction::Suppress { .. } | RecipientAction::Unsuppress)) => {
@@ -422,6 +406,32 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
+/// A send imported by `admin recipient record`, or why nothing changed.
+fn print_recorded(recorded: &Recorded, tz: Tz) {
+    if !recorded.added {
+        println!(
+            "job `{}` was already recorded under policy `{}`; nothing changed",
+            recorded.id, recorded.policy
+        );
+        return;
+    }
+    println!(
+        "recorded a send at {} under policy `{}`{} as job `{}`; kept until {}",
+        recorded.at.with_timezone(&tz).to_rfc3339(),
+        recorded.policy,
+        recorded
+            .channel
+            .as_ref()
+            .map(|c| format!(" (channel {c})"))
+            .unwrap_or_default(),
+        recorded.id,
+        recorded
+            .key_expires_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "(no expiry)".into())
+    );
+}
+
 fn print_status(s: &RecipientStatus) {
     let from = s
         .timezone_from
@@ -445,66 +455,73 @@ fn print_status(s: &RecipientStatus) {
     super::suppress::print(&s.suppressions);
     super::digest::print_open(&s.digests);
     for p in &s.policies {
-        let channel = p
-            .channel
-            .as_ref()
-            .map(|c| format!(", channel {c}"))
-            .unwrap_or_default();
-        println!(
-            "\npolicy {}{channel} (refused jobs: {})",
-            p.policy, p.action
-        );
-        if p.rules.is_empty() {
-            println!("  no caps");
-        }
-        for r in &p.rules {
-            println!(
-                "  {:>3} of {:<3} per {:<6}{}",
-                r.count,
-                r.limit,
-                r.window,
-                if r.full { "  full" } else { "" }
-            );
-        }
-        if p.sends.is_empty() {
-            println!("  no recorded sends");
-        }
-        for send in &p.sends {
-            println!(
-                "  sent {}  {}{}",
-                send.at_local,
-                send.state,
-                if send.counting {
-                    ""
-                } else {
-                    "  (no longer counts)"
-                }
-            );
-        }
-        for w in &p.send_windows {
-            println!("  send windows of the {w}");
-        }
-        print_next(&p.next_allowed);
+        print_policy(p);
     }
     for c in &s.caps {
-        let channel = c
-            .channel
-            .as_ref()
-            .map(|c| format!(", channel {c}"))
-            .unwrap_or_default();
-        println!("\ncap {}{channel} ({})", c.cap, c.mode);
-        for r in &c.rules {
-            println!(
-                "  {:>3} of {:<3} per {:<6}{}",
-                r.count,
-                r.limit,
-                r.window,
-                if r.full { "  full" } else { "" }
-            );
-        }
-        println!("  {} recorded send(s)", c.sends.len());
-        print_next(&c.next_allowed);
+        print_cap(c);
     }
+}
+
+/// `, channel C`, or nothing for a count across channels.
+fn channel_suffix(channel: &Option<String>) -> String {
+    channel
+        .as_ref()
+        .map(|c| format!(", channel {c}"))
+        .unwrap_or_default()
+}
+
+/// Each rule's count against its limit.
+fn print_rules(rules: &[RuleStatus]) {
+    for r in rules {
+        println!(
+            "  {:>3} of {:<3} per {:<6}{}",
+            r.count,
+            r.limit,
+            r.window,
+            if r.full { "  full" } else { "" }
+        );
+    }
+}
+
+/// One policy's rules, recorded sends, send windows and next allowed instant.
+fn print_policy(p: &PolicyStatus) {
+    println!(
+        "\npolicy {}{} (refused jobs: {})",
+        p.policy,
+        channel_suffix(&p.channel),
+        p.action
+    );
+    if p.rules.is_empty() {
+        println!("  no caps");
+    }
+    print_rules(&p.rules);
+    if p.sends.is_empty() {
+        println!("  no recorded sends");
+    }
+    for send in &p.sends {
+        println!(
+            "  sent {}  {}{}",
+            send.at_local,
+            send.state,
+            if send.counting {
+                ""
+            } else {
+                "  (no longer counts)"
+            }
+        );
+    }
+    for w in &p.send_windows {
+        println!("  send windows of the {w}");
+    }
+    print_next(&p.next_allowed);
+}
+
+/// One cap's rules, recorded sends and next allowed instant.
+fn print_cap(c: &CapStatus) {
+    println!("\ncap {}{} ({})", c.cap, channel_suffix(&c.channel), c.mode);
+    print_rules(&c.rules);
+    println!("  {} recorded send(s)", c.sends.len());
+    print_next(&c.next_allowed);
 }
 
 fn print_next(next: &Option<quota_worker::admin::recipients::NextAllowed>) {

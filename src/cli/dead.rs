@@ -6,8 +6,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::bail;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{ArgGroup, Args, Subcommand};
+use lapin::message::Delivery;
 
 use super::{amqp, print_json, stop_on_signal, EXIT_INTERRUPTED};
 use quota_worker::admin::{self, DeadLetterInfo, DeadLetters, Selection, WalkAction};
@@ -120,166 +121,226 @@ fn walk_note(report: &admin::WalkReport) {
 pub(super) async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
     let topology = Topology::from_settings(settings);
-    let letters = DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0);
-    let now = Utc::now();
-    let queue = &settings.amqp.dead_queue;
+    let walk = Walk {
+        letters: DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0),
+        now: Utc::now(),
+        queue: &settings.amqp.dead_queue,
+    };
     let code = match command {
-        DeadCommand::List { reason, json } => {
-            let stop = stop_on_signal();
-            let filter = Selection {
-                reasons: reason,
-                ids: vec![],
-            };
-            let mut seen = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if filter.matches(&letter) {
-                        seen.push(letter);
-                    }
-                    WalkAction::Keep
-                })
-                .await?;
-            if json {
-                print_json(&seen)?;
-            } else {
-                let width = seen
-                    .iter()
-                    .map(|d| d.id.as_deref().unwrap_or("-").chars().count())
-                    .max()
-                    .unwrap_or(2)
-                    .clamp(2, 40);
-                println!("{:<width$}  {:<16}  {:>7}  DETAIL", "ID", "REASON", "AGE");
-                for d in &seen {
-                    println!(
-                        "{:<width$}  {:<16}  {:>7}  {}",
-                        d.id.as_deref().unwrap_or("-"),
-                        d.reason,
-                        age(d.age_seconds),
-                        d.detail
-                    );
-                }
-                eprintln!(
-                    "{} of {} dead letter(s) in `{queue}` listed; all kept, in order",
-                    seen.len(),
-                    report.visited
-                );
-            }
-            walk_note(&report);
-            interrupted_or_ok(&report)
-        }
-        DeadCommand::Show { id, json } => {
-            let stop = stop_on_signal();
-            let mut seen = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if letter.id.as_deref() == Some(id.as_str()) {
-                        seen.push(DeadLetterInfo::read(&d.properties, &d.data, now, true));
-                    }
-                    WalkAction::Keep
-                })
-                .await?;
-            walk_note(&report);
-            if seen.is_empty() {
-                bail!("no dead letter with id `{id}` in `{queue}`");
-            }
-            if json {
-                print_json(&seen)?;
-            } else {
-                for d in &seen {
-                    println!("id:          {}", d.id.as_deref().unwrap_or("-"));
-                    println!("reason:      {} ({})", d.reason, d.source);
-                    println!("detail:      {}", d.detail);
-                    println!(
-                        "dead since:  {} ({} ago)",
-                        d.dead_at.map(|t| t.to_rfc3339()).unwrap_or("?".into()),
-                        age(d.age_seconds)
-                    );
-                    if let Some(a) = d.attempts {
-                        println!("attempts:    {a}");
-                    }
-                    if let Some(t) = d.first_seen {
-                        println!("first seen:  {}", t.to_rfc3339());
-                    }
-                    println!(
-                        "properties:  {}",
-                        serde_json::to_string_pretty(&d.properties)?
-                    );
-                    println!("body:        {}", serde_json::to_string_pretty(&d.body)?);
-                }
-            }
-            interrupted_or_ok(&report)
-        }
+        DeadCommand::List { reason, json } => walk.list(reason, json).await?,
+        DeadCommand::Show { id, json } => walk.show(&id, json).await?,
         DeadCommand::Replay { selection, json } => {
-            let stop = stop_on_signal();
-            let sel = selection.selection();
-            let mut replayed = Vec::new();
-            let report = letters
-                .walk(&stop, |d| {
-                    let letter = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-                    if sel.matches(&letter) {
-                        replayed.push(letter);
-                        WalkAction::Replay
-                    } else {
-                        WalkAction::Keep
-                    }
-                })
-                .await?;
-            if json {
-                print_json(&serde_json::json!({ "replayed": replayed, "walk": report }))?;
-            } else {
-                for d in &replayed {
-                    println!("replayed {} ({})", d.id.as_deref().unwrap_or("-"), d.reason);
-                }
-                eprintln!(
-                    "{} replayed to `{}`, {} kept in `{queue}`",
-                    report.replayed, settings.amqp.jobs_exchange, report.kept
-                );
-            }
-            walk_note(&report);
-            interrupted_or_ok(&report)
+            walk.replay(&selection, json, &settings.amqp.jobs_exchange)
+                .await?
         }
         DeadCommand::Purge { selection, yes } => {
-            let there = letters.count().await?;
-            if !yes {
-                if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
-                    bail!("refusing to purge without a terminal to confirm on; pass --yes");
-                }
-                eprint!(
-                    "Delete {} from `{queue}` ({there} dead letter(s) there now)? This cannot be undone. [y/N] ",
-                    selection.describe()
-                );
-                std::io::stderr().flush()?;
-                let mut answer = String::new();
-                std::io::stdin().lock().read_line(&mut answer)?;
-                if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-                    eprintln!("nothing purged");
-                    return Ok(ExitCode::FAILURE);
-                }
+            if !yes && !walk.confirm_purge(&selection).await? {
+                eprintln!("nothing purged");
+                return Ok(ExitCode::FAILURE);
             }
-            // after the prompt, so that Ctrl-C at the prompt still quits at once
-            let stop = stop_on_signal();
-            let sel = selection.selection();
-            let report = letters
-                .walk(&stop, |d| {
-                    if sel.matches(&DeadLetterInfo::read(&d.properties, &d.data, now, false)) {
-                        WalkAction::Drop
-                    } else {
-                        WalkAction::Keep
-                    }
-                })
-                .await?;
-            println!(
-                "purged {} dead letter(s) from `{queue}`; {} kept",
-                report.dropped, report.kept
-            );
-            walk_note(&report);
-            interrupted_or_ok(&report)
+            walk.purge(&selection).await?
         }
     };
     let _ = conn.close(200, "bye".into()).await;
     Ok(code)
+}
+
+/// What every `admin dead` command walks: the dead letters, read at one instant,
+/// in one queue.
+struct Walk<'a> {
+    letters: DeadLetters<'a>,
+    now: DateTime<Utc>,
+    queue: &'a str,
+}
+
+impl Walk<'_> {
+    /// The dead letter a delivery holds, its body and properties left out unless
+    /// `full`.
+    fn read(&self, d: &Delivery, full: bool) -> DeadLetterInfo {
+        DeadLetterInfo::read(&d.properties, &d.data, self.now, full)
+    }
+
+    /// `admin dead list`.
+    async fn list(&self, reason: Vec<String>, json: bool) -> anyhow::Result<ExitCode> {
+        let stop = stop_on_signal();
+        let filter = Selection {
+            reasons: reason,
+            ids: vec![],
+        };
+        let mut seen = Vec::new();
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                let letter = self.read(d, false);
+                if filter.matches(&letter) {
+                    seen.push(letter);
+                }
+                WalkAction::Keep
+            })
+            .await?;
+        if json {
+            print_json(&seen)?;
+        } else {
+            print_list(&seen);
+            eprintln!(
+                "{} of {} dead letter(s) in `{}` listed; all kept, in order",
+                seen.len(),
+                report.visited,
+                self.queue
+            );
+        }
+        walk_note(&report);
+        Ok(interrupted_or_ok(&report))
+    }
+
+    /// `admin dead show`.
+    async fn show(&self, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+        let stop = stop_on_signal();
+        let mut seen = Vec::new();
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                if self.read(d, false).id.as_deref() == Some(id) {
+                    seen.push(self.read(d, true));
+                }
+                WalkAction::Keep
+            })
+            .await?;
+        walk_note(&report);
+        if seen.is_empty() {
+            bail!("no dead letter with id `{id}` in `{}`", self.queue);
+        }
+        if json {
+            print_json(&seen)?;
+        } else {
+            for d in &seen {
+                print_letter(d)?;
+            }
+        }
+        Ok(interrupted_or_ok(&report))
+    }
+
+    /// `admin dead replay`: the selection published again to `exchange`.
+    async fn replay(
+        &self,
+        selection: &SelectionArgs,
+        json: bool,
+        exchange: &str,
+    ) -> anyhow::Result<ExitCode> {
+        let stop = stop_on_signal();
+        let sel = selection.selection();
+        let mut replayed = Vec::new();
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                let letter = self.read(d, false);
+                if sel.matches(&letter) {
+                    replayed.push(letter);
+                    WalkAction::Replay
+                } else {
+                    WalkAction::Keep
+                }
+            })
+            .await?;
+        if json {
+            print_json(&serde_json::json!({ "replayed": replayed, "walk": report }))?;
+        } else {
+            for d in &replayed {
+                println!("replayed {} ({})", d.id.as_deref().unwrap_or("-"), d.reason);
+            }
+            eprintln!(
+                "{} replayed to `{exchange}`, {} kept in `{}`",
+                report.replayed, report.kept, self.queue
+            );
+        }
+        walk_note(&report);
+        Ok(interrupted_or_ok(&report))
+    }
+
+    /// Whether the operator, asked on the terminal, confirms the purge of the
+    /// selection (an error without a terminal).
+    async fn confirm_purge(&self, selection: &SelectionArgs) -> anyhow::Result<bool> {
+        let there = self.letters.count().await?;
+        if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+            bail!("refusing to purge without a terminal to confirm on; pass --yes");
+        }
+        eprint!(
+            "Delete {} from `{}` ({there} dead letter(s) there now)? This cannot be undone. [y/N] ",
+            selection.describe(),
+            self.queue
+        );
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    }
+
+    /// `admin dead purge`, once confirmed.
+    async fn purge(&self, selection: &SelectionArgs) -> anyhow::Result<ExitCode> {
+        // after the prompt, so that Ctrl-C at the prompt still quits at once
+        let stop = stop_on_signal();
+        let sel = selection.selection();
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                if sel.matches(&self.read(d, false)) {
+                    WalkAction::Drop
+                } else {
+                    WalkAction::Keep
+                }
+            })
+            .await?;
+        println!(
+            "purged {} dead letter(s) from `{}`; {} kept",
+            report.dropped, self.queue, report.kept
+        );
+        walk_note(&report);
+        Ok(interrupted_or_ok(&report))
+    }
+}
+
+/// The listed dead letters as a table: id, reason, age, detail.
+fn print_list(seen: &[DeadLetterInfo]) {
+    let width = seen
+        .iter()
+        .map(|d| d.id.as_deref().unwrap_or("-").chars().count())
+        .max()
+        .unwrap_or(2)
+        .clamp(2, 40);
+    println!("{:<width$}  {:<16}  {:>7}  DETAIL", "ID", "REASON", "AGE");
+    for d in seen {
+        println!(
+            "{:<width$}  {:<16}  {:>7}  {}",
+            d.id.as_deref().unwrap_or("-"),
+            d.reason,
+            age(d.age_seconds),
+            d.detail
+        );
+    }
+}
+
+/// One dead letter in full: headers, properties and body.
+fn print_letter(d: &DeadLetterInfo) -> anyhow::Result<()> {
+    println!("id:          {}", d.id.as_deref().unwrap_or("-"));
+    println!("reason:      {} ({})", d.reason, d.source);
+    println!("detail:      {}", d.detail);
+    println!(
+        "dead since:  {} ({} ago)",
+        d.dead_at.map(|t| t.to_rfc3339()).unwrap_or("?".into()),
+        age(d.age_seconds)
+    );
+    if let Some(a) = d.attempts {
+        println!("attempts:    {a}");
+    }
+    if let Some(t) = d.first_seen {
+        println!("first seen:  {}", t.to_rfc3339());
+    }
+    println!(
+        "properties:  {}",
+        serde_json::to_string_pretty(&d.properties)?
+    );
+    println!("body:        {}", serde_json::to_string_pretty(&d.body)?);
+    Ok(())
 }
 
 fn interrupted_or_ok(report: &admin::WalkReport) -> ExitCode {

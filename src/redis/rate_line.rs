@@ -198,81 +198,106 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
         done: false,
     };
     loop {
-        let (ask, wanted, number, ahead) = {
-            let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
-            // waiters that gave up (a shutdown) leave the line here
-            l.waiters.retain(|w| !w.tx.is_closed());
-            let Some(first) = l.waiters.front() else {
-                l.asking = false;
-                asking.done = true;
-                return;
-            };
-            let ask = first.ask;
-            let wanted = l
-                .waiters
-                .iter()
-                .take(MAX_ASK)
-                .take_while(|w| w.ask == ask)
-                .count();
-            l.asks += 1;
-            (ask, wanted, l.asks, l.ahead.now())
+        let Some(next) = next_ask(&line) else {
+            asking.done = true;
+            return;
         };
         let sent = Instant::now();
-        let answer = taker.slots(ask, wanted, ahead).await;
-        let next = {
-            let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = taker.slots(next.ask, next.wanted, next.ahead).await;
+        let ahead = {
+            let mut l = lock(&line);
             l.ahead.observe(sent.elapsed());
             l.ahead.now()
         };
-        if next != ahead || number == 1 {
-            crate::metrics::lane_look_ahead(taker.channel(), ask.1.lane.as_str(), next);
+        if ahead != next.ahead || next.number == 1 {
+            crate::metrics::lane_look_ahead(taker.channel(), next.ask.1.lane.as_str(), ahead);
         }
         match answer {
-            Err(e) => {
-                // each waiter retries as after any Redis error (its own backoff)
-                let failed: Vec<_> = {
-                    let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = wanted.min(l.waiters.len());
-                    l.waiters.drain(..n).map(|w| w.tx).collect()
-                };
-                super::fail_all(e, failed);
-            }
-            Ok(Granted::Slots(slots)) => {
-                let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
-                for (tat_us, wait) in slots {
-                    // a waiter gone meanwhile passes its slot to the next (none
-                    // left: the slot goes unused, the rate is never exceeded)
-                    while let Some(w) = l.waiters.pop_front() {
-                        let at_once = w.joined_after + 1 == number && wait.is_zero();
-                        let slot = Slot {
-                            tat_us,
-                            wait,
-                            at_once,
-                        };
-                        if w.tx.send(Ok(slot)).is_ok() {
-                            break;
-                        }
-                    }
-                }
-            }
+            // each waiter retries as after any Redis error (its own backoff)
+            Err(e) => super::fail_all(e, take_first(&line, next.wanted)),
+            Ok(Granted::Slots(slots)) => hand_out(&line, slots, next.number),
             Ok(Granted::NotYet(retry)) => {
                 let nap = retry.clamp(Duration::from_micros(100), MAX_NOT_YET);
                 tokio::time::sleep(nap).await
             }
             Ok(Granted::Never) => {
-                let failed: Vec<_> = {
-                    let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = wanted.min(l.waiters.len());
-                    l.waiters.drain(..n).map(|w| w.tx).collect()
-                };
-                let (rate, _) = ask;
-                for tx in failed {
+                let (rate, _) = next.ask;
+                for tx in take_first(&line, next.wanted) {
                     let _ = tx.send(Err(StoreError::CostAboveBurst {
                         channel: taker.channel().to_string(),
                         cost: rate.cost,
                         burst: rate.burst,
                     }));
                 }
+            }
+        }
+    }
+}
+
+/// The line, locked (a panic while it was held does not poison it for good).
+fn lock(line: &Mutex<Line>) -> std::sync::MutexGuard<'_, Line> {
+    line.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The asker's next ask: for the first waiter's rate and lane, as many slots as
+/// the waiters behind it of the same ask (at most [`MAX_ASK`]).
+struct NextAsk {
+    ask: (Rate, LaneAsk),
+    wanted: usize,
+    /// Its number among the line's asks.
+    number: u64,
+    /// How far ahead it looks.
+    ahead: Duration,
+}
+
+/// The next ask, counted as begun; `None` when no waiter is left, the line then
+/// marked without an asker (under the same lock that found it empty).
+fn next_ask(line: &Mutex<Line>) -> Option<NextAsk> {
+    let mut l = lock(line);
+    // waiters that gave up (a shutdown) leave the line here
+    l.waiters.retain(|w| !w.tx.is_closed());
+    let Some(first) = l.waiters.front() else {
+        l.asking = false;
+        return None;
+    };
+    let ask = first.ask;
+    let wanted = l
+        .waiters
+        .iter()
+        .take(MAX_ASK)
+        .take_while(|w| w.ask == ask)
+        .count();
+    l.asks += 1;
+    Some(NextAsk {
+        ask,
+        wanted,
+        number: l.asks,
+        ahead: l.ahead.now(),
+    })
+}
+
+/// The first `wanted` waiters (fewer if fewer are left), out of the line.
+fn take_first(line: &Mutex<Line>, wanted: usize) -> Vec<oneshot::Sender<Reply>> {
+    let mut l = lock(line);
+    let n = wanted.min(l.waiters.len());
+    l.waiters.drain(..n).map(|w| w.tx).collect()
+}
+
+/// Hand the slots of ask `number` to the waiters in order.
+fn hand_out(line: &Mutex<Line>, slots: Vec<(i64, Duration)>, number: u64) {
+    let mut l = lock(line);
+    for (tat_us, wait) in slots {
+        // a waiter gone meanwhile passes its slot to the next (none
+        // left: the slot goes unused, the rate is never exceeded)
+        while let Some(w) = l.waiters.pop_front() {
+            let at_once = w.joined_after + 1 == number && wait.is_zero();
+            let slot = Slot {
+                tat_us,
+                wait,
+                at_once,
+            };
+            if w.tx.send(Ok(slot)).is_ok() {
+                break;
             }
         }
     }

@@ -11,7 +11,10 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
+mod cell;
+mod details;
 mod render;
+mod soak;
 mod text;
 
 pub use render::render;
