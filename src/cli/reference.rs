@@ -102,13 +102,9 @@ fn section(c: &Command, page: &mut String) {
     let usage = c.clone().render_usage().to_string();
     let usage = usage.trim_start_matches("Usage: ");
     let _ = write!(page, "```text\n{usage}\n```\n");
-    // the global flags and --help once, at the top
-    let top = !path(c).contains(' ');
-    let args: Vec<&Arg> = c
-        .get_arguments()
-        .filter(|a| !a.is_hide_set())
-        .filter(|a| top || !(a.is_global_set() || a.get_id() == "help"))
-        .collect();
+    // every flag the command accepts, the global ones (propagated by `build`) and
+    // `--help` included, as its man page and `--help` list them
+    let args: Vec<&Arg> = c.get_arguments().filter(|a| !a.is_hide_set()).collect();
     if !args.is_empty() {
         page.push_str("\n| Argument | Default | Environment | Meaning |\n|---|---|---|---|\n");
     }

@@ -22,9 +22,9 @@ pub struct LaneSettings {
     /// (default `notify.lanes.`).
     pub queue_prefix: String,
     /// The most deliveries the worker takes from each lane queue at once: `"auto"`
-    /// (the default, [`crate::quota::prefetch::AUTO_CEILING`]) or a number (at least
-    /// 1). Under it, the worker holds what its channel's rate needs, measured as it
-    /// runs ([`crate::quota::prefetch`]).
+    /// (the default: at most [`crate::quota::prefetch::AUTO_CEILING`]) or a number
+    /// (1 to 65535). Under it, the worker holds what its channel's rate needs,
+    /// measured as it runs.
     pub prefetch: LanePrefetch,
     /// A job read from the jobs queue whose channel's rate would make it wait at
     /// most this long waits in the worker; only a longer wait parks it in its lane

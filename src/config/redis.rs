@@ -44,9 +44,9 @@ pub struct RedisSettings {
     /// (`WAIT`) before the verdict counts; 0 (the default): do not wait. Replication
     /// is asynchronous, so without it a failover can forget sends the old master had
     /// recorded (and the caps start afresh for them). On a cluster the `WAIT` follows
-    /// each node's call, on connections the admissions keep for themselves (see
-    /// `RedisConn::dedicated`); a master with fewer replicas answering (just promoted,
-    /// none attached yet) holds its recipients' jobs, as a short `WAIT` does. A digest
+    /// each node's call, on connections the admissions keep for themselves; a
+    /// master with fewer replicas answering (just promoted, none attached yet)
+    /// holds its recipients' jobs, as a short `WAIT` does. A digest
     /// fold is waited for the same way (on a cluster, `WAIT` goes to the master that
     /// holds the fold, on connections the folds keep for themselves).
     pub wait_replicas: u32,

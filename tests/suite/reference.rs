@@ -11,6 +11,7 @@
 pub(crate) mod config;
 pub(crate) mod dead_letters;
 mod metrics;
+mod pages;
 mod schemas;
 mod source;
 

@@ -54,7 +54,7 @@ pub fn keys(root: &Path) -> (Vec<Key>, Sections) {
     let mut sections = Vec::new();
     for f in &types.structs["Settings"].1 {
         let name = attr_value(&f.attrs, "rename").unwrap_or_else(|| f.name.clone());
-        sections.push((name.clone(), one_line(&f.docs)));
+        sections.push((name.clone(), one_line(&types.resolve(&f.docs))));
         let at = Place {
             path: name.clone(),
             default: defaults.get(&name),
@@ -109,7 +109,7 @@ impl Walker<'_> {
                     None => "table of named entries".into(),
                 },
                 default: if at.fixed { names } else { "optional".into() },
-                docs: one_line(docs),
+                docs: one_line(&self.types.resolve(docs)),
             });
             if seen.is_none() {
                 let path = format!("{}.NAME", at.path);
@@ -144,9 +144,10 @@ impl Walker<'_> {
             });
             return;
         }
+        // a secret's default is serialized as the worker prints it (`<redacted>`, or
+        // empty when it is empty)
         let default = if at.fixed {
             match at.default {
-                Some(_) if attrs.contains("redacted") => "(secret)".into(),
                 Some(v) => value(v),
                 None => "unset".into(),
             }
@@ -159,7 +160,7 @@ impl Walker<'_> {
             path: at.path,
             ty: type_name(self.types, ty),
             default,
-            docs: one_line(docs),
+            docs: one_line(&self.types.resolve(docs)),
         });
     }
 }
@@ -190,7 +191,12 @@ fn type_name(types: &Types, ty: &str) -> String {
         "SecretString" => "string (secret)".into(),
         "PathBuf" => "path".into(),
         "RuleSettings" => "`{ limit, window }`".into(),
+        "LanePrefetch" => "`\"auto\"` or an integer (1 to 65535)".into(),
         other => match types.enums.get(other) {
+            Some((item, _)) if !item.attrs.contains("Deserialize") => panic!(
+                "`{other}` deserializes by hand, so its variants are not what a user \
+                 writes: say how it is written in `type_name`"
+            ),
             Some((item, variants)) => {
                 let all = attr_value(&item.attrs, "rename_all");
                 let words: Vec<String> = variants

@@ -46,14 +46,14 @@ pub fn items(text: &str) -> Vec<Item> {
     out
 }
 
-/// A doc comment as one line of Markdown: paragraphs joined, intra-doc links
-/// turned into code.
+/// A doc comment as one line of Markdown: paragraphs joined. An intra-doc link
+/// (`` [`X`] ``) is left as it is: a page must not hold one, so one that reaches a
+/// page fails `reference::pages` (resolve those to constants with
+/// [`Types::resolve`] first).
 pub fn one_line(docs: &str) -> String {
     docs.split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-        .replace("[`", "`")
-        .replace("`]", "`")
         .replace('|', "\\|")
 }
 
@@ -79,6 +79,9 @@ pub struct Variant {
 pub struct Types {
     pub structs: BTreeMap<String, (Item, Vec<Field>)>,
     pub enums: BTreeMap<String, (Item, Vec<Variant>)>,
+    /// `const NAME: T = literal;` (a string or a number), by name: the literal as a
+    /// user writes the value (a string without its quotes).
+    pub consts: BTreeMap<String, String>,
 }
 
 impl Types {
@@ -119,8 +122,35 @@ impl Types {
         types
     }
 
+    /// `docs` with each intra-doc link to a constant (`` [`REDACTED`] ``,
+    /// `` [`crate::quota::prefetch::AUTO_CEILING`] ``) written as the constant's
+    /// value in code (`` `<redacted>` ``, `` `1024` ``); other links stay as they are.
+    pub fn resolve(&self, docs: &str) -> String {
+        let mut out = String::new();
+        let mut rest = docs;
+        while let Some(at) = rest.find("[`") {
+            out.push_str(&rest[..at]);
+            let link = &rest[at + 2..];
+            let Some(end) = link.find("`]") else {
+                out.push_str(&rest[at..]);
+                return out;
+            };
+            let name = link[..end].rsplit("::").next().unwrap_or_default();
+            match self.consts.get(name) {
+                Some(value) => out.push_str(&format!("`{value}`")),
+                None => out.push_str(&rest[at..at + 2 + end + 2]),
+            }
+            rest = &link[end + 2..];
+        }
+        out.push_str(rest);
+        out
+    }
+
     fn add(&mut self, text: &str) {
         let items = items(text);
+        for (name, value) in literal_consts(&items) {
+            self.consts.entry(name).or_insert(value);
+        }
         let mut i = 0;
         while i < items.len() {
             let item = &items[i];
@@ -246,6 +276,31 @@ pub fn str_consts(text: &str) -> Vec<(String, String, String)> {
             let (name, rest) = rest.split_once(": &str = \"")?;
             let value = rest.strip_suffix("\";")?;
             Some((name.to_string(), value.to_string(), item.docs))
+        })
+        .collect()
+}
+
+/// The `const NAME: T = literal;` lines of `items` whose literal is a string (its
+/// text, unquoted) or a number (its digits, `_` dropped).
+fn literal_consts(items: &[Item]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter_map(|item| {
+            let line = item
+                .line
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
+                .trim_start_matches("pub ");
+            let (name, rest) = line.strip_prefix("const ")?.split_once(": ")?;
+            let value = rest.split_once(" = ")?.1.strip_suffix(';')?;
+            let value = match value.strip_prefix('"') {
+                Some(text) => text.strip_suffix('"')?.to_string(),
+                None if value.chars().all(|c| c.is_ascii_digit() || c == '_') => {
+                    value.replace('_', "")
+                }
+                None => return None,
+            };
+            Some((name.to_string(), value))
         })
         .collect()
 }
