@@ -59,7 +59,7 @@ fn rust_in_finds_what_a_page_must_not_hold() {
         "as [`Settings::load`] does",
     ];
     for line in bad {
-        assert_eq!(rust_in(line).len(), 1, "{line}: {:?}", rust_in(line));
+        assert!(!rust_in(line).is_empty(), "{line}");
     }
     let good = [
         "printed as `<redacted>`; `\"auto\"` (the default: at most `1024`)",
