@@ -2,14 +2,24 @@
 //! preferences API, built here from [`OPERATIONS`] (each method of the route in
 //! `preferences.rs`, its statuses and whether it takes a body) and the set's JSON
 //! Schema (`schema/preferences.schema.json`, the one checked against the parser),
-//! embedded as `components.schemas.Preferences`. Public: it describes the API and
-//! holds no data, so it answers without `http.api_token` (a preference page's
-//! build can fetch it). `suite::preferences::the_openapi_document_matches_the_routes`
-//! checks it against the routes.
+//! embedded as `components.schemas.Preferences` (what `GET` answers). The bodies
+//! `PUT` and `PATCH` take are that schema narrowed to exactly what this worker's
+//! parser accepts (`PreferencesSet`: its configured channels, the zones of its tz
+//! database, a window whose `from` and `to` differ) and, for `PATCH`, widened by
+//! RFC 7386's `null` (`PreferencesPatch`); `tests/schemathesis.sh` checks the
+//! server against them. Public: it describes the API and holds no data, so it
+//! answers without `http.api_token` (a preference page's build can fetch it).
+//! `suite::preferences::the_openapi_document_matches_the_routes` checks it against
+//! the routes.
 
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{json, Map, Value};
+
+use super::App;
+
+mod body;
 
 /// The path of the preferences API.
 pub const PREFERENCES_PATH: &str = "/v1/recipients/{recipient}/preferences";
@@ -124,8 +134,12 @@ fn preferences_schema() -> Value {
     schema
 }
 
-/// The OpenAPI 3.1 document.
-pub fn document() -> Value {
+/// The OpenAPI 3.1 document of a worker whose configured channels are `channels`
+/// (`None`: not known, before the worker has connected to Redis and read its rules;
+/// the API answers 503 then).
+pub fn document(channels: Option<&[String]>) -> Value {
+    let set = body::set(preferences_schema(), channels);
+    let patch = body::patch(set.clone());
     let mut item = Map::new();
     item.insert(
         "parameters".into(),
@@ -145,9 +159,13 @@ pub fn document() -> Value {
             "responses": op.responses.iter().map(|(s, d)| answer(*s, d)).collect::<Map<_, _>>(),
         });
         if let Some(media) = op.body {
+            let body = match op.method {
+                "patch" => "#/components/schemas/PreferencesPatch",
+                _ => "#/components/schemas/PreferencesSet",
+            };
             o["requestBody"] = json!({
                 "required": true,
-                "content": { media: { "schema": { "$ref": "#/components/schemas/Preferences" } } }
+                "content": { media: { "schema": { "$ref": body } } }
             });
         }
         item.insert(op.method.into(), o);
@@ -179,6 +197,8 @@ pub fn document() -> Value {
             },
             "schemas": {
                 "Preferences": preferences_schema(),
+                "PreferencesSet": set,
+                "PreferencesPatch": patch,
                 "Error": {
                     "type": "object",
                     "required": ["error"],
@@ -192,10 +212,14 @@ pub fn document() -> Value {
     })
 }
 
-/// The handler of [`OPENAPI_PATH`].
-pub(super) async fn serve() -> impl IntoResponse {
+/// The handler of [`OPENAPI_PATH`]: the document of the channels configured now.
+pub(super) async fn serve(State(app): State<App>) -> impl IntoResponse {
+    let channels: Option<Vec<String>> = app
+        .status
+        .reloader()
+        .map(|r| r.rules().channels().map(|(name, _)| name.clone()).collect());
     (
         [(header::CONTENT_TYPE, "application/json")],
-        document().to_string(),
+        document(channels.as_deref()).to_string(),
     )
 }

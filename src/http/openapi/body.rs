@@ -1,0 +1,80 @@
+//! The bodies `PUT` and `PATCH` take, as JSON Schemas that say exactly what the
+//! parser (`quota::preferences::Preferences::parse`) accepts, built from the set's
+//! schema file: it holds for every worker; these add what one worker knows (its
+//! channels, the zones of its tz database) and what JSON Schema can only say long
+//! (a window's `from` and `to` differ). Pure: no I/O.
+
+use serde_json::{json, Value};
+
+/// The set `PUT` takes (and a `PATCH` must leave): `schema` (the schema file's) with
+/// the channel names limited to `channels` (when known), the zone to a name of the
+/// tz database, and a window that opens for some time. `updated_at` is any value:
+/// the parser ignores it.
+pub fn set(mut schema: Value, channels: Option<&[String]>) -> Value {
+    let props = &mut schema["properties"];
+    if let Some(channels) = channels {
+        let names = json!(channels);
+        props["channels"]["propertyNames"]["enum"] = names.clone();
+        for choice in props["categories"]["additionalProperties"]["oneOf"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] == "object")
+        {
+            choice["propertyNames"]["enum"] = names.clone();
+        }
+    }
+    let quiet = &mut props["quiet_hours"]["properties"];
+    let zones: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()).collect();
+    quiet["timezone"]["enum"] = json!(zones);
+    quiet["windows"]["items"]["not"] = json!({ "anyOf": empty_windows() });
+    let docs = props["updated_at"]["description"].clone();
+    props["updated_at"] = json!({ "description": docs });
+    schema
+}
+
+/// One schema a time of day: a window from it to itself, which opens for no time.
+fn empty_windows() -> Vec<Value> {
+    (0..24 * 60)
+        .map(|m| format!("{:02}:{:02}", m / 60, m % 60))
+        .map(|t| json!({ "required": ["from", "to"], "properties": { "from": { "const": t }, "to": { "const": t } } }))
+        .collect()
+}
+
+/// The body `PATCH` takes (RFC 7386): `set` where every key an object may leave out
+/// may also be `null` (it removes the key), at any depth but inside a list (a list
+/// is replaced whole). Its other keys are as in `set`, as on a recipient with no
+/// set yet (the merge is checked whole, so what a `PATCH` may leave out also depends on
+/// the set stored).
+pub fn patch(mut set: Value) -> Value {
+    nullable_inside(&mut set);
+    set
+}
+
+fn nullable_inside(schema: &mut Value) {
+    let required: Vec<Value> = schema["required"].as_array().cloned().unwrap_or_default();
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for (name, prop) in props.iter_mut() {
+            nullable_inside(prop);
+            if !required.contains(&json!(name)) {
+                *prop = or_null(prop.take());
+            }
+        }
+    }
+    if let Some(extra) = schema.get_mut("additionalProperties").filter(|e| e.is_object()) {
+        nullable_inside(extra);
+        *extra = or_null(extra.take());
+    }
+    for choice in schema
+        .get_mut("oneOf")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        nullable_inside(choice);
+    }
+}
+
+fn or_null(schema: Value) -> Value {
+    json!({ "anyOf": [schema, { "type": "null" }] })
+}
