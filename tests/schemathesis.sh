@@ -97,4 +97,5 @@ schemathesis run "http://127.0.0.1:$port/v1/openapi.json" \
   --checks all \
   --max-examples "$examples" \
   --header "Authorization: Bearer $token" \
-  --no-color
+  --no-color \
+  "$@"

@@ -61,9 +61,29 @@ fn nullable_inside(schema: &mut Value) {
             }
         }
     }
-    if let Some(extra) = schema.get_mut("additionalProperties").filter(|e| e.is_object()) {
-        nullable_inside(extra);
-        *extra = or_null(extra.take());
+    if let Some(mut extra) = schema
+        .get_mut("additionalProperties")
+        .filter(|e| e.is_object())
+        .map(Value::take)
+    {
+        nullable_inside(&mut extra);
+        let extra = or_null(extra);
+        // a key `null` removes is never read, so its name is not checked: the names
+        // the set allows take a value or `null`, any other name `null` alone
+        let names = schema
+            .as_object_mut()
+            .and_then(|m| m.remove("propertyNames"))
+            .unwrap_or_default();
+        if let Some(known) = names["enum"].as_array() {
+            let each = known.iter().filter_map(Value::as_str);
+            schema["properties"] = each.map(|n| (n.to_string(), extra.clone())).collect();
+        } else if let Some(pattern) = names["pattern"].as_str() {
+            schema["patternProperties"] = json!({ pattern: extra });
+        } else {
+            schema["additionalProperties"] = extra;
+            return;
+        }
+        schema["additionalProperties"] = json!({ "type": "null" });
     }
     for choice in schema
         .get_mut("oneOf")
