@@ -26,6 +26,12 @@ pub enum EditError {
     /// The set is not valid; nothing was stored.
     #[error("{}: {}", .0.field, .0.error)]
     Invalid(Invalid),
+    /// A merge patch that leaves to the stored set what the set needs (a
+    /// `quiet_hours` without `windows`) where the stored set has none of it: the
+    /// patch conflicts with the state (RFC 5789's 409), and would apply to a set that
+    /// has it. Nothing was stored.
+    #[error("{}: {} (the patch leaves it to the stored set, which has none)", .0.field, .0.error)]
+    Conflict(Invalid),
     /// Redis failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -161,7 +167,7 @@ pub async fn patch(
             .and_then(|s| serde_json::from_str::<Value>(s).ok())
             .unwrap_or_else(|| Value::Object(Default::default()));
         merge_patch(&mut value, patch);
-        let set = check(store, &value)?;
+        let set = check(store, &value).map_err(|e| unmet(e, patch))?;
         let now = store.redis_now().timestamp_millis();
         let read = read.as_deref().unwrap_or("");
         if write_if(store, tenant, recipient, &set, now, Some(read)).await? {
@@ -172,6 +178,19 @@ pub async fn patch(
     Err(EditError::Store(StoreError::Batch(format!(
         "the preferences of {recipient} changed under {PATCH_TRIES} PATCHes in a row"
     ))))
+}
+
+/// `e`, a merged set's refusal, as a [`EditError::Conflict`] when it is only for the
+/// `windows` of a `quiet_hours` the patch gives without them.
+fn unmet(e: EditError, patch: &Value) -> EditError {
+    let leaves_windows =
+        patch["quiet_hours"].is_object() && patch["quiet_hours"].get("windows").is_none();
+    match e {
+        EditError::Invalid(bad) if leaves_windows && bad.field == "quiet_hours.windows" => {
+            EditError::Conflict(bad)
+        }
+        e => e,
+    }
 }
 
 /// How many times a PATCH reads and merges again when another write came between.

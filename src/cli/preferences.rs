@@ -104,7 +104,7 @@ pub async fn edit(
                     "stored the preferences of {whose} (updated_at {})",
                     set["updated_at"].as_str().unwrap_or("-")
                 ),
-                Err(EditError::Invalid(bad)) => {
+                Err(EditError::Invalid(bad) | EditError::Conflict(bad)) => {
                     if json {
                         print_json(&serde_json::json!({"error": bad.error, "field": bad.field}))?;
                     }

@@ -93,6 +93,7 @@ pub const OPERATIONS: &[Operation] = &[
         responses: &[
             (200, "The set stored, with `updated_at`"),
             (400, "Refused, nothing stored: `error` says why, `field` where"),
+            (409, "Nothing stored: the patch gives `quiet_hours` without `windows` and the stored set has none to keep"),
             (413, "The body is over 64 KiB"),
             AUTH[0],
             AUTH[1],

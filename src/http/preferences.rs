@@ -3,7 +3,9 @@
 //! `/v1/recipients/{recipient}/preferences`, the recipient percent-encoded,
 //! `?tenant=T` scoping it to a tenant. Every method asks for `http.api_token`
 //! ([`Guard::api`]). Bad input is refused whole with 400 and
-//! `{"error", "field"}`; a body over 64 KiB with 413. Each answer is counted by
+//! `{"error", "field"}`; a merge patch that leaves `quiet_hours.windows` to a stored
+//! set that has none with 409 (it would apply to one that has them); a body over
+//! 64 KiB with 413. Each answer is counted by
 //! status (`quota_worker_preference_requests_total`).
 
 use axum::body::Bytes;
@@ -98,6 +100,7 @@ fn edited(result: Result<Value, EditError>) -> Response {
         Err(EditError::Invalid(bad)) => {
             error(StatusCode::BAD_REQUEST, &bad.error, Some(&bad.field))
         }
+        Err(EditError::Conflict(bad)) => error(StatusCode::CONFLICT, &bad.error, Some(&bad.field)),
         Err(EditError::Store(e)) => redis_down(e),
     }
 }

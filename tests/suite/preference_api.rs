@@ -143,6 +143,7 @@ async fn the_openapi_document_matches_the_routes() {
     let good = json!({"channels": {"sms": false}}).to_string();
     let bad = json!({"channels": {"fax": false}}).to_string();
     let big = json!({"pad": "a".repeat(70 * 1024)}).to_string();
+    let no_windows = json!({"quiet_hours": {"allow": []}}).to_string();
     // (method, path, body, token, status)
     let t = Some(token);
     let cases: Vec<(&str, String, &str, Option<&str>, u16)> = vec![
@@ -153,6 +154,7 @@ async fn the_openapi_document_matches_the_routes() {
         ("PATCH", p("ro"), &good, t, 200),
         ("PATCH", p("ro"), &bad, t, 400),
         ("PATCH", p("ro"), &big, t, 413),
+        ("PATCH", p("r-none"), &no_windows, t, 409),
         ("GET", p("ro"), "", t, 200),
         ("DELETE", p("ro"), "", t, 204),
         ("GET", p("ro"), "", None, 401),
@@ -305,27 +307,66 @@ fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
             "PreferencesSet and the parser differ on {v}: {parsed:?}"
         );
     }
+    // (patch, valid): a valid one the parser takes merged into no set, or it leaves
+    // `quiet_hours.windows` to a stored set (409 where there is none)
     let patches = [
-        json!({ "quiet_hours": null }),
-        json!({ "quiet_hours": null, "channels": null, "categories": null, "updated_at": null }),
-        json!({ "categories": { "promo": null, "news": { "sms": null } } }),
-        json!({ "quiet_hours": { "timezone": null, "allow": null,
-                "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } }),
-        json!({ "quiet_hours": { "windows": null } }),
-        json!({ "quiet_hours": { "windows": [ null ] } }),
-        json!({ "channels": { "fax": null } }),
-        json!({ "channels": { "fax": false } }),
-        zone(""),
-        window("weekdays", "08:00", "09:00"),
+        (json!({ "quiet_hours": null }), true),
+        (json!({ "quiet_hours": null, "channels": null, "categories": null, "updated_at": null }), true),
+        (json!({ "categories": { "promo": null, "news": { "sms": null } } }), true),
+        (json!({ "quiet_hours": { "timezone": null, "allow": null,
+                "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } }), true),
+        (json!({ "quiet_hours": { "timezone": "Europe/Berlin" } }), true),
+        (json!({ "quiet_hours": {} }), true),
+        (json!({ "channels": { "fax": null, "a:b": null } }), true),
+        (json!({ "categories": { "a:b": null } }), true),
+        (json!({ "quiet_hours": { "windows": null } }), false),
+        (json!({ "quiet_hours": { "windows": [ null ] } }), false),
+        (json!({ "quiet_hours": { "timezone": "" } }), false),
+        (json!({ "channels": { "fax": false } }), false),
+        (json!({ "categories": { "a:b": false } }), false),
+        (zone(""), false),
+        (window("weekdays", "08:00", "09:00"), false),
+        (window("daily", "08:00", "08:00"), false),
     ];
-    for p in &patches {
+    for (p, valid) in &patches {
+        assert_eq!(patch.is_valid(p), *valid, "PreferencesPatch on {p}");
         let mut merged = json!({});
         merge_patch(&mut merged, p);
         let parsed = Preferences::parse(&merged, &known);
-        assert_eq!(
-            patch.is_valid(p),
-            parsed.is_ok(),
-            "PreferencesPatch and the parser (of the patch merged into no set) differ on {p}: {parsed:?}"
-        );
+        let leaves_windows = p["quiet_hours"].is_object() && p["quiet_hours"].get("windows").is_none();
+        let agrees = match &parsed {
+            Ok(_) => *valid,
+            Err(bad) => !*valid || leaves_windows && bad.field == "quiet_hours.windows",
+        };
+        assert!(agrees, "PreferencesPatch and the parser (of {p} merged into no set) differ: {parsed:?}");
     }
+}
+
+/// A merge patch that gives `quiet_hours` without `windows` keeps the stored set's
+/// windows; where there are none to keep it answers 409 (it would apply to a set
+/// that has them), stores nothing, and the document says so.
+#[tokio::test]
+async fn a_patch_that_leaves_windows_to_no_stored_set_answers_409() {
+    let s = settings(&unique("prefs-409"));
+    let _c = Cleanup::new(&s);
+    let store = connected(&s).await;
+    let (addr, stop) = serve(&s, &store, Guard::Open).await;
+    let p = "/v1/recipients/r409/preferences";
+    let zone = json!({ "quiet_hours": { "timezone": "Europe/Berlin" } }).to_string();
+    let (code, text) = call(&addr, "PATCH", p, &zone, None).await;
+    assert_eq!(code, 409, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["field"], "quiet_hours.windows", "{text}");
+    assert_eq!(call(&addr, "GET", p, "", None).await.0, 404, "nothing stored");
+    let set = json!({ "quiet_hours": { "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } });
+    assert_eq!(call(&addr, "PUT", p, &set.to_string(), None).await.0, 200);
+    let (code, text) = call(&addr, "PATCH", p, &zone, None).await;
+    assert_eq!(code, 200, "{text}");
+    let merged: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(merged["quiet_hours"]["timezone"], "Europe/Berlin", "{text}");
+    assert_eq!(merged["quiet_hours"]["windows"][0]["from"], "22:00", "{text}");
+    let (_, doc) = call(&addr, "GET", OPENAPI_PATH, "", None).await;
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    assert!(doc["paths"][PREFERENCES_PATH]["patch"]["responses"]["409"].is_object());
+    stop.cancel();
 }

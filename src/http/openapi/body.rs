@@ -41,11 +41,10 @@ fn empty_windows() -> Vec<Value> {
         .collect()
 }
 
-/// The body `PATCH` takes (RFC 7386): `set` where every key an object may leave out
-/// may also be `null` (it removes the key), at any depth but inside a list (a list
-/// is replaced whole). Its other keys are as in `set`, as on a recipient with no
-/// set yet (the merge is checked whole, so what a `PATCH` may leave out also depends on
-/// the set stored).
+/// The body `PATCH` takes (RFC 7386): `set` where, at any depth but inside a list (a
+/// list is replaced whole), every key may be left out (the stored set may have it: a
+/// `quiet_hours` without `windows` where it has none answers 409) and every key
+/// `set` does not require may be `null` (it removes the key).
 pub fn patch(mut set: Value) -> Value {
     nullable_inside(&mut set);
     set
@@ -60,6 +59,9 @@ fn nullable_inside(schema: &mut Value) {
                 *prop = or_null(prop.take());
             }
         }
+    }
+    if let Some(m) = schema.as_object_mut() {
+        m.remove("required");
     }
     if let Some(mut extra) = schema
         .get_mut("additionalProperties")
