@@ -269,9 +269,7 @@ fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
     };
     let (set, patch) = (validator("PreferencesSet"), validator("PreferencesPatch"));
     let known = |c: &str| channels.iter().any(|k| k == c);
-    let window = |days: &str, from: &str, to: &str| {
-        json!({ "quiet_hours": { "windows": [ { "days": days, "from": from, "to": to } ] } })
-    };
+    let window = |days: &str, from: &str, to: &str| json!({ "quiet_hours": { "windows": [ { "days": days, "from": from, "to": to } ] } });
     let zone = |tz: &str| {
         json!({ "quiet_hours": { "timezone": tz,
                 "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } })
@@ -311,11 +309,23 @@ fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
     // `quiet_hours.windows` to a stored set (409 where there is none)
     let patches = [
         (json!({ "quiet_hours": null }), true),
-        (json!({ "quiet_hours": null, "channels": null, "categories": null, "updated_at": null }), true),
-        (json!({ "categories": { "promo": null, "news": { "sms": null } } }), true),
-        (json!({ "quiet_hours": { "timezone": null, "allow": null,
-                "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } }), true),
-        (json!({ "quiet_hours": { "timezone": "Europe/Berlin" } }), true),
+        (
+            json!({ "quiet_hours": null, "channels": null, "categories": null, "updated_at": null }),
+            true,
+        ),
+        (
+            json!({ "categories": { "promo": null, "news": { "sms": null } } }),
+            true,
+        ),
+        (
+            json!({ "quiet_hours": { "timezone": null, "allow": null,
+                "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } }),
+            true,
+        ),
+        (
+            json!({ "quiet_hours": { "timezone": "Europe/Berlin" } }),
+            true,
+        ),
         (json!({ "quiet_hours": {} }), true),
         (json!({ "channels": { "fax": null, "a:b": null } }), true),
         (json!({ "categories": { "a:b": null } }), true),
@@ -333,12 +343,16 @@ fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
         let mut merged = json!({});
         merge_patch(&mut merged, p);
         let parsed = Preferences::parse(&merged, &known);
-        let leaves_windows = p["quiet_hours"].is_object() && p["quiet_hours"].get("windows").is_none();
+        let leaves_windows =
+            p["quiet_hours"].is_object() && p["quiet_hours"].get("windows").is_none();
         let agrees = match &parsed {
             Ok(_) => *valid,
             Err(bad) => !*valid || leaves_windows && bad.field == "quiet_hours.windows",
         };
-        assert!(agrees, "PreferencesPatch and the parser (of {p} merged into no set) differ: {parsed:?}");
+        assert!(
+            agrees,
+            "PreferencesPatch and the parser (of {p} merged into no set) differ: {parsed:?}"
+        );
     }
 }
 
@@ -357,14 +371,21 @@ async fn a_patch_that_leaves_windows_to_no_stored_set_answers_409() {
     assert_eq!(code, 409, "{text}");
     let answer: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(answer["field"], "quiet_hours.windows", "{text}");
-    assert_eq!(call(&addr, "GET", p, "", None).await.0, 404, "nothing stored");
+    assert_eq!(
+        call(&addr, "GET", p, "", None).await.0,
+        404,
+        "nothing stored"
+    );
     let set = json!({ "quiet_hours": { "windows": [ { "days": "daily", "from": "22:00", "to": "07:00" } ] } });
     assert_eq!(call(&addr, "PUT", p, &set.to_string(), None).await.0, 200);
     let (code, text) = call(&addr, "PATCH", p, &zone, None).await;
     assert_eq!(code, 200, "{text}");
     let merged: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(merged["quiet_hours"]["timezone"], "Europe/Berlin", "{text}");
-    assert_eq!(merged["quiet_hours"]["windows"][0]["from"], "22:00", "{text}");
+    assert_eq!(
+        merged["quiet_hours"]["windows"][0]["from"], "22:00",
+        "{text}"
+    );
     let (_, doc) = call(&addr, "GET", OPENAPI_PATH, "", None).await;
     let doc: Value = serde_json::from_str(&doc).unwrap();
     assert!(doc["paths"][PREFERENCES_PATH]["patch"]["responses"]["409"].is_object());

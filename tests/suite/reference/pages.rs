@@ -129,7 +129,11 @@ fn load_with(key: &Key, value: &str) -> Result<(), String> {
 fn every_value_config_md_lists_is_one_the_parser_accepts() {
     let (keys, _) = keys(&super::root());
     let with_values: Vec<&Key> = keys.iter().filter(|k| !listed(&k.ty).is_empty()).collect();
-    assert!(with_values.len() >= 10, "{} keys list values", with_values.len());
+    assert!(
+        with_values.len() >= 10,
+        "{} keys list values",
+        with_values.len()
+    );
     let mut refused = Vec::new();
     for key in with_values {
         // the check can fail: a value no key takes is refused, naming the key
@@ -154,7 +158,10 @@ fn every_value_config_md_lists_is_one_the_parser_accepts() {
 /// The long flags in the lines of `text` that start with `start` (a man page's
 /// option lines, `cli.md`'s table rows).
 fn long_flags(text: &str, start: &str) -> BTreeSet<String> {
-    let text = text.replace("\\-", "-").replace("\\fB", "").replace("\\fR", "");
+    let text = text
+        .replace("\\-", "-")
+        .replace("\\fB", "")
+        .replace("\\fR", "");
     text.lines()
         .filter(|l| l.starts_with(start))
         .flat_map(|l| {
@@ -192,6 +199,9 @@ fn cli_md_lists_every_flag_each_man_page_lists() {
             }
         }
     }
-    assert!(missing.is_empty(), "flags cli.md does not list: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "flags cli.md does not list: {missing:?}"
+    );
     assert!(globals_below_the_top > 10, "{globals_below_the_top}");
 }
