@@ -171,7 +171,7 @@ pub fn document(channels: Option<&[String]>) -> Value {
         }
         item.insert(op.method.into(), o);
     }
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "quota-worker: the recipients' preferences API",
@@ -210,7 +210,11 @@ pub fn document(channels: Option<&[String]>) -> Value {
                 }
             }
         }
-    })
+    });
+    for (name, schema) in body::components() {
+        doc["components"]["schemas"][name] = schema;
+    }
+    doc
 }
 
 /// The handler of [`OPENAPI_PATH`]: the document of the channels configured now.

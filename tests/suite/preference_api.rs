@@ -264,7 +264,8 @@ fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
     let validator = |name: &str| {
         jsonschema::options()
             .should_validate_formats(true)
-            .build(&schemas[name])
+            .build(&json!({ "$ref": format!("#/components/schemas/{name}"),
+                            "components": { "schemas": schemas } }))
             .unwrap_or_else(|e| panic!("{name} is a valid JSON Schema: {e}"))
     };
     let (set, patch) = (validator("PreferencesSet"), validator("PreferencesPatch"));

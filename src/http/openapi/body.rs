@@ -25,20 +25,32 @@ pub fn set(mut schema: Value, channels: Option<&[String]>) -> Value {
         }
     }
     let quiet = &mut props["quiet_hours"]["properties"];
-    let zones: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()).collect();
-    quiet["timezone"]["enum"] = json!(zones);
-    quiet["windows"]["items"]["not"] = json!({ "anyOf": empty_windows() });
+    quiet["timezone"]["$ref"] = json!(format!("{COMPONENTS}{ZONE}"));
+    quiet["windows"]["items"]["not"] = json!({ "$ref": format!("{COMPONENTS}{EMPTY_WINDOW}") });
     let docs = props["updated_at"]["description"].clone();
     props["updated_at"] = json!({ "description": docs });
     schema
 }
 
-/// One schema a time of day: a window from it to itself, which opens for no time.
-fn empty_windows() -> Vec<Value> {
-    (0..24 * 60)
+/// Where the document keeps the schemas the bodies share.
+pub const COMPONENTS: &str = "#/components/schemas/";
+/// The component of a zone name.
+pub const ZONE: &str = "TimeZone";
+/// The component of a window that opens for no time.
+pub const EMPTY_WINDOW: &str = "EmptyWindow";
+
+/// The shared components, by name: a zone is a name of the tz database, exactly as
+/// written there; a window from a time of day to itself opens for no time.
+pub fn components() -> Vec<(&'static str, Value)> {
+    let zones: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()).collect();
+    let empty: Vec<Value> = (0..24 * 60)
         .map(|m| format!("{:02}:{:02}", m / 60, m % 60))
         .map(|t| json!({ "required": ["from", "to"], "properties": { "from": { "const": t }, "to": { "const": t } } }))
-        .collect()
+        .collect();
+    vec![
+        (ZONE, json!({ "type": "string", "enum": zones })),
+        (EMPTY_WINDOW, json!({ "anyOf": empty })),
+    ]
 }
 
 /// The body `PATCH` takes (RFC 7386): `set` where, at any depth but inside a list (a
