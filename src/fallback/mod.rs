@@ -16,6 +16,8 @@
 
 pub mod route;
 pub mod spec;
+pub mod state;
+pub mod failed;
 pub mod step;
 
 pub use route::Routed;

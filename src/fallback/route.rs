@@ -11,6 +11,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use super::spec::{Cause, FallbackSpec};
 use crate::admission::Admission;
 use crate::decide::DeadLetter;
+use crate::job::decode::Job;
 use crate::job::Reason;
 use crate::quota::caps::Cap;
 use crate::quota::policy::Policy;
@@ -29,6 +30,9 @@ pub struct Routed {
     /// Every channel gone (none left, none to wait for): the dead letter's detail,
     /// naming each channel's cause.
     pub gone: Option<String>,
+    /// The step it goes on to when the sender reports this one `failed`, and that
+    /// step's channel (its policy moves on when `failed` and a channel is left).
+    pub on_failure: Option<(usize, String)>,
 }
 
 impl Routed {
@@ -43,7 +47,7 @@ impl Routed {
             ),
         ];
         if let Some(from) = &self.from {
-            out.push(("x-notify-fallback-from", Cow::Borrowed(from.as_str())));
+            out.push((FALLBACK_FROM, Cow::Borrowed(from.as_str())));
         }
         out
     }
@@ -70,6 +74,32 @@ pub(crate) fn with_headers(own: Option<FieldTable>, routed: &Routed, channel: &s
         out.insert(ShortString::from(name), value);
     }
     out
+}
+
+/// The header that says at which step a job published again resumes its route
+/// (after its step's send failed: [`super::state`]).
+pub const RESUME_AT: &str = "x-notify-route-step";
+/// The header that says why it left the channel before.
+pub const FALLBACK_FROM: &str = "x-notify-fallback-from";
+
+/// A job with `fallback` published again to resume its route at step k (the
+/// [`RESUME_AT`] header, 1 to the length of `fallback`): itself on the channel of
+/// that step, with the channels after it as its fallback; the step and why it left
+/// the one before. Any other job: as it is, at step 0.
+pub fn resume<'a>(mut job: Job<'a>, headers: Option<&FieldTable>) -> (Job<'a>, usize, Option<String>) {
+    let text = |name: &str| match headers?.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        _ => None,
+    };
+    let len = job.fallback.as_ref().map_or(0, Vec::len);
+    let k = match text(RESUME_AT).and_then(|t| t.parse::<usize>().ok()) {
+        Some(k) if (1..=len).contains(&k) => k,
+        _ => return (job, 0, None),
+    };
+    let mut rest = job.fallback.take().unwrap_or_default().into_iter().skip(k - 1);
+    job.channel = rest.next().unwrap_or_default();
+    job.fallback = Some(rest.collect());
+    (job, k, text(FALLBACK_FROM))
 }
 
 /// Whether the admission of a step on `channel` moves the job on under `spec`, and

@@ -73,7 +73,7 @@ fn a_capped_step_says_why_in_the_recipients_zone() {
 
 #[test]
 fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
-    let second = Routed { step: 1, of: 3, from: Some("push: opted_out".into()), gone: None };
+    let second = Routed { step: 1, of: 3, from: Some("push: opted_out".into()), gone: None, on_failure: None };
     let h: Vec<(&str, String)> =
         second.headers("email").into_iter().map(|(k, v)| (k, v.into_owned())).collect();
     assert_eq!(
@@ -85,7 +85,7 @@ fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
         ]
     );
     let first = DeadLetter { reason: Reason::OptedOut, detail: "channel push".into() };
-    let gone = Routed { step: 0, of: 2, from: None, gone: Some("push: opted_out; sms: opted_out".into()) };
+    let gone = Routed { step: 0, of: 2, from: None, gone: Some("push: opted_out; sms: opted_out".into()), on_failure: None };
     let dead = gone.dead_letter(first);
     assert_eq!((dead.reason, dead.detail.as_str()), (Reason::OptedOut, "push: opted_out; sms: opted_out"));
     let known = ["push".to_string(), "email".to_string()];

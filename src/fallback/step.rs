@@ -22,12 +22,16 @@ pub(crate) struct Stepped<'a> {
 }
 
 /// What a route needs besides its channels: the job's policy and its fallback,
-/// the recipient's zone, and Redis time.
+/// the recipient's zone, Redis time, and where the walk starts: the step of its
+/// first channel (0 unless it resumes after a failed send) and why it left the one
+/// before.
 pub(crate) struct RouteOf<'p> {
     pub policy: &'p Policy,
     pub spec: &'p FallbackSpec,
     pub tz: Tz,
     pub now: DateTime<Utc>,
+    pub offset: usize,
+    pub from: Option<String>,
 }
 
 /// Walk `channels` (the job's own first, whose admission is `first`), asking
@@ -46,7 +50,9 @@ where
     Fut: Future<Output = Result<Admission, E>>,
 {
     let n = channels.len();
+    let total = of.offset + n;
     let mut whys: Vec<String> = Vec::with_capacity(n);
+    whys.extend(of.from.clone());
     let mut earliest: Option<(usize, Admission)> = None;
     let mut gone: Option<Admission> = None;
     let mut first = Some(first);
@@ -56,11 +62,13 @@ where
             None => admit(step).await?,
         };
         let Some((cause, why)) = moves_on(&admission, of.policy, of.spec, of.tz, of.now) else {
+            let failing = of.spec.moves_on(Cause::Failed) && step + 1 < n;
             let routed = Routed {
-                step,
-                of: n,
+                step: of.offset + step,
+                of: total,
                 from: whys.pop(),
                 gone: None,
+                on_failure: failing.then(|| (of.offset + step + 1, channels[step + 1].to_string())),
             };
             let channel = channels[step].clone();
             return Ok(Stepped { admission, channel, routed });
@@ -78,10 +86,11 @@ where
         }
     }
     let routed = |step, gone| Routed {
-        step,
-        of: n,
+        step: of.offset + step,
+        of: total,
         from: None,
         gone,
+        on_failure: None,
     };
     Ok(match (earliest, gone) {
         (Some((step, admission)), _) => Stepped {

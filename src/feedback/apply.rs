@@ -157,7 +157,7 @@ async fn recipient_script(
 ) -> Result<Applied, StoreError> {
     let keys = store.keys();
     let mut inv = store.scripts().feedback.prepare_invoke();
-    inv.key(keys.feedback_mark(&f.recipient, &f.id, f.event.as_str()))
+    inv.key(keys.feedback_mark(&f.recipient, &f.id, f.event.as_str(), &f.channel))
         .key(keys.suppressed(&f.recipient));
     for k in policy_keys(store, &f.recipient, &f.channel) {
         inv.key(k);
@@ -252,7 +252,7 @@ pub async fn suppress(
     let _: (i64, i64, i64) = store
         .scripts()
         .feedback
-        .key(keys.feedback_mark(recipient, "", "admin"))
+        .key(keys.feedback_mark(recipient, "", "admin", channel))
         .key(keys.suppressed(recipient))
         .arg(0)
         .arg("suppress")
@@ -280,7 +280,7 @@ pub async fn unsuppress(
     let _: (i64, i64, i64) = store
         .scripts()
         .feedback
-        .key(keys.feedback_mark(recipient, "", "admin"))
+        .key(keys.feedback_mark(recipient, "", "admin", channel))
         .key(keys.suppressed(recipient))
         .arg(0)
         .arg("unsuppress")

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Applied, Tuning};
 use crate::amqp::{BrokerError, PublishError, Publisher};
 use crate::config::Settings;
+use crate::fallback::failed::{self, MoveOnError};
 use crate::job::{headers, Reason};
 use crate::store::QuotaStore;
 use quota_worker_producer::{decode_feedback, Event};
@@ -57,6 +58,7 @@ pub struct Feedbacks {
     channels: Vec<String>,
     queue: String,
     dead_exchange: String,
+    jobs_exchange: String,
     prefetch: u16,
 }
 
@@ -69,6 +71,7 @@ impl Feedbacks {
             channels: settings.channels.keys().cloned().collect(),
             queue: settings.feedback.queue.clone(),
             dead_exchange: settings.amqp.dead_exchange.clone(),
+            jobs_exchange: settings.amqp.jobs_exchange.clone(),
             prefetch: settings.feedback.prefetch,
         }
     }
@@ -121,6 +124,11 @@ impl Feedbacks {
             }
         };
         let event = f.event;
+        if event == Event::Failed {
+            // a routed job's step that failed: on to its next channel (again after
+            // a crash: the next step's admission sends it once)
+            self.move_on(publisher, &f, stop).await?;
+        }
         if applied == Applied::Again {
             debug!(
                 event = event.as_str(),
@@ -138,6 +146,32 @@ impl Feedbacks {
         }
         debug!(event = event.as_str(), "feedback applied");
         Ok(Handled::Applied(event))
+    }
+
+    /// A failed step's job on to its next channel, when its route kept one
+    /// ([`crate::fallback::failed`]); waits while Redis is away.
+    async fn move_on(
+        &self,
+        publisher: &Publisher,
+        f: &quota_worker_producer::Feedback,
+        stop: &CancellationToken,
+    ) -> Result<(), FeedbackError> {
+        let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            match failed::move_on(&self.store, publisher, &self.jobs_exchange, f).await {
+                Ok(_) => return Ok(()),
+                Err(MoveOnError::Publish(e)) => return Err(FeedbackError::Publish(e)),
+                Err(MoveOnError::Redis(e)) => {
+                    metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
+                    let retry_in = backoff.next().unwrap_or_default();
+                    warn!(error = %e, ?retry_in, "redis unavailable; holding the feedback");
+                    tokio::select! {
+                        _ = stop.cancelled() => return Err(FeedbackError::Interrupted),
+                        _ = tokio::time::sleep(retry_in) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Consume the feedback queue until `stop`, then let the feedback in hand

@@ -222,14 +222,28 @@ impl Keys {
         format!("{}:suppressions", self.prefix)
     }
 
-    /// The mark of one feedback (job id, event) already applied to `recipient`, in
-    /// the recipient's slot (applied atomically with what it marks).
-    pub fn feedback_mark(&self, recipient: &str, id: &str, event: &str) -> String {
+    /// The mark of one feedback (job id, event, channel) already applied to
+    /// `recipient`, in the recipient's slot (applied atomically with what it
+    /// marks). The channel counts: a job with `fallback` is sent on several, and
+    /// each step's failure gives its own send back.
+    pub fn feedback_mark(&self, recipient: &str, id: &str, event: &str, channel: &str) -> String {
         format!(
             "{}:{{{}}}/feedback:{}",
             self.prefix,
             self.recipient_tag(recipient),
-            mark_hash(id, event)
+            mark_hash(id, &format!("{event}@{channel}"))
+        )
+    }
+
+    /// The next step of job `id`'s route after its step on `channel`, kept while
+    /// that send may still fail (module `crate::fallback::state`), in the
+    /// recipient's slot.
+    pub fn route(&self, recipient: &str, id: &str, channel: &str) -> String {
+        format!(
+            "{}:{{{}}}/route:{}",
+            self.prefix,
+            self.recipient_tag(recipient),
+            mark_hash(id, channel)
         )
     }
 
@@ -349,11 +363,11 @@ mod tests {
         // the suppressions share the slot and lua/admit/ finds them from a policy key
         let s = keys.suppressed("+33 6 12 34 56 78");
         assert_eq!(s, format!("{}/suppressed", &a[.."qw".len() + 19]));
-        let m = keys.feedback_mark("+33 6 12 34 56 78", "job-1", "failed");
+        let m = keys.feedback_mark("+33 6 12 34 56 78", "job-1", "failed", "sms");
         assert_eq!(tag(&m), tag(&a));
         assert_ne!(
             m,
-            keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced")
+            keys.feedback_mark("+33 6 12 34 56 78", "job-1", "bounced", "sms")
         );
         assert_eq!(tag(&keys.throttle_mark("sms", "j")), tag(&keys.rate("sms")));
     }

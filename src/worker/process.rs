@@ -99,9 +99,17 @@ impl Worker {
             }
         };
         tracing::Span::current().record("job_id", job.id.as_ref());
+        let headers = delivery.properties.headers().as_ref();
+        // a job published again after its step's send failed resumes its route
+        let (job, resumed) = match job.fallback {
+            None => (job, (0, None)),
+            Some(_) => {
+                let (job, at, from) = fallback::route::resume(job, headers);
+                (job, (at, from))
+            }
+        };
         let policy = rules.policy_of(&job.category, job.tenant.as_deref());
         let labels = rules.labels(&policy.name, &job.channel);
-        let headers = delivery.properties.headers().as_ref();
         let (attempt, first_seen) = headers::attempt_info(headers);
         let seen = Seen {
             attempt,
@@ -197,7 +205,7 @@ impl Worker {
             let admission = match job.fallback.as_deref() {
                 None => admission,
                 Some(further) => {
-                    let walk = self.route(s, &job, further, &cx, &rules, admission);
+                    let walk = self.route(s, &job, further, (&cx, &rules), admission, resumed);
                     let stepped = Box::pin(walk).await?;
                     let on_step = Job {
                         channel: stepped.channel,
@@ -306,6 +314,18 @@ impl Worker {
                 let exchange = &self.settings.amqp.dispatch_exchange;
                 let (props, sending) =
                     crate::telemetry::send(exchange, channel, Some(&job.id), props);
+                // a routed step's next one is kept before it goes, so that a failure
+                // the sender reports at once finds it
+                if let Some((routed, on_step)) = &route {
+                    let keep = self.keep_next_step(&job, (on_step, routed), &policy.name, delivery, &s.stop);
+                    if let Err(e) = Box::pin(keep).await {
+                        drop(sending);
+                        if self.store.release(&ticket).await.is_err() {
+                            self.store.keep_reservation(&ticket);
+                        }
+                        return Err(e);
+                    }
+                }
                 // a broker that blocks or stopped answering would hold the dispatch
                 // until it answers: hold it here instead, so that a shutdown meanwhile
                 // hands the job back unsent rather than sent twice
@@ -426,9 +446,9 @@ impl Worker {
         s: &BrokerLink,
         job: &Job<'j>,
         further: &[Cow<'j, str>],
-        cx: &Context<'_>,
-        rules: &Rules,
+        (cx, rules): (&Context<'_>, &Rules),
         first: Admission,
+        (offset, from): (usize, Option<String>),
     ) -> Result<fallback::step::Stepped<'j>, ProcessError> {
         let mut channels = Vec::with_capacity(1 + further.len());
         channels.push(job.channel.clone());
@@ -438,6 +458,8 @@ impl Worker {
             spec: &cx.policy.fallback,
             tz: job.tz,
             now: self.store.redis_now(),
+            offset,
+            from,
         };
         let all = &channels;
         let admit = move |step: usize| {
@@ -458,6 +480,33 @@ impl Worker {
             }
         };
         fallback::step::walk(all, first, &of, admit).await
+    }
+
+    /// After a routed step's dispatch: its next step, kept for when the sender
+    /// reports this one `failed` (module [`crate::fallback::state`]), when its
+    /// policy moves on then and a channel is left.
+    async fn keep_next_step(
+        &self,
+        job: &Job<'_>,
+        (on_step, routed): (&Job<'_>, &fallback::Routed),
+        policy: &str,
+        delivery: &Delivery,
+        stop: &CancellationToken,
+    ) -> Result<(), ProcessError> {
+        let Some((step, to)) = &routed.on_failure else {
+            return Ok(());
+        };
+        let next = fallback::state::NextStep {
+            step: *step,
+            policy: policy.to_string(),
+            from: on_step.channel.to_string(),
+            to: to.clone(),
+            body: delivery.data.clone(),
+        };
+        let ttl = self.settings.redis.record_ttl.0.as_millis() as u64;
+        let (tenant, recipient, id) = (job.tenant.as_deref(), &job.recipient, &job.id);
+        let keep = || fallback::state::keep(&self.store, tenant, recipient, id, &next, ttl);
+        self.retry_redis(keep, stop).await
     }
 
     /// Run a Redis operation until it succeeds, backing off while Redis is away.

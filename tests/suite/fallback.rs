@@ -190,3 +190,36 @@ async fn an_unconfigured_repeated_or_own_channel_in_fallback_is_a_dead_letter() 
         assert!(detail.contains(says), "{id}: {detail}");
     }
 }
+
+#[tokio::test]
+async fn a_failed_step_goes_out_on_the_next_channel_once() {
+    use quota_worker_producer::{Event, Feedback};
+    let ns = unique("fb-failed");
+    let s = free(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    publish(&conn, &s, &job("f1", "r1", "push", &["email", "sms"])).await;
+    assert_eq!(sent_on(&conn, &s, "push", "f1").await, ("1/3".into(), None));
+
+    // the sender reports push failed, twice: email takes it, once
+    let failed = Feedback::new("f1", Event::Failed, "r1", "push");
+    crate::feedback::send(&conn, &s, &failed).await;
+    crate::feedback::send(&conn, &s, &failed).await;
+    let (route, from) = sent_on(&conn, &s, "email", "f1").await;
+    assert_eq!((route.as_str(), from.as_deref()), ("2/3", Some("push: failed")));
+    crate::feedback::heard(&s, "f1", Event::Failed).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(depth(&conn, &topology(&s).dispatch_queue("email")).await, 0, "sent once");
+
+    // email fails too: sms, the last channel; a failure there moves nothing on
+    crate::feedback::send(&conn, &s, &Feedback::new("f1", Event::Failed, "r1", "email")).await;
+    let (route, from) = sent_on(&conn, &s, "sms", "f1").await;
+    assert_eq!((route.as_str(), from.as_deref()), ("3/3", Some("email: failed")));
+    crate::feedback::send(&conn, &s, &Feedback::new("f1", Event::Failed, "r1", "sms")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for channel in ["push", "email", "sms"] {
+        assert_eq!(depth(&conn, &topology(&s).dispatch_queue(channel)).await, 0, "{channel}");
+    }
+    stop.cancel();
+    handle.await.unwrap();
+}

@@ -635,7 +635,7 @@ async fn memory_per_suppressed_recipient() {
         let hash = store.keys().suppressed("+8613800000000");
         let mark = store
             .keys()
-            .feedback_mark("+8613800000000", "m", e.as_str());
+            .feedback_mark("+8613800000000", "m", e.as_str(), ch);
         let h: i64 = redis::cmd("MEMORY")
             .arg("USAGE")
             .arg(&hash)
