@@ -108,6 +108,15 @@ fn required<'a>(
     Ok(value)
 }
 
+/// An optional field: absent, or 1 to `max_chars` characters.
+fn optional<'a>(
+    field: &'static str,
+    value: Option<Cow<'a, str>>,
+    max_chars: usize,
+) -> Result<Option<Cow<'a, str>>, Malformed> {
+    value.map(|v| required(field, Some(v), max_chars)).transpose()
+}
+
 /// Decode a job body. `max_bytes` bounds the body; `default_tz` applies when the
 /// job names no zone.
 pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, Malformed> {
@@ -155,10 +164,7 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
     };
     let expires_at = instant("expires_at", wire.expires_at)?;
     let not_before = instant("not_before", wire.not_before)?;
-    let collapse_key = match wire.collapse_key {
-        None => None,
-        Some(k) => Some(required("collapse_key", Some(k), MAX_COLLAPSE_KEY_CHARS)?),
-    };
+    let collapse_key = optional("collapse_key", wire.collapse_key, MAX_COLLAPSE_KEY_CHARS)?;
     let priority = match wire.priority {
         None => None,
         Some(word) => Some(
@@ -166,14 +172,8 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
                 .map_err(|e| Malformed(format!("the field `priority` is {e}")))?,
         ),
     };
-    let tenant = match wire.tenant {
-        None => None,
-        Some(t) => Some(required("tenant", Some(t), MAX_TENANT_CHARS)?),
-    };
-    let digest_key = match wire.digest_key {
-        None => None,
-        Some(k) => Some(required("digest_key", Some(k), MAX_DIGEST_KEY_CHARS)?),
-    };
+    let tenant = optional("tenant", wire.tenant, MAX_TENANT_CHARS)?;
+    let digest_key = optional("digest_key", wire.digest_key, MAX_DIGEST_KEY_CHARS)?;
     let fallback = match wire.fallback {
         None => None,
         Some(list) => Some(fallback(list, &channel)?),
