@@ -37,7 +37,7 @@ const lanesExchange = process.env.QUOTA_WORKER__LANES__EXCHANGE || 'notify.lanes
 const LANES = ['urgent', 'normal', 'bulk'];
 
 const USAGE = `usage: node publish.js --recipient R --channel C [--category C] [--timezone ZONE]
-                       [--tenant T] [--payload JSON] [--priority urgent|normal|bulk] [--id ID]`;
+                       [--tenant T] [--payload JSON] [--priority urgent|normal|bulk] [--fallback C1,C2] [--id ID]`;
 
 function readJob() {
   const { values } = parseArgs({
@@ -47,6 +47,7 @@ function readJob() {
       category: { type: 'string' }, // selects the quota policy (default: default)
       timezone: { type: 'string' }, // the recipient's IANA zone
       tenant: { type: 'string' }, // the recipient's tenant: counted apart from other tenants'
+      fallback: { type: 'string' }, // further channels, in order, comma-separated: tried when the channel refuses it
       payload: { type: 'string' }, // any JSON, passed through untouched
       priority: { type: 'string' }, // its lane while its channel's rate makes it wait
       id: { type: 'string' }, // the idempotency key (default: a new UUID)
@@ -61,6 +62,7 @@ function readJob() {
     job.priority = values.priority;
   }
   if (values.tenant !== undefined) job.tenant = values.tenant;
+  if (values.fallback !== undefined) job.fallback = values.fallback.split(',').filter(Boolean);
   if (values.payload !== undefined) {
     try {
       job.payload = JSON.parse(values.payload);

@@ -65,6 +65,10 @@ def main():
         choices=("urgent", "normal", "bulk"),
         help="its lane while its channel's rate makes it wait (default: its policy's)",
     )
+    parser.add_argument(
+        "--fallback",
+        help="further channels, in order, comma-separated (e.g. email,sms): tried when the channel refuses it",
+    )
     parser.add_argument("--id", help="the idempotency key (default: a new UUID)")
     args = parser.parse_args()
 
@@ -72,6 +76,8 @@ def main():
     for field in ("category", "timezone", "tenant", "priority", "payload"):
         if getattr(args, field) is not None:
             job[field] = getattr(args, field)
+    if args.fallback is not None:
+        job["fallback"] = [c for c in args.fallback.split(",") if c]
     # compact UTF-8 JSON; the worker dispatches these bytes as they are
     body = json.dumps(job, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 

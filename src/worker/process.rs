@@ -6,7 +6,6 @@
 //! or release) and note it for `admin job`. The decision itself is pure
 //! ([`crate::decide`]); this is its executor.
 
-use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -422,7 +421,7 @@ impl Worker {
 
     /// Ask the store, waiting out Redis outages (never a decision without Redis);
     /// `None`: park the job ([`RateStep::Park`]).
-    async fn admit(
+    pub(super) async fn admit(
         &self,
         req: &Request<'_>,
         rules: &Rules,
@@ -436,77 +435,6 @@ impl Worker {
             .admission_seconds
             .record(started.elapsed().as_secs_f64());
         Ok(admission)
-    }
-
-    /// The route of a job with `fallback` (`further`), from its own channel's
-    /// `first` admission: each further channel admitted in turn as the job's
-    /// policy says (module [`crate::fallback`]).
-    async fn route<'j>(
-        &self,
-        s: &BrokerLink,
-        job: &Job<'j>,
-        further: &[Cow<'j, str>],
-        (cx, rules): (&Context<'_>, &Rules),
-        first: Admission,
-        (offset, from): (usize, Option<String>),
-    ) -> Result<fallback::step::Stepped<'j>, ProcessError> {
-        let mut channels = Vec::with_capacity(1 + further.len());
-        channels.push(job.channel.clone());
-        channels.extend(further.iter().cloned());
-        let of = fallback::step::RouteOf {
-            policy: cx.policy,
-            spec: &cx.policy.fallback,
-            tz: job.tz,
-            now: self.store.redis_now(),
-            offset,
-            from,
-        };
-        let all = &channels;
-        let admit = move |step: usize| {
-            let channel: &str = &all[step];
-            async move {
-                let req = Request {
-                    id: &job.id,
-                    recipient: &job.recipient,
-                    channel,
-                    category: &job.category,
-                    tz: job.tz,
-                    tenant: job.tenant.as_deref(),
-                    priority: job.priority.unwrap_or(cx.policy.priority),
-                };
-                // a further step waits for its channel's rate here (never parked)
-                let admission = self.admit(&req, rules, s, RateStep::Wait(None)).await?;
-                admission.ok_or(ProcessError::Interrupted)
-            }
-        };
-        fallback::step::walk(all, first, &of, admit).await
-    }
-
-    /// After a routed step's dispatch: its next step, kept for when the sender
-    /// reports this one `failed` (module [`crate::fallback::state`]), when its
-    /// policy moves on then and a channel is left.
-    async fn keep_next_step(
-        &self,
-        job: &Job<'_>,
-        (on_step, routed): (&Job<'_>, &fallback::Routed),
-        policy: &str,
-        delivery: &Delivery,
-        stop: &CancellationToken,
-    ) -> Result<(), ProcessError> {
-        let Some((step, to)) = &routed.on_failure else {
-            return Ok(());
-        };
-        let next = fallback::state::NextStep {
-            step: *step,
-            policy: policy.to_string(),
-            from: on_step.channel.to_string(),
-            to: to.clone(),
-            body: delivery.data.clone(),
-        };
-        let ttl = self.settings.redis.record_ttl.0.as_millis() as u64;
-        let (tenant, recipient, id) = (job.tenant.as_deref(), &job.recipient, &job.id);
-        let keep = || fallback::state::keep(&self.store, tenant, recipient, id, &next, ttl);
-        self.retry_redis(keep, stop).await
     }
 
     /// Run a Redis operation until it succeeds, backing off while Redis is away.
