@@ -25,7 +25,7 @@ fn daily(limit: u32) -> Vec<RuleSettings> {
 }
 
 /// A cap of `limit` a day on `channels` (every channel when empty).
-fn cap(limit: u32, channels: &[&str]) -> CapSettings {
+pub(crate) fn cap(limit: u32, channels: &[&str]) -> CapSettings {
     CapSettings {
         rules: daily(limit),
         matches: MatchSettings {
@@ -44,7 +44,7 @@ fn free(ns: &str) -> Settings {
     s
 }
 
-fn job(id: &str, recipient: &str, channel: &str, fallback: &[&str]) -> Vec<u8> {
+pub(crate) fn job(id: &str, recipient: &str, channel: &str, fallback: &[&str]) -> Vec<u8> {
     json!({ "id": id, "recipient": recipient, "channel": channel, "fallback": fallback })
         .to_string()
         .into_bytes()
@@ -52,7 +52,7 @@ fn job(id: &str, recipient: &str, channel: &str, fallback: &[&str]) -> Vec<u8> {
 
 /// The dispatch of `id` on `channel`: its `x-notify-route` and
 /// `x-notify-fallback-from` headers (checking `x-notify-channel` on the way).
-async fn sent_on(
+pub(crate) async fn sent_on(
     conn: &lapin::Connection,
     s: &Settings,
     channel: &str,
