@@ -13,7 +13,9 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+mod admission;
 mod paused;
+pub(crate) use admission::after_admission;
 pub(crate) use paused::paused;
 
 use crate::admission::{Admission, Ticket};
@@ -372,143 +374,6 @@ fn wait(
         return dead(Reason::Capped, detail);
     }
     Decision::Delay { until, cause }
-}
-
-/// The store's answer for `job`, at `now` (Redis time, after the admission).
-pub(crate) fn after_admission(
-    job: &Job<'_>,
-    cx: &Context<'_>,
-    admission: Admission,
-    now: DateTime<Utc>,
-) -> Decision {
-    let expires = job.expires_at;
-    match admission {
-        Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. } => match expires {
-            Some(exp) if exp <= now => Decision::ReleaseThenDead(
-                ticket,
-                DeadLetter {
-                    reason: Reason::Expired,
-                    detail: format!(
-                        "it expired at {} while waiting for the channel's send rate",
-                        exp.to_rfc3339()
-                    ),
-                },
-            ),
-            _ => Decision::Dispatch(ticket),
-        },
-        Admission::Refused {
-            retry_at: None,
-            policy,
-            rule,
-            ..
-        } => dead(
-            Reason::Capped,
-            format!("policy `{policy}` can never admit it ({})", describe(rule)),
-        ),
-        Admission::Refused {
-            action: Action::Drop,
-            policy,
-            rule,
-            retry_at,
-            ..
-        } => dead(
-            Reason::Capped,
-            format!(
-                "policy `{policy}` refused it ({}) and drops refused jobs; next allowed {}",
-                describe(rule),
-                retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
-            ),
-        ),
-        Admission::Refused {
-            retry_at: Some(at),
-            policy,
-            rule,
-            seen,
-            quiet,
-            ..
-        } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
-            Ok((until, quiet)) => {
-                let cause = DelayCause::Cap {
-                    policy,
-                    rule,
-                    seen,
-                    quiet,
-                };
-                wait(job, cx, until, cause, false)
-            }
-            Err(never) => Decision::Dead(never),
-        },
-        Admission::Capped {
-            retry_at: None,
-            cap,
-            rule,
-            ..
-        } => dead(
-            Reason::Capped,
-            format!("{} can never admit it", Cap::describe(&cap, rule)),
-        ),
-        Admission::Capped {
-            action: Action::Drop,
-            policy,
-            cap,
-            rule,
-            retry_at,
-            ..
-        } => dead(
-            Reason::Capped,
-            format!(
-                "{} refused it, and policy `{policy}` drops refused jobs; next allowed {}",
-                Cap::describe(&cap, rule),
-                retry_at.map(|t| t.to_rfc3339()).unwrap_or_default()
-            ),
-        ),
-        Admission::Capped {
-            retry_at: Some(at),
-            cap,
-            rule,
-            seen,
-            quiet,
-            ..
-        } => match open_and_not_quiet(job, cx, at, quiet.as_deref()) {
-            Ok((until, quiet)) => wait(
-                job,
-                cx,
-                until,
-                DelayCause::Capped {
-                    cap,
-                    rule,
-                    seen,
-                    quiet,
-                },
-                false,
-            ),
-            Err(never) => Decision::Dead(never),
-        },
-        Admission::Reserved { retry_at } => Decision::Delay {
-            until: retry_at,
-            cause: DelayCause::Reserved,
-        },
-        Admission::Duplicate => Decision::Duplicate,
-        Admission::Quiet { until, hours } => match open_and_not_quiet(job, cx, until, Some(&hours)) {
-            Ok((at, _)) => wait(job, cx, at, DelayCause::QuietHours, false),
-            Err(never) => Decision::Dead(never),
-        },
-        Admission::OptedOut(what) => dead(
-            Reason::OptedOut,
-            what.describe(&job.category, &job.channel),
-        ),
-        Admission::Suppressed(s) => dead(
-            Reason::Suppressed,
-            format!(
-                "its recipient is suppressed on channel `{}` by `{}` since {}{}, and policy `{}` is held by it",
-                job.channel,
-                s.kind,
-                s.since.to_rfc3339(),
-                s.until.map(|u| format!(" until {}", u.to_rfc3339())).unwrap_or_default(),
-                cx.policy.name
-            ),
-        ),
-    }
 }
 
 /// What a shadow policy would have done with a job it let through.

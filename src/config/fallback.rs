@@ -46,7 +46,10 @@ pub(super) fn validate(f: &FallbackSettings, key: &str) -> Result<(), ConfigErro
             ));
         }
         if causes.contains(&cause) {
-            return Err(invalid(format!("{key}.on"), format!("`{word}` is named twice")));
+            return Err(invalid(
+                format!("{key}.on"),
+                format!("`{word}` is named twice"),
+            ));
         }
         causes.push(cause);
     }
@@ -110,17 +113,39 @@ mod tests {
 
     #[test]
     fn a_bad_fallback_section_names_its_key() {
-        let key = |f: &FallbackSettings| validate(f, "policies.p.fallback").err().and_then(|e| e.key().map(str::to_string));
+        let key = |f: &FallbackSettings| {
+            validate(f, "policies.p.fallback")
+                .err()
+                .and_then(|e| e.key().map(str::to_string))
+        };
         assert_eq!(key(&on(&["capped", "opted_out"])), None);
-        assert_eq!(key(&on(&["sometimes"])).as_deref(), Some("policies.p.fallback.on"));
-        assert_eq!(key(&on(&["capped", "capped"])).as_deref(), Some("policies.p.fallback.on"));
-        assert_eq!(key(&on(&["unanswered"])).as_deref(), Some("policies.p.fallback.on"));
+        assert_eq!(
+            key(&on(&["sometimes"])).as_deref(),
+            Some("policies.p.fallback.on")
+        );
+        assert_eq!(
+            key(&on(&["capped", "capped"])).as_deref(),
+            Some("policies.p.fallback.on")
+        );
+        assert_eq!(
+            key(&on(&["unanswered"])).as_deref(),
+            Some("policies.p.fallback.on")
+        );
         let far = FallbackSettings {
             wait_at_most: Some(Dur(std::time::Duration::from_secs(8 * 86_400))),
             ..on(&["capped"])
         };
-        assert_eq!(key(&far).as_deref(), Some("policies.p.fallback.wait_at_most"));
-        let read = FallbackSettings { answered_by: Some("seen".into()), ..on(&["capped"]) };
-        assert_eq!(key(&read).as_deref(), Some("policies.p.fallback.answered_by"));
+        assert_eq!(
+            key(&far).as_deref(),
+            Some("policies.p.fallback.wait_at_most")
+        );
+        let read = FallbackSettings {
+            answered_by: Some("seen".into()),
+            ..on(&["capped"])
+        };
+        assert_eq!(
+            key(&read).as_deref(),
+            Some("policies.p.fallback.answered_by")
+        );
     }
 }

@@ -65,7 +65,10 @@ fn properties(f: &Feedback, next: &NextStep) -> BasicProperties {
     let mut headers = FieldTable::default();
     let text = |s: String| AMQPValue::LongString(s.into());
     headers.insert(ShortString::from(RESUME_AT), text(next.step.to_string()));
-    headers.insert(ShortString::from(FALLBACK_FROM), text(format!("{}: failed", next.from)));
+    headers.insert(
+        ShortString::from(FALLBACK_FROM),
+        text(format!("{}: failed", next.from)),
+    );
     BasicProperties::default()
         .with_content_type("application/json".into())
         .with_message_id(ShortString::from(f.id.as_str()))

@@ -14,10 +14,10 @@
 //! caps and rules of its own channel; one that spans channels holds the
 //! notification on every channel, so the job waits as it would without a route.
 
+pub mod failed;
 pub mod route;
 pub mod spec;
 pub mod state;
-pub mod failed;
 pub mod step;
 
 pub use route::Routed;

@@ -86,7 +86,10 @@ pub const FALLBACK_FROM: &str = "x-notify-fallback-from";
 /// [`RESUME_AT`] header, 1 to the length of `fallback`): itself on the channel of
 /// that step, with the channels after it as its fallback; the step and why it left
 /// the one before. Any other job: as it is, at step 0.
-pub fn resume<'a>(mut job: Job<'a>, headers: Option<&FieldTable>) -> (Job<'a>, usize, Option<String>) {
+pub fn resume<'a>(
+    mut job: Job<'a>,
+    headers: Option<&FieldTable>,
+) -> (Job<'a>, usize, Option<String>) {
     let text = |name: &str| match headers?.inner().get(name)? {
         AMQPValue::LongString(s) => Some(s.to_string()),
         _ => None,
@@ -96,7 +99,12 @@ pub fn resume<'a>(mut job: Job<'a>, headers: Option<&FieldTable>) -> (Job<'a>, u
         Some(k) if (1..=len).contains(&k) => k,
         _ => return (job, 0, None),
     };
-    let mut rest = job.fallback.take().unwrap_or_default().into_iter().skip(k - 1);
+    let mut rest = job
+        .fallback
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .skip(k - 1);
     job.channel = rest.next().unwrap_or_default();
     job.fallback = Some(rest.collect());
     (job, k, text(FALLBACK_FROM))
@@ -133,7 +141,10 @@ pub fn moves_on(
             rule,
             spanning: false,
             ..
-        } if further(retry_at) => (Cause::Capped, capped(&Cap::describe(cap, *rule), retry_at, tz)),
+        } if further(retry_at) => (
+            Cause::Capped,
+            capped(&Cap::describe(cap, *rule), retry_at, tz),
+        ),
         _ => return None,
     };
     spec.moves_on(cause).then_some((cause, why))
@@ -148,14 +159,20 @@ fn rule_text(rule: Option<Rule>) -> String {
 
 fn capped(held: &str, retry_at: &Option<DateTime<Utc>>, tz: Tz) -> String {
     match retry_at {
-        Some(t) => format!("capped ({held} until {})", t.with_timezone(&tz).to_rfc3339()),
+        Some(t) => format!(
+            "capped ({held} until {})",
+            t.with_timezone(&tz).to_rfc3339()
+        ),
         None => format!("capped ({held}, never)"),
     }
 }
 
 /// The channels of a job's route that are not configured, if any (the job is
 /// then dead-lettered `unknown_channel`).
-pub(crate) fn unknown_channel(fallback: &[Cow<'_, str>], channels: &[String]) -> Option<DeadLetter> {
+pub(crate) fn unknown_channel(
+    fallback: &[Cow<'_, str>],
+    channels: &[String],
+) -> Option<DeadLetter> {
     let unknown: Vec<&str> = fallback
         .iter()
         .map(|c| c.as_ref())

@@ -49,33 +49,88 @@ fn now() -> chrono::DateTime<Utc> {
 fn what_moves_a_step_on() {
     let p = policy();
     let spec = FallbackSpec::default();
-    let on = |a: &Admission, spec: &FallbackSpec| moves_on(a, &p, spec, Tz::UTC, now()).map(|(c, _)| c);
-    assert_eq!(on(&Admission::OptedOut(OptOut::Channel), &spec), Some(Cause::OptedOut));
-    let s = Suppression { kind: Kind::Bounced, since: now(), until: None };
-    assert_eq!(on(&Admission::Suppressed(s), &spec), Some(Cause::Suppressed));
-    assert_eq!(on(&refused(1, false), &spec), Some(Cause::Capped), "the channel's own");
-    assert_eq!(on(&refused(1, true), &spec), None, "a rule across channels holds it");
+    let on =
+        |a: &Admission, spec: &FallbackSpec| moves_on(a, &p, spec, Tz::UTC, now()).map(|(c, _)| c);
+    assert_eq!(
+        on(&Admission::OptedOut(OptOut::Channel), &spec),
+        Some(Cause::OptedOut)
+    );
+    let s = Suppression {
+        kind: Kind::Bounced,
+        since: now(),
+        until: None,
+    };
+    assert_eq!(
+        on(&Admission::Suppressed(s), &spec),
+        Some(Cause::Suppressed)
+    );
+    assert_eq!(
+        on(&refused(1, false), &spec),
+        Some(Cause::Capped),
+        "the channel's own"
+    );
+    assert_eq!(
+        on(&refused(1, true), &spec),
+        None,
+        "a rule across channels holds it"
+    );
     assert_eq!(on(&Admission::Duplicate, &spec), None);
-    let patient = FallbackSpec { wait_at_most: chrono::Duration::hours(2), ..FallbackSpec::default() };
-    assert_eq!(on(&refused(1, false), &patient), None, "within wait_at_most");
-    assert_eq!(on(&refused(3, false), &patient), Some(Cause::Capped), "beyond it");
-    let only_capped = FallbackSpec { on: vec![Cause::Capped], ..FallbackSpec::default() };
-    assert_eq!(on(&Admission::OptedOut(OptOut::Channel), &only_capped), None);
+    let patient = FallbackSpec {
+        wait_at_most: chrono::Duration::hours(2),
+        ..FallbackSpec::default()
+    };
+    assert_eq!(
+        on(&refused(1, false), &patient),
+        None,
+        "within wait_at_most"
+    );
+    assert_eq!(
+        on(&refused(3, false), &patient),
+        Some(Cause::Capped),
+        "beyond it"
+    );
+    let only_capped = FallbackSpec {
+        on: vec![Cause::Capped],
+        ..FallbackSpec::default()
+    };
+    assert_eq!(
+        on(&Admission::OptedOut(OptOut::Channel), &only_capped),
+        None
+    );
 }
 
 #[test]
 fn a_capped_step_says_why_in_the_recipients_zone() {
     let p = policy();
     let paris: Tz = "Europe/Paris".parse().unwrap();
-    let (_, why) = moves_on(&refused(15, false), &p, &FallbackSpec::default(), paris, now()).unwrap();
-    assert_eq!(why, "capped (policy `default` (no rule passes) until 2026-12-02T01:00:00+01:00)");
+    let (_, why) = moves_on(
+        &refused(15, false),
+        &p,
+        &FallbackSpec::default(),
+        paris,
+        now(),
+    )
+    .unwrap();
+    assert_eq!(
+        why,
+        "capped (policy `default` (no rule passes) until 2026-12-02T01:00:00+01:00)"
+    );
 }
 
 #[test]
 fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
-    let second = Routed { step: 1, of: 3, from: Some("push: opted_out".into()), gone: None, on_failure: None };
-    let h: Vec<(&str, String)> =
-        second.headers("email").into_iter().map(|(k, v)| (k, v.into_owned())).collect();
+    let second = Routed {
+        step: 1,
+        of: 3,
+        from: Some("push: opted_out".into()),
+        gone: None,
+        on_failure: None,
+    };
+    let h: Vec<(&str, String)> = second
+        .headers("email")
+        .into_iter()
+        .map(|(k, v)| (k, v.into_owned()))
+        .collect();
     assert_eq!(
         h,
         [
@@ -84,10 +139,22 @@ fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
             ("x-notify-fallback-from", "push: opted_out".to_string()),
         ]
     );
-    let first = DeadLetter { reason: Reason::OptedOut, detail: "channel push".into() };
-    let gone = Routed { step: 0, of: 2, from: None, gone: Some("push: opted_out; sms: opted_out".into()), on_failure: None };
+    let first = DeadLetter {
+        reason: Reason::OptedOut,
+        detail: "channel push".into(),
+    };
+    let gone = Routed {
+        step: 0,
+        of: 2,
+        from: None,
+        gone: Some("push: opted_out; sms: opted_out".into()),
+        on_failure: None,
+    };
     let dead = gone.dead_letter(first);
-    assert_eq!((dead.reason, dead.detail.as_str()), (Reason::OptedOut, "push: opted_out; sms: opted_out"));
+    assert_eq!(
+        (dead.reason, dead.detail.as_str()),
+        (Reason::OptedOut, "push: opted_out; sms: opted_out")
+    );
     let known = ["push".to_string(), "email".to_string()];
     assert!(unknown_channel(&["email".into()], &known).is_none());
     let dead = unknown_channel(&["email".into(), "fax".into()], &known).unwrap();

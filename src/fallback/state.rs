@@ -61,7 +61,10 @@ pub async fn keep(
     next: &NextStep,
     ttl_ms: u64,
 ) -> Result<(), StoreError> {
-    let key = store.keys().for_tenant(tenant).route(recipient, id, &next.from);
+    let key = store
+        .keys()
+        .for_tenant(tenant)
+        .route(recipient, id, &next.from);
     let mut conn = store.connection();
     let () = redis::cmd("SET")
         .arg(&key)
@@ -80,7 +83,10 @@ pub async fn next(
     tenant: Option<&str>,
     (recipient, id, channel): (&str, &str, &str),
 ) -> Result<Option<NextStep>, StoreError> {
-    let key = store.keys().for_tenant(tenant).route(recipient, id, channel);
+    let key = store
+        .keys()
+        .for_tenant(tenant)
+        .route(recipient, id, channel);
     let mut conn = store.connection();
     let value: Option<Vec<u8>> = conn.get(&key).await?;
     Ok(value.as_deref().and_then(NextStep::decode))
@@ -92,7 +98,10 @@ pub async fn forget(
     tenant: Option<&str>,
     (recipient, id, channel): (&str, &str, &str),
 ) -> Result<(), StoreError> {
-    let key = store.keys().for_tenant(tenant).route(recipient, id, channel);
+    let key = store
+        .keys()
+        .for_tenant(tenant)
+        .route(recipient, id, channel);
     let mut conn = store.connection();
     let _: i64 = conn.del(&key).await?;
     Ok(())

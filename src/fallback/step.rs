@@ -71,14 +71,21 @@ where
                 on_failure: failing.then(|| (of.offset + step + 1, channels[step + 1].to_string())),
             };
             let channel = channels[step].clone();
-            return Ok(Stepped { admission, channel, routed });
+            return Ok(Stepped {
+                admission,
+                channel,
+                routed,
+            });
         };
         whys.push(format!("{}: {why}", channels[step]));
         if let Some(next) = channels.get(step + 1) {
             counted(of.policy, &channels[step], next, cause);
         }
         if cause == Cause::Capped {
-            if earliest.as_ref().is_none_or(|(_, e)| retry_at(&admission) < retry_at(e)) {
+            if earliest
+                .as_ref()
+                .is_none_or(|(_, e)| retry_at(&admission) < retry_at(e))
+            {
                 earliest = Some((step, admission));
             }
         } else if gone.is_none() {

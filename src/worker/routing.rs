@@ -89,5 +89,4 @@ impl Worker {
         let keep = || fallback::state::keep(&self.store, tenant, recipient, id, &next, ttl);
         self.retry_redis(keep, stop).await
     }
-
 }
