@@ -15,6 +15,7 @@ pub(crate) mod digest;
 pub(crate) mod lane_qos;
 pub(crate) mod lanes;
 pub(crate) mod process;
+mod outcomes;
 mod routing;
 pub(crate) mod session;
 

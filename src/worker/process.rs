@@ -19,27 +19,26 @@ use tracing::{debug, info, warn};
 use super::lanes::{self, Step};
 use super::{BrokerLink, Worker};
 use crate::admission::{Admission, Request};
-use crate::amqp::{PublishError, Publisher};
-use crate::decide::{self, Context, DeadLetter, Decision, DelayCause};
+use crate::amqp::PublishError;
+use crate::decide::{self, Context, Decision, DelayCause};
 use crate::fallback;
 use crate::job::decode::{self, Job};
-use crate::job::note::{JobNote, JobState};
-use crate::job::{headers, Outcome, Reason};
+use crate::job::note::JobState;
+use crate::job::{headers, Outcome};
 use crate::metrics::JobLabels;
 use crate::quota::digest::DigestMode;
 use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
-use crate::redis::notes::{Note, Waiting};
 use crate::redis::StoreError;
 use crate::rules::Rules;
 use crate::store::RateStep;
 
 /// What the worker knows of a job's past: the times it was handled before, when a
 /// worker first saw it, and its policy's name.
-struct Seen<'a> {
-    attempt: u64,
-    first_seen: DateTime<Utc>,
-    policy: &'a str,
+pub(super) struct Seen<'a> {
+    pub(super) attempt: u64,
+    pub(super) first_seen: DateTime<Utc>,
+    pub(super) policy: &'a str,
 }
 
 /// Why a delivery could not be settled (it is handed back to the broker).
@@ -128,7 +127,9 @@ impl Worker {
                 break 'decided decision;
             }
             if let Some(further) = job.fallback.as_deref() {
-                if let Some(dead) = fallback::route::unknown_channel(further, &self.topology.channels) {
+                if let Some(dead) =
+                    fallback::route::unknown_channel(further, &self.topology.channels)
+                {
                     break 'decided Decision::Dead(dead);
                 }
             }
@@ -305,7 +306,8 @@ impl Worker {
                 let channel = route.as_ref().map_or(&job.channel, |(_, j)| &j.channel);
                 match (headers::dispatch_headers(headers, now), &route) {
                     (h, Some((routed, _))) => {
-                        props = props.with_headers(fallback::route::with_headers(h, routed, channel));
+                        props =
+                            props.with_headers(fallback::route::with_headers(h, routed, channel));
                     }
                     (Some(h), None) => props = props.with_headers(h),
                     (None, None) => {}
@@ -316,7 +318,13 @@ impl Worker {
                 // a routed step's next one is kept before it goes, so that a failure
                 // the sender reports at once finds it
                 if let Some((routed, on_step)) = &route {
-                    let keep = self.keep_next_step(&job, (on_step, routed), &policy.name, delivery, &s.stop);
+                    let keep = self.keep_next_step(
+                        &job,
+                        (on_step, routed),
+                        &policy.name,
+                        delivery,
+                        &s.stop,
+                    );
                     if let Err(e) = Box::pin(keep).await {
                         drop(sending);
                         if self.store.release(&ticket).await.is_err() {
@@ -466,160 +474,5 @@ impl Worker {
                 }
             }
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn delay(
-        &self,
-        s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        seen: &Seen<'_>,
-        until: DateTime<Utc>,
-        cause: &DelayCause,
-        held_by: &str,
-    ) -> Result<Outcome, ProcessError> {
-        let ladder = self.topology.ladder();
-        let now = self.store.redis_now();
-        let seconds = ladder.seconds(now, until);
-        let props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_message_id(ShortString::from(job.id.as_ref()))
-            .with_headers({
-                let original = delivery.properties.headers().as_ref();
-                let mut headers = headers::next_headers(original, seen.first_seen, Some(until));
-                headers::held_by(&mut headers, held_by);
-                ladder.mark(&mut headers, seconds);
-                headers
-            });
-        crate::telemetry::delayed(cause.label(), held_by, until);
-        let entry = self.topology.delay_entry(seconds);
-        let (props, sending) = crate::telemetry::send("", entry, Some(&job.id), props);
-        let published = s.publisher.publish("", entry, &delivery.data, props).await;
-        if let Err(e) = &published {
-            sending.failed(e);
-        }
-        drop(sending);
-        published?;
-        s.metrics
-            .delayed(cause, (until - now).to_std().unwrap_or_default());
-        debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
-        let step = JobState::Delayed {
-            until,
-            seconds,
-            cause: cause.label().to_string(),
-            held_by: held_by.to_string(),
-            sends_seen: match cause {
-                DelayCause::Cap { seen, .. } | DelayCause::Capped { seen, .. } => Some(*seen),
-                _ => None,
-            },
-        };
-        self.note(s, job, seen, step, Some(until));
-        Ok(Outcome::Delayed { until })
-    }
-
-    /// Dead-letter a job, and note it (spending its cancel mark if that was why).
-    async fn dead_noted(
-        &self,
-        s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        seen: &Seen<'_>,
-        dead: DeadLetter,
-    ) -> Result<Outcome, ProcessError> {
-        let step = JobState::Dead {
-            reason: dead.reason.as_str().to_string(),
-            detail: dead.detail.clone(),
-        };
-        let outcome = self.dead(&s.publisher, delivery, Some(job), dead).await?;
-        self.note(s, job, seen, step, None);
-        Ok(outcome)
-    }
-
-    /// Note what became of `job` for `admin job` (and, when it waits or has waited,
-    /// in its recipient's waiting jobs): written with the next batch of commits.
-    /// With `redis.notes = false` only a spent cancel mark is written.
-    fn note(
-        &self,
-        s: &BrokerLink,
-        job: &Job<'_>,
-        seen: &Seen<'_>,
-        step: JobState,
-        waits_until: Option<DateTime<Utc>>,
-    ) {
-        let spend_cancel =
-            matches!(&step, JobState::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
-        let notes = self.settings.redis.notes;
-        if !notes && !spend_cancel {
-            return;
-        }
-        let waiting = match waits_until {
-            _ if !notes => Waiting::Untouched,
-            Some(until) => Waiting::Until {
-                key: self.waiting_key(job),
-                until,
-            },
-            None if seen.attempt > 0 => Waiting::Gone {
-                key: self.waiting_key(job),
-            },
-            None => Waiting::Untouched,
-        };
-        s.commits.note(Note {
-            id: job.id.to_string(),
-            record: notes.then(|| JobNote {
-                step,
-                at: self.store.redis_now(),
-                attempt: seen.attempt,
-                first_seen: seen.first_seen,
-                policy: Some(seen.policy.to_string()),
-                channel: job.channel.to_string(),
-                zone: Some(job.tz.name().to_string()),
-                trace_id: crate::telemetry::trace_id(),
-            }),
-            waiting,
-            spend_cancel,
-        });
-    }
-
-    /// The set of the waiting jobs of `job`'s recipient (of its tenant).
-    fn waiting_key(&self, job: &Job<'_>) -> String {
-        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
-        keys.waiting(&job.recipient)
-    }
-
-    async fn dead(
-        &self,
-        publisher: &Publisher,
-        delivery: &Delivery,
-        job: Option<&Job<'_>>,
-        dead: DeadLetter,
-    ) -> Result<Outcome, ProcessError> {
-        let DeadLetter { reason, detail } = dead;
-        let mut props = BasicProperties::default()
-            .with_headers(headers::dead_headers(
-                delivery.properties.headers().as_ref(),
-                reason.as_str(),
-                &detail,
-            ))
-            .with_timestamp(Utc::now().timestamp().max(0) as u64);
-        if let Some(ct) = delivery.properties.content_type() {
-            props = props.with_content_type(ct.clone());
-        }
-        if let Some(job) = job {
-            props = props.with_message_id(ShortString::from(job.id.as_ref()));
-        } else if let Some(id) = delivery.properties.message_id() {
-            props = props.with_message_id(id.clone());
-        }
-        crate::telemetry::dead(reason.as_str());
-        let exchange = &self.settings.amqp.dead_exchange;
-        let (props, sending) = crate::telemetry::send(exchange, "", job.map(|j| &*j.id), props);
-        let published = publisher.publish(exchange, "", &delivery.data, props).await;
-        if let Err(e) = &published {
-            sending.failed(e);
-        }
-        drop(sending);
-        published?;
-        info!(reason = reason.as_str(), detail, "dead-lettered");
-        Ok(Outcome::Dead(reason))
     }
 }

@@ -1,0 +1,175 @@
+//! What the worker publishes for a job that does not go out now: its wait in the
+//! delay ladder, its dead letter, and the note `admin job` reads of it.
+
+use chrono::{DateTime, Utc};
+use lapin::message::Delivery;
+use lapin::types::ShortString;
+use lapin::BasicProperties;
+use tracing::{debug, info};
+
+use super::process::{ProcessError, Seen};
+use super::session::BrokerLink;
+use super::Worker;
+use crate::amqp::Publisher;
+use crate::decide::{DeadLetter, DelayCause};
+use crate::job::decode::Job;
+use crate::job::note::{JobNote, JobState};
+use crate::job::{headers, Outcome, Reason};
+use crate::redis::notes::{Note, Waiting};
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn delay(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        seen: &Seen<'_>,
+        until: DateTime<Utc>,
+        cause: &DelayCause,
+        held_by: &str,
+    ) -> Result<Outcome, ProcessError> {
+        let ladder = self.topology.ladder();
+        let now = self.store.redis_now();
+        let seconds = ladder.seconds(now, until);
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(job.id.as_ref()))
+            .with_headers({
+                let original = delivery.properties.headers().as_ref();
+                let mut headers = headers::next_headers(original, seen.first_seen, Some(until));
+                headers::held_by(&mut headers, held_by);
+                ladder.mark(&mut headers, seconds);
+                headers
+            });
+        crate::telemetry::delayed(cause.label(), held_by, until);
+        let entry = self.topology.delay_entry(seconds);
+        let (props, sending) = crate::telemetry::send("", entry, Some(&job.id), props);
+        let published = s.publisher.publish("", entry, &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        drop(sending);
+        published?;
+        s.metrics
+            .delayed(cause, (until - now).to_std().unwrap_or_default());
+        debug!(until = %until.to_rfc3339(), seconds, cause = cause.label(), "delayed");
+        let step = JobState::Delayed {
+            until,
+            seconds,
+            cause: cause.label().to_string(),
+            held_by: held_by.to_string(),
+            sends_seen: match cause {
+                DelayCause::Cap { seen, .. } | DelayCause::Capped { seen, .. } => Some(*seen),
+                _ => None,
+            },
+        };
+        self.note(s, job, seen, step, Some(until));
+        Ok(Outcome::Delayed { until })
+    }
+
+    /// Dead-letter a job, and note it (spending its cancel mark if that was why).
+    pub(super) async fn dead_noted(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        job: &Job<'_>,
+        seen: &Seen<'_>,
+        dead: DeadLetter,
+    ) -> Result<Outcome, ProcessError> {
+        let step = JobState::Dead {
+            reason: dead.reason.as_str().to_string(),
+            detail: dead.detail.clone(),
+        };
+        let outcome = self.dead(&s.publisher, delivery, Some(job), dead).await?;
+        self.note(s, job, seen, step, None);
+        Ok(outcome)
+    }
+
+    /// Note what became of `job` for `admin job` (and, when it waits or has waited,
+    /// in its recipient's waiting jobs): written with the next batch of commits.
+    /// With `redis.notes = false` only a spent cancel mark is written.
+    pub(super) fn note(
+        &self,
+        s: &BrokerLink,
+        job: &Job<'_>,
+        seen: &Seen<'_>,
+        step: JobState,
+        waits_until: Option<DateTime<Utc>>,
+    ) {
+        let spend_cancel =
+            matches!(&step, JobState::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
+        let notes = self.settings.redis.notes;
+        if !notes && !spend_cancel {
+            return;
+        }
+        let waiting = match waits_until {
+            _ if !notes => Waiting::Untouched,
+            Some(until) => Waiting::Until {
+                key: self.waiting_key(job),
+                until,
+            },
+            None if seen.attempt > 0 => Waiting::Gone {
+                key: self.waiting_key(job),
+            },
+            None => Waiting::Untouched,
+        };
+        s.commits.note(Note {
+            id: job.id.to_string(),
+            record: notes.then(|| JobNote {
+                step,
+                at: self.store.redis_now(),
+                attempt: seen.attempt,
+                first_seen: seen.first_seen,
+                policy: Some(seen.policy.to_string()),
+                channel: job.channel.to_string(),
+                zone: Some(job.tz.name().to_string()),
+                trace_id: crate::telemetry::trace_id(),
+            }),
+            waiting,
+            spend_cancel,
+        });
+    }
+
+    /// The set of the waiting jobs of `job`'s recipient (of its tenant).
+    pub(super) fn waiting_key(&self, job: &Job<'_>) -> String {
+        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
+        keys.waiting(&job.recipient)
+    }
+
+    pub(super) async fn dead(
+        &self,
+        publisher: &Publisher,
+        delivery: &Delivery,
+        job: Option<&Job<'_>>,
+        dead: DeadLetter,
+    ) -> Result<Outcome, ProcessError> {
+        let DeadLetter { reason, detail } = dead;
+        let mut props = BasicProperties::default()
+            .with_headers(headers::dead_headers(
+                delivery.properties.headers().as_ref(),
+                reason.as_str(),
+                &detail,
+            ))
+            .with_timestamp(Utc::now().timestamp().max(0) as u64);
+        if let Some(ct) = delivery.properties.content_type() {
+            props = props.with_content_type(ct.clone());
+        }
+        if let Some(job) = job {
+            props = props.with_message_id(ShortString::from(job.id.as_ref()));
+        } else if let Some(id) = delivery.properties.message_id() {
+            props = props.with_message_id(id.clone());
+        }
+        crate::telemetry::dead(reason.as_str());
+        let exchange = &self.settings.amqp.dead_exchange;
+        let (props, sending) = crate::telemetry::send(exchange, "", job.map(|j| &*j.id), props);
+        let published = publisher.publish(exchange, "", &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        drop(sending);
+        published?;
+        info!(reason = reason.as_str(), detail, "dead-lettered");
+        Ok(Outcome::Dead(reason))
+    }
+}
