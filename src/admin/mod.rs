@@ -5,6 +5,7 @@
 //! recipient's own preferences ([`preferences`]) and every stored set exported and
 //! imported as JSON lines ([`preference_files`]). Returns data; the binary prints it.
 
+pub mod dead_index;
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub mod digests;

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 mod amqp;
 mod caps;
 mod channels;
+mod console;
 mod digest;
 mod endpoint;
 mod env;
@@ -47,6 +48,7 @@ mod worker;
 pub use amqp::{AmqpSettings, QueueType};
 pub use caps::{CapSettings, MatchSettings};
 pub use channels::ChannelSettings;
+pub use console::ConsoleSettings;
 pub use digest::DigestSettings;
 pub use fallback::FallbackSettings;
 pub use endpoint::Endpoint;
@@ -91,6 +93,8 @@ pub struct Settings {
     pub worker: WorkerSettings,
     /// The status, metrics, health and reload endpoints (`[http]`).
     pub http: HttpSettings,
+    /// The operators' console under `/console` (`[console]`).
+    pub console: ConsoleSettings,
     /// The policies by name (`[policies.NAME]`); a `default` one is required.
     pub policies: BTreeMap<String, PolicySettings>,
     /// The channels by name (`[channels.NAME]`); at least one.
@@ -208,6 +212,7 @@ impl Settings {
         self.redis.validate_servers()?;
         self.worker.validate()?;
         self.http.validate()?;
+        self.console.validate()?;
         self.feedback.validate()?;
         self.suppression.validate()?;
         self.telemetry.validate()?;

@@ -11,6 +11,7 @@
 
 pub(crate) mod cancels;
 pub(crate) mod commits;
+pub(crate) mod dead_index;
 pub(crate) mod digest;
 pub(crate) mod lane_qos;
 pub(crate) mod lanes;
