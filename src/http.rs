@@ -82,6 +82,11 @@ pub fn router(metrics: Option<PrometheusHandle>, health: Arc<Health>) -> Router 
 
 /// [`router`] on `app`.
 pub fn app(app: App) -> Router {
+    let console = crate::console::router(crate::console::Console::new(
+        app.status.clone(),
+        app.health.clone(),
+        app.guard.clone(),
+    ));
     let mutating = Router::new().route("/reload", post(reload)).route_layer(
         axum::middleware::from_fn_with_state(app.guard.clone(), guard::require),
     );
@@ -95,6 +100,7 @@ pub fn app(app: App) -> Router {
         .merge(preferences::routes())
         .route(openapi::OPENAPI_PATH, get(openapi::serve))
         .with_state(app)
+        .merge(console)
 }
 
 /// The status page: one HTML document with its script and style inline (no

@@ -128,6 +128,7 @@ pub mod admission;
 pub mod amqp;
 pub(crate) mod backoff;
 pub mod config;
+pub mod console;
 pub(crate) mod decide;
 pub mod fallback;
 pub mod feedback;

@@ -376,6 +376,21 @@ pub fn queue(role: &'static str, queue: &str, messages: u32, consumers: u32) {
 pub(crate) fn shadowed(policy: &str, verdict: crate::decide::ShadowVerdict) {
     metrics::counter!(SHADOW_TOTAL, "policy" => policy.to_string(), "verdict" => verdict.label())
         .increment(1);
+    let mut seen = SHADOW_SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    *seen
+        .entry((policy.to_string(), verdict.label()))
+        .or_default() += 1;
+}
+
+/// The shadow verdicts counted by this process, by policy and verdict (the
+/// console's policies page).
+static SHADOW_SEEN: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The shadow verdicts counted by this process: policy, verdict, jobs.
+pub fn shadow_counts() -> Vec<(String, &'static str, u64)> {
+    let seen = SHADOW_SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    seen.iter().map(|((p, v), n)| (p.clone(), *v, *n)).collect()
 }
 
 /// Count one job folded into a digest of `policy`.

@@ -114,6 +114,14 @@ impl Reloader {
         self.store.rules()
     }
 
+    /// The settings in force (those of the start, with the last applied rules).
+    pub fn settings(&self) -> Settings {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The last reload, if any.
     pub fn last(&self) -> Option<ReloadReport> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()

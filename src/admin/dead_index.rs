@@ -114,7 +114,10 @@ pub struct Known {
 /// The index and its entries: one hash tag, so one script takes both on a cluster.
 fn names(keys: &Keys) -> (String, String) {
     let p = keys.prefix();
-    (format!("{p}:{{dead}}:index"), format!("{p}:{{dead}}:entries"))
+    (
+        format!("{p}:{{dead}}:index"),
+        format!("{p}:{{dead}}:entries"),
+    )
 }
 
 /// The entry of a dead letter published with `props` and `body`.

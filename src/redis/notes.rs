@@ -150,6 +150,28 @@ pub async fn waiting(
     Ok(count)
 }
 
+/// The first `limit` of `recipient`'s waiting jobs, soonest first: each id and
+/// the instant it waits for (the console's recipient page).
+pub async fn waiting_jobs(
+    conn: &RedisConn,
+    keys: &Keys,
+    recipient: &str,
+    limit: usize,
+) -> Result<Vec<(String, DateTime<Utc>)>, StoreError> {
+    let mut conn = conn.clone();
+    let found: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(keys.waiting(recipient))
+        .arg(0)
+        .arg(limit.max(1) as isize - 1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await?;
+    Ok(found
+        .into_iter()
+        .map(|(id, ms)| (id, crate::quota::window::from_millis(ms as i64)))
+        .collect())
+}
+
 /// How many of a recipient's waiting jobs [`waiting_zone`] reads the notes of.
 const ZONE_LOOKS: isize = 20;
 

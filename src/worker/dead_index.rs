@@ -20,7 +20,13 @@ impl Worker {
         let known = job.map_or_else(Known::default, |job| {
             let tenant = job.tenant.as_deref();
             Known {
-                policy: Some(self.store.rules().policy_of(&job.category, tenant).name.clone()),
+                policy: Some(
+                    self.store
+                        .rules()
+                        .policy_of(&job.category, tenant)
+                        .name
+                        .clone(),
+                ),
                 channel: Some(job.channel.to_string()),
                 recipient_tag: Some(
                     self.store

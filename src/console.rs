@@ -1,0 +1,90 @@
+//! The operators' console: `/console` on `http.listen`, served by the worker
+//! itself, as server-rendered HTML (maud: escaped by default, no JavaScript).
+//! Five pages, each a file: the overview (what the status page shows, from the same
+//! [`crate::status::Report`]), a recipient (its layers, preferences, suppressions,
+//! waiting jobs and digests), a job (its note as a timeline), the dead letters (read
+//! from their index in Redis, [`crate::admin::dead_index`], never from the queue) and
+//! the policies. Every action calls the same library functions as the CLI and the
+//! REST API ([`crate::admin`]).
+//!
+//! Access ([`session`]): where `POST /reload` needs `http.admin_token`, every page
+//! does too: a login form turns the token into a session cookie (`HttpOnly`,
+//! `SameSite=Strict`, `Secure` behind TLS) that expires after `console.session_ttl`;
+//! every form carries the session's CSRF token; each action is logged with who
+//! and what. I/O: Redis through the store, the broker for replays and purges.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::health::Health;
+use crate::http::guard::Guard;
+use crate::status::Status;
+
+mod dead;
+mod job;
+mod layout;
+mod overview;
+mod policies;
+mod recipient;
+mod session;
+
+pub use session::{Session, COOKIE};
+
+/// What the console serves from: the worker's status (with the reloader, hence
+/// the store and the settings, once connected), its health, the guard of the
+/// admin token; its own sessions (in memory: a restart logs everyone out) and the
+/// broker connection its replays and purges use (opened on the first one).
+pub struct Console {
+    status: Arc<Status>,
+    health: Arc<Health>,
+    guard: Guard,
+    sessions: Mutex<HashMap<[u8; 32], Session>>,
+    broker: tokio::sync::Mutex<Option<Arc<lapin::Connection>>>,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Console")
+    }
+}
+
+impl Console {
+    /// The console of the worker whose state is `status` and `health`, asking for
+    /// `guard`'s token (the one `POST /reload` asks for).
+    pub fn new(status: Arc<Status>, health: Arc<Health>, guard: Guard) -> Arc<Console> {
+        Arc::new(Console {
+            status,
+            health,
+            guard,
+            sessions: Mutex::default(),
+            broker: tokio::sync::Mutex::default(),
+        })
+    }
+}
+
+/// The routes under `/console`.
+pub fn router(console: Arc<Console>) -> Router {
+    Router::new()
+        .route("/console", get(overview::show))
+        .route("/console/login", get(session::form).post(session::login))
+        .route("/console/logout", post(session::logout))
+        .route("/console/recipient", get(recipient::show))
+        .route(
+            "/console/recipient/preferences",
+            post(recipient::preferences),
+        )
+        .route("/console/recipient/unsuppress", post(recipient::unsuppress))
+        .route("/console/digest/flush", post(recipient::flush))
+        .route("/console/job", get(job::show))
+        .route("/console/job/cancel", post(job::cancel))
+        .route("/console/dead", get(dead::list))
+        .route("/console/dead/one", get(dead::one))
+        .route("/console/dead/confirm", post(dead::confirm))
+        .route("/console/dead/apply", post(dead::apply))
+        .route("/console/policies", get(policies::show))
+        .route("/console/policies/reload", post(policies::reload))
+        .with_state(console)
+}

@@ -1,0 +1,173 @@
+//! A job (`/console/job?id=J`): what `admin job` tells, as a timeline: when a
+//! worker first saw it, the last decision noted (its instant, cause and held-by
+//! text, the digest that holds it), a cancel mark, its sender's feedback, its dead
+//! letter in the index; its trace as a link when `console.trace_url` is set; and
+//! cancel while it waits ([`crate::admin::Jobs::cancel`]).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use maud::{html, Markup};
+
+use super::layout::{self, csrf, query, when};
+use super::session::{act, enter, Ctx, Fields};
+use super::Console;
+use crate::admin::dead_index::{self, Entry};
+use crate::admin::{JobStatus, Jobs};
+use crate::job::note::{JobState, Place};
+
+/// `GET /console/job`.
+pub(super) async fn show(
+    State(app): State<Arc<Console>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let ctx = match enter(&app, &headers) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let q = Fields::of_query(&uri);
+    let form = html! {
+        form.search method="get" action="/console/job" role="search" {
+            div { label for="id" { "Job id" } input #id name="id" value=(q.get("id").unwrap_or("")) required; }
+            button type="submit" { "Find" }
+        }
+    };
+    let Some(id) = q.get("id") else {
+        return layout::page(&ctx.visitor, "Job", form);
+    };
+    let status = match Jobs::new(&ctx.store, &ctx.settings).explain(id).await {
+        Ok(s) => s,
+        Err(e) => return layout::failed(&ctx.visitor, StatusCode::INTERNAL_SERVER_ERROR, "Job", e),
+    };
+    let dead = dead_index::entry_of(&ctx.store.connection(), ctx.store.keys(), id)
+        .await
+        .ok()
+        .flatten();
+    let body =
+        html! { (form) (timeline(&ctx, &status, dead.as_ref())) (cancel_form(&ctx, &status)) };
+    layout::page(&ctx.visitor, "Job", body)
+}
+
+fn place(p: &Place) -> String {
+    match p {
+        Place::DelayQueue { queue } => format!("waiting in the delay queue {queue}"),
+        Place::JobsQueue { since } => format!("back in the jobs queue since {}", when(*since)),
+        Place::Dead => "in the dead-letter queue (unless replayed or purged since)".into(),
+        Place::Dispatched => "dispatched".into(),
+        Place::Superseded => "superseded by a newer job".into(),
+        Place::Digest { digest, closes_at } => {
+            format!("in digest {digest}, sent when it closes at {}", when(*closes_at))
+        }
+        Place::Unknown => "no note: sent at its first handling, still in the jobs queue for the first time, or its note expired".into(),
+    }
+}
+
+fn step(s: &JobState) -> Markup {
+    html! {
+        @match s {
+            JobState::Delayed { until, cause, held_by, sends_seen, .. } => {
+                strong { "delayed" } " until " (when(*until)) " · cause " code { (cause) } br;
+                "held by " (held_by)
+                @if let Some(n) = sends_seen { " · " (n) " send(s) seen" }
+            },
+            JobState::Dead { reason, detail } => { strong { "dead-lettered" } " · " code { (reason) } " · " (detail) },
+            JobState::Dispatched => strong { "dispatched" },
+            JobState::Superseded { by } => { strong { "superseded" } " by " a href={ "/console/job" (query(&[("id", by)])) } { (by) } },
+            JobState::Folded { closes_at, digest } => {
+                strong { "folded" } " into digest " code { (digest) } ", closing " (when(*closes_at))
+            },
+        }
+    }
+}
+
+fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
+    let trace = s.record.as_ref().and_then(|r| r.trace_id.clone());
+    html! {
+        section aria-labelledby="h-where" {
+            h2 #h-where { "Job " code { (s.id) } }
+            p { "Now " (place(&s.place)) " (" (when(s.now)) ")." }
+            @if let Some(r) = &s.record {
+                p.muted { "Channel " (r.channel) @if let Some(p) = &r.policy { " · policy " (p) }
+                    @if let Some(z) = &r.zone { " · zone " (z) } " · attempt " (r.attempt) }
+            }
+            @if let Some(t) = &trace {
+                p { "Trace " @match ctx.settings.console.trace_link(t) {
+                    Some(link) => a href=(link) rel="noreferrer" { code { (t) } },
+                    None => code { (t) },
+                } }
+            }
+            h2 { "Timeline" }
+            ol.timeline {
+                @if let Some(r) = &s.record {
+                    li { (when(r.first_seen)) " · first seen by a worker" }
+                    li { (when(r.at)) " · " (step(&r.step)) }
+                }
+                @if let Some(at) = s.cancelled_at { li { (when(at)) " · " strong { "cancelled" } " (ends as a dead letter `cancelled` at its next handling)" } }
+                @for f in &s.feedback {
+                    li { (f.at.clone().unwrap_or_else(|| "?".into())) " · sender: " code { (f.event) }
+                        @if let Some(d) = &f.detail { " · " (d) } }
+                }
+                @if let Some(d) = dead {
+                    li { (when(d.at)) " · dead letter " code { (d.reason) } " · "
+                        a href={ "/console/dead/one" (query(&[("key", &d.key)])) } { "the message" } }
+                }
+                @if s.record.is_none() && s.feedback.is_empty() && dead.is_none() { li.muted { "Nothing noted." } }
+            }
+        }
+    }
+}
+
+fn cancel_form(ctx: &Ctx, s: &JobStatus) -> Markup {
+    let waits = match &s.record {
+        None => true,
+        Some(r) => matches!(r.step, JobState::Delayed { .. } | JobState::Folded { .. }),
+    };
+    html! {
+        @if waits && s.cancelled_at.is_none() {
+            section aria-labelledby="h-cancel" {
+                h2 #h-cancel { "Cancel" }
+                form method="post" action="/console/job/cancel" {
+                    (csrf(&ctx.visitor))
+                    input type="hidden" name="id" value=(s.id);
+                    button.danger type="submit" { "Cancel this job" }
+                }
+            }
+        }
+    }
+}
+
+/// `POST /console/job/cancel`.
+pub(super) async fn cancel(
+    State(app): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (ctx, f) = match act(&app, &headers, &body) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let v = &ctx.visitor;
+    let Some(id) = f.get("id") else {
+        return layout::failed(v, StatusCode::BAD_REQUEST, "Cancel", "no job id");
+    };
+    tracing::info!(who = %v.who, action = "cancel", job_id = id, "console");
+    let back = format!("/console/job{}", query(&[("id", id)]));
+    match Jobs::new(&ctx.store, &ctx.settings).cancel(id).await {
+        Ok(c) => layout::done(
+            v,
+            "Cancel",
+            format!(
+                "Job {} is marked cancelled{}: it ends as a dead letter `cancelled` at its next handling (every worker knows within {} ms).",
+                c.id,
+                if c.already { " (it was already)" } else { "" },
+                c.known_within_ms
+            ),
+            &back,
+        ),
+        Err(e) => layout::failed(v, StatusCode::CONFLICT, "Cancel", e),
+    }
+}

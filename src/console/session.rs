@@ -1,0 +1,323 @@
+//! Who is looking: the console's sessions, its login and logout, and the checks
+//! every page ([`enter`]) and every action ([`act`]) make. A session is a random
+//! id in an `HttpOnly`, `SameSite=Strict` cookie scoped to `/console` (`Secure`
+//! when the request came through TLS, `X-Forwarded-Proto: https`), kept in memory
+//! as its BLAKE3 hash for `console.session_ttl`, with a CSRF token of its own that
+//! every form carries and every action checks (compared in constant time).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::html;
+
+use super::layout;
+use super::layout::Visitor;
+use super::Console;
+use crate::config::Settings;
+use crate::http::guard::Guard;
+use crate::store::QuotaStore;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "qw_console";
+
+/// One login.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Who logged in: `admin` (the admin token) or `loopback` (no token asked).
+    pub who: String,
+    csrf: String,
+    expires: Instant,
+}
+
+/// What a page or an action works with.
+pub(super) struct Ctx {
+    pub app: Arc<Console>,
+    pub store: Arc<QuotaStore>,
+    pub settings: Settings,
+    pub visitor: Visitor,
+}
+
+/// A form's fields (or a query's), each trimmed; empty ones left out.
+#[derive(Debug, Default)]
+pub(super) struct Fields(HashMap<String, String>);
+
+impl Fields {
+    pub fn parse(text: &[u8]) -> Fields {
+        Fields(
+            form_urlencoded::parse(text)
+                .map(|(k, v)| (k.into_owned(), v.trim().to_string()))
+                .filter(|(_, v)| !v.is_empty())
+                .collect(),
+        )
+    }
+
+    pub fn of_query(uri: &axum::http::Uri) -> Fields {
+        Fields::parse(uri.query().unwrap_or("").as_bytes())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+}
+
+fn random_id() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+fn hash(id: &str) -> [u8; 32] {
+    *blake3::hash(id.as_bytes()).as_bytes()
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find_map(|(k, v)| (k == COOKIE).then_some(v))
+}
+
+fn behind_tls(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+impl Console {
+    /// The live session of `headers`' cookie; an expired one is forgotten.
+    fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        let key = hash(cookie_of(headers)?);
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        match sessions.get(&key) {
+            Some(s) if s.expires > Instant::now() => Some(s.clone()),
+            Some(_) => {
+                sessions.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Open a session for `who`, lasting `ttl`: the visitor, with the cookie to set.
+    fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
+        let id = random_id();
+        let session = Session {
+            who: who.to_string(),
+            csrf: random_id(),
+            expires: Instant::now() + ttl,
+        };
+        let visitor = Visitor {
+            who: who.to_string(),
+            csrf: session.csrf.clone(),
+            set_cookie: Some(format!(
+                "{COOKIE}={id}; Path=/console; Max-Age={}; HttpOnly; SameSite=Strict{}",
+                ttl.as_secs(),
+                if secure { "; Secure" } else { "" }
+            )),
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        sessions.retain(|_, s| s.expires > now);
+        sessions.insert(hash(&id), session);
+        visitor
+    }
+
+    fn close(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie_of(headers) {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.remove(&hash(id));
+        }
+    }
+}
+
+/// The store and settings, once the worker is connected; 404 with the console off.
+fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
+    let Some(reloader) = app.status.reloader() else {
+        return Err(layout::bare(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Starting",
+            html! { p { "The worker is not connected to Redis yet; try again in a moment." } },
+        ));
+    };
+    let settings = reloader.settings();
+    if !settings.console.enabled {
+        return Err((
+            StatusCode::NOT_FOUND,
+            "the console is off (console.enabled)\n",
+        )
+            .into_response());
+    }
+    Ok((reloader.store().clone(), settings))
+}
+
+/// A page's visitor: its session; else, on an open guard, a new session; else the
+/// login form (303), or 403 where nobody may log in.
+pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
+    let (store, settings) = ready(app)?;
+    let visitor = match app.session(headers) {
+        Some(s) => Visitor {
+            who: s.who,
+            csrf: s.csrf,
+            set_cookie: None,
+        },
+        None => match &app.guard {
+            Guard::Open => app.open(
+                "loopback",
+                settings.console.session_ttl.0,
+                behind_tls(headers),
+            ),
+            Guard::Token(_) => {
+                return Err((
+                    StatusCode::SEE_OTHER,
+                    [(header::LOCATION, "/console/login")],
+                )
+                    .into_response())
+            }
+            Guard::Refused => return Err(refused()),
+        },
+    };
+    Ok(Ctx {
+        app: app.clone(),
+        store,
+        settings,
+        visitor,
+    })
+}
+
+fn refused() -> Response {
+    layout::bare(
+        StatusCode::FORBIDDEN,
+        "Refused",
+        html! { p { "http.listen is not loopback and http.admin_token is not set: nobody may use the console (set http.admin_token)." } },
+    )
+}
+
+/// An action's visitor and fields: a live session (401 without one) and the
+/// session's CSRF token in the form (403 without it).
+pub(super) fn act(
+    app: &Arc<Console>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(Ctx, Fields), Response> {
+    let (store, settings) = ready(app)?;
+    let Some(session) = app.session(headers) else {
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            "refused: no console session (log in at /console/login)\n",
+        )
+            .into_response());
+    };
+    let fields = Fields::parse(body);
+    let given = fields.get("csrf").unwrap_or("");
+    if blake3::hash(given.as_bytes()) != blake3::hash(session.csrf.as_bytes()) {
+        tracing::warn!(who = %session.who, "console: an action without its CSRF token refused");
+        return Err((
+            StatusCode::FORBIDDEN,
+            "refused: the form's CSRF token is missing or wrong\n",
+        )
+            .into_response());
+    }
+    let visitor = Visitor {
+        who: session.who,
+        csrf: session.csrf,
+        set_cookie: None,
+    };
+    Ok((
+        Ctx {
+            app: app.clone(),
+            store,
+            settings,
+            visitor,
+        },
+        fields,
+    ))
+}
+
+/// `GET /console/login`.
+pub(super) async fn form(State(app): State<Arc<Console>>) -> Response {
+    if matches!(app.guard, Guard::Refused) {
+        return refused();
+    }
+    login_page(StatusCode::OK, None)
+}
+
+fn login_page(status: StatusCode, error: Option<&str>) -> Response {
+    layout::bare(
+        status,
+        "Log in",
+        html! {
+            @if let Some(e) = error { p.error role="alert" { (e) } }
+            form method="post" action="/console/login" {
+                label for="token" { "Admin token (http.admin_token)" }
+                input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// `POST /console/login`: the admin token for a session cookie.
+pub(super) async fn login(
+    State(app): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (_, settings) = match ready(&app) {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let fields = Fields::parse(&body);
+    let token = fields.get("token").unwrap_or("");
+    if matches!(app.guard, Guard::Refused) {
+        return refused();
+    }
+    if !app.guard.admits(token) {
+        tracing::warn!("console: a login with a wrong token refused");
+        return login_page(
+            StatusCode::UNAUTHORIZED,
+            Some("That is not the admin token."),
+        );
+    }
+    let who = match app.guard {
+        Guard::Open => "loopback",
+        _ => "admin",
+    };
+    let visitor = app.open(who, settings.console.session_ttl.0, behind_tls(&headers));
+    tracing::info!(who, action = "login", "console");
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response();
+    layout::set_cookie(&mut response, visitor.set_cookie.as_deref());
+    response
+}
+
+/// `POST /console/logout`.
+pub(super) async fn logout(
+    State(app): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (ctx, _) = match act(&app, &headers, &body) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    app.close(&headers);
+    tracing::info!(who = %ctx.visitor.who, action = "logout", "console");
+    let mut response = (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, "/console/login")],
+    )
+        .into_response();
+    let gone = format!("{COOKIE}=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict");
+    layout::set_cookie(&mut response, Some(&gone));
+    response
+}
