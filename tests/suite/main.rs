@@ -19,6 +19,7 @@ mod caps;
 mod cluster;
 mod compose;
 mod config_cli;
+mod console;
 mod connections;
 mod dashboard;
 mod digest;

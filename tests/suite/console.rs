@@ -1,0 +1,228 @@
+//! The console (`/console`), against the machine's RabbitMQ and Redis, through its
+//! HTTP: the login and its cookie, the CSRF token every action asks for, what a job
+//! or a recipient brings shown as text, and the flows an operator follows (a
+//! recipient held by a one-a-day cap, a waiting job cancelled, dead letters
+//! replayed after a confirmation, preferences edited). The real-browser test is
+//! `console_browser`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quota_worker::config::Settings;
+use quota_worker::health::Health;
+use quota_worker::http::{App, Guard};
+use quota_worker::reload::Reloader;
+use quota_worker::status::Status;
+use quota_worker::store::QuotaStore;
+use testkit::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The admin token of these tests.
+pub(crate) const TOKEN: &str = "console-test-token-0123456789";
+
+/// The worker's HTTP app on a loopback port over `store`, with `guard` asked for
+/// (the console asks for the admin token as `POST /reload` does).
+pub(crate) async fn serve(
+    s: &Settings,
+    store: &Arc<QuotaStore>,
+    guard: Guard,
+) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let status = Arc::new(Status::default());
+    status.attach(Arc::new(Reloader::new(None, s.clone(), store.clone())));
+    let health = Arc::new(Health::default());
+    let app = App {
+        metrics: None,
+        health,
+        status,
+        guard,
+        api_guard: Guard::Open,
+    };
+    let stop = CancellationToken::new();
+    tokio::spawn(quota_worker::http::serve(
+        listener,
+        quota_worker::http::app(app),
+        stop.clone(),
+    ));
+    (addr, stop)
+}
+
+/// One answer: status, head (lower-cased names) and body.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub code: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    /// The session cookie it sets, `name=value`.
+    pub fn cookie(&self) -> Option<String> {
+        self.set_cookie()
+            .and_then(|c| c.split(';').next().map(str::to_string))
+    }
+
+    /// The whole `Set-Cookie` line.
+    pub fn set_cookie(&self) -> Option<&str> {
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix("set-cookie: "))
+            .map(str::trim)
+    }
+
+    /// The CSRF token of the page's forms.
+    pub fn csrf(&self) -> String {
+        let at = self.body.find(r#"name="csrf" value=""#).expect("a form with its CSRF token");
+        let rest = &self.body[at + r#"name="csrf" value=""#.len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    }
+}
+
+/// `method path` on `addr`, with the cookie, the form fields and the extra header
+/// lines given.
+pub(crate) async fn ask(
+    addr: &str,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: &[(&str, &str)],
+    extra: &str,
+) -> Answer {
+    let mut body = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form {
+        body.append_pair(k, v);
+    }
+    let body = body.finish();
+    let cookie = cookie.map(|c| format!("Cookie: {c}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{cookie}{extra}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    Answer {
+        code: head.split(' ').nth(1).unwrap().parse().unwrap(),
+        head: head.to_ascii_lowercase(),
+        body: body.to_string(),
+    }
+}
+
+/// Log in with `token`: the session cookie.
+pub(crate) async fn login(addr: &str, token: &str) -> String {
+    let a = ask(addr, "POST", "/console/login", None, &[("token", token)], "").await;
+    assert_eq!(a.code, 303, "{a:?}");
+    a.cookie().expect("a session cookie")
+}
+
+/// A job for `recipient` on `channel`.
+pub(crate) fn job(id: &str, recipient: &str, channel: &str, category: &str) -> Vec<u8> {
+    serde_json::json!({"id": id, "recipient": recipient, "channel": channel, "category": category})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn the_console_asks_for_the_admin_token_a_live_cookie_and_each_forms_csrf_token() {
+    let ns = unique("console-access");
+    let mut s = settings(&ns);
+    s.console.session_ttl = quota_worker::config::Dur(Duration::from_secs(2));
+    let _c = Cleanup::new(&s);
+    let store = Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let (addr, stop) = serve(&s, &store, Guard::token(&TOKEN.into())).await;
+
+    // no session: the login form; a wrong token is refused
+    let a = ask(&addr, "GET", "/console", None, &[], "").await;
+    assert_eq!((a.code, a.head.contains("location: /console/login")), (303, true), "{a:?}");
+    let a = ask(&addr, "GET", "/console/login", None, &[], "").await;
+    assert!(a.body.contains(r#"<label for="token">"#), "{}", a.body);
+    let a = ask(&addr, "POST", "/console/login", None, &[("token", "not-it")], "").await;
+    assert_eq!(a.code, 401, "{a:?}");
+    assert!(a.cookie().is_none());
+
+    // the token: an HttpOnly, SameSite=Strict cookie that expires; Secure behind TLS
+    let a = ask(&addr, "POST", "/console/login", None, &[("token", TOKEN)], "X-Forwarded-Proto: https\r\n").await;
+    let line = a.set_cookie().unwrap().to_string();
+    for flag in ["httponly", "samesite=strict", "max-age=2", "path=/console", "secure"] {
+        assert!(line.contains(flag), "{flag} in {line}");
+    }
+    let cookie = login(&addr, TOKEN).await;
+    let page = ask(&addr, "GET", "/console", Some(&cookie), &[], "").await;
+    assert_eq!(page.code, 200, "{page:?}");
+    assert!(page.body.contains("Readiness") && !page.body.contains(TOKEN));
+    assert!(page.head.contains("content-security-policy: default-src 'none'"));
+
+    // an action without the form's CSRF token, or with another, is refused
+    let cancel = |csrf: Option<String>| {
+        let mut form = vec![("id", "j1".to_string())];
+        form.extend(csrf.map(|c| ("csrf", c)));
+        form
+    };
+    for form in [cancel(None), cancel(Some("forged".into()))] {
+        let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+        assert_eq!(a.code, 403, "{a:?}");
+    }
+    let none = quota_worker::admin::Jobs::new(&store, &s).explain("j1").await.unwrap();
+    assert_eq!(none.cancelled_at, None, "a refused action did nothing");
+    // with it, the action is done
+    let form = cancel(Some(page.csrf()));
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+    assert_eq!(a.code, 200, "{a:?}");
+    let marked = quota_worker::admin::Jobs::new(&store, &s).explain("j1").await.unwrap();
+    assert!(marked.cancelled_at.is_some());
+
+    // an expired cookie is refused: pages send to the login, actions answer 401
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let a = ask(&addr, "GET", "/console/job", Some(&cookie), &[], "").await;
+    assert_eq!(a.code, 303, "{a:?}");
+    let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+    assert_eq!(a.code, 401, "{a:?}");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_recipient_and_a_payload_holding_a_script_are_shown_as_text() {
+    let ns = unique("console-escape");
+    let s = settings(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, w.store(), Guard::Open).await;
+    let evil = "<script>alert(1)</script>";
+    // an unknown channel: dead-lettered, and indexed, with its body
+    publish(&conn, &s, &job("x1", evil, "fax", evil)).await;
+    step(&w, &conn, &s).await;
+    let open = ask(&addr, "GET", "/console", None, &[], "").await;
+    let cookie = open.cookie().expect("on an open guard, a session at once");
+    let q = |r: &str| form_urlencoded::byte_serialize(r.as_bytes()).collect::<String>();
+    let pages = [
+        format!("/console/recipient?recipient={}", q(evil)),
+        format!("/console/job?id={}", q(evil)),
+        "/console/dead".to_string(),
+    ];
+    wait_for("x1 indexed", Duration::from_secs(5), || async {
+        ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await.body.contains("x1")
+    })
+    .await;
+    let list = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
+    let at = list.body.find("/console/dead/one?key=").unwrap();
+    let rest = &list.body[at..];
+    let one = rest[..rest.find('"').unwrap()].replace("&amp;", "&");
+    for path in pages.iter().chain([&one]) {
+        let a = ask(&addr, "GET", path, Some(&cookie), &[], "").await;
+        assert_eq!(a.code, 200, "{path}: {a:?}");
+        assert!(!a.body.contains("<script>"), "{path}: {}", a.body);
+        if path != "/console/dead" {
+            assert!(a.body.contains("&lt;script&gt;"), "{path}: {}", a.body);
+        }
+    }
+    stop.cancel();
+}
