@@ -226,3 +226,6 @@ async fn a_recipient_and_a_payload_holding_a_script_are_shown_as_text() {
     }
     stop.cancel();
 }
+
+mod browser;
+mod flows;

@@ -1,0 +1,238 @@
+//! The console in a real browser: Debian's Chromium driven over WebDriver
+//! (`chromedriver`, spoken to as JSON over HTTP, no client library). Logs in, reads
+//! the next allowed instant of a recipient held by a one-a-day cap, cancels a
+//! waiting job and finds it dead-lettered `cancelled`, replays a filtered set of
+//! dead letters and finds them back in the jobs queue, edits a recipient's
+//! preferences and sees the next job opted out. It draws the screenshots of
+//! `docs/console/` (written there with `QW_WRITE_PICTURES=1`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use quota_worker::http::Guard;
+use quota_worker::job::{Outcome, Reason};
+use serde_json::{json, Value};
+use testkit::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::flows::{dead_reason, next_allowed, wait_delayed};
+use super::{job, serve, TOKEN};
+
+/// The W3C name of an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52f-4a6b6d6e6a4a";
+
+/// A chromedriver and one browser session in it.
+struct Driver {
+    addr: String,
+    session: String,
+    child: Child,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn call(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
+        .await
+        .expect("chromedriver answers within 60 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (_, body) = text.split_once("\r\n\r\n").unwrap();
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    assert!(v["value"].get("error").is_none(), "{method} {path}: {v}");
+    v["value"].clone()
+}
+
+impl Driver {
+    /// chromedriver on a free port, and a headless Chromium session `width` wide.
+    async fn start(chrome: &Path, profile: &Path) -> Driver {
+        let port = free_port(None);
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver runs");
+        let addr = format!("127.0.0.1:{port}");
+        wait_for("chromedriver listening", Duration::from_secs(20), || async {
+            port_open(port)
+        })
+        .await;
+        let args = [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--disable-background-networking", "--disable-sync",
+            "--hide-scrollbars", "--window-size=1280,1000",
+        ];
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.display()));
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+            "goog:chromeOptions": {"binary": chrome.to_str().unwrap(), "args": args}}}});
+        let session = call(&addr, "POST", "/session", Some(&caps)).await;
+        let session = session["sessionId"].as_str().unwrap().to_string();
+        Driver { addr, session, child }
+    }
+
+    async fn ask(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let path = format!("/session/{}{path}", self.session);
+        call(&self.addr, method, &path, body.as_ref()).await
+    }
+
+    async fn goto(&self, url: &str) {
+        self.ask("POST", "/url", Some(json!({"url": url}))).await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let found = self
+            .ask("POST", "/element", Some(json!({"using": "css selector", "value": css})))
+            .await;
+        found[ELEMENT].as_str().unwrap().to_string()
+    }
+
+    async fn click(&self, css: &str) {
+        let el = self.find(css).await;
+        self.ask("POST", &format!("/element/{el}/click"), Some(json!({}))).await;
+    }
+
+    async fn fill(&self, css: &str, text: &str) {
+        let el = self.find(css).await;
+        self.ask("POST", &format!("/element/{el}/clear"), Some(json!({}))).await;
+        self.ask("POST", &format!("/element/{el}/value"), Some(json!({"text": text}))).await;
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let el = self.find(css).await;
+        self.ask("GET", &format!("/element/{el}/text"), None).await.as_str().unwrap().to_string()
+    }
+
+    async fn source(&self) -> String {
+        self.ask("GET", "/source", None).await.as_str().unwrap().to_string()
+    }
+
+    async fn width(&self, width: u32) {
+        self.ask("POST", "/window/rect", Some(json!({"width": width, "height": 1000}))).await;
+    }
+
+    /// A screenshot of the page as `docs/console/<name>.png` (see `picture_path`).
+    async fn shoot(&self, dir: &Path, name: &str) -> PathBuf {
+        let png = self.ask("GET", "/screenshot", None).await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        let file = format!("console/{name}.png");
+        let path = crate::picture_path(&file, "QW_CONSOLE_PICTURES_UNUSED", dir);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, png).unwrap();
+        path
+    }
+}
+
+fn chromedriver() -> bool {
+    Command::new("chromedriver").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[tokio::test]
+async fn an_operator_finds_cancels_replays_and_edits_in_a_real_browser() {
+    let Some(chrome) = testkit::browser::chromium().filter(|_| chromedriver()) else {
+        eprintln!("skipped: chromium or chromedriver not found (Debian: apt-get install chromium chromium-driver; .ci/run installs them)");
+        return;
+    };
+    let ns = unique("console-browser");
+    let mut s = settings(&ns);
+    s.amqp.delay_levels = 3;
+    let (_c, w, conn) = rig(&s).await;
+    let dir = testkit::temp_dir(&ns);
+    let (addr, stop_http) = serve(&s, w.store(), Guard::token(&TOKEN.into())).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let d = Driver::start(&chrome, &dir.join("profile")).await;
+    let url = |p: &str| format!("http://{addr}{p}");
+
+    // log in
+    d.goto(&url("/console")).await;
+    d.shoot(&dir, "login").await;
+    d.fill("#token", TOKEN).await;
+    d.click("button[type=submit]").await;
+    assert!(d.source().await.contains("Readiness"), "logged in");
+
+    // a recipient held by a one-a-day cap: its next allowed instant
+    publish(&conn, &s, &job("b1", "browser-held", "sms", "default")).await;
+    publish(&conn, &s, &job("b2", "browser-held", "sms", "default")).await;
+    wait_delayed(w.store(), &s, "b2").await;
+    d.shoot(&dir, "overview").await;
+    let (local, utc) = next_allowed(w.store(), &s, "browser-held").await;
+    d.goto(&url("/console/recipient")).await;
+    d.fill("#recipient", "browser-held").await;
+    d.click("form[role=search] button").await;
+    assert_eq!(d.text(".next-allowed .local").await, local);
+    assert_eq!(d.text(".next-allowed .utc").await, utc);
+    d.shoot(&dir, "recipient").await;
+    d.width(390).await;
+    d.shoot(&dir, "recipient-390").await;
+    d.width(1280).await;
+
+    // cancel the waiting job: dead-lettered `cancelled`
+    d.click("a[href='/console/job?id=b2']").await;
+    d.shoot(&dir, "job").await;
+    d.click("form[action='/console/job/cancel'] button").await;
+    assert!(d.source().await.contains("marked cancelled"));
+    assert_eq!(dead_reason(&conn, &s.amqp.dead_queue, "b2").await, "cancelled");
+
+    // dead letters of an unknown channel, replayed by a filter (the worker stopped,
+    // so that they stay in the jobs queue)
+    for id in ["f1", "f2"] {
+        publish(&conn, &s, &job(id, "browser-dead", "fax", "default")).await;
+    }
+    wait_for("f1 and f2 dead-lettered", Duration::from_secs(20), || async {
+        depth(&conn, &s.amqp.dead_queue).await == 2
+    })
+    .await;
+    stop.cancel();
+    handle.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.goto(&url("/console/dead")).await;
+    d.fill("#f-reason", "unknown_channel").await;
+    d.click("form[role=search] button").await;
+    assert!(d.source().await.contains("2 dead letter(s) selected"));
+    d.shoot(&dir, "dead-letters").await;
+    d.click("table tbody tr td a").await;
+    d.shoot(&dir, "dead-letter").await;
+    d.goto(&url("/console/dead?reason=unknown_channel")).await;
+    d.click("form[action='/console/dead/confirm'] button").await;
+    assert_eq!(d.text(".count").await, "2");
+    d.shoot(&dir, "dead-letters-confirm").await;
+    d.click("form[action='/console/dead/apply'] button").await;
+    assert!(d.source().await.contains("2 replayed"));
+    let mut back = Vec::new();
+    while let Some(m) = take(&conn, &s.amqp.jobs_queue, Duration::from_millis(500)).await {
+        back.push(message_id(&m).to_string());
+    }
+    back.sort();
+    assert_eq!(back, ["f1", "f2"]);
+
+    // preferences edited: the next job is opted out
+    d.goto(&url("/console/recipient?recipient=browser-prefs")).await;
+    d.fill("#preferences", r#"{"categories": {"marketing": false}}"#).await;
+    d.click("form[action='/console/recipient/preferences'] button").await;
+    assert!(d.source().await.contains("Preferences saved."));
+    publish(&conn, &s, &job("m1", "browser-prefs", "sms", "marketing")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
+
+    d.goto(&url("/console/policies")).await;
+    d.shoot(&dir, "policies").await;
+    d.ask("DELETE", "", None).await;
+    stop_http.cancel();
+}
