@@ -74,7 +74,10 @@ impl Answer {
 
     /// The CSRF token of the page's forms.
     pub fn csrf(&self) -> String {
-        let at = self.body.find(r#"name="csrf" value=""#).expect("a form with its CSRF token");
+        let at = self
+            .body
+            .find(r#"name="csrf" value=""#)
+            .expect("a form with its CSRF token");
         let rest = &self.body[at + r#"name="csrf" value=""#.len()..];
         rest[..rest.find('"').unwrap()].to_string()
     }
@@ -95,7 +98,9 @@ pub(crate) async fn ask(
         body.append_pair(k, v);
     }
     let body = body.finish();
-    let cookie = cookie.map(|c| format!("Cookie: {c}\r\n")).unwrap_or_default();
+    let cookie = cookie
+        .map(|c| format!("Cookie: {c}\r\n"))
+        .unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{cookie}{extra}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
@@ -118,7 +123,15 @@ pub(crate) async fn ask(
 
 /// Log in with `token`: the session cookie.
 pub(crate) async fn login(addr: &str, token: &str) -> String {
-    let a = ask(addr, "POST", "/console/login", None, &[("token", token)], "").await;
+    let a = ask(
+        addr,
+        "POST",
+        "/console/login",
+        None,
+        &[("token", token)],
+        "",
+    )
+    .await;
     assert_eq!(a.code, 303, "{a:?}");
     a.cookie().expect("a session cookie")
 }
@@ -141,24 +154,52 @@ async fn the_console_asks_for_the_admin_token_a_live_cookie_and_each_forms_csrf_
 
     // no session: the login form; a wrong token is refused
     let a = ask(&addr, "GET", "/console", None, &[], "").await;
-    assert_eq!((a.code, a.head.contains("location: /console/login")), (303, true), "{a:?}");
+    assert_eq!(
+        (a.code, a.head.contains("location: /console/login")),
+        (303, true),
+        "{a:?}"
+    );
     let a = ask(&addr, "GET", "/console/login", None, &[], "").await;
     assert!(a.body.contains(r#"<label for="token">"#), "{}", a.body);
-    let a = ask(&addr, "POST", "/console/login", None, &[("token", "not-it")], "").await;
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/login",
+        None,
+        &[("token", "not-it")],
+        "",
+    )
+    .await;
     assert_eq!(a.code, 401, "{a:?}");
     assert!(a.cookie().is_none());
 
     // the token: an HttpOnly, SameSite=Strict cookie that expires; Secure behind TLS
-    let a = ask(&addr, "POST", "/console/login", None, &[("token", TOKEN)], "X-Forwarded-Proto: https\r\n").await;
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/login",
+        None,
+        &[("token", TOKEN)],
+        "X-Forwarded-Proto: https\r\n",
+    )
+    .await;
     let line = a.set_cookie().unwrap().to_string();
-    for flag in ["httponly", "samesite=strict", "max-age=2", "path=/console", "secure"] {
+    for flag in [
+        "httponly",
+        "samesite=strict",
+        "max-age=2",
+        "path=/console",
+        "secure",
+    ] {
         assert!(line.contains(flag), "{flag} in {line}");
     }
     let cookie = login(&addr, TOKEN).await;
     let page = ask(&addr, "GET", "/console", Some(&cookie), &[], "").await;
     assert_eq!(page.code, 200, "{page:?}");
     assert!(page.body.contains("Readiness") && !page.body.contains(TOKEN));
-    assert!(page.head.contains("content-security-policy: default-src 'none'"));
+    assert!(page
+        .head
+        .contains("content-security-policy: default-src 'none'"));
 
     // an action without the form's CSRF token, or with another, is refused
     let cancel = |csrf: Option<String>| {
@@ -168,24 +209,54 @@ async fn the_console_asks_for_the_admin_token_a_live_cookie_and_each_forms_csrf_
     };
     for form in [cancel(None), cancel(Some("forged".into()))] {
         let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+        let a = ask(
+            &addr,
+            "POST",
+            "/console/job/cancel",
+            Some(&cookie),
+            &form,
+            "",
+        )
+        .await;
         assert_eq!(a.code, 403, "{a:?}");
     }
-    let none = quota_worker::admin::Jobs::new(&store, &s).explain("j1").await.unwrap();
+    let none = quota_worker::admin::Jobs::new(&store, &s)
+        .explain("j1")
+        .await
+        .unwrap();
     assert_eq!(none.cancelled_at, None, "a refused action did nothing");
     // with it, the action is done
     let form = cancel(Some(page.csrf()));
     let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &form,
+        "",
+    )
+    .await;
     assert_eq!(a.code, 200, "{a:?}");
-    let marked = quota_worker::admin::Jobs::new(&store, &s).explain("j1").await.unwrap();
+    let marked = quota_worker::admin::Jobs::new(&store, &s)
+        .explain("j1")
+        .await
+        .unwrap();
     assert!(marked.cancelled_at.is_some());
 
     // an expired cookie is refused: pages send to the login, actions answer 401
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let a = ask(&addr, "GET", "/console/job", Some(&cookie), &[], "").await;
     assert_eq!(a.code, 303, "{a:?}");
-    let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &form, "").await;
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &form,
+        "",
+    )
+    .await;
     assert_eq!(a.code, 401, "{a:?}");
     stop.cancel();
 }
@@ -209,7 +280,10 @@ async fn a_recipient_and_a_payload_holding_a_script_are_shown_as_text() {
         "/console/dead".to_string(),
     ];
     wait_for("x1 indexed", Duration::from_secs(5), || async {
-        ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await.body.contains("x1")
+        ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "")
+            .await
+            .body
+            .contains("x1")
     })
     .await;
     let list = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;

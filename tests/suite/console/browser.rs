@@ -21,7 +21,7 @@ use super::flows::{dead_reason, next_allowed, wait_delayed};
 use super::{job, serve, TOKEN};
 
 /// The W3C name of an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52f-4a6b6d6e6a4a";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver and one browser session in it.
 struct Driver {
@@ -40,19 +40,39 @@ impl Drop for Driver {
 async fn call(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Value {
     let body = body.map(Value::to_string).unwrap_or_default();
     let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
+    // chromedriver keeps the connection open: read the head, then Content-Length
+    let read = async {
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = stream.read(&mut buf).await.unwrap();
+            raw.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&raw).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length || n == 0 {
+                    return body.to_string();
+                }
+            }
+            assert!(n > 0, "chromedriver closed before answering: {text}");
+        }
+    };
+    let body = tokio::time::timeout(Duration::from_secs(60), read)
         .await
-        .expect("chromedriver answers within 60 s")
-        .unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let (_, body) = text.split_once("\r\n\r\n").unwrap();
-    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        .expect("chromedriver answers within 60 s");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     assert!(v["value"].get("error").is_none(), "{method} {path}: {v}");
     v["value"].clone()
 }
@@ -68,14 +88,22 @@ impl Driver {
             .spawn()
             .expect("chromedriver runs");
         let addr = format!("127.0.0.1:{port}");
-        wait_for("chromedriver listening", Duration::from_secs(20), || async {
-            port_open(port)
-        })
+        wait_for(
+            "chromedriver listening",
+            Duration::from_secs(20),
+            || async { port_open(port) },
+        )
         .await;
         let args = [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--disable-background-networking", "--disable-sync",
-            "--hide-scrollbars", "--window-size=1280,1000",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1280,1000",
         ];
         let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         args.push(format!("--user-data-dir={}", profile.display()));
@@ -83,7 +111,11 @@ impl Driver {
             "goog:chromeOptions": {"binary": chrome.to_str().unwrap(), "args": args}}}});
         let session = call(&addr, "POST", "/session", Some(&caps)).await;
         let session = session["sessionId"].as_str().unwrap().to_string();
-        Driver { addr, session, child }
+        Driver {
+            addr,
+            session,
+            child,
+        }
     }
 
     async fn ask(&self, method: &str, path: &str, body: Option<Value>) -> Value {
@@ -97,33 +129,60 @@ impl Driver {
 
     async fn find(&self, css: &str) -> String {
         let found = self
-            .ask("POST", "/element", Some(json!({"using": "css selector", "value": css})))
+            .ask(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
             .await;
-        found[ELEMENT].as_str().unwrap().to_string()
+        found[ELEMENT]
+            .as_str()
+            .unwrap_or_else(|| panic!("{css}: {found}"))
+            .to_string()
     }
 
     async fn click(&self, css: &str) {
         let el = self.find(css).await;
-        self.ask("POST", &format!("/element/{el}/click"), Some(json!({}))).await;
+        self.ask("POST", &format!("/element/{el}/click"), Some(json!({})))
+            .await;
     }
 
     async fn fill(&self, css: &str, text: &str) {
         let el = self.find(css).await;
-        self.ask("POST", &format!("/element/{el}/clear"), Some(json!({}))).await;
-        self.ask("POST", &format!("/element/{el}/value"), Some(json!({"text": text}))).await;
+        self.ask("POST", &format!("/element/{el}/clear"), Some(json!({})))
+            .await;
+        self.ask(
+            "POST",
+            &format!("/element/{el}/value"),
+            Some(json!({"text": text})),
+        )
+        .await;
     }
 
     async fn text(&self, css: &str) -> String {
         let el = self.find(css).await;
-        self.ask("GET", &format!("/element/{el}/text"), None).await.as_str().unwrap().to_string()
+        self.ask("GET", &format!("/element/{el}/text"), None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     async fn source(&self) -> String {
-        self.ask("GET", "/source", None).await.as_str().unwrap().to_string()
+        self.ask("GET", "/source", None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     async fn width(&self, width: u32) {
-        self.ask("POST", "/window/rect", Some(json!({"width": width, "height": 1000}))).await;
+        self.ask(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": 1000})),
+        )
+        .await;
     }
 
     /// A screenshot of the page as `docs/console/<name>.png` (see `picture_path`).
@@ -142,7 +201,10 @@ impl Driver {
 }
 
 fn chromedriver() -> bool {
-    Command::new("chromedriver").arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new("chromedriver")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 #[tokio::test]
@@ -151,6 +213,11 @@ async fn an_operator_finds_cancels_replays_and_edits_in_a_real_browser() {
         eprintln!("skipped: chromium or chromedriver not found (Debian: apt-get install chromium chromium-driver; .ci/run installs them)");
         return;
     };
+    // the walk through every page is one large future: on the heap
+    Box::pin(walk(chrome)).await;
+}
+
+async fn walk(chrome: PathBuf) {
     let ns = unique("console-browser");
     let mut s = settings(&ns);
     s.amqp.delay_levels = 3;
@@ -189,16 +256,21 @@ async fn an_operator_finds_cancels_replays_and_edits_in_a_real_browser() {
     d.shoot(&dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
     assert!(d.source().await.contains("marked cancelled"));
-    assert_eq!(dead_reason(&conn, &s.amqp.dead_queue, "b2").await, "cancelled");
+    assert_eq!(
+        dead_reason(&conn, &s.amqp.dead_queue, "b2").await,
+        "cancelled"
+    );
 
     // dead letters of an unknown channel, replayed by a filter (the worker stopped,
     // so that they stay in the jobs queue)
     for id in ["f1", "f2"] {
         publish(&conn, &s, &job(id, "browser-dead", "fax", "default")).await;
     }
-    wait_for("f1 and f2 dead-lettered", Duration::from_secs(20), || async {
-        depth(&conn, &s.amqp.dead_queue).await == 2
-    })
+    wait_for(
+        "f1 and f2 dead-lettered",
+        Duration::from_secs(20),
+        || async { depth(&conn, &s.amqp.dead_queue).await == 2 },
+    )
     .await;
     stop.cancel();
     handle.await.unwrap();
@@ -224,9 +296,12 @@ async fn an_operator_finds_cancels_replays_and_edits_in_a_real_browser() {
     assert_eq!(back, ["f1", "f2"]);
 
     // preferences edited: the next job is opted out
-    d.goto(&url("/console/recipient?recipient=browser-prefs")).await;
-    d.fill("#preferences", r#"{"categories": {"marketing": false}}"#).await;
-    d.click("form[action='/console/recipient/preferences'] button").await;
+    d.goto(&url("/console/recipient?recipient=browser-prefs"))
+        .await;
+    d.fill("#preferences", r#"{"categories": {"marketing": false}}"#)
+        .await;
+    d.click("form[action='/console/recipient/preferences'] button")
+        .await;
     assert!(d.source().await.contains("Preferences saved."));
     publish(&conn, &s, &job("m1", "browser-prefs", "sms", "marketing")).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));

@@ -40,18 +40,36 @@ pub(crate) async fn next_allowed(
         tenant: None,
     };
     let status = Recipients::new(store, s).status(&q).await.unwrap();
-    let p = status.policies.iter().find(|p| p.policy == "default").unwrap();
+    let p = status
+        .policies
+        .iter()
+        .find(|p| p.policy == "default")
+        .unwrap();
     let next = p.next_allowed.clone().expect("a next allowed instant");
     assert!(!next.now, "{next:?}");
-    (next.local, next.utc.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+    (
+        next.local,
+        next.utc.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
 }
 
 /// Wait until job `id` is noted delayed.
-pub(crate) async fn wait_delayed(store: &quota_worker::store::QuotaStore, s: &quota_worker::config::Settings, id: &str) {
-    wait_for(&format!("{id} delayed"), Duration::from_secs(20), || async {
-        let st = quota_worker::admin::Jobs::new(store, s).explain(id).await.unwrap();
-        matches!(st.record.map(|r| r.step), Some(JobState::Delayed { .. }))
-    })
+pub(crate) async fn wait_delayed(
+    store: &quota_worker::store::QuotaStore,
+    s: &quota_worker::config::Settings,
+    id: &str,
+) {
+    wait_for(
+        &format!("{id} delayed"),
+        Duration::from_secs(20),
+        || async {
+            let st = quota_worker::admin::Jobs::new(store, s)
+                .explain(id)
+                .await
+                .unwrap();
+            matches!(st.record.map(|r| r.step), Some(JobState::Delayed { .. }))
+        },
+    )
     .await;
 }
 
@@ -69,18 +87,47 @@ async fn a_recipient_held_by_a_one_a_day_cap_shows_when_and_its_cancelled_job_en
     wait_delayed(w.store(), &s, "h2").await;
     let (local, utc) = next_allowed(w.store(), &s, "held-1").await;
 
-    let page = ask(&addr, "GET", "/console/recipient?recipient=held-1", None, &[], "").await;
+    let page = ask(
+        &addr,
+        "GET",
+        "/console/recipient?recipient=held-1",
+        None,
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(page.code, 200, "{page:?}");
-    for expected in [&local, &utc, "1 / 1 per 1d", "/console/job?id=h2", "1 waiting"] {
+    for expected in [
+        &local,
+        &utc,
+        "1 / 1 per 1d",
+        "/console/job?id=h2",
+        "1 waiting",
+    ] {
         assert!(page.body.contains(expected), "{expected} in {}", page.body);
     }
     let cookie = page.cookie().unwrap();
     let csrf = page.csrf();
     let job_page = ask(&addr, "GET", "/console/job?id=h2", Some(&cookie), &[], "").await;
-    assert!(job_page.body.contains("delayed") && job_page.body.contains("Cancel this job"), "{}", job_page.body);
-    let a = ask(&addr, "POST", "/console/job/cancel", Some(&cookie), &[("csrf", &csrf), ("id", "h2")], "").await;
+    assert!(
+        job_page.body.contains("delayed") && job_page.body.contains("Cancel this job"),
+        "{}",
+        job_page.body
+    );
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &[("csrf", &csrf), ("id", "h2")],
+        "",
+    )
+    .await;
     assert_eq!(a.code, 200, "{a:?}");
-    assert_eq!(dead_reason(&conn, &s.amqp.dead_queue, "h2").await, "cancelled");
+    assert_eq!(
+        dead_reason(&conn, &s.amqp.dead_queue, "h2").await,
+        "cancelled"
+    );
     stop.cancel();
     handle.await.unwrap();
     stop_http.cancel();
@@ -106,15 +153,55 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
         all.body.contains("4 dead letter(s) selected")
     })
     .await;
-    let filtered = ask(&addr, "GET", "/console/dead?reason=unknown_channel", Some(&cookie), &[], "").await;
-    assert!(filtered.body.contains("3 dead letter(s) selected"), "{}", filtered.body);
-    let form = [("csrf", csrf.as_str()), ("reason", "unknown_channel"), ("action", "replay")];
-    let confirm = ask(&addr, "POST", "/console/dead/confirm", Some(&cookie), &form, "").await;
-    assert!(confirm.body.contains(r#"<strong class="count">3</strong>"#), "{}", confirm.body);
+    let filtered = ask(
+        &addr,
+        "GET",
+        "/console/dead?reason=unknown_channel",
+        Some(&cookie),
+        &[],
+        "",
+    )
+    .await;
+    assert!(
+        filtered.body.contains("3 dead letter(s) selected"),
+        "{}",
+        filtered.body
+    );
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("reason", "unknown_channel"),
+        ("action", "replay"),
+    ];
+    let confirm = ask(
+        &addr,
+        "POST",
+        "/console/dead/confirm",
+        Some(&cookie),
+        &form,
+        "",
+    )
+    .await;
+    assert!(
+        confirm.body.contains(r#"<strong class="count">3</strong>"#),
+        "{}",
+        confirm.body
+    );
     // the confirmation alone changed nothing
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 4);
-    let done = ask(&addr, "POST", "/console/dead/apply", Some(&cookie), &form, "").await;
-    assert!(done.body.contains("3 replayed, 0 purged, 1 kept"), "{}", done.body);
+    let done = ask(
+        &addr,
+        "POST",
+        "/console/dead/apply",
+        Some(&cookie),
+        &form,
+        "",
+    )
+    .await;
+    assert!(
+        done.body.contains("3 replayed, 0 purged, 1 kept"),
+        "{}",
+        done.body
+    );
     let mut back = Vec::new();
     while let Some(m) = take(&conn, &s.amqp.jobs_queue, Duration::from_millis(500)).await {
         back.push(message_id(&m).to_string());
@@ -123,7 +210,11 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
     assert_eq!(back, ["d1", "d2", "d3"]);
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 1);
     let all = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
-    assert!(all.body.contains("1 dead letter(s) selected"), "{}", all.body);
+    assert!(
+        all.body.contains("1 dead letter(s) selected"),
+        "{}",
+        all.body
+    );
     stop.cancel();
 }
 
@@ -133,23 +224,62 @@ async fn preferences_edited_in_the_console_are_checked_as_the_api_checks_them() 
     let s = settings(&ns);
     let (_c, w, conn) = rig(&s).await;
     let (addr, stop) = serve(&s, w.store(), Guard::Open).await;
-    let page = ask(&addr, "GET", "/console/recipient?recipient=p1", None, &[], "").await;
+    let page = ask(
+        &addr,
+        "GET",
+        "/console/recipient?recipient=p1",
+        None,
+        &[],
+        "",
+    )
+    .await;
     let (cookie, csrf) = (page.cookie().unwrap(), page.csrf());
-    assert!(page.body.contains(r#"<label for="preferences">"#), "{}", page.body);
+    assert!(
+        page.body.contains(r#"<label for="preferences">"#),
+        "{}",
+        page.body
+    );
     let save = |set: &'static str| {
         let (addr, cookie, csrf) = (addr.clone(), cookie.clone(), csrf.clone());
         async move {
-            let form = [("csrf", csrf.as_str()), ("recipient", "p1"), ("preferences", set)];
-            ask(&addr, "POST", "/console/recipient/preferences", Some(&cookie), &form, "").await
+            let form = [
+                ("csrf", csrf.as_str()),
+                ("recipient", "p1"),
+                ("preferences", set),
+            ];
+            ask(
+                &addr,
+                "POST",
+                "/console/recipient/preferences",
+                Some(&cookie),
+                &form,
+                "",
+            )
+            .await
         }
     };
     let bad = save(r#"{"categories": {"marketing": "no"}}"#).await;
     assert_eq!(bad.code, 400, "{bad:?}");
     assert!(bad.body.contains("categories.marketing"), "{}", bad.body);
-    assert_eq!(save(r#"{"categories": {"marketing": false}}"#).await.code, 200);
+    assert_eq!(
+        save(r#"{"categories": {"marketing": false}}"#).await.code,
+        200
+    );
     publish(&conn, &s, &job("p-1", "p1", "sms", "marketing")).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
-    let page = ask(&addr, "GET", "/console/recipient?recipient=p1", Some(&cookie), &[], "").await;
-    assert!(page.body.contains("&quot;marketing&quot;: false"), "{}", page.body);
+    let page = ask(
+        &addr,
+        "GET",
+        "/console/recipient?recipient=p1",
+        Some(&cookie),
+        &[],
+        "",
+    )
+    .await;
+    assert!(
+        page.body.contains("&quot;marketing&quot;: false"),
+        "{}",
+        page.body
+    );
     stop.cancel();
 }
