@@ -37,7 +37,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 code,pre,.mono{font-family:ui-monospace,monospace;font-size:.9em;overflow-wrap:anywhere}
 pre{white-space:pre-wrap;background:#f3f4f6;padding:.5rem;border-radius:4px}
 form.inline{display:inline}
-form.search{display:flex;flex-wrap:wrap;gap:.5rem;align-items:flex-end}
+form.search{display:flex;flex-wrap:wrap;gap:.5rem;align-items:flex-end;margin-bottom:1rem}
 form.search div{display:flex;flex-direction:column}
 label{font-weight:600;font-size:.9em}
 input,select,textarea,button{font:inherit;padding:.3rem .5rem}

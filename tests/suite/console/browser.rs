@@ -176,6 +176,22 @@ impl Driver {
             .to_string()
     }
 
+    /// Wait until the page shows `text` (a click's navigation may still be under way).
+    async fn shows(&self, text: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let source = self.source().await;
+            if source.contains(text) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{text} not in {source}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn width(&self, width: u32) {
         self.ask(
             "POST",
@@ -233,7 +249,7 @@ async fn walk(chrome: PathBuf) {
     d.shoot(&dir, "login").await;
     d.fill("#token", TOKEN).await;
     d.click("button[type=submit]").await;
-    assert!(d.source().await.contains("Readiness"), "logged in");
+    d.shows("Readiness").await;
 
     // a recipient held by a one-a-day cap: its next allowed instant
     publish(&conn, &s, &job("b1", "browser-held", "sms", "default")).await;
@@ -244,6 +260,7 @@ async fn walk(chrome: PathBuf) {
     d.goto(&url("/console/recipient")).await;
     d.fill("#recipient", "browser-held").await;
     d.click("form[role=search] button").await;
+    d.shows("What holds them").await;
     assert_eq!(d.text(".next-allowed .local").await, local);
     assert_eq!(d.text(".next-allowed .utc").await, utc);
     d.shoot(&dir, "recipient").await;
@@ -253,9 +270,10 @@ async fn walk(chrome: PathBuf) {
 
     // cancel the waiting job: dead-lettered `cancelled`
     d.click("a[href='/console/job?id=b2']").await;
+    d.shows("Cancel this job").await;
     d.shoot(&dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
-    assert!(d.source().await.contains("marked cancelled"));
+    d.shows("marked cancelled").await;
     assert_eq!(
         dead_reason(&conn, &s.amqp.dead_queue, "b2").await,
         "cancelled"
@@ -278,16 +296,18 @@ async fn walk(chrome: PathBuf) {
     d.goto(&url("/console/dead")).await;
     d.fill("#f-reason", "unknown_channel").await;
     d.click("form[role=search] button").await;
-    assert!(d.source().await.contains("2 dead letter(s) selected"));
+    d.shows("2 dead letter(s) selected").await;
     d.shoot(&dir, "dead-letters").await;
     d.click("table tbody tr td a").await;
+    d.shows("Headers and properties").await;
     d.shoot(&dir, "dead-letter").await;
     d.goto(&url("/console/dead?reason=unknown_channel")).await;
     d.click("form[action='/console/dead/confirm'] button").await;
+    d.shows("dead letter(s)?").await;
     assert_eq!(d.text(".count").await, "2");
     d.shoot(&dir, "dead-letters-confirm").await;
     d.click("form[action='/console/dead/apply'] button").await;
-    assert!(d.source().await.contains("2 replayed"));
+    d.shows("2 replayed").await;
     let mut back = Vec::new();
     while let Some(m) = take(&conn, &s.amqp.jobs_queue, Duration::from_millis(500)).await {
         back.push(message_id(&m).to_string());
@@ -302,7 +322,7 @@ async fn walk(chrome: PathBuf) {
         .await;
     d.click("form[action='/console/recipient/preferences'] button")
         .await;
-    assert!(d.source().await.contains("Preferences saved."));
+    d.shows("Preferences saved.").await;
     publish(&conn, &s, &job("m1", "browser-prefs", "sms", "marketing")).await;
     assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
 
