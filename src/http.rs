@@ -5,7 +5,8 @@
 //! mutating endpoints ask for `http.admin_token` ([`guard`]). The recipients'
 //! preferences API (`/v1/recipients/{recipient}/preferences`, `preferences.rs`)
 //! asks for `http.api_token` on every method; its OpenAPI 3.1 description
-//! (`/v1/openapi.json`, [`openapi`]) is public.
+//! (`/v1/openapi.json`, [`openapi`]) is public. The operators' console
+//! (`/console`, [`crate::console`]) asks for `http.admin_token` as `POST /reload` does.
 //!
 //! The worker records metrics with the `metrics` crate wherever they happen;
 //! [`crate::metrics::install_recorder`] installs the Prometheus recorder that
@@ -246,7 +247,7 @@ pub async fn start(
     let listener = bind(&settings.http.listen).await?;
     let handle = crate::metrics::install_recorder()?;
     tokio::spawn(crate::status::sample(status.clone(), shutdown.clone()));
-    tracing::info!(listen = %settings.http.listen, "serving / (status), /metrics, /healthz, /readyz, POST /reload, the preferences API and /v1/openapi.json");
+    tracing::info!(listen = %settings.http.listen, "serving / (status), /console, /metrics, /healthz, /readyz, POST /reload, the preferences API and /v1/openapi.json");
     let guard = Guard::new(&settings.http);
     if matches!(guard, Guard::Refused) {
         tracing::warn!(listen = %settings.http.listen, "POST /reload answers 403: http.listen is not loopback and http.admin_token is not set");

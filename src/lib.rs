@@ -90,7 +90,8 @@
 //! - [`reset`]: a Redis that lost its data noticed within a second (a marker read
 //!   back by the health watcher), and `redis.on_reset = "pause"`'s hold.
 //! - [`health`]: readiness (broker and Redis); [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
-//!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`.
+//!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`;
+//!   [`console`]: `/console`, the operators' pages and actions over [`admin`].
 //! - [`producer`]: the `quota-worker-producer` crate (`producer/`: the job as a
 //!   struct, its JSON Schema, the decoder [`job::decode()`] and the confirm-mode
 //!   [`amqp::publisher`] the worker shares), connected as the settings say.
