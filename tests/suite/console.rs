@@ -144,7 +144,7 @@ pub(crate) fn job(id: &str, recipient: &str, channel: &str, category: &str) -> V
 }
 
 #[tokio::test]
-async fn the_console_asks_for_the_admin_token_a_live_cookie_and_each_forms_csrf_token() {
+async fn the_console_asks_for_the_admin_token_and_gives_an_http_only_strict_cookie() {
     let ns = unique("console-access");
     let mut s = settings(&ns);
     s.console.session_ttl = quota_worker::config::Dur(Duration::from_secs(2));
@@ -201,6 +201,19 @@ async fn the_console_asks_for_the_admin_token_a_live_cookie_and_each_forms_csrf_
         .head
         .contains("content-security-policy: default-src 'none'"));
 
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn an_action_asks_for_its_forms_csrf_token_and_a_live_cookie() {
+    let ns = unique("console-csrf");
+    let mut s = settings(&ns);
+    s.console.session_ttl = quota_worker::config::Dur(Duration::from_secs(2));
+    let _c = Cleanup::new(&s);
+    let store = Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let (addr, stop) = serve(&s, &store, Guard::token(&TOKEN.into())).await;
+    let cookie = login(&addr, TOKEN).await;
+    let page = ask(&addr, "GET", "/console", Some(&cookie), &[], "").await;
     // an action without the form's CSRF token, or with another, is refused
     let cancel = |csrf: Option<String>| {
         let mut form = vec![("id", "j1".to_string())];

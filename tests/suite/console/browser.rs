@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use testkit::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::flows::{dead_reason, next_allowed, wait_delayed};
+use super::flows::{dead_reason, drain_ids, next_allowed, wait_delayed};
 use super::{job, serve, TOKEN};
 
 /// The W3C name of an element reference.
@@ -233,6 +233,22 @@ async fn an_operator_finds_cancels_replays_and_edits_in_a_real_browser() {
     Box::pin(walk(chrome)).await;
 }
 
+/// What every step of the walk works with.
+struct Walk {
+    s: quota_worker::config::Settings,
+    w: std::sync::Arc<quota_worker::worker::Worker>,
+    conn: lapin::Connection,
+    dir: PathBuf,
+    addr: String,
+    d: Driver,
+}
+
+impl Walk {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
 async fn walk(chrome: PathBuf) {
     let ns = unique("console-browser");
     let mut s = settings(&ns);
@@ -242,92 +258,109 @@ async fn walk(chrome: PathBuf) {
     let (addr, stop_http) = serve(&s, w.store(), Guard::token(&TOKEN.into())).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
     let d = Driver::start(&chrome, &dir.join("profile")).await;
-    let url = |p: &str| format!("http://{addr}{p}");
+    let t = Walk {
+        s,
+        w,
+        conn,
+        dir,
+        addr,
+        d,
+    };
+    log_in_find_and_cancel(&t).await;
+    // the worker stopped, so that what is replayed stays in the jobs queue
+    for id in ["f1", "f2"] {
+        publish(&t.conn, &t.s, &job(id, "browser-dead", "fax", "default")).await;
+    }
+    wait_for(
+        "f1 and f2 dead-lettered",
+        Duration::from_secs(20),
+        || async { depth(&t.conn, &t.s.amqp.dead_queue).await == 2 },
+    )
+    .await;
+    stop.cancel();
+    handle.await.unwrap();
+    replay_a_filtered_set(&t).await;
+    edit_preferences(&t).await;
+    t.d.goto(&t.url("/console/policies")).await;
+    t.d.shoot(&t.dir, "policies").await;
+    t.d.ask("DELETE", "", None).await;
+    stop_http.cancel();
+}
 
-    // log in
-    d.goto(&url("/console")).await;
-    d.shoot(&dir, "login").await;
+/// Log in, read the next allowed instant of a recipient held by a one-a-day cap,
+/// cancel its waiting job and find it dead-lettered `cancelled`.
+async fn log_in_find_and_cancel(t: &Walk) {
+    let (d, s, dir) = (&t.d, &t.s, &t.dir);
+    d.goto(&t.url("/console")).await;
+    d.shoot(dir, "login").await;
     d.fill("#token", TOKEN).await;
     d.click("button[type=submit]").await;
     d.shows("Readiness").await;
-
-    // a recipient held by a one-a-day cap: its next allowed instant
-    publish(&conn, &s, &job("b1", "browser-held", "sms", "default")).await;
-    publish(&conn, &s, &job("b2", "browser-held", "sms", "default")).await;
-    wait_delayed(w.store(), &s, "b2").await;
-    d.shoot(&dir, "overview").await;
-    let (local, utc) = next_allowed(w.store(), &s, "browser-held").await;
-    d.goto(&url("/console/recipient")).await;
+    publish(&t.conn, s, &job("b1", "browser-held", "sms", "default")).await;
+    publish(&t.conn, s, &job("b2", "browser-held", "sms", "default")).await;
+    wait_delayed(t.w.store(), s, "b2").await;
+    d.shoot(dir, "overview").await;
+    let (local, utc) = next_allowed(t.w.store(), s, "browser-held").await;
+    d.goto(&t.url("/console/recipient")).await;
     d.fill("#recipient", "browser-held").await;
     d.click("form[role=search] button").await;
     d.shows("What holds them").await;
     assert_eq!(d.text(".next-allowed .local").await, local);
     assert_eq!(d.text(".next-allowed .utc").await, utc);
-    d.shoot(&dir, "recipient").await;
+    d.shoot(dir, "recipient").await;
     d.width(390).await;
-    d.shoot(&dir, "recipient-390").await;
+    d.shoot(dir, "recipient-390").await;
     d.width(1280).await;
-
-    // cancel the waiting job: dead-lettered `cancelled`
     d.click("a[href='/console/job?id=b2']").await;
     d.shows("Cancel this job").await;
-    d.shoot(&dir, "job").await;
+    d.shoot(dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
     d.shows("marked cancelled").await;
-    assert_eq!(
-        dead_reason(&conn, &s.amqp.dead_queue, "b2").await,
-        "cancelled"
-    );
+    let reason = dead_reason(&t.conn, &s.amqp.dead_queue, "b2").await;
+    assert_eq!(reason, "cancelled");
+}
 
-    // dead letters of an unknown channel, replayed by a filter (the worker stopped,
-    // so that they stay in the jobs queue)
-    for id in ["f1", "f2"] {
-        publish(&conn, &s, &job(id, "browser-dead", "fax", "default")).await;
-    }
-    wait_for(
-        "f1 and f2 dead-lettered",
-        Duration::from_secs(20),
-        || async { depth(&conn, &s.amqp.dead_queue).await == 2 },
-    )
-    .await;
-    stop.cancel();
-    handle.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    d.goto(&url("/console/dead")).await;
+/// Filter the dead letters by reason, look at one, replay the set after its
+/// confirmation, and find them back in the jobs queue.
+async fn replay_a_filtered_set(t: &Walk) {
+    let (d, dir) = (&t.d, &t.dir);
+    d.goto(&t.url("/console/dead")).await;
     d.fill("#f-reason", "unknown_channel").await;
     d.click("form[role=search] button").await;
     d.shows("2 dead letter(s) selected").await;
-    d.shoot(&dir, "dead-letters").await;
+    d.shoot(dir, "dead-letters").await;
     d.click("table tbody tr td a").await;
     d.shows("Headers and properties").await;
-    d.shoot(&dir, "dead-letter").await;
-    d.goto(&url("/console/dead?reason=unknown_channel")).await;
+    d.shoot(dir, "dead-letter").await;
+    d.goto(&t.url("/console/dead?reason=unknown_channel")).await;
     d.click("form[action='/console/dead/confirm'] button").await;
     d.shows("dead letter(s)?").await;
     assert_eq!(d.text(".count").await, "2");
-    d.shoot(&dir, "dead-letters-confirm").await;
+    d.shoot(dir, "dead-letters-confirm").await;
     d.click("form[action='/console/dead/apply'] button").await;
     d.shows("2 replayed").await;
-    let mut back = Vec::new();
-    while let Some(m) = take(&conn, &s.amqp.jobs_queue, Duration::from_millis(500)).await {
-        back.push(message_id(&m).to_string());
-    }
-    back.sort();
+    let back = drain_ids(&t.conn, &t.s.amqp.jobs_queue).await;
     assert_eq!(back, ["f1", "f2"]);
+}
 
-    // preferences edited: the next job is opted out
-    d.goto(&url("/console/recipient?recipient=browser-prefs"))
+/// Opt a recipient out of a category: their next job is dead-lettered `opted_out`.
+async fn edit_preferences(t: &Walk) {
+    let d = &t.d;
+    d.goto(&t.url("/console/recipient?recipient=browser-prefs"))
         .await;
     d.fill("#preferences", r#"{"categories": {"marketing": false}}"#)
         .await;
     d.click("form[action='/console/recipient/preferences'] button")
         .await;
     d.shows("Preferences saved.").await;
-    publish(&conn, &s, &job("m1", "browser-prefs", "sms", "marketing")).await;
-    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::OptedOut));
-
-    d.goto(&url("/console/policies")).await;
-    d.shoot(&dir, "policies").await;
-    d.ask("DELETE", "", None).await;
-    stop_http.cancel();
+    publish(
+        &t.conn,
+        &t.s,
+        &job("m1", "browser-prefs", "sms", "marketing"),
+    )
+    .await;
+    assert_eq!(
+        step(&t.w, &t.conn, &t.s).await,
+        Outcome::Dead(Reason::OptedOut)
+    );
 }

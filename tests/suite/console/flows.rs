@@ -53,6 +53,16 @@ pub(crate) async fn next_allowed(
     )
 }
 
+/// The ids of every message in `queue` (taken), sorted.
+pub(crate) async fn drain_ids(conn: &lapin::Connection, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(m) = take(conn, queue, Duration::from_millis(500)).await {
+        ids.push(message_id(&m).to_string());
+    }
+    ids.sort();
+    ids
+}
+
 /// Wait until job `id` is noted delayed.
 pub(crate) async fn wait_delayed(
     store: &quota_worker::store::QuotaStore,
@@ -153,20 +163,9 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
         all.body.contains("4 dead letter(s) selected")
     })
     .await;
-    let filtered = ask(
-        &addr,
-        "GET",
-        "/console/dead?reason=unknown_channel",
-        Some(&cookie),
-        &[],
-        "",
-    )
-    .await;
-    assert!(
-        filtered.body.contains("3 dead letter(s) selected"),
-        "{}",
-        filtered.body
-    );
+    let path = "/console/dead?reason=unknown_channel";
+    let filtered = ask(&addr, "GET", path, Some(&cookie), &[], "").await;
+    assert!(filtered.body.contains("3 dead letter(s) selected"));
     let form = [
         ("csrf", csrf.as_str()),
         ("reason", "unknown_channel"),
@@ -202,12 +201,10 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
         "{}",
         done.body
     );
-    let mut back = Vec::new();
-    while let Some(m) = take(&conn, &s.amqp.jobs_queue, Duration::from_millis(500)).await {
-        back.push(message_id(&m).to_string());
-    }
-    back.sort();
-    assert_eq!(back, ["d1", "d2", "d3"]);
+    assert_eq!(
+        drain_ids(&conn, &s.amqp.jobs_queue).await,
+        ["d1", "d2", "d3"]
+    );
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 1);
     let all = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
     assert!(
