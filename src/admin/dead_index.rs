@@ -182,9 +182,35 @@ pub async fn page(
     offset: usize,
     limit: usize,
 ) -> Result<(usize, Vec<Entry>), StoreError> {
+    if *filter == Filter::default() {
+        return newest(conn, keys, offset, limit).await;
+    }
     let selected = select(conn, keys, filter).await?;
     let shown: Vec<String> = selected.iter().skip(offset).take(limit).cloned().collect();
     Ok((selected.len(), read(conn, keys, &shown).await?))
+}
+
+/// [`page`] without a filter: the index's count and one range of it, whatever its
+/// size.
+async fn newest(
+    conn: &RedisConn,
+    keys: &Keys,
+    offset: usize,
+    limit: usize,
+) -> Result<(usize, Vec<Entry>), StoreError> {
+    let (index, _) = names(keys);
+    let mut c = conn.clone();
+    let (count, shown): (usize, Vec<String>) = redis::pipe()
+        .cmd("ZCARD")
+        .arg(&index)
+        .cmd("ZRANGE")
+        .arg(&index)
+        .arg(offset)
+        .arg(offset + limit.max(1) - 1)
+        .arg("REV")
+        .query_async(&mut c)
+        .await?;
+    Ok((count, read(conn, keys, &shown).await?))
 }
 
 /// Every summary `filter` selects, newest first.
@@ -202,8 +228,22 @@ pub async fn select(
         .arg("REV")
         .query_async(&mut conn)
         .await?;
+    // a summary holds each value it is filtered on as a JSON string: one that does
+    // not is not parsed
+    let wanted: Vec<String> = [
+        &filter.reason,
+        &filter.policy,
+        &filter.channel,
+        &filter.recipient_tag,
+        &filter.id,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|v| serde_json::to_string(v).unwrap_or_default())
+    .collect();
     Ok(all
         .into_iter()
+        .filter(|m| wanted.iter().all(|w| m.contains(w.as_str())))
         .filter(|m| serde_json::from_str::<Summary>(m).is_ok_and(|s| filter.matches(&s)))
         .collect())
 }
