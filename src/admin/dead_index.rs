@@ -149,6 +149,7 @@ pub async fn record(
 ) -> Result<u64, StoreError> {
     let (index, entries) = names(keys);
     let ms = entry.at.timestamp_millis();
+    // two dead letters of one id in one millisecond stay two entries
     let nonce = uuid::Uuid::now_v7().simple().to_string();
     let summary = Summary(
         ms,
@@ -157,7 +158,7 @@ pub async fn record(
         entry.policy.clone(),
         entry.channel.clone(),
         entry.recipient_tag.clone(),
-        nonce[nonce.len() - 8..].to_string(),
+        nonce,
     );
     // an entry is strings and JSON values: it always serializes
     let json = serde_json::to_string(entry).unwrap_or_default();

@@ -54,7 +54,7 @@ async fn figures() {
     let recipients = Recipients::new(store, &s);
     let now = Utc::now();
     for i in 0..1000 {
-        let at = now - chrono::Duration::minutes(i);
+        let at = now - chrono::Duration::minutes(i + 1);
         recipients
             .import_send(&q, at, &format!("sent-{i}"))
             .await
