@@ -114,7 +114,9 @@ fn optional<'a>(
     value: Option<Cow<'a, str>>,
     max_chars: usize,
 ) -> Result<Option<Cow<'a, str>>, Malformed> {
-    value.map(|v| required(field, Some(v), max_chars)).transpose()
+    value
+        .map(|v| required(field, Some(v), max_chars))
+        .transpose()
 }
 
 /// Decode a job body. `max_bytes` bounds the body; `default_tz` applies when the

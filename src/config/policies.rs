@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::digest::DigestSettings;
-use super::fallback::FallbackSettings;
 use super::error::{invalid, ConfigError};
+use super::fallback::FallbackSettings;
 use super::text::{send_windows_text, window_text, Dur};
 use crate::quota::caps::CapsMode;
 use crate::quota::lanes::Priority;

@@ -98,7 +98,10 @@ impl OptOut {
 
     /// The opt-out `lua/admit/` names by `code`.
     pub fn from_code(code: i64) -> Option<OptOut> {
-        OptOut::ALL.iter().find(|(_, n, _)| *n == code).map(|(o, ..)| *o)
+        OptOut::ALL
+            .iter()
+            .find(|(_, n, _)| *n == code)
+            .map(|(o, ..)| *o)
     }
 
     /// The dead letter's detail: `category marketing`, `channel sms`, or

@@ -13,9 +13,18 @@ pub const ADMIT_PARTS: [(&str, &str); 7] = [
     ("protocol.lua", include_str!("../../lua/admit/protocol.lua")),
     ("plans.lua", include_str!("../../lua/admit/plans.lua")),
     ("layers.lua", include_str!("../../lua/admit/layers.lua")),
-    ("recipient.lua", include_str!("../../lua/admit/recipient.lua")),
-    ("suppression.lua", include_str!("../../lua/admit/suppression.lua")),
-    ("preferences.lua", include_str!("../../lua/admit/preferences.lua")),
+    (
+        "recipient.lua",
+        include_str!("../../lua/admit/recipient.lua"),
+    ),
+    (
+        "suppression.lua",
+        include_str!("../../lua/admit/suppression.lua"),
+    ),
+    (
+        "preferences.lua",
+        include_str!("../../lua/admit/preferences.lua"),
+    ),
     ("answer.lua", include_str!("../../lua/admit/answer.lua")),
 ];
 /// `lua/admit/`, joined (the parts of [`ADMIT_PARTS`], in order).

@@ -126,7 +126,7 @@ fn spanning(
         0 => policy.scope != Scope::Channel,
         i => !layers[i - 1].0.of_one_channel(),
     };
-    view.iter()
-        .enumerate()
-        .any(|(i, (rules, sends))| spans(i) && window::refusal(rules, tz, now, sends).rule.is_some())
+    view.iter().enumerate().any(|(i, (rules, sends))| {
+        spans(i) && window::refusal(rules, tz, now, sends).rule.is_some()
+    })
 }

@@ -15,8 +15,8 @@ pub(crate) mod dead_index;
 pub(crate) mod digest;
 pub(crate) mod lane_qos;
 pub(crate) mod lanes;
-pub(crate) mod process;
 mod outcomes;
+pub(crate) mod process;
 mod routing;
 pub(crate) mod session;
 

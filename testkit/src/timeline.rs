@@ -216,7 +216,13 @@ fn series(o: &mut String, frame: &Frame, area: &Area, (k, of): (usize, usize), s
 }
 
 /// The marks across a panel; over the first panel, their labels too.
-fn fault_marks(o: &mut String, frame: &Frame, area: &Area, marks: &[(f64, String)], labelled: bool) {
+fn fault_marks(
+    o: &mut String,
+    frame: &Frame,
+    area: &Area,
+    marks: &[(f64, String)],
+    labelled: bool,
+) {
     let (top, bottom) = (area.top, area.bottom);
     for (t, label) in marks {
         let _ = writeln!(

@@ -900,21 +900,35 @@ async fn a_route_moves_on_and_resumes_after_a_failure_on_a_cluster() {
     let _k = ClusterKeys(ns.clone());
     let mut s = cluster_settings(&ns);
     s.policies.get_mut("default").unwrap().rules.clear();
-    s.caps.insert("push_daily".into(), crate::fallback::cap(1, &["push"]));
+    s.caps
+        .insert("push_daily".into(), crate::fallback::cap(1, &["push"]));
     let (_c, w, conn) = rig(&s).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
     let route = ["email", "sms"];
     publish(&conn, &s, &crate::fallback::job("c1", "rc", "push", &route)).await;
-    assert_eq!(crate::fallback::sent_on(&conn, &s, "push", "c1").await.0, "1/3");
+    assert_eq!(
+        crate::fallback::sent_on(&conn, &s, "push", "c1").await.0,
+        "1/3"
+    );
     publish(&conn, &s, &crate::fallback::job("c2", "rc", "push", &route)).await;
-    assert_eq!(crate::fallback::sent_on(&conn, &s, "email", "c2").await.0, "2/3");
+    assert_eq!(
+        crate::fallback::sent_on(&conn, &s, "email", "c2").await.0,
+        "2/3"
+    );
     let failed = Feedback::new("c2", Event::Failed, "rc", "email");
     crate::feedback::send(&conn, &s, &failed).await;
     crate::feedback::send(&conn, &s, &failed).await;
     let (step, from) = crate::fallback::sent_on(&conn, &s, "sms", "c2").await;
-    assert_eq!((step.as_str(), from.as_deref()), ("3/3", Some("email: failed")));
+    assert_eq!(
+        (step.as_str(), from.as_deref()),
+        ("3/3", Some("email: failed"))
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(depth(&conn, &topology(&s).dispatch_queue("sms")).await, 0, "sent once");
+    assert_eq!(
+        depth(&conn, &topology(&s).dispatch_queue("sms")).await,
+        0,
+        "sent once"
+    );
     stop.cancel();
     handle.await.unwrap();
 }

@@ -8,9 +8,7 @@
 
 use std::time::Duration;
 
-use quota_worker::config::{
-    CapSettings, FallbackSettings, MatchSettings, RuleSettings, Settings,
-};
+use quota_worker::config::{CapSettings, FallbackSettings, MatchSettings, RuleSettings, Settings};
 use quota_worker::job::{Outcome, Reason};
 use quota_worker::quota::suppression::Kind;
 use quota_worker::quota::window::Window;
@@ -64,7 +62,11 @@ pub(crate) async fn sent_on(
         .unwrap_or_else(|| panic!("{id} dispatched on {channel}"));
     assert_eq!(message_id(&m), id);
     let p = &m.delivery.properties;
-    assert_eq!(header(p, "x-notify-channel").as_deref(), Some(channel), "{id}");
+    assert_eq!(
+        header(p, "x-notify-channel").as_deref(),
+        Some(channel),
+        "{id}"
+    );
     let route = header(p, "x-notify-route").expect("x-notify-route");
     (route, header(p, "x-notify-fallback-from"))
 }
@@ -83,7 +85,12 @@ async fn dead(conn: &lapin::Connection, s: &Settings, id: &str) -> (String, Stri
     (reason, header(p, "x-notify-detail").unwrap_or_default())
 }
 
-async fn run(w: &quota_worker::worker::Worker, conn: &lapin::Connection, s: &Settings, body: &[u8]) -> Outcome {
+async fn run(
+    w: &quota_worker::worker::Worker,
+    conn: &lapin::Connection,
+    s: &Settings,
+    body: &[u8],
+) -> Outcome {
     publish(conn, s, body).await;
     step(w, conn, s).await
 }
@@ -96,22 +103,35 @@ async fn a_cap_of_the_channel_moves_on_and_a_cap_across_channels_holds_it_everyw
     s.caps.insert("total".into(), cap(2, &[]));
     let (_c, w, conn) = rig(&s).await;
 
-    assert_eq!(run(&w, &conn, &s, &job("a1", "r1", "push", &["email", "sms"])).await, Outcome::Dispatched);
+    assert_eq!(
+        run(&w, &conn, &s, &job("a1", "r1", "push", &["email", "sms"])).await,
+        Outcome::Dispatched
+    );
     assert_eq!(sent_on(&conn, &s, "push", "a1").await, ("1/3".into(), None));
 
     // push's own cap is full: email, in the same handling, counted there once
-    assert_eq!(run(&w, &conn, &s, &job("a2", "r1", "push", &["email", "sms"])).await, Outcome::Dispatched);
+    assert_eq!(
+        run(&w, &conn, &s, &job("a2", "r1", "push", &["email", "sms"])).await,
+        Outcome::Dispatched
+    );
     let (route, from) = sent_on(&conn, &s, "email", "a2").await;
     assert_eq!(route, "2/3");
     let from = from.expect("x-notify-fallback-from");
-    assert!(from.starts_with("push: capped (cap push_daily: 1 per 1d until "), "{from}");
+    assert!(
+        from.starts_with("push: capped (cap push_daily: 1 per 1d until "),
+        "{from}"
+    );
     assert_eq!(depth(&conn, &topology(&s).dispatch_queue("push")).await, 0);
 
     // the total across channels is full too: it holds the job on every channel
     let outcome = run(&w, &conn, &s, &job("a3", "r1", "push", &["email", "sms"])).await;
     assert!(matches!(outcome, Outcome::Delayed { .. }), "{outcome:?}");
     for channel in ["push", "email", "sms"] {
-        assert_eq!(depth(&conn, &topology(&s).dispatch_queue(channel)).await, 0, "{channel}");
+        assert_eq!(
+            depth(&conn, &topology(&s).dispatch_queue(channel)).await,
+            0,
+            "{channel}"
+        );
     }
 }
 
@@ -121,9 +141,14 @@ async fn opted_out_and_suppressed_channels_are_passed_over_and_none_left_is_a_de
     let s = free(&ns);
     let (_c, w, conn) = rig(&s).await;
     let store = w.store();
-    quota_worker::admin::preferences::put(&store, None, "r1", &json!({"channels": {"push": false}}))
-        .await
-        .unwrap();
+    quota_worker::admin::preferences::put(
+        &store,
+        None,
+        "r1",
+        &json!({"channels": {"push": false}}),
+    )
+    .await
+    .unwrap();
     quota_worker::admin::suppressions::suppress(&store, &s, "r1", "sms", Kind::Bounced)
         .await
         .unwrap();
@@ -142,7 +167,10 @@ async fn opted_out_and_suppressed_channels_are_passed_over_and_none_left_is_a_de
 
     // a job without `fallback` is dead-lettered on its channel as before
     let body = br#"{"id":"b3","recipient":"r1","channel":"push"}"#;
-    assert_eq!(run(&w, &conn, &s, body).await, Outcome::Dead(Reason::OptedOut));
+    assert_eq!(
+        run(&w, &conn, &s, body).await,
+        Outcome::Dead(Reason::OptedOut)
+    );
     assert_eq!(dead(&conn, &s, "b3").await.1, "channel push");
 }
 
@@ -151,7 +179,8 @@ async fn a_policy_says_what_moves_a_job_on_and_how_long_a_cap_may_hold_it() {
     let ns = unique("fb-policy");
     let mut s = free(&ns);
     s.caps.insert("push_daily".into(), cap(1, &["push"]));
-    s.policies.insert("patient".into(), s.policies["default"].clone());
+    s.policies
+        .insert("patient".into(), s.policies["default"].clone());
     s.policies.get_mut("patient").unwrap().fallback = Some(FallbackSettings {
         on: Some(vec!["opted_out".into(), "capped".into()]),
         wait_at_most: Some(quota_worker::config::Dur(Duration::from_secs(2 * 86_400))),
@@ -180,12 +209,26 @@ async fn an_unconfigured_repeated_or_own_channel_in_fallback_is_a_dead_letter() 
     let (_c, w, conn) = rig(&s).await;
     let cases: [(&str, &[&str], Reason, &str); 4] = [
         ("u", &["email", "fax"], Reason::UnknownChannel, "`fax`"),
-        ("r", &["email", "email"], Reason::Malformed, "names channel `email` twice"),
-        ("o", &["push"], Reason::Malformed, "the job's own channel `push`"),
+        (
+            "r",
+            &["email", "email"],
+            Reason::Malformed,
+            "names channel `email` twice",
+        ),
+        (
+            "o",
+            &["push"],
+            Reason::Malformed,
+            "the job's own channel `push`",
+        ),
         ("e", &[], Reason::Malformed, "1 to 4 channels"),
     ];
     for (id, fallback, reason, says) in cases {
-        assert_eq!(run(&w, &conn, &s, &job(id, "r1", "push", fallback)).await, Outcome::Dead(reason), "{id}");
+        assert_eq!(
+            run(&w, &conn, &s, &job(id, "r1", "push", fallback)).await,
+            Outcome::Dead(reason),
+            "{id}"
+        );
         let (_, detail) = dead(&conn, &s, id).await;
         assert!(detail.contains(says), "{id}: {detail}");
     }
@@ -206,19 +249,38 @@ async fn a_failed_step_goes_out_on_the_next_channel_once() {
     crate::feedback::send(&conn, &s, &failed).await;
     crate::feedback::send(&conn, &s, &failed).await;
     let (route, from) = sent_on(&conn, &s, "email", "f1").await;
-    assert_eq!((route.as_str(), from.as_deref()), ("2/3", Some("push: failed")));
+    assert_eq!(
+        (route.as_str(), from.as_deref()),
+        ("2/3", Some("push: failed"))
+    );
     crate::feedback::heard(&s, "f1", Event::Failed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(depth(&conn, &topology(&s).dispatch_queue("email")).await, 0, "sent once");
+    assert_eq!(
+        depth(&conn, &topology(&s).dispatch_queue("email")).await,
+        0,
+        "sent once"
+    );
 
     // email fails too: sms, the last channel; a failure there moves nothing on
-    crate::feedback::send(&conn, &s, &Feedback::new("f1", Event::Failed, "r1", "email")).await;
+    crate::feedback::send(
+        &conn,
+        &s,
+        &Feedback::new("f1", Event::Failed, "r1", "email"),
+    )
+    .await;
     let (route, from) = sent_on(&conn, &s, "sms", "f1").await;
-    assert_eq!((route.as_str(), from.as_deref()), ("3/3", Some("email: failed")));
+    assert_eq!(
+        (route.as_str(), from.as_deref()),
+        ("3/3", Some("email: failed"))
+    );
     crate::feedback::send(&conn, &s, &Feedback::new("f1", Event::Failed, "r1", "sms")).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     for channel in ["push", "email", "sms"] {
-        assert_eq!(depth(&conn, &topology(&s).dispatch_queue(channel)).await, 0, "{channel}");
+        assert_eq!(
+            depth(&conn, &topology(&s).dispatch_queue(channel)).await,
+            0,
+            "{channel}"
+        );
     }
     stop.cancel();
     handle.await.unwrap();

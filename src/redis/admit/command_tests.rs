@@ -57,7 +57,11 @@ const CALL: Call<'static> = Call {
 /// last section.
 #[test]
 fn every_section_starts_where_the_header_says() {
-    let (a, b, c) = (job("a", 0, true, true), job("b", 2, true, true), job("c", 1, true, true));
+    let (a, b, c) = (
+        job("a", 0, true, true),
+        job("b", 2, true, true),
+        job("c", 1, true, true),
+    );
     let cmd = command(&CALL, &[&a, &b, &c], 1);
     let argv = argv(&cmd);
     let at = |i: usize| argv[i].parse::<usize>().unwrap();
@@ -67,10 +71,18 @@ fn every_section_starts_where_the_header_says() {
     assert_eq!(argv[at(5) + 1], "2", "the first of them is job 2");
     assert_eq!(argv[at(6)], "7", "the suppression section opens with L");
     assert_eq!(argv[at(6) + 1], "3", "plan 1's mask");
-    assert_eq!(argv[at(6) + 3], "sms", "job 1's channel after the two masks");
+    assert_eq!(
+        argv[at(6) + 3],
+        "sms",
+        "job 1's channel after the two masks"
+    );
     assert_eq!(argv[at(7)], "7", "the preferences section opens with L");
     assert_eq!(argv[at(7) + 1..at(7) + 4], ["c", "sms", "normal"]);
-    assert_eq!(argv.len() - 1, at(7) + 15, "five values for each of three jobs");
+    assert_eq!(
+        argv.len() - 1,
+        at(7) + 15,
+        "five values for each of three jobs"
+    );
 }
 
 /// A call without sections says so with zeros, and carries nothing after the keys.

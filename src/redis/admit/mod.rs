@@ -173,7 +173,10 @@ impl Caller {
             reply: flat,
         })?;
         let short = self.short_of_replicas(acked);
-        Ok(verdicts.into_iter().map(|v| unreplicated(short, v)).collect())
+        Ok(verdicts
+            .into_iter()
+            .map(|v| unreplicated(short, v))
+            .collect())
     }
 
     /// With waiting on, whether the call's `WAIT` found too few replicas: how many

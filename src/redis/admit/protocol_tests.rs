@@ -64,7 +64,23 @@ fn a_refusal_with_quiet_hours_carries_their_version() {
     let refused = Code::Refused as i64;
     let layered = Code::Layered as i64;
     let flat = [
-        NOW, refused, Flag::QUIET, 7, 1, 10, layered, Flag::QUIET, 8, 4, 2, 1, 5, 0, 1, 0, 0,
+        NOW,
+        refused,
+        Flag::QUIET,
+        7,
+        1,
+        10,
+        layered,
+        Flag::QUIET,
+        8,
+        4,
+        2,
+        1,
+        5,
+        0,
+        1,
+        0,
+        0,
     ];
     assert_eq!(
         verdicts(&flat, 3),
@@ -74,8 +90,16 @@ fn a_refusal_with_quiet_hours_carries_their_version() {
             Verdict::Admitted(NOW, false),
         ])
     );
-    assert_eq!(verdicts(&[NOW, refused, Flag::QUIET], 1), None, "no version");
-    assert_eq!(verdicts(&[NOW, refused, Flag::QUIET, 7], 1), None, "no payload");
+    assert_eq!(
+        verdicts(&[NOW, refused, Flag::QUIET], 1),
+        None,
+        "no version"
+    );
+    assert_eq!(
+        verdicts(&[NOW, refused, Flag::QUIET, 7], 1),
+        None,
+        "no payload"
+    );
 }
 
 #[test]

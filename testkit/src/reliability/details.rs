@@ -16,7 +16,11 @@ pub(super) struct Detail {
     pub paragraph: fn(&Value) -> String,
 }
 
-const fn detail(scenario: &'static str, unless_skipped: bool, paragraph: fn(&Value) -> String) -> Detail {
+const fn detail(
+    scenario: &'static str,
+    unless_skipped: bool,
+    paragraph: fn(&Value) -> String,
+) -> Detail {
     Detail {
         scenario,
         unless_skipped,
@@ -44,7 +48,10 @@ pub(super) const DETAILS: &[Detail] = &[
 
 /// The jobs of a record's first run (empty without runs).
 fn first_run_jobs(v: &Value) -> String {
-    v["runs"].get(0).map(|r| cell(&r["jobs"])).unwrap_or_default()
+    v["runs"]
+        .get(0)
+        .map(|r| cell(&r["jobs"]))
+        .unwrap_or_default()
 }
 
 fn kill9(v: &Value) -> String {

@@ -58,7 +58,11 @@ fn process(p: &Value) -> String {
         cell(&p["pid"]),
         whole_seconds(&p["from_seconds"]),
         whole_seconds(&p["to_seconds"]),
-        if p["judged"] == true { "" } else { ", too short a life to judge" },
+        if p["judged"] == true {
+            ""
+        } else {
+            ", too short a life to judge"
+        },
         kib_as_mib(&p["rss_kib_first_quarter"]),
         kib_as_mib(&p["rss_kib_last_quarter"]),
         percent(&p["rss_change"]),
