@@ -471,4 +471,4 @@ fn describe(rule: Option<Rule>) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

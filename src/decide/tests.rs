@@ -27,7 +27,7 @@ pub(super) fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
     }
 }
 
-pub(super) fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     Policy {
         name: "default".into(),
         rules: daily().into_iter().collect(),

@@ -6,27 +6,12 @@ use crate::admission::Admission;
 use crate::decide::DeadLetter;
 use crate::fallback::spec::{Cause, FallbackSpec};
 use crate::job::Reason;
-use crate::quota::policy::{Action, Mode, Policy};
+use crate::quota::policy::{Action, Policy};
 use crate::quota::preferences::OptOut;
 use crate::quota::suppression::{Kind, Suppression};
 
 fn policy() -> Policy {
-    Policy {
-        name: "default".into(),
-        rules: vec![],
-        scope: Default::default(),
-        action: Action::Delay,
-        send_windows: None,
-        ignore_channel_windows: false,
-        max_wait: None,
-        mode: Mode::Enforce,
-        priority: Default::default(),
-        suppressed_by: crate::quota::suppression::Kinds::ALL,
-        caps: Default::default(),
-        required: false,
-        digest: None,
-        fallback: FallbackSpec::default(),
-    }
+    crate::decide::tests::policy()
 }
 
 fn refused(hours: i64, spanning: bool) -> Admission {
