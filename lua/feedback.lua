@@ -1,14 +1,20 @@
 -- feedback.lua: apply one feedback about a recipient, once: give a failed send back,
--- suppress the recipient on a channel, or only mark it (delivered). Every key is the
+-- suppress the recipient on a channel, or only mark it (delivered, read: which
+-- answers a routed step's pending escalation). Every key is the
 -- recipient's (one hash slot), so the mark and what it marks are written together.
 --
 -- KEYS[1]  the mark of this feedback (job id and event)
 -- KEYS[2]  the recipient's suppressions (hash: field = channel,
 --          value = kind:since_ms:until_ms, until 0: until removed)
--- KEYS[3..] the recipient's keys of every configured policy (give_back, note)
+-- KEYS[3]  the job's route state after its step on this channel (note: a pending
+--          escalation answered; see src/fallback/state.rs: the first byte is P
+--          pending, A answered, M moved on; the second says what answers it, d a
+--          delivery or a read, r a read alone, - nothing: it does not escalate)
+-- KEYS[4..] the recipient's keys of every configured policy (give_back, note)
 -- ARGV[1]  how long the mark is kept, ms (0: no mark; the admin's edits)
 -- ARGV[2]  what: give_back | suppress | unsuppress | note
 -- give_back, note: ARGV[3] the job's member (its id's hash, as in lua/admit/)
+-- note: ARGV[4] the event, delivered | read
 -- suppress: ARGV[3] channel, ARGV[4] kind bit (1 bounced, 2 complained,
 --           4 unsubscribed), ARGV[5] how long, ms (0: until removed)
 -- unsuppress: ARGV[3] channel
@@ -22,12 +28,20 @@ local what = ARGV[2]
 local at = 0
 
 if what == 'give_back' or what == 'note' then
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     local score = redis.call('ZSCORE', KEYS[i], ARGV[3])
     if score then
       score = tonumber(score)
       at = math.max(at, (score - score % 2) / 2)
       if what == 'give_back' then redis.call('ZREM', KEYS[i], ARGV[3]) end
+    end
+  end
+  if what == 'note' then
+    local state = redis.call('GETRANGE', KEYS[3], 0, 1)
+    local by = string.sub(state, 2, 2)
+    if string.sub(state, 1, 1) == 'P' and (by == 'd' or (by == 'r' and ARGV[4] == 'read')) then
+      -- answered: the escalation that comes back finds it so and sends nothing
+      redis.call('SET', KEYS[3], 'A', 'KEEPTTL')
     end
   end
 elseif what == 'suppress' or what == 'unsuppress' then

@@ -28,17 +28,21 @@ pub enum Event {
     Complained,
     /// The recipient opted out: suppressed until removed.
     Unsubscribed,
+    /// The recipient opened or saw it (answers a step whose policy escalates on
+    /// `answered_by = "read"`, and any step that a delivery answers).
+    Read,
 }
 
 impl Event {
     /// Every event.
-    pub const ALL: [Event; 6] = [
+    pub const ALL: [Event; 7] = [
         Event::Delivered,
         Event::Failed,
         Event::Throttled,
         Event::Bounced,
         Event::Complained,
         Event::Unsubscribed,
+        Event::Read,
     ];
 
     /// Its word in the JSON.
@@ -50,6 +54,7 @@ impl Event {
             Event::Bounced => "bounced",
             Event::Complained => "complained",
             Event::Unsubscribed => "unsubscribed",
+            Event::Read => "read",
         }
     }
 }

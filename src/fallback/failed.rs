@@ -1,8 +1,9 @@
 //! A routed job's step that the sender reports `failed`: its send is given back as
-//! any failed send is (`crate::feedback`), and the job is published again to the
-//! jobs exchange, to resume its route at the next step (the kept [`NextStep`]), then
-//! the kept step is forgotten. The worker that takes it decides it as any job, on
-//! the next channel.
+//! any failed send is (`crate::feedback`), and, while the step is pending (not
+//! answered, not moved on), the job is published again to the jobs exchange, to
+//! resume its route at the next step (the kept [`NextStep`]); then the step is
+//! marked moved on. The worker that takes it decides it as any job, on the next
+//! channel.
 
 use chrono::Utc;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -11,7 +12,7 @@ use quota_worker_producer::Feedback;
 
 use super::route::{FALLBACK_FROM, RESUME_AT};
 use super::spec::Cause;
-use super::state::{self, NextStep};
+use super::state::{self, Kept, NextStep, Status};
 use crate::amqp::{PublishError, Publisher};
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
@@ -35,15 +36,20 @@ pub async fn move_on(
     jobs_exchange: &str,
     f: &Feedback,
 ) -> Result<bool, MoveOnError> {
-    let tenant = f.tenant.as_deref();
-    let step = (f.recipient.as_str(), f.id.as_str(), f.channel.as_str());
-    let Some(next) = state::next(store, tenant, step).await? else {
+    let step = (
+        f.tenant.as_deref(),
+        f.recipient.as_str(),
+        f.id.as_str(),
+        f.channel.as_str(),
+    );
+    let Some(Kept {
+        status: Status::Pending,
+        next: Some(next),
+    }) = state::read(store, step).await?
+    else {
+        // not routed, answered, or moved on already: nothing to move on
         return Ok(false);
     };
-    if next.from != f.channel {
-        // a failure of another step than the last one sent: nothing to move on
-        return Ok(false);
-    }
     publisher
         .publish(jobs_exchange, "", &next.body, properties(f, &next))
         .await?;
@@ -55,7 +61,7 @@ pub async fn move_on(
         "cause" => Cause::Failed.as_str(),
     )
     .increment(1);
-    state::forget(store, tenant, step).await?;
+    state::moved_on(store, step).await?;
     Ok(true)
 }
 

@@ -30,9 +30,10 @@ pub struct Routed {
     /// Every channel gone (none left, none to wait for): the dead letter's detail,
     /// naming each channel's cause.
     pub gone: Option<String>,
-    /// The step it goes on to when the sender reports this one `failed`, and that
-    /// step's channel (its policy moves on when `failed` and a channel is left).
-    pub on_failure: Option<(usize, String)>,
+    /// The step it goes on to when this one fails or goes unanswered, and that
+    /// step's channel (its policy moves on when `failed` or `unanswered` and a
+    /// channel is left).
+    pub next: Option<(usize, String)>,
 }
 
 impl Routed {
@@ -68,7 +69,11 @@ impl Routed {
 /// The dispatch headers of a routed job: its own (`own`, as a dispatch without a
 /// route would carry them) and its step's ([`Routed::headers`]).
 pub(crate) fn with_headers(own: Option<FieldTable>, routed: &Routed, channel: &str) -> FieldTable {
-    let mut out = own.unwrap_or_default();
+    let mut map = own.map(|h| h.inner().clone()).unwrap_or_default();
+    // how it came back is the worker's business, not the sender's
+    map.remove(RESUME_AT);
+    map.remove(ESCALATION);
+    let mut out = FieldTable::from(map);
     for (name, value) in routed.headers(channel) {
         let value = AMQPValue::LongString(value.as_ref().into());
         out.insert(ShortString::from(name), value);
@@ -81,6 +86,24 @@ pub(crate) fn with_headers(own: Option<FieldTable>, routed: &Routed, channel: &s
 pub const RESUME_AT: &str = "x-notify-route-step";
 /// The header that says why it left the channel before.
 pub const FALLBACK_FROM: &str = "x-notify-fallback-from";
+/// The header of an escalation (a job published round the delay ladder to resume
+/// its route when its step goes unanswered): the channel whose answer it awaits.
+pub const ESCALATION: &str = "x-notify-escalation";
+
+/// The channel an escalation awaits an answer on (its [`ESCALATION`] header), for
+/// a job that is one.
+pub fn escalation(headers: Option<&FieldTable>) -> Option<String> {
+    match headers?.inner().get(ESCALATION)? {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// The cause in a `x-notify-fallback-from` text (``push: capped (…)``).
+pub fn cause_of(from: &str) -> Option<Cause> {
+    let (_, why) = from.split_once(": ")?;
+    Cause::parse(why.split([' ', '(']).next()?)
+}
 
 /// A job with `fallback` published again to resume its route at step k (the
 /// [`RESUME_AT`] header, 1 to the length of `fallback`): itself on the channel of

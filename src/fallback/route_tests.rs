@@ -109,7 +109,7 @@ fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
         of: 3,
         from: Some("push: opted_out".into()),
         gone: None,
-        on_failure: None,
+        next: None,
     };
     let h: Vec<(&str, String)> = second
         .headers("email")
@@ -133,7 +133,7 @@ fn a_steps_headers_and_the_dead_letter_of_a_route_gone() {
         of: 2,
         from: None,
         gone: Some("push: opted_out; sms: opted_out".into()),
-        on_failure: None,
+        next: None,
     };
     let dead = gone.dead_letter(first);
     assert_eq!(

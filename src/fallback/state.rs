@@ -1,26 +1,58 @@
-//! The next step of a routed job, kept in Redis while the send of its step may
-//! still fail: written after the step's dispatch is confirmed, read and removed when
-//! the sender reports `failed`, then the job is published again to start from that
-//! step. One string in the recipient's hash slot, `record_ttl` long: the step it
-//! resumes at, its policy, the channel it leaves and the next, then the body.
+//! The state of a routed job's step while it may still move on: written before the
+//! step's dispatch, read when the sender reports the step `failed` or when its
+//! escalation comes back unanswered, and ended by the first of them or by an
+//! answer. One string in the recipient's hash slot (`Keys::route`), kept as long as
+//! the step may still move on:
 //!
-//! A failure reported twice, or a worker that dies between the publish and the
-//! removal, publishes the job again: its admission on the next channel finds the
-//! first copy's send and answers `duplicate`, so the step goes out once.
+//! - its first byte says where the step is: `P` pending, `A` answered (a delivery
+//!   or a read came; written by `lua/feedback.lua` in the same script as the
+//!   feedback's mark), `M` moved on (the next step went out);
+//! - its second byte says what answers it: `d` a delivery or a read, `r` a read
+//!   alone, `-` nothing (its policy does not escalate);
+//! - then, while pending, the step it moves on to, its policy, the channel it
+//!   leaves and the next, and the job's body.
+//!
+//! It is written once (`SET NX`): a job handled again after a crash finds it as
+//! it was, answered or not. A failure reported twice, an escalation that comes back
+//! twice, or a worker that dies between the next step's publish and the state's
+//! end moves the job on again: the next step's admission finds the first copy's
+//! send and answers `duplicate`, so the step goes out once.
 
 use redis::AsyncCommands;
 
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
 
-/// What a routed job's next step needs when its send fails.
+/// Where a routed step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// It may still move on.
+    Pending,
+    /// A delivery or a read answered it: it does not move on.
+    Answered,
+    /// It moved on: its next step went out.
+    MovedOn,
+}
+
+/// What answers a step (none: its policy does not escalate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// Nothing: only a failure moves it on.
+    Nothing,
+    /// A delivery or a read.
+    Delivery,
+    /// A read alone.
+    Read,
+}
+
+/// What a routed job's next step needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NextStep {
     /// The step it resumes at (1 is the first channel of `fallback`).
     pub step: usize,
     /// Its policy, for the count.
     pub policy: String,
-    /// The channel whose send failed.
+    /// The channel it leaves.
     pub from: String,
     /// The channel it moves on to.
     pub to: String,
@@ -28,9 +60,26 @@ pub struct NextStep {
     pub body: Vec<u8>,
 }
 
+/// A step's state as read: where it is, and its next step while pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// Where it is.
+    pub status: Status,
+    /// Its next step (pending only).
+    pub next: Option<NextStep>,
+}
+
 impl NextStep {
-    fn encode(&self) -> Vec<u8> {
-        let head = format!("{}|{}|{}|{}\n", self.step, self.policy, self.from, self.to);
+    fn encode(&self, answers: Answers) -> Vec<u8> {
+        let by = match answers {
+            Answers::Nothing => '-',
+            Answers::Delivery => 'd',
+            Answers::Read => 'r',
+        };
+        let head = format!(
+            "P{by}{}|{}|{}|{}\n",
+            self.step, self.policy, self.from, self.to
+        );
         let mut out = Vec::with_capacity(head.len() + self.body.len());
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(&self.body);
@@ -39,7 +88,7 @@ impl NextStep {
 
     fn decode(value: &[u8]) -> Option<NextStep> {
         let cut = value.iter().position(|b| *b == b'\n')?;
-        let head = std::str::from_utf8(&value[..cut]).ok()?;
+        let head = std::str::from_utf8(value.get(2..cut)?).ok()?;
         let mut parts = head.splitn(4, '|');
         Some(NextStep {
             step: parts.next()?.parse().ok()?,
@@ -51,24 +100,51 @@ impl NextStep {
     }
 }
 
-/// Keep `next` for job `id` of `recipient` (under `tenant`) for `ttl_ms` (one key
-/// per step: the step it leaves is `next.from`).
-pub async fn keep(
-    store: &QuotaStore,
-    tenant: Option<&str>,
-    recipient: &str,
-    id: &str,
-    next: &NextStep,
-    ttl_ms: u64,
-) -> Result<(), StoreError> {
-    let key = store
+impl Kept {
+    /// A state as stored (`None`: a value no worker writes).
+    fn decode(value: &[u8]) -> Option<Kept> {
+        Some(match value.first()? {
+            b'P' => Kept {
+                status: Status::Pending,
+                next: Some(NextStep::decode(value)?),
+            },
+            b'A' => Kept {
+                status: Status::Answered,
+                next: None,
+            },
+            b'M' => Kept {
+                status: Status::MovedOn,
+                next: None,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// One step of a job: its tenant, recipient, id and the channel it went out on.
+pub type StepOf<'a> = (Option<&'a str>, &'a str, &'a str, &'a str);
+
+fn key(store: &QuotaStore, (tenant, recipient, id, channel): StepOf<'_>) -> String {
+    store
         .keys()
         .for_tenant(tenant)
-        .route(recipient, id, &next.from);
+        .route(recipient, id, channel)
+}
+
+/// Keep `next` pending after the step `of` (whose channel is `next.from`) for
+/// `ttl_ms`, unless a state is kept already (a job handled again after a crash).
+pub async fn keep(
+    store: &QuotaStore,
+    of: StepOf<'_>,
+    next: &NextStep,
+    answers: Answers,
+    ttl_ms: u64,
+) -> Result<(), StoreError> {
     let mut conn = store.connection();
-    let () = redis::cmd("SET")
-        .arg(&key)
-        .arg(next.encode())
+    let _: Option<String> = redis::cmd("SET")
+        .arg(key(store, of))
+        .arg(next.encode(answers))
+        .arg("NX")
         .arg("PX")
         .arg(ttl_ms.max(1))
         .query_async(&mut conn)
@@ -76,43 +152,32 @@ pub async fn keep(
     Ok(())
 }
 
-/// The next step kept for job `id` after its step on `channel`, if any (a value
-/// no worker writes reads as none).
-pub async fn next(
-    store: &QuotaStore,
-    tenant: Option<&str>,
-    (recipient, id, channel): (&str, &str, &str),
-) -> Result<Option<NextStep>, StoreError> {
-    let key = store
-        .keys()
-        .for_tenant(tenant)
-        .route(recipient, id, channel);
+/// The state kept after the step `of`, if any.
+pub async fn read(store: &QuotaStore, of: StepOf<'_>) -> Result<Option<Kept>, StoreError> {
     let mut conn = store.connection();
-    let value: Option<Vec<u8>> = conn.get(&key).await?;
-    Ok(value.as_deref().and_then(NextStep::decode))
+    let value: Option<Vec<u8>> = conn.get(key(store, of)).await?;
+    Ok(value.as_deref().and_then(Kept::decode))
 }
 
-/// Forget the next step kept for job `id` after its step on `channel`.
-pub async fn forget(
-    store: &QuotaStore,
-    tenant: Option<&str>,
-    (recipient, id, channel): (&str, &str, &str),
-) -> Result<(), StoreError> {
-    let key = store
-        .keys()
-        .for_tenant(tenant)
-        .route(recipient, id, channel);
+/// Mark the step `of` moved on (its next step went out), if a state is kept.
+pub async fn moved_on(store: &QuotaStore, of: StepOf<'_>) -> Result<(), StoreError> {
     let mut conn = store.connection();
-    let _: i64 = conn.del(&key).await?;
+    let _: Option<String> = redis::cmd("SET")
+        .arg(key(store, of))
+        .arg("M")
+        .arg("XX")
+        .arg("KEEPTTL")
+        .query_async(&mut conn)
+        .await?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::NextStep;
+    use super::{Answers, Kept, NextStep, Status};
 
     #[test]
-    fn a_next_step_reads_back_as_written() {
+    fn a_kept_step_reads_back_as_written() {
         let n = NextStep {
             step: 2,
             policy: "security".into(),
@@ -120,7 +185,12 @@ mod tests {
             to: "sms".into(),
             body: b"{\"id\":\"a\"}\n|x".to_vec(),
         };
-        assert_eq!(NextStep::decode(&n.encode()), Some(n));
-        assert_eq!(NextStep::decode(b"no head"), None);
+        let kept = Kept::decode(&n.encode(Answers::Read)).unwrap();
+        assert_eq!(kept.status, Status::Pending);
+        assert_eq!(kept.next, Some(n));
+        assert_eq!(Kept::decode(b"A").map(|k| k.status), Some(Status::Answered));
+        assert_eq!(Kept::decode(b"M").map(|k| k.status), Some(Status::MovedOn));
+        assert_eq!(Kept::decode(b"no head"), None);
+        assert_eq!(Kept::decode(b""), None);
     }
 }

@@ -62,13 +62,14 @@ where
             None => admit(step).await?,
         };
         let Some((cause, why)) = moves_on(&admission, of.policy, of.spec, of.tz, of.now) else {
-            let failing = of.spec.moves_on(Cause::Failed) && step + 1 < n;
+            let later = of.spec.moves_on(Cause::Failed) || of.spec.moves_on(Cause::Unanswered);
+            let failing = later && step + 1 < n;
             let routed = Routed {
                 step: of.offset + step,
                 of: total,
                 from: whys.pop(),
                 gone: None,
-                on_failure: failing.then(|| (of.offset + step + 1, channels[step + 1].to_string())),
+                next: failing.then(|| (of.offset + step + 1, channels[step + 1].to_string())),
             };
             let channel = channels[step].clone();
             return Ok(Stepped {
@@ -97,7 +98,7 @@ where
         of: total,
         from: None,
         gone,
-        on_failure: None,
+        next: None,
     };
     Ok(match (earliest, gone) {
         (Some((step, admission)), _) => Stepped {

@@ -95,14 +95,15 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
     let conn = store.connection();
     let applied = match f.event {
         Event::Throttled => throttle(store, t, f).await?,
-        Event::Delivered | Event::Failed => {
+        Event::Delivered | Event::Failed | Event::Read => {
             let what = if f.event == Event::Failed {
                 "give_back"
             } else {
                 "note"
             };
             let member = keys::member(&f.id);
-            recipient_script(store, t, f, &[what.as_bytes(), &member]).await?
+            let event = f.event.as_str().as_bytes();
+            recipient_script(store, t, f, &[what.as_bytes(), &member, event]).await?
         }
         Event::Bounced | Event::Complained | Event::Unsubscribed => {
             let kind = Kind::parse(f.event.as_str()).expect("a suppressing event");
@@ -158,7 +159,8 @@ async fn recipient_script(
     let keys = store.keys();
     let mut inv = store.scripts().feedback.prepare_invoke();
     inv.key(keys.feedback_mark(&f.recipient, &f.id, f.event.as_str(), &f.channel))
-        .key(keys.suppressed(&f.recipient));
+        .key(keys.suppressed(&f.recipient))
+        .key(keys.route(&f.recipient, &f.id, &f.channel));
     for k in policy_keys(store, &f.recipient, &f.channel) {
         inv.key(k);
     }

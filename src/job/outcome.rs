@@ -76,11 +76,14 @@ pub enum Outcome {
     /// Folded into its group's open digest (its policy has one): acked once stored,
     /// sent as an item of the digest.
     Folded,
+    /// An escalation whose step was answered (or had moved on already) before it
+    /// came back: acked, nothing more sent.
+    Answered,
 }
 
 impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
-    pub(crate) const KINDS: usize = 6 + Reason::ALL.len();
+    pub(crate) const KINDS: usize = 7 + Reason::ALL.len();
 
     /// Its kind, in `0..KINDS`: the index of its counter.
     pub(crate) fn kind(&self) -> usize {
@@ -92,6 +95,7 @@ impl Outcome {
             Outcome::Dead(r) => 4 + *r as usize,
             Outcome::Parked => 4 + Reason::ALL.len(),
             Outcome::Folded => 5 + Reason::ALL.len(),
+            Outcome::Answered => 6 + Reason::ALL.len(),
         }
     }
 
@@ -104,6 +108,7 @@ impl Outcome {
             3 => ("superseded", ""),
             k if k == 4 + Reason::ALL.len() => ("parked", ""),
             k if k == 5 + Reason::ALL.len() => ("folded", ""),
+            k if k == 6 + Reason::ALL.len() => ("answered", ""),
             k => ("dead", Reason::ALL[k - 4].as_str()),
         }
     }
@@ -125,7 +130,7 @@ mod tests {
         ]
         .into_iter()
         .chain(Reason::ALL.map(Outcome::Dead))
-        .chain([Outcome::Parked, Outcome::Folded]);
+        .chain([Outcome::Parked, Outcome::Folded, Outcome::Answered]);
         let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
         assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {

@@ -266,6 +266,12 @@ impl Keys {
     pub fn job_feedback(&self, id: &str) -> String {
         format!("{}:feedback:{id}", self.prefix)
     }
+
+    /// The steps of job `id`'s route (`admin job ID` reads it): a list of JSON
+    /// entries (module `crate::fallback::log`).
+    pub fn job_route(&self, id: &str) -> String {
+        format!("{}:route:{id}", self.prefix)
+    }
 }
 
 /// 128 bits of the hash of a feedback's job id and event, hex.

@@ -239,6 +239,19 @@ impl Sending {
             cx.span().set_status(Status::error(e.to_string()));
         }
     }
+
+    /// The publish is a step of a job's route: `quota.route.step` (1 is its own
+    /// channel) and, from the second step on, `quota.fallback.cause` (why it left
+    /// the one before, in the words of `on`).
+    pub fn routed(&self, step: usize, cause: Option<&str>) {
+        if let Some(cx) = &self.0 {
+            let span = cx.span();
+            span.set_attribute(KeyValue::new("quota.route.step", step as i64));
+            if let Some(cause) = cause {
+                span.set_attribute(KeyValue::new("quota.fallback.cause", cause.to_string()));
+            }
+        }
+    }
 }
 
 impl Drop for Sending {

@@ -108,6 +108,18 @@ impl Worker {
         };
         let policy = rules.policy_of(&job.category, job.tenant.as_deref());
         let labels = rules.labels(&policy.name, &job.channel);
+        // an escalation come back: on only while its step is unanswered
+        let escalation = job
+            .fallback
+            .as_ref()
+            .and_then(|_| fallback::route::escalation(headers));
+        if let Some(awaited) = &escalation {
+            let over = self.escalation_over(s, &job, awaited, resumed.0);
+            if let Some(outcome) = Box::pin(over).await? {
+                rules.metrics.count(&outcome, labels);
+                return Ok(outcome);
+            }
+        }
         let (attempt, first_seen) = headers::attempt_info(headers);
         let seen = Seen {
             attempt,
@@ -284,6 +296,11 @@ impl Worker {
             }
             Decision::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
+                if let Some((routed, on_step)) = &route {
+                    // sent before a crash: its escalation may not have been
+                    let later = self.escalate_later(s, delivery, (on_step, routed), policy, seen.first_seen);
+                    Box::pin(later).await?;
+                }
                 Ok(Outcome::Duplicate)
             }
             Decision::Superseded { by } => {
@@ -318,10 +335,11 @@ impl Worker {
                 // a routed step's next one is kept before it goes, so that a failure
                 // the sender reports at once finds it
                 if let Some((routed, on_step)) = &route {
+                    sending.routed(routed.step + 1, routed.from.as_deref().and_then(fallback::route::cause_of).map(|c| c.as_str()));
                     let keep = self.keep_next_step(
                         &job,
                         (on_step, routed),
-                        &policy.name,
+                        policy,
                         delivery,
                         &s.stop,
                     );
@@ -360,6 +378,10 @@ impl Worker {
                 match published {
                     Ok(()) => {
                         s.commits.commit(ticket);
+                        if let Some((routed, on_step)) = &route {
+                            let later = self.escalate_later(s, delivery, (on_step, routed), policy, seen.first_seen);
+                            Box::pin(later).await?;
+                        }
                         if attempt > 0 {
                             // it had waited: out of its recipient's waiting jobs
                             self.note(s, &job, &seen, JobState::Dispatched, None);
@@ -389,6 +411,12 @@ impl Worker {
                 }
             }
         };
+        if let (Ok(outcome), Some(awaited)) = (&outcome, &escalation) {
+            // an escalation settled (not waiting again): its step has moved on
+            if !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked) {
+                Box::pin(self.escalation_done(s, &job, awaited)).await?;
+            }
+        }
         if let Ok(outcome) = &outcome {
             // a digest sent (or a duplicate, or dead) is done with: its keys go
             // (a held digest's stay until then, for it to open again if refused)

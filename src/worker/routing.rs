@@ -1,12 +1,18 @@
 //! A job with `fallback` on its route, as the worker carries it out: each further
-//! channel admitted through the worker's own admission, and a routed step's next
-//! one kept before the step goes. What moves a job on, and why, is the fallback
+//! channel admitted through the worker's own admission, a routed step's next one
+//! kept before the step goes, its escalation published after, and an escalation
+//! that comes back checked against its step's answer. What moves a job on, and why, is the fallback
 //! room's ([`crate::fallback`]).
 
 use std::borrow::Cow;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use lapin::message::Delivery;
+use lapin::types::{AMQPValue, ShortString};
+use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 use super::process::ProcessError;
 use super::session::BrokerLink;
@@ -14,7 +20,14 @@ use super::Worker;
 use crate::admission::{Admission, Request};
 use crate::decide::Context;
 use crate::fallback;
+use crate::fallback::log::{RouteEntry, StepOutcome};
+use crate::fallback::route::{ESCALATION, FALLBACK_FROM, RESUME_AT};
+use crate::fallback::spec::{AnsweredBy, Cause};
+use crate::fallback::state::{self, Answers, NextStep, Status};
 use crate::job::decode::Job;
+use crate::job::{headers, Outcome};
+use crate::quota::policy::Policy;
+use crate::quota::window::Window;
 use crate::rules::Rules;
 use crate::store::RateStep;
 
@@ -63,30 +76,158 @@ impl Worker {
         fallback::step::walk(all, first, &of, admit).await
     }
 
-    /// After a routed step's dispatch: its next step, kept for when the sender
-    /// reports this one `failed` (module [`crate::fallback::state`]), when its
-    /// policy moves on then and a channel is left.
+    /// Before a routed step's dispatch: its next step, kept pending for when the
+    /// sender reports this one `failed` or it goes unanswered (module
+    /// [`crate::fallback::state`]), when its policy moves on then and a channel is
+    /// left.
     pub(super) async fn keep_next_step(
         &self,
         job: &Job<'_>,
         (on_step, routed): (&Job<'_>, &fallback::Routed),
-        policy: &str,
+        policy: &Policy,
         delivery: &Delivery,
         stop: &CancellationToken,
     ) -> Result<(), ProcessError> {
-        let Some((step, to)) = &routed.on_failure else {
+        let Some((step, to)) = &routed.next else {
             return Ok(());
         };
-        let next = fallback::state::NextStep {
+        let next = NextStep {
             step: *step,
-            policy: policy.to_string(),
+            policy: policy.name.clone(),
             from: on_step.channel.to_string(),
             to: to.clone(),
             body: delivery.data.clone(),
         };
-        let ttl = self.settings.redis.record_ttl.0.as_millis() as u64;
-        let (tenant, recipient, id) = (job.tenant.as_deref(), &job.recipient, &job.id);
-        let keep = || fallback::state::keep(&self.store, tenant, recipient, id, &next, ttl);
+        let spec = &policy.fallback;
+        let (answers, within) = match (spec.moves_on(Cause::Unanswered), spec.answer_within) {
+            (true, Some(within)) => match spec.answered_by {
+                AnsweredBy::Delivered => (Answers::Delivery, within),
+                AnsweredBy::Read => (Answers::Read, within),
+            },
+            _ => (Answers::Nothing, Duration::ZERO),
+        };
+        // kept while it may still move on: its escalation's wait, then as long
+        // as a record (a late failure)
+        let ttl = (self.settings.redis.record_ttl.0 + within).as_millis() as u64;
+        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, &*next.from);
+        let keep = || state::keep(&self.store, of, &next, answers, ttl);
         self.retry_redis(keep, stop).await
+    }
+
+    /// After a routed step went out (or was found sent before: `sent` is when):
+    /// when its policy escalates and a channel is left, the job published round
+    /// the delay ladder to come back at the step's deadline and move on unless
+    /// answered; and the step in the job's route. No escalation starts after the
+    /// job's `expires_at`.
+    pub(super) async fn escalate_later(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        (on_step, routed): (&Job<'_>, &fallback::Routed),
+        policy: &Policy,
+        first_seen: DateTime<Utc>,
+    ) -> Result<(), ProcessError> {
+        let now = self.store.redis_now();
+        let spec = &policy.fallback;
+        let deadline = match (&routed.next, spec.answer_within) {
+            (Some(_), Some(within)) if spec.moves_on(Cause::Unanswered) => {
+                let at = now + chrono::Duration::from_std(within).unwrap_or_default();
+                on_step.expires_at.is_none_or(|e| at < e).then_some(at)
+            }
+            _ => None,
+        };
+        fallback::log::append(
+            &self.store,
+            &on_step.id,
+            RouteEntry {
+                step: routed.step + 1,
+                of: routed.of,
+                channel: on_step.channel.to_string(),
+                at: now,
+                outcome: StepOutcome::Dispatched,
+                left: routed.from.clone(),
+                escalates_at: deadline,
+            },
+        );
+        let (Some(until), Some((step, _))) = (deadline, &routed.next) else {
+            return Ok(());
+        };
+        let ladder = self.topology.ladder();
+        let seconds = ladder.seconds(now, until);
+        let channel = on_step.channel.as_ref();
+        let original = delivery.properties.headers().as_ref();
+        let mut headers = headers::next_headers(original, first_seen, Some(until));
+        let answer = match spec.answered_by {
+            AnsweredBy::Delivered => "delivery",
+            AnsweredBy::Read => "read",
+        };
+        let within = spec.answer_within.unwrap_or_default();
+        let within = Window::Rolling(chrono::Duration::from_std(within).unwrap_or_default());
+        let text = |s: String| AMQPValue::LongString(s.into());
+        headers.insert(RESUME_AT.into(), text(step.to_string()));
+        headers.insert(ESCALATION.into(), text(channel.to_string()));
+        let why = format!("{channel}: unanswered (no {answer} within {within})");
+        headers.insert(FALLBACK_FROM.into(), text(why));
+        headers::held_by(&mut headers, &format!("an answer on `{channel}`"));
+        ladder.mark(&mut headers, seconds);
+        let props = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(ShortString::from(on_step.id.as_ref()))
+            .with_headers(headers);
+        let entry = self.topology.delay_entry(seconds);
+        let (props, sending) = crate::telemetry::send("", entry, Some(&on_step.id), props);
+        let published = s.publisher.publish("", entry, &delivery.data, props).await;
+        if let Err(e) = &published {
+            sending.failed(e);
+        }
+        published?;
+        debug!(until = %until.to_rfc3339(), channel, "escalates unless answered");
+        Ok(())
+    }
+
+    /// An escalation come back (`awaited`: the channel whose answer it waited
+    /// for): `Some(Answered)` when that step was answered or moved on already
+    /// (nothing more is sent), `None` when it moves on now.
+    pub(super) async fn escalation_over(
+        &self,
+        s: &BrokerLink,
+        job: &Job<'_>,
+        awaited: &str,
+        at: usize,
+    ) -> Result<Option<Outcome>, ProcessError> {
+        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
+        let read = || state::read(&self.store, of);
+        let kept = self.retry_redis(read, &s.stop).await?;
+        if kept.is_some_and(|k| k.status == Status::Pending) {
+            return Ok(None);
+        }
+        debug!(channel = awaited, "escalation: its step was answered; nothing more sent");
+        fallback::log::append(
+            &self.store,
+            &job.id,
+            RouteEntry {
+                step: at,
+                of: at + job.fallback.as_ref().map_or(0, Vec::len) + 1,
+                channel: awaited.to_string(),
+                at: self.store.redis_now(),
+                outcome: StepOutcome::Answered,
+                left: None,
+                escalates_at: None,
+            },
+        );
+        Ok(Some(Outcome::Answered))
+    }
+
+    /// After an escalation's handling settled it (sent, dead, found sent): the
+    /// step it awaited an answer on is moved on, so no copy moves it again.
+    pub(super) async fn escalation_done(
+        &self,
+        s: &BrokerLink,
+        job: &Job<'_>,
+        awaited: &str,
+    ) -> Result<(), ProcessError> {
+        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
+        self.retry_redis(|| state::moved_on(&self.store, of), &s.stop)
+            .await
     }
 }
