@@ -8,7 +8,7 @@
 --          value = kind:since_ms:until_ms, until 0: until removed)
 -- KEYS[3]  the job's route state after its step on this channel (note: a pending
 --          escalation answered; see src/fallback/state.rs: the first byte is P
---          pending, A answered, M moved on; the second says what answers it, d a
+--          pending, A answered, F or E moved on; the second says what answers it, d a
 --          delivery or a read, r a read alone, - nothing: it does not escalate)
 -- KEYS[4..] the recipient's keys of every configured policy (give_back, note)
 -- ARGV[1]  how long the mark is kept, ms (0: no mark; the admin's edits)

@@ -29,6 +29,11 @@ pub struct Request<'a> {
     /// Its priority (its own, else its policy's): the recipient's quiet hours let
     /// the ones they `allow` through.
     pub priority: quota_worker_producer::Priority,
+    /// An escalation's step (module `crate::fallback`): the notification is
+    /// counted already by the policy and caps that span channels, so it is
+    /// counted and held by those of its channel alone (its policy's rules then
+    /// only when they count per channel).
+    pub counted: bool,
 }
 
 /// A granted admission: what [`QuotaStore::commit`] or [`QuotaStore::release`] needs.

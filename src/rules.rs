@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
 use crate::quota::caps::{Cap, CapsMode};
-use crate::quota::policy::{Mode, Policy, Rate};
+use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::send_windows::SendWindows;
 
 /// What applies to one channel.
@@ -54,6 +54,10 @@ pub struct Rules {
     /// `x-notify-held-by` header), written once: formatting it for every delayed
     /// job cost more than the rest of the delay (BENCHMARKS.md item 20).
     held_by: Vec<(DelayCause, String)>,
+    /// The policies as escalations' steps meet them ([`Rules::of_its_channel`]),
+    /// by the address of the policy they are made of (kept alive by `policies`
+    /// and `tenants`).
+    of_channel: std::sync::Mutex<std::collections::HashMap<usize, Arc<Policy>>>,
 }
 
 impl Rules {
@@ -134,6 +138,7 @@ impl Rules {
             caps,
             tenants,
             held_by,
+            of_channel: Default::default(),
         }
     }
 
@@ -190,6 +195,26 @@ impl Rules {
 
     /// The policy a job of `category` and `tenant` meets: the category's (an unknown
     /// category: `default`), or the tenant's override of it.
+    /// `policy` as an escalation's step meets it (`Request::counted`): as it is
+    /// when it counts per channel; else without rules, on its channel's key (which
+    /// then records the step, so that it goes out once). One per policy and
+    /// rules in force, so that its plans are cached as the policy's are.
+    pub fn of_its_channel(&self, policy: &Arc<Policy>) -> Arc<Policy> {
+        if policy.scope == Scope::Channel {
+            return policy.clone();
+        }
+        let id = Arc::as_ptr(policy) as usize;
+        let mut made = self.of_channel.lock().unwrap_or_else(|e| e.into_inner());
+        made.entry(id)
+            .or_insert_with(|| {
+                let mut p = Policy::clone(policy);
+                p.rules.clear();
+                p.scope = Scope::Channel;
+                Arc::new(p)
+            })
+            .clone()
+    }
+
     pub fn policy_of(&self, category: &str, tenant: Option<&str>) -> &Arc<Policy> {
         let shared = self.policy(category);
         match tenant.and_then(|t| self.tenants.get(t)) {

@@ -162,6 +162,7 @@ pub fn sms_request<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         tz: chrono_tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     }
 }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::AdminError;
 use crate::amqp::ladder::Ladder;
 use crate::config::Settings;
+use crate::fallback::log::{self, RouteEntry};
 use crate::job::note::{JobNote, JobState, Place};
 use crate::redis::notes;
 use crate::redis::notes::CANCEL_POLL;
@@ -28,8 +29,15 @@ pub struct JobStatus {
     pub record: Option<JobNote>,
     /// When it was cancelled, if a cancel mark waits for it.
     pub cancelled_at: Option<DateTime<Utc>>,
-    /// What its sender said became of it (one per event heard).
+    /// What its sender said became of it (one per event and channel heard).
     pub feedback: Vec<crate::feedback::FeedbackNote>,
+    /// A job with `fallback`: the steps of its route, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<RouteEntry>,
+    /// A job with `fallback`: when its last step moves on if no answer comes
+    /// (an escalation pending; `admin job ID cancel` cancels it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalates_at: Option<DateTime<Utc>>,
 }
 
 /// What `admin job ID cancel` did.
@@ -74,6 +82,14 @@ impl<'a> Jobs<'a> {
             .await?
             .into_iter()
             .find_map(|(m, at)| (m == id).then_some(at));
+        let feedback = crate::feedback::apply::notes(&conn, keys, id).await?;
+        let route = log::read(&conn, keys, id).await?;
+        let answered: Vec<&str> = feedback
+            .iter()
+            .filter(|f| f.event == "delivered" || f.event == "read")
+            .filter_map(|f| f.channel.as_deref())
+            .collect();
+        let escalates_at = log::pending_escalation(&route, &answered);
         Ok(JobStatus {
             id: id.to_string(),
             now,
@@ -82,15 +98,19 @@ impl<'a> Jobs<'a> {
                 .map_or(Place::Unknown, |r| r.place(&self.ladder, now)),
             record,
             cancelled_at,
-            feedback: crate::feedback::apply::notes(&conn, keys, id).await?,
+            feedback,
+            route,
+            escalates_at,
         })
     }
 
     /// Mark job `id` cancelled. Refused for a job whose record says it was sent,
-    /// superseded or dead-lettered already (nothing waits to be cancelled).
+    /// superseded or dead-lettered already (nothing waits to be cancelled),
+    /// unless an escalation of its route is pending (it ends as a dead letter
+    /// `cancelled` when it comes back, instead of moving on).
     pub async fn cancel(&self, id: &str) -> Result<Cancelled, AdminError> {
         let status = self.explain(id).await?;
-        if let Some(r) = &status.record {
+        if let (Some(r), None) = (&status.record, status.escalates_at) {
             let ended = match &r.step {
                 JobState::Dispatched => Some("was dispatched".to_string()),
                 JobState::Superseded { by } => Some(format!("was superseded by job `{by}`")),

@@ -15,6 +15,7 @@ use quota_worker::admin::{
 };
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
+use quota_worker::fallback::log::StepOutcome;
 use quota_worker::job::note::{JobNote, JobState, Place};
 use quota_worker::quota::suppression::Kind;
 
@@ -249,6 +250,35 @@ fn print_place(place: &Place, record: Option<&JobNote>, now: DateTime<Utc>) -> S
     }
 }
 
+/// A routed job's steps, and its pending escalation.
+fn print_route(s: &JobStatus) {
+    for e in &s.route {
+        let what = match e.outcome {
+            StepOutcome::Dispatched => "dispatched",
+            StepOutcome::Answered => "answered: its escalation sent nothing more",
+        };
+        let left = e
+            .left
+            .as_deref()
+            .map(|l| format!(" (left {l})"))
+            .unwrap_or_default();
+        println!(
+            "route:       step {}/{} on {} at {}: {what}{left}",
+            e.step,
+            e.of,
+            e.channel,
+            e.at.to_rfc3339()
+        );
+    }
+    if let Some(at) = s.escalates_at {
+        println!(
+            "escalates:   at {} unless answered (`admin job {} cancel` cancels it)",
+            at.to_rfc3339(),
+            s.id
+        );
+    }
+}
+
 fn print_job(s: &JobStatus, notes: bool) {
     println!("job:         {}", s.id);
     println!(
@@ -267,6 +297,7 @@ fn print_job(s: &JobStatus, notes: bool) {
     for f in &s.feedback {
         println!("{}", super::suppress::feedback_line(f));
     }
+    print_route(s);
     let Some(r) = &s.record else { return };
     println!(
         "since:       {} ({} ago)",

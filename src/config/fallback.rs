@@ -39,12 +39,6 @@ pub(super) fn validate(f: &FallbackSettings, key: &str) -> Result<(), ConfigErro
                 format!("`{word}` is not one of capped, opted_out, suppressed, failed, unanswered"),
             )
         })?;
-        if cause == Cause::Unanswered {
-            return Err(invalid(
-                format!("{key}.on"),
-                "`unanswered` (escalation) is not supported by this version of the worker",
-            ));
-        }
         if causes.contains(&cause) {
             return Err(invalid(
                 format!("{key}.on"),
@@ -129,8 +123,21 @@ mod tests {
         );
         assert_eq!(
             key(&on(&["unanswered"])).as_deref(),
-            Some("policies.p.fallback.on")
+            Some("policies.p.fallback.answer_within")
         );
+        let soon = FallbackSettings {
+            answer_within: Some(Dur(std::time::Duration::from_millis(500))),
+            ..on(&["unanswered"])
+        };
+        assert_eq!(
+            key(&soon).as_deref(),
+            Some("policies.p.fallback.answer_within")
+        );
+        let fine = FallbackSettings {
+            answer_within: Some(Dur(std::time::Duration::from_secs(120))),
+            ..on(&["unanswered"])
+        };
+        assert_eq!(key(&fine), None);
         let far = FallbackSettings {
             wait_at_most: Some(Dur(std::time::Duration::from_secs(8 * 86_400))),
             ..on(&["capped"])

@@ -17,6 +17,7 @@ use super::session::{act, enter, Ctx, Fields};
 use super::Console;
 use crate::admin::dead_index::{self, Entry};
 use crate::admin::{JobStatus, Jobs};
+use crate::fallback::log::StepOutcome;
 use crate::job::note::{JobState, Place};
 
 /// `GET /console/job`.
@@ -111,6 +112,17 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
                     li { (f.at.clone().unwrap_or_else(|| "?".into())) " · sender: " code { (f.event) }
                         @if let Some(d) = &f.detail { " · " (d) } }
                 }
+                @for e in &s.route {
+                    li { (when(e.at)) " · step " (e.step) "/" (e.of) " on " code { (e.channel) } " · "
+                        @match e.outcome {
+                            StepOutcome::Dispatched => strong { "dispatched" },
+                            StepOutcome::Answered => { strong { "answered" } " (its escalation sent nothing more)" },
+                        }
+                        @if let Some(l) = &e.left { " · left " (l) } }
+                }
+                @if let Some(at) = s.escalates_at {
+                    li { (when(at)) " · " strong { "escalates" } " unless answered" }
+                }
                 @if let Some(d) = dead {
                     li { (when(d.at)) " · dead letter " code { (d.reason) } " · "
                         a href={ "/console/dead/one" (query(&[("key", &d.key)])) } { "the message" } }
@@ -122,10 +134,11 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
 }
 
 fn cancel_form(ctx: &Ctx, s: &JobStatus) -> Markup {
-    let waits = match &s.record {
-        None => true,
-        Some(r) => matches!(r.step, JobState::Delayed { .. } | JobState::Folded { .. }),
-    };
+    let waits = s.escalates_at.is_some()
+        || match &s.record {
+            None => true,
+            Some(r) => matches!(r.step, JobState::Delayed { .. } | JobState::Folded { .. }),
+        };
     html! {
         @if waits && s.cancelled_at.is_none() {
             section aria-labelledby="h-cancel" {

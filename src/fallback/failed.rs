@@ -1,8 +1,8 @@
 //! A routed job's step that the sender reports `failed`: its send is given back as
 //! any failed send is (`crate::feedback`), and, while the step is pending (not
 //! answered, not moved on), the job is published again to the jobs exchange, to
-//! resume its route at the next step (the kept [`NextStep`]); then the step is
-//! marked moved on. The worker that takes it decides it as any job, on the next
+//! resume its route at the next step (the kept [`NextStep`], claimed for the
+//! failure: an escalation racing it finds the step moved on). The worker that takes it decides it as any job, on the next
 //! channel.
 
 use chrono::Utc;
@@ -12,7 +12,7 @@ use quota_worker_producer::Feedback;
 
 use super::route::{FALLBACK_FROM, RESUME_AT};
 use super::spec::Cause;
-use super::state::{self, Kept, NextStep, Status};
+use super::state::{self, NextStep, Way};
 use crate::amqp::{PublishError, Publisher};
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
@@ -42,11 +42,7 @@ pub async fn move_on(
         f.id.as_str(),
         f.channel.as_str(),
     );
-    let Some(Kept {
-        status: Status::Pending,
-        next: Some(next),
-    }) = state::read(store, step).await?
-    else {
+    let Ok(next) = state::claim(store, step, Way::Failure).await? else {
         // not routed, answered, or moved on already: nothing to move on
         return Ok(false);
     };
@@ -61,7 +57,6 @@ pub async fn move_on(
         "cause" => Cause::Failed.as_str(),
     )
     .increment(1);
-    state::moved_on(store, step).await?;
     Ok(true)
 }
 

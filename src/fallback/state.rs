@@ -1,24 +1,24 @@
 //! The state of a routed job's step while it may still move on: written before the
-//! step's dispatch, read when the sender reports the step `failed` or when its
-//! escalation comes back unanswered, and ended by the first of them or by an
-//! answer. One string in the recipient's hash slot (`Keys::route`), kept as long as
-//! the step may still move on:
+//! step's dispatch, claimed when the sender reports the step `failed` or when its
+//! escalation comes back, and ended by the first claim or by an answer. One string
+//! in the recipient's hash slot (`Keys::route`), kept as long as the step may
+//! still move on:
 //!
 //! - its first byte says where the step is: `P` pending, `A` answered (a delivery
 //!   or a read came; written by `lua/feedback.lua` in the same script as the
-//!   feedback's mark), `M` moved on (the next step went out);
+//!   feedback's mark), `F` or `E` moved on by a failure or by its escalation
+//!   (`lua/route_claim.lua`);
 //! - its second byte says what answers it: `d` a delivery or a read, `r` a read
 //!   alone, `-` nothing (its policy does not escalate);
-//! - then, while pending, the step it moves on to, its policy, the channel it
-//!   leaves and the next, and the job's body.
+//! - then the step it moves on to, its policy, the channel it leaves and the
+//!   next, and the job's body.
 //!
 //! It is written once (`SET NX`): a job handled again after a crash finds it as
-//! it was, answered or not. A failure reported twice, an escalation that comes back
-//! twice, or a worker that dies between the next step's publish and the state's
-//! end moves the job on again: the next step's admission finds the first copy's
-//! send and answers `duplicate`, so the step goes out once.
-
-use redis::AsyncCommands;
+//! it was. A failure and an escalation racing each other move the step on once:
+//! the first claim wins and the other way finds it claimed. The same way claiming
+//! again (a feedback or escalation handled again after a crash) moves it on again,
+//! and the next step's admission finds the first copy's send and answers
+//! `duplicate`, so the step goes out once.
 
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
@@ -30,8 +30,27 @@ pub enum Status {
     Pending,
     /// A delivery or a read answered it: it does not move on.
     Answered,
-    /// It moved on: its next step went out.
-    MovedOn,
+    /// It moved on, by the way this letter names (`F` a failure, `E` its
+    /// escalation).
+    MovedOn(u8),
+}
+
+/// The way a step moves on ([`claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// The sender reported it `failed`.
+    Failure,
+    /// Its escalation came back unanswered.
+    Escalation,
+}
+
+impl Way {
+    fn letter(self) -> &'static str {
+        match self {
+            Way::Failure => "F",
+            Way::Escalation => "E",
+        }
+    }
 }
 
 /// What answers a step (none: its policy does not escalate).
@@ -112,8 +131,8 @@ impl Kept {
                 status: Status::Answered,
                 next: None,
             },
-            b'M' => Kept {
-                status: Status::MovedOn,
+            way @ (b'F' | b'E') => Kept {
+                status: Status::MovedOn(*way),
                 next: None,
             },
             _ => return None,
@@ -152,24 +171,30 @@ pub async fn keep(
     Ok(())
 }
 
-/// The state kept after the step `of`, if any.
-pub async fn read(store: &QuotaStore, of: StepOf<'_>) -> Result<Option<Kept>, StoreError> {
+/// Claim the move of the step `of` to its next step, for `way`: the next step
+/// when the claim is this way's (it was pending, or this way claimed it before),
+/// else where the step is (`None`: no state kept).
+pub async fn claim(
+    store: &QuotaStore,
+    of: StepOf<'_>,
+    way: Way,
+) -> Result<Result<NextStep, Option<Status>>, StoreError> {
     let mut conn = store.connection();
-    let value: Option<Vec<u8>> = conn.get(key(store, of)).await?;
-    Ok(value.as_deref().and_then(Kept::decode))
-}
-
-/// Mark the step `of` moved on (its next step went out), if a state is kept.
-pub async fn moved_on(store: &QuotaStore, of: StepOf<'_>) -> Result<(), StoreError> {
-    let mut conn = store.connection();
-    let _: Option<String> = redis::cmd("SET")
-        .arg(key(store, of))
-        .arg("M")
-        .arg("XX")
-        .arg("KEEPTTL")
-        .query_async(&mut conn)
+    let value: Option<Vec<u8>> = store
+        .scripts()
+        .route_claim
+        .key(key(store, of))
+        .arg(way.letter())
+        .invoke_async(&mut conn)
         .await?;
-    Ok(())
+    let kept = value.as_deref().and_then(Kept::decode);
+    Ok(match kept {
+        Some(Kept {
+            next: Some(next), ..
+        }) => Ok(next),
+        Some(k) => Err(Some(k.status)),
+        None => Err(None),
+    })
 }
 
 #[cfg(test)]
@@ -189,7 +214,10 @@ mod tests {
         assert_eq!(kept.status, Status::Pending);
         assert_eq!(kept.next, Some(n));
         assert_eq!(Kept::decode(b"A").map(|k| k.status), Some(Status::Answered));
-        assert_eq!(Kept::decode(b"M").map(|k| k.status), Some(Status::MovedOn));
+        assert_eq!(
+            Kept::decode(b"E").map(|k| k.status),
+            Some(Status::MovedOn(b'E'))
+        );
         assert_eq!(Kept::decode(b"no head"), None);
         assert_eq!(Kept::decode(b""), None);
     }

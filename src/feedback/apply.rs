@@ -74,6 +74,9 @@ pub struct FeedbackNote {
     pub event: String,
     /// When the worker applied it (RFC 3339), if it knows.
     pub at: Option<String>,
+    /// The channel it was heard about (a job with `fallback` is sent on several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
     /// The job's tenant, as the sender gave it (carried; no effect yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -135,6 +138,7 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
             }
             _ => None,
         },
+        channel: Some(f.channel.clone()),
         tenant: f.tenant.clone(),
         detail: f.detail.clone(),
         retry_after_ms: f.retry_after.map(|s| (s * 1000.0).round() as u64),
@@ -142,7 +146,8 @@ pub async fn apply(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Appli
     let key = keys.job_feedback(&f.id);
     let json = serde_json::to_string(&note).unwrap_or_default();
     let mut pipe = redis::pipe();
-    pipe.cmd("HSETNX").arg(&key).arg(f.event.as_str()).arg(json);
+    let field = format!("{}@{}", f.event.as_str(), f.channel);
+    pipe.cmd("HSETNX").arg(&key).arg(field).arg(json);
     pipe.cmd("PEXPIRE").arg(&key).arg(ms(t.record_ttl));
     let mut c = conn.clone();
     let _: () = pipe.query_async(&mut c).await?;

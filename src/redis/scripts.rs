@@ -57,6 +57,8 @@ pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 pub(crate) const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
 /// `lua/feedback.lua`: one feedback about a recipient, applied once.
 pub const FEEDBACK_LUA: &str = include_str!("../../lua/feedback.lua");
+/// `lua/route_claim.lua`: a routed step's move to its next channel, claimed once.
+pub(crate) const ROUTE_CLAIM_LUA: &str = include_str!("../../lua/route_claim.lua");
 /// `lua/throttle.lua`: a channel's rate paused after a 429, once per feedback.
 pub const THROTTLE_LUA: &str = include_str!("../../lua/throttle.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
@@ -94,6 +96,8 @@ pub struct Scripts {
     pub feedback: Script,
     /// `lua/throttle.lua`.
     pub throttle: Script,
+    /// `lua/route_claim.lua`.
+    pub route_claim: Script,
     /// `lua/digest_fold.lua`.
     pub digest_fold: Script,
     /// `lua/digest_claim.lua`.
@@ -119,6 +123,7 @@ impl Default for Scripts {
             collapse: Script::new(COLLAPSE_LUA),
             feedback: Script::new(FEEDBACK_LUA),
             throttle: Script::new(THROTTLE_LUA),
+            route_claim: Script::new(ROUTE_CLAIM_LUA),
             digest_fold: Script::new(DIGEST_FOLD_LUA),
             digest_claim: Script::new(DIGEST_CLAIM_LUA),
             digest_close: Script::new(DIGEST_CLOSE_LUA),
@@ -145,6 +150,7 @@ impl Scripts {
             &self.collapse,
             &self.feedback,
             &self.throttle,
+            &self.route_claim,
             &self.digest_fold,
             &self.digest_claim,
             &self.digest_close,

@@ -43,13 +43,17 @@ impl QuotaStore {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
-        let policy = rules.policy_of(req.category, req.tenant).clone();
+        let mut policy = rules.policy_of(req.category, req.tenant).clone();
+        if req.counted {
+            policy = rules.of_its_channel(&policy);
+        }
         let names = self.keys.for_tenant(req.tenant);
         let key = Self::recipient_key(&names, req, &policy);
         let member = keys::member(req.id);
         let layers: Vec<JobLayer> = rules
             .layers(&policy, req.channel, req.category, req.tenant)
             .into_iter()
+            .filter(|(cap, _)| !req.counted || cap.of_one_channel())
             .map(|(cap, holds)| {
                 let channel = (cap.scope == Scope::Channel).then_some(req.channel);
                 let key = names.cap(req.recipient, &cap.name, channel);

@@ -194,6 +194,7 @@ impl Worker {
                 tz: job.tz,
                 tenant: job.tenant.as_deref(),
                 priority: job.priority.unwrap_or(cx.policy.priority),
+                counted: escalation.is_some(),
             };
             let lane = lanes::lane_of(&job, cx.policy, from);
             // the lanes' steps are boxed: a job of a channel without lanes does not
@@ -217,7 +218,8 @@ impl Worker {
             let admission = match job.fallback.as_deref() {
                 None => admission,
                 Some(further) => {
-                    let walk = self.route(s, &job, further, (&cx, &rules), admission, resumed);
+                    let at = (resumed.0, resumed.1.clone(), escalation.is_some());
+                    let walk = self.route(s, &job, further, (&cx, &rules), admission, at);
                     let stepped = Box::pin(walk).await?;
                     let on_step = Job {
                         channel: stepped.channel,
@@ -298,7 +300,13 @@ impl Worker {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 if let Some((routed, on_step)) = &route {
                     // sent before a crash: its escalation may not have been
-                    let later = self.escalate_later(s, delivery, (on_step, routed), policy, seen.first_seen);
+                    let later = self.escalate_later(
+                        s,
+                        delivery,
+                        (on_step, routed),
+                        policy,
+                        (seen.first_seen, true),
+                    );
                     Box::pin(later).await?;
                 }
                 Ok(Outcome::Duplicate)
@@ -335,14 +343,16 @@ impl Worker {
                 // a routed step's next one is kept before it goes, so that a failure
                 // the sender reports at once finds it
                 if let Some((routed, on_step)) = &route {
-                    sending.routed(routed.step + 1, routed.from.as_deref().and_then(fallback::route::cause_of).map(|c| c.as_str()));
-                    let keep = self.keep_next_step(
-                        &job,
-                        (on_step, routed),
-                        policy,
-                        delivery,
-                        &s.stop,
+                    sending.routed(
+                        routed.step + 1,
+                        routed
+                            .from
+                            .as_deref()
+                            .and_then(fallback::route::cause_of)
+                            .map(|c| c.as_str()),
                     );
+                    let keep =
+                        self.keep_next_step(&job, (on_step, routed), policy, delivery, &s.stop);
                     if let Err(e) = Box::pin(keep).await {
                         drop(sending);
                         if self.store.release(&ticket).await.is_err() {
@@ -379,7 +389,13 @@ impl Worker {
                     Ok(()) => {
                         s.commits.commit(ticket);
                         if let Some((routed, on_step)) = &route {
-                            let later = self.escalate_later(s, delivery, (on_step, routed), policy, seen.first_seen);
+                            let later = self.escalate_later(
+                                s,
+                                delivery,
+                                (on_step, routed),
+                                policy,
+                                (seen.first_seen, false),
+                            );
                             Box::pin(later).await?;
                         }
                         if attempt > 0 {
@@ -411,12 +427,6 @@ impl Worker {
                 }
             }
         };
-        if let (Ok(outcome), Some(awaited)) = (&outcome, &escalation) {
-            // an escalation settled (not waiting again): its step has moved on
-            if !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked) {
-                Box::pin(self.escalation_done(s, &job, awaited)).await?;
-            }
-        }
         if let Ok(outcome) = &outcome {
             // a digest sent (or a duplicate, or dead) is done with: its keys go
             // (a held digest's stay until then, for it to open again if refused)

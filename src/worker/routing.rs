@@ -23,7 +23,7 @@ use crate::fallback;
 use crate::fallback::log::{RouteEntry, StepOutcome};
 use crate::fallback::route::{ESCALATION, FALLBACK_FROM, RESUME_AT};
 use crate::fallback::spec::{AnsweredBy, Cause};
-use crate::fallback::state::{self, Answers, NextStep, Status};
+use crate::fallback::state::{self, Answers, NextStep, Way};
 use crate::job::decode::Job;
 use crate::job::{headers, Outcome};
 use crate::quota::policy::Policy;
@@ -34,7 +34,8 @@ use crate::store::RateStep;
 impl Worker {
     /// The route of a job with `fallback` (`further`), from its own channel's
     /// `first` admission: each further channel admitted in turn as the job's
-    /// policy says (module [`crate::fallback`]).
+    /// policy says (module [`crate::fallback`]); `counted` when it is an
+    /// escalation (its notification counted already where channels are spanned).
     pub(super) async fn route<'j>(
         &self,
         s: &BrokerLink,
@@ -42,7 +43,7 @@ impl Worker {
         further: &[Cow<'j, str>],
         (cx, rules): (&Context<'_>, &Rules),
         first: Admission,
-        (offset, from): (usize, Option<String>),
+        (offset, from, counted): (usize, Option<String>, bool),
     ) -> Result<fallback::step::Stepped<'j>, ProcessError> {
         let mut channels = Vec::with_capacity(1 + further.len());
         channels.push(job.channel.clone());
@@ -67,6 +68,7 @@ impl Worker {
                     tz: job.tz,
                     tenant: job.tenant.as_deref(),
                     priority: job.priority.unwrap_or(cx.policy.priority),
+                    counted,
                 };
                 // a further step waits for its channel's rate here (never parked)
                 let admission = self.admit(&req, rules, s, RateStep::Wait(None)).await?;
@@ -109,12 +111,18 @@ impl Worker {
         // kept while it may still move on: its escalation's wait, then as long
         // as a record (a late failure)
         let ttl = (self.settings.redis.record_ttl.0 + within).as_millis() as u64;
-        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, &*next.from);
+        let of = (
+            job.tenant.as_deref(),
+            &*job.recipient,
+            &*job.id,
+            &*next.from,
+        );
         let keep = || state::keep(&self.store, of, &next, answers, ttl);
         self.retry_redis(keep, stop).await
     }
 
-    /// After a routed step went out (or was found sent before: `sent` is when):
+    /// After a routed step went out (`again`: found sent before, by a copy that a
+    /// crash may have stopped short of this):
     /// when its policy escalates and a channel is left, the job published round
     /// the delay ladder to come back at the step's deadline and move on unless
     /// answered; and the step in the job's route. No escalation starts after the
@@ -125,7 +133,7 @@ impl Worker {
         delivery: &Delivery,
         (on_step, routed): (&Job<'_>, &fallback::Routed),
         policy: &Policy,
-        first_seen: DateTime<Utc>,
+        (first_seen, again): (DateTime<Utc>, bool),
     ) -> Result<(), ProcessError> {
         let now = self.store.redis_now();
         let spec = &policy.fallback;
@@ -136,19 +144,18 @@ impl Worker {
             }
             _ => None,
         };
-        fallback::log::append(
-            &self.store,
-            &on_step.id,
-            RouteEntry {
-                step: routed.step + 1,
-                of: routed.of,
-                channel: on_step.channel.to_string(),
-                at: now,
-                outcome: StepOutcome::Dispatched,
-                left: routed.from.clone(),
-                escalates_at: deadline,
-            },
-        );
+        let entry = RouteEntry {
+            step: routed.step + 1,
+            of: routed.of,
+            channel: on_step.channel.to_string(),
+            at: now,
+            outcome: StepOutcome::Dispatched,
+            left: routed.from.clone(),
+            escalates_at: deadline,
+        };
+        if !again {
+            fallback::log::append(&self.store, &on_step.id, entry);
+        }
         let (Some(until), Some((step, _))) = (deadline, &routed.next) else {
             return Ok(());
         };
@@ -186,8 +193,9 @@ impl Worker {
     }
 
     /// An escalation come back (`awaited`: the channel whose answer it waited
-    /// for): `Some(Answered)` when that step was answered or moved on already
-    /// (nothing more is sent), `None` when it moves on now.
+    /// for): `None` when it claims the step's move on (it goes on to the next
+    /// step now), `Some(Answered)` when that step was answered or moved on
+    /// already (by a failure): nothing more is sent.
     pub(super) async fn escalation_over(
         &self,
         s: &BrokerLink,
@@ -196,12 +204,14 @@ impl Worker {
         at: usize,
     ) -> Result<Option<Outcome>, ProcessError> {
         let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
-        let read = || state::read(&self.store, of);
-        let kept = self.retry_redis(read, &s.stop).await?;
-        if kept.is_some_and(|k| k.status == Status::Pending) {
+        let claim = || state::claim(&self.store, of, Way::Escalation);
+        if self.retry_redis(claim, &s.stop).await?.is_ok() {
             return Ok(None);
         }
-        debug!(channel = awaited, "escalation: its step was answered; nothing more sent");
+        debug!(
+            channel = awaited,
+            "escalation: its step was answered; nothing more sent"
+        );
         fallback::log::append(
             &self.store,
             &job.id,
@@ -216,18 +226,5 @@ impl Worker {
             },
         );
         Ok(Some(Outcome::Answered))
-    }
-
-    /// After an escalation's handling settled it (sent, dead, found sent): the
-    /// step it awaited an answer on is moved on, so no copy moves it again.
-    pub(super) async fn escalation_done(
-        &self,
-        s: &BrokerLink,
-        job: &Job<'_>,
-        awaited: &str,
-    ) -> Result<(), ProcessError> {
-        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
-        self.retry_redis(|| state::moved_on(&self.store, of), &s.stop)
-            .await
     }
 }

@@ -27,6 +27,7 @@ fn req<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         tz: chrono_tz::Tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     }
 }
 

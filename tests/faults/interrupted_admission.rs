@@ -31,6 +31,7 @@ async fn an_admission_interrupted_by_redis_takes_its_own_reservation_back() {
         tz: chrono_tz::Tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     };
     // the first job takes the channel's only token; the second is admitted by its
     // recipient's cap and then waits about a second for the rate

@@ -23,6 +23,7 @@ async fn an_unconfirmed_dispatch_keeps_its_slot() {
         tz: chrono_tz::Tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     };
     let Admission::Admitted(ticket) = e.admit(&req("x")).await.unwrap() else {
         panic!("admitted")

@@ -430,6 +430,7 @@ async fn recipient_show_record_and_reset() {
         tz,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     };
     assert_eq!(engine.admit(&req).await.unwrap(), Admission::Duplicate);
 

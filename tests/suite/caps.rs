@@ -396,6 +396,7 @@ pub async fn concurrent_jobs_under_a_total_dispatch_exactly_the_total(
                 tz: Tz::UTC,
                 tenant: None,
                 priority: Default::default(),
+                counted: false,
             };
             match e.admit(&req).await.unwrap() {
                 Admission::Admitted(_) => 1,
@@ -445,6 +446,7 @@ async fn a_released_admission_is_given_back_to_every_layer() {
         tz: Tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     };
     let Admission::Admitted(ticket) = e.admit(&req("a")).await.unwrap() else {
         panic!("admitted")

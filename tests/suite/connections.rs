@@ -44,6 +44,7 @@ fn request(id: &str) -> Request<'_> {
         tz: chrono_tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     }
 }
 

@@ -538,6 +538,7 @@ pub(crate) async fn engine_scenario(mut s: Settings) {
         tz: chrono_tz::Tz::UTC,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     };
     // suppress four recipients (spread over the slots), then admit twelve at once
     let names: [&'static str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];

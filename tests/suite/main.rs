@@ -25,6 +25,7 @@ mod dashboard;
 mod digest;
 mod docs;
 mod engine;
+mod escalation;
 mod examples;
 mod fallback;
 mod feedback;

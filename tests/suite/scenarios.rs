@@ -25,6 +25,7 @@ pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
         tz,
         tenant: None,
         priority: Default::default(),
+        counted: false,
     }
 }
 

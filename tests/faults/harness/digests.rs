@@ -52,6 +52,7 @@ pub(crate) async fn send_one_each(s: &Settings, recipients: usize) {
             tz: chrono_tz::Tz::UTC,
             tenant: None,
             priority: Default::default(),
+            counted: false,
         };
         let Admission::Admitted(ticket) = store.admit(&req).await.unwrap() else {
             panic!("{recipient}'s first send admitted")
