@@ -70,7 +70,7 @@ pub const SUPPRESSIONS_TOTAL: &str = "quota_worker_suppressions_total";
 /// (`opted_out`, `quiet_hours`).
 pub const PREFERENCE_TOTAL: &str = "quota_worker_preference_total";
 /// Counter: jobs that moved on to their next channel, by `policy`, `from`, `to`
-/// and `cause` (`capped`, `opted_out`, `suppressed`).
+/// and `cause` (`capped`, `opted_out`, `suppressed`, `failed`, `unanswered`).
 pub const FALLBACK_TOTAL: &str = "quota_worker_fallback_total";
 /// Counter: requests to the preferences API (`/v1/recipients/...`), by `status`.
 pub const PREFERENCE_REQUESTS_TOTAL: &str = "quota_worker_preference_requests_total";
@@ -260,7 +260,7 @@ const DESCRIBED: &[Described] = &[
     Described::new(Counter, PREFERENCE_TOTAL,
         "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"),
     Described::new(Counter, FALLBACK_TOTAL,
-        "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed)"),
+        "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed, failed, unanswered)"),
     Described::new(Counter, PREFERENCE_REQUESTS_TOTAL,
         "Requests to the preferences API (/v1/recipients/R/preferences), by HTTP status"),
     Described::in_seconds(Histogram, DELIVERY_SECONDS,

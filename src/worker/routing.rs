@@ -205,7 +205,15 @@ impl Worker {
     ) -> Result<Option<Outcome>, ProcessError> {
         let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
         let claim = || state::claim(&self.store, of, Way::Escalation);
-        if self.retry_redis(claim, &s.stop).await?.is_ok() {
+        if let Ok(next) = self.retry_redis(claim, &s.stop).await? {
+            metrics::counter!(
+                crate::metrics::FALLBACK_TOTAL,
+                "policy" => next.policy,
+                "from" => next.from,
+                "to" => next.to,
+                "cause" => Cause::Unanswered.as_str(),
+            )
+            .increment(1);
             return Ok(None);
         }
         debug!(

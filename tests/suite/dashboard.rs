@@ -187,7 +187,7 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
     let prometheus = Prometheus::start(&prom, &dir, &addr).await;
 
     // 30 s of traffic: every outcome, delays, a shadow policy, a reload, feedback,
-    // preferences, digests
+    // preferences, digests, fallback
     let conn = amqp().await;
     let feedback = quota_worker_producer::FeedbackPublisher::open(
         &conn,
@@ -216,6 +216,11 @@ async fn every_panel_of_the_dashboard_shows_data_from_a_live_worker() {
             publish(&conn, &s, body.as_bytes()).await;
         }
         prefs.get("own-say", None).await.unwrap();
+        // a promotion with a route: opted out on sms, moved on to email
+        let body = format!(
+            r#"{{"id":"{ns}-f{round}","recipient":"own-say","channel":"sms","category":"promo","fallback":["email"]}}"#
+        );
+        publish(&conn, &s, body.as_bytes()).await;
         // three jobs a round folded into the digests of two recipients (a digest
         // closes a second after its first item: two or three rounds each)
         for k in 0..3u32 {

@@ -231,3 +231,52 @@ async fn three_workers_with_failures_racing_the_escalations_send_each_next_step_
         handle.await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn an_escalation_is_held_by_its_channel_alone_and_none_starts_after_expiry() {
+    let ns = unique("esc-count");
+    let mut s = escalating(&ns, Duration::from_secs(1), None);
+    // two a day in all, one a day on email
+    s.caps.insert("total".into(), crate::fallback::cap(2, &[]));
+    s.caps
+        .insert("email_daily".into(), crate::fallback::cap(1, &["email"]));
+    let (_c, w, conn) = rig(&s).await;
+    let store = w.store();
+    let (stop, handle) = spawn_worker(w.clone()).await;
+
+    publish(
+        &conn,
+        &s,
+        br#"{"id":"k0","recipient":"r1","channel":"email"}"#,
+    )
+    .await;
+    let email = topology(&s).dispatch_queue("email");
+    let k0 = take(&conn, &email, Duration::from_secs(5))
+        .await
+        .expect("k0");
+    assert_eq!(message_id(&k0), "k0");
+    publish(&conn, &s, &job("k1", "r1", "push", &["email", "sms"])).await;
+    sent_on(&conn, &s, "push", "k1").await;
+    // the total is full (k0, k1) but counts k1 once: its escalation is not held by
+    // it; email's own cap is full (k0): the escalation moves on to sms
+    let (route, from) = sent_on(&conn, &s, "sms", "k1").await;
+    assert_eq!(route, "3/3");
+    let from = from.unwrap_or_default();
+    assert!(
+        from.starts_with("email: capped (cap email_daily: 1 per 1d until "),
+        "{from}"
+    );
+
+    // a step whose deadline is past the job's expiry does not escalate
+    let expires = chrono::Utc::now() + chrono::Duration::milliseconds(900);
+    let body = serde_json::json!({"id": "x1", "recipient": "r2", "channel": "push",
+        "fallback": ["email"], "expires_at": expires.to_rfc3339()});
+    publish(&conn, &s, body.to_string().as_bytes()).await;
+    sent_on(&conn, &s, "push", "x1").await;
+    let x1 = route_of(&store, &s, "x1", 1).await;
+    assert_eq!(x1.escalates_at, None, "{x1:?}");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    quiet(&conn, &s, &["push", "email", "sms"]).await;
+    stop.cancel();
+    handle.await.unwrap();
+}
