@@ -96,13 +96,16 @@ pub fn worker_toml(s: &Settings) -> String {
             "]\nscope = {}\naction = {}\npriority = {}\n\n",
             v["scope"], v["action"], v["priority"]
         ));
-        // its digest section, each key as TOML (strings quoted, numbers bare)
-        if let Some(d) = v["digest"].as_object() {
-            out.push_str(&format!("[policies.{name}.digest]\n"));
-            for (k, x) in d {
-                out.push_str(&format!("{k} = {x}\n"));
+        // its digest and fallback sections, each key as TOML (strings quoted,
+        // numbers bare, arrays of strings as JSON writes them)
+        for section in ["digest", "fallback"] {
+            if let Some(d) = v[section].as_object() {
+                out.push_str(&format!("[policies.{name}.{section}]\n"));
+                for (k, x) in d {
+                    out.push_str(&format!("{k} = {x}\n"));
+                }
+                out.push('\n');
             }
-            out.push('\n');
         }
     }
     for (name, c) in &s.channels {

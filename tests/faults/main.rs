@@ -29,6 +29,7 @@ mod broker_hang;
 mod broker_restart;
 mod digest_broker_restart;
 mod digest_close_kill;
+mod escalation_restart;
 mod feedback_kill;
 mod four_workers;
 mod interrupted_admission;
