@@ -603,3 +603,64 @@ async fn a_job_without_traceparent_gets_a_trace_of_its_own_named_in_its_note() {
     );
     w.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_step_of_a_route_has_its_send_span_with_its_step_and_cause() {
+    let ns = unique("trace-route");
+    let mut s = settings(&ns);
+    s.policies.get_mut("default").unwrap().rules.clear();
+    s.policies.get_mut("default").unwrap().fallback =
+        Some(quota_worker::config::FallbackSettings {
+            on: Some(vec!["unanswered".into()]),
+            wait_at_most: None,
+            answer_within: Some(quota_worker::config::Dur(Duration::from_secs(1))),
+            answered_by: None,
+        });
+    let _c = Cleanup::new(&s);
+    let dir = temp_dir(&ns);
+    let receiver = Receiver::start().await;
+    let mut w = run(&s, &dir, &format!("http://{}", receiver.addr), &[]);
+    let conn = amqp().await;
+    consuming(&conn, &s, &w).await;
+    let id = format!("{ns}-routed");
+    let body = format!(r#"{{"id":"{id}","recipient":"r","channel":"push","fallback":["email"]}}"#);
+    publish_with(
+        &conn,
+        &s,
+        body.as_bytes(),
+        BasicProperties::default().with_headers(traceparent()),
+    )
+    .await;
+    let dispatch = format!("send {}", s.amqp.dispatch_exchange);
+    let spans = receiver
+        .wait("both steps' send spans", |spans| {
+            spans
+                .iter()
+                .filter(|g| g.name == dispatch && g.attr("quota.route.step").is_some())
+                .count()
+                >= 2
+        })
+        .await;
+    let mut steps: Vec<(String, Option<String>, String)> = spans
+        .iter()
+        .filter(|g| g.name == dispatch)
+        .map(|g| {
+            let key = g.attr("messaging.rabbitmq.destination.routing_key");
+            (
+                g.attr("quota.route.step").unwrap_or_default().to_string(),
+                g.attr("quota.fallback.cause").map(str::to_string),
+                key.unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    steps.sort();
+    assert_eq!(
+        steps,
+        [
+            ("1".into(), None, "push".into()),
+            ("2".into(), Some("unanswered".into()), "email".into())
+        ]
+    );
+    assert!(spans.iter().all(|g| g.trace == TRACE || g.name != dispatch));
+    let _ = w.stop();
+}
