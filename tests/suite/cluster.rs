@@ -932,3 +932,41 @@ async fn a_route_moves_on_and_resumes_after_a_failure_on_a_cluster() {
     stop.cancel();
     handle.await.unwrap();
 }
+
+#[tokio::test]
+async fn an_escalation_moves_on_once_and_an_answer_stops_it_on_a_cluster() {
+    use quota_worker_producer::{Event, Feedback};
+    let ns = unique("c-escalate");
+    let _k = ClusterKeys(ns.clone());
+    let mut s = cluster_settings(&ns);
+    let p = s.policies.get_mut("default").unwrap();
+    p.rules.clear();
+    p.fallback = Some(quota_worker::config::FallbackSettings {
+        on: Some(vec!["unanswered".into()]),
+        wait_at_most: None,
+        answer_within: Some(quota_worker::config::Dur(Duration::from_secs(1))),
+        answered_by: None,
+    });
+    let (_c, w, conn) = rig(&s).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    for id in ["e1", "e2"] {
+        publish(&conn, &s, &crate::fallback::job(id, id, "push", &["email"])).await;
+        crate::fallback::sent_on(&conn, &s, "push", id).await;
+    }
+    // e2 answered in its recipient's slot; e1 moves on
+    let delivered = Feedback::new("e2", Event::Delivered, "e2", "push");
+    crate::feedback::send(&conn, &s, &delivered).await;
+    let (step, from) = crate::fallback::sent_on(&conn, &s, "email", "e1").await;
+    assert_eq!(
+        (step.as_str(), from.as_deref()),
+        ("2/2", Some("push: unanswered (no delivery within 1s)"))
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        depth(&conn, &topology(&s).dispatch_queue("email")).await,
+        0,
+        "e2 answered, e1 sent once"
+    );
+    stop.cancel();
+    handle.await.unwrap();
+}
