@@ -990,6 +990,17 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
         ..Default::default()
     };
     s.policies.insert("social".into(), social);
+    // a cap of email alone, so that a job with a route moves on from it
+    let mut email_daily = quota_worker::config::CapSettings {
+        rules: vec![quota_worker::config::RuleSettings {
+            limit: 1,
+            window: "1d".parse().unwrap(),
+        }],
+        ..Default::default()
+    };
+    email_daily.matches.channels = Some(vec!["email".into()]);
+    s.caps.insert("email_daily".into(), email_daily);
+    s.policies.insert("routed".into(), Default::default());
     // a paced channel, so that a job waits in its lane
     let push = s.channels.get_mut("push").unwrap();
     push.rate = Some(1);
@@ -1091,6 +1102,17 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     publish_with(&conn, &s, expired, props).await;
     let quiet = br#"{"id":"obs-8","recipient":"r7","channel":"email"}"#;
     publish(&conn, &s, quiet).await;
+    // email's own cap full for r20, then a job with a route: it moves on to sms
+    let first = br#"{"id":"obs-20","recipient":"r20","channel":"email","category":"routed"}"#;
+    publish(&conn, &s, first).await;
+    let email = topology(&s).dispatch_queue("email");
+    wait_for("obs-20 dispatched", Duration::from_secs(10), || {
+        let (conn, email) = (&conn, &email);
+        async move { depth(conn, email).await >= 1 }
+    })
+    .await;
+    let routed = br#"{"id":"obs-21","recipient":"r20","channel":"email","category":"routed","fallback":["sms"]}"#;
+    publish(&conn, &s, routed).await;
 
     // settled, and the queues read since (every 5 s)
     let jobs_queue = s.amqp.jobs_queue.clone();
@@ -1198,6 +1220,16 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
             "quota_worker_digest_items_sum",
             vec![("policy", "social")],
             2.0,
+        ),
+        (
+            "quota_worker_fallback_total",
+            vec![
+                ("policy", "routed"),
+                ("from", "email"),
+                ("to", "sms"),
+                ("cause", "capped"),
+            ],
+            1.0,
         ),
         ("quota_worker_in_flight", vec![], 0.0),
         (
