@@ -6,6 +6,7 @@ use chrono_tz::Tz;
 
 use std::sync::Arc;
 
+use crate::quota::lanes::LaneAsk;
 use crate::quota::policy::{Action, Rate};
 use crate::quota::preferences::QuietHours;
 use crate::quota::window::Rule;
@@ -34,6 +35,18 @@ pub struct Request<'a> {
     /// counted and held by those of its channel alone (its policy's rules then
     /// only when they count per channel).
     pub counted: bool,
+}
+
+/// How the admission (`QuotaStore::admit_with`) takes the channel's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateStep {
+    /// Take it; when it refuses, wait for it here (in the lane, when given).
+    Wait(Option<LaneAsk>),
+    /// Take it; when it refuses, give the recipient's reservation back and answer
+    /// `None`: the job is parked in its lane.
+    Park(Option<LaneAsk>),
+    /// Already taken (the TAT the take left): only the recipient is asked.
+    Taken(i64),
 }
 
 /// A granted admission: what [`QuotaStore::commit`] or [`QuotaStore::release`] needs.

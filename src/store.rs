@@ -26,19 +26,16 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::admission::{Admission, Request, Ticket};
 use crate::config::Settings;
 use crate::quota::caps::Cap;
-use crate::quota::keys::{self, Keys};
+use crate::quota::keys::Keys;
 use crate::quota::plan::Plan;
-use crate::quota::policy::{Mode, Policy, Rate, Scope};
+use crate::quota::policy::Policy;
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, Admitter, Caller, LayerArgs, Verdict};
-use crate::redis::collapse::Collapse;
+use crate::redis::admit::{Admitter, Caller};
 use crate::redis::conn::count_call;
-use crate::redis::notes::Note;
-use crate::redis::rate::{self, LaneAsk, RateBatcher, RateReply, Taker};
-use crate::redis::{refund, RedisConn, Scripts, StoreError};
+use crate::redis::rate::{RateBatcher, Taker};
+use crate::redis::{RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
 mod admit;
@@ -47,7 +44,6 @@ mod layers;
 mod pace;
 mod quiet;
 mod writes;
-use layers::{cached, layered_refusal, JobLayer};
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
@@ -64,18 +60,6 @@ struct Pacer {
     /// its slot at its first ask. While it is set and jobs of the lanes wait here,
     /// a new job is parked behind them without asking Redis.
     saturated: AtomicBool,
-}
-
-/// How [`QuotaStore::admit_with`] takes the channel's rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RateStep {
-    /// Take it; when it refuses, wait for it here (in the lane, when given).
-    Wait(Option<LaneAsk>),
-    /// Take it; when it refuses, give the recipient's reservation back and answer
-    /// `None`: the job is parked in its lane.
-    Park(Option<LaneAsk>),
-    /// Already taken (the TAT the take left): only the recipient is asked.
-    Taken(i64),
 }
 
 /// The quota store. Cheap to share behind an `Arc`.

@@ -282,7 +282,7 @@ pub(super) async fn login(
     if matches!(app.guard, Guard::Refused) {
         return refused();
     }
-    if !app.guard.admits(token) {
+    if !app.guard.allows(token) {
         tracing::warn!("console: a login with a wrong token refused");
         return login_page(
             StatusCode::UNAUTHORIZED,

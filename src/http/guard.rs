@@ -69,7 +69,7 @@ impl Guard {
 
     /// Whether `token` is the one this guard asks for (the console's login); an
     /// open guard takes anything, a refusing one nothing.
-    pub fn admits(&self, token: &str) -> bool {
+    pub fn allows(&self, token: &str) -> bool {
         match self {
             Guard::Open => true,
             // blake3::Hash's == is constant-time

@@ -57,7 +57,7 @@ fn tenant(uri: &Uri) -> Option<String> {
 }
 
 /// The guard's verdict, then the store (503 before it is connected).
-fn admit(
+fn authorize(
     app: &App,
     headers: &HeaderMap,
 ) -> Result<std::sync::Arc<crate::store::QuotaStore>, Box<Response>> {
@@ -121,7 +121,7 @@ async fn read(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    counted(match admit(&app, &headers) {
+    counted(match authorize(&app, &headers) {
         Err(r) => *r,
         Ok(store) => match stored::get(&store, tenant(&uri).as_deref(), &recipient).await {
             Ok(Some(set)) => Json(set).into_response(),
@@ -142,7 +142,7 @@ async fn replace(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Response {
-    counted(match (admit(&app, &headers), body(&bytes)) {
+    counted(match (authorize(&app, &headers), body(&bytes)) {
         (Err(r), _) | (_, Err(r)) => *r,
         (Ok(store), Ok(value)) => {
             edited(stored::put(&store, tenant(&uri).as_deref(), &recipient, &value).await)
@@ -157,7 +157,7 @@ async fn merge(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Response {
-    counted(match (admit(&app, &headers), body(&bytes)) {
+    counted(match (authorize(&app, &headers), body(&bytes)) {
         (Err(r), _) | (_, Err(r)) => *r,
         (Ok(store), Ok(value)) => {
             edited(stored::patch(&store, tenant(&uri).as_deref(), &recipient, &value).await)
@@ -171,7 +171,7 @@ async fn remove(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    counted(match admit(&app, &headers) {
+    counted(match authorize(&app, &headers) {
         Err(r) => *r,
         Ok(store) => match stored::delete(&store, tenant(&uri).as_deref(), &recipient).await {
             Ok(_) => StatusCode::NO_CONTENT.into_response(),

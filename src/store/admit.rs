@@ -2,8 +2,25 @@
 //! plans of the day, the channel's rate taken with it, and the reservations this
 //! store keeps for jobs whose dispatch failed.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use super::layers::{cached, layered_refusal, JobLayer};
+use super::QuotaStore;
+use crate::admission::{Admission, RateStep, Request, Ticket};
+use crate::quota::keys::{self, Keys};
+use crate::quota::plan::Plan;
+use crate::quota::policy::{Mode, Policy, Scope};
 use crate::quota::preferences::OptOut;
+use crate::quota::window;
+use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
+use crate::redis::rate::RateReply;
+use crate::redis::StoreError;
+use crate::rules::Rules;
 
 impl QuotaStore {
     pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {

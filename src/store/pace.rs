@@ -1,7 +1,14 @@
 //! The channel's send rate: takes (batched per channel), refunds, and waiting for
 //! the rate in the worker or, for a parked job, in its lane.
 
-use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::{Pacer, QuotaStore};
+use crate::quota::lanes::LaneAsk;
+use crate::quota::policy::Rate;
+use crate::redis::rate::{self, RateBatcher, RateReply};
+use crate::redis::{refund, StoreError};
 
 impl QuotaStore {
     /// Whether a new job of `channel` belongs behind the backlog its lanes hold,

@@ -8,9 +8,18 @@
 //! would still refuse it at their end waits for the caps' instant instead, so that
 //! it is delayed once ([`QuotaStore::caps_at`]).
 
-use super::*;
-use crate::quota::policy::Action;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use super::layers::{layered_refusal, JobLayer};
+use super::QuotaStore;
+use crate::admission::Admission;
+use crate::quota::policy::{Action, Mode, Policy};
 use crate::quota::preferences::{Preferences, QuietHours};
+use crate::quota::window;
+use crate::redis::StoreError;
 
 /// Entries kept at most (the map is cleared past it).
 const MAX_KNOWN: usize = 50_000;

@@ -1,7 +1,16 @@
 //! What follows a decision: commits and notes in one pipeline, releases, collapse
 //! keys, and whether admissions check suppressions.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::QuotaStore;
+use crate::admission::Ticket;
+use crate::redis::collapse::Collapse;
+use crate::redis::notes::Note;
+use crate::redis::StoreError;
 
 impl QuotaStore {
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.

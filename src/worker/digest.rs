@@ -18,8 +18,9 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::ProcessError;
-use super::{BrokerLink, Worker};
+use super::error::ProcessError;
+use super::link::BrokerLink;
+use super::Worker;
 use crate::amqp::Publisher;
 use crate::decide::DelayCause;
 use crate::job::decode::Job;

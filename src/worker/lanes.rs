@@ -27,8 +27,11 @@ use tracing::debug;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::error::ProcessError;
 use super::lane_qos::{consume, LaneStream, Tuner};
-use super::{BrokerLink, ProcessError, Worker};
+use super::link::BrokerLink;
+use super::Worker;
+use crate::admission::RateStep;
 use crate::amqp::BrokerError;
 use crate::job::decode::Job;
 use crate::job::{headers, Outcome};
@@ -36,7 +39,6 @@ use crate::quota::lanes::{LaneRate, Priority};
 use crate::quota::policy::Policy;
 use crate::quota::policy::Rate;
 use crate::redis::rate::LaneAsk;
-use crate::store::RateStep;
 
 /// Where a job's rate step leads.
 pub(crate) enum Step {

@@ -13,8 +13,10 @@ pub(crate) mod cancels;
 pub(crate) mod commits;
 pub(crate) mod dead_index;
 pub(crate) mod digest;
+mod error;
 pub(crate) mod lane_qos;
 pub(crate) mod lanes;
+mod link;
 mod outcomes;
 pub(crate) mod process;
 mod routing;
@@ -35,8 +37,8 @@ use crate::store::QuotaStore;
 use commits::Commits;
 
 use crate::health::{self, Health};
-pub use process::ProcessError;
-pub use session::BrokerLink;
+pub use error::ProcessError;
+pub use link::BrokerLink;
 
 /// The running service.
 #[derive(Debug)]

@@ -7,8 +7,9 @@ use lapin::types::ShortString;
 use lapin::BasicProperties;
 use tracing::{debug, info};
 
-use super::process::{ProcessError, Seen};
-use super::session::BrokerLink;
+use super::error::ProcessError;
+use super::link::BrokerLink;
+use super::process::Seen;
 use super::Worker;
 use crate::amqp::Publisher;
 use crate::decide::{DeadLetter, DelayCause};

@@ -16,9 +16,11 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::error::ProcessError;
 use super::lanes::{self, Step};
-use super::{BrokerLink, Worker};
-use crate::admission::{Admission, Request};
+use super::link::BrokerLink;
+use super::Worker;
+use crate::admission::{Admission, RateStep, Request};
 use crate::amqp::PublishError;
 use crate::decide::{self, Context, Decision, DelayCause};
 use crate::fallback;
@@ -31,7 +33,6 @@ use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::StoreError;
 use crate::rules::Rules;
-use crate::store::RateStep;
 
 /// What the worker knows of a job's past: the times it was handled before, when a
 /// worker first saw it, and its policy's name.
@@ -39,17 +40,6 @@ pub(super) struct Seen<'a> {
     pub(super) attempt: u64,
     pub(super) first_seen: DateTime<Utc>,
     pub(super) policy: &'a str,
-}
-
-/// Why a delivery could not be settled (it is handed back to the broker).
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    /// Publishing its outcome failed.
-    #[error("publishing the outcome: {0}")]
-    Publish(#[from] PublishError),
-    /// The worker is shutting down while waiting for Redis.
-    #[error("interrupted by shutdown")]
-    Interrupted,
 }
 
 impl Worker {

@@ -14,10 +14,10 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::process::ProcessError;
-use super::session::BrokerLink;
+use super::error::ProcessError;
+use super::link::BrokerLink;
 use super::Worker;
-use crate::admission::{Admission, Request};
+use crate::admission::{Admission, RateStep, Request};
 use crate::decide::Context;
 use crate::fallback;
 use crate::fallback::log::{RouteEntry, StepOutcome};
@@ -29,7 +29,6 @@ use crate::job::{headers, Outcome};
 use crate::quota::policy::Policy;
 use crate::quota::window::Window;
 use crate::rules::Rules;
-use crate::store::RateStep;
 
 impl Worker {
     /// The route of a job with `fallback` (`further`), from its own channel's

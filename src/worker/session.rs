@@ -13,25 +13,12 @@ use lapin::types::FieldTable;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::commits::Commits;
 use super::lanes::LaneConsumers;
+use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
-use crate::metrics::SessionMetrics;
 use crate::quota::lanes::Priority;
-
-/// What the jobs of one broker session share.
-#[derive(Debug)]
-pub struct BrokerLink {
-    /// Confirm-mode publisher for outcomes.
-    pub publisher: Publisher,
-    pub(crate) commits: Commits,
-    /// Cancelled on shutdown or when the broker connection is lost: jobs waiting for
-    /// Redis give up and are handed back.
-    pub stop: CancellationToken,
-    pub(crate) metrics: SessionMetrics,
-}
 
 impl Worker {
     pub(crate) async fn session(
