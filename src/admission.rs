@@ -6,7 +6,7 @@ use chrono_tz::Tz;
 
 use std::sync::Arc;
 
-use crate::quota::lanes::LaneAsk;
+use crate::lanes::share::LaneAsk;
 use crate::quota::policy::{Action, Rate};
 use crate::quota::preferences::QuietHours;
 use crate::quota::window::Rule;

@@ -25,7 +25,7 @@ pub struct ChannelRules {
     /// Its send windows; `None`: any time.
     pub windows: Option<SendWindows>,
     /// How its lanes share its rate; `None`: not paced.
-    pub lanes: Option<crate::quota::lanes::LaneRate>,
+    pub lanes: Option<crate::lanes::share::LaneRate>,
 }
 
 /// One tenant's overrides: its policies by name, and every cap as it applies to the

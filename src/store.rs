@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use crate::config::Settings;
+use crate::lanes::slots::{Asker, ChannelLanes};
 use crate::quota::caps::Cap;
 use crate::quota::keys::Keys;
 use crate::quota::plan::Plan;
@@ -34,7 +35,7 @@ use crate::quota::policy::Policy;
 use crate::quota::window;
 use crate::redis::admit::{Admitter, Caller};
 use crate::redis::conn::count_call;
-use crate::redis::rate::{RateBatcher, Taker};
+use crate::redis::rate_batch::{RateBatcher, Taker};
 use crate::redis::{RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
@@ -47,19 +48,12 @@ mod writes;
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
 /// admitted job joins them rather than racing them for the next free slot. (They
-/// do not stampede Redis: the ones that wake together ask in one call.)
-#[derive(Debug, Default)]
+/// do not stampede Redis: the ones that wake together ask in one call.) With the
+/// channel's lanes in this worker (the lanes room's: [`ChannelLanes`]).
+#[derive(Debug)]
 struct Pacer {
     waiting: AtomicUsize,
-    /// Of those, the ones read from a lane queue.
-    in_lanes: AtomicUsize,
-    /// Whether the channel's rate holds a backlog, as this worker last saw it: set
-    /// when a job read from the jobs queue is parked after asking (the rate's own
-    /// answers put its wait past `lanes.park_after`; the time Redis takes to answer
-    /// never counts), cleared when a job read from a lane gets
-    /// its slot at its first ask. While it is set and jobs of the lanes wait here,
-    /// a new job is parked behind them without asking Redis.
-    saturated: AtomicBool,
+    lanes: ChannelLanes,
 }
 
 /// The quota store. Cheap to share behind an `Arc`.
@@ -165,11 +159,6 @@ impl QuotaStore {
         settings: &Settings,
     ) -> Result<QuotaStore, StoreError> {
         let rules = arc_swap::ArcSwap::from_pointee(Rules::from_settings(settings));
-        let pacers = settings
-            .channels
-            .keys()
-            .map(|c| (c.clone(), Pacer::default()))
-            .collect();
         let lease_ms = settings.redis.reservation_lease.0.as_millis() as i64;
         let calls = Arc::new(AtomicU64::new(0));
         let scripts = Scripts::default();
@@ -199,6 +188,7 @@ impl QuotaStore {
             waiting: std::sync::Mutex::new(waiting),
         });
         let rates = rate_batchers(&conn, &scripts, &keys, settings, &calls);
+        let pacers = pacers(&conn, &scripts, &keys, settings, &calls);
         let store = QuotaStore {
             conn,
             keys,
@@ -308,6 +298,35 @@ impl QuotaStore {
     pub(crate) fn redis_now(&self) -> DateTime<Utc> {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
+}
+
+/// A pacer a channel, with the channel's lanes, which ask `lua/lanes.lua` on the
+/// channel's keys.
+fn pacers(
+    conn: &RedisConn,
+    scripts: &Scripts,
+    keys: &Keys,
+    settings: &Settings,
+    calls: &Arc<AtomicU64>,
+) -> HashMap<String, Pacer> {
+    settings
+        .channels
+        .keys()
+        .map(|c| {
+            let asker = Asker {
+                conn: conn.clone(),
+                script: scripts.lanes.clone(),
+                keys: (keys.rate(c), keys.lanes(c)),
+                calls: calls.clone(),
+                channel: c.clone(),
+            };
+            let pacer = Pacer {
+                waiting: AtomicUsize::new(0),
+                lanes: ChannelLanes::new(asker),
+            };
+            (c.clone(), pacer)
+        })
+        .collect()
 }
 
 /// A rate batcher a channel, each on its own key of `lua/rate.lua` and

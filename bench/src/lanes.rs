@@ -18,7 +18,7 @@ use crate::procs::{spawn_worker, stop, wait_ready};
 use crate::report::{EndToEnd, LaneWait, Report};
 use crate::table::fmt_e2e;
 use quota_worker::amqp::Topology;
-use quota_worker::quota::lanes::Priority;
+use quota_worker::lanes::Priority;
 
 /// The channel's rate, jobs per second.
 const RATE: u64 = 100;

@@ -12,7 +12,7 @@ use lapin::{Connection, ExchangeKind};
 use super::ladder::Ladder;
 use super::BrokerError;
 use crate::config::{AmqpSettings, LaneSettings, QueueType, Settings};
-use crate::quota::lanes::Priority;
+use crate::lanes::share::Priority;
 
 /// Every name of the topology, derived from the settings.
 #[derive(Debug, Clone)]

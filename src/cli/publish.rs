@@ -15,8 +15,8 @@ use tokio::io::AsyncBufReadExt;
 
 use super::{parse_instant, parse_json, stop_on_signal, EXIT_INTERRUPTED, EXIT_PARTIAL};
 use quota_worker::config::Settings;
+use quota_worker::lanes::Priority;
 use quota_worker::producer::{Job, JobId, Producer};
-use quota_worker::quota::lanes::Priority;
 
 /// `quota-worker publish`: one job from flags, or JSON lines on stdin.
 #[derive(Args, Debug)]

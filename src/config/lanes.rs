@@ -22,7 +22,7 @@ pub struct LaneSettings {
     /// (default `notify.lanes.`).
     pub queue_prefix: String,
     /// The most deliveries the worker takes from each lane queue at once: `"auto"`
-    /// (the default: at most [`crate::quota::prefetch::AUTO_CEILING`]) or a number
+    /// (the default: at most [`crate::lanes::prefetch::AUTO_CEILING`]) or a number
     /// (1 to 65535). Under it, the worker holds what its channel's rate needs,
     /// measured as it runs.
     pub prefetch: LanePrefetch,
@@ -38,7 +38,7 @@ pub struct LaneSettings {
 /// `lanes.prefetch`: `"auto"` or a number of deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LanePrefetch {
-    /// Up to [`crate::quota::prefetch::AUTO_CEILING`].
+    /// Up to [`crate::lanes::prefetch::AUTO_CEILING`].
     #[default]
     Auto,
     /// Up to this many.
@@ -49,7 +49,7 @@ impl LanePrefetch {
     /// The most deliveries held from one lane queue.
     pub fn ceiling(self) -> u16 {
         match self {
-            LanePrefetch::Auto => crate::quota::prefetch::AUTO_CEILING,
+            LanePrefetch::Auto => crate::lanes::prefetch::AUTO_CEILING,
             LanePrefetch::Max(n) => n,
         }
     }
@@ -213,7 +213,7 @@ mod tests {
         }
         assert_eq!(
             LanePrefetch::Auto.ceiling(),
-            crate::quota::prefetch::AUTO_CEILING
+            crate::lanes::prefetch::AUTO_CEILING
         );
         assert_eq!(LanePrefetch::Max(32).ceiling(), 32);
         let text = toml::to_string(&Settings::defaults().lanes).unwrap();
@@ -231,11 +231,11 @@ mod tests {
         assert_eq!(s.channels["sms"].normal_share, 0.1);
         assert_eq!(
             s.policies["transactional"].priority,
-            crate::quota::lanes::Priority::Urgent
+            crate::lanes::share::Priority::Urgent
         );
         assert_eq!(
             s.policies["default"].priority,
-            crate::quota::lanes::Priority::Normal
+            crate::lanes::share::Priority::Normal
         );
     }
 }

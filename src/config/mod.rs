@@ -290,10 +290,10 @@ impl Settings {
     }
 
     /// How a paced channel's lanes share its rate; `None` when it is not paced.
-    pub fn lane_rate(&self, channel: &str) -> Option<crate::quota::lanes::LaneRate> {
+    pub fn lane_rate(&self, channel: &str) -> Option<crate::lanes::share::LaneRate> {
         let c = self.channels.get(channel)?;
         let rate = self.rate(channel)?;
-        Some(crate::quota::lanes::LaneRate::new(
+        Some(crate::lanes::share::LaneRate::new(
             rate,
             c.reserve,
             c.normal_share,

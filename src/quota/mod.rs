@@ -9,12 +9,10 @@
 pub mod caps;
 pub mod digest;
 pub mod keys;
-pub mod lanes;
 pub(crate) mod plan;
 pub mod policy;
 pub mod preference_lines;
 pub mod preferences;
-pub mod prefetch;
 pub mod send_windows;
 pub mod suppression;
 pub mod window;

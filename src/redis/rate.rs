@@ -1,23 +1,13 @@
 //! `lua/rate.lua`: take jobs from a channel's GCRA send rate; its arguments and its
-//! reply, and [`RateBatcher`], which takes for all the jobs of a channel that ask at
-//! the same moment in one call.
-//!
-//! A channel's rate is one key, so on a Redis Cluster every job of the channel meets
-//! one shard: called once per job, that key would cap the channel at what one Redis
-//! core runs of the script (BENCHMARKS.md item 21 measures it). Batched, a call
-//! decides as many jobs as asked at once, and the rate itself is unchanged: the
-//! script grants them in order, each exactly as if it had come alone.
+//! reply (one per job, [`RateReply`]; `lua/lanes.lua` answers the same way). The
+//! takes of the jobs that ask at the same moment share one call
+//! ([`super::rate_batch`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
-use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
-use super::rate_line::{granted, AskSlots, Granted, Lines, Slot};
-pub use crate::quota::lanes::LaneAsk;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
@@ -66,7 +56,7 @@ pub(crate) async fn take_many(
 
 /// [`take_many`], with the interval in force (µs) while the channel is paused or
 /// ramping back after a provider's throttling (`lua/throttle.lua`).
-async fn take_many_paced(
+pub(crate) async fn take_many_paced(
     conn: &RedisConn,
     script: &Script,
     key: String,
@@ -93,52 +83,9 @@ async fn take_many_paced(
     }
 }
 
-/// [`take_many`] for jobs of one lane (`lua/lanes.lua`, with the channel's lane
-/// state at `state`).
-pub async fn take_many_in_lane(
-    conn: &RedisConn,
-    script: &Script,
-    (key, state): (String, String),
-    rate: Rate,
-    ask: LaneAsk,
-    asking: usize,
-) -> Result<Vec<RateReply>, StoreError> {
-    let reply = call_lanes(conn, script, (key, state), rate, ask, asking, None).await?;
-    split(&reply, rate.interval_us, rate.burst, rate.cost, asking).ok_or(StoreError::Reply {
-        script: "lanes.lua",
-        reply,
-    })
-}
-
-/// One call of `lua/lanes.lua` for `asking` jobs of `ask.lane`, with the look-ahead
-/// (µs) of a lane's line when given; its raw reply.
-async fn call_lanes(
-    conn: &RedisConn,
-    script: &Script,
-    (key, state): (String, String),
-    rate: Rate,
-    ask: LaneAsk,
-    asking: usize,
-    ahead_us: Option<u64>,
-) -> Result<Vec<i64>, StoreError> {
-    let mut conn = conn.clone();
-    let mut call = script.key(key);
-    call.key(state)
-        .arg(rate.interval_us)
-        .arg(rate.burst)
-        .arg(rate.cost)
-        .arg(asking)
-        .arg(ask.lane.rank())
-        .arg(ask.lanes.reserve_us)
-        .arg(ask.lanes.share_interval_us);
-    if let Some(ahead) = ahead_us {
-        call.arg(ahead);
-    }
-    Ok(call.invoke_async(&mut conn).await?)
-}
-
-/// One reply per job from the script's reply for `asking` jobs (see `lua/rate.lua`).
-fn split(
+/// One reply per job from the script's reply for `asking` jobs (see `lua/rate.lua`;
+/// `lua/lanes.lua` answers the same way).
+pub(crate) fn split(
     reply: &[i64],
     interval_us: u64,
     burst: u64,
@@ -185,176 +132,6 @@ fn split(
         })
         .collect();
     Some(out)
-}
-
-type Reply = Result<RateReply, StoreError>;
-/// What one job asks: the rate, and its lane when it has one.
-type Ask = (Rate, Option<LaneAsk>);
-
-/// Takes from one channel's rate for the jobs that ask at the same moment in one
-/// call (while [`OUTSTANDING`] calls are out, new asks wait and leave together).
-pub(crate) struct RateBatcher {
-    tx: mpsc::UnboundedSender<(Ask, oneshot::Sender<Reply>)>,
-    taker: Arc<Taker>,
-    /// The deliveries read from the channel's lanes, waiting for their slots.
-    lines: Lines,
-}
-
-/// What a call needs.
-pub(crate) struct Taker {
-    pub conn: RedisConn,
-    pub script: Script,
-    /// The channel's key.
-    pub key: String,
-    /// `lua/lanes.lua`.
-    pub lanes_script: Script,
-    /// The channel's lane state.
-    pub lanes_key: String,
-    /// Redis commands sent (shared with the store's counter).
-    pub calls: Arc<AtomicU64>,
-    /// The channel's name (the label of `quota_worker_channel_rate`).
-    pub channel: String,
-    /// The interval (µs) last shown in `quota_worker_channel_rate`; 0: none yet.
-    pub shown: AtomicU64,
-}
-
-/// Calls out at once for one channel.
-pub(crate) const OUTSTANDING: usize = 4;
-/// Most jobs in one call.
-pub(crate) const MAX_BATCH: usize = 256;
-
-impl RateBatcher {
-    /// A batcher and its task (which ends when the batcher is dropped). Call inside
-    /// a Tokio runtime.
-    pub fn start(taker: Taker) -> RateBatcher {
-        let taker = Arc::new(taker);
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(taker.clone(), rx));
-        RateBatcher {
-            tx,
-            taker,
-            lines: Lines::default(),
-        }
-    }
-
-    /// Wait in `ask.lane`'s line of this worker for a slot (see [`super::rate_line`]).
-    pub async fn slot(&self, rate: Rate, ask: LaneAsk) -> Result<Slot, StoreError> {
-        self.lines.slot(&self.taker, rate, ask).await
-    }
-
-    /// How far ahead this worker's lane lines take slots now.
-    pub fn lane_ahead(&self) -> Duration {
-        self.lines.ahead()
-    }
-
-    /// Take one job of `rate.cost` from the channel's rate (in `lane` when given).
-    pub async fn take(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        if self.tx.send(((rate, lane), reply_tx)).is_err() {
-            // the task is gone (its runtime shut down): ask directly (boxed: every
-            // take's future would otherwise carry this rare path's state)
-            return Box::pin(self.direct(rate, lane)).await;
-        }
-        answered(reply_rx.await)
-    }
-
-    /// One take asked without the batching task.
-    async fn direct(&self, rate: Rate, lane: Option<LaneAsk>) -> Reply {
-        let (tx, rx) = oneshot::channel();
-        self.taker.answer((rate, lane), vec![tx]).await;
-        answered(rx.await)
-    }
-}
-
-/// A take's reply, or an error if its sender was dropped unanswered.
-fn answered(reply: Result<Reply, oneshot::error::RecvError>) -> Reply {
-    reply.unwrap_or_else(|_| Err(StoreError::Batch("the rate task stopped".into())))
-}
-
-impl AskSlots for Taker {
-    fn channel(&self) -> &str {
-        &self.channel
-    }
-
-    async fn slots(
-        &self,
-        (rate, ask): (Rate, LaneAsk),
-        wanted: usize,
-        ahead: Duration,
-    ) -> Result<Granted, StoreError> {
-        super::conn::count_call(&self.calls);
-        let keys = (self.key.clone(), self.lanes_key.clone());
-        let ahead = Some(ahead.as_micros() as u64);
-        let reply = call_lanes(
-            &self.conn,
-            &self.lanes_script,
-            keys,
-            rate,
-            ask,
-            wanted,
-            ahead,
-        )
-        .await?;
-        granted(&reply).ok_or(StoreError::Reply {
-            script: "lanes.lua",
-            reply,
-        })
-    }
-}
-
-impl Taker {
-    /// One call for `asks` (all of one rate and lane), each told its answer.
-    async fn answer(&self, (rate, lane): Ask, asks: Vec<oneshot::Sender<Reply>>) {
-        super::conn::count_call(&self.calls);
-        let result = match lane {
-            None => {
-                let key = self.key.clone();
-                take_many_paced(&self.conn, &self.script, key, rate, rate.cost, asks.len()).await
-            }
-            Some(ask) => {
-                let keys = (self.key.clone(), self.lanes_key.clone());
-                let script = &self.lanes_script;
-                take_many_in_lane(&self.conn, script, keys, rate, ask, asks.len())
-                    .await
-                    .map(|replies| (replies, None))
-            }
-        };
-        match result {
-            Ok((replies, paced)) => {
-                // the gauge moves only when the interval in force does
-                let interval = paced.unwrap_or(rate.interval_us);
-                if self.shown.swap(interval, Ordering::Relaxed) != interval {
-                    crate::metrics::channel_rate(&self.channel, rate, Some(interval));
-                }
-                for (tx, reply) in asks.into_iter().zip(replies) {
-                    let _ = tx.send(Ok(reply));
-                }
-            }
-            Err(e) => super::fail_all(e, asks),
-        }
-    }
-}
-
-async fn run(taker: Arc<Taker>, mut rx: mpsc::UnboundedReceiver<(Ask, oneshot::Sender<Reply>)>) {
-    let permits = Arc::new(Semaphore::new(OUTSTANDING));
-    while let Some((permit, batch)) = super::next_batch(&mut rx, &permits, MAX_BATCH).await {
-        // one call per rate and lane among them (a reload may change the rate
-        // while jobs ask)
-        let mut groups: Vec<(Ask, Vec<oneshot::Sender<Reply>>)> = Vec::new();
-        for (rate, tx) in batch {
-            match groups.iter_mut().find(|(r, _)| *r == rate) {
-                Some((_, txs)) => txs.push(tx),
-                None => groups.push((rate, vec![tx])),
-            }
-        }
-        let taker = taker.clone();
-        tokio::spawn(async move {
-            for (rate, txs) in groups {
-                taker.answer(rate, txs).await;
-            }
-            drop(permit);
-        });
-    }
 }
 
 #[cfg(test)]

@@ -290,7 +290,7 @@ impl QuotaStore {
                     reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
                 };
                 if parking && !rate_reply.as_ref().is_some_and(short) {
-                    pacer.saturated.store(true, Ordering::Relaxed);
+                    pacer.lanes.saturate();
                     self.release_recipient(ticket).await?;
                     return Ok(None);
                 }
@@ -303,7 +303,7 @@ impl QuotaStore {
                 match self.pace_within(req.channel, r, pacer, lane, budget).await {
                     Ok(Some((tat, _))) => ticket.rate = Some((r, tat)),
                     Ok(None) => {
-                        pacer.saturated.store(true, Ordering::Relaxed);
+                        pacer.lanes.saturate();
                         self.release_recipient(ticket).await?;
                         return Ok(None);
                     }

@@ -1,38 +1,27 @@
 //! The channel's send rate: takes (batched per channel), refunds, and waiting for
-//! the rate in the worker or, for a parked job, in its lane.
+//! the rate in the worker or, for a job read from a lane, in its lane's line (the
+//! lanes room's [`ChannelLanes`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{Pacer, QuotaStore};
-use crate::quota::lanes::LaneAsk;
+use crate::counted::Counted;
+use crate::lanes::share::LaneAsk;
+use crate::lanes::slots::ChannelLanes;
 use crate::quota::policy::Rate;
-use crate::redis::rate::{self, RateBatcher, RateReply};
+use crate::redis::rate::{self, RateReply};
 use crate::redis::{refund, StoreError};
 
 impl QuotaStore {
-    /// Whether a new job of `channel` belongs behind the backlog its lanes hold,
-    /// parked without asking Redis: this worker has jobs read from the lanes
-    /// waiting for the rate, and the rate is saturated as it last saw it (a job was
-    /// parked after asking, and no job of the lanes has since had its slot at its
-    /// first ask). Lane jobs waiting a moment for their slot are no backlog: a rule
-    /// of "any lane job waiting" parked every job that followed, for good.
-    pub(crate) fn is_pacing(&self, channel: &str) -> bool {
-        self.pacers.get(channel).is_some_and(|p| {
-            p.in_lanes.load(Ordering::Relaxed) > 0 && p.saturated.load(Ordering::Relaxed)
-        })
+    /// The lanes of `channel` in this worker (`None`: not a configured channel).
+    pub(crate) fn lanes(&self, channel: &str) -> Option<&ChannelLanes> {
+        self.pacers.get(channel).map(|p| &p.lanes)
     }
 
-    /// How far ahead this worker's lane lines of `channel` take slots now (how long
-    /// a lane delivery may wait for a slot already its own).
-    pub(crate) fn lane_ahead(&self, channel: &str) -> Duration {
-        self.rates
-            .get(channel)
-            .map_or(Duration::ZERO, RateBatcher::lane_ahead)
-    }
-
-    /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot; returns
-    /// the TAT the take left (for [`RateStep::Taken`]).
+    /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot, in its
+    /// lane's line of this worker ([`ChannelLanes::slot`]), counted among the jobs
+    /// that wait for the rate; returns the TAT the take left (for
+    /// [`RateStep::Taken`](crate::admission::RateStep::Taken)).
     pub(crate) async fn pace_in_lane(
         &self,
         channel: &str,
@@ -43,44 +32,15 @@ impl QuotaStore {
             .pacers
             .get(channel)
             .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
-        let _in_lanes = Counted::new(&pacer.in_lanes);
-        let Some(batcher) = self.rates.get(channel) else {
-            let (tat, asks) = self.pace_counting(channel, rate, pacer, Some(ask)).await?;
-            if asks == 1 {
-                // a slot at once: the lanes hold no backlog (any longer)
-                pacer.saturated.store(false, Ordering::Relaxed);
-            }
-            return Ok(tat);
-        };
-        // in the lane's line of this worker (src/redis/rate_line.rs), then to the
-        // slot's time
         let _waiting = Counted::new(&pacer.waiting);
-        let slot = batcher.slot(rate, ask).await?;
-        if slot.at_once {
-            pacer.saturated.store(false, Ordering::Relaxed);
-        }
-        if !slot.wait.is_zero() {
-            tokio::time::sleep(slot.wait).await;
-        }
-        Ok(slot.tat_us)
+        pacer.lanes.slot(rate, ask).await
     }
 
-    /// Wait until the channel's rate allows one more job, one waiter at a time;
-    /// returns the TAT the take left and how many asks it took.
-    async fn pace_counting(
-        &self,
-        channel: &str,
-        rate: Rate,
-        pacer: &Pacer,
-        lane: Option<LaneAsk>,
-    ) -> Result<(i64, u32), StoreError> {
-        let paced = self.pace_within(channel, rate, pacer, lane, None).await?;
-        Ok(paced.expect("a wait without a budget ends with a slot"))
-    }
-
-    /// [`QuotaStore::pace_counting`] for as long as the rate's refusals add up to
-    /// at most `budget` (the `retry_after` of each refusal, not the time Redis
-    /// took to answer); `None` when the next refusal would pass it.
+    /// Wait until the channel's rate allows one more job, for as long as the
+    /// rate's refusals add up to at most `budget` (the `retry_after` of each
+    /// refusal, not the time Redis took to answer; `None`: for good); returns the
+    /// TAT the take left and how many asks it took, `None` when the next refusal
+    /// would pass the budget.
     pub(super) async fn pace_within(
         &self,
         channel: &str,
@@ -159,22 +119,5 @@ impl QuotaStore {
         self.count_call();
         let key = self.keys.rate(channel);
         rate::take(&self.conn, &self.scripts.rate, key, rate, cost).await
-    }
-}
-
-/// One more in a count for as long as it lives: a wait given up (a shutdown, a job
-/// parked after all) leaves the count as it found it.
-struct Counted<'a>(&'a AtomicUsize);
-
-impl<'a> Counted<'a> {
-    fn new(count: &'a AtomicUsize) -> Counted<'a> {
-        count.fetch_add(1, Ordering::Relaxed);
-        Counted(count)
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

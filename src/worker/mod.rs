@@ -14,7 +14,6 @@ pub(crate) mod commits;
 pub(crate) mod dead_index;
 pub(crate) mod digest;
 mod error;
-pub(crate) mod lane_qos;
 pub(crate) mod lanes;
 mod link;
 mod outcomes;
@@ -32,6 +31,7 @@ use tracing::warn;
 
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
+use crate::lanes::LaneClocks;
 use crate::metrics::SessionMetrics;
 use crate::store::QuotaStore;
 use commits::Commits;
@@ -59,7 +59,7 @@ pub struct Worker {
     /// so that workers spread over a cluster's nodes).
     next_url: std::sync::atomic::AtomicUsize,
     /// What the lane deliveries took, per paced channel (for their prefetch).
-    lane_clocks: lane_qos::LaneClocks,
+    lane_clocks: Arc<LaneClocks>,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -75,7 +75,7 @@ impl Worker {
     /// A worker for validated settings and a connected store.
     pub fn new(settings: Settings, store: Arc<QuotaStore>) -> Worker {
         let topology = Topology::from_settings(&settings);
-        let lane_clocks = lane_qos::LaneClocks::new(&topology);
+        let lane_clocks = Arc::new(LaneClocks::new(&topology));
         let default_tz = settings.worker.default_timezone;
         Worker {
             feedback: Arc::new(crate::feedback::Feedbacks::new(&settings, store.clone())),

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::error::ProcessError;
-use super::lanes::{self, Step};
 use super::link::BrokerLink;
 use super::Worker;
 use crate::admission::{Admission, RateStep, Request};
@@ -27,9 +26,9 @@ use crate::fallback;
 use crate::job::decode::{self, Job};
 use crate::job::note::JobState;
 use crate::job::{headers, Outcome};
+use crate::lanes::{self, Priority, Step};
 use crate::metrics::JobLabels;
 use crate::quota::digest::DigestMode;
-use crate::quota::lanes::Priority;
 use crate::redis::collapse::Collapse;
 use crate::redis::StoreError;
 use crate::rules::Rules;

@@ -13,12 +13,11 @@ use lapin::types::FieldTable;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::lanes::LaneConsumers;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
-use crate::quota::lanes::Priority;
+use crate::lanes::{LaneConsumers, Priority};
 
 impl Worker {
     pub(crate) async fn session(
@@ -55,7 +54,7 @@ impl Worker {
                     FieldTable::default(),
                 )
                 .await?;
-            let lanes = LaneConsumers::start(self, &conn, &tag).await?;
+            let lanes = LaneConsumers::start(&self.lane_prefetch(), &conn, &tag).await?;
             Ok::<_, BrokerError>((conn, publisher, consume, consumer, lanes))
         };
         let limit = timeout * 3;
@@ -116,7 +115,9 @@ impl Worker {
         // new consumers come in here
         let (new_lanes, mut new_lane_streams) = tokio::sync::mpsc::unbounded_channel();
         let tuner = tuner.map(|t| {
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(t.run(self.clone(), new_lanes)))
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                t.run(self.lane_prefetch(), new_lanes),
+            ))
         });
         // never ends, so that a session without lanes waits on the jobs alone
         lane_deliveries.push(futures_util::stream::pending().boxed());

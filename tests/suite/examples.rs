@@ -353,7 +353,7 @@ async fn routes_a_job_with_a_priority_to_its_lane(example: Result<Example, Strin
             ids
         }
     };
-    use quota_worker::quota::lanes::Priority;
+    use quota_worker::lanes::Priority;
     assert_eq!(ids(t.lane_queue("sms", Priority::Bulk)).await, ["ex-bulk"]);
     assert_eq!(
         ids(t.lane_queue("sms", Priority::Urgent)).await,

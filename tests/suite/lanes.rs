@@ -14,7 +14,7 @@ use lapin::types::FieldTable;
 use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Settings};
 use quota_worker::job::headers::PARKED_AT;
-use quota_worker::quota::lanes::Priority;
+use quota_worker::lanes::Priority;
 use quota_worker_producer::{Job, Producer};
 use testkit::*;
 

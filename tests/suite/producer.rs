@@ -211,7 +211,7 @@ async fn ids_in(conn: &lapin::Connection, queue: &str) -> Vec<String> {
 /// and a job without a priority go to the jobs exchange.
 #[tokio::test]
 async fn a_job_with_a_priority_goes_to_its_lane_from_the_api_and_the_cli() {
-    use quota_worker::quota::lanes::Priority;
+    use quota_worker::lanes::Priority;
     let ns = unique("route");
     let mut s = settings(&ns);
     s.channels.get_mut("sms").unwrap().rate = Some(100);

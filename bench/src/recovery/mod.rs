@@ -28,7 +28,7 @@
 use anyhow::{bail, Result};
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
-use quota_worker::quota::lanes::Priority;
+use quota_worker::lanes::Priority;
 use testkit::procs::RabbitNode;
 
 use crate::broker::{closed, connect, preload};

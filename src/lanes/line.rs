@@ -29,16 +29,17 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::quota::lanes::LaneAsk;
+use super::share::LaneAsk;
 use crate::quota::policy::Rate;
-use crate::redis::StoreError;
+use crate::redis::lanes::Granted;
+use crate::redis::{fail_all, StoreError};
 
 /// Most slots one ask takes (the most deliveries a worker holds from a lane,
 /// `lanes.prefetch`'s ceiling).
 const MAX_ASK: usize = 1024;
 
 /// Who asks the channel's rate for a line's slots (the channel's
-/// [`Taker`](super::rate::Taker)).
+/// [`Asker`](super::slots::Asker), through [`crate::redis::lanes::slots`]).
 pub(crate) trait AskSlots: Send + Sync + 'static {
     /// The channel's name.
     fn channel(&self) -> &str;
@@ -214,7 +215,7 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
         }
         match answer {
             // each waiter retries as after any Redis error (its own backoff)
-            Err(e) => super::fail_all(e, take_first(&line, next.wanted)),
+            Err(e) => fail_all(e, take_first(&line, next.wanted)),
             Ok(Granted::Slots(slots)) => hand_out(&line, slots, next.number),
             Ok(Granted::NotYet(retry)) => {
                 let nap = retry.clamp(Duration::from_micros(100), MAX_NOT_YET);
@@ -303,51 +304,10 @@ fn hand_out(line: &Mutex<Line>, slots: Vec<(i64, Duration)>, number: u64) {
     }
 }
 
-/// What one ask of the line's asker got.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Granted {
-    /// Slots, in order: the TAT each take left and how long until it is due.
-    Slots(Vec<(i64, Duration)>),
-    /// None yet: ask again after this.
-    NotYet(Duration),
-    /// The cost is above the burst: never.
-    Never,
-}
-
-/// The slots of `lua/lanes.lua`'s reply to an ask with a look-ahead (`None`: a reply
-/// of another shape).
-pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
-    let (&allowed, rest) = reply.split_first()?;
-    match allowed {
-        1 => {
-            let &[_, _, _, tat_us, granted, first_in, span, ..] = rest else {
-                return None;
-            };
-            let granted = usize::try_from(granted).ok().filter(|g| *g > 0)?;
-            let slots = (0..granted)
-                .map(|i| {
-                    let later = (granted - 1 - i) as i64;
-                    let due_in = first_in.saturating_add(span.saturating_mul(i as i64));
-                    (
-                        tat_us.saturating_sub(span.saturating_mul(later)),
-                        Duration::from_micros(due_in.max(0) as u64),
-                    )
-                })
-                .collect();
-            Some(Granted::Slots(slots))
-        }
-        0 => Some(Granted::NotYet(Duration::from_micros(
-            (*rest.get(1)?).max(0) as u64,
-        ))),
-        -1 => Some(Granted::Never),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::lanes::{LaneRate, Priority};
+    use crate::lanes::share::{LaneRate, Priority};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Asks as told: `first` for the first ask, every slot asked for after it.
@@ -541,44 +501,5 @@ mod tests {
         );
         a.observe(ms(900));
         assert_eq!(a.now(), MAX_LOOK_AHEAD, "never past the most");
-    }
-
-    #[test]
-    fn a_grant_with_a_look_ahead_gives_each_slot_its_time() {
-        // three granted, the first due 2 ms ago, each 1 ms apart, TAT ending at 9000
-        let g = granted(&[1, 0, 0, 4000, 9000, 3, -2000, 1000]).unwrap();
-        assert_eq!(
-            g,
-            Granted::Slots(vec![
-                (7000, Duration::ZERO),
-                (8000, Duration::ZERO),
-                (9000, Duration::from_micros(0)),
-            ])
-        );
-        let later = granted(&[1, 0, 0, 4000, 9000, 2, 500, 1000]).unwrap();
-        assert_eq!(
-            later,
-            Granted::Slots(vec![
-                (8000, Duration::from_micros(500)),
-                (9000, Duration::from_micros(1500)),
-            ])
-        );
-    }
-
-    #[test]
-    fn refusals_and_odd_replies() {
-        assert_eq!(
-            granted(&[0, 0, 1200, 5000, 9000, 0]),
-            Some(Granted::NotYet(Duration::from_micros(1200)))
-        );
-        assert_eq!(granted(&[-1, 0, -1, 0, 0, 0]), Some(Granted::Never));
-        assert_eq!(
-            granted(&[1, 0, 0, 0, 0, 3]),
-            None,
-            "no slot times (no look-ahead asked)"
-        );
-        assert_eq!(granted(&[1, 0, 0, 0, 0, 0, 0, 10]), None, "none granted");
-        assert_eq!(granted(&[]), None);
-        assert_eq!(granted(&[7]), None);
     }
 }

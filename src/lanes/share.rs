@@ -8,7 +8,7 @@
 
 pub use quota_worker_producer::Priority;
 
-use super::policy::Rate;
+use crate::quota::policy::Rate;
 
 /// A take by a job in a lane: its lane, and how the channel's lanes share the rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,48 @@
+//! Lanes, from the decision to the Redis call: a job whose channel's rate would
+//! make it wait is not held in the worker; it is parked in its lane's queue
+//! (`<lanes.queue_prefix><channel>.<lane>`), and the lane queues are consumed as
+//! the rate allows, urgent first (`lua/lanes.lua` decides, for every worker at
+//! once). The configuration is `config/lanes.rs` (`[lanes]`); the lane queues are
+//! declared with the rest of the topology (`amqp/topology.rs`).
+//!
+//! A job read from the jobs queue asks the rate as before, in its lane; a wait of
+//! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
+//! in the worker, counted in the rate's answers, not in the time Redis takes to
+//! give them; only a longer one parks it (one extra publish), after its
+//! recipient's reservation is given back: nothing is held or counted while it
+//! waits. Once a job was parked so, and while this worker's jobs read from the
+//! lanes wait for the rate without getting a slot at their first ask (the lanes
+//! hold a backlog), a new one is parked behind them without asking Redis. A job
+//! read from a lane queue first waits in the worker for a send slot in its lane
+//! (as many per lane as the rate needs, at most `lanes.prefetch`), then is decided
+//! as any other with that slot taken.
+//!
+//! In the order a job meets them:
+//! - [`share`]: how the lanes of a channel share its rate (pure);
+//! - [`step`]: which lane a job is in, and how it takes the rate (pure);
+//! - [`park`]: the park itself, and the count of a job read back;
+//! - [`slots`] and [`line`]: a channel's lanes in this worker, their backlog, and
+//!   the line in which a lane's deliveries wait for their slots, asked of
+//!   `lua/lanes.lua` ([`crate::redis::lanes`]);
+//! - [`consume`], [`clocks`] and [`prefetch`] (pure): a session's lane consumers,
+//!   and how many deliveries each holds.
+//!
+//! The worker's loop calls the room through the few names below
+//! (`worker/lanes.rs` ties them to its session); the store keeps each channel's
+//! [`slots::ChannelLanes`] beside its rate.
+
+pub mod clocks;
+pub(crate) mod consume;
+pub(crate) mod line;
+pub(crate) mod park;
+pub mod prefetch;
+pub mod share;
+pub(crate) mod slots;
+pub(crate) mod step;
+
+pub(crate) use clocks::{LaneClocks, Prefetch};
+pub(crate) use consume::LaneConsumers;
+pub(crate) use park::{taken, to_lane};
+pub use share::{LaneAsk, LaneRate, Priority};
+pub(crate) use slots::ChannelLanes;
+pub(crate) use step::{before_slot, lane_of, Step};
