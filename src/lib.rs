@@ -132,6 +132,7 @@ pub mod config;
 pub mod console;
 pub(crate) mod counted;
 pub(crate) mod decide;
+pub mod digest;
 pub mod fallback;
 pub mod feedback;
 pub mod health;

@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use crate::config::Settings;
+use crate::digest::store::Digests;
 use crate::lanes::slots::{Asker, ChannelLanes};
 use crate::quota::caps::Cap;
 use crate::quota::keys::Keys;
@@ -40,7 +41,6 @@ use crate::redis::{RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
 mod admit;
-pub mod digest;
 mod layers;
 mod pace;
 mod quiet;
@@ -95,14 +95,8 @@ pub struct QuotaStore {
     plans: std::sync::Mutex<PlanCache<Policy>>,
     /// The same for the caps.
     cap_plans: std::sync::Mutex<PlanCache<Cap>>,
-    /// `redis.wait_replicas` and `redis.wait_timeout` (ms) for digest folds.
-    fold_wait: Option<(u32, u64)>,
-    /// With waiting on a cluster, connections of the folds' own (a fold's `WAIT`
-    /// holds its connection; see [`RedisConn::dedicated`]), taken in turn; empty
-    /// otherwise (the folds use the shared connection).
-    fold_conns: Vec<tokio::sync::Mutex<RedisConn>>,
-    /// The next of `fold_conns` to try first.
-    fold_next: AtomicUsize,
+    /// The digests' side of Redis (the digests' room's).
+    digests: Digests,
 }
 
 /// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
@@ -172,10 +166,7 @@ impl QuotaStore {
             Some(_) => conn.dedicated(crate::redis::admit::OUTSTANDING).await?,
             None => Vec::new(),
         };
-        let fold_conns = match wait {
-            Some(_) => conn.dedicated(digest::FOLD_CONNS).await?,
-            None => Vec::new(),
-        };
+        let digests = Digests::connect(&conn, (&scripts, &keys, &calls), settings, wait).await?;
         let admitter = Admitter::start(Caller {
             prefix_len: keys.prefix().len(),
             conn: conn.clone(),
@@ -208,12 +199,7 @@ impl QuotaStore {
             preferences: AtomicBool::new(false),
             quiet: Default::default(),
             cap_plans: Default::default(),
-            fold_wait: wait,
-            fold_conns: fold_conns
-                .into_iter()
-                .map(tokio::sync::Mutex::new)
-                .collect(),
-            fold_next: AtomicUsize::new(0),
+            digests,
         };
         store.sync_clock().await?;
         Ok(store)
@@ -227,6 +213,32 @@ impl QuotaStore {
     /// The scripts, loaded (the admin's import uses `record`).
     pub fn scripts(&self) -> &Scripts {
         &self.scripts
+    }
+
+    /// The digests' side of Redis.
+    pub fn digests(&self) -> &Digests {
+        &self.digests
+    }
+
+    /// The key of digest `id` of `recipient` (of `tenant`): [`Digests::key`], as
+    /// the worker's loop asks it of the store (as the two below).
+    pub fn digest_key(&self, tenant: Option<&str>, recipient: &str, id: &str) -> String {
+        self.digests.key(tenant, recipient, id)
+    }
+
+    /// A `held` digest refused when it went: open again until `close_at`
+    /// ([`Digests::reopen`]).
+    pub async fn reopen_digest(
+        &self,
+        key: &str,
+        close_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.digests.reopen(key, close_at).await
+    }
+
+    /// The digest at `key` is done with ([`Digests::end`]).
+    pub async fn end_digest(&self, key: &str) -> Result<(), StoreError> {
+        self.digests.end(key).await
     }
 
     /// A clone of the connection, for admin reads.

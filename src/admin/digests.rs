@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::AdminError;
-use crate::quota::digest::{DigestHead, DigestSpec};
+use crate::digest::message::DigestHead;
+use crate::quota::digest::DigestSpec;
 use crate::quota::keys::{digest_keys, digest_set};
-use crate::redis::digest::Close;
+use crate::redis::digest::close::Close;
 use crate::redis::RedisConn;
 use crate::store::QuotaStore;
 
@@ -234,7 +235,7 @@ impl<'a> Digests<'a> {
     /// running worker's closer sends it within a moment.
     pub async fn flush(&self, id: &str) -> Result<Flushed, AdminError> {
         let key = self.find(id).await?;
-        let closed = match self.store.close_digest(&key, true).await? {
+        let closed = match self.store.digests().close(&key, true).await? {
             Close::Closed(closed) => closed,
             _ => {
                 return Err(AdminError::Invalid(format!(
@@ -242,7 +243,7 @@ impl<'a> Digests<'a> {
                 )))
             }
         };
-        self.store.reschedule_digest(&key, 0).await?;
+        self.store.digests().reschedule(&key, 0).await?;
         Ok(Flushed {
             id: id.to_string(),
             count: closed.items.len(),

@@ -87,7 +87,7 @@ impl Worker {
         // publisher; one killed mid-close leaves its digest to the next after the
         // lease
         let _closer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-            super::digest::close_loop(self.clone(), publisher.clone(), stop.clone()),
+            self.closer().run(publisher.clone(), stop.clone()),
         ));
         // the second consumer: feedback from the senders, on the session's
         // publisher's channel (its dead letters go through it); if it ends on its own,

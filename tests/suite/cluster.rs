@@ -697,9 +697,9 @@ async fn preferences_hold_and_stop_jobs_on_the_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_replicas_a_fold_waits_on_the_master_that_holds_it() {
     use quota_worker::config::{DigestSettings, Dur, PolicySettings};
+    use quota_worker::digest::FoldJob;
     use quota_worker::quota::digest::{DigestMode, KeepFrom};
     use quota_worker::redis::StoreError;
-    use quota_worker::store::digest::FoldJob;
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::with_replicas(1, 15_000))
         .await
         .unwrap();
@@ -747,7 +747,7 @@ async fn waiting_for_replicas_a_fold_waits_on_the_master_that_holds_it() {
             collapse_key: None,
             closes_at: None,
         };
-        e.fold(&job, &spec).await
+        e.digests().fold(&job, &spec).await
     };
     // ten recipients folded while every replica answers; the master of each
     let mut owner = Vec::new();

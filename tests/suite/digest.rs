@@ -345,12 +345,12 @@ async fn a_closer_that_dies_mid_close_leaves_the_digest_to_another_and_it_is_sen
     assert_eq!(step(&w, &conn, &s).await, Outcome::Folded);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // a closer claims it for 2 s, closes it, and dies before sending
-    let claimed = w.store().claim_digests(2000, 64).await.unwrap();
+    let claimed = w.store().digests().claim(2000, 64).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    let closed = w.store().close_digest(&claimed[0], false).await.unwrap();
+    let closed = w.store().digests().close(&claimed[0], false).await.unwrap();
     assert!(matches!(
         closed,
-        quota_worker::redis::digest::Close::Closed(_)
+        quota_worker::redis::digest::close::Close::Closed(_)
     ));
     // closed: the group's next job opens a digest of its own
     publish(&conn, &s, &job("l4", "r8", "social", "")).await;

@@ -1094,7 +1094,7 @@ async fn every_metric_and_label_the_dashboard_and_the_alerts_use_is_served() {
     // and a digest's job (its header) past its expires_at: dead-lettered, a dead digest
     let mut headers = lapin::types::FieldTable::default();
     headers.insert(
-        quota_worker::quota::digest::DIGEST_HEADER.into(),
+        quota_worker::digest::DIGEST_HEADER.into(),
         lapin::types::AMQPValue::LongLongInt(1),
     );
     let expired = br#"{"id":"dg-obs-11","recipient":"r8","channel":"sms","category":"social","expires_at":"2020-01-01T00:00:00Z"}"#;
