@@ -49,7 +49,7 @@ impl LaneConsumers {
     /// Consume every lane queue of the topology of `prefetch` (none: `None`), each
     /// under the prefetch it says.
     pub(crate) async fn start(
-        prefetch: &Prefetch,
+        prefetch: Prefetch,
         conn: &Connection,
         tag: &str,
     ) -> Result<Option<LaneConsumers>, BrokerError> {
@@ -77,6 +77,7 @@ impl LaneConsumers {
             tags: tags.clone(),
             held,
             tag: tag.to_string(),
+            prefetch,
         };
         Ok(Some(LaneConsumers {
             channel,
@@ -123,6 +124,8 @@ pub(crate) struct Tuner {
     pub held: Vec<u16>,
     /// The session's tag, the prefix of each new consumer's.
     pub tag: String,
+    /// What the prefetch is worked out from.
+    pub prefetch: Prefetch,
 }
 
 impl Tuner {
@@ -130,11 +133,8 @@ impl Tuner {
     /// channel's lane consumers to a new prefetch when [`prefetch::retune`] says so.
     /// New consumers' deliveries go to `streams`. A broker call that fails ends the
     /// tuning (the session sees the broken connection on its own).
-    pub(crate) async fn run(
-        mut self,
-        prefetch: Prefetch,
-        streams: mpsc::UnboundedSender<LaneStream>,
-    ) {
+    pub(crate) async fn run(mut self, streams: mpsc::UnboundedSender<LaneStream>) {
+        let prefetch = self.prefetch.clone();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;

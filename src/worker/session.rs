@@ -54,7 +54,7 @@ impl Worker {
                     FieldTable::default(),
                 )
                 .await?;
-            let lanes = LaneConsumers::start(&self.lane_prefetch(), &conn, &tag).await?;
+            let lanes = LaneConsumers::start(self.lane_prefetch(), &conn, &tag).await?;
             Ok::<_, BrokerError>((conn, publisher, consume, consumer, lanes))
         };
         let limit = timeout * 3;
@@ -114,11 +114,8 @@ impl Worker {
         // the lanes' prefetch follows what their channel's rate needs: the tuner's
         // new consumers come in here
         let (new_lanes, mut new_lane_streams) = tokio::sync::mpsc::unbounded_channel();
-        let tuner = tuner.map(|t| {
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-                t.run(self.lane_prefetch(), new_lanes),
-            ))
-        });
+        let tuner =
+            tuner.map(|t| tokio_util::task::AbortOnDropHandle::new(tokio::spawn(t.run(new_lanes))));
         // never ends, so that a session without lanes waits on the jobs alone
         lane_deliveries.push(futures_util::stream::pending().boxed());
         let lane_acks = lane_channel.clone().map(Acks::start);
