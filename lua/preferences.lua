@@ -1,5 +1,5 @@
 -- preferences.lua: replace one recipient's preferences hash whole, or remove it.
--- The hash is read by lua/admit/'s preferences section; see src/admin/preferences.rs.
+-- The hash is read by lua/admit/'s preferences section; see src/preferences/edit.rs.
 --
 -- KEYS[1]  the recipient's hash (`prefix:{tag}/prefs`)
 -- ARGV[1]  the set's JSON, or "" to remove the hash

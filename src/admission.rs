@@ -7,8 +7,8 @@ use chrono_tz::Tz;
 use std::sync::Arc;
 
 use crate::lanes::share::LaneAsk;
+use crate::preferences::set::QuietHours;
 use crate::quota::policy::{Action, Rate};
-use crate::quota::preferences::QuietHours;
 use crate::quota::window::Rule;
 
 /// What the store needs to know of a job.
@@ -154,7 +154,7 @@ pub enum Admission {
     Suppressed(crate::quota::suppression::Suppression),
     /// Its recipient opted out of its category, its channel or the pair (their
     /// preferences), and its policy is not required.
-    OptedOut(crate::quota::preferences::OptOut),
+    OptedOut(crate::preferences::set::OptOut),
     /// Its recipient's quiet hours hold it until `until` (nothing was recorded).
     Quiet {
         /// Where the quiet hours end.

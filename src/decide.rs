@@ -21,9 +21,9 @@ pub(crate) use paused::paused;
 use crate::admission::{Admission, Ticket};
 use crate::job::decode::{Job, Malformed};
 use crate::job::Reason;
+use crate::preferences::set::QuietHours;
 use crate::quota::caps::Cap;
 use crate::quota::policy::{Action, Mode, Policy};
-use crate::quota::preferences::QuietHours;
 use crate::quota::send_windows::{self, SendWindows};
 use crate::quota::window::Rule;
 

@@ -140,6 +140,7 @@ pub mod http;
 pub mod job;
 pub mod lanes;
 pub mod metrics;
+pub mod preferences;
 pub mod producer;
 pub mod quota;
 pub mod redis;

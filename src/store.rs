@@ -29,6 +29,7 @@ use chrono_tz::Tz;
 use crate::config::Settings;
 use crate::digest::store::Digests;
 use crate::lanes::slots::{Asker, ChannelLanes};
+use crate::preferences::checks::Checks;
 use crate::quota::caps::Cap;
 use crate::quota::keys::Keys;
 use crate::quota::plan::Plan;
@@ -84,11 +85,9 @@ pub struct QuotaStore {
     /// Whether some recipient may be suppressed (the key `prefix:suppressions`
     /// exists, as last seen): only then do admissions check suppressions.
     suppressions: AtomicBool,
-    /// Whether some recipient may have preferences (the key `prefix:preferences`
-    /// exists, as last seen): only then do admissions check them.
-    preferences: AtomicBool,
-    /// What this worker knows of recipients' quiet hours, by preferences hash.
-    quiet: std::sync::Mutex<HashMap<String, quiet::Known>>,
+    /// What admissions check of preferences (the preferences room's): whether
+    /// some recipient may have a set, and what this worker knows of quiet hours.
+    preferences: Checks,
     /// The last plan made per (policy, zone), with the local date it is for: a
     /// plan depends only on the policy's rules, the zone and the local date, and
     /// every job of a policy in a zone on one day shares it.
@@ -196,8 +195,7 @@ impl QuotaStore {
             orphans: Default::default(),
             plans: Default::default(),
             suppressions: AtomicBool::new(false),
-            preferences: AtomicBool::new(false),
-            quiet: Default::default(),
+            preferences: Checks::default(),
             cap_plans: Default::default(),
             digests,
         };

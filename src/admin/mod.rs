@@ -10,7 +10,6 @@ pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub mod digests;
 pub(crate) mod jobs;
-pub mod preference_files;
 pub mod preferences;
 pub(crate) mod queues;
 pub mod recipients;

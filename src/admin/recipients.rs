@@ -313,7 +313,7 @@ impl<'a> Recipients<'a> {
             waiting,
             policies,
             suppressions: super::suppressions::list(self.store, q.recipient, q.channel).await?,
-            preferences: super::preferences::get(self.store, q.tenant, q.recipient).await?,
+            preferences: crate::preferences::edit::get(self.store, q.tenant, q.recipient).await?,
             caps,
             digests: super::Digests::new(self.store)
                 .of(q.recipient, q.tenant)

@@ -1,8 +1,8 @@
 //! `admin recipient R [--tenant T] preferences set FILE|-` and `clear`: a
 //! recipient's set edited from the command line, through the store code the HTTP
-//! API uses ([`quota_worker::admin::preferences`]); and `admin preferences export
+//! API uses ([`quota_worker::preferences::edit`]); and `admin preferences export
 //! FILE` and `import FILE` (JSON lines, `-` for stdout/stdin, a progress bar on a
-//! terminal for large files; [`quota_worker::admin::preference_files`]).
+//! terminal for large files; [`quota_worker::preferences::files`]).
 
 use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
 use std::process::ExitCode;
@@ -13,9 +13,9 @@ use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{print_json, store, EXIT_PARTIAL};
-use quota_worker::admin::preference_files::{self, Imported};
-use quota_worker::admin::preferences::{self as stored, EditError};
 use quota_worker::config::Settings;
+use quota_worker::preferences::edit::{self as stored, EditError};
+use quota_worker::preferences::files::{self as preference_files, Imported};
 use quota_worker::store::QuotaStore;
 
 /// `admin recipient R preferences`: edit the recipient's set.

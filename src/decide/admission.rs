@@ -7,9 +7,9 @@ use super::{dead, describe, open_and_not_quiet, wait, Context, DeadLetter, Decis
 use crate::admission::{Admission, Ticket};
 use crate::job::decode::Job;
 use crate::job::Reason;
+use crate::preferences::set::QuietHours;
 use crate::quota::caps::Cap;
 use crate::quota::policy::Action;
-use crate::quota::preferences::QuietHours;
 use crate::quota::window::Rule;
 
 /// The store's answer for `job`, at `now` (Redis time, after the admission).

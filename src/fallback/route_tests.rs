@@ -7,7 +7,7 @@ use crate::decide::DeadLetter;
 use crate::fallback::spec::{Cause, FallbackSpec};
 use crate::job::Reason;
 use crate::quota::policy::{Action, Policy};
-use crate::quota::preferences::OptOut;
+use crate::preferences::set::OptOut;
 use crate::quota::suppression::{Kind, Suppression};
 
 fn policy() -> Policy {

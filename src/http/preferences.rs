@@ -17,8 +17,8 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::App;
-use crate::admin::preferences::{self as stored, EditError};
-use crate::quota::preferences::MAX_BYTES;
+use crate::preferences::edit::{self as stored, EditError};
+use crate::preferences::set::MAX_BYTES;
 
 /// The routes, with their body limit.
 pub(super) fn routes() -> Router<App> {

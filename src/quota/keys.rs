@@ -200,7 +200,7 @@ impl Keys {
     }
 
     /// The hash of a recipient's preferences: `set` (the JSON), `updated_at` (ms) and
-    /// the opt-out fields of [`crate::quota::preferences::fields`]. `lua/admit/`
+    /// the opt-out fields of [`crate::preferences::set::fields`]. `lua/admit/`
     /// derives it from a recipient key as it does [`Keys::suppressed`].
     pub fn preferences(&self, recipient: &str) -> String {
         format!(

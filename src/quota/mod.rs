@@ -11,8 +11,6 @@ pub mod digest;
 pub mod keys;
 pub(crate) mod plan;
 pub mod policy;
-pub mod preference_lines;
-pub mod preferences;
 pub mod send_windows;
 pub mod suppression;
 pub mod window;

@@ -15,6 +15,7 @@ pub(crate) mod import;
 pub(crate) mod lanes;
 pub mod marker;
 pub(crate) mod notes;
+pub(crate) mod preferences;
 pub(crate) mod rate;
 pub(crate) mod rate_batch;
 pub(crate) mod refund;

@@ -59,6 +59,8 @@ pub(crate) const IMPORT_LUA: &str = include_str!("../../lua/import.lua");
 pub const FEEDBACK_LUA: &str = include_str!("../../lua/feedback.lua");
 /// `lua/route_claim.lua`: a routed step's move to its next channel, claimed once.
 pub(crate) const ROUTE_CLAIM_LUA: &str = include_str!("../../lua/route_claim.lua");
+/// `lua/preferences.lua`: one recipient's preferences replaced whole, or removed.
+pub(crate) const PREFERENCES_LUA: &str = include_str!("../../lua/preferences.lua");
 /// `lua/throttle.lua`: a channel's rate paused after a 429, once per feedback.
 pub const THROTTLE_LUA: &str = include_str!("../../lua/throttle.lua");
 /// `lua/collapse.lua`: the newest job of a recipient's collapse key.
@@ -96,6 +98,8 @@ pub struct Scripts {
     pub feedback: Script,
     /// `lua/throttle.lua`.
     pub throttle: Script,
+    /// `lua/preferences.lua`.
+    pub preferences: Script,
     /// `lua/route_claim.lua`.
     pub route_claim: Script,
     /// `lua/digest_fold.lua`.
@@ -123,6 +127,7 @@ impl Default for Scripts {
             collapse: Script::new(COLLAPSE_LUA),
             feedback: Script::new(FEEDBACK_LUA),
             throttle: Script::new(THROTTLE_LUA),
+            preferences: Script::new(PREFERENCES_LUA),
             route_claim: Script::new(ROUTE_CLAIM_LUA),
             digest_fold: Script::new(DIGEST_FOLD_LUA),
             digest_claim: Script::new(DIGEST_CLAIM_LUA),
@@ -150,6 +155,7 @@ impl Scripts {
             &self.collapse,
             &self.feedback,
             &self.throttle,
+            &self.preferences,
             &self.route_claim,
             &self.digest_fold,
             &self.digest_claim,

@@ -12,10 +12,10 @@ use chrono_tz::Tz;
 use super::layers::{cached, layered_refusal, JobLayer};
 use super::QuotaStore;
 use crate::admission::{Admission, RateStep, Request, Ticket};
+use crate::preferences::set::OptOut;
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Scope};
-use crate::quota::preferences::OptOut;
 use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
 use crate::redis::rate::RateReply;
@@ -409,10 +409,10 @@ impl QuotaStore {
                     .suppressions
                     .load(Ordering::Relaxed)
                     .then(|| req.channel.to_string()),
-                prefs: self.preferences.load(Ordering::Relaxed).then(|| {
+                prefs: self.preferences.on().then(|| {
                     let category = if policy.required { "" } else { req.category };
                     let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
-                    let (version, until) = self.quiet_known(&hash);
+                    let (version, until) = self.preferences.quiet_known(&hash);
                     let words = [category, req.channel, req.priority.as_str()];
                     (words.map(str::to_string), version, until)
                 }),

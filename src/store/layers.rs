@@ -10,10 +10,10 @@ use chrono_tz::Tz;
 
 use super::PlanCache;
 use crate::admission::Admission;
+use crate::preferences::set::QuietHours;
 use crate::quota::caps::{self, Cap};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy, Scope};
-use crate::quota::preferences::QuietHours;
 use crate::quota::window;
 
 /// A cap a job meets, with whether it may hold the job and its sorted set.

@@ -1,107 +1,37 @@
-//! What this worker knows of its recipients' quiet hours: per preferences hash, the
-//! version of the set it read, its quiet hours, and the instant before which they
-//! do not begin (computed from Redis time). Admissions send the last two
-//! (`lua/admit/`'s preferences section), so a recipient outside their quiet
-//! hours costs no extra round trip; a new version, or the instant passed, answers
-//! 11 and [`QuotaStore::quiet_end`] reads the set once and computes again (pure:
-//! [`crate::quota::preferences::QuietHours::end`]). A job held by them whose caps
-//! would still refuse it at their end waits for the caps' instant instead, so that
-//! it is delayed once ([`QuotaStore::caps_at`]).
+//! A job a recipient's quiet hours hold (where they end: the preferences room's
+//! [`crate::preferences::checks`]): when its caps would still refuse it at their
+//! end, it waits for the caps' instant instead, so that it is delayed once
+//! ([`QuotaStore::caps_at`]).
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use quota_worker_producer::Priority;
 
 use super::layers::{layered_refusal, JobLayer};
 use super::QuotaStore;
 use crate::admission::Admission;
+use crate::preferences::set::QuietHours;
 use crate::quota::policy::{Action, Mode, Policy};
-use crate::quota::preferences::{Preferences, QuietHours};
-use crate::quota::window;
 use crate::redis::StoreError;
 
-/// Entries kept at most (the map is cleared past it).
-const MAX_KNOWN: usize = 50_000;
-
-/// One recipient's quiet hours as known.
-#[derive(Debug, Clone)]
-pub(crate) struct Known {
-    version: i64,
-    hours: Option<Arc<QuietHours>>,
-    clear_until: i64,
-}
-
 impl QuotaStore {
-    /// (version, instant ms) to send for `hash`; (0, 0) when nothing is known.
-    pub(super) fn quiet_known(&self, hash: &str) -> (i64, i64) {
-        let known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        known
-            .get(hash)
-            .map_or((0, 0), |k| (k.version, k.clear_until))
-    }
-
     /// Where the quiet hours of version `version` of `hash` end, seen at `now`
-    /// (ms), for a job of priority `priority` in zone `tz`: `None` when `now` is
-    /// outside them or they allow it (then the instant before which they do not
-    /// begin is remembered, and the job is asked again); and the quiet hours
-    /// themselves unless they allow it (for the decision to push any later instant
-    /// past them too). Read from what is known of that version, else with one HGET.
+    /// (ms), for a job of `priority` in zone `tz`, and the quiet hours that hold it
+    /// ([`crate::preferences::checks::Checks::quiet_end`], on the store's connection).
     pub(super) async fn quiet_end(
         &self,
         hash: &str,
         version: i64,
         now: i64,
         tz: Tz,
-        priority: quota_worker_producer::Priority,
+        priority: Priority,
     ) -> Result<(Option<DateTime<Utc>>, Option<Arc<QuietHours>>), StoreError> {
-        let cached = {
-            let known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-            known.get(hash).filter(|k| k.version == version).cloned()
-        };
-        let hours = match cached {
-            Some(k) => k.hours,
-            None => {
-                let mut conn = self.connection();
-                let set: Option<String> = redis::cmd("HGET")
-                    .arg(hash)
-                    .arg("set")
-                    .query_async(&mut conn)
-                    .await?;
-                set.and_then(|s| serde_json::from_str(&s).ok())
-                    .and_then(|v| Preferences::parse(&v, &|_| true).ok())
-                    .and_then(|p| p.quiet_hours)
-                    .map(Arc::new)
-            }
-        };
-        let at = window::from_millis(now);
-        let holding = hours.clone().filter(|q| !q.allow.contains(&priority));
-        let (end, clear_until) = match &holding {
-            Some(q) => {
-                let end = q.end(tz, at);
-                // inside them, `at` itself: the next job is held too
-                let next = q
-                    .next_start(tz, at)
-                    .map_or(i64::MAX, |t| t.timestamp_millis());
-                (Some(end).filter(|e| *e > at), next)
-            }
-            // allowed: the worker's answer would be the same every time; one known
-            // for this job's priority only, so asked again for another
-            _ => (None, 0),
-        };
-        let mut known = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= MAX_KNOWN {
-            known.clear();
-        }
-        known.insert(
-            hash.to_string(),
-            Known {
-                version,
-                hours,
-                clear_until,
-            },
-        );
-        Ok((end, holding))
+        let checks = &self.preferences;
+        checks
+            .quiet_end(&self.conn, hash, version, now, tz, priority)
+            .await
     }
 
     /// For a job `hours` hold until `until`: the refusal its policy's rules and the

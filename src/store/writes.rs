@@ -82,13 +82,13 @@ impl QuotaStore {
 
     /// Whether admissions check preferences (some recipient may have a set).
     pub fn checks_preferences(&self) -> bool {
-        self.preferences.load(Ordering::Relaxed)
+        self.preferences.on()
     }
 
     /// Check preferences from now on (`on`: the key `prefix:preferences` exists,
     /// as read by [`crate::feedback::watch`]) or not.
     pub fn check_preferences(&self, on: bool) {
-        self.preferences.store(on, Ordering::Relaxed);
+        self.preferences.set(on);
     }
 
     /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,

@@ -506,7 +506,7 @@ async fn waiting_for_replicas_the_masters_lack_holds_every_admission() {
 /// import under another prefix exports the same lines.
 #[tokio::test]
 async fn preferences_export_scans_every_master() {
-    use quota_worker::admin::{preference_files, preferences as stored};
+    use quota_worker::preferences::{edit as stored, files as preference_files};
     let (ns, into_ns) = (unique("c-prefs"), unique("c-prefs-in"));
     let (_k, _k2) = (ClusterKeys(ns.clone()), ClusterKeys(into_ns.clone()));
     let e = engine(&cluster_settings(&ns)).await;
@@ -609,8 +609,8 @@ async fn digests_fold_and_close_on_the_cluster() {
 #[tokio::test]
 async fn preferences_hold_and_stop_jobs_on_the_cluster() {
     use chrono::{DurationRound, Timelike};
-    use quota_worker::admin::preferences as stored;
     use quota_worker::job::{Outcome, Reason};
+    use quota_worker::preferences::edit as stored;
     let ns = unique("c-prefs-admit");
     let _k = ClusterKeys(ns.clone());
     let mut s = cluster_settings(&ns);

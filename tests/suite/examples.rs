@@ -408,7 +408,7 @@ async fn the_python_example_edits_a_set() {
             .env("QUOTA_WORKER__HTTP__API_TOKEN", token);
         async move { cmd.output().await }
     };
-    quota_worker::admin::preferences::put(
+    quota_worker::preferences::edit::put(
         &store,
         Some("acme"),
         "anna",
@@ -438,7 +438,7 @@ async fn the_python_example_edits_a_set() {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let got = quota_worker::admin::preferences::get(&store, Some("acme"), "anna")
+    let got = quota_worker::preferences::edit::get(&store, Some("acme"), "anna")
         .await
         .unwrap()
         .unwrap();

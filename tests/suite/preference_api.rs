@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::preference_tools::connected;
-use quota_worker::admin::preferences as stored;
 use quota_worker::config::Settings;
 use quota_worker::health::Health;
 use quota_worker::http::openapi::{OPENAPI_PATH, PREFERENCES_PATH};
 use quota_worker::http::{App, Guard};
+use quota_worker::preferences::edit as stored;
 use quota_worker::reload::Reloader;
 use quota_worker::status::Status;
 use quota_worker::store::QuotaStore;
@@ -257,7 +257,7 @@ async fn the_producer_client_edits_a_set_with_its_token() {
 /// refuses, `PreferencesPatch` refuses.
 #[test]
 fn the_openapi_bodies_take_exactly_what_the_parser_takes() {
-    use quota_worker::quota::preferences::{merge_patch, Preferences};
+    use quota_worker::preferences::set::{merge_patch, Preferences};
     let channels = ["sms".to_string(), "email".to_string()];
     let doc = quota_worker::http::openapi::document(Some(&channels));
     let schemas = &doc["components"]["schemas"];

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use crate::cli::{json, run_async, stderr, stdout};
-use quota_worker::admin::preferences as stored;
 use quota_worker::config::Settings;
+use quota_worker::preferences::edit as stored;
 use quota_worker::store::QuotaStore;
 use serde_json::{json, Value};
 use testkit::*;
@@ -278,7 +278,7 @@ async fn export_and_import_round_trip_between_prefixes_reporting_bad_lines() {
 async fn a_set_imported_with_the_same_updated_at_is_not_taken_for_the_old_one() {
     use chrono::Timelike;
     use quota_worker::job::Outcome;
-    use quota_worker::quota::preferences::Preferences;
+    use quota_worker::preferences::set::Preferences;
     let s = settings(&unique("prefs-version"));
     let (_c, w, conn) = rig(&s).await;
     let hour = chrono::Utc::now().hour();

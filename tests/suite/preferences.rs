@@ -420,7 +420,7 @@ async fn admin_job_says_opted_out_and_quiet_hours() {
 /// configured channel, day and zone names).
 #[test]
 fn the_preferences_schema_and_the_parser_agree() {
-    use quota_worker::quota::preferences::Preferences;
+    use quota_worker::preferences::set::Preferences;
     let schema: Value =
         serde_json::from_str(include_str!("../../schema/preferences.schema.json")).unwrap();
     let validator = jsonschema::options()

@@ -1,5 +1,5 @@
 //! The bodies `PUT` and `PATCH` take, as JSON Schemas that say exactly what the
-//! parser (`quota::preferences::Preferences::parse`) accepts, built from the set's
+//! parser (`preferences::set::Preferences::parse`) accepts, built from the set's
 //! schema file: it holds for every worker; these add what one worker knows (its
 //! channels, the zones of its tz database) and what JSON Schema can only say long
 //! (a window's `from` and `to` differ). Pure: no I/O.

@@ -153,7 +153,7 @@ fn the_script_and_the_enum_name_the_same_codes() {
         .map(|(f, name)| (name.to_string(), *f))
         .collect();
     assert_eq!(lua_table(lua, "FLAG"), flags);
-    let opt_outs: Vec<(String, i64)> = crate::quota::preferences::OptOut::ALL
+    let opt_outs: Vec<(String, i64)> = crate::preferences::set::OptOut::ALL
         .iter()
         .map(|(_, n, name)| (name.to_string(), *n))
         .collect();

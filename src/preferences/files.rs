@@ -1,18 +1,18 @@
 //! `admin preferences export` and `import`: every stored set out as JSON lines, and
-//! lines back in ([`crate::quota::preference_lines`]). Export finds the sets with
+//! lines back in ([`super::lines`]). Export finds the sets with
 //! `SCAN` (on each primary of a cluster), never `KEYS`, and writes them sorted by
 //! tenant and recipient, so exporting what an import wrote gives the same bytes.
 //! Import checks every line with the parser the HTTP API uses, reports each bad
 //! one by its number and field, and stores the good ones through the API's own
-//! write ([`super::preferences::write`]), keeping their `updated_at`.
+//! write ([`super::edit::write`]), keeping their `updated_at`.
 
 use std::io::BufRead;
 
 use serde::Serialize;
 
-use super::preferences::write;
-use super::AdminError;
-use crate::quota::preference_lines::{parse_line, write_line, Line};
+use super::edit::write;
+use super::lines::{parse_line, write_line, Line};
+use crate::admin::AdminError;
 use crate::quota::window::from_millis;
 use crate::redis::scan::{escape_glob, scan_match};
 use crate::store::QuotaStore;

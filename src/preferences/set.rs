@@ -10,7 +10,7 @@ use chrono_tz::Tz;
 use quota_worker_producer::Priority;
 use serde_json::{Map, Value};
 
-use super::send_windows::{parse_days, parse_time, Opening, SendWindows};
+use crate::quota::send_windows::{parse_days, parse_time, Opening, SendWindows};
 
 /// The most a set's JSON may weigh (the API answers 413 beyond).
 pub const MAX_BYTES: usize = 64 * 1024;

@@ -8,7 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::preferences::{Invalid, Preferences};
+use super::set::{Invalid, Preferences};
 
 /// One line read back: whose set, the set, and when it was last changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
