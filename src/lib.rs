@@ -4,73 +4,79 @@
 //! recipient's caps and its channel's send rate allow it, and otherwise holds it
 //! until the exact moment it becomes allowed, or dead-letters it with a reason.
 //!
-//! ## One job's path through the folders
+//! ## One job's path through the rooms
 //!
 //! ```text
-//!  producers ──▶ notify.jobs ──▶ decode ──▶ triage ──▶ admit ──▶ decide ──┬──▶ dispatch  notify.dispatch ─▶ notify.dispatch.<channel>
-//!  (exchange)    (quorum queue)  job/       decide     store    decide   ├──▶ delay     notify.delay.x<n> ─▶ ... ─▶ back to notify.jobs
-//!                                                      (Redis)            └──▶ dead      notify.dead (reason, detail)
+//!  producers ─▶ notify.jobs ─▶ decode ─▶ triage ─▶ digest ─▶ admission ─▶ lanes ─▶ fallback ─┬─▶ dispatch  notify.dispatch.<channel>
+//!  (exchange)   (quorum)       job/      decide/   digest/   store/       lanes/   fallback/  ├─▶ delay     notify.delay.x<n> ─▶ notify.jobs
+//!                                                  (fold)    redis/admit/ (park)   (move on)  └─▶ dead      notify.dead (reason, detail)
+//!  senders ─▶ notify.feedback ─▶ feedback/ ;  operators ─▶ admin/, console/, cli/
 //! ```
 //!
-//! 1. [`worker::session`] consumes `notify.jobs` with a bounded prefetch and runs one
-//!    task per delivery; [`worker::process`] takes it from there.
-//! 2. [`job::decode()`] turns the body into a [`job::Job`], or a `malformed` dead
-//!    letter. Pure.
-//! 3. What needs no admission settles first: a cancel mark ([`worker::cancels`],
-//!    held in memory); [`decide::triage`] (an unconfigured channel, a job already
-//!    expired; pure); for a job with a `collapse_key`, whether a newer one replaced
-//!    it ([`redis::collapse`], `lua/collapse.lua`); for a policy with a `window` or
-//!    `sliding` digest, the fold into its group's open digest (`worker::digest`,
-//!    `lua/digest_fold.lua`; a closer in each session sends each digest, when its
-//!    window ends, as one job; a `held` digest folds, after step 5, what its caps
-//!    would delay); [`decide::hold`] (a `not_before`
-//!    ahead, send windows closed now: [`quota::send_windows`]; pure).
-//! 4. [`store::QuotaStore::admit`] (the quota store: what an admission asks and
-//!    answers is [`admission`]) asks Redis: the recipient's caps, its policy's
-//!    and those of every `[caps.NAME]` layer the job meets ([`rules::Rules::layers`],
-//!    [`quota::caps`]), all in the one call ([`redis::admit`], `lua/admit/`, with
-//!    the calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],
-//!    keyed per tenant) and the channel's send
-//!    rate ([`redis::rate`], `lua/rate.lua`), each batched: the jobs that ask at the
-//!    same moment share one call (on a Redis Cluster, one call per node, grouped
-//!    by [`redis::slots`]). One clock: Redis `TIME`.
-//! 5. [`decide::after_admission`] turns the store's answer into a [`decide::Decision`]:
-//!    dispatch, delay until the exact instant every rule passes and the send
-//!    windows are open ([`quota::window`], [`quota::send_windows`]: pure calendar
+//! The worker's loop ([`worker`]) carries one delivery through these rooms in this
+//! order, each reached through a few names of its `mod.rs`:
+//!
+//! 1. **Consume.** [`worker::session`] consumes `notify.jobs` with a bounded
+//!    prefetch and runs one task per delivery; [`worker::process`] takes it from
+//!    there (one delivery to one confirmed outcome).
+//! 2. **Decode** ([`job`]): [`job::decode()`] turns the body into a [`job::Job`],
+//!    or a `malformed` dead letter. Pure.
+//! 3. **Triage** ([`decide`]): what needs no admission settles first: a cancel mark
+//!    (`worker::cancels`, held in memory); [`decide::triage`] (an unconfigured
+//!    channel, a job already expired; pure).
+//! 4. **Digest fold** ([`digest`]): for a policy with a `window` or `sliding`
+//!    digest, the fold into its group's open digest ([`digest::store`],
+//!    `lua/digest_fold.lua`); each session's closer ([`digest::close`]) sends each
+//!    digest, when its window ends, as one job. A `held` digest folds, after the
+//!    admission, what its caps would delay ([`digest::select`]).
+//! 5. **Hold**: for a job with a `collapse_key`, whether a newer one replaced it
+//!    ([`redis::collapse`]); a `not_before` ahead, send windows closed now
+//!    ([`decide::hold`], [`quota::send_windows`]; pure).
+//! 6. **Admission** ([`store`], [`redis::admit`]): [`store::QuotaStore::admit`] asks
+//!    Redis (what it asks and answers: [`admission`]): the recipient's caps, its
+//!    policy's and those of every `[caps.NAME]` layer the job meets
+//!    ([`rules::Rules::layers`], [`quota::caps`]), the recipient's suppressions
+//!    ([`quota::suppression`]) and preferences ([`preferences`]: opt-outs and quiet
+//!    hours, [`preferences::checks`]), all in the one call (`lua/admit/`, with the
+//!    calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],
+//!    keyed per tenant), and the channel's send rate ([`redis::rate`],
+//!    `lua/rate.lua`), each batched: the jobs that ask at the same moment share one
+//!    call (on a Redis Cluster, one call per node, grouped by [`redis::slots`]).
+//!    One clock: Redis `TIME`. [`decide::after_admission`] turns the answer into a
+//!    [`decide::Decision`]: dispatch, delay until the exact instant every rule
+//!    passes and the send windows are open ([`quota::window`]: pure calendar
 //!    arithmetic; over several layers, the latest of each layer's instant), bounded
-//!    by `expires_at` and `max_wait`, duplicate, or dead-letter.
-//!    For a shadow policy, [`decide::shadow`] says what enforcing it would have done
-//!    (counted), and the job goes out as admitted. A job its channel's rate would
-//!    make wait is parked in its lane instead (`worker::lanes`: a queue per paced
-//!    channel and priority, consumed as the rate allows, urgent first, the shares
-//!    decided for every worker by `lua/lanes.lua` and [`quota::lanes`]).
-//! 6. [`worker::process`] carries the decision out over [`amqp`]: publish with a
-//!    confirm ([`amqp::publisher`]), to the dispatch exchange, to the delay ladder
-//!    ([`amqp::ladder`], headers from [`job::headers`]) or to the dead letters; then
-//!    commit the dispatch in Redis ([`worker::commits`]) or give the admission back
-//!    ([`redis::refund`]), and ack the delivery ([`amqp::acks`]). What became of a
-//!    job that waits or waited is noted for `admin job` ([`job::note`],
-//!    [`redis::notes`]) in the commits' pipeline.
-//!
-//! ## Hearing back from the senders
-//! [`feedback`] is each session's second consumer, on `notify.feedback`: what became
-//! of a dispatched job, decoded by the producer crate's decoder (pure) and applied
-//! once in Redis ([`feedback::apply`]: `lua/feedback.lua` gives a failed send back or
-//! suppresses a recipient, `lua/throttle.lua` pauses a channel's rate and ramps it
-//! back). `lua/admit/` dead-letters a suppressed recipient's job (`suppressed`,
-//! [`quota::suppression`]) in the admission call it already makes, once
-//! [`feedback::watch`] has seen that some recipient is suppressed.
-//!
-//! ## The recipient's own say
-//! A recipient's preferences ([`quota::preferences`]: opt-outs by category, channel
-//! or the pair, quiet hours; pure) are edited over HTTP (`/v1/recipients/R/preferences`,
-//! `http/preferences.rs`, described by [`http::openapi`] at `/v1/openapi.json`) and
-//! from the CLI, and stored by [`admin::preferences`] (`lua/preferences.lua`); every
-//! set goes out and comes back in as JSON lines ([`admin::preference_files`],
-//! [`quota::preference_lines`]).
-//! `lua/admit/` dead-letters an opted-out job (`opted_out`) in the admission call
-//! it already makes, once [`feedback::watch`] has seen the key `prefix:preferences`;
-//! a `required` policy's jobs pass.
+//!    by `expires_at` and `max_wait`, duplicate, or dead-letter. For a shadow
+//!    policy, [`decide::shadow`] says what enforcing it would have done (counted).
+//! 7. **Lanes** ([`lanes`]): a job its channel's rate would make wait is parked in
+//!    its lane instead (a queue per paced channel and priority, consumed as the
+//!    rate allows, urgent first, the shares decided for every worker by
+//!    `lua/lanes.lua`, [`redis::lanes`]).
+//! 8. **Fallback** ([`fallback`]): a job that names further channels moves on to
+//!    the next one when its channel refuses it for a cause its policy names, or
+//!    when the sender reports it failed or never answers (`worker/routing.rs`).
+//! 9. **Dispatch, delay, dead** ([`amqp`]): [`worker::process`] carries the
+//!    decision out: publish with a confirm ([`amqp::publisher`]), to the dispatch
+//!    exchange, to the delay ladder ([`amqp::ladder`], headers from
+//!    [`job::headers`]) or to the dead letters; then commit the dispatch in Redis
+//!    (`worker::commits`) or give the admission back ([`redis::refund`]), and ack
+//!    the delivery ([`amqp::acks`]). What became of a job that waits or waited is
+//!    noted for `admin job` ([`job::note`], [`redis::notes`]) in the commits'
+//!    pipeline.
+//! 10. **Feedback** ([`feedback`]): each session's second consumer, on
+//!     `notify.feedback`: what became of a dispatched job, decoded by the producer
+//!     crate's decoder (pure) and applied once in Redis ([`feedback::apply`]:
+//!     `lua/feedback.lua` gives a failed send back or suppresses a recipient,
+//!     `lua/throttle.lua` pauses a channel's rate and ramps it back);
+//!     [`feedback::watch`] turns the admission's suppression and preference checks
+//!     on once some recipient has either.
+//! 11. **Operators** ([`admin`], [`console`], the binary's `cli/`): queue depths,
+//!     dead letters read/replayed/purged without loss, a recipient's recorded sends,
+//!     waiting jobs, digests and preferences, one job explained or cancelled. A
+//!     recipient's preferences are edited over HTTP (`/v1/recipients/R/preferences`,
+//!     `http/preferences.rs`, described by [`http::openapi`] at `/v1/openapi.json`)
+//!     and from the CLI, stored by [`preferences::edit`] (`lua/preferences.lua`),
+//!     and go out and come back in as JSON lines ([`preferences::files`]).
 //!
 //! ## Around the flow
 //! - [`config`]: the typed configuration, a file per section (defaults file,
@@ -81,47 +87,50 @@
 //!   (its decision as `quota.*` attributes), a `send` span per publish, the W3C
 //!   context in the AMQP headers of every copy (docs/guide/tracing.md).
 //! - [`tls`]: rustls for `amqps://` and `rediss://`, never falling back to plaintext.
-//! - [`amqp::topology`]: every exchange and queue, declared at each session's start.
-//! - [`backoff`]: the one jittered backoff every retry uses; [`signals`]: SIGTERM
-//!   and SIGINT into one shutdown token.
+//! - [`amqp::topology`]: every exchange and queue (the lanes' too), declared at each
+//!   session's start.
+//! - [`backoff`]: the one jittered backoff every retry uses; [`counted`]: a count
+//!   held for as long as a wait lasts; [`signals`]: SIGTERM and SIGINT into one
+//!   shutdown token.
 //! - [`rules`]: the policies and channel rates and windows in force, one immutable
 //!   value the store swaps whole; [`reload`]: SIGHUP and `POST /reload` read the
 //!   configuration again and swap them, or refuse naming why.
 //! - [`reset`]: a Redis that lost its data noticed within a second (a marker read
 //!   back by the health watcher), and `redis.on_reset = "pause"`'s hold.
-//! - [`health`]: readiness (broker and Redis); [`metrics`]: every metric name once; [`http`]: `/` (the status page, from
-//!   [`status`]), `/status.json`, `/metrics`, `/healthz`, `/readyz`, `POST /reload`;
+//! - [`health`]: readiness (broker and Redis); [`metrics`]: every metric name once;
+//!   [`http`]: `/` (the status page, from [`status`]), `/status.json`, `/metrics`,
+//!   `/healthz`, `/readyz`, `POST /reload`, the preferences API;
 //!   [`console`]: `/console`, the operators' pages and actions over [`admin`].
 //! - [`producer`]: the `quota-worker-producer` crate (`producer/`: the job as a
 //!   struct, its JSON Schema, the decoder [`job::decode()`] and the confirm-mode
 //!   [`amqp::publisher`] the worker shares), connected as the settings say.
-//! - [`admin`]: queue depths, dead letters read/replayed/purged without loss, a
-//!   recipient's recorded sends and waiting jobs, one job explained or cancelled.
 //!
 //! ## Layers
 //! Each layer imports only from the layers below it; no source file of any crate
 //! of the workspace is in an import circle (`cargo test --test suite layers::`
-//! checks every crate). From the bottom:
+//! checks every crate). A room (lanes, digests, preferences, feedback, fallback)
+//! spans layers, from its pure decision to its Redis call; its pure files sit with
+//! the domain, and lower layers import those files themselves, never the room's
+//! `mod.rs`, which only the worker's loop and the rooms above name. From the
+//! bottom:
 //!
 //! | layer | modules | does I/O |
 //! |---|---|---|
-//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, lanes, suppressions, key names), [`admission`] (what an admission asks and answers), [`backoff`], [`tls`] | no (`tls` reads certificate files) |
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`preferences::set`], [`preferences::lines`], [`digest::message`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
 //! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
 //! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
-//! | decision, pure | [`decide`]: triage, hold, after the admission | no |
+//! | decision, pure | [`decide`]: triage, hold, after the admission; which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters) | no |
-//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`] | Redis |
-//! | quota store | [`store`]: admissions (with their layers), the rate and the lanes' takes, commits, releases, the clock | Redis |
-//! | around the store | [`reset`] (a Redis that lost its data), [`health`], [`reload`], [`feedback`] (the senders' feedback: decode, apply once, consume), [`admin`] | Redis, broker |
-//! | service | [`status`], [`worker`] (session, process, lanes, commits, cancels), [`http`], [`signals`], [`producer`] | all |
+//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
+//! | quota store | [`store`]: admissions (with their layers), the rate, commits, releases, the clock | Redis |
+//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]), [`feedback`], [`fallback`], [`admin`] | Redis, broker |
+//! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
 //!
 //! The binary (`src/main.rs`, `src/cli/`) sits on top and prints what the library
-//! returns.
-//!
-//! `src/main.rs` and `src/cli/` are the binary: arguments, logging, the async runtime
-//! (one thread unless `worker.threads` says more), jemalloc as the allocator, and
-//! what the `publish` and `admin` subcommands print. `bench/` is the benchmark, a
-//! crate of its own in the workspace.
+//! returns: arguments, logging, the async runtime (one thread unless
+//! `worker.threads` says more), jemalloc as the allocator, and what the `publish`
+//! and `admin` subcommands print. `bench/` is the benchmark, a crate of its own in
+//! the workspace.
 #![warn(missing_docs)]
 
 pub mod admin;

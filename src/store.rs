@@ -8,6 +8,14 @@
 //! Admissions that wait at the same moment share one `lua/admit/` call (module
 //! [`crate::redis::admit`]) on a single node.
 //!
+//! Its files: `admit.rs` (an admission), `layers.rs` (caps in layers; pure),
+//! `quiet.rs` (a job quiet hours hold: its caps at their end), `pace.rs` (the
+//! channel's rate) and `writes.rs` (commits, notes, releases, collapse keys). Beside
+//! the connection it keeps what the rooms the admission calls need of Redis: each
+//! channel's lanes ([`ChannelLanes`]), the digests' side ([`Digests`]) and what
+//! admissions check of preferences (`crate::preferences::checks`); their logic is
+//! theirs.
+//!
 //! ## One clock
 //! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar
 //! windows need the recipient's local midnights, which Lua cannot compute, so the

@@ -1,11 +1,31 @@
-//! Redis, one module per script: each owns its arguments and its reply
-//! ([`admit`]: a recipient's caps, many jobs a call; [`rate`] and [`refund`]: a
-//! channel's GCRA; [`import`]: the admin's import of past sends; [`collapse`]: the newest job of a
-//! collapse key; [`digest`]: digests folded, claimed and closed; [`notes`]: what the worker notes about waiting and ended jobs, and
-//! the cancel marks), all registered in [`scripts`]; the reset marker and the pause
-//! mark ([`marker`], plain commands); every key of a pattern by `SCAN`, on each
-//! primary of a cluster ([`scan`]); and the connection ([`conn`]). What the answers mean is decided
-//! elsewhere ([`crate::store`], [`crate::decide`]).
+//! Redis: one wrapper module per script, each owning its arguments and its reply,
+//! every script registered (its source and its SHA) and loaded at start in
+//! [`scripts`]:
+//!
+//! | script | wrapper | called from |
+//! |---|---|---|
+//! | `lua/admit/` | [`admit`]: a recipient's caps, many jobs a call | the store |
+//! | `lua/rate.lua` | [`rate`]: a channel's GCRA | the store, batched by [`rate_batch`] |
+//! | `lua/lanes.lua` | [`lanes`]: the GCRA taken by a job of a lane | [`rate_batch`], the lanes' lines ([`crate::lanes`]) |
+//! | `lua/refund.lua`, `lua/release.lua` | [`refund`], [`release`]: a take, a reservation, given back | the store |
+//! | `lua/collapse.lua` | [`collapse`]: the newest job of a collapse key | the store |
+//! | `lua/import.lua` | [`import`]: the admin's import of past sends | the admin |
+//! | `lua/digest_*.lua` | [`digest`]: a module per script (fold, claim, close, reopen) | the digests ([`crate::digest`]) |
+//! | `lua/preferences.lua` | [`preferences`]: a set replaced or removed | the preferences ([`crate::preferences`]) |
+//!
+//! Four scripts still have their call (arguments and reply) in the room that uses
+//! them rather than a wrapper here: `lua/feedback.lua` and `lua/throttle.lua`
+//! ([`crate::feedback::apply`]) and `lua/route_claim.lua` (`fallback/state.rs`),
+//! registered in [`scripts`] all the same; and `lua/dead_index.lua`
+//! ([`crate::admin::dead_index`]), which that module loads itself. (They move here
+//! as those rooms are next changed.)
+//!
+//! Besides the scripts: what the worker notes about waiting and ended jobs, and the
+//! cancel marks ([`notes`], plain commands); the reset marker and the pause mark
+//! ([`marker`]); every key of a pattern by `SCAN`, on each primary of a cluster
+//! ([`scan`]); the hash slots of a cluster ([`slots`]); and the connection
+//! ([`conn`]). What the answers mean is decided elsewhere (the store, the rooms,
+//! [`crate::decide`]).
 
 pub(crate) mod admit;
 pub(crate) mod collapse;
