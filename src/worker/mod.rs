@@ -8,6 +8,13 @@
 //! [`crate::decide`] decision. Dispatched jobs are committed, and what became of
 //! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
 //! ([`cancels`]); readiness is kept in [`crate::health`].
+//!
+//! The loop calls the rooms through their `mod.rs`: [`digest`] (the fold and the
+//! session's closer, [`crate::digest`]), [`lanes`] (the rate step, the park, the
+//! lane consumers' prefetch, [`crate::lanes`]) and `routing.rs` (a job's route,
+//! [`crate::fallback`]). What every step of a job's handling shares has a file of
+//! its own, imported from there: its error ([`ProcessError`], `error.rs`) and the
+//! session's link ([`BrokerLink`], `link.rs`).
 
 pub(crate) mod cancels;
 pub(crate) mod commits;
