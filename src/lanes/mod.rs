@@ -31,7 +31,7 @@
 //! (`worker/lanes.rs` ties them to its session); the store keeps each channel's
 //! [`slots::ChannelLanes`] beside its rate.
 
-pub mod clocks;
+pub(crate) mod clocks;
 pub(crate) mod consume;
 pub(crate) mod line;
 pub(crate) mod park;
