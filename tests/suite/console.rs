@@ -317,3 +317,4 @@ async fn a_recipient_and_a_payload_holding_a_script_are_shown_as_text() {
 mod browser;
 mod figures;
 mod flows;
+mod index;
