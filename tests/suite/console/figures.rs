@@ -137,6 +137,11 @@ async fn figures() {
             "50000 dead letter(s) selected",
         ),
         (
+            "the same, the middle page (500), the furthest walk",
+            "/console/dead?channel=email&policy=default&page=500",
+            "50000 dead letter(s) selected",
+        ),
+        (
             "the same, the last page (1,000)",
             "/console/dead?channel=email&policy=default&page=1000",
             "50000 dead letter(s) selected",
