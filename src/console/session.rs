@@ -28,7 +28,9 @@ pub const COOKIE: &str = "qw_console";
 /// One login.
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// Who logged in: `admin` (the admin token) or `loopback` (no token asked).
+    /// Who logged in: the name of the admin token given (`admin` for
+    /// `http.admin_token`, else its name in `http.admin_tokens`), or `loopback` (no
+    /// token asked).
     pub who: String,
     csrf: String,
     expires: Instant,
@@ -173,11 +175,11 @@ pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Resp
         },
         None => match &app.guard {
             Guard::Open => app.open(
-                "loopback",
+                crate::http::guard::LOOPBACK,
                 settings.console.session_ttl.0,
                 behind_tls(headers),
             ),
-            Guard::Token(_) => {
+            Guard::Tokens(_) => {
                 return Err((
                     StatusCode::SEE_OTHER,
                     [(header::LOCATION, "/console/login")],
@@ -259,7 +261,7 @@ fn login_page(status: StatusCode, error: Option<&str>) -> Response {
         html! {
             @if let Some(e) = error { p.error role="alert" { (e) } }
             form method="post" action="/console/login" {
-                label for="token" { "Admin token (http.admin_token)" }
+                label for="token" { "Admin token (http.admin_token, or yours in http.admin_tokens)" }
                 input #token type="password" name="token" autocomplete="current-password" required autofocus;
                 button type="submit" { "Log in" }
             }
@@ -282,19 +284,15 @@ pub(super) async fn login(
     if matches!(app.guard, Guard::Refused) {
         return refused();
     }
-    if !app.guard.admits(token) {
+    let Some(who) = app.guard.admits(token) else {
         tracing::warn!("console: a login with a wrong token refused");
         return login_page(
             StatusCode::UNAUTHORIZED,
-            Some("That is not the admin token."),
+            Some("That is not an admin token."),
         );
-    }
-    let who = match app.guard {
-        Guard::Open => "loopback",
-        _ => "admin",
     };
-    let visitor = app.open(who, settings.console.session_ttl.0, behind_tls(&headers));
-    tracing::info!(who, action = "login", "console");
+    let visitor = app.open(&who.0, settings.console.session_ttl.0, behind_tls(&headers));
+    tracing::info!(who = %who.0, action = "login", "console");
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response();
     layout::set_cookie(&mut response, visitor.set_cookie.as_deref());
     response
