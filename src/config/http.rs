@@ -27,7 +27,8 @@ pub struct HttpSettings {
     /// The bearer token the mutating endpoints (`POST /reload`) ask for: `Authorization: Bearer <token>`, compared in constant time;
     /// without it or with another one they answer 401. Unset (the default): they
     /// answer on a loopback `listen` only, and 403 on any other (`config check`
-    /// warns). `quota-worker admin reload` sends it. A secret:
+    /// warns). The console's login takes it too; the action log names its holder
+    /// `admin`. `quota-worker admin reload` sends it. A secret:
     /// may come from the file named by `QUOTA_WORKER__HTTP__ADMIN_TOKEN_FILE`;
     /// printed as [`REDACTED`].
     #[serde(

@@ -195,3 +195,5 @@ async fn admin_reload_sends_the_token_and_the_pages_show_no_secret_and_no_recipi
         }
     }
 }
+
+mod named;
