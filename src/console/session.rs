@@ -1,5 +1,5 @@
-//! Who is looking: the console's sessions, its login and logout, and the checks
-//! every page ([`enter`]) and every action ([`act`]) make. A session is a random
+//! Who is looking: the console's sessions, its logout, and the checks every page
+//! ([`enter`]) and every action ([`act`]) make (the login is `login.rs`). A session is a random
 //! id in an `HttpOnly`, `SameSite=Strict` cookie scoped to `/console` (`Secure`
 //! when the request came through TLS, `X-Forwarded-Proto: https`), kept in memory
 //! as its BLAKE3 hash for `console.session_ttl`, with a CSRF token of its own that
@@ -79,17 +79,24 @@ fn hash(id: &str) -> [u8; 32] {
     *blake3::hash(id.as_bytes()).as_bytes()
 }
 
-fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+/// The value of the cookie `name` that `headers` carry.
+pub(super) fn cookie_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find_map(|(k, v)| (k == COOKIE).then_some(v))
+        .find_map(|(k, v)| (k == name).then_some(v))
 }
 
-fn behind_tls(headers: &HeaderMap) -> bool {
+fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+    cookie_named(headers, COOKIE)
+}
+
+/// Whether the request came through TLS (`X-Forwarded-Proto: https`): its cookies
+/// are `Secure`.
+pub(super) fn behind_tls(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
@@ -112,7 +119,7 @@ impl Console {
     }
 
     /// Open a session for `who`, lasting `ttl`: the visitor, with the cookie to set.
-    fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
+    pub(super) fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
         let id = random_id();
         let session = Session {
             who: who.to_string(),
@@ -144,7 +151,7 @@ impl Console {
 }
 
 /// The store and settings, once the worker is connected; 404 with the console off.
-fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
+pub(super) fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
     let Some(reloader) = app.status.reloader() else {
         return Err(layout::bare(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -197,7 +204,8 @@ pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Resp
     })
 }
 
-fn refused() -> Response {
+/// The answer where nobody may log in.
+pub(super) fn refused() -> Response {
     layout::bare(
         StatusCode::FORBIDDEN,
         "Refused",
@@ -244,58 +252,6 @@ pub(super) fn act(
         },
         fields,
     ))
-}
-
-/// `GET /console/login`.
-pub(super) async fn form(State(app): State<Arc<Console>>) -> Response {
-    if matches!(app.guard, Guard::Refused) {
-        return refused();
-    }
-    login_page(StatusCode::OK, None)
-}
-
-fn login_page(status: StatusCode, error: Option<&str>) -> Response {
-    layout::bare(
-        status,
-        "Log in",
-        html! {
-            @if let Some(e) = error { p.error role="alert" { (e) } }
-            form method="post" action="/console/login" {
-                label for="token" { "Admin token (http.admin_token, or yours in http.admin_tokens)" }
-                input #token type="password" name="token" autocomplete="current-password" required autofocus;
-                button type="submit" { "Log in" }
-            }
-        },
-    )
-}
-
-/// `POST /console/login`: the admin token for a session cookie.
-pub(super) async fn login(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (_, settings) = match ready(&app) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    let fields = Fields::parse(&body);
-    let token = fields.get("token").unwrap_or("");
-    if matches!(app.guard, Guard::Refused) {
-        return refused();
-    }
-    let Some(who) = app.guard.admits(token) else {
-        tracing::warn!("console: a login with a wrong token refused");
-        return login_page(
-            StatusCode::UNAUTHORIZED,
-            Some("That is not an admin token."),
-        );
-    };
-    let visitor = app.open(&who.0, settings.console.session_ttl.0, behind_tls(&headers));
-    tracing::info!(who = %who.0, action = "login", "console");
-    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response();
-    layout::set_cookie(&mut response, visitor.set_cookie.as_deref());
-    response
 }
 
 /// `POST /console/logout`.

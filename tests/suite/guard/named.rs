@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::Running;
 use crate::cli::*;
-use crate::console::ask;
+use crate::console::{ask, post_login};
 use testkit::*;
 
 /// Whether a line of `log` records `action` by `who` (`key=value` or
@@ -104,29 +104,13 @@ async fn each_named_token_passes_as_its_holder_and_the_log_says_who() {
     }
 
     // the console's login with bob's token (read from its file): bob's session
-    let login = ask(
-        &addr,
-        "POST",
-        "/console/login",
-        None,
-        &[("token", "t-bob-0123456789")],
-        "",
-    )
-    .await;
+    let login = post_login(&addr, "t-bob-0123456789", "").await;
     assert_eq!(login.code, 303, "{login:?}");
     let cookie = login.cookie().unwrap();
     let page = ask(&addr, "GET", "/console", Some(&cookie), &[], "").await;
     assert!(page.body.contains("bob"), "{}", page.body);
     assert!(!page.body.contains("t-bob"), "no token on a page");
-    let wrong = ask(
-        &addr,
-        "POST",
-        "/console/login",
-        None,
-        &[("token", "t-carol")],
-        "",
-    )
-    .await;
+    let wrong = post_login(&addr, "t-carol", "").await;
     assert_eq!(wrong.code, 401);
 
     drop(worker);
