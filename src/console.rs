@@ -25,6 +25,7 @@ use crate::http::guard::Guard;
 use crate::status::Status;
 
 mod dead;
+mod fields;
 mod job;
 mod layout;
 mod login;

@@ -18,8 +18,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
+use super::fields::Fields;
 use super::layout;
-use super::session::{behind_tls, cookie_named, ready, refused, Fields};
+use super::session::{behind_tls, cookie_named, ready, refused};
 use super::Console;
 use crate::http::guard::Guard;
 

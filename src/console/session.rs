@@ -5,16 +5,17 @@
 //! as its BLAKE3 hash for `console.session_ttl`, with a CSRF token of its own that
 //! every form carries and every action checks (compared in constant time).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
+use super::fields::Fields;
 use super::layout;
 use super::layout::Visitor;
 use super::Console;
@@ -42,29 +43,6 @@ pub(super) struct Ctx {
     pub store: Arc<QuotaStore>,
     pub settings: Settings,
     pub visitor: Visitor,
-}
-
-/// A form's fields (or a query's), each trimmed; empty ones left out.
-#[derive(Debug, Default)]
-pub(super) struct Fields(HashMap<String, String>);
-
-impl Fields {
-    pub fn parse(text: &[u8]) -> Fields {
-        Fields(
-            form_urlencoded::parse(text)
-                .map(|(k, v)| (k.into_owned(), v.trim().to_string()))
-                .filter(|(_, v)| !v.is_empty())
-                .collect(),
-        )
-    }
-
-    pub fn of_query(uri: &axum::http::Uri) -> Fields {
-        Fields::parse(uri.query().unwrap_or("").as_bytes())
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
 }
 
 fn random_id() -> String {
@@ -170,9 +148,39 @@ pub(super) fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Respon
     Ok((reloader.store().clone(), settings))
 }
 
+/// A page's context and its query's fields, as a handler takes them: the checks
+/// of [`enter`]; a request that fails them is answered by them.
+pub(super) struct Page(pub Ctx, pub Fields);
+
+impl FromRequestParts<Arc<Console>> for Page {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<Console>) -> Result<Page, Response> {
+        let ctx = enter(app, &parts.headers)?;
+        Ok(Page(ctx, Fields::of_query(&parts.uri)))
+    }
+}
+
+/// An action's context and its form's fields, as a handler takes them: the checks
+/// of [`act`]; a request that fails them is answered by them.
+pub(super) struct Action(pub Ctx, pub Fields);
+
+impl FromRequest<Arc<Console>> for Action {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &Arc<Console>) -> Result<Action, Response> {
+        let headers = request.headers().clone();
+        let body = Bytes::from_request(request, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (ctx, fields) = act(app, &headers, &body)?;
+        Ok(Action(ctx, fields))
+    }
+}
+
 /// A page's visitor: its session; else, on an open guard, a new session; else the
 /// login form (303), or 403 where nobody may log in.
-pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
+fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
     let (store, settings) = ready(app)?;
     let visitor = match app.session(headers) {
         Some(s) => Visitor {
@@ -209,17 +217,13 @@ pub(super) fn refused() -> Response {
     layout::bare(
         StatusCode::FORBIDDEN,
         "Refused",
-        html! { p { "http.listen is not loopback and http.admin_token is not set: nobody may use the console (set http.admin_token)." } },
+        html! { p { "http.listen is not loopback and no admin token is set: nobody may use the console (set http.admin_token, or http.admin_tokens)." } },
     )
 }
 
 /// An action's visitor and fields: a live session (401 without one) and the
 /// session's CSRF token in the form (403 without it).
-pub(super) fn act(
-    app: &Arc<Console>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(Ctx, Fields), Response> {
+fn act(app: &Arc<Console>, headers: &HeaderMap, body: &Bytes) -> Result<(Ctx, Fields), Response> {
     let (store, settings) = ready(app)?;
     let Some(session) = app.session(headers) else {
         return Err((
@@ -255,16 +259,8 @@ pub(super) fn act(
 }
 
 /// `POST /console/logout`.
-pub(super) async fn logout(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, _) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    app.close(&headers);
+pub(super) async fn logout(headers: HeaderMap, Action(ctx, _): Action) -> Response {
+    ctx.app.close(&headers);
     tracing::info!(who = %ctx.visitor.who, action = "logout", "console");
     let mut response = (
         StatusCode::SEE_OTHER,

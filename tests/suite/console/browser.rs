@@ -364,7 +364,7 @@ async fn log_in_find_and_cancel(t: &Walk) {
 async fn replay_a_filtered_set(t: &Walk) {
     let (d, dir) = (&t.d, &t.dir);
     d.goto(&t.url("/console/dead")).await;
-    d.fill("#f-reason", "unknown_channel").await;
+    d.fill("#reason", "unknown_channel").await;
     d.click("form[role=search] button").await;
     d.shows("2 dead letter(s) selected").await;
     d.shoot(dir, "dead-letters").await;
