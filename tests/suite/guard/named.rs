@@ -4,9 +4,8 @@
 //! naming its key.
 
 use std::process::Stdio;
-use std::time::Duration;
 
-use super::Running;
+use super::{on_every_interface, ready, Running};
 use crate::cli::*;
 use crate::console::{ask, post_login};
 use testkit::*;
@@ -39,12 +38,7 @@ fn plain(line: &str) -> String {
 #[tokio::test]
 async fn each_named_token_passes_as_its_holder_and_the_log_says_who() {
     let ns = unique("guard-named");
-    let mut s = settings(&ns);
-    s.http.enabled = true;
-    let port = testkit::free_port(None);
-    s.http.listen = format!("0.0.0.0:{port}");
-    let _c = Cleanup::new(&s);
-    let addr = format!("127.0.0.1:{port}");
+    let (s, _c, addr) = on_every_interface(&ns);
     let dir = testkit::temp_dir(&ns);
     let bob = dir.join("bob");
     std::fs::write(&bob, "t-bob-0123456789\n").unwrap();
@@ -83,10 +77,7 @@ async fn each_named_token_passes_as_its_holder_and_the_log_says_who() {
             .spawn()
             .unwrap(),
     );
-    wait_for("/readyz 200", Duration::from_secs(30), || async {
-        matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _)))
-    })
-    .await;
+    ready(&addr).await;
 
     // `admin reload`: alice's token with --as alice; the admin token by default
     for (args, code) in [
