@@ -7,11 +7,12 @@
 //! the policies. Every action calls the same library functions as the CLI and the
 //! REST API ([`crate::admin`]).
 //!
-//! Access ([`session`]): where `POST /reload` needs `http.admin_token`, every page
-//! does too: a login form turns the token into a session cookie (`HttpOnly`,
-//! `SameSite=Strict`, `Secure` behind TLS) that expires after `console.session_ttl`;
-//! every form carries the session's CSRF token; each action is logged with who
-//! and what. I/O: Redis through the store, the broker for replays and purges.
+//! Access ([`session`], [`login`]): where `POST /reload` needs an admin token,
+//! every page does too: a login form, itself guarded against posts from elsewhere,
+//! turns any admin token into a session cookie (`HttpOnly`, `SameSite=Strict`,
+//! `Secure` behind TLS), named after the token, that expires after
+//! `console.session_ttl`; every form carries the session's CSRF token; each action
+//! is logged with who and what. I/O: Redis through the store, the broker for replays and purges.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,13 +25,16 @@ use crate::http::guard::Guard;
 use crate::status::Status;
 
 mod dead;
+mod fields;
 mod job;
 mod layout;
+mod login;
 mod overview;
 mod policies;
 mod recipient;
 mod session;
 
+pub use login::LOGIN_COOKIE;
 pub use session::{Session, COOKIE};
 
 /// What the console serves from: the worker's status (with the reloader, hence
@@ -42,6 +46,8 @@ pub struct Console {
     health: Arc<Health>,
     guard: Guard,
     sessions: Mutex<HashMap<[u8; 32], Session>>,
+    /// The key of the login forms' pre-session tokens, drawn at start.
+    login_key: [u8; 32],
     broker: tokio::sync::Mutex<Option<Arc<lapin::Connection>>>,
 }
 
@@ -60,6 +66,14 @@ impl Console {
             health,
             guard,
             sessions: Mutex::default(),
+            login_key: blake3::derive_key(
+                "quota-worker 2026 console login forms",
+                &[
+                    uuid::Uuid::new_v4().into_bytes(),
+                    uuid::Uuid::new_v4().into_bytes(),
+                ]
+                .concat(),
+            ),
             broker: tokio::sync::Mutex::default(),
         })
     }
@@ -69,7 +83,7 @@ impl Console {
 pub fn router(console: Arc<Console>) -> Router {
     Router::new()
         .route("/console", get(overview::show))
-        .route("/console/login", get(session::form).post(session::login))
+        .route("/console/login", get(login::form).post(login::login))
         .route("/console/logout", post(session::logout))
         .route("/console/recipient", get(recipient::show))
         .route(

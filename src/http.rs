@@ -2,7 +2,8 @@
 //! `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz` (broker
 //! connected with the topology declared, and Redis answering) and `POST /reload`
 //! (re-read the configuration, as SIGHUP does; `quota-worker admin reload`). The
-//! mutating endpoints ask for `http.admin_token` ([`guard`]). The recipients'
+//! mutating endpoints ask for an admin token (`http.admin_token`, or one of
+//! `http.admin_tokens`, [`guard`]), and log who used it. The recipients'
 //! preferences API (`/v1/recipients/{recipient}/preferences`, `preferences.rs`)
 //! asks for `http.api_token` on every method; its OpenAPI 3.1 description
 //! (`/v1/openapi.json`, [`openapi`]) is public. The operators' console
@@ -123,7 +124,12 @@ async fn status_json(State(app): State<App>) -> impl IntoResponse {
     )
 }
 
-async fn reload(State(app): State<App>) -> impl IntoResponse {
+async fn reload(
+    State(app): State<App>,
+    who: Option<axum::Extension<guard::Who>>,
+) -> impl IntoResponse {
+    let who = who.map_or_else(|| guard::LOOPBACK.to_string(), |w| w.0 .0);
+    tracing::info!(who, action = "reload", "http");
     let text = |code, body: String| {
         (
             code,
@@ -250,7 +256,7 @@ pub async fn start(
     tracing::info!(listen = %settings.http.listen, "serving / (status), /console, /metrics, /healthz, /readyz, POST /reload, the preferences API and /v1/openapi.json");
     let guard = Guard::new(&settings.http);
     if matches!(guard, Guard::Refused) {
-        tracing::warn!(listen = %settings.http.listen, "POST /reload answers 403: http.listen is not loopback and http.admin_token is not set");
+        tracing::warn!(listen = %settings.http.listen, "POST /reload and the console answer 403: http.listen is not loopback and no admin token is set (http.admin_token, http.admin_tokens)");
     }
     let app = App {
         metrics: Some(handle),

@@ -7,8 +7,13 @@
 //! by the ids the index found, and then forgets those entries ([`forget`]).
 //!
 //! The index is a sorted set of short summaries (when, id, reason, policy,
-//! channel, recipient tag) scored by when, so a filter reads the summaries alone;
-//! a hash holds each whole entry (headers and body), read only for the page shown.
+//! channel, recipient tag) scored by when; a hash holds each whole entry (headers
+//! and body), read only for the page shown. Beside it, one sorted set per value of
+//! each field a filter names (`…:by:channel:sms`), holding the summaries with that
+//! value at the index's score: the script that adds, drops and forgets entries
+//! keeps them with the index, so a filtered page reads one range of one set, or the
+//! intersection of a few (`lua/dead_page.lua`), instead of every summary. Every key
+//! carries the hash tag `{dead}`: one slot on a cluster.
 //! What the broker dead-letters by itself (a delivery limit) is not in it.
 
 use std::sync::LazyLock;
@@ -24,6 +29,12 @@ use crate::redis::{RedisConn, StoreError};
 
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_index.lua")));
+
+static PAGE_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_page.lua")));
+
+/// Summaries forgotten by one call of the script (a purge may select thousands).
+const FORGET_CHUNK: usize = 1000;
 
 /// Bodies longer than this are cut in the index (the queue keeps them whole).
 const BODY_MAX: usize = 16 * 1024;
@@ -86,15 +97,19 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, s: &Summary) -> bool {
-        let is = |want: &Option<String>, have: &Option<String>| {
-            want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
-        };
-        self.reason.as_ref().is_none_or(|r| *r == s.2)
-            && is(&self.id, &s.1)
-            && is(&self.policy, &s.3)
-            && is(&self.channel, &s.4)
-            && is(&self.recipient_tag, &s.5)
+    /// The field sets this filter intersects (`lua/dead_index.lua` names them
+    /// alike); none for no filter.
+    fn sets(&self, names: &Names) -> Vec<String> {
+        [
+            ("id", &self.id),
+            ("reason", &self.reason),
+            ("policy", &self.policy),
+            ("channel", &self.channel),
+            ("recipient", &self.recipient_tag),
+        ]
+        .into_iter()
+        .filter_map(|(field, value)| Some(format!("{}{field}:{}", names.by, value.as_ref()?)))
+        .collect()
     }
 }
 
@@ -111,13 +126,21 @@ pub struct Known {
     pub tenant: Option<String>,
 }
 
-/// The index and its entries: one hash tag, so one script takes both on a cluster.
-fn names(keys: &Keys) -> (String, String) {
+/// The index, its entries and the field sets' common beginning: one hash tag, so
+/// one script takes them all on a cluster.
+struct Names {
+    index: String,
+    entries: String,
+    by: String,
+}
+
+fn names(keys: &Keys) -> Names {
     let p = keys.prefix();
-    (
-        format!("{p}:{{dead}}:index"),
-        format!("{p}:{{dead}}:entries"),
-    )
+    Names {
+        index: format!("{p}:{{dead}}:index"),
+        entries: format!("{p}:{{dead}}:entries"),
+        by: format!("{p}:{{dead}}:by:"),
+    }
 }
 
 /// The entry of a dead letter published with `props` and `body`.
@@ -147,7 +170,7 @@ pub async fn record(
     entry: &Entry,
     bound: u32,
 ) -> Result<u64, StoreError> {
-    let (index, entries) = names(keys);
+    let names = names(keys);
     let ms = entry.at.timestamp_millis();
     // two dead letters of one id in one millisecond stay two entries
     let nonce = uuid::Uuid::now_v7().simple().to_string();
@@ -164,8 +187,10 @@ pub async fn record(
     let json = serde_json::to_string(entry).unwrap_or_default();
     let mut conn = conn.clone();
     Ok(SCRIPT
-        .key(index)
-        .key(entries)
+        .key(names.index)
+        .key(names.entries)
+        .arg("add")
+        .arg(names.by)
         .arg(serde_json::to_string(&summary).unwrap_or_default())
         .arg(ms)
         .arg(json)
@@ -183,35 +208,35 @@ pub async fn page(
     offset: usize,
     limit: usize,
 ) -> Result<(usize, Vec<Entry>), StoreError> {
-    if *filter == Filter::default() {
-        return newest(conn, keys, offset, limit).await;
-    }
-    let selected = select(conn, keys, filter).await?;
-    let shown: Vec<String> = selected.iter().skip(offset).take(limit).cloned().collect();
-    Ok((selected.len(), read(conn, keys, &shown).await?))
+    let (count, shown) = summaries(conn, keys, filter, offset, limit.max(1)).await?;
+    Ok((count, read(conn, keys, &shown).await?))
 }
 
-/// [`page`] without a filter: the index's count and one range of it, whatever its
-/// size.
-async fn newest(
+/// The summaries `filter` selects, newest first: how many in all, and the `limit`
+/// after the first `offset` (0: all of them). One range of one set, or of the
+/// intersection of the field sets the filter names.
+async fn summaries(
     conn: &RedisConn,
     keys: &Keys,
+    filter: &Filter,
     offset: usize,
     limit: usize,
-) -> Result<(usize, Vec<Entry>), StoreError> {
-    let (index, _) = names(keys);
-    let mut c = conn.clone();
-    let (count, shown): (usize, Vec<String>) = redis::pipe()
-        .cmd("ZCARD")
-        .arg(&index)
-        .cmd("ZRANGE")
-        .arg(&index)
+) -> Result<(usize, Vec<String>), StoreError> {
+    let names = names(keys);
+    let mut sets = filter.sets(&names);
+    if sets.is_empty() {
+        sets.push(names.index);
+    }
+    let mut invocation = PAGE_SCRIPT.prepare_invoke();
+    for set in sets {
+        invocation.key(set);
+    }
+    let mut conn = conn.clone();
+    Ok(invocation
         .arg(offset)
-        .arg(offset + limit.max(1) - 1)
-        .arg("REV")
-        .query_async(&mut c)
-        .await?;
-    Ok((count, read(conn, keys, &shown).await?))
+        .arg(limit)
+        .invoke_async(&mut conn)
+        .await?)
 }
 
 /// Every summary `filter` selects, newest first.
@@ -220,33 +245,7 @@ pub async fn select(
     keys: &Keys,
     filter: &Filter,
 ) -> Result<Vec<String>, StoreError> {
-    let (index, _) = names(keys);
-    let mut conn = conn.clone();
-    let all: Vec<String> = redis::cmd("ZRANGE")
-        .arg(index)
-        .arg(0)
-        .arg(-1)
-        .arg("REV")
-        .query_async(&mut conn)
-        .await?;
-    // a summary holds each value it is filtered on as a JSON string: one that does
-    // not is not parsed
-    let wanted: Vec<String> = [
-        &filter.reason,
-        &filter.policy,
-        &filter.channel,
-        &filter.recipient_tag,
-        &filter.id,
-    ]
-    .into_iter()
-    .flatten()
-    .map(|v| serde_json::to_string(v).unwrap_or_default())
-    .collect();
-    Ok(all
-        .into_iter()
-        .filter(|m| wanted.iter().all(|w| m.contains(w.as_str())))
-        .filter(|m| serde_json::from_str::<Summary>(m).is_ok_and(|s| filter.matches(&s)))
-        .collect())
+    Ok(summaries(conn, keys, filter, 0, 0).await?.1)
 }
 
 /// The ids of the summaries `selected`.
@@ -269,10 +268,9 @@ pub async fn read(
     if selected.is_empty() {
         return Ok(Vec::new());
     }
-    let (_, entries) = names(keys);
     let mut conn = conn.clone();
     let found: Vec<Option<String>> = redis::cmd("HMGET")
-        .arg(entries)
+        .arg(names(keys).entries)
         .arg(selected)
         .query_async(&mut conn)
         .await?;
@@ -297,30 +295,25 @@ pub async fn entry_of(
         id: Some(id.to_string()),
         ..Filter::default()
     };
-    let selected = select(conn, keys, &filter).await?;
-    Ok(read(conn, keys, &selected[..selected.len().min(1)])
-        .await?
-        .pop())
+    let (_, newest) = summaries(conn, keys, &filter, 0, 1).await?;
+    Ok(read(conn, keys, &newest).await?.pop())
 }
 
-/// Forget the entries `selected` (replayed or purged).
+/// Forget the entries `selected` (replayed or purged), with their place in the
+/// field sets.
 pub async fn forget(conn: &RedisConn, keys: &Keys, selected: &[String]) -> Result<(), StoreError> {
-    if selected.is_empty() {
-        return Ok(());
-    }
-    let (index, entries) = names(keys);
+    let names = names(keys);
     let mut conn = conn.clone();
-    redis::pipe()
-        .cmd("ZREM")
-        .arg(&index)
-        .arg(selected)
-        .ignore()
-        .cmd("HDEL")
-        .arg(&entries)
-        .arg(selected)
-        .ignore()
-        .query_async::<()>(&mut conn)
-        .await?;
+    for chunk in selected.chunks(FORGET_CHUNK) {
+        SCRIPT
+            .key(&names.index)
+            .key(&names.entries)
+            .arg("forget")
+            .arg(&names.by)
+            .arg(chunk)
+            .invoke_async::<u64>(&mut conn)
+            .await?;
+    }
     Ok(())
 }
 
@@ -334,35 +327,29 @@ pub fn when(key: &str) -> Option<DateTime<Utc>> {
 mod tests {
     use super::*;
 
-    fn summary(reason: &str, channel: Option<&str>) -> Summary {
-        Summary(
-            1,
-            Some("j1".into()),
-            reason.into(),
-            Some("default".into()),
-            channel.map(str::to_string),
-            Some("tag".into()),
-            "n".into(),
-        )
-    }
-
     #[test]
-    fn a_filter_matches_what_it_names_and_nothing_else() {
-        let all = Filter::default();
-        assert!(all.matches(&summary("capped", None)));
+    fn a_filter_names_one_set_per_field_it_filters_on_in_the_index_slot() {
+        let names = names(&Keys::new("qw", "k"));
+        assert_eq!(names.index, "qw:{dead}:index");
+        assert!(Filter::default().sets(&names).is_empty());
         let capped_sms = Filter {
             reason: Some("capped".into()),
             channel: Some("sms".into()),
             ..Filter::default()
         };
-        assert!(capped_sms.matches(&summary("capped", Some("sms"))));
-        assert!(!capped_sms.matches(&summary("capped", Some("email"))));
-        assert!(!capped_sms.matches(&summary("capped", None)));
-        assert!(!capped_sms.matches(&summary("expired", Some("sms"))));
-        let tag = Filter {
-            recipient_tag: Some("other".into()),
-            ..Filter::default()
+        assert_eq!(
+            capped_sms.sets(&names),
+            ["qw:{dead}:by:reason:capped", "qw:{dead}:by:channel:sms"]
+        );
+        let everything = Filter {
+            reason: Some("r".into()),
+            policy: Some("p".into()),
+            channel: Some("c".into()),
+            recipient_tag: Some("t".into()),
+            id: Some("j".into()),
         };
-        assert!(!tag.matches(&summary("capped", None)));
+        let sets = everything.sets(&names);
+        assert_eq!(sets.len(), 5);
+        assert!(sets.iter().all(|s| s.starts_with("qw:{dead}:by:")));
     }
 }

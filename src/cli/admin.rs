@@ -56,6 +56,11 @@ pub enum AdminCommand {
         /// Ask this address instead of http.listen.
         #[arg(long)]
         addr: Option<std::net::SocketAddr>,
+        /// Send the admin token of this name (`admin`: http.admin_token; else a name
+        /// of http.admin_tokens), which the worker's log names. Default:
+        /// http.admin_token, else the only one of http.admin_tokens.
+        #[arg(long = "as", value_name = "NAME")]
+        holder: Option<String>,
     },
     /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
     /// decide the jobs it holds again (of policies with rules or not required;
@@ -157,18 +162,44 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
             super::preferences::transfer(settings, command).await
         }
         AdminCommand::Digest(args) => super::digest::digest(settings, args).await,
-        AdminCommand::Reload { addr } => reload(settings, addr).await,
+        AdminCommand::Reload { addr, holder } => reload(settings, addr, holder.as_deref()).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
     }
 }
 
-/// `admin reload`: POST /reload to the running worker, with `http.admin_token`
-/// when set; 0 when applied, 2 when refused (the worker says why: a bad
-/// configuration, or 401/403 for the token), 1 when it cannot be asked.
+/// The admin token `admin reload` sends: the one named `holder`; without a name,
+/// `http.admin_token`, else the only one of `http.admin_tokens`; none when none is
+/// set.
+fn admin_token<'a>(
+    settings: &'a Settings,
+    holder: Option<&str>,
+) -> anyhow::Result<Option<&'a secrecy::SecretString>> {
+    let tokens = settings.http.admin_tokens();
+    let Some(holder) = holder else {
+        if tokens.len() > 1 && settings.http.admin_token.is_none() {
+            anyhow::bail!(
+                "several admin tokens are set (http.admin_tokens): say whose with --as NAME"
+            );
+        }
+        return Ok(tokens.first().map(|(_, t)| *t));
+    };
+    match tokens.into_iter().find(|(name, _)| name == holder) {
+        Some((_, token)) => Ok(Some(token)),
+        None => anyhow::bail!(
+            "no admin token is named `{holder}` (`admin` is http.admin_token; the others are the names in http.admin_tokens)"
+        ),
+    }
+}
+
+/// `admin reload`: POST /reload to the running worker, with an admin token when
+/// one is set ([`admin_token`]); 0 when applied, 2 when refused (the worker says
+/// why: a bad configuration, or 401/403 for the token), 1 when it cannot be asked.
 async fn reload(
     settings: &Settings,
     addr: Option<std::net::SocketAddr>,
+    holder: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
+    let token = admin_token(settings, holder)?;
     let addr = match addr {
         Some(addr) => addr,
         None if !settings.http.enabled => {
@@ -177,7 +208,6 @@ async fn reload(
         None => quota_worker::http::local_address(&settings.http.listen)?,
     };
     let timeout = std::time::Duration::from_secs(10);
-    let token = settings.http.admin_token.as_ref();
     let (code, body) = quota_worker::http::ask_as(addr, "POST", "/reload", token, timeout)
         .await
         .with_context(|| format!("asking the worker on {addr} to reload (is it running?)"))?;

@@ -24,6 +24,20 @@ pub const SECRET_KEYS: [&str; 8] = [
     "http.api_token",
 ];
 
+/// The table whose every entry is a secret (`QUOTA_WORKER__HTTP__ADMIN_TOKENS__ALICE_FILE`).
+const SECRET_TABLES: [&str; 1] = ["http.admin_tokens"];
+
+/// Whether `key` may be read from a file: one of [`SECRET_KEYS`], or an entry of a
+/// table of secrets (`http.admin_tokens.alice`).
+pub fn is_secret_key(key: &str) -> bool {
+    SECRET_KEYS.contains(&key)
+        || SECRET_TABLES.iter().any(|table| {
+            key.strip_prefix(table)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|name| !name.is_empty() && !name.contains('.'))
+        })
+}
+
 /// The keys that hold a list of URLs (comma-separated in a variable or its file).
 const URL_LIST_KEYS: [&str; 3] = ["amqp.urls", "redis.cluster_urls", "redis.sentinel.urls"];
 
@@ -59,10 +73,7 @@ impl EnvValues {
             origins: BTreeMap::new(),
         };
         for (key, value) in &collected {
-            let Some(base) = key
-                .strip_suffix("_file")
-                .filter(|base| SECRET_KEYS.contains(base))
-            else {
+            let Some(base) = key.strip_suffix("_file").filter(|base| is_secret_key(base)) else {
                 out.values.push((key.clone(), value.clone()));
                 out.origins.insert(key.clone(), var(key));
                 continue;

@@ -55,6 +55,14 @@ impl Settings {
         {
             out.push("http.admin_token".to_string());
         }
+        // a token renamed, added or removed shows in the printed form; one changed
+        // under its name does not
+        for (name, token) in &self.http.admin_tokens {
+            let now = new.http.admin_tokens.get(name);
+            if now.is_some_and(|t| t.expose_secret() != token.expose_secret()) {
+                out.push(format!("http.admin_tokens.{name}"));
+            }
+        }
         let (old, now): (Vec<&String>, Vec<&String>) = (
             self.channels.keys().collect(),
             new.channels.keys().collect(),
@@ -132,5 +140,12 @@ mod tests {
         );
         assert_eq!(base.needs_restart(&token("a-token")), ["http.admin_token"]);
         assert!(token("a-token").needs_restart(&token("a-token")).is_empty());
+        let alice = |t: &str| load(&[("QUOTA_WORKER__HTTP__ADMIN_TOKENS__ALICE", t)]);
+        assert_eq!(
+            alice("a-token").needs_restart(&alice("b-token")),
+            ["http.admin_tokens.alice"]
+        );
+        assert_eq!(base.needs_restart(&alice("a-token")), ["http.admin_tokens"]);
+        assert!(alice("a-token").needs_restart(&alice("a-token")).is_empty());
     }
 }

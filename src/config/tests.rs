@@ -273,3 +273,71 @@ fn tls_keys_need_a_tls_url_and_urls_are_checked() {
         assert!(err.to_string().contains(says), "{err} should say {says}");
     }
 }
+
+#[test]
+fn named_admin_tokens_load_from_the_file_the_environment_and_files_and_bad_ones_stop_it() {
+    use secrecy::ExposeSecret;
+    let dir = std::env::temp_dir().join(format!("qw-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (path, carol) = (dir.join("worker.toml"), dir.join("carol"));
+    std::fs::write(&carol, "t-carol\n").unwrap();
+    let load = |text: &str, vars: &[(&str, &str)]| {
+        std::fs::write(&path, text).unwrap();
+        Settings::load_with_env(Some(&path), env(vars))
+    };
+    let file = "[http]\nadmin_token = \"t-admin\"\nadmin_tokens = { alice = \"t-alice\" }\n";
+    let s = load(
+        file,
+        &[
+            ("QUOTA_WORKER__HTTP__ADMIN_TOKENS__BOB", "t-bob"),
+            (
+                "QUOTA_WORKER__HTTP__ADMIN_TOKENS__CAROL_FILE",
+                carol.to_str().unwrap(),
+            ),
+        ],
+    )
+    .unwrap();
+    let tokens: Vec<(String, String)> = (s.http.admin_tokens().into_iter())
+        .map(|(n, t)| (n, t.expose_secret().to_string()))
+        .collect();
+    let want = [
+        ("admin", "t-admin"),
+        ("alice", "t-alice"),
+        ("bob", "t-bob"),
+        ("carol", "t-carol"),
+    ];
+    let want: Vec<(String, String)> = want.map(|(n, t)| (n.into(), t.into())).into();
+    assert_eq!(tokens, want);
+    let shown = s.to_string();
+    assert!(
+        !shown.contains("t-alice") && !shown.contains("t-carol"),
+        "{shown}"
+    );
+
+    let twice = load(
+        "[http]\nadmin_tokens = { alice = \"t\", bob = \"t\" }\n",
+        &[],
+    );
+    let err = twice.unwrap_err();
+    assert_eq!(err.key(), Some("http.admin_tokens.bob"));
+    assert!(err.to_string().contains("same token"), "{err}");
+    let err = load(
+        "",
+        &[("QUOTA_WORKER__HTTP__ADMIN_TOKENS__EVE", "two words")],
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), Some("http.admin_tokens.eve"));
+    assert_eq!(
+        err.origin(),
+        Some(&Origin::Env {
+            var: "QUOTA_WORKER__HTTP__ADMIN_TOKENS__EVE".into()
+        })
+    );
+    let err = load(
+        "[http]\nadmin_token = \"t\"\n\n[http.admin_tokens]\nadmin = \"u\"\n",
+        &[],
+    );
+    let err = err.unwrap_err();
+    assert_eq!(err.key(), Some("http.admin_tokens.admin"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

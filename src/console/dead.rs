@@ -8,16 +8,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 use tokio_util::sync::CancellationToken;
 
+use super::fields::Fields;
 use super::layout::Visitor;
-use super::layout::{self, csrf, query, when};
-use super::session::{act, enter, Ctx, Fields};
+use super::layout::{self, csrf, query, search, section, table, when, Input};
+use super::session::{Action, Ctx, Page};
 use super::Console;
 use crate::admin::dead_index::{self, Entry, Filter};
 use crate::admin::{AdminError, DeadLetterInfo, DeadLetters, Selection, WalkAction, WalkReport};
@@ -53,14 +52,14 @@ fn pairs(f: &Fields) -> Vec<(&'static str, &str)> {
 }
 
 fn filter_form(f: &Fields) -> Markup {
-    html! {
-        form.search method="get" action="/console/dead" role="search" {
-            @for (k, label) in [("reason", "Reason"), ("policy", "Policy"), ("channel", "Channel"), ("recipient", "Recipient"), ("tenant", "Tenant")] {
-                div { label for={ "f-" (k) } { (label) } input id={ "f-" (k) } name=(k) value=(f.get(k).unwrap_or("")); }
-            }
-            button type="submit" { "Filter" }
-        }
-    }
+    let inputs = [
+        Input("reason", "Reason", false),
+        Input("policy", "Policy", false),
+        Input("channel", "Channel", false),
+        Input("recipient", "Recipient", false),
+        Input("tenant", "Tenant", false),
+    ];
+    search("/console/dead", f, &inputs, "Filter")
 }
 
 fn hidden_filter(f: &Fields) -> Markup {
@@ -68,28 +67,20 @@ fn hidden_filter(f: &Fields) -> Markup {
 }
 
 fn rows(entries: &[Entry]) -> Markup {
-    html! { div.scroll { table {
-        thead { tr { th { "When" } th { "Job" } th { "Reason" } th { "Policy" } th { "Channel" } th { "Detail" } } }
-        tbody { @for e in entries { tr {
+    let head = ["When", "Job", "Reason", "Policy", "Channel", "Detail"];
+    table(
+        &head,
+        html! { @for e in entries { tr {
             td { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(e.at)) } }
             td { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
             td { code { (e.reason) } } td { (e.policy.clone().unwrap_or_default()) }
             td { (e.channel.clone().unwrap_or_default()) } td { (e.detail) }
-        } } }
-    } } }
+        } } },
+    )
 }
 
 /// `GET /console/dead`.
-pub(super) async fn list(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    let ctx = match enter(&app, &headers) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    let f = Fields::of_query(&uri);
+pub(super) async fn list(Page(ctx, f): Page) -> Response {
     let page: usize = f
         .get("page")
         .and_then(|p| p.parse().ok())
@@ -120,8 +111,7 @@ pub(super) async fn list(
     let prev = (page - 1).to_string();
     let body = html! {
         (filter_form(&f))
-        section aria-labelledby="h-found" {
-            h2 #h-found { (total) " dead letter(s) selected" @if total > 0 { ", newest first, page " (page) } }
+        (section("found", html! { (total) " dead letter(s) selected" @if total > 0 { ", newest first, page " (page) } }, html! {
             p.muted { "Read from the index the worker writes as it dead-letters (console.dead_index), not from the queue." }
             (rows(&entries))
             p {
@@ -129,7 +119,7 @@ pub(super) async fn list(
                 @if page * PAGE < total { a href={ "/console/dead" (query(&{ more.push(("page", &next)); more })) } rel="next" { "Older" } }
             }
             @if total > 0 { (action_forms(&ctx.visitor, &f)) }
-        }
+        }))
     };
     layout::page(&ctx.visitor, "Dead letters", body)
 }
@@ -149,12 +139,7 @@ fn action_forms(v: &Visitor, f: &Fields) -> Markup {
 }
 
 /// `GET /console/dead/one?key=K`: one dead letter, its headers and body.
-pub(super) async fn one(State(app): State<Arc<Console>>, headers: HeaderMap, uri: Uri) -> Response {
-    let ctx = match enter(&app, &headers) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    let f = Fields::of_query(&uri);
+pub(super) async fn one(Page(ctx, f): Page) -> Response {
     let key = f.get("key").unwrap_or("").to_string();
     let found = dead_index::read(&ctx.store.connection(), ctx.store.keys(), &[key.clone()]).await;
     let Ok(Some(e)) = found.map(|mut e| e.pop()) else {
@@ -168,8 +153,8 @@ pub(super) async fn one(State(app): State<Arc<Console>>, headers: HeaderMap, uri
     let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let body = html! {
         (rows(std::slice::from_ref(&e)))
-        section aria-labelledby="h-headers" { h2 #h-headers { "Headers and properties" } pre { (pretty(&e.properties)) } }
-        section aria-labelledby="h-body" { h2 #h-body { "Body" } pre { (pretty(&e.body)) } }
+        (section("headers", "Headers and properties", html! { pre { (pretty(&e.properties)) } }))
+        (section("body", "Body", html! { pre { (pretty(&e.body)) } }))
         form method="post" action="/console/dead/confirm" {
             (csrf(&ctx.visitor)) input type="hidden" name="key" value=(key); input type="hidden" name="action" value="replay";
             button type="submit" { "Replay this one…" }
@@ -202,18 +187,10 @@ fn verb(f: &Fields) -> Option<(&'static str, WalkAction)> {
 }
 
 /// `POST /console/dead/confirm`: how many the action would take, and a button.
-pub(super) async fn confirm(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, f) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn confirm(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let Some((word, _)) = verb(&f) else {
-        return layout::failed(v, StatusCode::BAD_REQUEST, "Dead letters", "no action");
+        return layout::missing(v, "Dead letters", "action");
     };
     let n = match selected(&ctx, &f).await {
         Ok(s) => s.len(),
@@ -280,18 +257,10 @@ async fn walk(ctx: &Ctx, ids: Vec<String>, action: WalkAction) -> Result<WalkRep
 }
 
 /// `POST /console/dead/apply`: replay or purge what was confirmed.
-pub(super) async fn apply(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, f) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn apply(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let Some((word, action)) = verb(&f) else {
-        return layout::failed(v, StatusCode::BAD_REQUEST, "Dead letters", "no action");
+        return layout::missing(v, "Dead letters", "action");
     };
     let chosen = match selected(&ctx, &f).await {
         Ok(s) => s,

@@ -4,39 +4,20 @@
 //! letter in the index; its trace as a link when `console.trace_url` is set; and
 //! cancel while it waits ([`crate::admin::Jobs::cancel`]).
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 
-use super::layout::{self, csrf, query, when};
-use super::session::{act, enter, Ctx, Fields};
-use super::Console;
+use super::layout::{self, csrf, query, search, section, when, Input};
+use super::session::{Action, Ctx, Page};
 use crate::admin::dead_index::{self, Entry};
 use crate::admin::{JobStatus, Jobs};
 use crate::fallback::log::StepOutcome;
 use crate::job::note::{JobState, Place};
 
 /// `GET /console/job`.
-pub(super) async fn show(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    let ctx = match enter(&app, &headers) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    let q = Fields::of_query(&uri);
-    let form = html! {
-        form.search method="get" action="/console/job" role="search" {
-            div { label for="id" { "Job id" } input #id name="id" value=(q.get("id").unwrap_or("")) required; }
-            button type="submit" { "Find" }
-        }
-    };
+pub(super) async fn show(Page(ctx, q): Page) -> Response {
+    let form = search("/console/job", &q, &[Input("id", "Job id", true)], "Find");
     let Some(id) = q.get("id") else {
         return layout::page(&ctx.visitor, "Job", form);
     };
@@ -87,9 +68,11 @@ fn step(s: &JobState) -> Markup {
 
 fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
     let trace = s.record.as_ref().and_then(|r| r.trace_id.clone());
-    html! {
-        section aria-labelledby="h-where" {
-            h2 #h-where { "Job " code { (s.id) } }
+    let title = html! { "Job " code { (s.id) } };
+    section(
+        "where",
+        title,
+        html! {
             p { "Now " (place(&s.place)) " (" (when(s.now)) ")." }
             @if let Some(r) = &s.record {
                 p.muted { "Channel " (r.channel) @if let Some(p) = &r.policy { " · policy " (p) }
@@ -129,8 +112,8 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
                 }
                 @if s.record.is_none() && s.feedback.is_empty() && dead.is_none() { li.muted { "Nothing noted." } }
             }
-        }
-    }
+        },
+    )
 }
 
 fn cancel_form(ctx: &Ctx, s: &JobStatus) -> Markup {
@@ -141,31 +124,22 @@ fn cancel_form(ctx: &Ctx, s: &JobStatus) -> Markup {
         };
     html! {
         @if waits && s.cancelled_at.is_none() {
-            section aria-labelledby="h-cancel" {
-                h2 #h-cancel { "Cancel" }
+            (section("cancel", "Cancel", html! {
                 form method="post" action="/console/job/cancel" {
                     (csrf(&ctx.visitor))
                     input type="hidden" name="id" value=(s.id);
                     button.danger type="submit" { "Cancel this job" }
                 }
-            }
+            }))
         }
     }
 }
 
 /// `POST /console/job/cancel`.
-pub(super) async fn cancel(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, f) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn cancel(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let Some(id) = f.get("id") else {
-        return layout::failed(v, StatusCode::BAD_REQUEST, "Cancel", "no job id");
+        return layout::missing(v, "Cancel", "job id");
     };
     tracing::info!(who = %v.who, action = "cancel", job_id = id, "console");
     let back = format!("/console/job{}", query(&[("id", id)]));

@@ -1,13 +1,16 @@
 //! The console's page shell: the document, its style (inline: no assets), the
-//! navigation, and the small pieces every page uses (the CSRF field, instants,
-//! notices). Pure: builds HTML and responses.
+//! navigation, and the pieces the pages share (a titled section, a table, a search
+//! form, the CSRF field, instants, notices, refusals). Pure: builds HTML and
+//! responses.
 
 use std::fmt::Display;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
+
+use super::fields::Fields;
 
 /// The visitor of one request: who, the CSRF token their forms carry, and the
 /// cookie to set when the session was just opened.
@@ -148,6 +151,53 @@ pub(super) fn failed(v: &Visitor, status: StatusCode, title: &str, why: impl Dis
         title,
         html! { section { p.error role="alert" { (why.to_string()) } } },
     )
+}
+
+/// A request without a field it needs (`what`): 400.
+pub(super) fn missing(v: &Visitor, title: &str, what: &str) -> Response {
+    failed(v, StatusCode::BAD_REQUEST, title, format!("no {what}"))
+}
+
+/// A section titled `title`, labelled by its heading (`h-ID`).
+pub(super) fn section(id: &str, title: impl Render, body: Markup) -> Markup {
+    html! {
+        section aria-labelledby={ "h-" (id) } {
+            h2 id={ "h-" (id) } { (title) }
+            (body)
+        }
+    }
+}
+
+/// A table with these column heads and `rows` (`tr`s), scrolling sideways on a
+/// narrow screen.
+pub(super) fn table(head: &[&str], rows: Markup) -> Markup {
+    html! { div.scroll { table {
+        thead { tr { @for h in head { th { (h) } } } }
+        tbody { (rows) }
+    } } }
+}
+
+/// [`table`], or "None." when there is no row.
+pub(super) fn table_or_none(empty: bool, head: &[&str], rows: Markup) -> Markup {
+    html! { @if empty { p.muted { "None." } } @else { (table(head, rows)) } }
+}
+
+/// One field of a [`search`] form: its name (also its id), its label, and whether
+/// it is required.
+pub(super) struct Input<'a>(pub &'a str, pub &'a str, pub bool);
+
+/// A search form (`GET action`, `role="search"`): a labelled input per field,
+/// filled from `q`, and a button.
+pub(super) fn search(action: &str, q: &Fields, inputs: &[Input<'_>], button: &str) -> Markup {
+    html! {
+        form.search method="get" action=(action) role="search" {
+            @for Input(name, label, required) in inputs {
+                div { label for=(name) { (label) }
+                    input id=(name) name=(name) value=(q.get(name).unwrap_or("")) required[*required]; }
+            }
+            button type="submit" { (button) }
+        }
+    }
 }
 
 /// The hidden CSRF field of every form.

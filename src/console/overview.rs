@@ -2,24 +2,15 @@
 //! by outcome over the last 15 minutes, dead letters by reason: the status page's
 //! [`crate::status::Report`], drawn on the server.
 
-use std::sync::Arc;
-
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{html, Markup};
 
-use super::layout::{self, when};
-use super::session::enter;
-use super::Console;
+use super::layout::{self, section, table, when};
+use super::session::Page;
 use crate::status::Report;
 
 /// `GET /console`.
-pub(super) async fn show(State(app): State<Arc<Console>>, headers: HeaderMap) -> Response {
-    let ctx = match enter(&app, &headers) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn show(Page(ctx, _): Page) -> Response {
     let report = ctx.app.status.report(&ctx.app.health);
     layout::page(&ctx.visitor, "Overview", sections(&report))
 }
@@ -32,8 +23,7 @@ fn up(ok: bool) -> Markup {
 fn sections(r: &Report) -> Markup {
     let window = r.period_seconds * r.rates.first().map_or(0, |s| s.counts.len()) as u64;
     html! {
-        section aria-labelledby="h-ready" {
-            h2 #h-ready { "Readiness" }
+        (section("ready", "Readiness", html! {
             p {
                 @if r.ready { strong.ok { "ready" } } @else { strong.bad { "not ready" } }
                 " · broker " (up(r.broker)) " · Redis " (up(r.redis))
@@ -43,40 +33,30 @@ fn sections(r: &Report) -> Markup {
                 p.bad { "Jobs are held since Redis was found without its data: "
                     (r.redis_resets.paused_because.clone().unwrap_or_default()) " (quota-worker admin resume)" }
             }
-        }
-        section aria-labelledby="h-queues" {
-            h2 #h-queues { "Queues" }
+        }))
+        (section("queues", "Queues", html! {
             p.muted { "Read " (r.queues_at.map(when).unwrap_or_else(|| "not yet".into())) }
-            div.scroll { table {
-                thead { tr { th { "Role" } th { "Queue" } th { "Ready" } th { "Consumers" } } }
-                tbody { @for q in &r.queues { tr {
-                    td { (q.role) @if let Some(d) = &q.detail { " " span.muted { (d) } } }
-                    td.mono { (q.name) }
-                    td.n { (q.ready.map_or("missing".into(), |n| n.to_string())) }
-                    td.n { (q.consumers.map_or("–".into(), |n| n.to_string())) }
-                } } }
-            } }
-        }
-        section aria-labelledby="h-settled" {
-            h2 #h-settled { "Settled, last " (window / 60) " min" }
-            div.scroll { table {
-                thead { tr { th { "Outcome" } th { "Last 15 min" } th { "Since start" } } }
-                tbody { @for s in &r.rates { tr {
-                    td { (s.outcome) }
-                    td.n { (s.counts.iter().sum::<u64>()) }
-                    td.n { (r.totals.iter().find(|(o, _)| o == s.outcome).map_or(0, |(_, n)| *n)) }
-                } } }
-            } }
-        }
-        section aria-labelledby="h-dead" {
-            h2 #h-dead { "Dead letters by reason (since start)" }
-            div.scroll { table {
-                thead { tr { th { "Reason" } th { "Jobs" } } }
-                tbody { @for (reason, n) in r.dead_by_reason.iter().filter(|(_, n)| *n > 0) { tr {
-                    td { a href={ "/console/dead" (layout::query(&[("reason", reason)])) } { (reason) } }
-                    td.n { (n) }
-                } } }
-            } }
-        }
+            (table(&["Role", "Queue", "Ready", "Consumers"], html! { @for q in &r.queues { tr {
+                td { (q.role) @if let Some(d) = &q.detail { " " span.muted { (d) } } }
+                td.mono { (q.name) }
+                td.n { (q.ready.map_or("missing".into(), |n| n.to_string())) }
+                td.n { (q.consumers.map_or("–".into(), |n| n.to_string())) }
+            } } }))
+        }))
+        (section("settled", html! { "Settled, last " (window / 60) " min" }, table(
+            &["Outcome", "Last 15 min", "Since start"],
+            html! { @for s in &r.rates { tr {
+                td { (s.outcome) }
+                td.n { (s.counts.iter().sum::<u64>()) }
+                td.n { (r.totals.iter().find(|(o, _)| o == s.outcome).map_or(0, |(_, n)| *n)) }
+            } } },
+        )))
+        (section("dead", "Dead letters by reason (since start)", table(
+            &["Reason", "Jobs"],
+            html! { @for (reason, n) in r.dead_by_reason.iter().filter(|(_, n)| *n > 0) { tr {
+                td { a href={ "/console/dead" (layout::query(&[("reason", reason)])) } { (reason) } }
+                td.n { (n) }
+            } } },
+        )))
     }
 }

@@ -7,19 +7,15 @@
 //! (flushed one by one). Reads through [`crate::admin::Recipients`], as `admin
 //! recipient` does.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use chrono_tz::Tz;
 use maud::{html, Markup};
 
+use super::fields::Fields;
 use super::layout::Visitor;
-use super::layout::{self, csrf, query, when};
-use super::session::{act, enter, Ctx, Fields};
-use super::Console;
+use super::layout::{self, csrf, query, search, section, table, table_or_none, when, Input};
+use super::session::{Action, Ctx, Page};
 use crate::admin::preferences::EditError;
 use crate::admin::recipients::{NextAllowed, RuleStatus, Send};
 use crate::admin::{RecipientQuery, RecipientStatus, Recipients};
@@ -28,16 +24,7 @@ use crate::admin::{RecipientQuery, RecipientStatus, Recipients};
 const WAITING_SHOWN: usize = 100;
 
 /// `GET /console/recipient`.
-pub(super) async fn show(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    let ctx = match enter(&app, &headers) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    let q = Fields::of_query(&uri);
+pub(super) async fn show(Page(ctx, q): Page) -> Response {
     let form = search_form(&q);
     let Some(recipient) = q.get("recipient") else {
         return layout::page(&ctx.visitor, "Recipient", form);
@@ -92,30 +79,26 @@ async fn read(
 }
 
 fn search_form(q: &Fields) -> Markup {
-    html! {
-        form.search method="get" action="/console/recipient" role="search" {
-            div { label for="recipient" { "Recipient" }
-                input #recipient name="recipient" value=(q.get("recipient").unwrap_or("")) required; }
-            div { label for="tenant" { "Tenant (optional)" }
-                input #tenant name="tenant" value=(q.get("tenant").unwrap_or("")); }
-            div { label for="timezone" { "Zone (optional)" }
-                input #timezone name="timezone" placeholder="Europe/Paris" value=(q.get("timezone").unwrap_or("")); }
-            button type="submit" { "Find" }
-        }
-    }
+    let inputs = [
+        Input("recipient", "Recipient", true),
+        Input("tenant", "Tenant (optional)", false),
+        Input("timezone", "Zone (optional, e.g. Europe/Paris)", false),
+    ];
+    search("/console/recipient", q, &inputs, "Find")
 }
 
 fn summary(s: &RecipientStatus) -> Markup {
-    html! {
-        section aria-labelledby="h-who" {
-            h2 #h-who { "Recipient" }
+    section(
+        "who",
+        "Recipient",
+        html! {
             p { "Tag " code { (s.recipient_tag) }
                 @if let Some(t) = &s.tenant { " · tenant " (t) }
                 " · zone " strong { (s.timezone) }
                 @if let Some(f) = &s.timezone_from { " " span.muted { "(" (f.to_string()) ")" } }
                 " · now " (when(s.now)) }
-        }
-    }
+        },
+    )
 }
 
 fn next(n: &Option<NextAllowed>) -> Markup {
@@ -142,49 +125,52 @@ fn sends(sends: &[Send]) -> Markup {
 }
 
 fn layers(s: &RecipientStatus) -> Markup {
-    html! {
-        section aria-labelledby="h-layers" {
-            h2 #h-layers { "What holds them: policies and caps" }
-            div.scroll { table {
-                thead { tr { th { "Layer" } th { "Channel" } th { "Counted" } th { "Sends" } th { "Next allowed (their zone, then UTC)" } } }
-                tbody {
-                    @for p in &s.policies { tr {
-                        td { "policy " (p.policy) " (" (p.action) ")"
-                            @for w in &p.send_windows { br; span.muted { (w) } } }
-                        td { (p.channel.clone().unwrap_or_else(|| "all".into())) }
-                        td { (rules(&p.rules)) } td { (sends(&p.sends)) } td { (next(&p.next_allowed)) }
-                    } }
-                    @for c in &s.caps { tr {
-                        td { "cap " (c.cap) " (" (c.mode) ")" }
-                        td { (c.channel.clone().unwrap_or_else(|| "all".into())) }
-                        td { (rules(&c.rules)) } td { (sends(&c.sends)) } td { (next(&c.next_allowed)) }
-                    } }
-                }
-            } }
-        }
-    }
+    let head = [
+        "Layer",
+        "Channel",
+        "Counted",
+        "Sends",
+        "Next allowed (their zone, then UTC)",
+    ];
+    let rows = html! {
+        @for p in &s.policies { tr {
+            td { "policy " (p.policy) " (" (p.action) ")"
+                @for w in &p.send_windows { br; span.muted { (w) } } }
+            td { (p.channel.clone().unwrap_or_else(|| "all".into())) }
+            td { (rules(&p.rules)) } td { (sends(&p.sends)) } td { (next(&p.next_allowed)) }
+        } }
+        @for c in &s.caps { tr {
+            td { "cap " (c.cap) " (" (c.mode) ")" }
+            td { (c.channel.clone().unwrap_or_else(|| "all".into())) }
+            td { (rules(&c.rules)) } td { (sends(&c.sends)) } td { (next(&c.next_allowed)) }
+        } }
+    };
+    section(
+        "layers",
+        "What holds them: policies and caps",
+        table(&head, rows),
+    )
 }
 
 fn waiting_jobs(waiting: &Waiting, count: Option<u64>) -> Markup {
-    html! {
-        section aria-labelledby="h-waiting" {
-            h2 #h-waiting { "Waiting jobs" }
+    let rows = html! { @for (id, until) in waiting { tr {
+        td { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } }
+        td { (when(*until)) }
+    } } };
+    section(
+        "waiting",
+        "Waiting jobs",
+        html! {
             @match count {
                 None => p.muted { "Not noted (redis.notes = false)." },
                 Some(0) => p.muted { "None." },
                 Some(n) => {
                     p { (n) " waiting" @if n as usize > waiting.len() { " (the first " (waiting.len()) " shown)" } }
-                    div.scroll { table {
-                        thead { tr { th { "Job" } th { "Until" } } }
-                        tbody { @for (id, until) in waiting { tr {
-                            td { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } }
-                            td { (when(*until)) }
-                        } } }
-                    } }
+                    (table(&["Job", "Until"], rows))
                 },
             }
-        }
-    }
+        },
+    )
 }
 
 fn hidden(recipient: &str, tenant: &Option<String>) -> Markup {
@@ -195,45 +181,40 @@ fn hidden(recipient: &str, tenant: &Option<String>) -> Markup {
 }
 
 fn digests(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
-    html! {
-        section aria-labelledby="h-digests" {
-            h2 #h-digests { "Open digests" }
-            @if s.digests.is_empty() { p.muted { "None." } }
-            @else { div.scroll { table {
-                thead { tr { th { "Digest" } th { "Group" } th { "Items" } th { "Closes" } th { "State" } th { "" } } }
-                tbody { @for d in &s.digests { tr {
-                    td { code { (d.id) } } td { (d.channel) " / " (d.key) } td.n { (d.count) }
-                    td { (d.closes_at.map(when).unwrap_or_default()) } td { (d.state) }
-                    td { form.inline method="post" action="/console/digest/flush" {
-                        (csrf(v)) (hidden(recipient, &s.tenant))
-                        input type="hidden" name="id" value=(d.id);
-                        button type="submit" aria-label={ "Flush digest " (d.id) } { "Flush" }
-                    } }
-                } } }
-            } } }
-        }
-    }
+    let head = ["Digest", "Group", "Items", "Closes", "State", ""];
+    let rows = html! { @for d in &s.digests { tr {
+        td { code { (d.id) } } td { (d.channel) " / " (d.key) } td.n { (d.count) }
+        td { (d.closes_at.map(when).unwrap_or_default()) } td { (d.state) }
+        td { form.inline method="post" action="/console/digest/flush" {
+            (csrf(v)) (hidden(recipient, &s.tenant))
+            input type="hidden" name="id" value=(d.id);
+            button type="submit" aria-label={ "Flush digest " (d.id) } { "Flush" }
+        } }
+    } } };
+    section(
+        "digests",
+        "Open digests",
+        table_or_none(s.digests.is_empty(), &head, rows),
+    )
 }
 
 fn suppressions(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
-    html! {
-        section aria-labelledby="h-suppressions" {
-            h2 #h-suppressions { "Suppressions" }
-            @if s.suppressions.is_empty() { p.muted { "None." } }
-            @else { div.scroll { table {
-                thead { tr { th { "Channel" } th { "Event" } th { "Since" } th { "Until" } th { "" } } }
-                tbody { @for x in &s.suppressions { tr {
-                    td { (x.channel) } td { (x.event) } td { (when(x.since)) }
-                    td { (x.until.map(when).unwrap_or_else(|| "removed".into())) }
-                    td { form.inline method="post" action="/console/recipient/unsuppress" {
-                        (csrf(v)) (hidden(recipient, &s.tenant))
-                        input type="hidden" name="channel" value=(x.channel);
-                        button.danger type="submit" aria-label={ "Remove the suppression on " (x.channel) } { "Remove" }
-                    } }
-                } } }
-            } } }
-        }
-    }
+    let head = ["Channel", "Event", "Since", "Until", ""];
+    let rows = html! { @for x in &s.suppressions { tr {
+        td { (x.channel) } td { (x.event) } td { (when(x.since)) }
+        td { (x.until.map(when).unwrap_or_else(|| "removed".into())) }
+        td { form.inline method="post" action="/console/recipient/unsuppress" {
+            (csrf(v)) (hidden(recipient, &s.tenant))
+            input type="hidden" name="channel" value=(x.channel);
+            button.danger type="submit" aria-label={ "Remove the suppression on " (x.channel) } { "Remove" }
+        } }
+    } } };
+    let empty = s.suppressions.is_empty();
+    section(
+        "suppressions",
+        "Suppressions",
+        table_or_none(empty, &head, rows),
+    )
 }
 
 fn preferences_form(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
@@ -244,9 +225,10 @@ fn preferences_form(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup
         }
         serde_json::to_string_pretty(&p).unwrap_or_default()
     });
-    html! {
-        section aria-labelledby="h-prefs" {
-            h2 #h-prefs { "Preferences and quiet hours" }
+    section(
+        "prefs",
+        "Preferences and quiet hours",
+        html! {
             @if let Some(at) = s.preferences.as_ref().and_then(|p| p.get("updated_at")).and_then(|a| a.as_str()) {
                 p.muted { "Updated " (at) }
             }
@@ -256,8 +238,8 @@ fn preferences_form(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup
                 textarea #preferences name="preferences" { (shown.unwrap_or_default()) }
                 button type="submit" { "Save" }
             }
-        }
-    }
+        },
+    )
 }
 
 fn back(f: &Fields) -> String {
@@ -274,7 +256,7 @@ fn back(f: &Fields) -> String {
 async fn preferences_save(ctx: Ctx, f: Fields) -> Response {
     let v = &ctx.visitor;
     let Some(recipient) = f.get("recipient") else {
-        return layout::failed(v, StatusCode::BAD_REQUEST, "Preferences", "no recipient");
+        return layout::missing(v, "Preferences", "recipient");
     };
     let tenant = f.get("tenant");
     let tag = ctx.store.keys().for_tenant(tenant).recipient_tag(recipient);
@@ -306,35 +288,15 @@ async fn preferences_save(ctx: Ctx, f: Fields) -> Response {
 }
 
 /// `POST /console/recipient/preferences`.
-pub(super) async fn preferences(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    match act(&app, &headers, &body) {
-        Ok((ctx, f)) => preferences_save(ctx, f).await,
-        Err(response) => response,
-    }
+pub(super) async fn preferences(Action(ctx, f): Action) -> Response {
+    preferences_save(ctx, f).await
 }
 
 /// `POST /console/recipient/unsuppress`: lift one suppression.
-pub(super) async fn unsuppress(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, f) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn unsuppress(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let (Some(recipient), Some(channel)) = (f.get("recipient"), f.get("channel")) else {
-        return layout::failed(
-            v,
-            StatusCode::BAD_REQUEST,
-            "Suppression",
-            "no recipient or channel",
-        );
+        return layout::missing(v, "Suppression", "recipient or channel");
     };
     let tag = ctx
         .store
@@ -360,18 +322,10 @@ pub(super) async fn unsuppress(
 }
 
 /// `POST /console/digest/flush`: close one digest now.
-pub(super) async fn flush(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, f) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
+pub(super) async fn flush(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let Some(id) = f.get("id") else {
-        return layout::failed(v, StatusCode::BAD_REQUEST, "Digest", "no digest id");
+        return layout::missing(v, "Digest", "digest id");
     };
     tracing::info!(who = %v.who, action = "flush", digest = id, "console");
     match crate::admin::Digests::new(&ctx.store).flush(id).await {

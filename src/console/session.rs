@@ -1,20 +1,21 @@
-//! Who is looking: the console's sessions, its login and logout, and the checks
-//! every page ([`enter`]) and every action ([`act`]) make. A session is a random
+//! Who is looking: the console's sessions, its logout, and the checks every page
+//! ([`enter`]) and every action ([`act`]) make (the login is `login.rs`). A session is a random
 //! id in an `HttpOnly`, `SameSite=Strict` cookie scoped to `/console` (`Secure`
 //! when the request came through TLS, `X-Forwarded-Proto: https`), kept in memory
 //! as its BLAKE3 hash for `console.session_ttl`, with a CSRF token of its own that
 //! every form carries and every action checks (compared in constant time).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
+use super::fields::Fields;
 use super::layout;
 use super::layout::Visitor;
 use super::Console;
@@ -28,7 +29,9 @@ pub const COOKIE: &str = "qw_console";
 /// One login.
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// Who logged in: `admin` (the admin token) or `loopback` (no token asked).
+    /// Who logged in: the name of the admin token given (`admin` for
+    /// `http.admin_token`, else its name in `http.admin_tokens`), or `loopback` (no
+    /// token asked).
     pub who: String,
     csrf: String,
     expires: Instant,
@@ -40,29 +43,6 @@ pub(super) struct Ctx {
     pub store: Arc<QuotaStore>,
     pub settings: Settings,
     pub visitor: Visitor,
-}
-
-/// A form's fields (or a query's), each trimmed; empty ones left out.
-#[derive(Debug, Default)]
-pub(super) struct Fields(HashMap<String, String>);
-
-impl Fields {
-    pub fn parse(text: &[u8]) -> Fields {
-        Fields(
-            form_urlencoded::parse(text)
-                .map(|(k, v)| (k.into_owned(), v.trim().to_string()))
-                .filter(|(_, v)| !v.is_empty())
-                .collect(),
-        )
-    }
-
-    pub fn of_query(uri: &axum::http::Uri) -> Fields {
-        Fields::parse(uri.query().unwrap_or("").as_bytes())
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
 }
 
 fn random_id() -> String {
@@ -77,17 +57,24 @@ fn hash(id: &str) -> [u8; 32] {
     *blake3::hash(id.as_bytes()).as_bytes()
 }
 
-fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+/// The value of the cookie `name` that `headers` carry.
+pub(super) fn cookie_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find_map(|(k, v)| (k == COOKIE).then_some(v))
+        .find_map(|(k, v)| (k == name).then_some(v))
 }
 
-fn behind_tls(headers: &HeaderMap) -> bool {
+fn cookie_of(headers: &HeaderMap) -> Option<&str> {
+    cookie_named(headers, COOKIE)
+}
+
+/// Whether the request came through TLS (`X-Forwarded-Proto: https`): its cookies
+/// are `Secure`.
+pub(super) fn behind_tls(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
@@ -110,7 +97,7 @@ impl Console {
     }
 
     /// Open a session for `who`, lasting `ttl`: the visitor, with the cookie to set.
-    fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
+    pub(super) fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
         let id = random_id();
         let session = Session {
             who: who.to_string(),
@@ -142,7 +129,7 @@ impl Console {
 }
 
 /// The store and settings, once the worker is connected; 404 with the console off.
-fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
+pub(super) fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
     let Some(reloader) = app.status.reloader() else {
         return Err(layout::bare(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -161,9 +148,39 @@ fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
     Ok((reloader.store().clone(), settings))
 }
 
+/// A page's context and its query's fields, as a handler takes them: the checks
+/// of [`enter`]; a request that fails them is answered by them.
+pub(super) struct Page(pub Ctx, pub Fields);
+
+impl FromRequestParts<Arc<Console>> for Page {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<Console>) -> Result<Page, Response> {
+        let ctx = enter(app, &parts.headers)?;
+        Ok(Page(ctx, Fields::of_query(&parts.uri)))
+    }
+}
+
+/// An action's context and its form's fields, as a handler takes them: the checks
+/// of [`act`]; a request that fails them is answered by them.
+pub(super) struct Action(pub Ctx, pub Fields);
+
+impl FromRequest<Arc<Console>> for Action {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &Arc<Console>) -> Result<Action, Response> {
+        let headers = request.headers().clone();
+        let body = Bytes::from_request(request, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (ctx, fields) = act(app, &headers, &body)?;
+        Ok(Action(ctx, fields))
+    }
+}
+
 /// A page's visitor: its session; else, on an open guard, a new session; else the
 /// login form (303), or 403 where nobody may log in.
-pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
+fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
     let (store, settings) = ready(app)?;
     let visitor = match app.session(headers) {
         Some(s) => Visitor {
@@ -173,11 +190,11 @@ pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Resp
         },
         None => match &app.guard {
             Guard::Open => app.open(
-                "loopback",
+                crate::http::guard::LOOPBACK,
                 settings.console.session_ttl.0,
                 behind_tls(headers),
             ),
-            Guard::Token(_) => {
+            Guard::Tokens(_) => {
                 return Err((
                     StatusCode::SEE_OTHER,
                     [(header::LOCATION, "/console/login")],
@@ -195,21 +212,18 @@ pub(super) fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Resp
     })
 }
 
-fn refused() -> Response {
+/// The answer where nobody may log in.
+pub(super) fn refused() -> Response {
     layout::bare(
         StatusCode::FORBIDDEN,
         "Refused",
-        html! { p { "http.listen is not loopback and http.admin_token is not set: nobody may use the console (set http.admin_token)." } },
+        html! { p { "http.listen is not loopback and no admin token is set: nobody may use the console (set http.admin_token, or http.admin_tokens)." } },
     )
 }
 
 /// An action's visitor and fields: a live session (401 without one) and the
 /// session's CSRF token in the form (403 without it).
-pub(super) fn act(
-    app: &Arc<Console>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(Ctx, Fields), Response> {
+fn act(app: &Arc<Console>, headers: &HeaderMap, body: &Bytes) -> Result<(Ctx, Fields), Response> {
     let (store, settings) = ready(app)?;
     let Some(session) = app.session(headers) else {
         return Err((
@@ -244,73 +258,9 @@ pub(super) fn act(
     ))
 }
 
-/// `GET /console/login`.
-pub(super) async fn form(State(app): State<Arc<Console>>) -> Response {
-    if matches!(app.guard, Guard::Refused) {
-        return refused();
-    }
-    login_page(StatusCode::OK, None)
-}
-
-fn login_page(status: StatusCode, error: Option<&str>) -> Response {
-    layout::bare(
-        status,
-        "Log in",
-        html! {
-            @if let Some(e) = error { p.error role="alert" { (e) } }
-            form method="post" action="/console/login" {
-                label for="token" { "Admin token (http.admin_token)" }
-                input #token type="password" name="token" autocomplete="current-password" required autofocus;
-                button type="submit" { "Log in" }
-            }
-        },
-    )
-}
-
-/// `POST /console/login`: the admin token for a session cookie.
-pub(super) async fn login(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (_, settings) = match ready(&app) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    let fields = Fields::parse(&body);
-    let token = fields.get("token").unwrap_or("");
-    if matches!(app.guard, Guard::Refused) {
-        return refused();
-    }
-    if !app.guard.allows(token) {
-        tracing::warn!("console: a login with a wrong token refused");
-        return login_page(
-            StatusCode::UNAUTHORIZED,
-            Some("That is not the admin token."),
-        );
-    }
-    let who = match app.guard {
-        Guard::Open => "loopback",
-        _ => "admin",
-    };
-    let visitor = app.open(who, settings.console.session_ttl.0, behind_tls(&headers));
-    tracing::info!(who, action = "login", "console");
-    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response();
-    layout::set_cookie(&mut response, visitor.set_cookie.as_deref());
-    response
-}
-
 /// `POST /console/logout`.
-pub(super) async fn logout(
-    State(app): State<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (ctx, _) = match act(&app, &headers, &body) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    app.close(&headers);
+pub(super) async fn logout(headers: HeaderMap, Action(ctx, _): Action) -> Response {
+    ctx.app.close(&headers);
     tracing::info!(who = %ctx.visitor.who, action = "logout", "console");
     let mut response = (
         StatusCode::SEE_OTHER,

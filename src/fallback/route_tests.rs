@@ -6,8 +6,8 @@ use crate::admission::Admission;
 use crate::decide::DeadLetter;
 use crate::fallback::spec::{Cause, FallbackSpec};
 use crate::job::Reason;
-use crate::quota::policy::{Action, Policy};
 use crate::preferences::set::OptOut;
+use crate::quota::policy::{Action, Policy};
 use crate::quota::suppression::{Kind, Suppression};
 
 fn policy() -> Policy {

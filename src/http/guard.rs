@@ -1,7 +1,9 @@
-//! Who may call the mutating endpoints (`POST /reload`): the bearer token of
-//! `http.admin_token` when it is set, compared in constant time; without one,
-//! any caller on a loopback `http.listen` and nobody on any other. Pure but for
-//! the axum middleware at the end.
+//! Who may call the mutating endpoints (`POST /reload`) and log in to the
+//! console: the bearer of an admin token (`http.admin_token`, named `admin`, and
+//! `http.admin_tokens`, each by its name) when one is set, compared in constant
+//! time, the token's name being who the action log names; without one, any caller
+//! on a loopback `http.listen` (named `loopback`) and nobody on any other. Pure but
+//! for the axum middleware at the end, which hands the handler a [`Who`].
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -16,23 +18,35 @@ use crate::config::HttpSettings;
 pub enum Guard {
     /// Anyone who reaches the listener (a loopback one without a token).
     Open,
-    /// Only a request with `Authorization: Bearer <token>`; the token's BLAKE3
-    /// hash is kept, so that comparing hashes (constant time) tells nothing of its
-    /// length or its first bytes.
-    Token(blake3::Hash),
+    /// Only a request with `Authorization: Bearer <token>` for one of these tokens,
+    /// each with its name; the token's BLAKE3 hash is kept, so that comparing
+    /// hashes (constant time) tells nothing of its length or its first bytes.
+    Tokens(Vec<(String, blake3::Hash)>),
     /// Nobody (a listener beyond loopback without a token).
     Refused,
 }
 
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Guard::Open => "Open",
-            Guard::Token(_) => "Token",
-            Guard::Refused => "Refused",
-        })
+        match self {
+            Guard::Open => f.write_str("Open"),
+            Guard::Tokens(tokens) => f
+                .debug_tuple("Tokens")
+                .field(&tokens.iter().map(|(n, _)| n).collect::<Vec<_>>())
+                .finish(),
+            Guard::Refused => f.write_str("Refused"),
+        }
     }
 }
+
+/// Who a request came from, as the action log names them: the name of the token
+/// it carried, or `loopback` where no token is asked for. The middleware puts it
+/// in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who(pub String);
+
+/// The name of whoever reaches an open guard.
+pub const LOOPBACK: &str = "loopback";
 
 /// Why a request was refused: the status (401 or 403) and what to do.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,44 +58,55 @@ pub struct Refusal {
 }
 
 impl Guard {
-    /// The guard `http` asks for.
+    /// The guard `http` asks for: its admin tokens by name.
     pub fn new(http: &HttpSettings) -> Guard {
-        match &http.admin_token {
-            Some(token) => Guard::token(token),
-            None if http.loopback() => Guard::Open,
-            None => Guard::Refused,
+        let tokens = http.admin_tokens();
+        match tokens.is_empty() {
+            false => Guard::named(tokens.iter().map(|(n, t)| (n.as_str(), *t))),
+            true if http.loopback() => Guard::Open,
+            true => Guard::Refused,
         }
     }
 
-    /// The guard of the preferences API: `http.api_token`, else loopback only.
+    /// The guard of the preferences API: `http.api_token` (named `api`), else
+    /// loopback only.
     pub fn api(http: &HttpSettings) -> Guard {
         match &http.api_token {
-            Some(token) => Guard::token(token),
+            Some(token) => Guard::named([("api", token)]),
             None if http.loopback() => Guard::Open,
             None => Guard::Refused,
         }
     }
 
-    /// Only `token` passes.
+    /// Only `token` passes, named `admin`.
     pub fn token(token: &SecretString) -> Guard {
-        Guard::Token(blake3::hash(token.expose_secret().as_bytes()))
+        Guard::named([(crate::config::ADMIN_TOKEN_NAME, token)])
     }
 
-    /// Whether `token` is the one this guard asks for (the console's login); an
-    /// open guard takes anything, a refusing one nothing.
-    pub fn allows(&self, token: &str) -> bool {
+    /// Only these tokens pass, each under its name.
+    pub fn named<'a>(tokens: impl IntoIterator<Item = (&'a str, &'a SecretString)>) -> Guard {
+        Guard::Tokens(
+            tokens
+                .into_iter()
+                .map(|(name, t)| (name.to_string(), blake3::hash(t.expose_secret().as_bytes())))
+                .collect(),
+        )
+    }
+
+    /// Who holds `token`, if this guard takes it (the console's login): an open
+    /// guard takes anything ([`LOOPBACK`]), a refusing one nothing.
+    pub fn holder(&self, token: &str) -> Option<Who> {
         match self {
-            Guard::Open => true,
-            // blake3::Hash's == is constant-time
-            Guard::Token(hash) => blake3::hash(token.trim().as_bytes()) == *hash,
-            Guard::Refused => false,
+            Guard::Open => Some(Who(LOOPBACK.to_string())),
+            Guard::Tokens(tokens) => holder(tokens, token.trim()),
+            Guard::Refused => None,
         }
     }
 
-    /// Whether a request with these headers passes.
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let expected = match self {
-            Guard::Open => return Ok(()),
+    /// Who sent a request with these headers, if it passes.
+    pub fn check(&self, headers: &HeaderMap) -> Result<Who, Refusal> {
+        let tokens = match self {
+            Guard::Open => return Ok(Who(LOOPBACK.to_string())),
             Guard::Refused => {
                 return Err(Refusal {
                     status: StatusCode::FORBIDDEN,
@@ -90,7 +115,7 @@ impl Guard {
                               SIGHUP, or set http.admin_token)\n",
                 })
             }
-            Guard::Token(hash) => hash,
+            Guard::Tokens(tokens) => tokens,
         };
         let given = headers
             .get(header::AUTHORIZATION)
@@ -98,12 +123,12 @@ impl Guard {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim());
-        match given {
-            // blake3::Hash's == is constant-time
-            Some(token) if blake3::hash(token.as_bytes()) == *expected => Ok(()),
-            Some(_) => Err(Refusal {
+        match given.map(|token| (token, holder(tokens, token))) {
+            Some((_, Some(who))) => Ok(who),
+            Some((_, None)) => Err(Refusal {
                 status: StatusCode::UNAUTHORIZED,
-                message: "refused: the bearer token is not http.admin_token\n",
+                message: "refused: the bearer token is not an admin token (http.admin_token, \
+                          http.admin_tokens)\n",
             }),
             None => Err(Refusal {
                 status: StatusCode::UNAUTHORIZED,
@@ -114,11 +139,32 @@ impl Guard {
     }
 }
 
-/// The middleware on the mutating routes: the request goes on only if `guard`
-/// lets it.
-pub(super) async fn require(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+/// The name of the token among `tokens` that `token` is, compared with every one
+/// in constant time.
+fn holder(tokens: &[(String, blake3::Hash)], token: &str) -> Option<Who> {
+    let given = blake3::hash(token.as_bytes());
+    let mut found = None;
+    for (name, hash) in tokens {
+        // blake3::Hash's == is constant-time; every token is compared
+        if *hash == given {
+            found = Some(Who(name.clone()));
+        }
+    }
+    found
+}
+
+/// The middleware on the mutating routes: the request goes on, with its [`Who`],
+/// only if `guard` lets it.
+pub(super) async fn require(
+    State(guard): State<Guard>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     match guard.check(request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(who) => {
+            request.extensions_mut().insert(who);
+            next.run(request).await
+        }
         Err(refusal) => {
             let mut response = (
                 refusal.status,
@@ -154,6 +200,7 @@ mod tests {
             enabled: true,
             listen: listen.into(),
             admin_token: token.map(SecretString::from),
+            admin_tokens: Default::default(),
             api_token: None,
         }
     }
@@ -161,7 +208,7 @@ mod tests {
     #[test]
     fn each_guard_lets_through_what_it_should() {
         let open = Guard::new(&http("127.0.0.1:9464", None));
-        assert!(open.check(&with(None)).is_ok());
+        assert_eq!(open.check(&with(None)), Ok(Who("loopback".into())));
         let refused = Guard::new(&http("0.0.0.0:9464", None));
         for auth in [None, Some("Bearer anything")] {
             assert_eq!(
@@ -171,7 +218,10 @@ mod tests {
         }
         for listen in ["127.0.0.1:9464", "0.0.0.0:9464"] {
             let token = Guard::new(&http(listen, Some("s3cret")));
-            assert!(token.check(&with(Some("Bearer s3cret"))).is_ok());
+            assert_eq!(
+                token.check(&with(Some("Bearer s3cret"))),
+                Ok(Who("admin".into()))
+            );
             assert!(token.check(&with(Some("bearer s3cret"))).is_ok());
             for wrong in [
                 None,
@@ -188,5 +238,35 @@ mod tests {
             }
         }
         assert!(!format!("{:?}", Guard::token(&"s3cret".into())).contains("s3cret"));
+    }
+
+    #[test]
+    fn each_named_token_passes_as_its_holder() {
+        let mut h = http("0.0.0.0:9464", Some("t-admin"));
+        for (name, t) in [("alice", "t-alice"), ("bob", "t-bob")] {
+            h.admin_tokens.insert(name.into(), t.into());
+        }
+        let guard = Guard::new(&h);
+        for (token, who) in [("t-admin", "admin"), ("t-alice", "alice"), ("t-bob", "bob")] {
+            let bearer = format!("Bearer {token}");
+            assert_eq!(guard.check(&with(Some(&bearer))), Ok(Who(who.into())));
+            assert_eq!(guard.holder(token), Some(Who(who.into())));
+        }
+        assert_eq!(
+            guard
+                .check(&with(Some("Bearer t-carol")))
+                .unwrap_err()
+                .status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(guard.holder("t-carol"), None);
+        let shown = format!("{guard:?}");
+        assert!(
+            shown.contains("alice") && !shown.contains("t-alice"),
+            "{shown}"
+        );
+        h.admin_token = None;
+        assert_eq!(Guard::new(&h).holder("t-admin"), None);
+        assert_eq!(Guard::new(&h).holder("t-bob"), Some(Who("bob".into())));
     }
 }

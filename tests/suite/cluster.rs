@@ -32,7 +32,7 @@ fn cluster() -> &'static RedisCluster {
 }
 
 /// Settings for one test: unique names, Redis Cluster.
-fn cluster_settings(ns: &str) -> Settings {
+pub(crate) fn cluster_settings(ns: &str) -> Settings {
     let mut s = settings(ns);
     s.redis.cluster = true;
     s.redis.cluster_urls = cluster().urls();
@@ -41,7 +41,7 @@ fn cluster_settings(ns: &str) -> Settings {
 }
 
 /// Deletes the test's keys on every node when dropped.
-struct ClusterKeys(String);
+pub(crate) struct ClusterKeys(pub(crate) String);
 
 impl Drop for ClusterKeys {
     fn drop(&mut self) {

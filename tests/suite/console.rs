@@ -74,11 +74,17 @@ impl Answer {
 
     /// The CSRF token of the page's forms.
     pub fn csrf(&self) -> String {
+        self.field("csrf")
+    }
+
+    /// The value of the page's (hidden) field `name`.
+    pub fn field(&self, name: &str) -> String {
+        let before = format!(r#"name="{name}" value=""#);
         let at = self
             .body
-            .find(r#"name="csrf" value=""#)
-            .expect("a form with its CSRF token");
-        let rest = &self.body[at + r#"name="csrf" value=""#.len()..];
+            .find(&before)
+            .unwrap_or_else(|| panic!("a form with its field `{name}`: {}", self.body));
+        let rest = &self.body[at + before.len()..];
         rest[..rest.find('"').unwrap()].to_string()
     }
 }
@@ -121,17 +127,27 @@ pub(crate) async fn ask(
     }
 }
 
-/// Log in with `token`: the session cookie.
-pub(crate) async fn login(addr: &str, token: &str) -> String {
-    let a = ask(
+/// Post the login form with `token`, as a browser does from the form just read
+/// (its pre-session cookie and field), with the extra header lines given.
+pub(crate) async fn post_login(addr: &str, token: &str, extra: &str) -> Answer {
+    let form = ask(addr, "GET", "/console/login", None, &[], "").await;
+    let cookie = form.cookie().expect("the login form's cookie");
+    let field = form.field("login_csrf");
+    let fields = [("token", token), ("login_csrf", field.as_str())];
+    ask(
         addr,
         "POST",
         "/console/login",
-        None,
-        &[("token", token)],
-        "",
+        Some(&cookie),
+        &fields,
+        extra,
     )
-    .await;
+    .await
+}
+
+/// Log in with `token`: the session cookie.
+pub(crate) async fn login(addr: &str, token: &str) -> String {
+    let a = post_login(addr, token, "").await;
     assert_eq!(a.code, 303, "{a:?}");
     a.cookie().expect("a session cookie")
 }
@@ -161,28 +177,12 @@ async fn the_console_asks_for_the_admin_token_and_gives_an_http_only_strict_cook
     );
     let a = ask(&addr, "GET", "/console/login", None, &[], "").await;
     assert!(a.body.contains(r#"<label for="token">"#), "{}", a.body);
-    let a = ask(
-        &addr,
-        "POST",
-        "/console/login",
-        None,
-        &[("token", "not-it")],
-        "",
-    )
-    .await;
+    let a = post_login(&addr, "not-it", "").await;
     assert_eq!(a.code, 401, "{a:?}");
-    assert!(a.cookie().is_none());
+    assert!(!a.head.contains("qw_console="), "{a:?}");
 
     // the token: an HttpOnly, SameSite=Strict cookie that expires; Secure behind TLS
-    let a = ask(
-        &addr,
-        "POST",
-        "/console/login",
-        None,
-        &[("token", TOKEN)],
-        "X-Forwarded-Proto: https\r\n",
-    )
-    .await;
+    let a = post_login(&addr, TOKEN, "X-Forwarded-Proto: https\r\n").await;
     let line = a.set_cookie().unwrap().to_string();
     for flag in [
         "httponly",
@@ -314,6 +314,60 @@ async fn a_recipient_and_a_payload_holding_a_script_are_shown_as_text() {
     stop.cancel();
 }
 
+#[tokio::test]
+async fn a_login_posted_from_another_site_or_without_the_forms_cookie_is_refused() {
+    let ns = unique("console-login-csrf");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let store = Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let (addr, stop) = serve(&s, &store, Guard::token(&TOKEN.into())).await;
+    let refused = |a: &Answer| a.code == 403 && !a.head.contains("qw_console=");
+
+    // a page elsewhere posting the right token: the browser says where it came from
+    for from in [
+        "Sec-Fetch-Site: cross-site\r\nOrigin: https://evil.example\r\n",
+        "Sec-Fetch-Site: same-site\r\n",
+        "Origin: https://evil.example\r\n",
+    ] {
+        let a = post_login(&addr, TOKEN, from).await;
+        assert!(refused(&a), "{from}: {a:?}");
+        assert!(a.body.contains("another site"), "{}", a.body);
+    }
+    // ... and such a post carries no SameSite=Strict cookie: without it, or with a
+    // field that is not the cookie's, the login is refused too
+    let form = ask(&addr, "GET", "/console/login", None, &[], "").await;
+    let cookie = form.cookie().unwrap();
+    let line = form.set_cookie().unwrap().to_string();
+    for flag in [
+        "httponly",
+        "samesite=strict",
+        "max-age=600",
+        "path=/console/login",
+    ] {
+        assert!(line.contains(flag), "{flag} in {line}");
+    }
+    let field = form.field("login_csrf");
+    let other = ask(&addr, "GET", "/console/login", None, &[], "")
+        .await
+        .field("login_csrf");
+    for (cookie, field) in [
+        (None, field.as_str()),
+        (Some(cookie.as_str()), other.as_str()),
+        (Some(cookie.as_str()), ""),
+    ] {
+        let fields = [("token", TOKEN), ("login_csrf", field)];
+        let a = ask(&addr, "POST", "/console/login", cookie, &fields, "").await;
+        assert!(refused(&a), "{cookie:?} {field}: {a:?}");
+    }
+    // from the console's own form, in a browser that says so: a session
+    let own = format!("Sec-Fetch-Site: same-origin\r\nOrigin: http://{addr}\r\n");
+    let a = post_login(&addr, TOKEN, &own).await;
+    assert_eq!(a.code, 303, "{a:?}");
+    assert!(a.head.contains("qw_console="), "{a:?}");
+    stop.cancel();
+}
+
 mod browser;
 mod figures;
 mod flows;
+mod index;

@@ -88,16 +88,29 @@ impl Drop for Running {
     }
 }
 
+/// Settings `ns` with HTTP on every interface (so the mutating endpoints ask for
+/// a token), their cleanup, and the address to ask the worker on.
+fn on_every_interface(ns: &str) -> (quota_worker::config::Settings, Cleanup, String) {
+    let mut s = settings(ns);
+    s.http.enabled = true;
+    let port = testkit::free_port(None);
+    s.http.listen = format!("0.0.0.0:{port}");
+    let c = Cleanup::new(&s);
+    (s, c, format!("127.0.0.1:{port}"))
+}
+
+/// Wait until the worker at `addr` is ready.
+async fn ready(addr: &str) {
+    wait_for("/readyz 200", Duration::from_secs(30), || async {
+        matches!(testkit::http_get(addr, "/readyz").await, Some((200, _)))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn admin_reload_sends_the_token_and_the_pages_show_no_secret_and_no_recipient() {
     let ns = unique("guard");
-    let mut s = settings(&ns);
-    s.http.enabled = true;
-    let port = testkit::free_port(None);
-    // every interface: the mutating endpoints ask for the token
-    s.http.listen = format!("0.0.0.0:{port}");
-    let _c = Cleanup::new(&s);
-    let addr = format!("127.0.0.1:{port}");
+    let (s, _c, addr) = on_every_interface(&ns);
     let token = format!("token-{}", uuid::Uuid::now_v7().simple());
     let hash_key = format!("hash-key-{}", uuid::Uuid::now_v7().simple());
     let recipient = "+15550001234";
@@ -117,10 +130,7 @@ async fn admin_reload_sends_the_token_and_the_pages_show_no_secret_and_no_recipi
                 .spawn()
                 .unwrap(),
         );
-        wait_for("/readyz 200", Duration::from_secs(30), || async {
-            matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _)))
-        })
-        .await;
+        ready(&addr).await;
         let refused = run_async(&s, &["admin", "reload"], None).await;
         assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
         assert!(
@@ -143,10 +153,7 @@ async fn admin_reload_sends_the_token_and_the_pages_show_no_secret_and_no_recipi
             .spawn()
             .unwrap(),
     );
-    wait_for("/readyz 200", Duration::from_secs(30), || async {
-        matches!(testkit::http_get(&addr, "/readyz").await, Some((200, _)))
-    })
-    .await;
+    ready(&addr).await;
     // the CLI with the token: applied; without it: 401, exit 2
     let cmd = with_token(&s, &["admin", "reload"]);
     let applied = tokio::task::spawn_blocking(move || {
@@ -195,3 +202,5 @@ async fn admin_reload_sends_the_token_and_the_pages_show_no_secret_and_no_recipi
         }
     }
 }
+
+mod named;

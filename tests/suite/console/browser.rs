@@ -3,7 +3,8 @@
 //! the next allowed instant of a recipient held by a one-a-day cap, cancels a
 //! waiting job and finds it dead-lettered `cancelled`, replays a filtered set of
 //! dead letters and finds them back in the jobs queue, edits a recipient's
-//! preferences and sees the next job opted out. It draws the screenshots of
+//! preferences and sees the next job opted out; a login posted from a page on
+//! another site is refused. It draws the screenshots of
 //! `docs/console/` (written there with `QW_WRITE_PICTURES=1`).
 
 use std::path::{Path, PathBuf};
@@ -266,6 +267,7 @@ async fn walk(chrome: PathBuf) {
         addr,
         d,
     };
+    a_login_from_another_site_is_refused(&t).await;
     log_in_find_and_cancel(&t).await;
     // the worker stopped, so that what is replayed stays in the jobs queue
     for id in ["f1", "f2"] {
@@ -285,6 +287,43 @@ async fn walk(chrome: PathBuf) {
     t.d.shoot(&t.dir, "policies").await;
     t.d.ask("DELETE", "", None).await;
     stop_http.cancel();
+}
+
+/// A page on another site (`localhost`, the console being on `127.0.0.1`) whose
+/// button posts the login form with the admin token and a pre-session token of the
+/// console's own: the browser sends it cross-site, without the form's cookie, and
+/// the console refuses it and opens no session.
+async fn a_login_from_another_site_is_refused(t: &Walk) {
+    let d = &t.d;
+    d.goto(&t.url("/console/login")).await;
+    let form = super::ask(&t.addr, "GET", "/console/login", None, &[], "").await;
+    let page = format!(
+        r#"<!doctype html><form method="post" action="{}">
+<input type="hidden" name="token" value="{TOKEN}">
+<input type="hidden" name="login_csrf" value="{}">
+<button type="submit">Win a prize</button></form>"#,
+        t.url("/console/login"),
+        form.field("login_csrf")
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    d.goto(&format!("http://localhost:{port}/")).await;
+    d.click("button[type=submit]").await;
+    d.shows("another site").await;
+    server.abort();
+    d.goto(&t.url("/console")).await;
+    d.shows("Log in").await;
 }
 
 /// Log in, read the next allowed instant of a recipient held by a one-a-day cap,
@@ -325,7 +364,7 @@ async fn log_in_find_and_cancel(t: &Walk) {
 async fn replay_a_filtered_set(t: &Walk) {
     let (d, dir) = (&t.d, &t.dir);
     d.goto(&t.url("/console/dead")).await;
-    d.fill("#f-reason", "unknown_channel").await;
+    d.fill("#reason", "unknown_channel").await;
     d.click("form[role=search] button").await;
     d.shows("2 dead letter(s) selected").await;
     d.shoot(dir, "dead-letters").await;

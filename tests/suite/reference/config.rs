@@ -119,7 +119,10 @@ impl Walker<'_> {
                     default: None,
                     fixed: false,
                 };
-                self.walk(entry, "", "", place);
+                // an entry that is one value (a token) says what it is here; an entry
+                // that is a table has its keys' own docs
+                let one = format!("One entry of `{}`, under its name.", at.path);
+                self.walk(entry, "", &one, place);
             }
             return;
         }
