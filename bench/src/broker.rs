@@ -93,7 +93,7 @@ pub async fn preload(
 pub const SENT_HEADER: &str = "x-bench-sent-us";
 
 /// Now, in microseconds since the Unix epoch.
-fn unix_micros() -> i64 {
+pub fn unix_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)

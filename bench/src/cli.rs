@@ -18,13 +18,15 @@ pub struct Args {
     #[arg(long)]
     pub recipients: Option<usize>,
     /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, recovery,
-    /// digest, memory, scale); each mix, each latency round and each scale round measure their
-    /// own ceiling right before. `scale` is not in the default run (it preloads millions
-    /// of keys), nor `lanes` (the urgent wait behind a bulk backlog of `--jobs`,
-    /// default 100,000, paced at 100/s: about 20 minutes per pass), nor `recovery` (a
-    /// backlog of `--jobs` parked in a lane drained at half the ceiling, four passes),
-    /// nor `digest` (`--jobs`, default 100,000, folded into digests of a 2 s window,
-    /// ten a recipient: a backlog, then paced at half its fold rate).
+    /// digest, fallback, memory, scale); each mix, each latency round and each scale round
+    /// measure their own ceiling right before. `scale` is not in the default run (it
+    /// preloads millions of keys), nor `lanes` (the urgent wait behind a bulk backlog of
+    /// `--jobs`, default 100,000, paced at 100/s: about 20 minutes per pass), nor
+    /// `recovery` (a backlog of `--jobs` parked in a lane drained at half the ceiling,
+    /// four passes), nor `digest` (`--jobs`, default 100,000, folded into digests of a
+    /// 2 s window, ten a recipient: a backlog, then paced at half its fold rate), nor
+    /// `fallback` (`--jobs`, default 100,000, routed push → email → sms against mix (a)
+    /// in `--rounds` rounds; as many escalations pending; 3,000 escalating after 2 s).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",

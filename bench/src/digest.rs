@@ -312,7 +312,7 @@ fn summarise(
 }
 
 /// Redis's `used_memory`.
-fn used_memory(c: &mut redis::Connection) -> Result<i64> {
+pub fn used_memory(c: &mut redis::Connection) -> Result<i64> {
     let info: String = redis::cmd("INFO").arg("memory").query(c)?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))

@@ -1,13 +1,14 @@
-//! The job bodies each step publishes: the three mixes, the latency step's jobs and
-//! the scale step's, whose recipients and policies the scale step's keys are written
-//! for. Pure: no I/O.
+//! The job bodies each step publishes: the three mixes, the latency step's jobs, the
+//! scale step's, whose recipients and policies the scale step's keys are written
+//! for, and the fallback step's. Pure: no I/O.
 
 use rand::SeedableRng;
 use rand_distr::Distribution;
 
 /// `n` job bodies of `mix`: `a-allowed` (distinct recipients), `b-zipf` (Zipf-skewed
-/// recipients), `scale:<recipients>:<policies>:<round>` ([`scale_job`]), else
-/// malformed (no recipient).
+/// recipients), `scale:<recipients>:<policies>:<round>` ([`scale_job`]),
+/// `f-routed` and `f-warm` ([`routed_job`], [`warm_job`]), `f-alert` and `f-plain`
+/// ([`alert_job`] with and without a route), else malformed (no recipient).
 pub fn job_bodies(mix: &str, n: usize) -> Box<dyn Iterator<Item = Vec<u8>>> {
     match mix {
         "a-allowed" => Box::new((0..n).map(|i| format!(r#"{{"id":"a{i}","recipient":"user{i}@example.com","channel":"sms","timezone":"Europe/Paris","payload":{{"text":"Your code is {i}"}}}}"#).into_bytes())),
@@ -19,6 +20,10 @@ pub fn job_bodies(mix: &str, n: usize) -> Box<dyn Iterator<Item = Vec<u8>>> {
                 format!(r#"{{"id":"b{i}","recipient":"user{who}@example.com","channel":"sms","timezone":"Asia/Shanghai","payload":{{"text":"news {i}"}}}}"#).into_bytes()
             }))
         }
+        "f-routed" => Box::new((0..n).map(|i| routed_job(i).into_bytes())),
+        "f-warm" => Box::new((0..n).map(|i| warm_job(i).into_bytes())),
+        "f-alert" => Box::new((0..n as u64).map(|i| alert_job(i, true).into_bytes())),
+        "f-plain" => Box::new((0..n as u64).map(|i| alert_job(i, false).into_bytes())),
         scale if scale.starts_with("scale:") => {
             // scale:<recipients>:<policies>:<round>, see `scale_job`
             let v: Vec<usize> = scale[6..].split(':').filter_map(|v| v.parse().ok()).collect();
@@ -54,5 +59,37 @@ fn scale_job(recipients: usize, policies: usize, round: usize, n: usize, i: usiz
 pub fn latency_job(i: u64) -> String {
     format!(
         r#"{{"id":"l{i}","recipient":"lat{i}@example.com","channel":"sms","timezone":"Europe/Paris"}}"#
+    )
+}
+
+/// Job `i` of the fallback step's routed drain: mix (a)'s job `i` (its recipient,
+/// zone and payload, the `default` policy) on `push`, routed on to `email`, then
+/// `sms`.
+pub fn routed_job(i: usize) -> String {
+    format!(
+        r#"{{"id":"f{i}","recipient":"user{i}@example.com","channel":"push","fallback":["email","sms"],"timezone":"Europe/Paris","payload":{{"text":"Your code is {i}"}}}}"#
+    )
+}
+
+/// Job `i` of the fallback step's warm-up: a push to recipient `2i` (every other
+/// recipient of [`routed_job`]), of a category whose policy has no rules, so that it
+/// fills that recipient's push cap and nothing else.
+pub fn warm_job(i: usize) -> String {
+    let r = 2 * i;
+    format!(
+        r#"{{"id":"w{r}","recipient":"user{r}@example.com","channel":"push","category":"warm","timezone":"Europe/Paris"}}"#
+    )
+}
+
+/// Job `i` of the fallback step's escalations: category `alert` (a policy that
+/// escalates), on push, routed on to email and sms when `routed`.
+pub fn alert_job(i: u64, routed: bool) -> String {
+    let fallback = if routed {
+        r#""fallback":["email","sms"],"#
+    } else {
+        ""
+    };
+    format!(
+        r#"{{"id":"e{i}","recipient":"user{i}@example.com","channel":"push","category":"alert",{fallback}"timezone":"Europe/Paris","payload":{{"text":"Your code is {i}"}}}}"#
     )
 }

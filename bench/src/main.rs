@@ -46,6 +46,13 @@
 //!   offered at half that rate: digests sent against those expected, items in them
 //!   against jobs, items folded per second, Redis bytes per held item, and the time
 //!   from a window's end to its digest's arrival on the dispatch queue.
+//! - **fallback** ([`fallback`], only when asked for): `--jobs` jobs (default
+//!   100,000) routed push → email → sms with push capped for half of their
+//!   recipients, against mix (a) in the same rounds (which first alternating):
+//!   jobs/s and the ratio; as many escalations pending (an hour), on a private
+//!   `redis-server`: Redis bytes per pending escalation and the broker's queues;
+//!   jobs escalating after 2 s at a steady rate: from each step's deadline to the
+//!   next step's dispatch.
 //! - **memory** ([`memory`]): Redis `used_memory` growth per recipient holding three
 //!   sends.
 //!
@@ -67,6 +74,7 @@ mod cluster;
 mod context;
 mod digest;
 mod engine;
+mod fallback;
 mod jobs;
 mod lanes;
 mod latency;

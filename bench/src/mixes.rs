@@ -20,7 +20,7 @@ use crate::ceiling::ceiling;
 use crate::context::{header, Bench};
 use crate::jobs::job_bodies;
 use crate::metrics::{metric_sum, outcome_counts, quantiles, scrape};
-use crate::procs::{spawn_worker, stop, wait_ready};
+use crate::procs::{spawn_worker, spawn_worker_configured, stop, wait_ready};
 use crate::report::{MixResult, Report, RoundResult};
 use crate::sample::{cpu_secs, cpu_snapshot, rss_mib};
 
@@ -92,7 +92,7 @@ async fn paired_round(
         let result = async {
             let (ceiling, cpu) = ceiling(&c, mix, b.jobs).await?;
             b.teardown.ceiling(&c).await;
-            let mut r = drain(&conn, &s, &b.worker, mix, b.jobs, &[]).await?;
+            let mut r = drain(&conn, &s, &b.worker, mix, b.jobs, &[], None).await?;
             r.ceiling_jobs_per_sec = ceiling;
             r.ceiling_cpu_us_per_msg = cpu;
             r.ratio_to_ceiling = r.jobs_per_sec / ceiling;
@@ -117,9 +117,10 @@ async fn paired_round(
 }
 
 /// `n` jobs of `mix` preloaded into the topology of `s`, then drained by the worker
-/// (`bin`, with `env` added to its environment): jobs per second from the moment it
-/// consumes, its outcomes, admission quantiles and Redis calls from its `/metrics`,
-/// its RSS over the drain, and CPU per job of the broker, Redis and the worker.
+/// (`bin`, with `env` added to its environment and `config` as its `--config`):
+/// jobs per second from the moment it consumes, its outcomes, admission quantiles
+/// and Redis calls from its `/metrics`, its RSS over the drain, and CPU per job of
+/// the broker, Redis and the worker.
 pub async fn drain(
     conn: &Connection,
     s: &Settings,
@@ -127,6 +128,7 @@ pub async fn drain(
     mix: &str,
     n: usize,
     env: &[(String, String)],
+    config: Option<&Path>,
 ) -> Result<MixResult> {
     let topology = Topology::from_settings(s);
     topology.declare(conn).await?;
@@ -135,7 +137,10 @@ pub async fn drain(
     preload(&ch, &s.amqp.jobs_exchange, "", job_bodies(mix, n)).await?;
 
     let cpu_before = cpu_snapshot();
-    let (mut child, port) = spawn_worker(bin, s, env)?;
+    let (mut child, port) = match config {
+        Some(config) => spawn_worker_configured(bin, s, env, config)?,
+        None => spawn_worker(bin, s, env)?,
+    };
     // the clock starts when the worker consumes (its start-up is not throughput)
     wait_ready(port, &mut child).await?;
     let started = Instant::now();

@@ -186,6 +186,8 @@ pub struct Report {
     pub bursts: Vec<Burst>,
     /// The digest step: the backlog pass, then the paced one.
     pub digests: Vec<DigestRun>,
+    /// The fallback step.
+    pub fallback: Option<FallbackReport>,
 }
 
 impl EndToEnd {
@@ -392,4 +394,136 @@ pub struct DigestRun {
     pub first_at_to_dispatch_p99_ms: f64,
     /// The worker's outcomes (`folded` the jobs, `dispatched` the digests).
     pub outcomes: HashMap<String, u64>,
+}
+
+/// The fallback step (`fallback`): jobs routed push → email → sms against mix (a),
+/// what pending escalations hold, and the time from a step's deadline to the next
+/// step's dispatch.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct FallbackReport {
+    /// Jobs per drain (routed, and mix (a)).
+    pub jobs: usize,
+    /// Every round, in run order.
+    pub rounds: Vec<FallbackRound>,
+    /// Medians over the rounds.
+    pub routed_jobs_per_sec: f64,
+    pub mix_a_jobs_per_sec: f64,
+    /// The median of each round's routed jobs/s over its mix (a)'s.
+    pub ratio_to_mix_a: f64,
+    pub pending: Option<PendingEscalations>,
+    pub deadline: Option<DeadlineToDispatch>,
+}
+
+/// One round of the fallback step: mix (a) and the routed drain, one after the
+/// other (which first alternates).
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct FallbackRound {
+    /// Whether the routed drain ran first.
+    pub routed_first: bool,
+    pub mix_a: Drained,
+    pub routed: Drained,
+    /// Routed jobs/s over mix (a)'s.
+    pub ratio: f64,
+    /// Dispatches of the routed drain on each channel (push less the warm-up's).
+    pub push: u64,
+    pub email: u64,
+    pub sms: u64,
+}
+
+/// One drain of a fallback round, as [`MixResult`] gives it, without its curves.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Drained {
+    pub jobs_per_sec: f64,
+    /// Broker, Redis, worker.
+    pub cpu_us_per_job: [f64; 3],
+    pub redis_calls_per_job: Option<f64>,
+    pub admission_p99_ms: Option<f64>,
+    pub outcomes: HashMap<String, u64>,
+}
+
+impl From<&MixResult> for Drained {
+    fn from(m: &MixResult) -> Drained {
+        Drained {
+            jobs_per_sec: m.jobs_per_sec,
+            cpu_us_per_job: m.cpu_us_per_job,
+            redis_calls_per_job: m.redis_calls_per_job,
+            admission_p99_ms: m.admission_p99_ms,
+            outcomes: m.outcomes.clone(),
+        }
+    }
+}
+
+/// Pending escalations: jobs whose policy escalates after `answer_within`, their
+/// first step dispatched, each waiting round the delay ladder.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct PendingEscalations {
+    pub jobs: usize,
+    pub answer_within_secs: u64,
+    /// The mean job body, bytes.
+    pub body_bytes: f64,
+    /// `used_memory` growth per job, the same jobs without `fallback`.
+    pub plain_bytes_per_job: f64,
+    /// The same with `fallback` and an escalation pending.
+    pub escalating_bytes_per_job: f64,
+    /// The difference: Redis bytes per pending escalation.
+    pub bytes_per_pending: f64,
+    /// Route state keys (`<prefix>:{tag}/route:<hash>`) found, and the median
+    /// `MEMORY USAGE` of a sample of them.
+    pub route_states: u64,
+    pub route_state_memory_usage: f64,
+    /// Route logs (`<prefix>:route:<id>`) found, and the median `MEMORY USAGE` of a
+    /// sample.
+    pub route_logs: u64,
+    pub route_log_memory_usage: f64,
+    /// Keys sampled of each kind.
+    pub sampled: usize,
+    /// The namespace's queues holding messages once the escalating pass is done
+    /// (`rabbitmqctl list_queues`), empty where it could not be read.
+    pub queues: Vec<QueueFigures>,
+    /// The median memory of the namespace's empty queues then: what a queue holds
+    /// before its first message.
+    pub empty_queue_memory: Option<u64>,
+}
+
+/// One queue as `rabbitmqctl list_queues name messages message_bytes memory` shows
+/// it.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct QueueFigures {
+    pub name: String,
+    pub messages: u64,
+    /// The bodies' bytes (properties and headers not counted); a quorum queue
+    /// gives none.
+    pub message_bytes: Option<u64>,
+    /// The queue process's memory.
+    pub memory: u64,
+}
+
+/// From a step's deadline (its route entry's `escalates_at`) to the next step's
+/// dispatch arriving on its queue, each step of a route with `answer_within`.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct DeadlineToDispatch {
+    pub jobs: u64,
+    pub answer_within_secs: u64,
+    pub offered_jobs_per_sec: f64,
+    pub steps: Vec<StepDeadline>,
+}
+
+/// One step's move on (`from` → `to`) over every job.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct StepDeadline {
+    pub from: String,
+    pub to: String,
+    /// Dispatches on `to` read, and of them those whose `from` step's deadline
+    /// was found in the route.
+    pub arrived: u64,
+    pub with_deadline: u64,
+    /// Deadline to arrival on `to`'s dispatch queue.
+    pub to_dispatch: EndToEnd,
+    /// The earliest, ms (negative: before the deadline).
+    pub min_ms: f64,
+    /// From the `from` step's arrival on its dispatch queue plus `answer_within`
+    /// to the arrival on `to`'s (the wait as a consumer of both queues sees it),
+    /// p50 and p99.
+    pub from_arrival_p50_ms: f64,
+    pub from_arrival_p99_ms: f64,
 }

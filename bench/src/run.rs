@@ -10,8 +10,8 @@ use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
 use crate::{
-    cluster, digest, engine, lanes, latency, layers, memory, mixes, plot, rate, recovery, report,
-    sample, scale, table,
+    cluster, digest, engine, fallback, lanes, latency, layers, memory, mixes, plot, rate, recovery,
+    report, sample, scale, table,
 };
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
@@ -51,6 +51,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     if b.args.runs("digest") {
         digest::step(&b, &mut report).await?;
+    }
+    if b.args.runs("fallback") {
+        fallback::step(&b, &mut report).await?;
     }
     if b.args.runs("memory") {
         memory::step(&b, &mut report).await?;

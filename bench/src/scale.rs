@@ -205,7 +205,7 @@ async fn run_config(
         config.display().to_string(),
     )];
     let mix = format!("scale:{r}:{p}:{round}");
-    let m = drain(&conn, &w, &b.worker, &mix, b.jobs, &env).await;
+    let m = drain(&conn, &w, &b.worker, &mix, b.jobs, &env, None).await;
     let _ = closed(conn.close(200, "bye".into())).await;
     // its keys are the recipients' (deleted at the end of the step): a
     // delete by prefix now would scan the whole keyspace between runs

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::report::{EndToEnd, Report};
+use crate::report::{EndToEnd, FallbackReport, Report};
 
 /// Milliseconds to two decimals, or `n/a`.
 pub fn fmt_ms(v: Option<f64>) -> String {
@@ -34,6 +34,7 @@ pub fn print(r: &Report) {
     print_latency_passes(r);
     print_recovery(r);
     print_digests(r);
+    print_fallback(r);
     println!(
         "\nRedis memory: {:.1} bytes per recipient with 3 sends ({} recipients); MEMORY USAGE of one: {} bytes",
         r.memory_bytes_per_recipient, r.memory_recipients, r.memory_usage_one_recipient
@@ -274,5 +275,72 @@ fn print_digests(r: &Report) {
             d.first_at_to_dispatch_p50_ms,
             d.first_at_to_dispatch_p99_ms,
         );
+    }
+}
+
+/// The fallback step: every round, the pending escalations, the deadlines.
+fn print_fallback(r: &Report) {
+    let Some(f) = &r.fallback else { return };
+    println!("\n| fallback round | first | routed jobs/s | mix (a) jobs/s | ratio | routed: push / email / sms | worker CPU a job, routed / (a) µs |");
+    println!("|---|---|---|---|---|---|---|");
+    for (i, x) in f.rounds.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.3} | {} / {} / {} | {:.1} / {:.1} |",
+            i + 1,
+            if x.routed_first { "routed" } else { "(a)" },
+            x.routed.jobs_per_sec,
+            x.mix_a.jobs_per_sec,
+            x.ratio,
+            x.push,
+            x.email,
+            x.sms,
+            x.routed.cpu_us_per_job[2],
+            x.mix_a.cpu_us_per_job[2],
+        );
+    }
+    println!(
+        "| **median** | | **{:.0}** | **{:.0}** | **{:.3}** | | |",
+        f.routed_jobs_per_sec, f.mix_a_jobs_per_sec, f.ratio_to_mix_a
+    );
+    print_escalations(f);
+}
+
+fn print_escalations(f: &FallbackReport) {
+    if let Some(p) = &f.pending {
+        println!(
+            "\n{} escalations pending ({} s), bodies of {:.0} bytes: Redis {:.0} bytes a job without fallback, {:.0} with: {:.0} bytes per pending escalation; MEMORY USAGE of a route state {:.0} ({} keys), of a route log {:.0} ({} keys)",
+            p.jobs, p.answer_within_secs, p.body_bytes, p.plain_bytes_per_job, p.escalating_bytes_per_job,
+            p.bytes_per_pending, p.route_state_memory_usage, p.route_states, p.route_log_memory_usage, p.route_logs
+        );
+        let empty = p.empty_queue_memory.unwrap_or(0);
+        for q in &p.queues {
+            println!(
+                "  {}: {} messages, {} body bytes, {} bytes of memory ({:.0} a message above an empty queue's {empty})",
+                q.name,
+                q.messages,
+                q.message_bytes.map_or("n/a".into(), |b| b.to_string()),
+                q.memory,
+                q.memory.saturating_sub(empty) as f64 / q.messages.max(1) as f64
+            );
+        }
+    }
+    if let Some(d) = &f.deadline {
+        println!("\n| step's deadline ({} s) to the next dispatch, {} jobs at {:.0}/s | arrived | p50 ms | p99 ms | max ms | min ms | from the step's arrival + answer_within, p50 / p99 ms |", d.answer_within_secs, d.jobs, d.offered_jobs_per_sec);
+        println!("|---|---|---|---|---|---|---|");
+        for x in &d.steps {
+            let e = &x.to_dispatch;
+            println!(
+                "| {} → {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} / {:.1} |",
+                x.from,
+                x.to,
+                x.arrived,
+                e.p50_ms,
+                e.p99_ms,
+                e.max_ms,
+                x.min_ms,
+                x.from_arrival_p50_ms,
+                x.from_arrival_p99_ms
+            );
+        }
     }
 }

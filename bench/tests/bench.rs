@@ -358,3 +358,70 @@ async fn the_digest_step_accounts_for_every_item_in_the_digests_expected() {
     }
     assert_no_keys_left(&run);
 }
+
+/// The fallback step, small: 1,000 jobs routed push → email → sms with push capped
+/// for every other recipient go out half on push and half on email (none on sms),
+/// against mix (a) in the same round; 1,000 escalations pending leave a route state
+/// and a route log each in Redis; each escalating job moves on at its deadlines, every
+/// dispatch on email and sms timed from the deadline in its route; the table says so,
+/// and the run leaves no queue or key behind. No speed is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_step_routes_every_job_and_times_each_escalation() {
+    let run = run_quick(
+        "fb",
+        &["--steps", "fallback", "--jobs", "1000", "--rounds", "1"],
+        &[],
+    );
+    assert!(run.stdout.contains("| fallback round |"), "{}", run.stdout);
+    let f = &run.report["fallback"];
+    assert_eq!(f["jobs"], 1000, "{f}");
+    let rounds = f["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 1, "{f}");
+    let r = &rounds[0];
+    assert_eq!(
+        (&r["push"], &r["email"], &r["sms"]),
+        (&500.into(), &500.into(), &0.into()),
+        "{r}"
+    );
+    assert_eq!(r["routed"]["outcomes"]["dispatched"], 1000, "{r}");
+    assert_eq!(r["mix_a"]["outcomes"]["dispatched"], 1000, "{r}");
+    assert!(f["ratio_to_mix_a"].as_f64().unwrap() > 0.0, "{f}");
+
+    let p = &f["pending"];
+    assert_eq!(
+        (&p["route_states"], &p["route_logs"]),
+        (&1000.into(), &1000.into()),
+        "{p}"
+    );
+    assert!(p["route_state_memory_usage"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["bytes_per_pending"].as_f64().unwrap() > 0.0, "{p}");
+
+    let d = &f["deadline"];
+    let sent = d["jobs"].as_u64().unwrap();
+    assert!(sent > 0, "{d}");
+    let steps = d["steps"].as_array().unwrap();
+    let moves: Vec<(&str, &str)> = steps
+        .iter()
+        .map(|x| (x["from"].as_str().unwrap(), x["to"].as_str().unwrap()))
+        .collect();
+    assert_eq!(moves, [("push", "email"), ("email", "sms")]);
+    for x in steps {
+        assert_eq!(x["arrived"], sent, "{x}");
+        assert_eq!(x["with_deadline"], sent, "{x}");
+        // nothing moves on before its deadline
+        assert!(x["min_ms"].as_f64().unwrap() >= 0.0, "{x}");
+    }
+    let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .expect("rabbitmq");
+    let pid = run.pid;
+    for q in [
+        format!("bench{pid}fa0.jobs"),
+        format!("bench{pid}ff0.jobs"),
+        format!("bench{pid}fpe.jobs"),
+        format!("bench{pid}fdl.jobs"),
+    ] {
+        assert!(!exists(&conn, &q).await, "{q} left behind");
+    }
+    assert_no_keys_left(&run);
+}
