@@ -160,8 +160,8 @@ mod tests {
         assert_eq!(crossing(&s, 100), Some(1.0));
         assert_eq!(crossing(&s, 0), Some(0.0));
         assert_eq!(crossing(&s, 301), None);
-        // 30 and 270 of 300: at 0.3 s and 2.35 s
+        // 30 and 270 of 300: at 0.3 s and 1.85 s
         let r = rate_between(&s, 300, (0.1, 0.9)).unwrap();
-        assert!((r - 240.0 / 2.05).abs() < 1e-9, "{r}");
+        assert!((r - 240.0 / 1.55).abs() < 1e-9, "{r}");
     }
 }
