@@ -1,5 +1,6 @@
 //! The benchmark's own broker work: connecting, closing with a bound, quorum queues,
-//! publishing a backlog, offering jobs at a rate stamped with [`SENT_HEADER`], and
+//! publishing a backlog, publishing at a rate as a plain producer does ([`paced`]),
+//! offering jobs at a rate or at an interval stamped with [`SENT_HEADER`], and
 //! timing their arrival in an output queue ([`Arrivals`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -155,6 +156,80 @@ pub async fn offer(
     Ok(sent)
 }
 
+/// Publishes `n` jobs (`body(i)` for `i` in `0..n`) to `exchange` at `rate` a second,
+/// as a plain producer does (persistent, JSON, no header; each millisecond's
+/// together, every one confirmed).
+pub async fn paced(
+    conn: &Connection,
+    exchange: &str,
+    n: u64,
+    rate: f64,
+    body: impl Fn(u64) -> Vec<u8>,
+) -> Result<()> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into());
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let (started, mut sent) = (Instant::now(), 0u64);
+    let mut pending = FuturesUnordered::new();
+    while sent < n {
+        tick.tick().await;
+        let due = ((started.elapsed().as_secs_f64() * rate) as u64).min(n);
+        for i in sent..due {
+            let opts = BasicPublishOptions::default();
+            let confirm = ch
+                .basic_publish(exchange.into(), "".into(), opts, &body(i), props.clone())
+                .await?;
+            pending.push(confirm);
+        }
+        sent = sent.max(due);
+        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
+            r?;
+        }
+    }
+    while pending.next().await.transpose()?.is_some() {}
+    let _ = ch.close(200, "".into()).await;
+    Ok(())
+}
+
+/// Publishes one job (`body(i)`, `i` counting from 0) to `exchange` every `every`,
+/// stamped with [`SENT_HEADER`], until `stop` is cancelled; returns how many it
+/// published, every one confirmed.
+pub async fn every_until(
+    conn: &Connection,
+    exchange: &str,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+    body: impl Fn(u64) -> String,
+) -> Result<u64> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut tick = tokio::time::interval(every);
+    let mut sent = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let mut h = FieldTable::default();
+        h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_headers(h);
+        let opts = BasicPublishOptions::default();
+        let body = body(sent);
+        ch.basic_publish(exchange.into(), "".into(), opts, body.as_bytes(), props)
+            .await?
+            .await?;
+        sent += 1;
+    }
+    let _ = ch.close(200, "".into()).await;
+    Ok(sent)
+}
+
 /// A consumer on a queue without acks (so it asks the broker for nothing per
 /// message) that keeps what `read` makes of each delivery as it arrives, and adds
 /// up the weight `read` gives each, until it is stopped.
@@ -216,6 +291,21 @@ impl<T: Send + 'static> Watch<T> {
     }
 }
 
+/// Microseconds from a delivery's [`SENT_HEADER`] to now (`None`: it has none).
+pub fn waited_micros(d: &lapin::message::Delivery) -> Option<u64> {
+    let now = unix_micros();
+    let sent = d
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(SENT_HEADER))
+        .and_then(|v| match v {
+            AMQPValue::LongLongInt(v) => Some(*v),
+            _ => None,
+        })?;
+    Some((now - sent).max(0) as u64)
+}
+
 /// A [`Watch`] of an output queue that records arrival minus [`SENT_HEADER`] for
 /// every message.
 pub struct Arrivals(Watch<u64>);
@@ -223,20 +313,7 @@ pub struct Arrivals(Watch<u64>);
 impl Arrivals {
     /// Starts consuming `queue`.
     pub async fn start(conn: &Connection, queue: &str) -> Result<Arrivals> {
-        let watch = Watch::start(conn, queue, "e2e", |d| {
-            let now = unix_micros();
-            let sent = d
-                .properties
-                .headers()
-                .as_ref()
-                .and_then(|h| h.inner().get(SENT_HEADER))
-                .and_then(|v| match v {
-                    AMQPValue::LongLongInt(v) => Some(*v),
-                    _ => None,
-                });
-            (sent.map(|sent| (now - sent).max(0) as u64), 1)
-        })
-        .await?;
+        let watch = Watch::start(conn, queue, "e2e", |d| (waited_micros(d), 1)).await?;
         Ok(Arrivals(watch))
     }
 

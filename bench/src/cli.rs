@@ -18,15 +18,19 @@ pub struct Args {
     #[arg(long)]
     pub recipients: Option<usize>,
     /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, recovery,
-    /// digest, fallback, memory, scale); each mix, each latency round and each scale round
-    /// measure their own ceiling right before. `scale` is not in the default run (it
-    /// preloads millions of keys), nor `lanes` (the urgent wait behind a bulk backlog of
-    /// `--jobs`, default 100,000, paced at 100/s: about 20 minutes per pass), nor
-    /// `recovery` (a backlog of `--jobs` parked in a lane drained at half the ceiling,
-    /// four passes), nor `digest` (`--jobs`, default 100,000, folded into digests of a
-    /// 2 s window, ten a recipient: a backlog, then paced at half its fold rate), nor
-    /// `fallback` (`--jobs`, default 100,000, routed push → email → sms against mix (a)
-    /// in `--rounds` rounds; as many escalations pending; 3,000 escalating after 2 s).
+    /// campaign, digest, fallback, memory, scale); each mix, each latency round and each
+    /// scale round measure their own ceiling right before. `scale` is not in the
+    /// default run (it preloads millions of keys), nor `lanes` (the urgent wait behind
+    /// a bulk backlog of `--jobs`, default 100,000, paced at 100/s: about 20 minutes per
+    /// pass), nor `recovery` (a backlog of `--jobs` parked in a lane drained at half the
+    /// ceiling, four passes), nor `campaign` (`--jobs`, default 100,000, bulk jobs of a
+    /// channel paced at `--campaign-rate` published to the jobs exchange at a quarter
+    /// of the ceiling with urgent jobs every 0.3 s, then the same as a backlog; one and
+    /// three workers, `--rounds` rounds of about 2 minutes), nor `digest` (`--jobs`,
+    /// default 100,000, folded into digests of a 2 s window, ten a recipient: a
+    /// backlog, then paced at half its fold rate), nor `fallback` (`--jobs`, default
+    /// 100,000, routed push → email → sms against mix (a) in `--rounds` rounds; as many
+    /// escalations pending; 3,000 escalating after 2 s).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",
@@ -47,6 +51,9 @@ pub struct Args {
     /// reported, and every round's ratio is listed (default 1 quick, 5 full).
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// The campaign step: the channel's rate, jobs per second.
+    #[arg(long, default_value_t = 100)]
+    pub campaign_rate: u64,
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
     #[arg(long)]
     pub prefetch: Option<u16>,

@@ -33,12 +33,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use futures_util::StreamExt;
 use lapin::Connection;
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 
-use crate::broker::{closed, connect, preload, Watch};
+use crate::broker::{closed, connect, paced, preload, Watch};
 use crate::context::{header, Bench};
 use crate::metrics::{metric_sum, outcome_counts, scrape};
 use crate::procs::{spawn_worker_configured, stop, wait_ready, OwnRedis};
@@ -173,7 +172,8 @@ async fn run_pass(
         let sent = match rate {
             None => jobs as u64,
             Some(rate) => {
-                paced(&conn, &s.amqp.jobs_exchange, &ns, jobs as u64, rate).await?;
+                let body = |i| digest_job(&ns, i).into_bytes();
+                paced(&conn, &s.amqp.jobs_exchange, jobs as u64, rate, body).await?;
                 jobs as u64
             }
         };
@@ -198,44 +198,6 @@ async fn run_pass(
     let mut run = summarise(sent, rate, &samples, &seen, baseline, left);
     run.outcomes = outcome_counts(&metrics);
     Ok(run)
-}
-
-/// Publishes jobs `0..jobs` to `exchange` at `rate` a second (each millisecond's
-/// together, every one confirmed).
-async fn paced(conn: &Connection, exchange: &str, ns: &str, jobs: u64, rate: f64) -> Result<()> {
-    let ch = conn.create_channel().await?;
-    ch.confirm_select(Default::default()).await?;
-    let props = lapin::BasicProperties::default()
-        .with_delivery_mode(2)
-        .with_content_type("application/json".into());
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    let (started, mut sent) = (Instant::now(), 0u64);
-    let mut pending = futures_util::stream::FuturesUnordered::new();
-    while sent < jobs {
-        tick.tick().await;
-        let due = ((started.elapsed().as_secs_f64() * rate) as u64).min(jobs);
-        for i in sent..due {
-            let body = digest_job(ns, i);
-            let opts = lapin::options::BasicPublishOptions::default();
-            let confirm = ch
-                .basic_publish(
-                    exchange.into(),
-                    "".into(),
-                    opts,
-                    body.as_bytes(),
-                    props.clone(),
-                )
-                .await?;
-            pending.push(confirm);
-        }
-        sent = sent.max(due);
-        while let Some(Some(r)) = futures_util::FutureExt::now_or_never(pending.next()) {
-            r?;
-        }
-    }
-    while pending.next().await.transpose()?.is_some() {}
-    let _ = ch.close(200, "".into()).await;
-    Ok(())
 }
 
 /// The pass's figures (pure).

@@ -40,6 +40,13 @@
 //!   broker restart half-way (on a private node): the drain rate against the rate,
 //!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
 //!   bulk jobs to the jobs exchange: how fast they are published and parked.
+//! - **campaign** ([`campaign`], only when asked for): bulk jobs (`--jobs`, default
+//!   100,000) of a channel paced at `--campaign-rate` (100/s) published to the jobs
+//!   exchange by a producer that knows no lanes, at a quarter of the ceiling, with
+//!   an urgent job every 0.3 s until they are parked: the urgent jobs'
+//!   publish-to-dispatch times and the parking rate; then the same jobs as a
+//!   backlog: how fast the workers park them, against the ceiling. One worker and
+//!   three, `--rounds` rounds, each with its own ceiling.
 //! - **digest** ([`digest`], only when asked for): a policy with a `window` digest
 //!   (2 s), `--jobs` jobs (default 100,000) ten a recipient, on a private
 //!   `redis-server`: a backlog folded as fast as the worker can, then the same
@@ -68,6 +75,7 @@
 //! support crate the tests share (`testkit`).
 
 mod broker;
+mod campaign;
 mod ceiling;
 mod cli;
 mod cluster;

@@ -123,3 +123,41 @@ pub fn metric_sum(metrics: &str, name: &str) -> Option<f64> {
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())
 }
+
+/// The sum of the samples of `name` whose labels include every one of `labels`
+/// (`name="value"`), whatever their order (none: 0).
+pub fn labelled_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let open = format!("{name}{{");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&open))
+        .filter(|l| {
+            let set = l.split('}').next().unwrap_or("");
+            labels
+                .iter()
+                .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_labelled_sum_takes_the_series_with_every_label_in_any_order() {
+        let text = "# TYPE quota_worker_lane_jobs_total counter\n\
+            quota_worker_lane_jobs_total{channel=\"sms\",lane=\"bulk\",step=\"parked\"} 7\n\
+            quota_worker_lane_jobs_total{step=\"parked\",lane=\"bulk\",channel=\"email\"} 3\n\
+            quota_worker_lane_jobs_total{channel=\"sms\",lane=\"urgent\",step=\"parked\"} 5\n\
+            quota_worker_lane_jobs_total{channel=\"sms\",lane=\"bulk\",step=\"taken\"} 11\n\
+            quota_worker_lane_jobs_totally{lane=\"bulk\",step=\"parked\"} 100\n";
+        let name = "quota_worker_lane_jobs_total";
+        let parked_bulk = [("lane", "bulk"), ("step", "parked")];
+        assert_eq!(labelled_sum(text, name, &parked_bulk), 10.0);
+        let sms = [("channel", "sms"), ("lane", "bulk"), ("step", "parked")];
+        assert_eq!(labelled_sum(text, name, &sms), 7.0);
+        assert_eq!(labelled_sum(text, "nothing", &sms), 0.0);
+    }
+}

@@ -188,6 +188,10 @@ pub struct Report {
     pub digests: Vec<DigestRun>,
     /// The fallback step.
     pub fallback: Option<FallbackReport>,
+    /// The campaign step: every pass of every round, in run order.
+    pub campaign: Vec<CampaignRun>,
+    /// The campaign step's medians over its rounds, by pass and workers.
+    pub campaign_summary: Vec<CampaignSummary>,
 }
 
 impl EndToEnd {
@@ -349,6 +353,61 @@ pub struct Burst {
     /// How long an urgent job published right behind the burst waits to be read:
     /// `jobs / parking − jobs / publish` (0 when parking keeps up), in seconds.
     pub urgent_wait_secs: f64,
+}
+
+/// One pass of the campaign step (`campaign`): `jobs` bulk jobs of a paced channel
+/// published to the jobs exchange by a producer that knows no lanes (a policy whose
+/// lane is `bulk`, no `priority` field), read and parked by `workers` workers.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct CampaignRun {
+    /// `campaign`: published at `publish_per_sec` (a quarter of the ceiling) while
+    /// urgent jobs are published every 0.3 s; `backlog`: published before the
+    /// workers start, parked as fast as they can.
+    pub pass: String,
+    /// The round (from 1): its ceiling is measured at its start.
+    pub round: usize,
+    pub workers: usize,
+    pub jobs: usize,
+    /// The channel's rate, jobs per second.
+    pub rate: u64,
+    /// The round's pass-through ceiling, messages per second.
+    pub ceiling_msgs_per_sec: f64,
+    /// Jobs per second published (every one confirmed); `None` for the backlog.
+    pub publish_per_sec: Option<f64>,
+    /// Campaign: `jobs` over the time from the first publish until every job is
+    /// parked (or dispatched without being parked). Backlog: the middle 80 % of the
+    /// jobs over the time they took (the workers' start-up left out).
+    pub parking_per_sec: f64,
+    /// `parking_per_sec` over the round's ceiling.
+    pub parking_ratio: f64,
+    /// Campaign: seconds from the last publish until every job is parked.
+    pub lag_secs: Option<f64>,
+    /// Bulk jobs dispatched from the jobs queue without being parked (the rate had
+    /// a slot for them at once).
+    pub dispatched_unparked: u64,
+    /// Bulk jobs the workers counted parked.
+    pub parked: u64,
+    /// Campaign: the urgent jobs' publish-to-dispatch times.
+    pub urgent: Option<EndToEnd>,
+}
+
+/// The campaign step's passes of one kind (`pass`, `workers`) over its rounds.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct CampaignSummary {
+    pub pass: String,
+    pub workers: usize,
+    pub rounds: usize,
+    pub parking_ratio_median: f64,
+    pub parking_per_sec_median: f64,
+    /// Campaign passes: medians of the rounds' urgent p50, p99 and max, ms.
+    pub urgent_p50_ms_median: Option<f64>,
+    pub urgent_p99_ms_median: Option<f64>,
+    pub urgent_max_ms_median: Option<f64>,
+    /// The highest urgent wait of every round, ms.
+    pub urgent_max_ms: Option<f64>,
+    /// Urgent jobs published and dispatched, over every round.
+    pub urgent_sent: u64,
+    pub urgent_arrived: u64,
 }
 
 /// One pass of the digest step (`digest`): jobs of a policy with a `window` digest,

@@ -10,8 +10,8 @@ use crate::context::{prepare, Bench};
 use crate::mixes::{step_name, MIXES};
 use crate::report::Report;
 use crate::{
-    cluster, digest, engine, fallback, lanes, latency, layers, memory, mixes, plot, rate, recovery,
-    report, sample, scale, table,
+    campaign, cluster, digest, engine, fallback, lanes, latency, layers, memory, mixes, plot, rate,
+    recovery, report, sample, scale, table,
 };
 
 /// Runs the steps `args` names, then writes the table, the JSON and the plot.
@@ -48,6 +48,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     if b.args.runs("recovery") {
         recovery::step(&b, &mut report).await?;
+    }
+    if b.args.runs("campaign") {
+        campaign::step(&b, &mut report).await?;
     }
     if b.args.runs("digest") {
         digest::step(&b, &mut report).await?;

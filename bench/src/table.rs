@@ -33,6 +33,7 @@ pub fn print(r: &Report) {
     print_scale(r);
     print_latency_passes(r);
     print_recovery(r);
+    print_campaign(r);
     print_digests(r);
     print_fallback(r);
     println!(
@@ -242,6 +243,57 @@ fn print_recovery(r: &Report) {
         println!(
             "burst of {} bulk jobs to the jobs exchange, {} worker(s): published at {:.0}/s, parked at {:.0}/s; an urgent job behind them waits {:.1} s",
             x.jobs, x.workers, x.publish_per_sec, x.parking_per_sec, x.urgent_wait_secs
+        );
+    }
+}
+
+/// The campaign step: one row a pass, then the medians of each kind of pass.
+fn print_campaign(r: &Report) {
+    if r.campaign.is_empty() {
+        return;
+    }
+    let opt =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    println!("\n| campaign pass | round | workers | jobs | rate/s | ceiling msgs/s | published/s | parked/s | x ceiling | last parked after the last publish s | unparked | urgent p50 / p99 / max ms | urgent dispatched / sent |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in &r.campaign {
+        let urgent = c.urgent.as_ref();
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} | {} |",
+            c.pass,
+            c.round,
+            c.workers,
+            c.jobs,
+            c.rate,
+            c.ceiling_msgs_per_sec,
+            opt(c.publish_per_sec, 0),
+            c.parking_per_sec,
+            c.parking_ratio,
+            opt(c.lag_secs, 2),
+            c.dispatched_unparked,
+            urgent.map_or("-".into(), |u| format!(
+                "{:.0} / {:.0} / {:.0}",
+                u.p50_ms, u.p99_ms, u.max_ms
+            )),
+            urgent.map_or("-".into(), |u| format!("{} / {}", u.arrived, u.sent)),
+        );
+    }
+    println!("\n| campaign pass | workers | rounds | parked x ceiling (median) | parked/s (median) | urgent p50 / p99 / max ms (medians) | urgent max of every round ms | urgent dispatched / sent |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for k in &r.campaign_summary {
+        println!(
+            "| {} | {} | {} | {:.3} | {:.0} | {} / {} / {} | {} | {} / {} |",
+            k.pass,
+            k.workers,
+            k.rounds,
+            k.parking_ratio_median,
+            k.parking_per_sec_median,
+            opt(k.urgent_p50_ms_median, 0),
+            opt(k.urgent_p99_ms_median, 0),
+            opt(k.urgent_max_ms_median, 0),
+            opt(k.urgent_max_ms, 0),
+            k.urgent_arrived,
+            k.urgent_sent,
         );
     }
 }

@@ -408,8 +408,9 @@ async fn the_fallback_step_routes_every_job_and_times_each_escalation() {
     for x in steps {
         assert_eq!(x["arrived"], sent, "{x}");
         assert_eq!(x["with_deadline"], sent, "{x}");
-        // nothing moves on before its deadline
-        assert!(x["min_ms"].as_f64().unwrap() >= 0.0, "{x}");
+        // nothing moves on before its deadline (the deadline is the worker's
+        // estimate of Redis's clock, the arrival the benchmark's: a few ms apart)
+        assert!(x["min_ms"].as_f64().unwrap() >= -50.0, "{x}");
     }
     let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
@@ -422,6 +423,84 @@ async fn the_fallback_step_routes_every_job_and_times_each_escalation() {
         format!("bench{pid}fdl.jobs"),
     ] {
         assert!(!exists(&conn, &q).await, "{q} left behind");
+    }
+    assert_no_keys_left(&run);
+}
+
+/// The campaign step, small: two rounds, each a ceiling and four passes (the
+/// campaign published at a quarter of it with urgent jobs every 0.3 s, then the same
+/// jobs as a backlog; one worker and three): every bulk job parked (or dispatched
+/// unparked) and every urgent job published dispatched, every pass reported with
+/// its round's ceiling, the medians by pass and workers, the table saying so, and
+/// nothing left behind. No speed is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_campaign_step_parks_every_job_and_times_every_urgent_one() {
+    let run = run_quick(
+        "cp",
+        &["--steps", "campaign", "--jobs", "1500", "--rounds", "2"],
+        &[],
+    );
+    assert!(run.stdout.contains("| campaign pass |"), "{}", run.stdout);
+    let report = &run.report;
+    let runs = report["campaign"].as_array().unwrap();
+    let kinds: Vec<(u64, &str, u64)> = runs
+        .iter()
+        .map(|r| {
+            let pass = r["pass"].as_str().unwrap();
+            (
+                r["round"].as_u64().unwrap(),
+                pass,
+                r["workers"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let each = [
+        ("campaign", 1),
+        ("campaign", 3),
+        ("backlog", 1),
+        ("backlog", 3),
+    ];
+    let expected: Vec<(u64, &str, u64)> = (1..=2)
+        .flat_map(|round| each.map(|(p, w)| (round, p, w)))
+        .collect();
+    assert_eq!(kinds, expected);
+    for r in runs {
+        assert_eq!(r["jobs"], 1500, "{r}");
+        assert_eq!(r["rate"], 100, "{r}");
+        let accounted = r["parked"].as_u64().unwrap() + r["dispatched_unparked"].as_u64().unwrap();
+        assert!(accounted >= 1500, "{r}");
+        assert!(r["ceiling_msgs_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["parking_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        if r["pass"] == "campaign" {
+            let u = &r["urgent"];
+            assert!(u["sent"].as_u64().unwrap() >= 1, "{r}");
+            assert_eq!(u["arrived"], u["sent"], "{r}");
+            assert!(r["lag_secs"].as_f64().is_some(), "{r}");
+            assert!(r["publish_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        } else {
+            assert!(r["urgent"].is_null(), "{r}");
+        }
+    }
+    let summary = report["campaign_summary"].as_array().unwrap();
+    let kinds: Vec<(&str, u64, u64)> = summary
+        .iter()
+        .map(|k| {
+            let pass = k["pass"].as_str().unwrap();
+            (
+                pass,
+                k["workers"].as_u64().unwrap(),
+                k["rounds"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, each.map(|(p, w)| (p, w, 2)));
+    let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .unwrap();
+    for round in 1..=2 {
+        for q in ["cp", "cb"].map(|p| format!("bench{}{p}{round}w3.jobs", run.pid)) {
+            assert!(!exists(&conn, &q).await, "{q} left behind");
+        }
     }
     assert_no_keys_left(&run);
 }

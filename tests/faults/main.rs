@@ -2,13 +2,14 @@
 //! of a three-node RabbitMQ cluster killed, a Redis outage, a Redis Sentinel
 //! failover and a Redis Cluster master failing over to its replica, four competing
 //! processes, SIGTERM under load, stale `x-death` headers, kill -9 while feedback
-//! is applied, kill -9 while digests close and a broker restart with digests open,
-//! one file a scenario over a shared harness (`harness.rs`). Every scenario
-//! publishes a known set of jobs and ends with an audit (see `testkit::audit`): each
-//! job id found exactly once as dispatched, waiting or dead-lettered; caps checked
-//! against what was dispatched and what Redis recorded; duplicates counted and
-//! explained. Figures go to `target/reliability/*.json` and, with
-//! `QW_WRITE_RELIABILITY=1`, into RELIABILITY.md.
+//! is applied, kill -9 while a campaign is parked, kill -9 while digests close and
+//! a broker restart with digests open, one file a scenario over a shared harness
+//! (`harness.rs`). Every scenario publishes a known set of jobs and ends with an
+//! audit (see `testkit::audit`): each job id found exactly once as dispatched,
+//! waiting or dead-lettered; caps checked against what was dispatched and what
+//! Redis recorded; duplicates counted and explained. Figures go to
+//! `target/reliability/*.json` and, with `QW_WRITE_RELIABILITY=1`, into
+//! RELIABILITY.md.
 //!
 //! Quick form (CI): `cargo test --test faults`. Long form:
 //! `QW_FAULTS_LONG=1 cargo test --release --test faults` (20,000 jobs and 20 kills,
@@ -27,6 +28,7 @@ mod harness;
 
 mod broker_hang;
 mod broker_restart;
+mod campaign_kill;
 mod digest_broker_restart;
 mod digest_close_kill;
 mod escalation_restart;

@@ -20,7 +20,7 @@ use testkit::*;
 
 /// Settings with `sms` paced at `rate`/s (burst 5) and a rule-less `campaign`
 /// policy whose jobs are bulk.
-fn laned(ns: &str, rate: u64) -> Settings {
+pub(crate) fn laned(ns: &str, rate: u64) -> Settings {
     let mut s = settings(ns);
     let sms = s.channels.get_mut("sms").unwrap();
     sms.rate = Some(rate);
@@ -46,12 +46,12 @@ fn behind_a_slow_redis(s: &mut Settings, delay: Duration) -> testkit::proxy::Pro
     proxy
 }
 
-fn body(id: &str, category: &str, priority: Option<&str>) -> String {
+pub(crate) fn body(id: &str, category: &str, priority: Option<&str>) -> String {
     let lane = priority.map_or(String::new(), |p| format!(r#","priority":"{p}""#));
     format!(r#"{{"id":"{id}","recipient":"{id}","channel":"sms","category":"{category}"{lane}}}"#)
 }
 
-async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) {
+pub(crate) async fn publish_all(conn: &lapin::Connection, s: &Settings, bodies: &[String]) {
     publish_to(conn, (&s.amqp.jobs_exchange, ""), bodies).await;
 }
 
@@ -77,16 +77,16 @@ async fn publish_to(
 }
 
 /// The dispatch queue of `sms`, read in order: every job id with its arrival.
-struct Dispatched {
+pub(crate) struct Dispatched {
     consumer: lapin::Consumer,
-    ids: Vec<(String, Instant)>,
+    pub(crate) ids: Vec<(String, Instant)>,
     /// The ids that were parked in a lane on their way (the header a parked job
     /// carries to its dispatch).
     parked: std::collections::HashSet<String>,
 }
 
 impl Dispatched {
-    async fn open(conn: &lapin::Connection, s: &Settings) -> Dispatched {
+    pub(crate) async fn open(conn: &lapin::Connection, s: &Settings) -> Dispatched {
         let ch = conn.create_channel().await.unwrap();
         let consumer = ch
             .basic_consume(
@@ -110,7 +110,11 @@ impl Dispatched {
     }
 
     /// Read until `done` says so or `limit` passes.
-    async fn read_until(&mut self, limit: Duration, done: impl Fn(&[(String, Instant)]) -> bool) {
+    pub(crate) async fn read_until(
+        &mut self,
+        limit: Duration,
+        done: impl Fn(&[(String, Instant)]) -> bool,
+    ) {
         let deadline = Instant::now() + limit;
         while !done(&self.ids) && Instant::now() < deadline {
             if let Ok(Some(Ok(d))) =
@@ -134,7 +138,7 @@ impl Dispatched {
             .count()
     }
 
-    fn position(&self, id: &str) -> Option<usize> {
+    pub(crate) fn position(&self, id: &str) -> Option<usize> {
         self.ids.iter().position(|(i, _)| i == id)
     }
 }

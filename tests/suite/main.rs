@@ -15,6 +15,7 @@ mod cli;
 mod scenarios;
 
 mod admin;
+mod campaign;
 mod caps;
 mod cluster;
 mod compose;
