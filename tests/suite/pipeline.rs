@@ -230,24 +230,26 @@ async fn a_delayed_job_comes_back_and_is_dispatched_on_time() {
     let w = worker(&s).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
     let conn = amqp().await;
+    // taken before the first is published, so before its admission: a slow `take`
+    // of the first on a loaded machine cannot shorten what is measured
+    let published_at = Utc::now();
     publish(&conn, &s, &job("first", "r", "")).await;
     publish(&conn, &s, &job("second", "r", "")).await;
     let dispatch = format!("{ns}.dispatch.sms");
     let first = take(&conn, &dispatch, WAIT)
         .await
         .expect("first dispatched");
-    let first_at = Utc::now();
     let second = take(&conn, &dispatch, Duration::from_secs(15))
         .await
         .expect("second comes back");
     let second_at = Utc::now();
     assert_eq!(message_id(&first), "first");
     assert_eq!(message_id(&second), "second");
-    let waited = (second_at - first_at).num_milliseconds();
+    let waited = (second_at - published_at).num_milliseconds();
     // never early (3 s after the first admission), and back within the ladder's
     // 1 s rounding plus generous slack for a loaded machine
     assert!(waited >= 2_900, "dispatched after {waited} ms");
-    assert!(waited <= 6_000, "dispatched after {waited} ms");
+    assert!(waited <= 7_000, "dispatched after {waited} ms");
     // handled twice: refused once, then dispatched
     assert_eq!(
         header(&second.delivery.properties, "x-notify-attempt").as_deref(),
