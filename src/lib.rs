@@ -18,7 +18,9 @@
 //!
 //! 1. **Consume.** [`worker::session`] consumes `notify.jobs` with a bounded
 //!    prefetch and runs one task per delivery; [`worker::process`] takes it from
-//!    there (one delivery to one confirmed outcome).
+//!    there (one delivery to one confirmed outcome): `worker/decision.rs` asks, in
+//!    the order below, what settles it; `worker/process.rs` carries the decision
+//!    out and `worker/dispatch.rs` a dispatch.
 //! 2. **Decode** ([`job`]): [`job::decode()`] turns the body into a [`job::Job`],
 //!    or a `malformed` dead letter. Pure.
 //! 3. **Triage** ([`decide`]): what needs no admission settles first: a cancel mark
@@ -35,7 +37,8 @@
 //! 6. **Admission** ([`store`], [`redis::admit`]): [`store::QuotaStore::admit`] asks
 //!    Redis (what it asks and answers: [`admission`]): the recipient's caps, its
 //!    policy's and those of every `[caps.NAME]` layer the job meets
-//!    ([`rules::Rules::layers`], [`quota::caps`]), the recipient's suppressions
+//!    ([`rules::Rules::layers`], [`quota::caps`]; the answer read as an admission by
+//!    `store/verdict.rs`, pure), the recipient's suppressions
 //!    ([`quota::suppression`]) and preferences ([`preferences`]: opt-outs and quiet
 //!    hours, [`preferences::checks`]), all in the one call (`lua/admit/`, with the
 //!    calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],

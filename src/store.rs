@@ -53,6 +53,7 @@ mod admit;
 mod layers;
 mod pace;
 mod quiet;
+mod verdict;
 mod writes;
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
@@ -224,27 +225,6 @@ impl QuotaStore {
     /// The digests' side of Redis.
     pub fn digests(&self) -> &Digests {
         &self.digests
-    }
-
-    /// The key of digest `id` of `recipient` (of `tenant`): [`Digests::key`], as
-    /// the worker's loop asks it of the store (as the two below).
-    pub fn digest_key(&self, tenant: Option<&str>, recipient: &str, id: &str) -> String {
-        self.digests.key(tenant, recipient, id)
-    }
-
-    /// A `held` digest refused when it went: open again until `close_at`
-    /// ([`Digests::reopen`]).
-    pub async fn reopen_digest(
-        &self,
-        key: &str,
-        close_at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.digests.reopen(key, close_at).await
-    }
-
-    /// The digest at `key` is done with ([`Digests::end`]).
-    pub async fn end_digest(&self, key: &str) -> Result<(), StoreError> {
-        self.digests.end(key).await
     }
 
     /// A clone of the connection, for admin reads.

@@ -9,13 +9,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::layers::{cached, layered_refusal, JobLayer};
-use super::QuotaStore;
+use super::layers::{cached, JobLayer};
+use super::verdict::{self, Asked, QuietUntil};
+use super::{Pacer, QuotaStore};
 use crate::admission::{Admission, RateStep, Request, Ticket};
-use crate::preferences::set::OptOut;
+use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::Plan;
-use crate::quota::policy::{Mode, Policy, Scope};
+use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
 use crate::redis::rate::RateReply;
@@ -60,103 +61,9 @@ impl QuotaStore {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
-        let mut policy = rules.policy_of(req.category, req.tenant).clone();
-        if req.counted {
-            policy = rules.of_its_channel(&policy);
-        }
-        let names = self.keys.for_tenant(req.tenant);
-        let key = Self::recipient_key(&names, req, &policy);
-        let member = keys::member(req.id);
-        let layers: Vec<JobLayer> = rules
-            .layers(&policy, req.channel, req.category, req.tenant)
-            .into_iter()
-            .filter(|(cap, _)| !req.counted || cap.of_one_channel())
-            .map(|(cap, holds)| {
-                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
-                let key = names.cap(req.recipient, &cap.name, channel);
-                (cap.clone(), holds, key)
-            })
-            .collect();
-        drop(names);
-        let layers = &layers[..];
-
-        // while jobs wait here for the rate, a new one joins them rather than racing
-        // them; one that may be parked asks at once, to learn how long it would wait
-        let parking = matches!(step, RateStep::Park(_));
-        let pacing = rate.is_some() && !parking && pacer.waiting.load(Ordering::Relaxed) > 0;
-        let lane = match step {
-            RateStep::Wait(lane) | RateStep::Park(lane) => lane,
-            RateStep::Taken(_) => None,
-        };
-        let (first, rate_reply) = match (rate, step) {
-            (Some(_), RateStep::Taken(tat_us)) => {
-                let a = self
-                    .call_admit(&key, &member, &policy, layers, req, None)
-                    .await?;
-                let taken = RateReply {
-                    allowed: 1,
-                    remaining: 0,
-                    retry_after: Duration::ZERO,
-                    tat_us,
-                };
-                (a, Some(taken))
-            }
-            (Some(r), _) if !pacing => {
-                let (a, b) = tokio::join!(
-                    self.call_admit(&key, &member, &policy, layers, req, None),
-                    self.take_rate_in(req.channel, r, lane)
-                );
-                let a = a?;
-                match b {
-                    Ok(b) => (a, Some(b)),
-                    Err(e) => {
-                        if let Verdict::Admitted(at, _) = a {
-                            self.orphan(&key, &member, at);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            _ => (
-                self.call_admit(&key, &member, &policy, layers, req, None)
-                    .await?,
-                None,
-            ),
-        };
-        let mut reply = first;
-        let mut quiet_until = None;
-        for _ in 0..3 {
-            match reply {
-                Verdict::Quiet(now, version) => {
-                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
-                    match self
-                        .quiet_end(&hash, version, now, req.tz, req.priority)
-                        .await?
-                    {
-                        (Some(until), Some(hours)) => {
-                            quiet_until = Some((until, hours));
-                            break;
-                        }
-                        _ => {
-                            reply = self
-                                .call_admit(&key, &member, &policy, layers, req, None)
-                                .await?
-                        }
-                    }
-                }
-                Verdict::Clock(now) => {
-                    reply = self
-                        .call_admit(&key, &member, &policy, layers, req, Some(now))
-                        .await?
-                }
-                _ => break,
-            }
-        }
-        if let Verdict::Reserved(_, at) = reply {
-            if self.adopt(&key, &member, at) {
-                reply = Verdict::Admitted(at, true);
-            }
-        }
+        let asked = self.asked(req, rules);
+        let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
+        let (reply, quiet_until) = self.settled_reply(req, &asked, first).await?;
         // a refusal of a recipient with quiet hours that hold the job: what they
         // are (known, or one HGET for a version not known), so that the instant it
         // waits for is pushed past them as well
@@ -169,150 +76,26 @@ impl QuotaStore {
             }
             _ => None,
         };
-        let taken = rate_reply.filter(|r| r.allowed == 1).map(|r| r.tat_us);
-        let layer_keys =
-            || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
-        let mut admission = match reply {
-            Verdict::Admitted(now, inherited) => Admission::Admitted(Ticket {
-                key,
-                member: member.into_boxed_slice(),
-                admitted_at: window::from_millis(now),
-                channel: req.channel.to_string(),
-                layer_keys: layer_keys(),
-                rate: rate.zip(taken),
-                inherited,
-            }),
-            Verdict::Layered(now, blocks, _) => {
-                layered_refusal(&policy, layers, req.tz, now, blocks, quiet)
+        let taken = rate_reply
+            .as_ref()
+            .filter(|r| r.allowed == 1)
+            .map(|r| r.tat_us);
+        let mut admission = match (reply, quiet_until) {
+            (Verdict::Quiet(..), Some((until, hours))) => {
+                self.quiet_admission(req, &asked, until, hours).await?
             }
-            Verdict::Refused(now, sends, _) => {
-                let sends: Vec<DateTime<Utc>> =
-                    sends.into_iter().map(window::from_millis).collect();
-                let refusal =
-                    window::refusal(&policy.rules, req.tz, window::from_millis(now), &sends);
-                Admission::Refused {
-                    retry_at: refusal.retry_at,
-                    action: policy.action,
-                    policy: policy.name.clone(),
-                    rule: refusal.rule,
-                    seen: sends.len(),
-                    quiet,
-                    spanning: policy.scope != Scope::Channel,
-                }
-            }
-            Verdict::Shadowed(now, sends, inherited) => {
-                let sends: Vec<DateTime<Utc>> =
-                    sends.into_iter().map(window::from_millis).collect();
-                let at = window::from_millis(now);
-                let refusal = window::refusal(&policy.rules, req.tz, at, &sends);
-                Admission::Shadowed {
-                    ticket: Ticket {
-                        key,
-                        member: member.into_boxed_slice(),
-                        admitted_at: at,
-                        channel: req.channel.to_string(),
-                        layer_keys: layer_keys(),
-                        rate: rate.zip(taken),
-                        inherited,
-                    },
-                    retry_at: refusal.retry_at,
-                    action: policy.action,
-                    rule: refusal.rule,
-                    seen: sends.len(),
-                }
-            }
-            Verdict::Duplicate(_) => Admission::Duplicate,
-            Verdict::Suppressed(_, kind, since, until) => {
-                let value = format!("{kind}:{since}:{until}");
-                match crate::quota::suppression::Suppression::decode(&value) {
-                    Some(s) => Admission::Suppressed(s),
-                    // a value no worker writes: an error, retried (never a decision)
-                    None => {
-                        return Err(unexpected(&reply));
-                    }
-                }
-            }
-            Verdict::Quiet(..) => match quiet_until {
-                Some((until, hours)) => {
-                    metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
-                        .increment(1);
-                    // one instant with its caps: their refusal at the quiet hours'
-                    // end, if they would refuse it then
-                    let at_end = self
-                        .caps_at(&key, &member, &policy, layers, req.tz, until, &hours)
-                        .await?;
-                    at_end.unwrap_or(Admission::Quiet { until, hours })
-                }
-                None => return Err(unexpected(&reply)),
-            },
-            Verdict::OptedOut(_, what) => match OptOut::from_code(what) {
-                Some(what) => {
-                    metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")
-                        .increment(1);
-                    Admission::OptedOut(what)
-                }
-                None => return Err(unexpected(&reply)),
-            },
-            Verdict::Reserved(_, reserved_at) => Admission::Reserved {
-                retry_at: window::from_millis(reserved_at + self.lease_ms),
-            },
-            // still outside the planned day after three plans (a wrong type never
-            // gets here: call_admit turns it into an error)
-            // (the admitter asks a job that answered 7 again on its own; one that
-            // still does is an error, retried like Redis being away)
-            Verdict::Clock(_) | Verdict::WrongType(_) | Verdict::Elsewhere(_) => {
-                return Err(unexpected(&reply));
+            (reply, _) => {
+                verdict::admission(req, asked, reply, quiet, rate.zip(taken), self.lease_ms)
+                    .map_err(|reply| unexpected(&reply))?
             }
         };
         match (&mut admission, rate) {
             (Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. }, Some(r))
                 if taken.is_none() =>
             {
-                if let Some(reply) = rate_reply {
-                    if reply.allowed < 0 {
-                        // never reached: validation keeps cost <= burst
-                        return Err(StoreError::CostAboveBurst {
-                            channel: req.channel.to_string(),
-                            cost: r.cost,
-                            burst: r.burst,
-                        });
-                    }
-                }
-                // parked only when the wait is longer than lanes.park_after: a
-                // shorter one (a burst above the rate for a moment) is waited out
-                // here, in the job's lane, at no extra publish. The wait counts the
-                // jobs already waiting here, each a slot ahead of this one: the
-                // jobs queue must not stall behind a prefetch of waiting jobs.
-                let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
-                let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
-                let short = |reply: &RateReply| {
-                    let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
-                    reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
-                };
-                if parking && !rate_reply.as_ref().is_some_and(short) {
-                    pacer.lanes.saturate();
-                    self.release_recipient(ticket).await?;
+                let paced = self.pace_admitted(ticket, (req.channel, r, pacer), rate_reply, step);
+                if !paced.await? {
                     return Ok(None);
-                }
-                // waited out here while the rate's own answers add up to at most
-                // lanes.park_after (a lane above it may take the slots meanwhile);
-                // then parked after all. The time Redis takes to answer does not
-                // count: a slow Redis is no backlog, and parking would only add a
-                // publish and a delivery to every job while it is slow.
-                let budget = parking.then_some(self.park_after);
-                match self.pace_within(req.channel, r, pacer, lane, budget).await {
-                    Ok(Some((tat, _))) => ticket.rate = Some((r, tat)),
-                    Ok(None) => {
-                        pacer.lanes.saturate();
-                        self.release_recipient(ticket).await?;
-                        return Ok(None);
-                    }
-                    Err(e) => {
-                        if self.release_recipient(ticket).await.is_err() {
-                            self.keep_reservation(ticket);
-                        }
-                        return Err(e);
-                    }
                 }
             }
             (Admission::Admitted(_) | Admission::Shadowed { .. }, _) => {}
@@ -324,6 +107,201 @@ impl QuotaStore {
             _ => {}
         }
         Ok(Some(admission))
+    }
+
+    /// What `lua/admit/` is asked for `req`: its policy (of its channel alone for
+    /// an escalation), its recipient's key and member, the caps it is counted toward.
+    fn asked(&self, req: &Request<'_>, rules: &Rules) -> Asked {
+        let mut policy = rules.policy_of(req.category, req.tenant).clone();
+        if req.counted {
+            policy = rules.of_its_channel(&policy);
+        }
+        let names = self.keys.for_tenant(req.tenant);
+        let key = Self::recipient_key(&names, req, &policy);
+        let layers = rules
+            .layers(&policy, req.channel, req.category, req.tenant)
+            .into_iter()
+            .filter(|(cap, _)| !req.counted || cap.of_one_channel())
+            .map(|(cap, holds)| {
+                let channel = (cap.scope == Scope::Channel).then_some(req.channel);
+                let key = names.cap(req.recipient, &cap.name, channel);
+                (cap.clone(), holds, key)
+            })
+            .collect();
+        Asked {
+            policy,
+            key,
+            member: keys::member(req.id),
+            layers,
+        }
+    }
+
+    /// The script's first answer, and the channel's rate's: taken with it (in one
+    /// round trip's time), or taken already (`step`), or not asked (a channel
+    /// without a rate, or jobs waiting here for it: a new one joins them rather
+    /// than racing them; one that may be parked asks at once, to learn how long it
+    /// would wait).
+    async fn first_reply(
+        &self,
+        req: &Request<'_>,
+        a: &Asked,
+        (rate, pacer): (Option<Rate>, &Pacer),
+        step: RateStep,
+    ) -> Result<(Verdict, Option<RateReply>), StoreError> {
+        let parking = matches!(step, RateStep::Park(_));
+        let pacing = rate.is_some() && !parking && pacer.waiting.load(Ordering::Relaxed) > 0;
+        let lane = match step {
+            RateStep::Wait(lane) | RateStep::Park(lane) => lane,
+            RateStep::Taken(_) => None,
+        };
+        let admit = self.call_admit(&a.key, &a.member, &a.policy, &a.layers, req, None);
+        match (rate, step) {
+            (Some(_), RateStep::Taken(tat_us)) => {
+                let taken = RateReply {
+                    allowed: 1,
+                    remaining: 0,
+                    retry_after: Duration::ZERO,
+                    tat_us,
+                };
+                Ok((admit.await?, Some(taken)))
+            }
+            (Some(r), _) if !pacing => {
+                let (verdict, rate) = tokio::join!(admit, self.take_rate_in(req.channel, r, lane));
+                let verdict = verdict?;
+                match rate {
+                    Ok(rate) => Ok((verdict, Some(rate))),
+                    Err(e) => {
+                        if let Verdict::Admitted(at, _) = verdict {
+                            self.orphan(&a.key, &a.member, at);
+                        }
+                        Err(e)
+                    }
+                }
+            }
+            _ => Ok((admit.await?, None)),
+        }
+    }
+
+    /// The script's answer once settled: quiet hours to compute first (then asked
+    /// again, unless they hold the job: their end and what they are), a plan for
+    /// another day (asked again with the Redis time it answered), at most three
+    /// times; a reservation of its own taken back.
+    async fn settled_reply(
+        &self,
+        req: &Request<'_>,
+        a: &Asked,
+        mut reply: Verdict,
+    ) -> Result<(Verdict, QuietUntil), StoreError> {
+        let mut quiet_until = None;
+        for _ in 0..3 {
+            let now = match reply {
+                Verdict::Quiet(now, version) => {
+                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
+                    let end = self.quiet_end(&hash, version, now, req.tz, req.priority);
+                    if let (Some(until), Some(hours)) = end.await? {
+                        quiet_until = Some((until, hours));
+                        break;
+                    }
+                    None
+                }
+                Verdict::Clock(now) => Some(now),
+                _ => break,
+            };
+            reply = self
+                .call_admit(&a.key, &a.member, &a.policy, &a.layers, req, now)
+                .await?;
+        }
+        if let Verdict::Reserved(_, at) = reply {
+            if self.adopt(&a.key, &a.member, at) {
+                reply = Verdict::Admitted(at, true);
+            }
+        }
+        Ok((reply, quiet_until))
+    }
+
+    /// A job its recipient's quiet hours hold until `until`: with its caps, their
+    /// refusal at the quiet hours' end, if they would refuse it then.
+    async fn quiet_admission(
+        &self,
+        req: &Request<'_>,
+        a: &Asked,
+        until: DateTime<Utc>,
+        hours: Arc<QuietHours>,
+    ) -> Result<Admission, StoreError> {
+        metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
+            .increment(1);
+        let (key, member, policy, layers) = (&a.key, &a.member, &a.policy, &a.layers);
+        let at_end = self
+            .caps_at(key, member, policy, layers, req.tz, until, &hours)
+            .await?;
+        Ok(at_end.unwrap_or(Admission::Quiet { until, hours }))
+    }
+
+    /// An admission whose channel's rate was not taken with it: the rate waited for
+    /// here, into `ticket` (true), or, for a job that may be parked (`step`) and
+    /// would wait longer than `lanes.park_after`, its recipient's reservation given
+    /// back (false: park it).
+    async fn pace_admitted(
+        &self,
+        ticket: &mut Ticket,
+        (channel, r, pacer): (&str, Rate, &Pacer),
+        rate_reply: Option<RateReply>,
+        step: RateStep,
+    ) -> Result<bool, StoreError> {
+        if let Some(reply) = &rate_reply {
+            if reply.allowed < 0 {
+                // never reached: validation keeps cost <= burst
+                return Err(StoreError::CostAboveBurst {
+                    channel: channel.to_string(),
+                    cost: r.cost,
+                    burst: r.burst,
+                });
+            }
+        }
+        let (parking, lane) = match step {
+            RateStep::Park(lane) => (true, lane),
+            RateStep::Wait(lane) => (false, lane),
+            RateStep::Taken(_) => (false, None),
+        };
+        // parked only when the wait is longer than lanes.park_after: a shorter one
+        // (a burst above the rate for a moment) is waited out here, in the job's
+        // lane, at no extra publish. The wait counts the jobs already waiting here,
+        // each a slot ahead of this one: the jobs queue must not stall behind a
+        // prefetch of waiting jobs.
+        let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
+        let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
+        let short = |reply: &RateReply| {
+            let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
+            reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
+        };
+        if parking && !rate_reply.as_ref().is_some_and(short) {
+            pacer.lanes.saturate();
+            self.release_recipient(ticket).await?;
+            return Ok(false);
+        }
+        // waited out here while the rate's own answers add up to at most
+        // lanes.park_after (a lane above it may take the slots meanwhile); then
+        // parked after all. The time Redis takes to answer does not count: a slow
+        // Redis is no backlog, and parking would only add a publish and a delivery
+        // to every job while it is slow.
+        let budget = parking.then_some(self.park_after);
+        match self.pace_within(channel, r, pacer, lane, budget).await {
+            Ok(Some((tat, _))) => {
+                ticket.rate = Some((r, tat));
+                Ok(true)
+            }
+            Ok(None) => {
+                pacer.lanes.saturate();
+                self.release_recipient(ticket).await?;
+                Ok(false)
+            }
+            Err(e) => {
+                if self.release_recipient(ticket).await.is_err() {
+                    self.keep_reservation(ticket);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Keep an admission's reservation (its send stays counted) when the job's fate

@@ -1,19 +1,22 @@
-//! The worker's side of digests ([`crate::digest`]): which deliveries a digest takes
-//! (named here for the worker's loop), a decoded job folded into its digest under
-//! the session's stop, and the session's closer.
+//! The worker's side of digests ([`crate::digest`]): a decoded job folded into its
+//! digest under the session's stop, a `held` digest's job folded (or the digest
+//! opened again) instead of waiting, a digest done with once it is settled, and the
+//! session's closer.
 
 use lapin::message::Delivery;
 use tracing::debug;
 
 use super::error::ProcessError;
+use super::handling::Handling;
 use super::link::BrokerLink;
 use super::Worker;
-use crate::digest::{Closer, FoldJob};
+use crate::decide::DelayCause;
+use crate::digest::{held, held_digest, Closer, FoldJob};
 use crate::job::decode::Job;
+use crate::job::note::JobState;
+use crate::job::Outcome;
 use crate::quota::digest::DigestSpec;
 use crate::quota::window::from_millis;
-
-pub(crate) use crate::digest::{held, held_digest, is_digest};
 
 impl Worker {
     /// Fold `job` into its group's open digest; the delivery is acked once this
@@ -59,6 +62,58 @@ impl Worker {
             "folded into a digest"
         );
         Ok((folded.id, from_millis(folded.closes_at)))
+    }
+
+    /// A job of a `held` digest's policy that its caps would delay until `until`:
+    /// folded instead, its digest closing then (a held digest refused when it goes
+    /// opens again and goes on collecting); `None` when it waits after all.
+    pub(super) async fn held_instead(
+        &self,
+        h: &Handling<'_, '_>,
+        until: chrono::DateTime<chrono::Utc>,
+        cause: &DelayCause,
+    ) -> Result<Option<Outcome>, ProcessError> {
+        let (s, job) = (h.s, h.job);
+        if held_digest(h.policy, h.delivery) {
+            let digests = self.store.digests();
+            let key = digests.key(job.tenant.as_deref(), &job.recipient, &job.id);
+            let reopen = || digests.reopen(&key, until);
+            if self.retry_redis(reopen, &s.stop).await? {
+                debug!(until = %until.to_rfc3339(), "a held digest refused: open again until then");
+                h.rules.metrics.count(&Outcome::Folded, h.labels);
+                return Ok(Some(Outcome::Folded));
+            }
+        }
+        let Some(spec) = held(h.policy, cause, h.delivery) else {
+            return Ok(None);
+        };
+        let (first_seen, policy) = (h.seen.first_seen, &h.policy.name);
+        let fold = self.fold(s, h.delivery, job, first_seen, policy, spec, Some(until));
+        let (digest, closes_at) = fold.await?;
+        self.note(s, job, h.seen, JobState::Folded { digest, closes_at }, None);
+        h.rules.metrics.count(&Outcome::Folded, h.labels);
+        Ok(Some(Outcome::Folded))
+    }
+
+    /// A digest settled with `outcome`: sent (or a duplicate, or dead), its keys go
+    /// (a held digest's stay while it waits, for it to open again if refused); one
+    /// dead-lettered (opted out, expired, cancelled, …) is counted as ended.
+    pub(super) async fn digest_done(
+        &self,
+        h: &Handling<'_, '_>,
+        outcome: &Outcome,
+    ) -> Result<(), ProcessError> {
+        if h.policy.digest.is_some()
+            && !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked)
+        {
+            let digests = self.store.digests();
+            let key = digests.key(h.job.tenant.as_deref(), &h.job.recipient, &h.job.id);
+            self.retry_redis(|| digests.end(&key), &h.s.stop).await?;
+        }
+        if matches!(outcome, Outcome::Dead(_)) {
+            crate::metrics::digest_ended(&h.policy.name, "dead", 0);
+        }
+        Ok(())
     }
 
     /// A session's closer of digests.

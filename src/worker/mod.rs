@@ -4,8 +4,9 @@
 //! [`Worker::run`] keeps a broker session alive, reconnecting with jittered backoff
 //! ([`session`]: declare the topology, consume with a bounded prefetch, one task per
 //! delivery). [`Worker::process`] ([`process`]) is the one-step entry point: one
-//! delivery in, one confirmed [`crate::job::Outcome`] out; it carries out the pure
-//! [`crate::decide`] decision. Dispatched jobs are committed, and what became of
+//! delivery in, one confirmed [`crate::job::Outcome`] out: `decision.rs` asks what
+//! settles it, in the order a job meets them; `process.rs` carries the pure
+//! [`crate::decide`] decision out, `dispatch.rs` a dispatch. Dispatched jobs are committed, and what became of
 //! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
 //! ([`cancels`]); readiness is kept in [`crate::health`].
 //!
@@ -19,8 +20,11 @@
 pub(crate) mod cancels;
 pub(crate) mod commits;
 pub(crate) mod dead_index;
+mod decision;
 pub(crate) mod digest;
+mod dispatch;
 mod error;
+mod handling;
 pub(crate) mod lanes;
 mod link;
 mod outcomes;

@@ -8,8 +8,8 @@ use lapin::BasicProperties;
 use tracing::{debug, info};
 
 use super::error::ProcessError;
+use super::handling::Seen;
 use super::link::BrokerLink;
-use super::process::Seen;
 use super::Worker;
 use crate::amqp::Publisher;
 use crate::decide::{DeadLetter, DelayCause};

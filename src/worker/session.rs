@@ -6,26 +6,76 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
+use futures_util::stream::SelectAll;
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
+use lapin::{Channel, Connection, Consumer};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::{info, info_span, warn, Instrument};
 
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
+use crate::lanes::consume::LaneStream;
 use crate::lanes::{LaneConsumers, Priority};
+
+/// A session's connection as set up: the connection, its confirm-mode publisher,
+/// the jobs' channel and consumer, and the lanes' consumers (none without lanes).
+struct Opened {
+    conn: Connection,
+    publisher: Publisher,
+    consume: Channel,
+    consumer: Consumer,
+    lanes: Option<LaneConsumers>,
+}
+
+/// What a session's lanes bring to its loop and its close (empty without lanes).
+struct SessionLanes {
+    channel: Option<Channel>,
+    deliveries: SelectAll<LaneStream>,
+    tags: Arc<Mutex<Vec<String>>>,
+    tuner: Option<AbortOnDropHandle<()>>,
+    new_streams: UnboundedReceiver<LaneStream>,
+    acks: Option<(Acks, JoinHandle<()>)>,
+}
+
+/// A running session, from its loop to its close.
+struct Live {
+    conn: Arc<Connection>,
+    consume: Channel,
+    consumer: Consumer,
+    tag: String,
+    tasks: TaskTracker,
+    /// Cancelled to stop the session's jobs waiting for Redis, and its closer.
+    stop: CancellationToken,
+    /// Cancelled when the feedback consumer ends (on its own: the session broke).
+    ended: CancellationToken,
+    feedback: JoinHandle<Result<(), BrokerError>>,
+    link: Arc<BrokerLink>,
+    committer: JoinHandle<()>,
+    acks: Acks,
+    batcher: JoinHandle<()>,
+    lanes: SessionLanes,
+    blocked: watch::Receiver<bool>,
+    /// The broker's flow, the queues' watch and the digests' closer: aborted with
+    /// the session.
+    _around: [AbortOnDropHandle<()>; 3],
+}
 
 impl Worker {
     pub(crate) async fn session(
         self: &Arc<Self>,
         shutdown: &CancellationToken,
     ) -> Result<(), BrokerError> {
-        let a = &self.settings.amqp;
-        let timeout = a.publish_timeout.0;
         // each session goes to the next broker URL (a cluster without a load
         // balancer: a dead node costs one backoff step)
         let urls = self.settings.amqp_urls();
@@ -34,69 +84,84 @@ impl Worker {
         // Connecting, declaring and subscribing, bounded (a broker that accepts the
         // connection but never answers must not stall the worker) and cut short by
         // shutdown.
-        let began = Instant::now();
-        let mut took = [Duration::ZERO; 2];
-        let setup = async {
-            let conn = amqp::connect(url, &a.tls, "quota-worker", timeout).await?;
-            took[0] = began.elapsed();
-            self.topology.declare(&conn).await?;
-            took[1] = began.elapsed() - took[0];
-            let publisher = Publisher::open(&conn, timeout).await?;
-            let consume = conn.create_channel().await?;
-            consume
-                .basic_qos(a.prefetch, BasicQosOptions::default())
-                .await?;
-            let consumer = consume
-                .basic_consume(
-                    a.jobs_queue.as_str().into(),
-                    tag.as_str().into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await?;
-            let lanes = LaneConsumers::start(self.lane_prefetch(), &conn, &tag).await?;
-            Ok::<_, BrokerError>((conn, publisher, consume, consumer, lanes))
-        };
-        let limit = timeout * 3;
-        let (conn, publisher, consume, mut consumer, lanes) = tokio::select! {
+        let limit = self.settings.amqp.publish_timeout.0 * 3;
+        let opened = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
-            setup = tokio::time::timeout(limit, setup) => setup
+            opened = tokio::time::timeout(limit, self.open(url, &tag)) => opened
                 .map_err(|_| BrokerError::Timeout("connecting and declaring the topology", limit))??,
         };
         self.health.broker.store(true, Ordering::Relaxed);
-        let broker = crate::config::redact_url(url);
+        let mut live = self.go_live(opened, tag, shutdown);
+        let (result, feedback_ended) = self.consume_until(&mut live, shutdown).await;
+        let close_by = self.finish(&mut live, result.is_ok()).await;
+        self.close(live, close_by, feedback_ended).await;
+        result
+    }
+
+    /// Connect to `url`, declare the topology, open the publisher, and consume the
+    /// jobs queue and the lanes as `tag`; logs how long each part took.
+    async fn open(&self, url: &str, tag: &str) -> Result<Opened, BrokerError> {
+        let a = &self.settings.amqp;
+        let timeout = a.publish_timeout.0;
+        let began = Instant::now();
+        let conn = amqp::connect(url, &a.tls, "quota-worker", timeout).await?;
+        let connect_ms = began.elapsed().as_millis() as u64;
+        self.topology.declare(&conn).await?;
+        let declare_ms = began.elapsed().as_millis() as u64 - connect_ms;
+        let publisher = Publisher::open(&conn, timeout).await?;
+        let consume = conn.create_channel().await?;
+        consume
+            .basic_qos(a.prefetch, BasicQosOptions::default())
+            .await?;
+        let consumer = consume
+            .basic_consume(
+                a.jobs_queue.as_str().into(),
+                tag.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let lanes = LaneConsumers::start(self.lane_prefetch(), &conn, tag).await?;
         // how long the session took to start, by part: after a broker's restart this
         // is drain lost (docs/guide/recovery.md)
-        let [connect_ms, declare_ms] = took.map(|d| d.as_millis() as u64);
+        let broker = crate::config::redact_url(url);
         let setup_ms = began.elapsed().as_millis() as u64;
         info!(queue = %a.jobs_queue, prefetch = a.prefetch, %broker, connect_ms, declare_ms, setup_ms, "consuming");
-        let (mut blocked, flow) = amqp::flow::follow(&conn);
-        let _flow = tokio_util::task::AbortOnDropHandle::new(flow);
-        let conn = Arc::new(conn);
-        let _queues =
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(crate::status::watch_queues(
-                self.status.clone(),
-                conn.clone(),
-                self.topology.clone(),
-                shutdown.child_token(),
-            )));
+        Ok(Opened {
+            conn,
+            publisher,
+            consume,
+            consumer,
+            lanes,
+        })
+    }
 
-        let tasks = tokio_util::task::TaskTracker::new();
+    /// Start what runs beside the session's loop: the broker's flow, the queues'
+    /// watch, the digests' closer, the feedback consumer, the commits, the acks and
+    /// the lanes' tuner.
+    fn go_live(self: &Arc<Self>, o: Opened, tag: String, shutdown: &CancellationToken) -> Live {
+        let (blocked, flow) = amqp::flow::follow(&o.conn);
+        let conn = Arc::new(o.conn);
+        let status = self.status.clone();
+        let watch = crate::status::watch_queues(
+            status,
+            conn.clone(),
+            self.topology.clone(),
+            shutdown.child_token(),
+        );
         let stop = shutdown.child_token();
         // the digests' closer (docs/guide/digests.md): one per session, on its
         // publisher; one killed mid-close leaves its digest to the next after the
         // lease
-        let _closer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-            self.closer().run(publisher.clone(), stop.clone()),
-        ));
+        let closer = tokio::spawn(self.closer().run(o.publisher.clone(), stop.clone()));
         // the second consumer: feedback from the senders, on the session's
         // publisher's channel (its dead letters go through it); if it ends on its own,
-        // it ends the session through `ended` (one token for the loop below to wait
-        // on, not a task handle polled for every delivery)
+        // it ends the session through `ended` (one token for the loop to wait on, not
+        // a task handle polled for every delivery)
         let ended = shutdown.child_token();
-        let mut feedback = tokio::spawn({
+        let feedback = tokio::spawn({
             let (feedback, stop) = (self.feedback.clone(), stop.clone());
-            let (publisher, ended) = (publisher.clone(), ended.clone());
+            let (publisher, ended) = (o.publisher.clone(), ended.clone());
             let grace = self.settings.worker.shutdown_grace.0;
             async move {
                 let result = feedback.consume(publisher, stop, grace).await;
@@ -104,132 +169,159 @@ impl Worker {
                 result
             }
         });
-        let (session, committer) = self.session_context(publisher, stop.clone());
-        let session = Arc::new(session);
-        let (acks, batcher) = Acks::start(consume.clone());
-        let (lane_channel, mut lane_deliveries, lane_tags, tuner) = match lanes {
-            Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
-            None => Default::default(),
-        };
-        // the lanes' prefetch follows what their channel's rate needs: the tuner's
-        // new consumers come in here
-        let (new_lanes, mut new_lane_streams) = tokio::sync::mpsc::unbounded_channel();
-        let tuner =
-            tuner.map(|t| tokio_util::task::AbortOnDropHandle::new(tokio::spawn(t.run(new_lanes))));
-        // never ends, so that a session without lanes waits on the jobs alone
-        lane_deliveries.push(futures_util::stream::pending().boxed());
-        let lane_acks = lane_channel.clone().map(Acks::start);
+        let (link, committer) = self.session_context(o.publisher, stop.clone());
+        let (acks, batcher) = Acks::start(o.consume.clone());
+        Live {
+            conn,
+            consume: o.consume,
+            consumer: o.consumer,
+            tag,
+            tasks: TaskTracker::new(),
+            stop,
+            ended,
+            feedback,
+            link: Arc::new(link),
+            committer,
+            acks,
+            batcher,
+            lanes: SessionLanes::of(o.lanes),
+            blocked,
+            _around: [flow, tokio::spawn(watch), closer].map(AbortOnDropHandle::new),
+        }
+    }
+
+    /// Run one task per delivery, of the jobs queue and the lanes, until shutdown
+    /// or a broken session; whether the feedback consumer ended on its own.
+    async fn consume_until(
+        self: &Arc<Self>,
+        live: &mut Live,
+        shutdown: &CancellationToken,
+    ) -> (Result<(), BrokerError>, bool) {
         // a session without lanes never polls them
-        let has_lanes = lane_acks.is_some();
-        let mut feedback_ended = false;
-        let result = loop {
+        let has_lanes = live.lanes.acks.is_some();
+        let lanes = &mut live.lanes;
+        loop {
             // blocked by the broker (an alarm): take no new delivery until it lifts;
             // those taken already wait for their confirms
-            if *blocked.borrow_and_update() {
+            if *live.blocked.borrow_and_update() {
                 tokio::select! {
-                    _ = shutdown.cancelled() => break Ok(()),
-                    _ = blocked.changed() => continue,
+                    _ = shutdown.cancelled() => return (Ok(()), false),
+                    _ = live.blocked.changed() => continue,
                 }
             }
             // (a block that begins while this waits lets at most the next delivery
             // in; the check above holds the one after)
             tokio::select! {
-                _ = ended.cancelled() => {
+                _ = live.ended.cancelled() => {
                     if shutdown.is_cancelled() {
-                        break Ok(());
+                        return (Ok(()), false);
                     }
                     // the feedback consumer ended on its own: the session is broken
-                    feedback_ended = true;
-                    break match (&mut feedback).await {
-                        Ok(Err(e)) => Err(e),
-                        _ => Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)),
+                    return match (&mut live.feedback).await {
+                        Ok(Err(e)) => (Err(e), true),
+                        _ => (Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)), true),
                     };
                 }
-                next = consumer.next() => match next {
+                next = live.consumer.next() => match next {
                     Some(Ok(delivery)) => {
-                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, None));
+                        let (link, acks) = (live.link.clone(), live.acks.clone());
+                        live.tasks.spawn(self.clone().handle(link, acks, delivery, None));
                     }
-                    Some(Err(e)) => break Err(BrokerError::Amqp(e)),
-                    None => break Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)),
+                    Some(Err(e)) => return (Err(BrokerError::Amqp(e)), false),
+                    None => return (Err(BrokerError::Timeout("consumer stream (closed)", Duration::ZERO)), false),
                 },
-                Some(stream) = new_lane_streams.recv(), if has_lanes => lane_deliveries.push(stream),
-                Some((lane, next)) = lane_deliveries.next(), if has_lanes => match (next, &lane_acks) {
+                Some(stream) = lanes.new_streams.recv(), if has_lanes => lanes.deliveries.push(stream),
+                Some((lane, next)) = lanes.deliveries.next(), if has_lanes => match (next, &lanes.acks) {
                     (Ok(delivery), Some((acks, _))) => {
-                        tasks.spawn(self.clone().handle(session.clone(), acks.clone(), delivery, Some(lane)));
+                        let (link, acks) = (live.link.clone(), acks.clone());
+                        live.tasks.spawn(self.clone().handle(link, acks, delivery, Some(lane)));
                     }
                     (Ok(_), None) => unreachable!("lane deliveries come with their channel"),
-                    (Err(e), _) => break Err(BrokerError::Amqp(e)),
+                    (Err(e), _) => return (Err(BrokerError::Amqp(e)), false),
                 },
             }
-        };
-        tasks.close();
-        // Every broker call from here on has a deadline: a broker that stopped
-        // answering (hung, partitioned) must not hold the shutdown past its grace
-        // period, nor a reconnect, until lapin's heartbeat gives up on it (minutes).
-        let mut close_by = tokio::time::Instant::now() + Duration::from_secs(1);
-        if result.is_ok() {
-            info!("shutting down: no new jobs; finishing those in flight");
-            let grace = self.settings.worker.shutdown_grace.0;
-            let deadline = tokio::time::Instant::now() + grace;
-            let cancel = consume.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
-            let _ = tokio::time::timeout_at(deadline, cancel).await;
-            // no new lane consumer from here on
-            drop(tuner);
-            let lane_tags = lane_tags.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(ch) = &lane_channel {
-                for lane_tag in &lane_tags {
-                    let cancel =
-                        ch.basic_cancel(lane_tag.as_str().into(), BasicCancelOptions::default());
-                    let _ = tokio::time::timeout_at(deadline, cancel).await;
-                }
-            }
+        }
+    }
 
-            if tokio::time::timeout_at(deadline, tasks.wait())
+    /// Let the jobs in flight finish: on shutdown (`clean`), no new delivery and
+    /// `worker.shutdown_grace` for them; with the connection gone, jobs waiting for
+    /// Redis give up (the broker delivers them again). The deadline every broker
+    /// call after this shares: a broker that stopped answering (hung, partitioned)
+    /// must not hold the shutdown past its grace period, nor a reconnect, until
+    /// lapin's heartbeat gives up on it (minutes).
+    async fn finish(&self, live: &mut Live, clean: bool) -> tokio::time::Instant {
+        live.tasks.close();
+        if !clean {
+            live.stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), live.tasks.wait()).await;
+            return tokio::time::Instant::now() + Duration::from_millis(200);
+        }
+        info!("shutting down: no new jobs; finishing those in flight");
+        let grace = self.settings.worker.shutdown_grace.0;
+        let deadline = tokio::time::Instant::now() + grace;
+        let cancel = live
+            .consume
+            .basic_cancel(live.tag.as_str().into(), BasicCancelOptions::default());
+        let _ = tokio::time::timeout_at(deadline, cancel).await;
+        // no new lane consumer from here on
+        live.lanes.tuner = None;
+        let lane_tags = live
+            .lanes
+            .tags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(ch) = &live.lanes.channel {
+            for lane_tag in &lane_tags {
+                let cancel =
+                    ch.basic_cancel(lane_tag.as_str().into(), BasicCancelOptions::default());
+                let _ = tokio::time::timeout_at(deadline, cancel).await;
+            }
+        }
+        if tokio::time::timeout_at(deadline, live.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                ?grace,
+                "grace period over; unfinished jobs go back to the queue"
+            );
+        }
+        deadline.max(tokio::time::Instant::now() + Duration::from_millis(200))
+    }
+
+    /// Close the session by `close_by`: the feedback consumer, the acks, the
+    /// commits, the channels, the connection.
+    async fn close(&self, live: Live, close_by: tokio::time::Instant, feedback_ended: bool) {
+        live.stop.cancel();
+        if !feedback_ended
+            && tokio::time::timeout_at(close_by, live.feedback)
                 .await
                 .is_err()
-            {
-                warn!(
-                    ?grace,
-                    "grace period over; unfinished jobs go back to the queue"
-                );
-            }
-            close_by = deadline.max(tokio::time::Instant::now() + Duration::from_millis(200));
-        } else {
-            // the connection is gone: jobs waiting for Redis give up, the broker
-            // delivers them again
-            stop.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
-        }
-        // everything after the grace period shares one deadline
-        let close_by = close_by.max(tokio::time::Instant::now() + Duration::from_millis(200));
-        stop.cancel();
-        if !feedback_ended && tokio::time::timeout_at(close_by, feedback).await.is_err() {
+        {
             warn!("the feedback consumer did not finish in time");
         }
-        drop(acks);
-        drop(session);
-        let _ = tokio::time::timeout_at(close_by, batcher).await;
-        if let Some((lane_acks, lane_batcher)) = lane_acks {
+        drop(live.acks);
+        drop(live.link);
+        let _ = tokio::time::timeout_at(close_by, live.batcher).await;
+        if let Some((lane_acks, lane_batcher)) = live.lanes.acks {
             drop(lane_acks);
             let _ = tokio::time::timeout_at(close_by, lane_batcher).await;
         }
-        if let Some(ch) = &lane_channel {
+        if let Some(ch) = &live.lanes.channel {
             let qos = ch.basic_qos(1, BasicQosOptions::default());
             let _ = tokio::time::timeout_at(close_by, qos).await;
         }
-        let _ = tokio::time::timeout_at(close_by, committer).await;
+        let _ = tokio::time::timeout_at(close_by, live.committer).await;
         // one round trip on the channel, so the broker has applied the last acks
         // before the channel closes (quorum queues can lose acks sent just before)
-        let _ = tokio::time::timeout_at(
-            close_by,
-            consume.basic_qos(a.prefetch, BasicQosOptions::default()),
-        )
-        .await;
-        let close = conn.close(200, "bye".into());
+        let prefetch = self.settings.amqp.prefetch;
+        let qos = live.consume.basic_qos(prefetch, BasicQosOptions::default());
+        let _ = tokio::time::timeout_at(close_by, qos).await;
+        let close = live.conn.close(200, "bye".into());
         if tokio::time::timeout_at(close_by, close).await.is_err() {
             warn!("the broker did not answer the connection close; leaving it");
         }
-        result
     }
 
     /// One delivery's task. Its own state stays at about a kilobyte: the decision's
@@ -295,5 +387,30 @@ impl Worker {
             }
         });
         s.metrics.in_flight.decrement(1.0);
+    }
+}
+
+impl SessionLanes {
+    /// The lanes' parts (none without lanes); the tuner's new consumers come in
+    /// through `new_streams`, as the lanes' prefetch follows what their channel's
+    /// rate needs.
+    fn of(lanes: Option<LaneConsumers>) -> SessionLanes {
+        let (channel, mut deliveries, tags, tuner) = match lanes {
+            Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
+            None => Default::default(),
+        };
+        let (new_lanes, new_streams) = tokio::sync::mpsc::unbounded_channel();
+        let tuner = tuner.map(|t| AbortOnDropHandle::new(tokio::spawn(t.run(new_lanes))));
+        // never ends, so that a session without lanes waits on the jobs alone
+        deliveries.push(futures_util::stream::pending().boxed());
+        let acks = channel.clone().map(Acks::start);
+        SessionLanes {
+            channel,
+            deliveries,
+            tags,
+            tuner,
+            new_streams,
+            acks,
+        }
     }
 }

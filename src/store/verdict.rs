@@ -1,0 +1,127 @@
+//! What an answer of `lua/admit/` admits: the admission a settled [`Verdict`] is,
+//! for the job that was asked ([`Asked`]). Pure: the calls that settle the answer
+//! (quiet hours, another day's plan) are made before, in `admit.rs`.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::layers::{layered_refusal, JobLayer};
+use crate::admission::{Admission, Request, Ticket};
+use crate::preferences::set::{OptOut, QuietHours};
+use crate::quota::policy::{Policy, Rate, Scope};
+use crate::quota::suppression::Suppression;
+use crate::quota::window;
+use crate::redis::admit::Verdict;
+
+/// A job's admission as asked of `lua/admit/`: its policy (of its channel alone
+/// for an escalation), its recipient's key and member, the caps it is counted
+/// toward.
+pub(super) struct Asked {
+    pub(super) policy: Arc<Policy>,
+    pub(super) key: String,
+    pub(super) member: Vec<u8>,
+    pub(super) layers: Vec<JobLayer>,
+}
+
+/// The end of quiet hours that hold a job, and what they are.
+pub(super) type QuietUntil = Option<(DateTime<Utc>, Arc<QuietHours>)>;
+
+/// The admission `reply` is for the job `a` asked: `quiet`, the recipient's quiet
+/// hours that a refusal's instant is pushed past; `rate`, the channel's rate and
+/// the TAT its take left, when taken; `lease_ms`, a reservation's lease. Quiet
+/// hours that hold the job are settled by the caller; any answer it cannot act on
+/// comes back as it is (an error, retried, never a decision).
+pub(super) fn admission(
+    req: &Request<'_>,
+    a: Asked,
+    reply: Verdict,
+    quiet: Option<Arc<QuietHours>>,
+    rate: Option<(Rate, i64)>,
+    lease_ms: i64,
+) -> Result<Admission, Verdict> {
+    let Asked {
+        policy,
+        key,
+        member,
+        layers,
+    } = a;
+    let layer_keys =
+        || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
+    let ticket = |at: DateTime<Utc>, inherited: bool| Ticket {
+        key,
+        member: member.into_boxed_slice(),
+        admitted_at: at,
+        channel: req.channel.to_string(),
+        layer_keys: layer_keys(),
+        rate,
+        inherited,
+    };
+    Ok(match reply {
+        Verdict::Admitted(now, inherited) => {
+            Admission::Admitted(ticket(window::from_millis(now), inherited))
+        }
+        Verdict::Layered(now, blocks, _) => {
+            layered_refusal(&policy, &layers, req.tz, now, blocks, quiet)
+        }
+        Verdict::Refused(now, sends, _) => refused(req, &policy, now, &sends, quiet),
+        Verdict::Shadowed(now, sends, inherited) => {
+            let sends: Vec<DateTime<Utc>> = sends.into_iter().map(window::from_millis).collect();
+            let at = window::from_millis(now);
+            let refusal = window::refusal(&policy.rules, req.tz, at, &sends);
+            Admission::Shadowed {
+                ticket: ticket(at, inherited),
+                retry_at: refusal.retry_at,
+                action: policy.action,
+                rule: refusal.rule,
+                seen: sends.len(),
+            }
+        }
+        Verdict::Duplicate(_) => Admission::Duplicate,
+        Verdict::Suppressed(_, kind, since, until) => {
+            match Suppression::decode(&format!("{kind}:{since}:{until}")) {
+                Some(s) => Admission::Suppressed(s),
+                // a value no worker writes
+                None => return Err(reply),
+            }
+        }
+        Verdict::OptedOut(_, what) => match OptOut::from_code(what) {
+            Some(what) => {
+                metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")
+                    .increment(1);
+                Admission::OptedOut(what)
+            }
+            None => return Err(reply),
+        },
+        Verdict::Reserved(_, reserved_at) => Admission::Reserved {
+            retry_at: window::from_millis(reserved_at + lease_ms),
+        },
+        // quiet hours that hold it are the caller's; still outside the planned day
+        // after three plans; a wrong type (never here: the call turns it into an
+        // error); a key on another node
+        Verdict::Quiet(..) | Verdict::Clock(_) | Verdict::WrongType(_) | Verdict::Elsewhere(_) => {
+            return Err(reply)
+        }
+    })
+}
+
+/// A refusal by the job's policy: when it may go, and what refused it.
+fn refused(
+    req: &Request<'_>,
+    policy: &Policy,
+    now: i64,
+    sends: &[i64],
+    quiet: Option<Arc<QuietHours>>,
+) -> Admission {
+    let sends: Vec<DateTime<Utc>> = sends.iter().copied().map(window::from_millis).collect();
+    let refusal = window::refusal(&policy.rules, req.tz, window::from_millis(now), &sends);
+    Admission::Refused {
+        retry_at: refusal.retry_at,
+        action: policy.action,
+        policy: policy.name.clone(),
+        rule: refusal.rule,
+        seen: sends.len(),
+        quiet,
+        spanning: policy.scope != Scope::Channel,
+    }
+}

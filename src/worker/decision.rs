@@ -1,0 +1,203 @@
+//! A delivery's decision, the first step that settles it deciding: a cancel mark
+//! (known in memory), triage, its further channels' names, a digest's fold, the
+//! newest of its collapse key (asked of Redis only for jobs that carry one), its
+//! schedule and send windows, the pause after a Redis reset, then the store's
+//! admission (its channel's rate taken as its lane says) and its route over further
+//! channels. What each step decides is [`crate::decide`]'s, pure; this asks.
+
+use lapin::message::Delivery;
+use tracing::debug;
+
+use super::handling::{Handling, Route, RouteAt};
+use super::Worker;
+use crate::admission::{Admission, RateStep, Request};
+use crate::decide::{self, Context, Decision};
+use crate::fallback;
+use crate::job::decode::Job;
+use crate::job::note::JobState;
+use crate::job::Outcome;
+use crate::lanes::{self, Priority, Step};
+use crate::quota::digest::{DigestMode, DigestSpec};
+use crate::quota::policy::Policy;
+use crate::redis::collapse::Collapse;
+use chrono::{DateTime, Utc};
+
+use super::error::ProcessError;
+
+/// How the decision ends: a decision to carry out (with the job's route, for a job
+/// with `fallback`), or an outcome settled and counted already (folded into a
+/// digest, parked in its lane).
+pub(super) enum Decided<'j> {
+    Carry(Decision, Option<Box<Route<'j>>>),
+    Settled(Outcome),
+}
+
+impl Worker {
+    /// Decide the job of `h`, read from lane `from` (`None`: the jobs queue), at
+    /// `at` on its route.
+    pub(super) async fn decide<'j>(
+        &self,
+        h: &Handling<'_, 'j>,
+        from: Option<Priority>,
+        at: RouteAt,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<'j>, ProcessError> {
+        let (s, job, rules) = (h.s, h.job, h.rules);
+        if let Some(decision) = self.settled_before(job, now) {
+            return Ok(Decided::Carry(decision, None));
+        }
+        if let Some(spec) = folds_now(h.policy, job, h.delivery, now) {
+            return Box::pin(self.fold_now(h, spec)).await.map(Decided::Settled);
+        }
+        if let Some(key) = job.collapse_key.as_deref() {
+            let newest = || {
+                let (recipient, id, tenant) = (&job.recipient, &job.id, job.tenant.as_deref());
+                self.store
+                    .collapse(tenant, recipient, key, id, h.seen.first_seen)
+            };
+            if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
+                return Ok(Decided::Carry(Decision::Superseded { by }, None));
+            }
+        }
+        let channel_rules = rules.channel(&job.channel);
+        let cx = Context {
+            policy: h.policy,
+            channel_windows: channel_rules.and_then(|c| c.windows.as_ref()),
+            first_seen: h.seen.first_seen,
+        };
+        if let Some(decision) = self.held_back(job, &cx, now) {
+            return Ok(Decided::Carry(decision, None));
+        }
+        let lane = lanes::lane_of(job, cx.policy, from);
+        // the lanes' steps are boxed: a job of a channel without lanes does not
+        // carry (and copy) their state in its own
+        let step = match channel_rules.and_then(|c| c.rate.zip(c.lanes)) {
+            None => RateStep::Wait(None),
+            Some(paced) => match Box::pin(self.rate_step(s, job, lane, from, paced)).await? {
+                Step::Admit(step) => step,
+                Step::Park(lane) => {
+                    let parked = self.parked(s, h.delivery, job, (lane, false), rules);
+                    return Box::pin(parked).await.map(Decided::Settled);
+                }
+            },
+        };
+        let req = request(job, cx.policy, at.2);
+        let Some(admission) = self.admit(&req, rules, s, step).await? else {
+            let parked = self.parked(s, h.delivery, job, (lane, true), rules);
+            return Box::pin(parked).await.map(Decided::Settled);
+        };
+        if let (Some(lane), RateStep::Taken(_)) = (from, step) {
+            self.lane_taken(h.delivery, &job.channel, lane);
+        }
+        let (admission, route) = match job.fallback.as_deref() {
+            None => (admission, None),
+            Some(further) => {
+                let walk = self.route(s, job, further, (&cx, rules), admission, at);
+                let stepped = Box::pin(walk).await?;
+                let on_step = Job {
+                    channel: stepped.channel,
+                    ..job.clone()
+                };
+                (stepped.admission, Some(Box::new((stepped.routed, on_step))))
+            }
+        };
+        let on = route.as_deref().map_or(job, |(_, on_step)| on_step);
+        // paused while it waited for its admission or its channel's rate: its
+        // admission is given back and it waits as the others do
+        if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
+            if let Some(decision) = decide::paused(on, &cx, now, self.paused_hold()) {
+                Box::pin(self.retry_redis(|| self.store.release(ticket), &s.stop)).await?;
+                return Ok(Decided::Carry(decision, route));
+            }
+        }
+        let now = self.store.redis_now();
+        shadowed(on, &cx, &admission, now);
+        let decision = decide::after_admission(on, &cx, admission, now);
+        Ok(Decided::Carry(decision, route))
+    }
+
+    /// What settles a job before anything is asked of Redis: a cancel mark, triage,
+    /// an unconfigured channel among its further ones.
+    fn settled_before(&self, job: &Job<'_>, now: DateTime<Utc>) -> Option<Decision> {
+        if let Some(at) = self.cancels.get(&job.id) {
+            return Some(Decision::Dead(decide::cancelled(at)));
+        }
+        if let Some(decision) = decide::triage(job, &self.topology.channels, now) {
+            return Some(decision);
+        }
+        let further = job.fallback.as_deref()?;
+        let dead = fallback::route::unknown_channel(further, &self.topology.channels)?;
+        Some(Decision::Dead(dead))
+    }
+
+    /// A job held back by its schedule or send windows, or by the pause after a
+    /// Redis reset.
+    fn held_back(&self, job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
+        if let Some(decision) = decide::hold(job, cx, now) {
+            return Some(decision);
+        }
+        if self.health.resets.paused() {
+            return decide::paused(job, cx, now, self.paused_hold());
+        }
+        None
+    }
+
+    /// Fold a job of a policy with a digest into it, and note and count it.
+    async fn fold_now(
+        &self,
+        h: &Handling<'_, '_>,
+        spec: &DigestSpec,
+    ) -> Result<Outcome, ProcessError> {
+        let (first_seen, policy) = (h.seen.first_seen, &h.policy.name);
+        let fold = self.fold(h.s, h.delivery, h.job, first_seen, policy, spec, None);
+        let (digest, closes_at) = fold.await?;
+        let step = JobState::Folded { digest, closes_at };
+        self.note(h.s, h.job, h.seen, step, None);
+        h.rules.metrics.count(&Outcome::Folded, h.labels);
+        Ok(Outcome::Folded)
+    }
+}
+
+/// The digest a job is folded into now: its policy's, when the policy folds as jobs
+/// come (not `held`), the job is not a digest itself, nor scheduled for later (it is
+/// folded when it comes back).
+fn folds_now<'p>(
+    policy: &'p Policy,
+    job: &Job<'_>,
+    delivery: &Delivery,
+    now: DateTime<Utc>,
+) -> Option<&'p DigestSpec> {
+    let spec = policy
+        .digest
+        .as_ref()
+        .filter(|d| d.mode != DigestMode::Held)?;
+    let due = job.not_before.is_none_or(|t| t <= now);
+    (due && !crate::digest::is_digest(delivery)).then_some(spec)
+}
+
+/// What the store is asked for `job` of `policy`; `counted`: an escalation, its
+/// notification counted already where caps span channels.
+fn request<'r>(job: &'r Job<'_>, policy: &Policy, counted: bool) -> Request<'r> {
+    Request {
+        id: &job.id,
+        recipient: &job.recipient,
+        channel: &job.channel,
+        category: &job.category,
+        tz: job.tz,
+        tenant: job.tenant.as_deref(),
+        priority: job.priority.unwrap_or(policy.priority),
+        counted,
+    }
+}
+
+/// A shadow policy's verdict: what enforcing it would have done, counted and logged.
+fn shadowed(job: &Job<'_>, cx: &Context<'_>, admission: &Admission, now: DateTime<Utc>) {
+    if let Some(verdict) = decide::shadow(job, cx, admission, now) {
+        crate::metrics::shadowed(&cx.policy.name, verdict);
+        debug!(
+            policy = %cx.policy.name,
+            verdict = verdict.label(),
+            "shadow policy: what enforcing it would have done"
+        );
+    }
+}

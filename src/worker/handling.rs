@@ -1,0 +1,57 @@
+//! What each part of a delivery's handling reads: the job's past ([`Seen`]), the
+//! delivery with its job, rules and policy ([`Handling`]), and where a routed job
+//! stands on its route ([`Route`], [`RouteAt`]).
+
+use chrono::{DateTime, Utc};
+use lapin::message::Delivery;
+use lapin::types::FieldTable;
+
+use super::link::BrokerLink;
+use crate::fallback;
+use crate::job::decode::Job;
+use crate::job::headers;
+use crate::metrics::JobLabels;
+use crate::quota::policy::Policy;
+use crate::rules::Rules;
+
+/// What the worker knows of a job's past: the times it was handled before, when a
+/// worker first saw it, and its policy's name.
+pub(super) struct Seen<'a> {
+    pub(super) attempt: u64,
+    pub(super) first_seen: DateTime<Utc>,
+    pub(super) policy: &'a str,
+}
+
+impl<'a> Seen<'a> {
+    /// From the delivery's headers (a job never handled before: first seen `now`).
+    pub(super) fn of(
+        headers: Option<&FieldTable>,
+        now: DateTime<Utc>,
+        policy: &'a str,
+    ) -> Seen<'a> {
+        let (attempt, first_seen) = headers::attempt_info(headers);
+        Seen {
+            attempt,
+            first_seen: first_seen.map_or(now, crate::quota::window::from_millis),
+            policy,
+        }
+    }
+}
+
+/// A routed job's step: where it is on its route, and itself on that step's channel.
+pub(super) type Route<'j> = (fallback::Routed, Job<'j>);
+
+/// One delivery being handled: what each part of its handling reads.
+pub(super) struct Handling<'h, 'j> {
+    pub(super) s: &'h BrokerLink,
+    pub(super) delivery: &'h Delivery,
+    pub(super) job: &'h Job<'j>,
+    pub(super) seen: &'h Seen<'h>,
+    pub(super) rules: &'h Rules,
+    pub(super) policy: &'h Policy,
+    pub(super) labels: JobLabels,
+}
+
+/// Where a job stands on its route when it comes in: the step it resumes at, why it
+/// left the one before, and whether it is an escalation (counted already).
+pub(super) type RouteAt = (usize, Option<String>, bool);
