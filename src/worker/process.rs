@@ -8,7 +8,7 @@
 //!
 //! The handling is cut into async functions called in turn, not boxed: each level
 //! is a copy of its future's arguments per job, counted by callgrind in
-//! BENCHMARKS.md ("The admission's redesign"). The rare paths (digests, escalations,
+//! BENCHMARKS.md ("The round's cost"). The rare paths (digests, escalations,
 //! routes, lanes) are boxed, so a job that does not take them does not carry their
 //! state in its own.
 
