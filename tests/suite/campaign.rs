@@ -13,9 +13,11 @@ use crate::lanes::{body, laned, publish_all, Dispatched};
 use testkit::audit::depth;
 use testkit::*;
 
-/// Bulk jobs before each group of urgent ones, and after the last group.
+/// Bulk jobs before each group of urgent ones, and after the last group (enough that
+/// three workers, parking several thousand a second, are still reading them when
+/// the last urgent job reaches the dispatch queue).
 const AHEAD: usize = 1_000;
-const TAIL: usize = 4_000;
+const TAIL: usize = 20_000;
 /// Groups of urgent jobs, and urgent jobs a group.
 const GROUPS: usize = 2;
 const PER_GROUP: usize = 3;
