@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::set::{merge_patch, Invalid, Preferences};
+use super::set::{merge_patch, patch_keys_known, Invalid, Preferences};
 use crate::redis::preferences::{self as script, Replace};
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
@@ -154,6 +154,7 @@ pub async fn patch(
     // read, merge, and write only if no other write came between (else again,
     // after a short jittered pause: of the PATCHes that meet, one wins each round):
     // two PATCHes of one recipient at once both apply
+    patch_keys_known(patch).map_err(EditError::Invalid)?;
     let mut pauses = crate::backoff::delays(Duration::from_millis(1), Duration::from_millis(50));
     for _ in 0..PATCH_TRIES {
         let (read, _) = raw(store, tenant, recipient).await?;

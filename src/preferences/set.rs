@@ -369,6 +369,31 @@ fn window(v: &Value, at: &str) -> Result<Opening, Invalid> {
     Opening::parse(days, from, to).map_err(|e| invalid(format!("{at}.to"), e.0))
 }
 
+/// The keys a set has at its top, and in its `quiet_hours`.
+const SET_KEYS: [&str; 4] = ["categories", "channels", "quiet_hours", "updated_at"];
+const QUIET_KEYS: [&str; 3] = ["timezone", "windows", "allow"];
+
+/// A merge patch's keys that no set has, refused even when `null` (which would
+/// remove nothing): a misspelt key is an error, not a patch that does nothing.
+/// The names inside `categories` and `channels` are the recipient's own: a `null`
+/// there removes whatever name it gives.
+pub fn patch_keys_known(patch: &Value) -> Result<(), Invalid> {
+    let Some(top) = patch.as_object() else {
+        return Ok(());
+    };
+    if let Some(other) = top.keys().find(|k| !SET_KEYS.contains(&k.as_str())) {
+        return Err(invalid(other, format!("unknown key `{other}`")));
+    }
+    let quiet = top.get("quiet_hours").and_then(Value::as_object);
+    match quiet.and_then(|q| q.keys().find(|k| !QUIET_KEYS.contains(&k.as_str()))) {
+        Some(other) => Err(invalid(
+            format!("quiet_hours.{other}"),
+            format!("unknown key `{other}`"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// RFC 7386: `patch` merged into `target` (`null` removes a key).
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     match patch {
@@ -452,6 +477,25 @@ mod tests {
                 field,
                 "{v}"
             );
+        }
+    }
+
+    #[test]
+    fn a_patch_naming_a_key_no_set_has_is_refused_even_with_null() {
+        for (patch, field) in [
+            (json!({"": null}), ""),
+            (json!({"quite_hours": null}), "quite_hours"),
+            (json!({"quiet_hours": {"zone": null}}), "quiet_hours.zone"),
+        ] {
+            let bad = patch_keys_known(&patch).expect_err("refused");
+            assert_eq!(bad.field, field, "{patch}");
+        }
+        for patch in [
+            json!({"quiet_hours": null, "updated_at": null}),
+            json!({"categories": {"anything": null}, "channels": {"fax": null}}),
+            json!({"quiet_hours": {"allow": null, "timezone": "UTC"}}),
+        ] {
+            assert!(patch_keys_known(&patch).is_ok(), "{patch}");
         }
     }
 
