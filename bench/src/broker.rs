@@ -124,12 +124,7 @@ pub async fn offer(
         let tick_jobs: Vec<_> = (sent..due)
             .map(|i| {
                 let body = body(i);
-                let mut h = FieldTable::default();
-                h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
-                let props = BasicProperties::default()
-                    .with_delivery_mode(2)
-                    .with_content_type("application/json".into())
-                    .with_headers(h);
+                let props = stamped();
                 let ch = &ch;
                 async move {
                     ch.basic_publish(
@@ -213,12 +208,7 @@ pub async fn every_until(
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let mut h = FieldTable::default();
-        h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
-        let props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into())
-            .with_headers(h);
+        let props = stamped();
         let opts = BasicPublishOptions::default();
         let body = body(sent);
         ch.basic_publish(exchange.into(), "".into(), opts, body.as_bytes(), props)
@@ -327,4 +317,15 @@ impl Arrivals {
         micros.sort_unstable();
         Ok(EndToEnd::of(sent, &micros))
     }
+}
+
+/// A persistent JSON message's properties, stamped with the time it is sent
+/// ([`SENT_HEADER`], µs since the epoch).
+fn stamped() -> BasicProperties {
+    let mut h = FieldTable::default();
+    h.insert(SENT_HEADER.into(), AMQPValue::LongLongInt(unix_micros()));
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_headers(h)
 }

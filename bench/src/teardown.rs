@@ -133,6 +133,21 @@ pub fn delete_keys(url: &str, prefix: &str) -> Result<()> {
     }
     let client = redis::Client::open(url)?;
     let mut c = client.get_connection()?;
+    scan_under(&mut c, prefix, |c, keys| {
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("UNLINK").arg(&keys).query(c)?;
+        }
+        Ok(())
+    })
+}
+
+/// Walks the keys under `prefix:` with `SCAN` (10,000 a step), each step's batch
+/// handed to `each` with the connection.
+pub fn scan_under(
+    c: &mut redis::Connection,
+    prefix: &str,
+    mut each: impl FnMut(&mut redis::Connection, Vec<String>) -> Result<()>,
+) -> Result<()> {
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -141,10 +156,8 @@ pub fn delete_keys(url: &str, prefix: &str) -> Result<()> {
             .arg(format!("{prefix}:*"))
             .arg("COUNT")
             .arg(10_000)
-            .query(&mut c)?;
-        if !keys.is_empty() {
-            let _: i64 = redis::cmd("UNLINK").arg(&keys).query(&mut c)?;
-        }
+            .query(c)?;
+        each(c, keys)?;
         if next == 0 {
             return Ok(());
         }

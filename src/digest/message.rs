@@ -154,18 +154,9 @@ pub fn message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::digest::DigestMode;
-    use std::time::Duration;
 
     fn spec(keep: u32, keep_from: KeepFrom) -> DigestSpec {
-        DigestSpec {
-            mode: DigestMode::Window,
-            window: Duration::from_secs(900),
-            max_window: None,
-            max_items: 100,
-            keep,
-            keep_from,
-        }
+        DigestSpec::window_for_tests(keep, keep_from)
     }
 
     fn head() -> DigestHead {

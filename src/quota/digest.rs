@@ -142,10 +142,10 @@ impl DigestSpec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(keep: u32, keep_from: KeepFrom) -> DigestSpec {
+impl DigestSpec {
+    /// A 15-minute `window` digest of at most 100 items keeping `keep` of them from
+    /// `keep_from`, for tests.
+    pub(crate) fn window_for_tests(keep: u32, keep_from: KeepFrom) -> DigestSpec {
         DigestSpec {
             mode: DigestMode::Window,
             window: Duration::from_secs(900),
@@ -154,6 +154,15 @@ mod tests {
             keep,
             keep_from,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(keep: u32, keep_from: KeepFrom) -> DigestSpec {
+        DigestSpec::window_for_tests(keep, keep_from)
     }
 
     #[test]

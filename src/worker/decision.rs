@@ -81,7 +81,7 @@ impl Worker {
                 }
             },
         };
-        let req = request(job, cx.policy, at.2);
+        let req = request(job, &job.channel, cx.policy, at.2);
         let Some(admission) = self.admit(&req, rules, s, step).await? else {
             let parked = self.parked(s, h.delivery, job, (lane, true), rules);
             return Box::pin(parked).await.map(Decided::Settled);
@@ -175,13 +175,19 @@ fn folds_now<'p>(
     (due && !crate::digest::is_digest(delivery)).then_some(spec)
 }
 
-/// What the store is asked for `job` of `policy`; `counted`: an escalation, its
-/// notification counted already where caps span channels.
-fn request<'r>(job: &'r Job<'_>, policy: &Policy, counted: bool) -> Request<'r> {
+/// What the store is asked for `job` of `policy` on `channel` (its own, or a step
+/// of its route); `counted`: an escalation, its notification counted already where
+/// caps span channels.
+pub(super) fn request<'r>(
+    job: &'r Job<'_>,
+    channel: &'r str,
+    policy: &Policy,
+    counted: bool,
+) -> Request<'r> {
     Request {
         id: &job.id,
         recipient: &job.recipient,
-        channel: &job.channel,
+        channel,
         category: &job.category,
         tz: job.tz,
         tenant: job.tenant.as_deref(),

@@ -14,10 +14,11 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::decision::request;
 use super::error::ProcessError;
 use super::link::BrokerLink;
 use super::Worker;
-use crate::admission::{Admission, RateStep, Request};
+use crate::admission::{Admission, RateStep};
 use crate::decide::Context;
 use crate::fallback;
 use crate::fallback::log::{RouteEntry, StepOutcome};
@@ -59,16 +60,7 @@ impl Worker {
         let admit = move |step: usize| {
             let channel: &str = &all[step];
             async move {
-                let req = Request {
-                    id: &job.id,
-                    recipient: &job.recipient,
-                    channel,
-                    category: &job.category,
-                    tz: job.tz,
-                    tenant: job.tenant.as_deref(),
-                    priority: job.priority.unwrap_or(cx.policy.priority),
-                    counted,
-                };
+                let req = request(job, channel, cx.policy, counted);
                 // a further step waits for its channel's rate here (never parked)
                 let admission = self.admit(&req, rules, s, RateStep::Wait(None)).await?;
                 admission.ok_or(ProcessError::Interrupted)

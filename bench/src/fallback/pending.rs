@@ -155,15 +155,7 @@ fn sample_keys(r: &mut redis::Connection, prefix: &str) -> Result<Keys> {
     let log_prefix = format!("{prefix}:route:");
     let (mut states, mut logs) = (Vec::new(), Vec::new());
     let mut k = Keys::default();
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(10_000)
-            .query(r)?;
+    crate::teardown::scan_under(r, prefix, |_, keys| {
         for key in keys {
             if key.contains("}/route:") {
                 k.states += 1;
@@ -177,11 +169,8 @@ fn sample_keys(r: &mut redis::Connection, prefix: &str) -> Result<Keys> {
                 }
             }
         }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+        Ok(())
+    })?;
     k.state_usage = memory_usage(r, &states)?;
     k.log_usage = memory_usage(r, &logs)?;
     Ok(k)
