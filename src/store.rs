@@ -80,6 +80,9 @@ pub struct QuotaStore {
     /// The longest rate wait a job read from the jobs queue waits out here rather
     /// than being parked in its lane (`lanes.park_after`).
     park_after: Duration,
+    /// The most jobs read from the jobs queue that wait in a paced channel's lane
+    /// lines before the next one is parked: half the jobs queue's prefetch.
+    line_cap: usize,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     record_ttl: Duration,
     admitter: Admitter,
@@ -196,6 +199,7 @@ impl QuotaStore {
             pacers,
             lease_ms,
             park_after: settings.lanes.park_after.0,
+            line_cap: (settings.amqp.prefetch as usize / 2).max(1),
             record_ttl: settings.redis.record_ttl.0,
             admitter,
             scripts,

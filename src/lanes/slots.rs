@@ -60,6 +60,9 @@ impl AskSlots for Asker {
 pub(crate) struct ChannelLanes {
     /// The deliveries read from the lanes that wait for the rate here.
     in_lanes: AtomicUsize,
+    /// Of those, the jobs read from the jobs queue that wait in a line rather than
+    /// being parked ([`ChannelLanes::wait_in_line`]).
+    from_jobs: AtomicUsize,
     /// Whether the channel's rate holds a backlog, as this worker last saw it: set
     /// when a job read from the jobs queue is parked after asking (the rate's own
     /// answers put its wait past `lanes.park_after`; the time Redis takes to answer
@@ -84,6 +87,7 @@ impl ChannelLanes {
     pub(crate) fn new(asker: Asker) -> ChannelLanes {
         ChannelLanes {
             in_lanes: AtomicUsize::new(0),
+            from_jobs: AtomicUsize::new(0),
             saturated: AtomicBool::new(false),
             lines: Lines::default(),
             asker: Arc::new(asker),
@@ -101,6 +105,19 @@ impl ChannelLanes {
     /// backlog.
     pub(crate) fn saturate(&self) {
         self.saturated.store(true, Ordering::Relaxed);
+    }
+
+    /// How many jobs read from the jobs queue wait in this channel's lines now.
+    pub(crate) fn jobs_in_line(&self) -> usize {
+        self.from_jobs.load(Ordering::Relaxed)
+    }
+
+    /// [`ChannelLanes::slot`] for a job read from the jobs queue that its rate
+    /// refused for a moment: it waits in its lane's line, served in turn with the
+    /// lane's deliveries, instead of asking Redis again at every slot.
+    pub(crate) async fn wait_in_line(&self, rate: Rate, ask: LaneAsk) -> Result<i64, StoreError> {
+        let _from_jobs = Counted::new(&self.from_jobs);
+        self.slot(rate, ask).await
     }
 
     /// How far ahead this worker's lines of the channel take slots now (how long a

@@ -13,6 +13,7 @@ use super::layers::{cached, JobLayer};
 use super::verdict::{self, Asked, QuietUntil};
 use super::{Pacer, QuotaStore};
 use crate::admission::{Admission, RateStep, Request, Ticket};
+use crate::counted::Counted;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::plan::Plan;
@@ -263,38 +264,39 @@ impl QuotaStore {
             RateStep::Wait(lane) => (false, lane),
             RateStep::Taken(_) => (false, None),
         };
-        // parked only when the wait is longer than lanes.park_after: a shorter one
-        // (a burst above the rate for a moment) is waited out here, in the job's
-        // lane, at no extra publish. The wait counts the jobs already waiting here,
-        // each a slot ahead of this one: the jobs queue must not stall behind a
-        // prefetch of waiting jobs.
-        let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
-        let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
-        let short = |reply: &RateReply| {
-            let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
-            reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
-        };
-        if parking && !rate_reply.as_ref().is_some_and(short) {
-            pacer.lanes.saturate();
-            self.release_recipient(ticket).await?;
-            return Ok(false);
+        let short = rate_reply
+            .as_ref()
+            .is_some_and(|reply| self.short(reply, r, pacer));
+        if parking && !short {
+            return self.park_instead(ticket, pacer).await;
         }
-        // waited out here while the rate's own answers add up to at most
-        // lanes.park_after (a lane above it may take the slots meanwhile); then
-        // parked after all. The time Redis takes to answer does not count: a slow
-        // Redis is no backlog, and parking would only add a publish and a delivery
-        // to every job while it is slow.
-        let budget = parking.then_some(self.park_after);
-        match self.pace_within(channel, r, pacer, lane, budget).await {
-            Ok(Some((tat, _))) => {
+        let waited = match (parking, lane) {
+            // a job that may be parked waits in its lane's line (one ask serves the
+            // line), while the jobs read from the jobs queue waiting in the lines
+            // are fewer than half its prefetch: past that the jobs queue would move
+            // only at the channel's rate, behind jobs that wait
+            (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.line_cap => Ok(None),
+            (true, Some(ask)) => {
+                let _waiting = Counted::new(&pacer.waiting);
+                pacer.lanes.wait_in_line(r, ask).await.map(Some)
+            }
+            // waited out here while the rate's own answers add up to at most
+            // lanes.park_after (a lane above it may take the slots meanwhile);
+            // then parked after all. The time Redis takes to answer does not
+            // count: a slow Redis is no backlog, and parking would only add a
+            // publish and a delivery to every job while it is slow.
+            _ => {
+                let budget = parking.then_some(self.park_after);
+                let paced = self.pace_within(channel, r, pacer, lane, budget).await;
+                paced.map(|p| p.map(|(tat, _)| tat))
+            }
+        };
+        match waited {
+            Ok(Some(tat)) => {
                 ticket.rate = Some((r, tat));
                 Ok(true)
             }
-            Ok(None) => {
-                pacer.lanes.saturate();
-                self.release_recipient(ticket).await?;
-                Ok(false)
-            }
+            Ok(None) => self.park_instead(ticket, pacer).await,
             Err(e) => {
                 if self.release_recipient(ticket).await.is_err() {
                     self.keep_reservation(ticket);
@@ -302,6 +304,25 @@ impl QuotaStore {
                 Err(e)
             }
         }
+    }
+
+    /// Whether a job that may be parked waits its rate out here: refused for at
+    /// most `lanes.park_after` (a burst above the rate for a moment, waited out at
+    /// no extra publish), counting the jobs already waiting here, each a slot
+    /// ahead of this one.
+    fn short(&self, reply: &RateReply, r: Rate, pacer: &Pacer) -> bool {
+        let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
+        let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
+        let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
+        reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
+    }
+
+    /// Park the job rather than wait: the rate holds a backlog; its recipient's
+    /// reservation is given back (nothing is held or counted while it is parked).
+    async fn park_instead(&self, ticket: &mut Ticket, pacer: &Pacer) -> Result<bool, StoreError> {
+        pacer.lanes.saturate();
+        self.release_recipient(ticket).await?;
+        Ok(false)
     }
 
     /// Keep an admission's reservation (its send stays counted) when the job's fate

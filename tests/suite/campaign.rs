@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::lanes::{body, laned, publish_all, Dispatched};
+use quota_worker::config::Dur;
 use testkit::audit::depth;
 use testkit::*;
 
@@ -60,11 +61,13 @@ struct Seen {
 }
 
 /// The campaign published before the workers run (as a producer faster than the
-/// parking leaves it), then `workers` workers: each urgent job is read from the
-/// dispatch queue, and the jobs queue's depth read as it arrives.
-async fn urgent_jobs_pass_a_campaign_being_parked(workers: usize) {
-    let ns = unique(&format!("campaign{workers}"));
-    let s = laned(&ns, 100);
+/// parking leaves it), then `workers` workers, the channel paced at `rate` and
+/// `lanes.park_after` at `park_after`: each urgent job is read from the dispatch
+/// queue, and the jobs queue's depth read as it arrives.
+async fn urgent_jobs_pass_a_campaign_being_parked(workers: usize, rate: u64, park_after: u64) {
+    let ns = unique(&format!("campaign{workers}r{rate}"));
+    let mut s = laned(&ns, rate);
+    s.lanes.park_after = Dur(Duration::from_millis(park_after));
     let _c = Cleanup::new(&s);
     let mut ready = Vec::new();
     for _ in 0..workers {
@@ -115,7 +118,7 @@ async fn urgent_jobs_pass_a_campaign_being_parked(workers: usize) {
         stop.cancel();
         handle.await.unwrap();
     }
-    println!("{workers} worker(s): {seen:#?}");
+    println!("{workers} worker(s), {rate}/s: {seen:#?}");
     for u in &seen {
         // the campaign still being parked: jobs published after it not yet read
         assert!(
@@ -134,10 +137,26 @@ async fn urgent_jobs_pass_a_campaign_being_parked(workers: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urgent_jobs_pass_a_campaign_still_being_parked_on_one_worker() {
-    urgent_jobs_pass_a_campaign_being_parked(1).await;
+    urgent_jobs_pass_a_campaign_being_parked(1, 100, 250).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urgent_jobs_pass_a_campaign_still_being_parked_on_three_workers() {
-    urgent_jobs_pass_a_campaign_being_parked(3).await;
+    urgent_jobs_pass_a_campaign_being_parked(3, 100, 250).await;
+}
+
+// A channel fast beside `lanes.park_after` (the default `amqp.prefetch`, 256 jobs
+// of 5 ms each, waits 1.28 s, less than 2 s), as a channel of thousands a second
+// is beside the default 250 ms: every job's wait for the rate is short, so what
+// parks the campaign is the bound on the jobs read from the jobs queue that wait
+// in the lanes' lines (half the prefetch), not their wait.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urgent_jobs_pass_a_campaign_on_a_fast_channel_on_one_worker() {
+    urgent_jobs_pass_a_campaign_being_parked(1, 200, 2_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urgent_jobs_pass_a_campaign_on_a_fast_channel_on_three_workers() {
+    urgent_jobs_pass_a_campaign_being_parked(3, 200, 2_000).await;
 }
