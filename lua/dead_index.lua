@@ -1,20 +1,23 @@
--- dead_index.lua: add one dead letter to the browsable index, dropping the oldest
--- beyond the bound; or forget entries (replayed or purged). See
--- src/admin/dead_index.rs.
+-- dead_index.lua: add dead letters to the browsable index, dropping the oldest
+-- beyond the bound, with the dead-letter log's offset they were read up to; or
+-- forget entries (replayed or purged). See src/admin/dead_index.rs and
+-- src/admin/dead_log.rs.
 --
 -- KEYS[1]  the index: a sorted set of summaries scored by when (ms)
 --          (`prefix:{dead}:index`)
 -- KEYS[2]  the entries: a hash from summary to the whole entry's JSON
 --          (`prefix:{dead}:entries`)
+-- KEYS[3]  add only: the log's offset, the next to read (`prefix:{dead}:offset`)
 -- ARGV[1]  what to do: `add` or `forget`
 -- ARGV[2]  the field sets' common beginning (`prefix:{dead}:by:`): a summary's
 --          value V of field F is in the sorted set `prefix:{dead}:by:F:V`, scored
 --          as in the index. The sets are named here from the summaries, those of
 --          the entries dropped included, which the caller cannot know: they share
 --          the index's hash tag, so on a cluster they are in its slot.
--- add:     ARGV[3] the summary (a JSON array: when, id, reason, policy, channel,
---          tag, nonce), ARGV[4] when (ms), ARGV[5] the entry's JSON,
---          ARGV[6] the bound: entries kept at most
+-- add:     ARGV[3] the bound: entries kept at most; ARGV[4] the log's offset
+--          after these entries (set in KEYS[3]; empty: left as it is); then for
+--          each entry three: the summary (a JSON array: when, id, reason, policy,
+--          channel, tag, nonce), when (ms), the entry's JSON
 -- forget:  ARGV[3..] the summaries to forget
 --
 -- Returns the entries the index holds afterwards.
@@ -48,11 +51,14 @@ if ARGV[1] == 'forget' then
   return redis.call('ZCARD', KEYS[1])
 end
 
-local summary, when = ARGV[3], ARGV[4]
-redis.call('ZADD', KEYS[1], when, summary)
-redis.call('HSET', KEYS[2], summary, ARGV[5])
-for _, set in ipairs(sets_of(summary)) do redis.call('ZADD', set, when, summary) end
-local bound = tonumber(ARGV[6])
+for i = 5, #ARGV, 3 do
+  local summary, when = ARGV[i], ARGV[i + 1]
+  redis.call('ZADD', KEYS[1], when, summary)
+  redis.call('HSET', KEYS[2], summary, ARGV[i + 2])
+  for _, set in ipairs(sets_of(summary)) do redis.call('ZADD', set, when, summary) end
+end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4]) end
+local bound = tonumber(ARGV[3])
 local n = redis.call('ZCARD', KEYS[1])
 if n > bound then
   drop(redis.call('ZRANGE', KEYS[1], 0, n - bound - 1), 1)

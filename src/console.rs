@@ -3,8 +3,9 @@
 //! Five pages, each a file: the overview (what the status page shows, from the same
 //! [`crate::status::Report`]), a recipient (its layers, preferences, suppressions,
 //! waiting jobs and digests), a job (its note as a timeline), the dead letters (read
-//! from their index in Redis, [`crate::admin::dead_index`], never from the queue) and
-//! the policies. Every action calls the same library functions as the CLI and the
+//! from their index in Redis, [`crate::admin::dead_index`], never from the queue,
+//! caught up when a page is read from the stream the broker copies every dead
+//! letter to, [`crate::admin::dead_log`]) and the policies. Every action calls the same library functions as the CLI and the
 //! REST API ([`crate::admin`]).
 //!
 //! Access ([`session`], [`login`]): where `POST /reload` needs an admin token,
@@ -14,8 +15,7 @@
 //! `console.session_ttl`; every form carries the session's CSRF token; each action
 //! is logged with who and what. I/O: Redis through the store, the broker for replays and purges.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -39,14 +39,16 @@ pub use session::{Session, COOKIE};
 
 /// What the console serves from: the worker's status (with the reloader, hence
 /// the store and the settings, once connected), its health, the guard of the
-/// admin token; its own sessions (in memory: a restart logs everyone out) and the
-/// broker connection its replays and purges use (opened on the first one).
+/// admin token; the key of its login forms and the broker connection its
+/// catch-ups, replays and purges use (opened on the first one). Its sessions are
+/// in Redis ([`session`]).
 pub struct Console {
     status: Arc<Status>,
     health: Arc<Health>,
     guard: Guard,
-    sessions: Mutex<HashMap<[u8; 32], Session>>,
-    /// The key of the login forms' pre-session tokens, drawn at start.
+    /// The key of the login forms' pre-session tokens: drawn from the admin
+    /// tokens, so that every worker behind one address takes the forms of the
+    /// others (drawn at random when there is no token to log in with).
     login_key: [u8; 32],
     broker: tokio::sync::Mutex<Option<Arc<lapin::Connection>>>,
 }
@@ -61,22 +63,36 @@ impl Console {
     /// The console of the worker whose state is `status` and `health`, asking for
     /// `guard`'s token (the one `POST /reload` asks for).
     pub fn new(status: Arc<Status>, health: Arc<Health>, guard: Guard) -> Arc<Console> {
+        let login_key = login_key(&guard);
         Arc::new(Console {
             status,
             health,
             guard,
-            sessions: Mutex::default(),
-            login_key: blake3::derive_key(
-                "quota-worker 2026 console login forms",
-                &[
-                    uuid::Uuid::new_v4().into_bytes(),
-                    uuid::Uuid::new_v4().into_bytes(),
-                ]
-                .concat(),
-            ),
+            login_key,
             broker: tokio::sync::Mutex::default(),
         })
     }
+}
+
+/// The login forms' key: from the tokens' hashes (names included), else at random.
+fn login_key(guard: &Guard) -> [u8; 32] {
+    const CONTEXT: &str = "quota-worker 2026 console login forms";
+    let material = match guard {
+        Guard::Tokens(tokens) => {
+            let mut sorted: Vec<_> = tokens.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            sorted
+                .iter()
+                .flat_map(|(name, hash)| [name.as_bytes(), b"\0", hash.as_bytes()].concat())
+                .collect::<Vec<u8>>()
+        }
+        Guard::Open | Guard::Refused => [
+            uuid::Uuid::new_v4().into_bytes(),
+            uuid::Uuid::new_v4().into_bytes(),
+        ]
+        .concat(),
+    };
+    blake3::derive_key(CONTEXT, &material)
 }
 
 /// The routes under `/console`.

@@ -75,7 +75,9 @@
 //!     on once some recipient has either.
 //! 11. **Operators** ([`admin`], [`console`], the binary's `cli/`): queue depths,
 //!     dead letters read/replayed/purged without loss, a recipient's recorded sends,
-//!     waiting jobs, digests and preferences, one job explained or cancelled. A
+//!     waiting jobs, digests and preferences, one job explained or cancelled; the
+//!     console's dead letters browsed from an index caught up, when someone looks,
+//!     from the stream the broker copies every dead letter to ([`admin::dead_log`]). A
 //!     recipient's preferences are edited over HTTP (`/v1/recipients/R/preferences`,
 //!     `http/preferences.rs`, described by [`http::openapi`] at `/v1/openapi.json`)
 //!     and from the CLI, stored by [`preferences::edit`] (`lua/preferences.lua`),

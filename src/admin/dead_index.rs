@@ -1,10 +1,12 @@
 //! The browsable index of the dead letters, in Redis beside the dead-letter queue:
-//! the worker writes one entry for each job it dead-letters ([`record`], one
-//! script, `lua/dead_index.lua`), the oldest dropped beyond `console.dead_index`;
-//! the console's dead-letter pages read it ([`page`], [`entry`]) and never the
-//! queue, whose only reading is a walk that takes and puts back every message.
-//! Replaying or purging still walks the queue ([`super::DeadLetters`]), selecting
-//! by the ids the index found, and then forgets those entries ([`forget`]).
+//! filled from the dead-letter log, a stream the broker copies every dead letter
+//! to, by whoever reads the index ([`super::dead_log`]: a batch of entries a call,
+//! [`record_many`], `lua/dead_index.lua`), the oldest dropped beyond
+//! `console.dead_index`; the console's dead-letter pages read it ([`page`],
+//! [`entry`]) and never the queue, whose only reading is a walk that takes and
+//! puts back every message. Replaying or purging still walks the queue
+//! ([`super::DeadLetters`]), selecting by the ids the index found, and then
+//! forgets those entries ([`forget`]).
 //!
 //! The index is a sorted set of short summaries (when, id, reason, policy,
 //! channel, recipient tag) scored by when; a hash holds each whole entry (headers
@@ -14,7 +16,6 @@
 //! keeps them with the index, so a filtered page reads one range of one set, or the
 //! intersection of a few (`lua/dead_page.lua`), instead of every summary. Every key
 //! carries the hash tag `{dead}`: one slot on a cluster.
-//! What the broker dead-letters by itself (a delivery limit) is not in it.
 
 use std::sync::LazyLock;
 
@@ -132,6 +133,8 @@ struct Names {
     index: String,
     entries: String,
     by: String,
+    offset: String,
+    catching: String,
 }
 
 fn names(keys: &Keys) -> Names {
@@ -140,10 +143,13 @@ fn names(keys: &Keys) -> Names {
         index: format!("{p}:{{dead}}:index"),
         entries: format!("{p}:{{dead}}:entries"),
         by: format!("{p}:{{dead}}:by:"),
+        offset: format!("{p}:{{dead}}:offset"),
+        catching: format!("{p}:{{dead}}:catching"),
     }
 }
 
-/// The entry of a dead letter published with `props` and `body`.
+/// The entry of a dead letter published with `props` and `body`: when it was
+/// dead-lettered (its timestamp, else the broker's `x-death`), else `now`.
 pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<Utc>) -> Entry {
     let cut = &body[..body.len().min(BODY_MAX)];
     let info = DeadLetterInfo::read(props, cut, now, true);
@@ -152,7 +158,7 @@ pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<U
         id: info.id,
         reason: info.reason,
         detail: info.detail,
-        at: now,
+        at: info.dead_at.unwrap_or(now),
         attempts: info.attempts,
         policy: known.policy,
         channel: known.channel,
@@ -170,32 +176,65 @@ pub async fn record(
     entry: &Entry,
     bound: u32,
 ) -> Result<u64, StoreError> {
+    record_many(conn, keys, std::slice::from_ref(entry), bound, None).await
+}
+
+/// Add `entries` to the index in one call, keeping `bound` entries at most, and
+/// with them the dead-letter log's offset they were read up to (`log_offset`, the
+/// next to read; [`super::dead_log`]); the entries kept.
+pub async fn record_many(
+    conn: &RedisConn,
+    keys: &Keys,
+    entries: &[Entry],
+    bound: u32,
+    log_offset: Option<i64>,
+) -> Result<u64, StoreError> {
     let names = names(keys);
-    let ms = entry.at.timestamp_millis();
-    // two dead letters of one id in one millisecond stay two entries
-    let nonce = uuid::Uuid::now_v7().simple().to_string();
-    let summary = Summary(
-        ms,
-        entry.id.clone(),
-        entry.reason.clone(),
-        entry.policy.clone(),
-        entry.channel.clone(),
-        entry.recipient_tag.clone(),
-        nonce,
-    );
-    // an entry is strings and JSON values: it always serializes
-    let json = serde_json::to_string(entry).unwrap_or_default();
-    let mut conn = conn.clone();
-    Ok(SCRIPT
+    let mut invocation = SCRIPT.prepare_invoke();
+    invocation
         .key(names.index)
         .key(names.entries)
+        .key(names.offset)
         .arg("add")
         .arg(names.by)
-        .arg(serde_json::to_string(&summary).unwrap_or_default())
-        .arg(ms)
-        .arg(json)
         .arg(bound)
-        .invoke_async(&mut conn)
+        .arg(log_offset.map_or(String::new(), |o| o.to_string()));
+    for entry in entries {
+        let ms = entry.at.timestamp_millis();
+        // two dead letters of one id in one millisecond stay two entries
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let summary = Summary(
+            ms,
+            entry.id.clone(),
+            entry.reason.clone(),
+            entry.policy.clone(),
+            entry.channel.clone(),
+            entry.recipient_tag.clone(),
+            nonce,
+        );
+        // an entry is strings and JSON values: it always serializes
+        invocation
+            .arg(serde_json::to_string(&summary).unwrap_or_default())
+            .arg(ms)
+            .arg(serde_json::to_string(entry).unwrap_or_default());
+    }
+    let mut conn = conn.clone();
+    Ok(invocation.invoke_async(&mut conn).await?)
+}
+
+/// The dead-letter log's offset the index was caught up to (the next to read), and
+/// the lease of the catch-up under way ([`super::dead_log`]): in the index's slot.
+pub(super) fn log_keys(keys: &Keys) -> (String, String) {
+    let n = names(keys);
+    (n.offset, n.catching)
+}
+
+/// The log's offset the index was caught up to, if it ever was.
+pub(super) async fn log_offset(conn: &RedisConn, keys: &Keys) -> Result<Option<i64>, StoreError> {
+    let mut conn = conn.clone();
+    Ok(redis::cmd("GET")
+        .arg(names(keys).offset)
+        .query_async(&mut conn)
         .await?)
 }
 
@@ -300,7 +339,8 @@ pub async fn entry_of(
 }
 
 /// Forget the entries `selected` (replayed or purged), with their place in the
-/// field sets.
+/// field sets (each chunk in one call; an index being caught up keeps them too:
+/// [`super::dead_log::catch_up`] first).
 pub async fn forget(conn: &RedisConn, keys: &Keys, selected: &[String]) -> Result<(), StoreError> {
     let names = names(keys);
     let mut conn = conn.clone();

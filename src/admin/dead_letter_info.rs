@@ -46,7 +46,11 @@ impl DeadLetterInfo {
     pub fn read(props: &BasicProperties, body: &[u8], now: DateTime<Utc>, full: bool) -> Self {
         let headers = props.headers().as_ref();
         let header = |name: &str| headers.and_then(|h| h.inner().get(name));
-        let death = header("x-death").and_then(first_death);
+        // (a copy read from the dead-letter log, a stream, keeps the broker's
+        // x-first-death-* headers but not its x-death table)
+        let death = header("x-death")
+            .and_then(first_death)
+            .or_else(|| first_death_headers(&header));
         let (reason, detail, source) = match header(headers::REASON).and_then(headers::as_string) {
             Some(reason) => (
                 reason,
@@ -110,6 +114,19 @@ struct Death {
     queue: String,
     count: i64,
     time: Option<DateTime<Utc>>,
+}
+
+/// The first death as the broker's `x-first-death-reason` and `-queue` headers
+/// tell it (no count, no time).
+fn first_death_headers<'h>(header: &impl Fn(&str) -> Option<&'h AMQPValue>) -> Option<Death> {
+    Some(Death {
+        reason: header("x-first-death-reason").and_then(headers::as_string)?,
+        queue: header("x-first-death-queue")
+            .and_then(headers::as_string)
+            .unwrap_or_default(),
+        count: 1,
+        time: None,
+    })
 }
 
 fn first_death(v: &AMQPValue) -> Option<Death> {

@@ -8,6 +8,7 @@
 pub mod dead_index;
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
+pub mod dead_log;
 pub mod digests;
 pub(crate) mod jobs;
 pub mod preferences;

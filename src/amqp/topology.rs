@@ -29,6 +29,9 @@ pub struct Topology {
     pub laned: Vec<String>,
     /// The feedback exchange and queue (`feedback.exchange`, `feedback.queue`).
     pub feedback: (String, String),
+    /// The dead-letter log, a stream bound to the dead-letter exchange
+    /// ([`crate::admin::dead_log`]), while `console.dead_index` is not 0.
+    pub dead_log: Option<String>,
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -89,6 +92,8 @@ impl Topology {
                 settings.feedback.exchange.clone(),
                 settings.feedback.queue.clone(),
             ),
+            dead_log: (settings.console.dead_index > 0)
+                .then(|| crate::admin::dead_log::stream_name(&settings.amqp.dead_queue)),
         }
     }
 
@@ -161,7 +166,9 @@ impl Topology {
     /// skipped; a failed delete does not stop the others (each gets its own channel
     /// after an error), and the first error is returned.
     pub async fn delete(&self, conn: &Connection) -> Result<(), BrokerError> {
-        delete_all(conn, self.queues(), self.exchanges()).await
+        let mut queues = self.queues();
+        queues.extend(self.dead_log.clone());
+        delete_all(conn, queues, self.exchanges()).await
     }
 
     fn queue_args(&self, dead_letter_to: Option<&str>) -> FieldTable {
@@ -226,8 +233,8 @@ impl Topology {
         self.limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit)
     }
 
-    /// The jobs, dispatch and dead exchanges; the dead queue, the jobs queue and a
-    /// dispatch queue a channel, bound.
+    /// The jobs, dispatch and dead exchanges; the dead queue (and the dead-letter
+    /// log beside it), the jobs queue and a dispatch queue a channel, bound.
     fn declare_jobs_and_dispatch(&self, steps: &mut Steps) {
         let a = &self.amqp;
         for (name, kind) in [
@@ -245,6 +252,10 @@ impl Topology {
             String::new(),
             FieldTable::default(),
         );
+        if let Some(log) = &self.dead_log {
+            steps.queue(log.clone(), crate::admin::dead_log::stream_args());
+            steps.bind(log, &a.dead_exchange, String::new(), FieldTable::default());
+        }
         steps.queue(a.jobs_queue.clone(), self.dead_lettered());
         steps.bind(
             &a.jobs_queue,

@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use lapin::message::Delivery;
 
 use super::{amqp, print_json, stop_on_signal, EXIT_INTERRUPTED};
+use quota_worker::admin::dead_index::{self, Filter};
 use quota_worker::admin::{self, DeadLetterInfo, DeadLetters, Selection, WalkAction};
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
@@ -130,19 +131,53 @@ pub(super) async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::R
         DeadCommand::List { reason, json } => walk.list(reason, json).await?,
         DeadCommand::Show { id, json } => walk.show(&id, json).await?,
         DeadCommand::Replay { selection, json } => {
-            walk.replay(&selection, json, &settings.amqp.jobs_exchange)
-                .await?
+            let (code, replayed) = walk
+                .replay(&selection, json, &settings.amqp.jobs_exchange)
+                .await?;
+            forget_in_index(settings, &conn, &replayed).await;
+            code
         }
         DeadCommand::Purge { selection, yes } => {
             if !yes && !walk.confirm_purge(&selection).await? {
                 eprintln!("nothing purged");
                 return Ok(ExitCode::FAILURE);
             }
-            walk.purge(&selection).await?
+            let (code, purged) = walk.purge(&selection).await?;
+            forget_in_index(settings, &conn, &purged).await;
+            code
         }
     };
     let _ = conn.close(200, "bye".into()).await;
     Ok(code)
+}
+
+/// Take the dead letters a replay or a purge walked out of the console's index
+/// (caught up with the dead-letter log first, so none comes back from it): each
+/// by its job id and reason. The queue is what counts: an index that cannot be
+/// reached is said on stderr and left as it is.
+async fn forget_in_index(settings: &Settings, conn: &lapin::Connection, walked: &[DeadLetterInfo]) {
+    if settings.console.dead_index == 0 || walked.is_empty() {
+        return;
+    }
+    let forgotten = async {
+        let store = super::store(settings).await?;
+        admin::dead_log::catch_up(conn, &store, settings).await?;
+        let (redis, keys) = (store.connection(), store.keys());
+        for d in walked {
+            let Some(id) = &d.id else { continue };
+            let filter = Filter {
+                id: Some(id.clone()),
+                reason: Some(d.reason.clone()),
+                ..Filter::default()
+            };
+            let chosen = dead_index::select(&redis, keys, &filter).await?;
+            dead_index::forget(&redis, keys, &chosen).await?;
+        }
+        anyhow::Ok(())
+    };
+    if let Err(e) = forgotten.await {
+        eprintln!("the console's dead-letter index still lists what was walked: {e:#}");
+    }
 }
 
 /// What every `admin dead` command walks: the dead letters, read at one instant,
@@ -226,7 +261,7 @@ impl Walk<'_> {
         selection: &SelectionArgs,
         json: bool,
         exchange: &str,
-    ) -> anyhow::Result<ExitCode> {
+    ) -> anyhow::Result<(ExitCode, Vec<DeadLetterInfo>)> {
         let stop = stop_on_signal();
         let sel = selection.selection();
         let mut replayed = Vec::new();
@@ -254,7 +289,7 @@ impl Walk<'_> {
             );
         }
         walk_note(&report);
-        Ok(interrupted_or_ok(&report))
+        Ok((interrupted_or_ok(&report), replayed))
     }
 
     /// Whether the operator, asked on the terminal, confirms the purge of the
@@ -276,14 +311,20 @@ impl Walk<'_> {
     }
 
     /// `admin dead purge`, once confirmed.
-    async fn purge(&self, selection: &SelectionArgs) -> anyhow::Result<ExitCode> {
+    async fn purge(
+        &self,
+        selection: &SelectionArgs,
+    ) -> anyhow::Result<(ExitCode, Vec<DeadLetterInfo>)> {
         // after the prompt, so that Ctrl-C at the prompt still quits at once
         let stop = stop_on_signal();
         let sel = selection.selection();
+        let mut purged = Vec::new();
         let report = self
             .letters
             .walk(&stop, |d| {
-                if sel.matches(&self.read(d, false)) {
+                let letter = self.read(d, false);
+                if sel.matches(&letter) {
+                    purged.push(letter);
                     WalkAction::Drop
                 } else {
                     WalkAction::Keep
@@ -295,7 +336,7 @@ impl Walk<'_> {
             report.dropped, self.queue, report.kept
         );
         walk_note(&report);
-        Ok(interrupted_or_ok(&report))
+        Ok((interrupted_or_ok(&report), purged))
     }
 }
 

@@ -20,10 +20,11 @@ pub struct ConsoleSettings {
     /// `https://jaeger.example/trace/{trace_id}`. Empty (the default): the trace id is
     /// shown as text.
     pub trace_url: String,
-    /// Dead letters the browsable index in Redis keeps at most (default 10000): each
-    /// one the worker dead-letters is written there too, the oldest dropped beyond
-    /// it. The console's dead-letter pages read the index, never the queue. 0: no
-    /// index (the console's dead-letter pages are empty).
+    /// Dead letters the browsable index in Redis keeps at most (default 10000), the
+    /// oldest dropped beyond it: the broker copies every dead letter to the stream
+    /// `<amqp.dead_queue>.log`, and the console catches the index up from it when
+    /// someone looks. The console's dead-letter pages read the index, never the
+    /// queue. 0: no stream and no index (the console's dead-letter pages are empty).
     pub dead_index: u32,
 }
 

@@ -2,11 +2,14 @@
 //! ([`crate::admin::dead_index`]), filtered by reason, policy, channel and
 //! recipient, newest first, 50 a page; one message with its headers and body;
 //! replay one, and replay or purge what a filter selects, each after a confirmation
-//! that says how many. Browsing never touches the queue; a replay or a purge walks
-//! it once ([`crate::admin::DeadLetters::walk`], as `admin dead` does), selecting
-//! the ids the index found, then forgets them in the index.
+//! that says how many. Browsing never touches the queue: a page first catches the
+//! index up with the dead-letter log ([`crate::admin::dead_log`], waiting at most
+//! [`CATCH_UP_BUDGET`]); a replay or a purge walks the queue once
+//! ([`crate::admin::DeadLetters::walk`], as `admin dead` does), selecting the ids
+//! the index found, then forgets them in the index.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -19,11 +22,50 @@ use super::layout::{self, csrf, query, search, section, table, when, Input};
 use super::session::{Action, Ctx, Page};
 use super::Console;
 use crate::admin::dead_index::{self, Entry, Filter};
+use crate::admin::dead_log;
 use crate::admin::{AdminError, DeadLetterInfo, DeadLetters, Selection, WalkAction, WalkReport};
 use crate::amqp::Topology;
 
 /// Dead letters a page shows.
 const PAGE: usize = 50;
+
+/// How long a page waits for the index to catch up with the dead-letter log
+/// before it shows what the index holds (the catch-up goes on meanwhile).
+pub(super) const CATCH_UP_BUDGET: Duration = Duration::from_secs(1);
+
+/// Catch the index up with the dead-letter log ([`dead_log::catch_up`]), waiting
+/// at most `budget` (`None`: until it is done); whether it was done in time.
+pub(super) async fn catch_up(ctx: &Ctx, budget: Option<Duration>) -> Result<bool, AdminError> {
+    let conn = ctx.app.broker(&ctx.settings).await?;
+    let (store, settings) = (ctx.store.clone(), ctx.settings.clone());
+    let task = tokio::spawn(async move { dead_log::catch_up(&conn, &store, &settings).await });
+    let joined = match budget {
+        Some(b) => match tokio::time::timeout(b, task).await {
+            Ok(joined) => joined,
+            Err(_) => return Ok(false),
+        },
+        None => task.await,
+    };
+    match joined {
+        Ok(caught) => caught.map(|_| true),
+        Err(e) => Err(AdminError::Invalid(format!(
+            "the dead-letter index's catch-up stopped: {e}"
+        ))),
+    }
+}
+
+/// What a page says when the index may not hold the newest dead letters.
+pub(super) fn catching_up_note(caught: &Result<bool, AdminError>) -> Markup {
+    match caught {
+        Ok(true) => html! {},
+        Ok(false) => html! {
+            p.notice role="status" { "The index is still catching up with the dead-letter log: reload to see the newest." }
+        },
+        Err(e) => html! {
+            p.notice role="alert" { "The index could not catch up with the dead-letter log (" (e.to_string()) "): the newest may be missing." }
+        },
+    }
+}
 
 /// The filter's fields, as the forms and the query name them.
 const FILTER_FIELDS: [&str; 5] = ["reason", "policy", "channel", "recipient", "tenant"];
@@ -86,6 +128,7 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
         .and_then(|p| p.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let caught = catch_up(&ctx, Some(CATCH_UP_BUDGET)).await;
     let conn = ctx.store.connection();
     let (total, entries) = match dead_index::page(
         &conn,
@@ -111,8 +154,9 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
     let prev = (page - 1).to_string();
     let body = html! {
         (filter_form(&f))
+        (catching_up_note(&caught))
         (section("found", html! { (total) " dead letter(s) selected" @if total > 0 { ", newest first, page " (page) } }, html! {
-            p.muted { "Read from the index the worker writes as it dead-letters (console.dead_index), not from the queue." }
+            p.muted { "Read from the index the console keeps of the dead-letter log (console.dead_index), not from the queue." }
             (rows(&entries))
             p {
                 @if page > 1 { a href={ "/console/dead" (query(&{ let mut p = more.clone(); p.push(("page", &prev)); p })) } rel="prev" { "Newer" } " " }
@@ -163,8 +207,10 @@ pub(super) async fn one(Page(ctx, f): Page) -> Response {
     layout::page(&ctx.visitor, "Dead letter", body)
 }
 
-/// What an action selects: one entry (`key`) or a filter's.
+/// What an action selects: one entry (`key`) or a filter's (with the index caught
+/// up first, so that a dead letter it selects in the queue is also forgotten).
 async fn selected(ctx: &Ctx, f: &Fields) -> Result<Vec<String>, AdminError> {
+    catch_up(ctx, None).await?;
     let conn = ctx.store.connection();
     match f.get("key") {
         Some(key) => Ok(

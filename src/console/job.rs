@@ -25,12 +25,13 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
         Ok(s) => s,
         Err(e) => return layout::failed(&ctx.visitor, StatusCode::INTERNAL_SERVER_ERROR, "Job", e),
     };
+    let caught = super::dead::catch_up(&ctx, Some(super::dead::CATCH_UP_BUDGET)).await;
     let dead = dead_index::entry_of(&ctx.store.connection(), ctx.store.keys(), id)
         .await
         .ok()
         .flatten();
-    let body =
-        html! { (form) (timeline(&ctx, &status, dead.as_ref())) (cancel_form(&ctx, &status)) };
+    let note = super::dead::catching_up_note(&caught);
+    let body = html! { (form) (note) (timeline(&ctx, &status, dead.as_ref())) (cancel_form(&ctx, &status)) };
     layout::page(&ctx.visitor, "Job", body)
 }
 

@@ -146,7 +146,7 @@ pub(super) async fn login(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (_, settings) = match ready(&app) {
+    let (store, settings) = match ready(&app) {
         Ok(r) => r,
         Err(response) => return response,
     };
@@ -168,7 +168,8 @@ pub(super) async fn login(
         let say = "That is not an admin token.";
         return login_page(&app, &headers, StatusCode::UNAUTHORIZED, Some(say));
     };
-    let visitor = app.open(&who.0, settings.console.session_ttl.0, behind_tls(&headers));
+    let ttl = settings.console.session_ttl.0;
+    let visitor = app.open(&store, &who.0, ttl, behind_tls(&headers)).await;
     tracing::info!(who = %who.0, action = "login", "console");
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/console")]).into_response();
     layout::set_cookie(&mut response, visitor.set_cookie.as_deref());

@@ -1,12 +1,14 @@
 //! Who is looking: the console's sessions, its logout, and the checks every page
 //! ([`enter`]) and every action ([`act`]) make (the login is `login.rs`). A session is a random
 //! id in an `HttpOnly`, `SameSite=Strict` cookie scoped to `/console` (`Secure`
-//! when the request came through TLS, `X-Forwarded-Proto: https`), kept in memory
-//! as its BLAKE3 hash for `console.session_ttl`, with a CSRF token of its own that
-//! every form carries and every action checks (compared in constant time).
+//! when the request came through TLS, `X-Forwarded-Proto: https`), kept in Redis
+//! under its BLAKE3 hash (`prefix:console:session:<hash>`, so Redis never holds a
+//! cookie that works) for `console.session_ttl`, with a CSRF token of its own that
+//! every form carries and every action checks (compared in constant time). Every
+//! worker behind one address knows every session, and a restart logs nobody out.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -34,7 +36,6 @@ pub struct Session {
     /// token asked).
     pub who: String,
     csrf: String,
-    expires: Instant,
 }
 
 /// What a page or an action works with.
@@ -53,8 +54,10 @@ fn random_id() -> String {
     )
 }
 
-fn hash(id: &str) -> [u8; 32] {
-    *blake3::hash(id.as_bytes()).as_bytes()
+/// Where Redis keeps the session whose cookie is `id`: under the id's hash.
+fn session_key(store: &QuotaStore, id: &str) -> String {
+    let hash = blake3::hash(id.as_bytes()).to_hex();
+    format!("{}:console:session:{hash}", store.keys().prefix())
 }
 
 /// The value of the cookie `name` that `headers` carry.
@@ -82,48 +85,65 @@ pub(super) fn behind_tls(headers: &HeaderMap) -> bool {
 }
 
 impl Console {
-    /// The live session of `headers`' cookie; an expired one is forgotten.
-    fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        let key = hash(cookie_of(headers)?);
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        match sessions.get(&key) {
-            Some(s) if s.expires > Instant::now() => Some(s.clone()),
-            Some(_) => {
-                sessions.remove(&key);
+    /// The live session of `headers`' cookie (Redis forgets an expired one); none
+    /// when Redis cannot say (logged).
+    async fn session(&self, store: &QuotaStore, headers: &HeaderMap) -> Option<Session> {
+        let key = session_key(store, cookie_of(headers)?);
+        let mut conn = store.connection();
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        match get.query_async::<Option<String>>(&mut conn).await {
+            Ok(value) => {
+                let (who, csrf) = value?.split_once('\n').map(|(w, c)| (w.into(), c.into()))?;
+                Some(Session { who, csrf })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "console: a session could not be read");
                 None
             }
-            None => None,
         }
     }
 
-    /// Open a session for `who`, lasting `ttl`: the visitor, with the cookie to set.
-    pub(super) fn open(&self, who: &str, ttl: Duration, secure: bool) -> Visitor {
+    /// Open a session for `who`, lasting `ttl`: the visitor, with the cookie to set
+    /// (a session Redis could not keep is logged, and its cookie leads back to the
+    /// login).
+    pub(super) async fn open(
+        &self,
+        store: &QuotaStore,
+        who: &str,
+        ttl: Duration,
+        secure: bool,
+    ) -> Visitor {
         let id = random_id();
-        let session = Session {
+        let csrf = random_id();
+        let mut conn = store.connection();
+        let mut set = redis::cmd("SET");
+        set.arg(session_key(store, &id))
+            .arg(format!("{who}\n{csrf}"))
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64);
+        if let Err(e) = set.query_async::<()>(&mut conn).await {
+            tracing::warn!(error = %e, who, "console: a session could not be kept");
+        }
+        Visitor {
             who: who.to_string(),
-            csrf: random_id(),
-            expires: Instant::now() + ttl,
-        };
-        let visitor = Visitor {
-            who: who.to_string(),
-            csrf: session.csrf.clone(),
+            csrf,
             set_cookie: Some(format!(
                 "{COOKIE}={id}; Path=/console; Max-Age={}; HttpOnly; SameSite=Strict{}",
                 ttl.as_secs(),
                 if secure { "; Secure" } else { "" }
             )),
-        };
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        sessions.retain(|_, s| s.expires > now);
-        sessions.insert(hash(&id), session);
-        visitor
+        }
     }
 
-    fn close(&self, headers: &HeaderMap) {
+    async fn close(&self, store: &QuotaStore, headers: &HeaderMap) {
         if let Some(id) = cookie_of(headers) {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.remove(&hash(id));
+            let mut conn = store.connection();
+            let mut del = redis::cmd("DEL");
+            del.arg(session_key(store, id));
+            if let Err(e) = del.query_async::<i64>(&mut conn).await {
+                tracing::warn!(error = %e, "console: a session could not be forgotten");
+            }
         }
     }
 }
@@ -156,7 +176,7 @@ impl FromRequestParts<Arc<Console>> for Page {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<Console>) -> Result<Page, Response> {
-        let ctx = enter(app, &parts.headers)?;
+        let ctx = enter(app, &parts.headers).await?;
         Ok(Page(ctx, Fields::of_query(&parts.uri)))
     }
 }
@@ -173,27 +193,27 @@ impl FromRequest<Arc<Console>> for Action {
         let body = Bytes::from_request(request, app)
             .await
             .map_err(IntoResponse::into_response)?;
-        let (ctx, fields) = act(app, &headers, &body)?;
+        let (ctx, fields) = act(app, &headers, &body).await?;
         Ok(Action(ctx, fields))
     }
 }
 
 /// A page's visitor: its session; else, on an open guard, a new session; else the
 /// login form (303), or 403 where nobody may log in.
-fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
+async fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
     let (store, settings) = ready(app)?;
-    let visitor = match app.session(headers) {
+    let visitor = match app.session(&store, headers).await {
         Some(s) => Visitor {
             who: s.who,
             csrf: s.csrf,
             set_cookie: None,
         },
         None => match &app.guard {
-            Guard::Open => app.open(
-                crate::http::guard::LOOPBACK,
-                settings.console.session_ttl.0,
-                behind_tls(headers),
-            ),
+            Guard::Open => {
+                let ttl = settings.console.session_ttl.0;
+                let loopback = crate::http::guard::LOOPBACK;
+                app.open(&store, loopback, ttl, behind_tls(headers)).await
+            }
             Guard::Tokens(_) => {
                 return Err((
                     StatusCode::SEE_OTHER,
@@ -223,9 +243,13 @@ pub(super) fn refused() -> Response {
 
 /// An action's visitor and fields: a live session (401 without one) and the
 /// session's CSRF token in the form (403 without it).
-fn act(app: &Arc<Console>, headers: &HeaderMap, body: &Bytes) -> Result<(Ctx, Fields), Response> {
+async fn act(
+    app: &Arc<Console>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(Ctx, Fields), Response> {
     let (store, settings) = ready(app)?;
-    let Some(session) = app.session(headers) else {
+    let Some(session) = app.session(&store, headers).await else {
         return Err((
             StatusCode::UNAUTHORIZED,
             "refused: no console session (log in at /console/login)\n",
@@ -260,7 +284,7 @@ fn act(app: &Arc<Console>, headers: &HeaderMap, body: &Bytes) -> Result<(Ctx, Fi
 
 /// `POST /console/logout`.
 pub(super) async fn logout(headers: HeaderMap, Action(ctx, _): Action) -> Response {
-    ctx.app.close(&headers);
+    ctx.app.close(&ctx.store, &headers).await;
     tracing::info!(who = %ctx.visitor.who, action = "logout", "console");
     let mut response = (
         StatusCode::SEE_OTHER,

@@ -1,5 +1,6 @@
 //! The line of a lane: the deliveries of one lane of one channel that wait in this
-//! worker for a send slot, served in order by one asker.
+//! worker for a send slot (read from its lane queue, or from the jobs queue and
+//! refused by the rate for a moment), served in order by one asker.
 //!
 //! Each delivery asking the rate on its own (and sleeping to its `retry_after` when
 //! refused) makes a herd: every waiting delivery wakes at each slot, all of them

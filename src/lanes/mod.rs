@@ -7,10 +7,12 @@
 //!
 //! A job read from the jobs queue asks the rate as before, in its lane; a wait of
 //! at most `lanes.park_after` (a burst above the rate for a moment) it waits out
-//! in the worker, counted in the rate's answers, not in the time Redis takes to
-//! give them; only a longer one parks it (one extra publish), after its
-//! recipient's reservation is given back: nothing is held or counted while it
-//! waits. Once a job was parked so, and while this worker's jobs read from the
+//! in the worker, in its lane's line, while fewer than half the jobs queue's
+//! prefetch of such jobs wait there (past that the jobs queue would move only at
+//! the channel's rate); a longer wait, a full line, or a line that keeps it past
+//! twice `lanes.park_after` (lanes above it took the slots) parks it (one extra
+//! publish), after its recipient's reservation is given back: nothing is held or
+//! counted while it waits. Once a job was parked so, and while this worker's jobs read from the
 //! lanes wait for the rate without getting a slot at their first ask (the lanes
 //! hold a backlog), a new one is parked behind them without asking Redis. A job
 //! read from a lane queue first waits in the worker for a send slot in its lane

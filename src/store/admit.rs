@@ -276,9 +276,17 @@ impl QuotaStore {
             // are fewer than half its prefetch: past that the jobs queue would move
             // only at the channel's rate, behind jobs that wait
             (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.line_cap => Ok(None),
+            // (lanes above it may take the slots meanwhile: after twice
+            // lanes.park_after in the line it is parked after all, its
+            // reservation held no longer than that)
             (true, Some(ask)) => {
                 let _waiting = Counted::new(&pacer.waiting);
-                pacer.lanes.wait_in_line(r, ask).await.map(Some)
+                let limit = self.park_after.saturating_mul(2);
+                let in_line = pacer.lanes.wait_in_line(r, ask);
+                match tokio::time::timeout(limit, in_line).await {
+                    Ok(taken) => taken.map(Some),
+                    Err(_) => Ok(None),
+                }
             }
             // waited out here while the rate's own answers add up to at most
             // lanes.park_after (a lane above it may take the slots meanwhile);

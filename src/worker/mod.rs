@@ -19,7 +19,6 @@
 
 pub(crate) mod cancels;
 pub(crate) mod commits;
-pub(crate) mod dead_index;
 mod decision;
 pub(crate) mod digest;
 mod dispatch;

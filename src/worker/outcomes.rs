@@ -164,7 +164,6 @@ impl Worker {
         crate::telemetry::dead(reason.as_str());
         let exchange = &self.settings.amqp.dead_exchange;
         let (props, sending) = crate::telemetry::send(exchange, "", job.map(|j| &*j.id), props);
-        let indexed = props.clone();
         let published = publisher.publish(exchange, "", &delivery.data, props).await;
         if let Err(e) = &published {
             sending.failed(e);
@@ -172,7 +171,6 @@ impl Worker {
         drop(sending);
         published?;
         info!(reason = reason.as_str(), detail, "dead-lettered");
-        self.index_dead(&indexed, &delivery.data, job);
         Ok(Outcome::Dead(reason))
     }
 }

@@ -6,6 +6,8 @@ use crate::cli::*;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeleteOptions};
+use quota_worker::admin::dead_index::{self, Filter};
+use quota_worker::admin::dead_log;
 use quota_worker::admission::{Admission, Request};
 use quota_worker::amqp::Publisher;
 use quota_worker::config::{PolicySettings, Settings};
@@ -110,6 +112,36 @@ async fn list(s: &Settings) -> Vec<Value> {
         .clone()
 }
 
+/// The console's index of the dead letters, caught up with the dead-letter log
+/// first: each entry's job id and reason, sorted.
+async fn indexed(conn: &lapin::Connection, s: &Settings) -> Vec<(Option<String>, String)> {
+    let store = QuotaStore::connect(s).await.unwrap();
+    dead_log::catch_up(conn, &store, s).await.unwrap();
+    let (redis, keys) = (store.connection(), store.keys());
+    let all = dead_index::select(&redis, keys, &Filter::default())
+        .await
+        .unwrap();
+    let mut entries: Vec<_> = dead_index::read(&redis, keys, &all)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.id, e.reason))
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// The keys of the console's index in Redis.
+async fn index_keys(s: &Settings) -> Vec<String> {
+    let store = QuotaStore::connect(s).await.unwrap();
+    let mut redis = store.connection();
+    redis::cmd("KEYS")
+        .arg(format!("{}:{{dead}}:*", s.redis.key_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap()
+}
+
 fn ids_reasons(list: &[Value]) -> Vec<(Value, String)> {
     list.iter()
         .map(|d| (d["id"].clone(), d["reason"].as_str().unwrap().to_string()))
@@ -169,6 +201,19 @@ async fn dead_letters_are_listed_shown_replayed_and_purged_without_loss() {
         (Value::Null, "malformed".to_string()),
         (Value::from("poison"), "delivery_limit".to_string()),
     ];
+
+    // the worker wrote nothing for them beside the queue (the broker copied each to
+    // the dead-letter log); the console's index, caught up from the log, has all
+    // four, the broker's own among them
+    assert_eq!(index_keys(&s).await, Vec::<String>::new());
+    let some = |id: &str, reason: &str| (Some(id.to_string()), reason.to_string());
+    let mut sorted = vec![
+        (None, "malformed".to_string()),
+        some("exp", "expired"),
+        some("pigeon", "unknown_channel"),
+        some("poison", "delivery_limit"),
+    ];
+    assert_eq!(indexed(&conn, &s).await, sorted);
 
     // listing twice changes nothing: same letters, same order
     let first = list(&s).await;
@@ -231,6 +276,10 @@ async fn dead_letters_are_listed_shown_replayed_and_purged_without_loss() {
         assert_eq!(header(&job.delivery.properties, h), None, "{h} stripped");
     }
     assert_eq!(ids_reasons(&list(&s).await), expected[1..].to_vec());
+    // ...and forgets them in the console's index (caught up again, twice over: the
+    // log still holds what was replayed, and the index does not take it back)
+    sorted.retain(|e| e.0.as_deref() != Some("exp"));
+    assert_eq!(indexed(&conn, &s).await, sorted);
 
     // purge asks first, and refuses without a terminal
     let refused = run_async(
@@ -283,6 +332,12 @@ async fn dead_letters_are_listed_shown_replayed_and_purged_without_loss() {
     assert!(out.status.success());
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 0);
     assert!(list(&s).await.is_empty());
+    // the index forgot every one with a job id; the malformed one, without, stays
+    // listed until the bound drops it
+    assert_eq!(
+        indexed(&conn, &s).await,
+        vec![(None, "malformed".to_string())]
+    );
 }
 
 fn instant(v: &Value) -> DateTime<Utc> {

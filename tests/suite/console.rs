@@ -204,6 +204,70 @@ async fn the_console_asks_for_the_admin_token_and_gives_an_http_only_strict_cook
     stop.cancel();
 }
 
+/// Two workers behind one address: the login form one gives is taken by the
+/// other, a session opened on one is the other's too, and a logout on one ends it
+/// on both (sessions live in Redis, not in a worker).
+#[tokio::test]
+async fn a_session_opened_on_one_worker_is_known_to_the_other_until_logged_out() {
+    let ns = unique("console-shared");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let store = Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let (one, stop_one) = serve(&s, &store, Guard::token(&TOKEN.into())).await;
+    let (two, stop_two) = serve(&s, &store, Guard::token(&TOKEN.into())).await;
+
+    // the form from one, posted to the other
+    let form = ask(&one, "GET", "/console/login", None, &[], "").await;
+    let form_cookie = form.cookie().expect("the login form's cookie");
+    let field = form.field("login_csrf");
+    let fields = [("token", TOKEN), ("login_csrf", field.as_str())];
+    let a = ask(
+        &two,
+        "POST",
+        "/console/login",
+        Some(&form_cookie),
+        &fields,
+        "",
+    )
+    .await;
+    assert_eq!(a.code, 303, "{a:?}");
+    let cookie = a.cookie().expect("a session cookie");
+
+    // the session, on both
+    for addr in [&one, &two] {
+        let page = ask(addr, "GET", "/console", Some(&cookie), &[], "").await;
+        assert_eq!(page.code, 200, "{addr}: {page:?}");
+    }
+    // Redis holds the cookie's hash, never the cookie
+    let mut redis = store.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:console:session:*", s.redis.key_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let id = cookie.split_once('=').map_or(cookie.as_str(), |(_, v)| v);
+    assert!(!keys[0].contains(id), "{keys:?}");
+
+    // a logout on one ends it on the other
+    let page = ask(&one, "GET", "/console", Some(&cookie), &[], "").await;
+    let csrf = page.field("csrf");
+    let out = ask(
+        &one,
+        "POST",
+        "/console/logout",
+        Some(&cookie),
+        &[("csrf", &csrf)],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 303, "{out:?}");
+    let after = ask(&two, "GET", "/console", Some(&cookie), &[], "").await;
+    assert_eq!(after.code, 303, "{after:?}");
+    stop_one.cancel();
+    stop_two.cancel();
+}
+
 #[tokio::test]
 async fn an_action_asks_for_its_forms_csrf_token_and_a_live_cookie() {
     let ns = unique("console-csrf");

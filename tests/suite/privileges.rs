@@ -26,7 +26,7 @@ fn permissions(role: &str, ns: &str) -> [String; 3] {
     match role {
         "producer" => p("^$", "^NS\\.jobs$", "^$"),
         "sender" => p("^$", "^NS\\.feedback$", "^NS\\.dispatch\\..+$"),
-        "worker" => p("^NS\\..+$", "^NS\\..+$", "^NS\\..+$"),
+        "worker" => p("^NS\\..+$", "^(NS\\..+|amq\\.default)$", "^NS\\..+$"),
         _ => p("^$", "^NS\\.(jobs|dead)$", "^NS\\..+$"),
     }
 }
@@ -140,6 +140,16 @@ async fn each_role_does_its_part_and_nothing_else() {
         .expect("the worker declares its topology");
     assert!(can_read(&worker, &s.feedback.queue).await);
     assert!(can_read(&worker, &s.amqp.jobs_queue).await);
+    // a delay, a lane and the dead-letter log's marker go through the default
+    // exchange, straight to their queue
+    let p = Publisher::open(&worker, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let through_default = p.publish("", &s.amqp.jobs_queue, b"{}", BasicProperties::default());
+    assert!(
+        through_default.await.is_ok(),
+        "the worker publishes to its queues through the default exchange"
+    );
 
     let operator = connect(&format!("{ns}-operator")).await;
     assert!(
