@@ -10,7 +10,7 @@
 //! in the worker, in its lane's line, while fewer than half the jobs queue's
 //! prefetch of such jobs wait there (past that the jobs queue would move only at
 //! the channel's rate); a longer wait, a full line, or a line that keeps it past
-//! twice `lanes.park_after` (lanes above it took the slots) parks it (one extra
+//! half `redis.reservation_lease` (lanes above it took the slots) parks it (one extra
 //! publish), after its recipient's reservation is given back: nothing is held or
 //! counted while it waits. Once a job was parked so, and while this worker's jobs read from the
 //! lanes wait for the rate without getting a slot at their first ask (the lanes

@@ -276,12 +276,12 @@ impl QuotaStore {
             // are fewer than half its prefetch: past that the jobs queue would move
             // only at the channel's rate, behind jobs that wait
             (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.line_cap => Ok(None),
-            // (lanes above it may take the slots meanwhile: after twice
-            // lanes.park_after in the line it is parked after all, its
-            // reservation held no longer than that)
+            // (lanes above it may take the slots meanwhile: after half its
+            // reservation's lease in the line it is parked after all, so the
+            // reservation never outlives it; a slow Redis alone never comes near)
             (true, Some(ask)) => {
                 let _waiting = Counted::new(&pacer.waiting);
-                let limit = self.park_after.saturating_mul(2);
+                let limit = Duration::from_millis(self.lease_ms.max(2) as u64 / 2);
                 let in_line = pacer.lanes.wait_in_line(r, ask);
                 match tokio::time::timeout(limit, in_line).await {
                     Ok(taken) => taken.map(Some),
