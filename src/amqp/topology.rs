@@ -211,7 +211,36 @@ impl Topology {
         self.declare_lanes(&mut steps);
         self.declare_feedback(&mut steps);
         self.declare_ladder(&mut steps);
-        steps.run().await
+        steps.run().await?;
+        self.declare_dead_log(conn).await
+    }
+
+    /// The dead-letter log ([`crate::admin::dead_log`]), after the rest, on a
+    /// channel of its own: a broker without streams (before RabbitMQ 3.9, or its
+    /// `stream_queue` feature flag off) refuses it, and the worker goes on without
+    /// it, saying so (the console's dead-letter pages then show nothing new).
+    async fn declare_dead_log(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let Some(log) = &self.dead_log else {
+            return Ok(());
+        };
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(failed("a channel for the dead-letter log".into()))?;
+        let mut steps = Steps {
+            ch,
+            steps: Vec::new(),
+        };
+        steps.queue(log.clone(), crate::admin::dead_log::stream_args());
+        let dead_exchange = &self.amqp.dead_exchange;
+        steps.bind(log, dead_exchange, String::new(), FieldTable::default());
+        match steps.run().await {
+            Err(e) if e.is_fatal() => {
+                tracing::warn!(error = %e, "no dead-letter log: the console's dead-letter pages show nothing new (a broker with streams, RabbitMQ 3.9 or later with the stream_queue feature flag, has one; console.dead_index = 0 asks for none)");
+                Ok(())
+            }
+            done => done,
+        }
     }
 
     /// Quorum queues count deliveries, and RabbitMQ 4 drops a message after 20
@@ -233,8 +262,8 @@ impl Topology {
         self.limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit)
     }
 
-    /// The jobs, dispatch and dead exchanges; the dead queue (and the dead-letter
-    /// log beside it), the jobs queue and a dispatch queue a channel, bound.
+    /// The jobs, dispatch and dead exchanges; the dead queue, the jobs queue and a
+    /// dispatch queue a channel, bound.
     fn declare_jobs_and_dispatch(&self, steps: &mut Steps) {
         let a = &self.amqp;
         for (name, kind) in [
@@ -252,10 +281,6 @@ impl Topology {
             String::new(),
             FieldTable::default(),
         );
-        if let Some(log) = &self.dead_log {
-            steps.queue(log.clone(), crate::admin::dead_log::stream_args());
-            steps.bind(log, &a.dead_exchange, String::new(), FieldTable::default());
-        }
         steps.queue(a.jobs_queue.clone(), self.dead_lettered());
         steps.bind(
             &a.jobs_queue,

@@ -204,6 +204,41 @@ async fn the_console_asks_for_the_admin_token_and_gives_an_http_only_strict_cook
     stop.cancel();
 }
 
+/// A broker that refuses the dead-letter log (here a classic queue already holds its
+/// name, as a broker without streams refuses a stream) does not stop the worker:
+/// the rest of the topology is declared, and the log is said to be missing.
+#[tokio::test]
+async fn a_broker_that_refuses_the_dead_letter_log_does_not_stop_the_worker() {
+    use lapin::options::QueueDeclareOptions;
+    let ns = unique("deadlog-refused");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let ch = conn.create_channel().await.unwrap();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let log = format!("{}.log", s.amqp.dead_queue);
+    ch.queue_declare(log.as_str().into(), durable, Default::default())
+        .await
+        .unwrap();
+    topology(&s)
+        .declare(&conn)
+        .await
+        .expect("the topology, without its log");
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let ch = conn.create_channel().await.unwrap();
+    for q in [&s.amqp.jobs_queue, &s.amqp.dead_queue] {
+        ch.queue_declare(q.as_str().into(), passive, Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{q} declared: {e}"));
+    }
+}
+
 /// Two workers behind one address: the login form one gives is taken by the
 /// other, a session opened on one is the other's too, and a logout on one ends it
 /// on both (sessions live in Redis, not in a worker).
