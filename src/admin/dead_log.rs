@@ -16,7 +16,8 @@
 //! began is in the index when it returns, and one cut short resumes where it
 //! stopped, without writing an entry twice. One catch-up runs at a time over every
 //! process (`prefix:{dead}:catching`, a lease taken with `SET NX PX`); one that
-//! finds the lease taken waits for it to end, which covers what it would read.
+//! finds the lease taken waits for it to end and leaves what came after the other's
+//! marker to the next look.
 //! The stream keeps dead letters for [`MAX_AGE`]: one not caught up within it is
 //! still in the queue (the CLI walks it), but not in the index.
 

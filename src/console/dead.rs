@@ -36,9 +36,13 @@ pub(super) const CATCH_UP_BUDGET: Duration = Duration::from_secs(1);
 /// Catch the index up with the dead-letter log ([`dead_log::catch_up`]), waiting
 /// at most `budget` (`None`: until it is done); whether it was done in time.
 pub(super) async fn catch_up(ctx: &Ctx, budget: Option<Duration>) -> Result<bool, AdminError> {
-    let conn = ctx.app.broker(&ctx.settings).await?;
-    let (store, settings) = (ctx.store.clone(), ctx.settings.clone());
-    let task = tokio::spawn(async move { dead_log::catch_up(&conn, &store, &settings).await });
+    // (the broker's connection too within the budget: a broker away must not hold
+    // the page for its connect timeout)
+    let (app, store, settings) = (ctx.app.clone(), ctx.store.clone(), ctx.settings.clone());
+    let task = tokio::spawn(async move {
+        let conn = app.broker(&settings).await?;
+        dead_log::catch_up(&conn, &store, &settings).await
+    });
     let joined = match budget {
         Some(b) => match tokio::time::timeout(b, task).await {
             Ok(joined) => joined,

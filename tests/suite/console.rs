@@ -239,6 +239,29 @@ async fn a_broker_that_refuses_the_dead_letter_log_does_not_stop_the_worker() {
     }
 }
 
+/// With the broker away, a dead-letter page still answers from the index, saying
+/// that it could not catch up with the dead-letter log.
+#[tokio::test]
+async fn a_dead_letter_page_answers_without_the_broker_and_says_so() {
+    let ns = unique("deadlog-away");
+    let mut s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let store = Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    s.amqp.url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    s.amqp.urls.clear();
+    let (addr, stop) = serve(&s, &store, Guard::Open).await;
+    let page = ask(&addr, "GET", "/console", None, &[], "").await;
+    let cookie = page.cookie().unwrap();
+    let a = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
+    assert_eq!(a.code, 200, "{a:?}");
+    assert!(a.body.contains("could not catch up"), "{}", a.body);
+    assert!(a.body.contains("0 dead letter(s) selected"), "{}", a.body);
+    stop.cancel();
+}
+
 /// Two workers behind one address: the login form one gives is taken by the
 /// other, a session opened on one is the other's too, and a logout on one ends it
 /// on both (sessions live in Redis, not in a worker).
