@@ -15,7 +15,8 @@
 //! batch a call with the offset after them: every dead letter published before it
 //! began is in the index when it returns, and one cut short resumes where it
 //! stopped, without writing an entry twice. One catch-up runs at a time over every
-//! process (`prefix:{dead}:catching`, a lease taken with `SET NX PX`); one that
+//! process (`prefix:{dead}:catching`, a lease taken with `SET NX PX` for a
+//! minute and renewed each batch, `lua/lease.lua`); one that
 //! finds the lease taken waits for it to end and leaves what came after the other's
 //! marker to the next look.
 //! The stream keeps dead letters for [`MAX_AGE`]: one not caught up within it is
@@ -36,8 +37,8 @@ use crate::config::Settings;
 use crate::job::decode;
 use crate::store::QuotaStore;
 
-static LEASE_END: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/lease_end.lua")));
+static LEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/lease.lua")));
 
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
 pub const MARKER: &str = "x-quota-worker-marker";
@@ -51,8 +52,9 @@ const BATCH: usize = 200;
 /// Deliveries the catch-up's consumer holds at once.
 const PREFETCH: u16 = 1000;
 
-/// The longest a catch-up holds its lease (one that died lets the next in after it).
-const LEASE: Duration = Duration::from_secs(60);
+/// How long a catch-up's lease lasts from its last batch (one that died lets the
+/// next in after it; one that lives renews it each batch).
+const LEASE_FOR: Duration = Duration::from_secs(60);
 
 /// With no delivery for this long, the marker is not coming (the stream was
 /// deleted or trimmed under it): the catch-up stops where it is.
@@ -101,12 +103,13 @@ pub async fn catch_up(
     let token = uuid::Uuid::new_v4().simple().to_string();
     let taken_at = Instant::now();
     while !take_lease(&redis, &lease, &token).await? {
-        if taken_at.elapsed() > LEASE {
+        if taken_at.elapsed() > LEASE_FOR * 10 {
             return Err(AdminError::Invalid(format!(
-                "the dead-letter index's catch-up lease `{lease}` stayed taken for {LEASE:?}"
+                "the dead-letter index's catch-up lease `{lease}` stayed taken for {:?}",
+                LEASE_FOR * 10
             )));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
         if !lease_taken(&redis, &lease).await? {
             return Ok(CaughtUp {
                 indexed: 0,
@@ -116,7 +119,7 @@ pub async fn catch_up(
     }
     let read = read_log(conn, store, settings, &token).await;
     let mut c = redis.clone();
-    let mut end = LEASE_END.key(&lease);
+    let mut end = LEASE.key(&lease);
     end.arg(&token);
     if let Err(e) = end.invoke_async::<i64>(&mut c).await {
         tracing::warn!(error = %e, "the dead-letter index's catch-up lease runs out by itself");
@@ -138,7 +141,7 @@ async fn take_lease(
         .arg(token)
         .arg("NX")
         .arg("PX")
-        .arg(LEASE.as_millis() as u64)
+        .arg(LEASE_FOR.as_millis() as u64)
         .query_async(&mut c)
         .await?;
     Ok(set.is_some())
@@ -250,6 +253,7 @@ async fn index_up_to(
         let ours = marker.as_deref() == Some(token);
         if batch.len() >= BATCH || ours {
             written += flush(&mut batch, store, settings, next).await?;
+            renew(store, token).await?;
             delivery
                 .acker
                 .ack(BasicAckOptions { multiple: true })
@@ -261,6 +265,21 @@ async fn index_up_to(
     }
     written += flush(&mut batch, store, settings, next).await?;
     Ok(written)
+}
+
+/// Renew this catch-up's lease (`token`) for [`LEASE_FOR`]: a long one keeps it
+/// while it writes; one whose lease was lost stops (another runs now).
+async fn renew(store: &QuotaStore, token: &str) -> Result<(), AdminError> {
+    let (_, lease) = dead_index::log_keys(store.keys());
+    let mut c = store.connection();
+    let mut renew = LEASE.key(&lease);
+    renew.arg(token).arg(LEASE_FOR.as_millis() as u64);
+    if renew.invoke_async::<i64>(&mut c).await? == 0 {
+        return Err(AdminError::Invalid(format!(
+            "the dead-letter index's catch-up lost its lease `{lease}`; another catches up now"
+        )));
+    }
+    Ok(())
 }
 
 async fn flush(

@@ -224,3 +224,51 @@ async fn the_index_and_its_field_sets_work_on_a_cluster() {
     assert!(matches!(store.connection(), RedisConn::Cluster(..)));
     the_index_keeps_its_field_sets(&store).await;
 }
+
+/// The catch-up's lease (`lua/lease.lua`): only its taker renews or ends it.
+#[tokio::test]
+async fn the_catch_ups_lease_is_renewed_and_ended_by_its_taker_only() {
+    let ns = unique("lease");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let store = QuotaStore::connect(&s).await.unwrap();
+    let mut conn = store.connection();
+    let lease = format!("{}:{{dead}}:catching", s.redis.key_prefix);
+    let script = redis::Script::new(include_str!("../../../lua/lease.lua"));
+    let _: () = redis::cmd("SET")
+        .arg(&lease)
+        .arg("mine")
+        .arg("PX")
+        .arg(1000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ttl = |conn: &RedisConn| {
+        let mut c = conn.clone();
+        let lease = lease.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(&lease)
+                .query_async::<i64>(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    let run = |token: &'static str, renew: Option<u64>| {
+        let mut invocation = script.key(&lease);
+        invocation.arg(token);
+        if let Some(ms) = renew {
+            invocation.arg(ms);
+        }
+        let mut c = store.connection();
+        async move { invocation.invoke_async::<i64>(&mut c).await.unwrap() }
+    };
+    assert_eq!(run("other", Some(600_000)).await, 0, "renewed by another");
+    assert!(ttl(&conn).await <= 1000);
+    assert_eq!(run("mine", Some(600_000)).await, 1, "renewed by its taker");
+    assert!(ttl(&conn).await > 1000);
+    assert_eq!(run("other", None).await, 0, "ended by another");
+    assert!(ttl(&conn).await > 0);
+    assert_eq!(run("mine", None).await, 1, "ended by its taker");
+    assert_eq!(ttl(&conn).await, -2, "gone");
+}
