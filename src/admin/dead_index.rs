@@ -222,11 +222,9 @@ pub async fn record_many(
     Ok(invocation.invoke_async(&mut conn).await?)
 }
 
-/// The dead-letter log's offset the index was caught up to (the next to read), and
-/// the lease of the catch-up under way ([`super::dead_log`]): in the index's slot.
-pub(super) fn log_keys(keys: &Keys) -> (String, String) {
-    let n = names(keys);
-    (n.offset, n.catching)
+/// The lease of the catch-up under way ([`super::dead_log`]), in the index's slot.
+pub(super) fn catch_up_lease(keys: &Keys) -> String {
+    names(keys).catching
 }
 
 /// The log's offset the index was caught up to, if it ever was.

@@ -99,7 +99,7 @@ pub async fn catch_up(
         return Ok(CaughtUp::default());
     }
     let redis = store.connection();
-    let (_, lease) = dead_index::log_keys(store.keys());
+    let lease = dead_index::catch_up_lease(store.keys());
     let token = uuid::Uuid::new_v4().simple().to_string();
     let taken_at = Instant::now();
     while !take_lease(&redis, &lease, &token).await? {
@@ -270,7 +270,7 @@ async fn index_up_to(
 /// Renew this catch-up's lease (`token`) for [`LEASE_FOR`]: a long one keeps it
 /// while it writes; one whose lease was lost stops (another runs now).
 async fn renew(store: &QuotaStore, token: &str) -> Result<(), AdminError> {
-    let (_, lease) = dead_index::log_keys(store.keys());
+    let lease = dead_index::catch_up_lease(store.keys());
     let mut c = store.connection();
     let mut renew = LEASE.key(&lease);
     renew.arg(token).arg(LEASE_FOR.as_millis() as u64);

@@ -199,14 +199,7 @@ impl Topology {
     /// one reported: the broker closes the channel on it, and the steps after it fail
     /// for that reason only.
     pub async fn declare(&self, conn: &Connection) -> Result<(), BrokerError> {
-        let ch = conn
-            .create_channel()
-            .await
-            .map_err(failed("a channel for the topology".into()))?;
-        let mut steps = Steps {
-            ch,
-            steps: Vec::new(),
-        };
+        let mut steps = Steps::open(conn, "a channel for the topology").await?;
         self.declare_jobs_and_dispatch(&mut steps);
         self.declare_lanes(&mut steps);
         self.declare_feedback(&mut steps);
@@ -223,14 +216,7 @@ impl Topology {
         let Some(log) = &self.dead_log else {
             return Ok(());
         };
-        let ch = conn
-            .create_channel()
-            .await
-            .map_err(failed("a channel for the dead-letter log".into()))?;
-        let mut steps = Steps {
-            ch,
-            steps: Vec::new(),
-        };
+        let mut steps = Steps::open(conn, "a channel for the dead-letter log").await?;
         steps.queue(log.clone(), crate::admin::dead_log::stream_args());
         let dead_exchange = &self.amqp.dead_exchange;
         steps.bind(log, dead_exchange, String::new(), FieldTable::default());
@@ -352,6 +338,18 @@ struct Steps {
 }
 
 impl Steps {
+    /// Steps on a channel of their own (`what` names it if it cannot be opened).
+    async fn open(conn: &Connection, what: &str) -> Result<Steps, BrokerError> {
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(failed(what.to_string()))?;
+        Ok(Steps {
+            ch,
+            steps: Vec::new(),
+        })
+    }
+
     /// Declare a durable exchange.
     fn exchange(&mut self, name: String, kind: ExchangeKind, args: FieldTable) {
         let ch = self.ch.clone();

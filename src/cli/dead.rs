@@ -163,6 +163,7 @@ async fn forget_in_index(settings: &Settings, conn: &lapin::Connection, walked: 
         let store = super::store(settings).await?;
         admin::dead_log::catch_up(conn, &store, settings).await?;
         let (redis, keys) = (store.connection(), store.keys());
+        let mut chosen = Vec::new();
         for d in walked {
             let Some(id) = &d.id else { continue };
             let filter = Filter {
@@ -170,9 +171,11 @@ async fn forget_in_index(settings: &Settings, conn: &lapin::Connection, walked: 
                 reason: Some(d.reason.clone()),
                 ..Filter::default()
             };
-            let chosen = dead_index::select(&redis, keys, &filter).await?;
-            dead_index::forget(&redis, keys, &chosen).await?;
+            chosen.extend(dead_index::select(&redis, keys, &filter).await?);
         }
+        chosen.sort();
+        chosen.dedup();
+        dead_index::forget(&redis, keys, &chosen).await?;
         anyhow::Ok(())
     };
     if let Err(e) = forgotten.await {

@@ -264,10 +264,8 @@ impl QuotaStore {
             RateStep::Wait(lane) => (false, lane),
             RateStep::Taken(_) => (false, None),
         };
-        let short = rate_reply
-            .as_ref()
-            .is_some_and(|reply| self.short(reply, r, pacer));
-        if parking && !short {
+        let short = |reply: &RateReply| self.short(reply, r, pacer);
+        if parking && !rate_reply.as_ref().is_some_and(short) {
             return self.park_instead(ticket, pacer).await;
         }
         let waited = match (parking, lane) {
