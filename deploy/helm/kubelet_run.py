@@ -518,6 +518,30 @@ class Pod:
         check(status == 200, f"liveness GET {probe['httpGet']['path']} answers 200 ({self.what})",
               str(status))
 
+    def in_container(self, *argv: str) -> subprocess.CompletedProcess:
+        """`argv` run in the container as its process runs (kubectl exec)."""
+        return subprocess.run(
+            ["nsenter", f"--target={self.pid}", "--mount", "--pid", "--root", "--wd",
+             "/usr/bin/setpriv", *self.creds, "--", "/usr/bin/env", "-i",
+             *[f"{k}={v}" for k, v in self.env.items()], *argv],
+            capture_output=True, text=True, timeout=60)
+
+    def writes_only_where_allowed(self) -> None:
+        """With readOnlyRootFilesystem, the container writes nowhere but its emptyDirs."""
+        if not self.container.get("securityContext", {}).get("readOnlyRootFilesystem"):
+            return
+        scratch = {v["name"] for v in self.pod.get("volumes", []) if "emptyDir" in v}
+        paths = dict.fromkeys(["/", "/tmp", "/var/tmp", "/home"], False)
+        for m in self.container.get("volumeMounts", []):
+            paths[m["mountPath"]] = m["name"] in scratch and not m.get("readOnly")
+        for path, writable in paths.items():
+            run = self.in_container("/bin/sh", "-c", f"echo x > '{path.rstrip('/')}/.kubelet-run'")
+            if writable:
+                check(run.returncode == 0, f"the emptyDir {path} can be written ({self.what})", run.stderr)
+            else:
+                check(run.returncode != 0 and ("Read-only" in run.stderr or "Permission" in run.stderr),
+                      f"{path} cannot be written in the container ({self.what})", run.stderr or "written")
+
     def takes_a_job(self) -> None:
         job_id = f"{self.ns}-job"
         env = {"PATH": os.environ["PATH"], "QUOTA_WORKER__AMQP__URL": AMQP_URL,
@@ -551,11 +575,7 @@ class Pod:
         t0 = time.monotonic()
         hook = self.container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
         if hook:
-            run = subprocess.run(
-                ["nsenter", f"--target={self.pid}", "--mount", "--pid", "--root", "--wd",
-                 "/usr/bin/setpriv", *self.creds, "--", "/usr/bin/env", "-i",
-                 *[f"{k}={v}" for k, v in self.env.items()], *hook],
-                capture_output=True, text=True, timeout=grace)
+            run = self.in_container(*hook)
             check(run.returncode == 0, f"the preStop hook {hook} runs in the container ({self.what})",
                   run.stderr)
         os.kill(self.pid, signal.SIGTERM)
@@ -589,6 +609,7 @@ def run_case(what: str, values: dict, binary: Path) -> None:
             pod.start()
             if pod.wait_ready():
                 pod.live()
+                pod.writes_only_where_allowed()
                 pod.takes_a_job()
                 pod.stop()
         finally:
