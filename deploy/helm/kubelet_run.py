@@ -120,7 +120,10 @@ def run_values(values: dict, ns: str, port: int) -> dict:
 
 
 def local_url(url: str) -> str:
-    """An operator's URL pointed at this machine's servers, by their service names."""
+    """An operator's URL (or comma-separated list of URLs) pointed at this machine's
+    servers, by their service names."""
+    if "," in url:
+        return ",".join(local_url(u.strip()) for u in url.split(","))
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme.startswith("amqp"):
         return f"amqp://guest:guest@{BROKER_HOST}:5672/%2f"
