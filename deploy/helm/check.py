@@ -399,6 +399,11 @@ def operator_expectations(binary: Path) -> None:
         sums.append((annotations.get("checksum/secret"), annotations.get("checksum/config")))
     check(sums[0][0] and sums[0][0] != sums[1][0] and sums[0][1] == sums[1][1],
           "a changed Secret made by the chart changes the pods' checksum/secret (a rollout)", str(sums))
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    check(str(meta.get("icon", "")).startswith(("https://", "data:image/")),
+          "Chart.yaml has an icon", str(meta.get("icon")))
+    for name in ("README.md", ".helmignore"):
+        check((CHART / name).is_file(), f"the chart has its {name}")
     chart = helm.Chart.load(CHART)
     notes = next(v for k, v in chart.render({}, name=RELEASE, namespace=NAMESPACE).items()
                  if k.endswith("NOTES.txt"))
