@@ -31,9 +31,12 @@ The run's names are its own: the values set every queue, exchange and the Redis 
 prefix to a prefix of the run (and http.listen to a free port), and everything with
 that prefix is deleted at the end. It passes when the startup and readiness probes'
 GET /readyz answer 200 within the budget the probes give, the liveness probe's /healthz
-answers 200, a published job is dispatched, and after the preStop hook (run in the
-container) and SIGTERM the worker exits 0 with nothing left unacknowledged, inside
-terminationGracePeriodSeconds counted from the hook's start.
+answers 200, the container writes nowhere but its emptyDirs, a published job is
+dispatched, and, with 1,000 SMS jobs published just before the stop (held in their
+lanes where sms is paced), after the preStop hook (run in the container) and SIGTERM
+the worker exits 0 inside terminationGracePeriodSeconds counted from the hook's start,
+with nothing left unacknowledged and every one of those jobs dispatched once or back
+in its queue.
 
 Usage (as root, on Linux): python3 deploy/helm/kubelet_run.py [--bin target/debug/quota-worker]
 Needs what check.py needs, pika (requirements.txt), setpriv, unshare and nsenter
@@ -422,6 +425,21 @@ def queue_counts(ns: str) -> dict[str, tuple[int, int]]:
     return counts
 
 
+def settled_counts(ns: str, within: float) -> dict[str, tuple[int, int]]:
+    """The queues' counts once the broker's figures stop moving (they trail the
+    settlements by a moment): two reads alike and nothing unacknowledged, or the last
+    read after `within` seconds."""
+    end = time.monotonic() + within
+    last = queue_counts(ns)
+    while time.monotonic() < end:
+        time.sleep(0.5)
+        now = queue_counts(ns)
+        if now == last and not any(c[1] for c in now.values()):
+            return now
+        last = now
+    return last
+
+
 def cleanup(ns: str) -> None:
     """Every queue and exchange named `<ns>.…` and every Redis key `<ns>:…`, deleted."""
     try:
@@ -545,14 +563,26 @@ class Pod:
                 check(run.returncode != 0 and ("Read-only" in run.stderr or "Permission" in run.stderr),
                       f"{path} cannot be written in the container ({self.what})", run.stderr or "written")
 
-    def takes_a_job(self) -> None:
-        job_id = f"{self.ns}-job"
+    def publish(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """`quota-worker publish` from outside the pod, to the run's jobs exchange."""
         env = {"PATH": os.environ["PATH"], "QUOTA_WORKER__AMQP__URL": AMQP_URL,
                "QUOTA_WORKER__AMQP__JOBS_EXCHANGE": f"{self.ns}.jobs",
                "QUOTA_WORKER__REDIS__KEY_PREFIX": self.ns}
-        pub = subprocess.run([str(self.binary), "publish", "--recipient", "user-42@example.com",
-                              "--channel", "email", "--id", job_id],
-                             env=env, capture_output=True, text=True)
+        return subprocess.run([str(self.binary), "publish", *args], env=env, input=stdin,
+                              capture_output=True, text=True)
+
+    def holds_work(self, jobs: int) -> int:
+        """`jobs` SMS jobs to as many recipients, published before the stop, so that the
+        worker holds some at SIGTERM where sms is paced; the count published."""
+        lines = "".join(json.dumps({"id": f"{self.ns}-sms-{i}", "recipient": f"+1555{i:07d}",
+                                    "channel": "sms"}) + "\n" for i in range(jobs))
+        pub = self.publish("--stdin", stdin=lines)
+        check(pub.returncode == 0, f"{jobs} SMS jobs published to {self.ns}.jobs", pub.stderr[-500:])
+        return jobs if pub.returncode == 0 else 0
+
+    def takes_a_job(self) -> None:
+        job_id = f"{self.ns}-job"
+        pub = self.publish("--recipient", "user-42@example.com", "--channel", "email", "--id", job_id)
         if not check(pub.returncode == 0, f"a job published to {self.ns}.jobs", pub.stderr):
             return
         queue = f"{self.ns}.dispatch.email"
@@ -571,9 +601,11 @@ class Pod:
         finally:
             conn.close()
 
-    def stop(self) -> None:
+    def stop(self, held: int) -> None:
         """The kubelet's stop: the preStop hook in the container, then SIGTERM, SIGKILL
-        at terminationGracePeriodSeconds from the hook's start."""
+        at terminationGracePeriodSeconds from the hook's start. `held`: SMS jobs
+        published just before, each of which must end dispatched once or back in a
+        queue."""
         grace = self.pod.get("terminationGracePeriodSeconds", 30)
         t0 = time.monotonic()
         hook = self.container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
@@ -593,8 +625,13 @@ class Pod:
         took = time.monotonic() - t0
         check(rc == 0, f"the worker exits 0 {took:.1f} s after the preStop hook began, inside "
               f"terminationGracePeriodSeconds {grace} ({self.what})", f"exit {rc}\n{self.log_tail()}")
-        held = {q: c for q, c in queue_counts(self.ns).items() if c[1] or (q.endswith(".jobs") and c[0])}
-        check(not held, f"nothing left unacknowledged or undecided in {self.ns}.* ({self.what})", str(held))
+        counts = settled_counts(self.ns, grace)
+        unacked = {q: c for q, c in counts.items() if c[1]}
+        check(not unacked, f"nothing left unacknowledged in {self.ns}.* ({self.what})", str(unacked))
+        sent = counts.get(f"{self.ns}.dispatch.sms", (0, 0))[0]
+        back = sum(c[0] for q, c in counts.items() if q == f"{self.ns}.jobs" or q.startswith(f"{self.ns}.lanes.sms."))
+        check(sent + back == held, f"of the {held} SMS jobs, {sent} dispatched and {back} handed back to "
+              f"their queues, none lost or sent twice ({self.what})", str(counts))
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -614,7 +651,7 @@ def run_case(what: str, values: dict, binary: Path) -> None:
                 pod.live()
                 pod.writes_only_where_allowed()
                 pod.takes_a_job()
-                pod.stop()
+                pod.stop(pod.holds_work(1000))
         finally:
             pod.kill()
             cleanup(pod.ns)
