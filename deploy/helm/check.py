@@ -2,14 +2,21 @@
 """Checks the Helm chart without a cluster or a helm binary.
 
 Renders and lints deploy/helm/quota-worker with helm-python-sdk (Helm's own Go code,
-bound through a C library) with the default values and with every optional part on
-(all-on.values.yaml; once with KEDA, once with the HPA instead), then:
+bound through a C library) with the default values, with every optional part on
+(all-on.values.yaml; once with KEDA, once with the HPA instead), with the example's
+values and with large numbers and a nameOverride (LARGE), then:
 
 - validates every rendered Kubernetes object with `kubernetes-validate --strict`, and
   the KEDA and Prometheus Operator objects with @kubernetes-models (validate-crds.mjs);
+- reads the ConfigMap's TOML back and compares it with the `config` value, type by
+  type (whole numbers stay integers);
 - runs the rendered ConfigMap's configuration, with the Deployment's environment and
   the Secret's files, through `quota-worker config check --strict`;
-- checks that values.schema.json refuses values of the wrong type;
+- checks the scrape's job against the alerts' under nameOverride, the KEDA
+  TriggerAuthentication's parameters, the ServiceAccount, checksum/secret, the NOTES,
+  the chart's README, .helmignore and icon;
+- checks that the schema and the templates refuse each value that cannot work
+  (REFUSED) and take the ones that can;
 - checks that the PrometheusRule and the dashboard ConfigMap hold the files of
   deploy/prometheus and deploy/grafana, that KEDA scales on the jobs and lane queues
   and never on the delay ladder, and that the grace period covers the preStop hook
