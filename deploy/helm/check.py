@@ -2,14 +2,21 @@
 """Checks the Helm chart without a cluster or a helm binary.
 
 Renders and lints deploy/helm/quota-worker with helm-python-sdk (Helm's own Go code,
-bound through a C library) with the default values and with every optional part on
-(all-on.values.yaml; once with KEDA, once with the HPA instead), then:
+bound through a C library) with the default values, with every optional part on
+(all-on.values.yaml; once with KEDA, once with the HPA instead), with the example's
+values and with large numbers and a nameOverride (LARGE), then:
 
 - validates every rendered Kubernetes object with `kubernetes-validate --strict`, and
   the KEDA and Prometheus Operator objects with @kubernetes-models (validate-crds.mjs);
+- reads the ConfigMap's TOML back and compares it with the `config` value, type by
+  type (whole numbers stay integers);
 - runs the rendered ConfigMap's configuration, with the Deployment's environment and
   the Secret's files, through `quota-worker config check --strict`;
-- checks that values.schema.json refuses values of the wrong type;
+- checks the scrape's job against the alerts' under nameOverride, the KEDA
+  TriggerAuthentication's parameters, the ServiceAccount, checksum/secret, the NOTES,
+  the chart's README, .helmignore and icon;
+- checks that the schema and the templates refuse each value that cannot work
+  (REFUSED) and take the ones that can;
 - checks that the PrometheusRule and the dashboard ConfigMap hold the files of
   deploy/prometheus and deploy/grafana, that KEDA scales on the jobs and lane queues
   and never on the delay ladder, and that the grace period covers the preStop hook
@@ -32,6 +39,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -57,7 +65,7 @@ EXAMPLE_HEADER = """\
 CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 # Helm's install order, for the kinds the chart makes.
 KIND_ORDER = [
-    "NetworkPolicy", "PodDisruptionBudget", "Secret", "ConfigMap", "Service",
+    "NetworkPolicy", "PodDisruptionBudget", "ServiceAccount", "Secret", "ConfigMap", "Service",
     "Deployment", "HorizontalPodAutoscaler", "TriggerAuthentication", "ScaledObject",
     "ServiceMonitor", "PrometheusRule",
 ]
@@ -69,6 +77,30 @@ RABBITMQ_METADATA = {
     "host", "hostFromEnv", "protocol", "queueName", "mode", "value", "activationValue",
     "vhostName", "useRegex", "excludeUnacknowledged", "pageSize", "operation",
     "timeout", "unsafeSsl", "usernameFromEnv", "passwordFromEnv",
+}
+# The parameters its TriggerAuthentication may give (the same documentation's).
+RABBITMQ_AUTH = {"host", "username", "password", "tls", "ca", "cert", "key", "keyPassword"}
+# Values an operator with large numbers would write (an OpenShift-range user, a body
+# limit of 1 MiB, a dead-letter index of a million, KEDA over TLS), with nameOverride:
+# rendered, validated and checked as the shipped sets are.
+LARGE = {
+    "nameOverride": "notifier",
+    "secrets": {"create": True,
+                "values": {"amqpUrl": "amqps://worker:x@rabbitmq.prod.svc:5671/prod",
+                           "redisUrl": "redis://:x@redis.prod.svc:6379", "hashKey": "h" * 44,
+                           "adminToken": "a" * 64, "apiToken": "b" * 64,
+                           "redisSentinelUrls": "redis://sentinel-0:26379,redis://sentinel-1:26379"},
+                "keys": {"redisSentinelUrls": "redis_sentinel_urls"}},
+    "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 1000680000,
+                           "runAsGroup": 1000680000, "fsGroup": 1000680000},
+    "config": {"http": {"listen": "0.0.0.0:9464"},
+               "worker": {"max_body_bytes": 1048576, "shutdown_grace": "20s"},
+               "console": {"dead_index": 1000000},
+               "redis": {"sentinel": {"master_name": "mymaster"}}},
+    "terminationGracePeriodSeconds": 1000000,
+    "serviceMonitor": {"enabled": True},
+    "autoscaling": {"keda": {"enabled": True, "queueLength": 1000000, "cooldownPeriod": 86400,
+                             "tls": {"enabled": True, "caKey": "ca.crt"}}},
 }
 
 failures: list[str] = []
@@ -146,7 +178,7 @@ def seconds(duration: str) -> float:
     return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m[2]]
 
 
-def config_check(objs: list[dict], binary: Path, what: str, tmp: Path) -> None:
+def config_check(objs: list[dict], values: dict, binary: Path, what: str, tmp: Path) -> None:
     """The ConfigMap's configuration, read as the pod reads it, passes `config check --strict`."""
     deployment = find(objs, "Deployment")[0]
     pod = deployment["spec"]["template"]["spec"]
@@ -169,13 +201,15 @@ def config_check(objs: list[dict], binary: Path, what: str, tmp: Path) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
     for var in container["env"]:
         value = var.get("value", "")
-        for name, mount in mounts.items():
+        for name, mount in sorted(mounts.items(), key=lambda m: -len(m[1])):
             if value.startswith(mount + "/"):
                 value = str(root / name) + value[len(mount):]
+                break
         env[var["name"]] = value
     (root / "config").mkdir(parents=True)
     for file, text in configmap["data"].items():
         (root / "config" / file).write_text(text)
+    toml_is_the_values(configmap["data"]["config.toml"], what, values)
     (root / "secrets").mkdir()
     for file, text in data.items():
         (root / "secrets" / file).write_text(text + "\n")
@@ -199,6 +233,38 @@ def config_check(objs: list[dict], binary: Path, what: str, tmp: Path) -> None:
           f"+ worker.shutdown_grace ({what})", shutdown[1] if shutdown else "")
 
 
+def chart_config(values: dict) -> dict:
+    """The chart's `config` value: values.yaml's under the case's, as Helm merges them."""
+    def merge(base, over):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return {k: v for k, v in out.items() if v is not None}
+    return merge(yaml.safe_load((CHART / "values.yaml").read_text())["config"], values.get("config", {}))
+
+
+def typed(x):
+    """`x` with the type of every scalar beside it (1 and 1.0 differ)."""
+    if isinstance(x, dict):
+        return {k: typed(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [typed(v) for v in x]
+    return (type(x).__name__, x)
+
+
+def toml_is_the_values(text: str, what: str, values: dict | None = None) -> None:
+    """The ConfigMap's TOML reads back as the `config` value, whole numbers as integers."""
+    try:
+        parsed = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        check(False, f"the ConfigMap's config.toml is TOML ({what})", str(e))
+        return
+    if values is not None:
+        check(typed(parsed) == typed(chart_config(values)),
+              f"the ConfigMap's config.toml reads back as the config value, numbers exact ({what})",
+              f"{parsed} != {chart_config(values)}")
+
+
 def same_files(objs: list[dict]) -> None:
     """The PrometheusRule and the dashboard hold the repository's own files."""
     for link, target in [("files/alerts.yml", "deploy/prometheus/alerts.yml"),
@@ -213,6 +279,26 @@ def same_files(objs: list[dict]) -> None:
     expected = json.loads((ROOT / "deploy/grafana/dashboards/quota-worker.json").read_text())
     check(json.loads(dashboard["data"]["quota-worker.json"]) == expected,
           "the dashboard ConfigMap holds deploy/grafana/dashboards/quota-worker.json")
+    # grafanaDashboard.datasourceUid: every panel's and variable's data source, nothing else
+    other = objects_of(render({"grafanaDashboard": {"enabled": True, "datasourceUid": "mimir"}}))
+    text = next(o for o in find(other, "ConfigMap") if "quota-worker.json" in o.get("data", {}))
+    moved = json.loads(text["data"]["quota-worker.json"])
+    sources = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("datasource"), dict):
+                sources.append(node["datasource"].get("uid"))
+                node["datasource"]["uid"] = "prometheus"
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(moved)
+    check(sources and set(sources) == {"mimir"} and moved == expected,
+          f"grafanaDashboard.datasourceUid sets the uid of all {len(sources)} data sources and nothing else",
+          str(sorted(set(map(str, sources)))))
 
 
 def keda_queues(objs: list[dict], values: dict) -> None:
@@ -232,28 +318,107 @@ def keda_queues(objs: list[dict], values: dict) -> None:
           str(sorted(unknown)))
     check(all(isinstance(v, str) for t in scaled["spec"]["triggers"]
               for v in t["metadata"].values()), "KEDA's trigger metadata are strings")
+    auth = find(objs, "TriggerAuthentication")[0]["spec"]
+    given = {r["parameter"] for r in auth.get("secretTargetRef", []) + auth.get("env", [])}
+    want = {"host", "tls"} | {p for p, k in (("ca", "caKey"), ("cert", "certKey"), ("key", "keyKey"))
+                              if values["autoscaling"]["keda"].get("tls", {}).get(k)}
+    check(given == want and given <= RABBITMQ_AUTH,
+          "KEDA's TriggerAuthentication gives host and, for amqps://, tls, ca, cert and key",
+          f"{sorted(given)} != {sorted(want)}")
+    deployment = find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    for ref in auth.get("env", []):
+        container = next(c for c in deployment["containers"] if c["name"] == ref["containerName"])
+        value = next((e.get("value") for e in container["env"] if e["name"] == ref["name"]), None)
+        check(ref["parameter"] != "tls" or value == "enable",
+              f"KEDA reads {ref['parameter']} from the container's {ref['name']}", str(value))
+
+
+# Values that cannot work, and what the refusal says: the schema's, or the reason
+# the chart gives where a schema cannot compare two values.
+REFUSED = [
+    ({"replicaCount": "two"}, "schema"),
+    ({"autoscaling": {"keda": {"enabled": "yes"}}}, "schema"),
+    ({"config": {"http": {"listen": 9464}}}, "schema"),
+    ({"config": {"http": {"listen": "127.0.0.1:9464"}}}, "schema"),
+    ({"config": {"http": {"listen": "localhost:9464"}}}, "schema"),
+    ({"config": {"http": {"listen": "[::1]:9464"}}}, "schema"),
+    ({"config": {"worker": {"shutdown_grace": 20}}}, "schema"),
+    ({"config": {"worker": {"shutdown_grace": "20 seconds"}}}, "schema"),
+    ({"config": {"worker": {"shutdown_grace": "40s"}}}, "must be more than preStopSleepSeconds"),
+    ({"terminationGracePeriodSeconds": 25}, "must be more than preStopSleepSeconds"),
+    ({"terminationGracePeriodSeconds": "30s"}, "schema"),
+    ({"autoscaling": {"keda": {"minReplicaCount": 5, "maxReplicaCount": 2}}}, "is above maxReplicaCount"),
+    ({"autoscaling": {"hpa": {"minReplicas": 5, "maxReplicas": 2}}}, "is above maxReplicas"),
+    ({"autoscaling": {"keda": {"minReplicaCount": 0}}}, "schema"),
+    ({"podDisruptionBudget": {"maxUnavailable": "banana"}}, "schema"),
+    ({"podDisruptionBudget": {"maxUnavailable": -1}}, "schema"),
+    ({"probes": {"liveness": {"timeoutSeconds": 0}}}, "schema"),
+    ({"secrets": {"adminTokens": {"Alice Smith": "k"}}}, "schema"),
+    ({"podSecurityContext": {"fsGroup": None}}, "without podSecurityContext.fsGroup"),
+    ({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}}, "enable one"),
+    ({"replicaCuont": 2}, "schema"),
+]
 
 
 def schema_refuses() -> None:
     chart = helm.Chart.load(CHART)
-    for bad in [{"replicaCount": "two"},
-                {"autoscaling": {"keda": {"enabled": "yes"}}},
-                {"config": {"http": {"listen": 9464}}},
-                {"terminationGracePeriodSeconds": "30s"},
-                {"replicaCuont": 2}]:
+    for bad, says in REFUSED:
         try:
             chart.render(bad, name=RELEASE, namespace=NAMESPACE)
             refused = ""
         except helm.HelmError as e:
             refused = str(e)
-        check("schema" in refused, f"values.schema.json refuses {json.dumps(bad)}", refused or "rendered")
-    try:
-        chart.render({"autoscaling": {"keda": {"enabled": True}, "hpa": {"enabled": True}}},
-                     name=RELEASE, namespace=NAMESPACE)
-        refused = ""
-    except helm.HelmError as e:
-        refused = str(e)
-    check("enable one" in refused, "KEDA and the HPA together are refused", refused or "rendered")
+        check(says in refused, f"the chart refuses {json.dumps(bad)} ({says})", refused or "rendered")
+    for good in [{"podDisruptionBudget": {"maxUnavailable": "25%"}},
+                 {"config": {"http": {"listen": "[::]:9464"}}},
+                 {"probes": {"startup": {"enabled": False}, "liveness": {"timeoutSeconds": 5}}}]:
+        try:
+            chart.render(good, name=RELEASE, namespace=NAMESPACE)
+            refused = ""
+        except helm.HelmError as e:
+            refused = str(e)
+        check(not refused, f"the chart takes {json.dumps(good)}", refused)
+
+
+def operator_expectations(binary: Path) -> None:
+    """The alerts' job, the ServiceAccount, a changed Secret, the NOTES."""
+    alerts = (ROOT / "deploy/prometheus/alerts.yml").read_text()
+    jobs = set(re.findall(r'job="([^"]+)"', alerts))
+    for over in [{"nameOverride": "notifier"}, {"fullnameOverride": "nf"}, {}]:
+        objs = objects_of(render({**over, "serviceMonitor": {"enabled": True}}))
+        endpoint = find(objs, "ServiceMonitor")[0]["spec"]["endpoints"][0]
+        set_job = {r.get("replacement") for r in endpoint.get("relabelings", [])
+                   if r.get("targetLabel") == "job" and r.get("action") == "replace"}
+        check(len(jobs) == 1 and set_job == jobs and "jobLabel" not in find(objs, "ServiceMonitor")[0]["spec"],
+              f"the scrape's job is the alerts' {sorted(jobs)} with {json.dumps(over) or 'the defaults'}",
+              str(set_job))
+    objs = objects_of(render({}))
+    account = find(objs, "ServiceAccount")[0]
+    pod = find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    check(account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+          and pod["serviceAccountName"] == account["metadata"]["name"],
+          "the pods run as the release's ServiceAccount, with no API token mounted")
+    sums = []
+    for token in ("one", "two"):
+        values = copy.deepcopy(values_of("example.values.yaml"))
+        values["secrets"]["values"]["apiToken"] = token * 20
+        annotations = find(objects_of(render(values)), "Deployment")[0]["spec"]["template"]["metadata"]["annotations"]
+        sums.append((annotations.get("checksum/secret"), annotations.get("checksum/config")))
+    check(sums[0][0] and sums[0][0] != sums[1][0] and sums[0][1] == sums[1][1],
+          "a changed Secret made by the chart changes the pods' checksum/secret (a rollout)", str(sums))
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    check(str(meta.get("icon", "")).startswith(("https://", "data:image/")),
+          "Chart.yaml has an icon", str(meta.get("icon")))
+    for name in ("README.md", ".helmignore"):
+        check((CHART / name).is_file(), f"the chart has its {name}")
+    chart = helm.Chart.load(CHART)
+    notes = next(v for k, v in chart.render({}, name=RELEASE, namespace=NAMESPACE).items()
+                 if k.endswith("NOTES.txt"))
+    check("jsonpath='{.data.api_token}'" in notes and "base64 -d" in notes,
+          "NOTES say how to read the API token from the Secret", notes[-800:])
+    created = next(v for k, v in chart.render(values_of("example.values.yaml"), name=RELEASE,
+                                              namespace=NAMESPACE).items() if k.endswith("NOTES.txt"))
+    check("jsonpath='{.data.api_token}'" in created, "... also when the chart made the Secret")
 
 
 def example_text() -> str:
@@ -287,7 +452,7 @@ def main() -> int:
     hpa = copy.deepcopy(all_on)
     hpa["autoscaling"] = {"keda": {"enabled": False}, "hpa": {"enabled": True}}
     cases = [("defaults", {}), ("all-on", all_on), ("all-on-hpa", hpa),
-             ("example", values_of("example.values.yaml"))]
+             ("example", values_of("example.values.yaml")), ("large", LARGE)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for what, values in cases:
@@ -297,7 +462,7 @@ def main() -> int:
             print(f"     rendered: {', '.join(o['kind'] for o in objs)}")
             kubernetes_validate(objs, what, tmp)
             custom_validate(objs, what)
-            config_check(objs, binary, what, tmp)
+            config_check(objs, values, binary, what, tmp)
         print("--- the parts made from the repository's files")
         same_files(objects_of(render(all_on)))
         keda_queues(objects_of(render(all_on)), all_on)
@@ -305,9 +470,12 @@ def main() -> int:
         check("HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds,
               "autoscaling.hpa makes an HPA and no ScaledObject")
         default_kinds = sorted(o["kind"] for o in objects_of(render({})))
-        check(default_kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"],
-              "the defaults make a Deployment, its ConfigMap, a Service and a PDB",
+        check(default_kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service",
+                                "ServiceAccount"],
+              "the defaults make a Deployment, its ConfigMap, a Service, a PDB and a ServiceAccount",
               str(default_kinds))
+        print("--- what an operator expects of the objects")
+        operator_expectations(binary)
         print("--- values.schema.json")
         schema_refuses()
         print("--- deploy/kubernetes.yaml")
