@@ -111,9 +111,14 @@
 //!   [`amqp::publisher`] the worker shares), connected as the settings say.
 //!
 //! ## Layers
-//! Each layer imports only from the layers below it; no source file of any crate
-//! of the workspace is in an import circle (`cargo test --test suite layers::`
-//! checks every crate). A room (lanes, digests, preferences, feedback, fallback)
+//! This table is the one statement of which module may import which: a file
+//! imports only from its own layer and the layers below it, and its layer is that
+//! of the longest module path a row names that contains it (`lanes::share` in the
+//! domain, though `lanes` is a face around the store). `cargo test --test suite
+//! layers::` reads the table below and every `use` and inline path of the crate, and
+//! names the file and line of any import it does not allow, or a file no row
+//! places; it also finds that no source file of any crate of the workspace is in
+//! an import circle. A room (lanes, digests, preferences, feedback, fallback)
 //! spans layers, from its pure decision to its Redis call; its pure files sit with
 //! the domain, and lower layers import those files themselves, never the room's
 //! `mod.rs`, which only the worker's loop and the rooms above name. From the
@@ -121,15 +126,16 @@
 //!
 //! | layer | modules | does I/O |
 //! |---|---|---|
-//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`preferences::set`], [`preferences::lines`], [`digest::message`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`preferences::set`], [`preferences::lines`], [`digest::message`], [`fallback::spec`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
 //! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
 //! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
 //! | decision, pure | [`decide`]: triage, hold, after the admission; which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
-//! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters) | no |
+//! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters), [`telemetry`] (spans and their export) | exports spans |
 //! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
 //! | quota store | [`store`]: admissions (with their layers), the rate, commits, releases, the clock | Redis |
-//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]), [`feedback`], [`fallback`], [`admin`] | Redis, broker |
+//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`] | Redis, broker |
 //! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
+//! | binary | `cli` (with `src/main.rs`: arguments, logging, what the commands print) | all |
 //!
 //! The binary (`src/main.rs`, `src/cli/`) sits on top and prints what the library
 //! returns: arguments, logging, the async runtime (one thread unless

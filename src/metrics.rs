@@ -357,6 +357,11 @@ pub fn describe() {
     health(false, false);
 }
 
+/// Record whether the broker blocks the connection (flow control: [`crate::amqp::flow`]).
+pub(crate) fn broker_blocked(blocked: bool) {
+    metrics::gauge!(BROKER_BLOCKED).set(if blocked { 1.0 } else { 0.0 });
+}
+
 /// Record readiness: the broker and Redis, each up or not.
 pub fn health(broker: bool, redis: bool) {
     let one = |up: bool| if up { 1.0 } else { 0.0 };

@@ -43,8 +43,8 @@ static LEASE: LazyLock<redis::Script> =
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
 pub const MARKER: &str = "x-quota-worker-marker";
 
-/// How long the stream keeps a dead letter (`x-max-age`).
-pub const MAX_AGE: &str = "7D";
+pub use crate::amqp::topology::DEAD_LOG_MAX_AGE as MAX_AGE;
+pub use crate::amqp::topology::{dead_log_args as stream_args, dead_log_name as stream_name};
 
 /// Entries written to the index in one call.
 const BATCH: usize = 200;
@@ -63,20 +63,6 @@ const QUIET: Duration = Duration::from_secs(5);
 /// Without a marker (its publish refused: a user who may not write to
 /// `amq.default`), the catch-up ends when no delivery came for this long.
 const UNMARKED_QUIET: Duration = Duration::from_millis(300);
-
-/// The stream's name: the dead-letter queue's, then `.log`.
-pub fn stream_name(dead_queue: &str) -> String {
-    format!("{dead_queue}.log")
-}
-
-/// The stream's arguments.
-pub fn stream_args() -> FieldTable {
-    let mut args = FieldTable::default();
-    let long = |s: &str| AMQPValue::LongString(LongString::from(s));
-    args.insert("x-queue-type".into(), long("stream"));
-    args.insert("x-max-age".into(), long(MAX_AGE));
-    args
-}
 
 /// What a catch-up did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

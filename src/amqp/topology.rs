@@ -14,6 +14,24 @@ use super::BrokerError;
 use crate::config::{AmqpSettings, LaneSettings, QueueType, Settings};
 use crate::lanes::share::Priority;
 
+/// How long the dead-letter log keeps a dead letter (`x-max-age`).
+pub const DEAD_LOG_MAX_AGE: &str = "7D";
+
+/// The dead-letter log's name ([`crate::admin::dead_log`] reads it): the dead-letter
+/// queue's, then `.log`.
+pub fn dead_log_name(dead_queue: &str) -> String {
+    format!("{dead_queue}.log")
+}
+
+/// The dead-letter log's arguments: a stream that keeps [`DEAD_LOG_MAX_AGE`].
+pub fn dead_log_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    let long = |s: &str| AMQPValue::LongString(LongString::from(s));
+    args.insert("x-queue-type".into(), long("stream"));
+    args.insert("x-max-age".into(), long(DEAD_LOG_MAX_AGE));
+    args
+}
+
 /// Every name of the topology, derived from the settings.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -93,7 +111,7 @@ impl Topology {
                 settings.feedback.queue.clone(),
             ),
             dead_log: (settings.console.dead_index > 0)
-                .then(|| crate::admin::dead_log::stream_name(&settings.amqp.dead_queue)),
+                .then(|| dead_log_name(&settings.amqp.dead_queue)),
         }
     }
 
@@ -217,7 +235,7 @@ impl Topology {
             return Ok(());
         };
         let mut steps = Steps::open(conn, "a channel for the dead-letter log").await?;
-        steps.queue(log.clone(), crate::admin::dead_log::stream_args());
+        steps.queue(log.clone(), dead_log_args());
         let dead_exchange = &self.amqp.dead_exchange;
         steps.bind(log, dead_exchange, String::new(), FieldTable::default());
         match steps.run().await {

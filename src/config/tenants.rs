@@ -13,7 +13,7 @@ use super::caps::{self, CapSettings};
 use super::error::{invalid, ConfigError};
 use super::policies::{self, PolicySettings};
 use super::ChannelSettings;
-use crate::job::decode::MAX_TENANT_CHARS;
+use quota_worker_producer::decode::MAX_TENANT_CHARS;
 
 /// One tenant's overrides (`[tenants.NAME]`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

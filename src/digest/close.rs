@@ -15,11 +15,28 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::message::{message, DigestHead, StoredItem, DIGEST_HEADER};
-use crate::amqp::Publisher;
+use crate::amqp::{PublishError, Publisher};
 use crate::quota::digest::{DigestMode, DigestSpec};
 use crate::redis::digest::close::Close;
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
+
+/// Why one digest was not closed (it is claimed again after its lease).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CloseError {
+    /// Redis failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Its head is not what the fold wrote.
+    #[error("a digest's head unreadable: {0}")]
+    Head(#[from] serde_json::Error),
+    /// Its settings are not what the fold wrote.
+    #[error("a digest's settings unreadable: {0:?}")]
+    Spec(String),
+    /// Its message was not published (refused or unconfirmed).
+    #[error("a digest's message not published: {0}")]
+    Publish(#[from] PublishError),
+}
 
 /// How long a closer holds a digest it claimed: one that dies mid-close lets
 /// another claim it again after this (or after `redis.reservation_lease`, when
@@ -104,7 +121,7 @@ impl Closer {
         Ok(claimed.len())
     }
     /// Close the digest at `key`, publish its message (confirmed), end it.
-    async fn close_one(&self, publisher: &Publisher, key: &str) -> anyhow::Result<()> {
+    async fn close_one(&self, publisher: &Publisher, key: &str) -> Result<(), CloseError> {
         let closed = match self.store.digests().close(key, false).await? {
             Close::Closed(closed) => closed,
             Close::NotYet(at) => {
@@ -119,7 +136,7 @@ impl Closer {
         let mut head: DigestHead = serde_json::from_str(&closed.head)?;
         head.id = key.rsplit("/dgm/").next().unwrap_or_default().to_string();
         let spec = DigestSpec::decode(&closed.spec)
-            .ok_or_else(|| anyhow::anyhow!("a digest's settings unreadable: {:?}", closed.spec))?;
+            .ok_or_else(|| CloseError::Spec(closed.spec.clone()))?;
         // an item cancelled while it waited in the digest (`admin job ID cancel`)
         // is left out
         let items: Vec<StoredItem> = closed

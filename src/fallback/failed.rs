@@ -36,12 +36,12 @@ pub async fn move_on(
     jobs_exchange: &str,
     f: &Feedback,
 ) -> Result<bool, MoveOnError> {
-    let step = (
-        f.tenant.as_deref(),
-        f.recipient.as_str(),
-        f.id.as_str(),
-        f.channel.as_str(),
-    );
+    let step = state::StepOf {
+        tenant: f.tenant.as_deref(),
+        recipient: f.recipient.as_str(),
+        id: f.id.as_str(),
+        channel: f.channel.as_str(),
+    };
     let Ok(next) = state::claim(store, step, Way::Failure).await? else {
         // not routed, answered, or moved on already: nothing to move on
         return Ok(false);

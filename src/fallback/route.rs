@@ -105,14 +105,22 @@ pub fn cause_of(from: &str) -> Option<Cause> {
     Cause::parse(why.split([' ', '(']).next()?)
 }
 
+/// A job where it resumes its route: see [`resume`].
+#[derive(Debug)]
+pub struct Resumed<'a> {
+    /// The job on the channel of the step it resumes at.
+    pub job: Job<'a>,
+    /// That step (0: the job's own channel).
+    pub step: usize,
+    /// Why it left the step before (`x-notify-fallback-from`).
+    pub left: Option<String>,
+}
+
 /// A job with `fallback` published again to resume its route at step k (the
 /// [`RESUME_AT`] header, 1 to the length of `fallback`): itself on the channel of
 /// that step, with the channels after it as its fallback; the step and why it left
 /// the one before. Any other job: as it is, at step 0.
-pub fn resume<'a>(
-    mut job: Job<'a>,
-    headers: Option<&FieldTable>,
-) -> (Job<'a>, usize, Option<String>) {
+pub fn resume<'a>(mut job: Job<'a>, headers: Option<&FieldTable>) -> Resumed<'a> {
     let text = |name: &str| match headers?.inner().get(name)? {
         AMQPValue::LongString(s) => Some(s.to_string()),
         _ => None,
@@ -120,7 +128,13 @@ pub fn resume<'a>(
     let len = job.fallback.as_ref().map_or(0, Vec::len);
     let k = match text(RESUME_AT).and_then(|t| t.parse::<usize>().ok()) {
         Some(k) if (1..=len).contains(&k) => k,
-        _ => return (job, 0, None),
+        _ => {
+            return Resumed {
+                job,
+                step: 0,
+                left: None,
+            }
+        }
     };
     let mut rest = job
         .fallback
@@ -130,7 +144,11 @@ pub fn resume<'a>(
         .skip(k - 1);
     job.channel = rest.next().unwrap_or_default();
     job.fallback = Some(rest.collect());
-    (job, k, text(FALLBACK_FROM))
+    Resumed {
+        job,
+        step: k,
+        left: text(FALLBACK_FROM),
+    }
 }
 
 /// Whether the admission of a step on `channel` moves the job on under `spec`, and

@@ -141,13 +141,23 @@ impl Kept {
 }
 
 /// One step of a job: its tenant, recipient, id and the channel it went out on.
-pub type StepOf<'a> = (Option<&'a str>, &'a str, &'a str, &'a str);
+#[derive(Debug, Clone, Copy)]
+pub struct StepOf<'a> {
+    /// The job's tenant.
+    pub tenant: Option<&'a str>,
+    /// The job's recipient.
+    pub recipient: &'a str,
+    /// The job's id.
+    pub id: &'a str,
+    /// The channel the step went out on.
+    pub channel: &'a str,
+}
 
-fn key(store: &QuotaStore, (tenant, recipient, id, channel): StepOf<'_>) -> String {
+fn key(store: &QuotaStore, of: StepOf<'_>) -> String {
     store
         .keys()
-        .for_tenant(tenant)
-        .route(recipient, id, channel)
+        .for_tenant(of.tenant)
+        .route(of.recipient, of.id, of.channel)
 }
 
 /// Keep `next` pending after the step `of` (whose channel is `next.from`) for

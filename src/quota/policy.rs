@@ -89,7 +89,7 @@ pub struct Policy {
     /// Its jobs are folded into digests (`policies.NAME.digest`); `None`: never.
     pub digest: Option<super::digest::DigestSpec>,
     /// When its jobs that name further channels move on (`policies.NAME.fallback`).
-    pub fallback: crate::fallback::FallbackSpec,
+    pub fallback: crate::fallback::spec::FallbackSpec,
 }
 
 /// What a policy lets the caps do to its jobs (`policies.NAME.caps`).

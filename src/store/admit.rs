@@ -126,7 +126,11 @@ impl QuotaStore {
             .map(|(cap, holds)| {
                 let channel = (cap.scope == Scope::Channel).then_some(req.channel);
                 let key = names.cap(req.recipient, &cap.name, channel);
-                (cap.clone(), holds, key)
+                JobLayer {
+                    cap: cap.clone(),
+                    holds,
+                    key,
+                }
             })
             .collect();
         Asked {
@@ -155,7 +159,7 @@ impl QuotaStore {
             RateStep::Wait(lane) | RateStep::Park(lane) => lane,
             RateStep::Taken(_) => None,
         };
-        let admit = self.call_admit(&a.key, &a.member, &a.policy, &a.layers, req, None);
+        let admit = self.call_admit(a, req, None);
         match (rate, step) {
             (Some(_), RateStep::Taken(tat_us)) => {
                 let taken = RateReply {
@@ -208,9 +212,7 @@ impl QuotaStore {
                 Verdict::Clock(now) => Some(now),
                 _ => break,
             };
-            reply = self
-                .call_admit(&a.key, &a.member, &a.policy, &a.layers, req, now)
-                .await?;
+            reply = self.call_admit(a, req, now).await?;
         }
         if let Verdict::Reserved(_, at) = reply {
             if self.adopt(&a.key, &a.member, at) {
@@ -231,10 +233,7 @@ impl QuotaStore {
     ) -> Result<Admission, StoreError> {
         metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "quiet_hours")
             .increment(1);
-        let (key, member, policy, layers) = (&a.key, &a.member, &a.policy, &a.layers);
-        let at_end = self
-            .caps_at(key, member, policy, layers, req.tz, until, &hours)
-            .await?;
+        let at_end = self.caps_at(a, req.tz, until, &hours).await?;
         Ok(at_end.unwrap_or(Admission::Quiet { until, hours }))
     }
 
@@ -384,13 +383,16 @@ impl QuotaStore {
 
     pub(super) async fn call_admit(
         &self,
-        key: &str,
-        member: &[u8],
-        policy: &Arc<Policy>,
-        layers: &[JobLayer],
+        a: &Asked,
         req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
+        let Asked {
+            key,
+            member,
+            policy,
+            layers,
+        } = a;
         let now = now
             .map(window::from_millis)
             .unwrap_or_else(|| self.redis_now());
@@ -398,10 +400,10 @@ impl QuotaStore {
         let plan = self.cached_plan(policy, tz, now);
         let layers = layers
             .iter()
-            .map(|(cap, holds, key)| LayerArgs {
-                key: key.clone(),
-                plan: cached(&self.cap_plans, cap, &cap.rules, (false, 0), tz, now),
-                holds: *holds,
+            .map(|l| LayerArgs {
+                key: l.key.clone(),
+                plan: cached(&self.cap_plans, &l.cap, &l.cap.rules, (false, 0), tz, now),
+                holds: l.holds,
             })
             .collect();
         let reply = match self

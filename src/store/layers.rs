@@ -16,8 +16,16 @@ use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy, Scope};
 use crate::quota::window;
 
-/// A cap a job meets, with whether it may hold the job and its sorted set.
-pub(crate) type JobLayer = (Arc<Cap>, bool, String);
+/// A cap a job meets.
+#[derive(Debug, Clone)]
+pub(crate) struct JobLayer {
+    /// The cap, as in force.
+    pub(crate) cap: Arc<Cap>,
+    /// Whether it may hold the job (a cap in shadow mode only counts it).
+    pub(crate) holds: bool,
+    /// The recipient's sorted set for it.
+    pub(crate) key: String,
+}
 
 /// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
 /// date, from `cache` or made and kept there (see [`PlanCache`]); the pair is what
@@ -70,9 +78,9 @@ pub(crate) fn layered_refusal(
         Mode::Enforce => &policy.rules[..],
         Mode::Shadow => none,
     };
-    let rules = std::iter::once(policy_rules).chain(layers.iter().map(|(cap, holds, _)| {
-        if *holds {
-            &cap.rules[..]
+    let rules = std::iter::once(policy_rules).chain(layers.iter().map(|l| {
+        if l.holds {
+            &l.cap.rules[..]
         } else {
             none
         }
@@ -103,7 +111,7 @@ pub(crate) fn layered_refusal(
             retry_at: r.retry_at,
             action: policy.action,
             policy: policy.name.clone(),
-            cap: layers[i - 1].0.name.clone(),
+            cap: layers[i - 1].cap.name.clone(),
             rule: r.rule,
             seen,
             quiet,
@@ -124,7 +132,7 @@ fn spanning(
 ) -> bool {
     let spans = |i: usize| match i {
         0 => policy.scope != Scope::Channel,
-        i => !layers[i - 1].0.of_one_channel(),
+        i => !layers[i - 1].cap.of_one_channel(),
     };
     view.iter().enumerate().any(|(i, (rules, sends))| {
         spans(i) && window::refusal(rules, tz, now, sends).rule.is_some()

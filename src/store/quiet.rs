@@ -10,10 +10,11 @@ use chrono_tz::Tz;
 use quota_worker_producer::Priority;
 
 use super::layers::{layered_refusal, JobLayer};
+use super::verdict::Asked;
 use super::QuotaStore;
 use crate::admission::Admission;
 use crate::preferences::set::QuietHours;
-use crate::quota::policy::{Action, Mode, Policy};
+use crate::quota::policy::{Action, Mode};
 use crate::redis::StoreError;
 
 impl QuotaStore {
@@ -34,28 +35,30 @@ impl QuotaStore {
             .await
     }
 
-    /// For a job `hours` hold until `until`: the refusal its policy's rules and the
+    /// For the job `a` asked, which `hours` hold until `until`: the refusal its policy's rules and the
     /// caps that hold it would give at `until`, from the sends they remember now
     /// (one read of their sorted sets, all in the recipient's slot), with `hours`
     /// for the decision to push that instant past them again; `None` when they
     /// would admit it then (or never, or its policy drops refused jobs: it is
     /// decided again at `until`), and without a read when it meets no rule. Sends made meanwhile can only make the true
     /// instant later, and the job is admitted again there, so it is never early.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn caps_at(
         &self,
-        key: &str,
-        member: &[u8],
-        policy: &Policy,
-        layers: &[JobLayer],
+        a: &Asked,
         tz: Tz,
         until: DateTime<Utc>,
         hours: &Arc<QuietHours>,
     ) -> Result<Option<Admission>, StoreError> {
+        let Asked {
+            key,
+            member,
+            policy,
+            layers,
+        } = a;
         let policy_holds = policy.mode == Mode::Enforce && !policy.rules.is_empty();
         let held: Vec<&JobLayer> = layers
             .iter()
-            .filter(|l| l.1 && !l.0.rules.is_empty())
+            .filter(|l| l.holds && !l.cap.rules.is_empty())
             .collect();
         if policy.action != Action::Delay || (!policy_holds && held.is_empty()) {
             return Ok(None);
@@ -64,7 +67,7 @@ impl QuotaStore {
         pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES");
         for l in layers {
             pipe.cmd("ZRANGE")
-                .arg(&l.2)
+                .arg(&l.key)
                 .arg(0)
                 .arg(-1)
                 .arg("WITHSCORES");
@@ -77,7 +80,7 @@ impl QuotaStore {
             .into_iter()
             .map(|set| {
                 set.into_iter()
-                    .filter(|(m, _)| m.as_slice() != member)
+                    .filter(|(m, _)| m != member)
                     .map(|(_, score)| (score as i64).div_euclid(2))
                     .collect()
             })

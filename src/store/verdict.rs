@@ -47,7 +47,7 @@ pub(super) fn admission(
         layers,
     } = a;
     let layer_keys =
-        || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.2.clone()).collect()));
+        || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.key.clone()).collect()));
     let ticket = |at: DateTime<Utc>, inherited: bool| Ticket {
         key,
         member: member.into_boxed_slice(),

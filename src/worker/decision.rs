@@ -81,7 +81,7 @@ impl Worker {
                 }
             },
         };
-        let req = request(job, &job.channel, cx.policy, at.2);
+        let req = request(job, &job.channel, cx.policy, at.escalation);
         let Some(admission) = self.admit(&req, rules, s, step).await? else {
             let parked = self.parked(s, h.delivery, job, (lane, true), rules);
             return Box::pin(parked).await.map(Decided::Settled);
@@ -148,8 +148,7 @@ impl Worker {
         h: &Handling<'_, '_>,
         spec: &DigestSpec,
     ) -> Result<Outcome, ProcessError> {
-        let (first_seen, policy) = (h.seen.first_seen, &h.policy.name);
-        let fold = self.fold(h.s, h.delivery, h.job, first_seen, policy, spec, None);
+        let fold = self.fold(h, spec, None);
         let (digest, closes_at) = fold.await?;
         let step = JobState::Folded { digest, closes_at };
         self.note(h.s, h.job, h.seen, step, None);

@@ -3,36 +3,30 @@
 //! opened again) instead of waiting, a digest done with once it is settled, and the
 //! session's closer.
 
-use lapin::message::Delivery;
 use tracing::debug;
 
 use super::error::ProcessError;
 use super::handling::Handling;
-use super::link::BrokerLink;
 use super::Worker;
 use crate::decide::DelayCause;
 use crate::digest::{held, held_digest, Closer, FoldJob};
-use crate::job::decode::Job;
 use crate::job::note::JobState;
 use crate::job::Outcome;
 use crate::quota::digest::DigestSpec;
 use crate::quota::window::from_millis;
 
 impl Worker {
-    /// Fold `job` into its group's open digest; the delivery is acked once this
+    /// Fold the job of `h` into its group's open digest; the delivery is acked once this
     /// answers (the write is confirmed by Redis), waiting out Redis outages. The
     /// digest's id and when it closes (for the job's note).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn fold(
         &self,
-        s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        first_seen: chrono::DateTime<chrono::Utc>,
-        policy: &str,
+        h: &Handling<'_, '_>,
         spec: &DigestSpec,
         closes_at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(String, chrono::DateTime<chrono::Utc>), ProcessError> {
+        let (s, delivery, job) = (h.s, h.delivery, h.job);
+        let (first_seen, policy) = (h.seen.first_seen, &h.policy.name);
         let timezone = (job.tz != self.default_tz).then(|| job.tz.name());
         let fold = FoldJob {
             id: &job.id,
@@ -87,8 +81,7 @@ impl Worker {
         let Some(spec) = held(h.policy, cause, h.delivery) else {
             return Ok(None);
         };
-        let (first_seen, policy) = (h.seen.first_seen, &h.policy.name);
-        let fold = self.fold(s, h.delivery, job, first_seen, policy, spec, Some(until));
+        let fold = self.fold(h, spec, Some(until));
         let (digest, closes_at) = fold.await?;
         self.note(s, job, h.seen, JobState::Folded { digest, closes_at }, None);
         h.rules.metrics.count(&Outcome::Folded, h.labels);

@@ -106,9 +106,7 @@ impl Worker {
             .await?;
         let until = decide::retry_refused_dispatch_at(h.seen.attempt, now);
         let cause = DelayCause::DispatchRefused;
-        let held_by = h.rules.held_by(&cause);
-        self.delay(s, h.delivery, h.job, h.seen, until, &cause, &held_by)
-            .await
+        self.delay(h, until, &cause).await
     }
 
     /// Give an admission's send back, or keep it reserved if Redis cannot be told.

@@ -52,6 +52,12 @@ pub(super) struct Handling<'h, 'j> {
     pub(super) labels: JobLabels,
 }
 
-/// Where a job stands on its route when it comes in: the step it resumes at, why it
-/// left the one before, and whether it is an escalation (counted already).
-pub(super) type RouteAt = (usize, Option<String>, bool);
+/// Where a job stands on its route when it comes in.
+pub(super) struct RouteAt {
+    /// The step it resumes at (0: its own channel).
+    pub(super) step: usize,
+    /// Why it left the step before.
+    pub(super) left: Option<String>,
+    /// Whether it is an escalation (its notification counted already).
+    pub(super) escalation: bool,
+}

@@ -8,7 +8,7 @@ use lapin::BasicProperties;
 use tracing::{debug, info};
 
 use super::error::ProcessError;
-use super::handling::Seen;
+use super::handling::{Handling, Seen};
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::Publisher;
@@ -19,17 +19,16 @@ use crate::job::{headers, Outcome, Reason};
 use crate::redis::notes::{Note, Waiting};
 
 impl Worker {
-    #[allow(clippy::too_many_arguments)]
+    /// Send the job of `h` round the delay ladder until `until`, held for `cause`
+    /// (what it says in `x-notify-held-by`, from the rules in force), and note it.
     pub(super) async fn delay(
         &self,
-        s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
-        seen: &Seen<'_>,
+        h: &Handling<'_, '_>,
         until: DateTime<Utc>,
         cause: &DelayCause,
-        held_by: &str,
     ) -> Result<Outcome, ProcessError> {
+        let (s, delivery, job, seen) = (h.s, h.delivery, h.job, h.seen);
+        let held_by = &h.rules.held_by(cause);
         let ladder = self.topology.ladder();
         let now = self.store.redis_now();
         let seconds = ladder.seconds(now, until);

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::decision::Decided;
 use super::error::ProcessError;
-use super::handling::{Handling, Route, Seen};
+use super::handling::{Handling, Route, RouteAt, Seen};
 use super::link::BrokerLink;
 use super::Worker;
 use crate::admission::{Admission, RateStep, Request};
@@ -77,8 +77,16 @@ impl Worker {
         tracing::Span::current().record("job_id", job.id.as_ref());
         let headers = delivery.properties.headers().as_ref();
         // a job published again after its step's send failed resumes its route
-        let (job, at, left) = match job.fallback {
-            None => (job, 0, None),
+        let fallback::route::Resumed {
+            job,
+            step: at,
+            left,
+        } = match job.fallback {
+            None => fallback::route::Resumed {
+                job,
+                step: 0,
+                left: None,
+            },
             Some(_) => fallback::route::resume(job, headers),
         };
         let policy = rules.policy_of(&job.category, job.tenant.as_deref());
@@ -106,7 +114,16 @@ impl Worker {
             labels,
         };
         let (decision, route) = match self
-            .decide(&h, from, (at, left, escalation.is_some()), now)
+            .decide(
+                &h,
+                from,
+                RouteAt {
+                    step: at,
+                    left,
+                    escalation: escalation.is_some(),
+                },
+                now,
+            )
             .await?
         {
             Decided::Carry(decision, route) => (decision, route),
@@ -182,11 +199,7 @@ impl Worker {
                 self.note(s, job, seen, JobState::Superseded { by }, None);
                 Ok(Outcome::Superseded)
             }
-            Decision::Delay { until, cause } => {
-                let held_by = h.rules.held_by(&cause);
-                self.delay(s, delivery, job, seen, until, &cause, &held_by)
-                    .await
-            }
+            Decision::Delay { until, cause } => self.delay(h, until, &cause).await,
             Decision::Dispatch(ticket) => self.dispatch(h, ticket, route, now).await,
         }
     }

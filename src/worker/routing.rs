@@ -16,6 +16,7 @@ use tracing::debug;
 
 use super::decision::request;
 use super::error::ProcessError;
+use super::handling::RouteAt;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::admission::{Admission, RateStep};
@@ -24,7 +25,7 @@ use crate::fallback;
 use crate::fallback::log::{RouteEntry, StepOutcome};
 use crate::fallback::route::{ESCALATION, FALLBACK_FROM, RESUME_AT};
 use crate::fallback::spec::{AnsweredBy, Cause};
-use crate::fallback::state::{self, Answers, NextStep, Way};
+use crate::fallback::state::{self, Answers, NextStep, StepOf, Way};
 use crate::job::decode::Job;
 use crate::job::{headers, Outcome};
 use crate::quota::policy::Policy;
@@ -43,8 +44,13 @@ impl Worker {
         further: &[Cow<'j, str>],
         (cx, rules): (&Context<'_>, &Rules),
         first: Admission,
-        (offset, from, counted): (usize, Option<String>, bool),
+        at: RouteAt,
     ) -> Result<fallback::step::Stepped<'j>, ProcessError> {
+        let RouteAt {
+            step: offset,
+            left: from,
+            escalation: counted,
+        } = at;
         let mut channels = Vec::with_capacity(1 + further.len());
         channels.push(job.channel.clone());
         channels.extend(further.iter().cloned());
@@ -102,12 +108,12 @@ impl Worker {
         // kept while it may still move on: its escalation's wait, then as long
         // as a record (a late failure)
         let ttl = (self.settings.redis.record_ttl.0 + within).as_millis() as u64;
-        let of = (
-            job.tenant.as_deref(),
-            &*job.recipient,
-            &*job.id,
-            &*next.from,
-        );
+        let of = StepOf {
+            tenant: job.tenant.as_deref(),
+            recipient: &job.recipient,
+            id: &job.id,
+            channel: &next.from,
+        };
         let keep = || state::keep(&self.store, of, &next, answers, ttl);
         self.retry_redis(keep, stop).await
     }
@@ -194,7 +200,12 @@ impl Worker {
         awaited: &str,
         at: usize,
     ) -> Result<Option<Outcome>, ProcessError> {
-        let of = (job.tenant.as_deref(), &*job.recipient, &*job.id, awaited);
+        let of = StepOf {
+            tenant: job.tenant.as_deref(),
+            recipient: &job.recipient,
+            id: &job.id,
+            channel: awaited,
+        };
         let claim = || state::claim(&self.store, of, Way::Escalation);
         if let Ok(next) = self.retry_redis(claim, &s.stop).await? {
             metrics::counter!(

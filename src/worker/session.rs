@@ -140,7 +140,7 @@ impl Worker {
     /// watch, the digests' closer, the feedback consumer, the commits, the acks and
     /// the lanes' tuner.
     fn go_live(self: &Arc<Self>, o: Opened, tag: String, shutdown: &CancellationToken) -> Live {
-        let (blocked, flow) = amqp::flow::follow(&o.conn);
+        let (blocked, flow) = amqp::flow::follow(&o.conn, crate::metrics::broker_blocked);
         let conn = Arc::new(o.conn);
         let status = self.status.clone();
         let watch = crate::status::watch_queues(

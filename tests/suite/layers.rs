@@ -61,6 +61,11 @@ fn base(words: &[&str], module: &[String]) -> Module {
 /// `super::` too), as an absolute module path: in `use` lines, with
 /// `use crate::a::{b, c::d}` expanded, and inline (`super::x::Y::new()`).
 fn imports(text: &str, module: &[String]) -> BTreeSet<Module> {
+    imports_at(text, module).into_keys().collect()
+}
+
+/// [`imports`], each with the line (from 1) where the file first names it.
+fn imports_at(text: &str, module: &[String]) -> BTreeMap<Module, usize> {
     let code: String = text
         .lines()
         .map(|l| l.split("//").next().unwrap_or(""))
@@ -92,7 +97,11 @@ fn imports(text: &str, module: &[String]) -> BTreeSet<Module> {
     };
     let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let bytes = code.as_bytes();
-    let mut out = BTreeSet::new();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = BTreeMap::new();
+    let mut add = |path: Module, at: usize| {
+        out.entry(path).or_insert_with(|| line_of(at));
+    };
     let mut from = 0;
     while let Some(at) = code[from..].find("use ") {
         let start = from + at;
@@ -111,13 +120,14 @@ fn imports(text: &str, module: &[String]) -> BTreeSet<Module> {
                 for item in items.split([',', '{', '}']) {
                     let item = item.split(" as ").next().unwrap_or("").trim();
                     if !item.is_empty() && item != "self" {
-                        out.insert([head.clone(), split(item)].concat());
+                        add([head.clone(), split(item)].concat(), start);
                     }
                 }
-                out.insert(head);
+                add(head, start);
             }
             None => {
-                out.insert([head, split(body.split(" as ").next().unwrap_or(""))].concat());
+                let path = [head, split(body.split(" as ").next().unwrap_or(""))].concat();
+                add(path, start);
             }
         }
     }
@@ -135,7 +145,7 @@ fn imports(text: &str, module: &[String]) -> BTreeSet<Module> {
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
             if let Some((head, rest)) = root(&path) {
-                out.insert([head, split(rest.trim_end_matches(':'))].concat());
+                add([head, split(rest.trim_end_matches(':'))].concat(), start);
             }
         }
     }
@@ -284,4 +294,153 @@ fn a_circle_of_inline_super_paths_is_found() {
         ]]
     );
     assert!(without.is_empty(), "{without:?}");
+}
+
+/// The layers `lib.rs` states under "## Layers", bottom first: each row's name and
+/// the module paths its modules cell names in code spans (`[`quota`]`, `cli`); words
+/// that are not module paths (`src/main.rs`, prose) are passed over.
+fn stated_layers(lib: &str) -> Vec<(String, Vec<Module>)> {
+    let is_path = |s: &str| {
+        !s.is_empty()
+            && s.split("::")
+                .all(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    };
+    let rows = lib
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .skip_while(|l| *l != "## Layers")
+        .skip_while(|l| !l.starts_with("|---"))
+        .skip(1)
+        .take_while(|l| l.starts_with('|'));
+    rows.map(|row| {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let spans = cells[2].split('`').skip(1).step_by(2);
+        let named = spans
+            .filter(|s| is_path(s))
+            .map(|s| s.split("::").map(String::from).collect())
+            .collect();
+        (cells[1].to_string(), named)
+    })
+    .collect()
+}
+
+/// Every breach of the stated layers in the crate at `src`: a row naming no module,
+/// a module named in two rows, a file in no layer, and an import (by file and line)
+/// of a module in a higher layer than the importing file's. A file's layer is that of
+/// the longest module path a row names that contains it.
+fn layer_breaches(src: &Path, lib: &str) -> Vec<String> {
+    let files = modules(src);
+    let resolve = |path: &Module| {
+        (1..=path.len())
+            .rev()
+            .map(|k| path[..k].to_vec())
+            .find(|p| files.contains_key(p))
+    };
+    let rows = stated_layers(lib);
+    let mut breaches = Vec::new();
+    let mut named: BTreeMap<Module, usize> = BTreeMap::new();
+    for (layer, (name, paths)) in rows.iter().enumerate() {
+        for path in paths {
+            match resolve(path) {
+                None => breaches.push(format!(
+                    "the {name} row names `{}`, no module",
+                    path.join("::")
+                )),
+                Some(m) => match named.insert(m.clone(), layer) {
+                    Some(other) if other != layer => breaches.push(format!(
+                        "`{}` is named in two rows: {} and {name}",
+                        m.join("::"),
+                        rows[other].0
+                    )),
+                    _ => {}
+                },
+            }
+        }
+    }
+    let layer_of = |module: &Module| {
+        (1..=module.len())
+            .rev()
+            .find_map(|k| named.get(&module[..k]).copied())
+    };
+    let shown = |path: &Path| {
+        path.strip_prefix(src.parent().unwrap())
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    };
+    for (module, path) in &files {
+        let Some(mine) = layer_of(module) else {
+            breaches.push(format!("{} sits in no layer of the table", shown(path)));
+            continue;
+        };
+        let text = std::fs::read_to_string(path).unwrap();
+        for (import, line) in imports_at(&text, module) {
+            let Some(target) = resolve(&import) else {
+                continue;
+            };
+            if &target == module || module.starts_with(&target) {
+                continue;
+            }
+            match layer_of(&target) {
+                Some(theirs) if theirs > mine => breaches.push(format!(
+                    "{}:{line} ({}) imports `{}` ({}), a layer above it",
+                    shown(path),
+                    rows[mine].0,
+                    target.join("::"),
+                    rows[theirs].0
+                )),
+                _ => {}
+            }
+        }
+    }
+    breaches
+}
+
+#[test]
+fn every_import_goes_down_the_layers_that_lib_rs_states() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    assert!(
+        stated_layers(&lib).len() > 5,
+        "lib.rs states no layer table"
+    );
+    let breaches = layer_breaches(&root.join("src"), &lib);
+    assert!(
+        breaches.is_empty(),
+        "imports the layer table of src/lib.rs does not allow:\n{}",
+        breaches.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_check_finds_an_upward_import_and_a_file_in_no_layer() {
+    let dir = std::env::temp_dir().join(format!("qw-layers-up-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("room")).unwrap();
+    let lib = "//! ## Layers\n//! | layer | modules | I/O |\n//! |---|---|---|\n\
+               //! | low | [`base`], the room's pure file [`room::pure`] | no |\n\
+               //! | high | [`top`], `room` | all |\n";
+    std::fs::write(src.join("base.rs"), "pub struct B;\n").unwrap();
+    std::fs::write(src.join("top.rs"), "use crate::base::B;\n").unwrap();
+    std::fs::write(src.join("room/mod.rs"), "pub mod pure;\n").unwrap();
+    // a pure file naming its own room's mod.rs (an ancestor) is no breach
+    std::fs::write(src.join("room/pure.rs"), "use super::X;\n").unwrap();
+    let clean = layer_breaches(&src, lib);
+    // low naming high inline, on its third line; and a file no row names
+    std::fs::write(
+        src.join("base.rs"),
+        "pub struct B;\n\nfn f() { crate::top::g() }\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("stray.rs"), "").unwrap();
+    let found = layer_breaches(&src, lib);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(clean.is_empty(), "{clean:?}");
+    assert_eq!(
+        found,
+        vec![
+            "src/base.rs:3 (low) imports `top` (high), a layer above it".to_string(),
+            "src/stray.rs sits in no layer of the table".to_string(),
+        ]
+    );
 }
