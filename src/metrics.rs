@@ -392,10 +392,27 @@ pub(crate) fn shadowed(policy: &str, verdict: crate::decide::ShadowVerdict) {
 static SHADOW_SEEN: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// The shadow verdicts counted by this process: policy, verdict, jobs.
-pub fn shadow_counts() -> Vec<(String, &'static str, u64)> {
+/// How many jobs of one policy got one shadow verdict in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowCount {
+    /// The policy.
+    pub policy: String,
+    /// What enforcing it would have done.
+    pub verdict: &'static str,
+    /// How many jobs.
+    pub jobs: u64,
+}
+
+/// The shadow verdicts counted by this process, by policy and verdict.
+pub fn shadow_counts() -> Vec<ShadowCount> {
     let seen = SHADOW_SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    seen.iter().map(|((p, v), n)| (p.clone(), *v, *n)).collect()
+    seen.iter()
+        .map(|((policy, verdict), jobs)| ShadowCount {
+            policy: policy.clone(),
+            verdict,
+            jobs: *jobs,
+        })
+        .collect()
 }
 
 /// Count one job folded into a digest of `policy`.

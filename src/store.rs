@@ -177,7 +177,8 @@ impl QuotaStore {
             Some(_) => conn.dedicated(crate::redis::admit::OUTSTANDING).await?,
             None => Vec::new(),
         };
-        let digests = Digests::connect(&conn, (&scripts, &keys, &calls), settings, wait).await?;
+        let keep = settings.redis.record_ttl.0;
+        let digests = Digests::connect(&conn, &scripts, &keys, &calls, keep, wait).await?;
         let admitter = Admitter::start(Caller {
             prefix_len: keys.prefix().len(),
             conn: conn.clone(),

@@ -119,8 +119,12 @@ pub(super) mod send_windows_text {
             w.openings()
                 .iter()
                 .map(|o| {
-                    let (days, from, to) = o.parts();
-                    Written { days, from, to }
+                    let p = o.parts();
+                    Written {
+                        days: p.days,
+                        from: p.from,
+                        to: p.to,
+                    }
                 })
                 .collect()
         });

@@ -40,7 +40,7 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
         (section("shadow", "Shadow verdicts (since start)", table_or_none(
             shadow.is_empty(),
             &["Policy", "Verdict", "Jobs"],
-            html! { @for (p, v, n) in &shadow { tr { td { (p) } td { (v) } td.n { (n) } } } },
+            html! { @for s in &shadow { tr { td { (s.policy) } td { (s.verdict) } td.n { (s.jobs) } } } },
         )))
         (section("reload", "Reload", html! {
             @match &r.last_reload {

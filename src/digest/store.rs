@@ -11,7 +11,6 @@ use redis::Script;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::message::{payload_of, DigestHead, StoredItem};
-use crate::config::Settings;
 use crate::quota::digest::{DigestMode, DigestSpec};
 use crate::quota::keys::Keys;
 use crate::redis::conn::{count_call, RedisConn};
@@ -92,11 +91,14 @@ impl std::fmt::Debug for Digests {
 
 impl Digests {
     /// The digests' side on `conn`, with the folds' own connections when folds
-    /// wait for replicas (`wait`: `redis.wait_replicas` and `redis.wait_timeout`).
+    /// wait for replicas (`wait`: `redis.wait_replicas` and `redis.wait_timeout`);
+    /// `keep`, how long an ended digest's record stays (`redis.record_ttl`).
     pub(crate) async fn connect(
         conn: &RedisConn,
-        (scripts, keys, calls): (&Scripts, &Keys, &Arc<AtomicU64>),
-        settings: &Settings,
+        scripts: &Scripts,
+        keys: &Keys,
+        calls: &Arc<AtomicU64>,
+        keep: Duration,
         wait: Option<(u32, u64)>,
     ) -> Result<Digests, StoreError> {
         let fold_conns = match wait {
@@ -113,7 +115,7 @@ impl Digests {
                 reopen: scripts.digest_reopen.clone(),
             },
             calls: calls.clone(),
-            keep: settings.redis.record_ttl.0,
+            keep,
             wait,
             fold_conns: fold_conns.into_iter().map(Mutex::new).collect(),
             fold_next: AtomicUsize::new(0),

@@ -244,7 +244,7 @@ impl Preferences {
                 .openings()
                 .iter()
                 .map(|o| {
-                    let (days, from, to) = o.parts();
+                    let crate::quota::send_windows::OpeningParts { days, from, to } = o.parts();
                     let days = if days == "mon,tue,wed,thu,fri,sat,sun" {
                         "daily".into()
                     } else {

@@ -52,6 +52,18 @@ pub struct Closed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpeningError(pub String);
 
+/// An opening as the configuration writes it: `days = "mon,tue"`, `from = "09:00"`,
+/// `to = "17:30"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpeningParts {
+    /// Its days, comma-separated (`mon,tue,…`).
+    pub days: String,
+    /// When it opens, `HH:MM` local.
+    pub from: String,
+    /// When it closes, `HH:MM` local.
+    pub to: String,
+}
+
 impl fmt::Display for OpeningError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -138,13 +150,17 @@ impl Opening {
     }
 
     /// The days, `from` and `to` as the configuration writes them.
-    pub fn parts(&self) -> (String, String, String) {
+    pub fn parts(&self) -> OpeningParts {
         let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
         let days: Vec<&str> = (0..7)
             .filter(|d| self.days & (1 << d) != 0)
             .map(|d| DAY_NAMES[d])
             .collect();
-        (days.join(","), hm(self.from), hm(self.to))
+        OpeningParts {
+            days: days.join(","),
+            from: hm(self.from),
+            to: hm(self.to),
+        }
     }
 
     fn on(&self, weekday: Weekday) -> bool {
@@ -274,7 +290,7 @@ pub(crate) fn next_open(
 
 impl fmt::Display for Opening {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (days, from, to) = self.parts();
+        let OpeningParts { days, from, to } = self.parts();
         write!(f, "{days} {from}-{to}")
     }
 }
