@@ -118,7 +118,7 @@
 //! layers::` reads the table below and every `use` and inline path of the crate, and
 //! names the file and line of any import it does not allow, or a file no row
 //! places; it also finds that no source file of any crate of the workspace is in
-//! an import circle. A room (lanes, digests, preferences, feedback, fallback)
+//! an import circle. `docs/notes/architecture.md` says what each room owns. A room (lanes, digests, preferences, feedback, fallback)
 //! spans layers, from its pure decision to its Redis call; its pure files sit with
 //! the domain, and lower layers import those files themselves, never the room's
 //! `mod.rs`, which only the worker's loop and the rooms above name. From the
