@@ -225,6 +225,7 @@ pub async fn every_until(
 /// up the weight `read` gives each, until it is stopped.
 pub struct Watch<T> {
     weight: Arc<AtomicU64>,
+    arrived: Arc<AtomicU64>,
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<Result<Vec<T>>>,
 }
@@ -249,8 +250,9 @@ impl<T: Send + 'static> Watch<T> {
             .basic_consume(queue.into(), tag.into(), opts, FieldTable::default())
             .await?;
         let weight = Arc::new(AtomicU64::new(0));
+        let arrived = Arc::new(AtomicU64::new(0));
         let stop = tokio_util::sync::CancellationToken::new();
-        let (n, halt) = (weight.clone(), stop.clone());
+        let (n, halt, count) = (weight.clone(), stop.clone(), arrived.clone());
         let task = tokio::spawn(async move {
             let mut kept = Vec::new();
             loop {
@@ -262,16 +264,27 @@ impl<T: Send + 'static> Watch<T> {
                 let (k, w) = read(&d?);
                 kept.extend(k);
                 n.fetch_add(w, Ordering::Relaxed);
+                count.fetch_add(1, Ordering::Relaxed);
             }
             let _ = ch.close(200, "".into()).await;
             Ok(kept)
         });
-        Ok(Watch { weight, stop, task })
+        Ok(Watch {
+            weight,
+            arrived,
+            stop,
+            task,
+        })
     }
 
     /// The weight of what arrived so far.
     pub fn weight(&self) -> u64 {
         self.weight.load(Ordering::Relaxed)
+    }
+
+    /// How many messages arrived so far.
+    pub fn arrived(&self) -> u64 {
+        self.arrived.load(Ordering::Relaxed)
     }
 
     /// Stops consuming: what was kept, in the order it arrived.

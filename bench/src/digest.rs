@@ -184,7 +184,18 @@ async fn run_pass(
         }
         // a moment for a digest too many, should there be one
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let metrics = scrape(port).unwrap_or_default();
+        // the worker counts a digest's outcome once the broker confirmed its
+        // dispatch, which may come after the digest arrived: the counts are read
+        // once they have caught up with what arrived (a loaded machine lags)
+        let settle = Instant::now() + Duration::from_secs(60);
+        let metrics = loop {
+            let metrics = scrape(port).unwrap_or_default();
+            let counted = outcome_counts(&metrics).get("dispatched").copied();
+            if counted.unwrap_or(0) >= consumer.arrived() || Instant::now() >= settle {
+                break metrics;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         anyhow::Ok((sent, metrics))
     }
     .await;
