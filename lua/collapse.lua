@@ -10,8 +10,14 @@
 -- ARGV[3]  the job's first-seen time, ms
 -- ARGV[4]  how long to keep the hash after this write, ms
 --
--- Returns {1, ''} if this job is the newest (now registered as such), {0, newer id}
--- if a newer job holds the key.
+-- Returns {code, newer id}, the code one of COLLAPSE (src/redis/collapse.rs reads
+-- it by the same names; a test checks that both sides agree): {newest, ''} if this
+-- job is the newest (now registered as such), {superseded, newer id} if a newer
+-- job holds the key.
+local COLLAPSE = {
+  superseded = 0,
+  newest = 1,
+}
 local key, field, id = KEYS[1], ARGV[1], ARGV[2]
 local seen = tonumber(ARGV[3])
 local current = redis.call('HGET', key, field)
@@ -20,9 +26,9 @@ if current then
   local their_seen = tonumber(string.sub(current, 1, sep - 1))
   local their_id = string.sub(current, sep + 1)
   if their_id ~= id and their_seen >= seen then
-    return {0, their_id}
+    return {COLLAPSE.superseded, their_id}
   end
 end
 redis.call('HSET', key, field, string.format('%.0f', seen) .. ':' .. id)
 redis.call('PEXPIRE', key, ARGV[4])
-return {1, ''}
+return {COLLAPSE.newest, ''}

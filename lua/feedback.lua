@@ -19,9 +19,15 @@
 --           4 unsubscribed), ARGV[5] how long, ms (0: until removed)
 -- unsuppress: ARGV[3] channel
 --
--- Returns {applied (1; 0: applied before), now ms, at}: for give_back and note the
--- time (ms) the job's send was recorded (0: none); for suppress the `until` kept.
-if ARGV[1] ~= '0' and redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, 0} end
+-- Returns {applied, now ms, at}, applied one of APPLIED (src/feedback/apply.rs reads
+-- it by the same names; a test checks that both sides agree); at: for give_back and
+-- note the time (ms) the job's send was recorded (0: none); for suppress the
+-- `until` kept.
+local APPLIED = {
+  again = 0,            -- this feedback was applied before: nothing done
+  first = 1,            -- applied by this call
+}
+if ARGV[1] ~= '0' and redis.call('EXISTS', KEYS[1]) == 1 then return {APPLIED.again, 0, 0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local what = ARGV[2]
@@ -88,4 +94,4 @@ end
 if ARGV[1] ~= '0' then
   redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 end
-return {1, now, at}
+return {APPLIED.first, now, at}

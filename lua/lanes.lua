@@ -20,10 +20,12 @@
 --          asker per lane and worker takes the slots of the next moments for the
 --          jobs waiting behind it, instead of each job asking at its slot's instant)
 --
--- Returns as rate.lua: {allowed, remaining, retry_after_us, reset_after_us, tat_us, granted},
--- and when allowed two more: the first granted slot's time less now (µs; negative:
--- already due) and the span of one job (µs); granted slot i (0-based) is due at the
--- first one's time + i spans.
+-- Returns the fields of GCRA (lua/gcra.lua) by name, and when allowed LANE's below;
+-- granted slot i (0-based) is due at the first one's time + i spans.
+local LANE = {
+  first_slot_in_us = 7, -- the first granted slot's time less now (negative: due)
+  span_us = 8,          -- the span of one job
+}
 local key, state = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -33,15 +35,15 @@ local lane = tonumber(ARGV[5])
 local reserve = tonumber(ARGV[6])
 local share = tonumber(ARGV[7])
 local ahead = tonumber(ARGV[8] or '0')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = gcra_now()
 
 -- a provider's throttle (lua/throttle.lua) leaves `tat:P:R`: read and kept exactly
--- as rate.lua does (read_tat, lua/gcra_read.lua, put before this script)
+-- as rate.lua does (read_tat and write_tat, lua/gcra.lua, put before this script)
 local tat, ramp, ramp_end
 tat, interval, ramp, ramp_end = read_tat(key, interval, now)
 if cost > burst then
-  return {-1, 0, -1, tat - now, tat, 0}
+  return gcra_reply({allowed = ALLOWED.never, remaining = 0, retry_after_us = -1,
+    reset_after_us = tat - now, tat_us = tat, granted = 0})
 end
 
 local f = redis.call('HMGET', state, 'u', 'n', 's')
@@ -70,7 +72,8 @@ if allow_at > now + ahead then
     redis.call('HSET', state, lane == 0 and 'u' or 'n', string.format('%.0f', until_us))
     redis.call('PEXPIRE', state, keep_ms + math.ceil(retry / 1000))
   end
-  return {0, 0, retry, tat - now, tat, 0}
+  return gcra_reply({allowed = ALLOWED.not_yet, remaining = 0, retry_after_us = retry,
+    reset_after_us = tat - now, tat_us = tat, granted = 0})
 end
 
 local granted = asking
@@ -79,10 +82,7 @@ if cost > 0 then
 end
 local new_tat = tat + interval * cost * granted
 local remaining = math.max(0, math.floor((now - (new_tat - interval * burst)) / interval))
-if cost > 0 then
-  local ttl_ms = math.ceil((math.max(new_tat, ramp_end) - now) / 1000)
-  redis.call('SET', key, string.format('%.0f', new_tat) .. ramp, 'PX', string.format('%.0f', math.max(ttl_ms, 1)))
-end
+if cost > 0 then write_tat(key, new_tat, ramp, ramp_end, now) end
 if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
   -- normal's share is counted only while lanes compete; a slot it was owed but
   -- asked for late is still its own (up to one share interval back), so over time
@@ -91,4 +91,6 @@ if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
   redis.call('HSET', state, 's', string.format('%.0f', s))
   redis.call('PEXPIRE', state, keep_ms + math.ceil((s - now) / 1000))
 end
-return {1, remaining, 0, new_tat - now, new_tat, granted, allow_at - now, interval * cost}
+return gcra_reply({allowed = ALLOWED.yes, remaining = remaining, retry_after_us = 0,
+  reset_after_us = new_tat - now, tat_us = new_tat, granted = granted,
+  first_slot_in_us = allow_at - now, span_us = interval * cost}, LANE)

@@ -16,8 +16,13 @@
 -- ARGV[5]  backoff ms, ARGV[6] max backoff ms
 -- ARGV[7]  ramp ms (0: the configured rate at once after the pause)
 --
--- Returns {applied (1; 0: this feedback was applied before), pause ms, resume ms}
-if redis.call('EXISTS', KEYS[3]) == 1 then return {0, 0, 0} end
+-- Returns {applied, pause ms, resume ms}, applied one of APPLIED (as in
+-- lua/feedback.lua; src/feedback/apply.rs reads it by the same names).
+local APPLIED = {
+  again = 0,            -- this feedback was applied before: nothing done
+  first = 1,            -- applied by this call
+}
+if redis.call('EXISTS', KEYS[3]) == 1 then return {APPLIED.again, 0, 0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now / 1000)
@@ -44,7 +49,7 @@ if raw then
     local p = tonumber(string.match(string.sub(raw, c), '^:(%d+):'))
     if p and p >= resume then
       redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
-      return {1, pause, math.floor(p / 1000)}
+      return {APPLIED.first, pause, math.floor(p / 1000)}
     end
     raw = string.sub(raw, 1, c - 1)
   end
@@ -60,4 +65,4 @@ if ramp > 0 then value = value .. ':' .. string.format('%.0f', resume) .. ':' ..
 local ttl = math.ceil((math.max(new_tat, resume + ramp) - now) / 1000) + 1
 redis.call('SET', KEYS[1], value, 'PX', string.format('%.0f', ttl))
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
-return {1, pause, math.floor(resume / 1000)}
+return {APPLIED.first, pause, math.floor(resume / 1000)}

@@ -17,6 +17,20 @@ use crate::redis::{RedisConn, StoreError};
 use crate::store::QuotaStore;
 use quota_worker_producer::{Event, Feedback};
 
+/// Whether `lua/feedback.lua` and `lua/throttle.lua` applied a feedback (`APPLIED`
+/// in each; a test checks that the scripts and this name the same numbers).
+struct Code;
+
+impl Code {
+    /// Applied before (its mark found): nothing done.
+    #[cfg(test)]
+    const AGAIN: i64 = 0;
+    /// Applied by this call.
+    const FIRST: i64 = 1;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 2] = [(Code::AGAIN, "again"), (Code::FIRST, "first")];
+}
+
 /// The settings a feedback is applied with.
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
@@ -176,7 +190,7 @@ async fn recipient_script(
     let mut conn = store.connection();
     let (applied, now_ms, at_ms): (i64, i64, i64) = inv.invoke_async(&mut conn).await?;
     Ok(match applied {
-        1 => Applied::First { now_ms, at_ms },
+        Code::FIRST => Applied::First { now_ms, at_ms },
         _ => Applied::Again,
     })
 }
@@ -221,7 +235,7 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
         .arg(ms(t.ramp))
         .invoke_async(&mut conn)
         .await?;
-    if applied == 1 {
+    if applied == Code::FIRST {
         crate::metrics::channel_rate(&f.channel, rate, None);
         return Ok(Applied::First {
             now_ms: store.redis_now().timestamp_millis(),
@@ -331,4 +345,28 @@ pub async fn notes(
         .into_iter()
         .filter_map(|(_, v)| serde_json::from_str(&v).ok())
         .collect())
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Code;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    /// Both scripts and [`Code`] name the same answers by the same numbers, and
+    /// the scripts answer by name.
+    #[test]
+    fn the_scripts_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Code::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        for (script, lua) in [
+            ("feedback.lua", include_str!("../../lua/feedback.lua")),
+            ("throttle.lua", include_str!("../../lua/throttle.lua")),
+        ] {
+            assert_eq!(lua_table(lua, "APPLIED"), ours, "{script}");
+            let found = positional_returns(script, lua);
+            assert!(found.is_empty(), "{found:#?}");
+        }
+    }
 }

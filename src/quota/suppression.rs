@@ -102,16 +102,22 @@ impl Suppression {
     pub fn decode(value: &str) -> Option<Suppression> {
         let mut parts = value.split(':');
         let bit: u8 = parts.next()?.parse().ok()?;
-        let kind = Kind::ALL.into_iter().find(|k| k.bit() == bit)?;
         let since = parts.next()?.parse().ok()?;
         let until: i64 = parts.next()?.parse().ok()?;
         if parts.next().is_some() {
             return None;
         }
+        Suppression::from_parts(bit.into(), since, until)
+    }
+
+    /// One from the parts of its hash value: the kind's bit, since and until (ms;
+    /// until 0: until removed); `None` for a bit of no kind or a time out of range.
+    pub fn from_parts(bit: i64, since_ms: i64, until_ms: i64) -> Option<Suppression> {
+        let kind = Kind::ALL.into_iter().find(|k| i64::from(k.bit()) == bit)?;
         Some(Suppression {
             kind,
-            since: DateTime::from_timestamp_millis(since)?,
-            until: match until {
+            since: DateTime::from_timestamp_millis(since_ms)?,
+            until: match until_ms {
                 0 => None,
                 ms => Some(DateTime::from_timestamp_millis(ms)?),
             },

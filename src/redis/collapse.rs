@@ -7,6 +7,18 @@ use redis::Script;
 use super::conn::RedisConn;
 use crate::redis::StoreError;
 
+/// The script's answer codes (`COLLAPSE` in `lua/collapse.lua`; a test checks
+/// that both sides name the same numbers).
+struct Code;
+
+impl Code {
+    const SUPERSEDED: i64 = 0;
+    const NEWEST: i64 = 1;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 2] =
+        [(Code::SUPERSEDED, "superseded"), (Code::NEWEST, "newest")];
+}
+
 /// The script's answer for one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Collapse {
@@ -37,11 +49,32 @@ pub async fn collapse(
         .invoke_async(&mut conn)
         .await?;
     match code {
-        1 => Ok(Collapse::Newest),
-        0 => Ok(Collapse::SupersededBy(newer)),
+        Code::NEWEST => Ok(Collapse::Newest),
+        Code::SUPERSEDED => Ok(Collapse::SupersededBy(newer)),
         _ => Err(StoreError::Reply {
             script: "collapse.lua",
             reply: vec![code],
         }),
+    }
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Code;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const LUA: &str = include_str!("../../lua/collapse.lua");
+
+    /// The script and [`Code`] name the same answers by the same numbers, and the
+    /// script answers by name.
+    #[test]
+    fn the_script_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Code::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "COLLAPSE"), ours);
+        let found = positional_returns("collapse.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
     }
 }

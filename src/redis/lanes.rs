@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::conn::RedisConn;
-use super::rate::{split, RateReply};
+use super::rate::{field, split, Allowed, Field, RateReply};
 use crate::lanes::share::LaneAsk;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
@@ -94,12 +94,13 @@ pub(crate) enum Granted {
 /// The slots of `lua/lanes.lua`'s reply to an ask with a look-ahead (`None`: a reply
 /// of another shape).
 pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
-    let (&allowed, rest) = reply.split_first()?;
-    match allowed {
-        1 => {
-            let &[_, _, _, tat_us, granted, first_in, span, ..] = rest else {
-                return None;
-            };
+    let at = |f| field(reply, f);
+    match at(Field::ALLOWED)? {
+        Allowed::YES => {
+            let tat_us = at(Field::TAT_US)?;
+            let granted = at(Field::GRANTED)?;
+            let first_in = at(Field::FIRST_SLOT_IN_US)?;
+            let span = at(Field::SPAN_US)?;
             let granted = usize::try_from(granted).ok().filter(|g| *g > 0)?;
             let slots = (0..granted)
                 .map(|i| {
@@ -113,10 +114,10 @@ pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
                 .collect();
             Some(Granted::Slots(slots))
         }
-        0 => Some(Granted::NotYet(Duration::from_micros(
-            (*rest.get(1)?).max(0) as u64,
+        Allowed::NOT_YET => Some(Granted::NotYet(Duration::from_micros(
+            at(Field::RETRY_AFTER_US)?.max(0) as u64,
         ))),
-        -1 => Some(Granted::Never),
+        Allowed::NEVER => Some(Granted::Never),
         _ => None,
     }
 }

@@ -45,6 +45,8 @@ pub mod scripts;
 pub mod slots;
 
 mod error;
+#[cfg(test)]
+pub(crate) mod lua_tables;
 
 pub use conn::RedisConn;
 pub use error::StoreError;

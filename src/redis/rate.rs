@@ -11,10 +11,79 @@ use super::conn::RedisConn;
 use crate::quota::policy::Rate;
 use crate::redis::StoreError;
 
+/// The fields of the GCRA scripts' reply, by name: `GCRA` in `lua/gcra.lua`, then
+/// `RATE` of `lua/rate.lua` or `LANE` of `lua/lanes.lua`; each its position in the
+/// reply, counted from 1 as the scripts count (a test checks that both sides name
+/// the same positions). Read with [`field`].
+pub(crate) struct Field;
+
+impl Field {
+    pub(crate) const ALLOWED: usize = 1;
+    pub(crate) const REMAINING: usize = 2;
+    pub(crate) const RETRY_AFTER_US: usize = 3;
+    pub(crate) const RESET_AFTER_US: usize = 4;
+    pub(crate) const TAT_US: usize = 5;
+    pub(crate) const GRANTED: usize = 6;
+    /// `rate.lua`, only while the channel is paused or ramping: the interval in force.
+    pub(crate) const INTERVAL_US: usize = 7;
+    /// `lanes.lua`, when allowed: the first granted slot's time less now.
+    pub(crate) const FIRST_SLOT_IN_US: usize = 7;
+    /// `lanes.lua`, when allowed: the span of one job.
+    pub(crate) const SPAN_US: usize = 8;
+    /// The fields of `GCRA`, `RATE` and `LANE`, with their names in the scripts.
+    #[cfg(test)]
+    pub(crate) const ALL: [(&'static str, &'static [(usize, &'static str)]); 3] = [
+        (
+            "GCRA",
+            &[
+                (Field::ALLOWED, "allowed"),
+                (Field::REMAINING, "remaining"),
+                (Field::RETRY_AFTER_US, "retry_after_us"),
+                (Field::RESET_AFTER_US, "reset_after_us"),
+                (Field::TAT_US, "tat_us"),
+                (Field::GRANTED, "granted"),
+            ],
+        ),
+        ("RATE", &[(Field::INTERVAL_US, "interval_us")]),
+        (
+            "LANE",
+            &[
+                (Field::FIRST_SLOT_IN_US, "first_slot_in_us"),
+                (Field::SPAN_US, "span_us"),
+            ],
+        ),
+    ];
+}
+
+/// Field `at` ([`Field`]) of a GCRA script's reply; `None` when the reply is
+/// shorter.
+pub(crate) fn field(reply: &[i64], at: usize) -> Option<i64> {
+    reply.get(at.checked_sub(1)?).copied()
+}
+
+/// What a GCRA script's `allowed` says (`ALLOWED` in `lua/gcra.lua`).
+pub struct Allowed;
+
+impl Allowed {
+    /// For the first `granted` jobs.
+    pub const YES: i64 = 1;
+    /// Ask again after `retry_after`.
+    pub const NOT_YET: i64 = 0;
+    /// The cost is above the burst.
+    pub const NEVER: i64 = -1;
+    /// Every value, with its name in the script.
+    #[cfg(test)]
+    pub(crate) const ALL: [(i64, &'static str); 3] = [
+        (Allowed::YES, "yes"),
+        (Allowed::NOT_YET, "not_yet"),
+        (Allowed::NEVER, "never"),
+    ];
+}
+
 /// The reply of the GCRA script for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateReply {
-    /// 1 allowed, 0 not yet, -1 never.
+    /// One of [`Allowed`]: 1 allowed, 0 not yet, -1 never.
     pub allowed: i64,
     /// Jobs that could still go right now.
     pub remaining: i64,
@@ -73,7 +142,7 @@ pub(crate) async fn take_many_paced(
         .arg(asking)
         .invoke_async(&mut conn)
         .await?;
-    let interval = reply.get(6).map(|&i| i.max(1) as u64);
+    let interval = field(&reply, Field::INTERVAL_US).map(|i| i.max(1) as u64);
     match split(&reply, rate.interval_us, rate.burst, cost, asking) {
         Some(replies) => Ok((replies, interval)),
         None => Err(StoreError::Reply {
@@ -92,11 +161,16 @@ pub(crate) fn split(
     cost: u64,
     asking: usize,
 ) -> Option<Vec<RateReply>> {
-    let &[allowed, remaining, retry_after, reset_after, tat_us, granted, ..] = reply else {
-        return None;
-    };
-    let granted = usize::try_from(granted).ok().filter(|g| *g <= asking)?;
-    if allowed == 1 && granted == 0 {
+    let at = |f| field(reply, f);
+    let allowed = at(Field::ALLOWED)?;
+    let remaining = at(Field::REMAINING)?;
+    let retry_after = at(Field::RETRY_AFTER_US)?;
+    let reset_after = at(Field::RESET_AFTER_US)?;
+    let tat_us = at(Field::TAT_US)?;
+    let granted = usize::try_from(at(Field::GRANTED)?)
+        .ok()
+        .filter(|g| *g <= asking)?;
+    if allowed == Allowed::YES && granted == 0 {
         return None;
     }
     // saturating: a cost no configuration gives (above the burst, answered -1)
@@ -111,14 +185,14 @@ pub(crate) fn split(
         .max(0);
     let out = (0..asking)
         .map(|i| match allowed {
-            1 if i < granted => RateReply {
-                allowed: 1,
+            Allowed::YES if i < granted => RateReply {
+                allowed: Allowed::YES,
                 remaining,
                 retry_after: Duration::ZERO,
                 tat_us: tat_us.saturating_sub(span.saturating_mul((granted - 1 - i) as i64)),
             },
-            1 => RateReply {
-                allowed: 0,
+            Allowed::YES => RateReply {
+                allowed: Allowed::NOT_YET,
                 remaining: 0,
                 retry_after: Duration::from_micros(next_in as u64),
                 tat_us,
@@ -137,6 +211,43 @@ pub(crate) fn split(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const GCRA: &str = include_str!("../../lua/gcra.lua");
+    const RATE: &str = include_str!("../../lua/rate.lua");
+    const LANES: &str = include_str!("../../lua/lanes.lua");
+
+    /// The scripts and this module name the same fields at the same positions, and
+    /// the same values of `allowed`: changing one side only fails here.
+    #[test]
+    fn the_scripts_and_the_reader_name_the_same_fields() {
+        for (table, fields) in Field::ALL {
+            let lua = match table {
+                "GCRA" => GCRA,
+                "RATE" => RATE,
+                _ => LANES,
+            };
+            let ours: Vec<(String, i64)> = fields
+                .iter()
+                .map(|(at, name)| (name.to_string(), *at as i64))
+                .collect();
+            assert_eq!(lua_table(lua, table), ours, "{table}");
+        }
+        let allowed: Vec<(String, i64)> = Allowed::ALL
+            .iter()
+            .map(|(v, name)| (name.to_string(), *v))
+            .collect();
+        assert_eq!(lua_table(GCRA, "ALLOWED"), allowed);
+    }
+
+    /// Neither script answers by position: every reply is built by name.
+    #[test]
+    fn the_scripts_answer_by_name() {
+        let mut found = positional_returns("gcra.lua", GCRA);
+        found.extend(positional_returns("rate.lua", RATE));
+        found.extend(positional_returns("lanes.lua", LANES));
+        assert!(found.is_empty(), "{found:#?}");
+    }
 
     #[test]
     fn a_grant_for_several_jobs_splits_into_each_ones_span_of_the_tat() {

@@ -37,16 +37,16 @@ pub const ADMIT_LUA: &str = concat!(
     include_str!("../../lua/admit/preferences.lua"),
     include_str!("../../lua/admit/answer.lua"),
 );
-/// `lua/rate.lua`: a channel's GCRA send rate (after `lua/gcra_read.lua`, the read
-/// of the rate key it shares with `lua/lanes.lua`).
+/// `lua/rate.lua`: a channel's GCRA send rate (after `lua/gcra.lua`, what it shares
+/// with `lua/lanes.lua`: the reply's names, the read and the write of the rate key).
 pub const RATE_LUA: &str = concat!(
-    include_str!("../../lua/gcra_read.lua"),
+    include_str!("../../lua/gcra.lua"),
     include_str!("../../lua/rate.lua")
 );
 /// `lua/lanes.lua`: a channel's GCRA send rate, taken by a job in a lane (after
-/// `lua/gcra_read.lua`).
+/// `lua/gcra.lua`).
 pub const LANES_LUA: &str = concat!(
-    include_str!("../../lua/gcra_read.lua"),
+    include_str!("../../lua/gcra.lua"),
     include_str!("../../lua/lanes.lua")
 );
 /// `lua/refund.lua`: what a take of the rate added and is still unspent, back.

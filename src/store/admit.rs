@@ -20,7 +20,7 @@ use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
 use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
-use crate::redis::rate::RateReply;
+use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
 
@@ -79,7 +79,7 @@ impl QuotaStore {
         };
         let taken = rate_reply
             .as_ref()
-            .filter(|r| r.allowed == 1)
+            .filter(|r| r.allowed == Allowed::YES)
             .map(|r| r.tat_us);
         let mut admission = match (reply, quiet_until) {
             (Verdict::Quiet(..), Some((until, hours))) => {
@@ -249,7 +249,7 @@ impl QuotaStore {
         step: RateStep,
     ) -> Result<bool, StoreError> {
         if let Some(reply) = &rate_reply {
-            if reply.allowed < 0 {
+            if reply.allowed == Allowed::NEVER {
                 // never reached: validation keeps cost <= burst
                 return Err(StoreError::CostAboveBurst {
                     channel: channel.to_string(),
@@ -319,7 +319,7 @@ impl QuotaStore {
         let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
         let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
         let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
-        reply.allowed == 0 && wait_us <= self.park_after.as_micros() as u64
+        reply.allowed == Allowed::NOT_YET && wait_us <= self.park_after.as_micros() as u64
     }
 
     /// Park the job rather than wait: the rate holds a backlog; its recipient's

@@ -9,7 +9,7 @@ use crate::counted::Counted;
 use crate::lanes::share::LaneAsk;
 use crate::lanes::slots::ChannelLanes;
 use crate::quota::policy::Rate;
-use crate::redis::rate::{self, RateReply};
+use crate::redis::rate::{self, Allowed, RateReply};
 use crate::redis::{refund, StoreError};
 
 impl QuotaStore {
@@ -56,8 +56,8 @@ impl QuotaStore {
             let reply = self.take_rate_in(channel, rate, lane).await?;
             asks = asks.saturating_add(1);
             match reply.allowed {
-                1 => return Ok(Some((reply.tat_us, asks))),
-                0 => {
+                Allowed::YES => return Ok(Some((reply.tat_us, asks))),
+                Allowed::NOT_YET => {
                     let wait = reply.retry_after.max(Duration::from_micros(100));
                     refused += wait;
                     if budget.is_some_and(|b| refused > b) {

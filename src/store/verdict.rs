@@ -10,7 +10,6 @@ use super::layers::{layered_refusal, JobLayer};
 use crate::admission::{Admission, Request, Ticket};
 use crate::preferences::set::{OptOut, QuietHours};
 use crate::quota::policy::{Policy, Rate, Scope};
-use crate::quota::suppression::Suppression;
 use crate::quota::window;
 use crate::redis::admit::Verdict;
 
@@ -78,13 +77,7 @@ pub(super) fn admission(
             }
         }
         Verdict::Duplicate(_) => Admission::Duplicate,
-        Verdict::Suppressed(_, kind, since, until) => {
-            match Suppression::decode(&format!("{kind}:{since}:{until}")) {
-                Some(s) => Admission::Suppressed(s),
-                // a value no worker writes
-                None => return Err(reply),
-            }
-        }
+        Verdict::Suppressed(_, s) => Admission::Suppressed(s),
         Verdict::OptedOut(_, what) => match OptOut::from_code(what) {
             Some(what) => {
                 metrics::counter!(crate::metrics::PREFERENCE_TOTAL, "outcome" => "opted_out")

@@ -18,7 +18,11 @@ use testkit::*;
 /// session running and once while connecting: the worker exits 0 within its grace
 /// period all the same. A fresh worker finishes the run; nothing is lost. The
 /// dispatches sent before the second hang was noticed, unconfirmed at the SIGTERM,
-/// are dispatched again (the named window: sent, not recorded); counted.
+/// are dispatched again (the named window: sent, not recorded); counted. "Within
+/// its grace period" is measured on the machine as it is at that moment: the worker
+/// signalled while connecting has nothing to finish, so the time it takes to exit
+/// is what delivering a signal and ending a process cost then, and the running
+/// worker gets its grace, half a second to close, and that much.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
     let _heavy = heavy().await;
@@ -131,8 +135,8 @@ async fn broker_hang_every_wait_has_a_deadline_and_nothing_is_lost() {
         connecting.tail(30)
     );
     assert!(
-        exit_running < Duration::from_millis(grace * 1000 + 500),
-        "exit took {exit_running:?}"
+        exit_running < Duration::from_millis(grace * 1000 + 500) + exit_connecting,
+        "exit took {exit_running:?} (a worker with nothing to finish {exit_connecting:?})"
     );
     assert!(
         exit_connecting < Duration::from_millis(grace * 1000 + 500),

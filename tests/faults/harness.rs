@@ -191,20 +191,24 @@ pub(crate) async fn declare(s: &Settings) {
 
 /// Wait until the dispatch and dead queues hold at least the expected numbers, the
 /// jobs queue is empty and the short delay levels (up to 16 s) are empty, three
-/// polls in a row. Returns false on timeout.
+/// polls in a row. Returns false once `stalled` went by without progress: the
+/// deadline follows what the run does (each poll that finds more dispatched or
+/// dead-lettered, or fewer jobs left to take, than ever before moves it on), so a
+/// machine slow enough to take longer still settles, and a run that stopped
+/// moving still fails.
 pub(crate) async fn wait_until_quiet(
     conn: &lapin::Connection,
     s: &Settings,
     dispatched: usize,
     dead: usize,
-    timeout: Duration,
+    stalled: Duration,
 ) -> bool {
     let t = topology(s);
     let ladder = t.ladder();
-    let deadline = Instant::now() + timeout;
+    let mut progress = Progress::new(stalled);
     let mut calm = 0;
     let mut last = String::new();
-    while Instant::now() < deadline {
+    while !progress.stalled() {
         let d = depth(conn, &t.dispatch_queue("sms")).await.unwrap_or(0) as usize;
         let x = depth(conn, &s.amqp.dead_queue).await.unwrap_or(0) as usize;
         let j = depth(conn, &s.amqp.jobs_queue).await.unwrap_or(1);
@@ -219,6 +223,7 @@ pub(crate) async fn wait_until_quiet(
         last = format!(
             "dispatch {d}/{dispatched}, dead {x}/{dead}, jobs queue {j}, short delays {short}, lanes {lanes}"
         );
+        progress.see((d + x) as u64, u64::from(j + short + lanes));
         if d >= dispatched && x >= dead && j == 0 && short == 0 && lanes == 0 {
             calm += 1;
             if calm >= 3 {
@@ -229,8 +234,46 @@ pub(crate) async fn wait_until_quiet(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("did not settle in {timeout:?}: {last}");
+    eprintln!("did not settle: nothing moved for {stalled:?}: {last}");
     false
+}
+
+/// A deadline that moves on with progress: it passes once `stalled` went by
+/// since the last time `done` was higher, or `left` lower, than ever before.
+/// Both only improve a bounded number of times, so a run going round in circles
+/// still ends.
+pub(crate) struct Progress {
+    stalled: Duration,
+    since: Instant,
+    best: Option<(u64, u64)>,
+}
+
+impl Progress {
+    pub(crate) fn new(stalled: Duration) -> Progress {
+        Progress {
+            stalled,
+            since: Instant::now(),
+            best: None,
+        }
+    }
+
+    /// A poll found `done` of the work done and `left` still to do.
+    pub(crate) fn see(&mut self, done: u64, left: u64) {
+        match self.best {
+            // the first poll sets the mark; the clock runs from `since`
+            None => self.best = Some((done, left)),
+            Some((d, l)) if done > d || left < l => {
+                self.best = Some((d.max(done), l.min(left)));
+                self.since = Instant::now();
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Whether `stalled` went by without progress.
+    pub(crate) fn stalled(&self) -> bool {
+        self.since.elapsed() >= self.stalled
+    }
 }
 
 /// How the run of a mix ended: whether the queues became quiet, when, what stopping
@@ -533,12 +576,20 @@ pub(crate) async fn publish_and_start(
 
 impl Loaded {
     /// Wait until at least `jobs` were dispatched; panics with the worker's log if
-    /// that takes longer than `limit` from its start.
-    pub(crate) async fn until_dispatched(&self, jobs: u32, limit: Duration) {
-        while depth(&self.conn, &self.dispatch).await.unwrap_or(0) < jobs {
+    /// `stalled` goes by with no new dispatch (the first one counted from the
+    /// worker's start).
+    pub(crate) async fn until_dispatched(&self, jobs: u32, stalled: Duration) {
+        let mut progress = Progress::new(stalled);
+        progress.since = self.started;
+        loop {
+            let out = depth(&self.conn, &self.dispatch).await.unwrap_or(0);
+            if out >= jobs {
+                return;
+            }
+            progress.see(u64::from(out), u64::MAX);
             assert!(
-                self.started.elapsed() < limit,
-                "no progress ({jobs} dispatches wanted):\n{}",
+                !progress.stalled(),
+                "no progress ({jobs} dispatches wanted, {out} so far):\n{}",
                 self.w.tail(40)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -3,6 +3,8 @@
 //! that both sides name the same numbers), and each job's answer read into a
 //! [`Verdict`]. Pure: no I/O.
 
+use crate::quota::suppression::Suppression;
+
 /// An answer's code (`ANSWER` in `lua/admit/protocol.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i64)]
@@ -82,8 +84,8 @@ pub(crate) enum Verdict {
     /// nothing was written; ask again with the key declared.
     Elsewhere(i64),
     /// The recipient is suppressed on the job's channel by a kind its policy is
-    /// held by: the kind's bit, since and until (ms; 0: until removed).
-    Suppressed(i64, u8, i64, i64),
+    /// held by.
+    Suppressed(i64, Suppression),
     /// The recipient opted out: 1 its category, 2 its channel, 3 the pair.
     OptedOut(i64, i64),
     /// The recipient has quiet hours (of this version) to compute first.
@@ -183,7 +185,7 @@ impl Answer<'_> {
             Code::Layered => Verdict::Layered(now, blocks(p)?, self.quiet),
             Code::Suppressed => match p {
                 [kind, since, until] => {
-                    Verdict::Suppressed(now, u8::try_from(*kind).ok()?, *since, *until)
+                    Verdict::Suppressed(now, Suppression::from_parts(*kind, *since, *until)?)
                 }
                 _ => return None,
             },

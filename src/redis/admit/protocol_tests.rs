@@ -1,4 +1,6 @@
 use super::{verdicts, Code, Flag, Verdict};
+use crate::quota::suppression::{Kind, Suppression};
+use crate::redis::lua_tables::lua_table;
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -49,7 +51,14 @@ fn a_flat_reply_splits_into_each_jobs_verdict() {
             Verdict::Shadowed(NOW, vec![30], false),
             Verdict::Elsewhere(NOW),
             Verdict::Layered(NOW, vec![vec![5], vec![], vec![6, 7]], None),
-            Verdict::Suppressed(NOW, 4, 9, 0),
+            Verdict::Suppressed(
+                NOW,
+                Suppression {
+                    kind: Kind::Unsubscribed,
+                    since: chrono::DateTime::from_timestamp_millis(9).unwrap(),
+                    until: None,
+                }
+            ),
             Verdict::Admitted(NOW, true),
             Verdict::Shadowed(NOW, vec![40], true),
             Verdict::OptedOut(NOW, 2),
@@ -121,21 +130,6 @@ fn a_reply_of_another_shape_is_refused() {
         assert_eq!(verdicts(flat, jobs), None, "{why}");
     }
     assert_eq!(verdicts(&[NOW], 0), Some(vec![]));
-}
-
-/// The `NAME = { key = number, ... }` table of `lua`, as (key, number) pairs.
-fn lua_table(lua: &str, name: &str) -> Vec<(String, i64)> {
-    let open = format!("local {name} = {{");
-    let start = lua.find(&open).unwrap_or_else(|| panic!("no table {name}")) + open.len();
-    let body = &lua[start..start + lua[start..].find("\n}").expect("the table's end")];
-    body.lines()
-        .map(|line| line.split("--").next().unwrap_or("").trim())
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let (key, value) = line.trim_end_matches(',').split_once('=').expect(line);
-            (key.trim().to_string(), value.trim().parse().expect(line))
-        })
-        .collect()
 }
 
 /// The script and this module name the same answers and flags by the same numbers:

@@ -11,7 +11,7 @@ use quota_worker::quota::digest::{DigestMode, KeepFrom};
 use testkit::audit::{self, depth, Published};
 use testkit::*;
 
-use super::fault_settings;
+use super::{fault_settings, Progress};
 
 /// [`fault_settings`] with policy `social`: a `window` digest of `window`, every
 /// item carried in full (`keep` 100), so each can be counted; with `cap`, at most
@@ -128,7 +128,8 @@ pub(crate) async fn until_closing(
 
 /// Wait until every digest is done with (the index empty), the jobs queue is
 /// empty and the dispatch queue holds at least `digests` messages, three polls in
-/// a row; false after `timeout`.
+/// a row; false once `timeout` went by with no digest more sent and none fewer
+/// left.
 pub(crate) async fn until_digests_sent(
     conn: &lapin::Connection,
     s: &Settings,
@@ -136,12 +137,13 @@ pub(crate) async fn until_digests_sent(
     timeout: Duration,
 ) -> bool {
     let dispatch = topology(s).dispatch_queue("sms");
-    let deadline = Instant::now() + timeout;
+    let mut progress = Progress::new(timeout);
     let mut calm = 0;
-    while Instant::now() < deadline {
+    while !progress.stalled() {
         let (open, _) = digest_state(s);
         let jobs = depth(conn, &s.amqp.jobs_queue).await.unwrap_or(1);
         let sent = depth(conn, &dispatch).await.unwrap_or(0) as usize;
+        progress.see(sent as u64, (open as u64) + u64::from(jobs));
         if open == 0 && jobs == 0 && sent >= digests {
             calm += 1;
             if calm >= 3 {
