@@ -19,7 +19,7 @@
 //! minute and renewed each batch, `lua/lease.lua`); one that
 //! finds the lease taken waits for it to end and leaves what came after the other's
 //! marker to the next look.
-//! The stream keeps dead letters for [`MAX_AGE`]: one not caught up within it is
+//! The stream keeps dead letters for `console.dead_log_max_age`: one not caught up within it is
 //! still in the queue (the CLI walks it), but not in the index.
 
 use std::sync::LazyLock;
@@ -42,9 +42,6 @@ static LEASE: LazyLock<redis::Script> =
 
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
 pub const MARKER: &str = "x-quota-worker-marker";
-
-/// How long the stream keeps a dead letter (`x-max-age`).
-pub const MAX_AGE: &str = "7D";
 
 /// Entries written to the index in one call.
 const BATCH: usize = 200;
@@ -69,12 +66,14 @@ pub fn stream_name(dead_queue: &str) -> String {
     format!("{dead_queue}.log")
 }
 
-/// The stream's arguments.
-pub fn stream_args() -> FieldTable {
+/// The stream's arguments: it keeps a dead letter `max_age`
+/// (`console.dead_log_max_age`).
+pub fn stream_args(max_age: Duration) -> FieldTable {
     let mut args = FieldTable::default();
     let long = |s: &str| AMQPValue::LongString(LongString::from(s));
     args.insert("x-queue-type".into(), long("stream"));
-    args.insert("x-max-age".into(), long(MAX_AGE));
+    let age = format!("{}s", max_age.as_secs().max(1));
+    args.insert("x-max-age".into(), long(&age));
     args
 }
 

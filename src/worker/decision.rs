@@ -12,6 +12,7 @@ use super::handling::{Handling, Route, RouteAt};
 use super::Worker;
 use crate::admission::{Admission, RateStep, Request};
 use crate::decide::{self, Context, Decision};
+use crate::erase;
 use crate::fallback;
 use crate::job::decode::Job;
 use crate::job::note::JobState;
@@ -43,7 +44,7 @@ impl Worker {
         now: DateTime<Utc>,
     ) -> Result<Decided<'j>, ProcessError> {
         let (s, job, rules) = (h.s, h.job, h.rules);
-        if let Some(decision) = self.settled_before(job, now) {
+        if let Some(decision) = self.settled_before(job, h.delivery, now) {
             return Ok(Decided::Carry(decision, None));
         }
         if let Some(spec) = folds_now(h.policy, job, h.delivery, now) {
@@ -102,6 +103,11 @@ impl Worker {
             }
         };
         let on = route.as_deref().map_or(job, |(_, on_step)| on_step);
+        // erased while it waited in its line for the rate: given back, not sent
+        if let (Admission::Admitted(ticket), true) = (&admission, self.erased(job, h.delivery)) {
+            Box::pin(self.retry_redis(|| self.store.release(ticket), &s.stop)).await?;
+            return Ok(Decided::Carry(Decision::Erased, None));
+        }
         // paused while it waited for its admission or its channel's rate: its
         // admission is given back and it waits as the others do
         if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
@@ -116,11 +122,19 @@ impl Worker {
         Ok(Decided::Carry(decision, route))
     }
 
-    /// What settles a job before anything is asked of Redis: a cancel mark, triage,
-    /// an unconfigured channel among its further ones.
-    fn settled_before(&self, job: &Job<'_>, now: DateTime<Utc>) -> Option<Decision> {
+    /// What settles a job before anything is asked of Redis: a cancel mark, its
+    /// recipient's erase, triage, an unconfigured channel among its further ones.
+    fn settled_before(
+        &self,
+        job: &Job<'_>,
+        delivery: &Delivery,
+        now: DateTime<Utc>,
+    ) -> Option<Decision> {
         if let Some(at) = self.cancels.get(&job.id) {
             return Some(Decision::Dead(decide::cancelled(at)));
+        }
+        if self.erased(job, delivery) {
+            return Some(Decision::Erased);
         }
         if let Some(decision) = decide::triage(job, &self.topology.channels, now) {
             return Some(decision);
@@ -128,6 +142,21 @@ impl Worker {
         let further = job.fallback.as_deref()?;
         let dead = fallback::route::unknown_channel(further, &self.topology.channels)?;
         Some(Decision::Dead(dead))
+    }
+
+    /// Whether the job's recipient was erased after a worker first saw the job
+    /// (`crate::erase::marks`); nothing is computed while no recipient is.
+    pub(super) fn erased(&self, job: &Job<'_>, delivery: &Delivery) -> bool {
+        if !self.cancels.any_erased() {
+            return false;
+        }
+        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
+        let Some(at) = self.cancels.erased_at(&keys.erase_mark(&job.recipient)) else {
+            return false;
+        };
+        let p = &delivery.properties;
+        let since = erase::marks::since_ms(p.headers().as_ref(), *p.timestamp());
+        erase::marks::drops(at, since)
     }
 
     /// A job held back by its schedule or send windows, or by the pause after a
