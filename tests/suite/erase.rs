@@ -437,3 +437,42 @@ async fn erase_keeping_the_suppression_leaves_its_keyed_tombstone_only() {
         .unwrap();
     assert_eq!(list.len(), 1, "{list:?}");
 }
+
+#[tokio::test]
+async fn erase_over_http_asks_for_the_api_token_and_answers_by_store() {
+    let ns = unique("erase-http");
+    let s = settings(&ns);
+    let (_c, w, _conn) = rig(&s).await;
+    let store = w.store().clone();
+    let token = "erase-token-0123456789".to_string();
+    let guard = quota_worker::http::guard::Guard::token(&token.clone().into());
+    let (addr, stop) = crate::preference_api::serve(&s, &store, guard).await;
+    let prefs = json!({"categories": {"marketing": false}});
+    quota_worker::preferences::edit::put(&store, Some("acme"), R, &prefs)
+        .await
+        .unwrap();
+    let path = "/v1/recipients/%2B33%206%2000%2000%2070%2070?tenant=acme";
+    let call = |token| crate::preference_api::call(&addr, "DELETE", path, "", token);
+    let (status, _) = call(None).await;
+    assert_eq!(status, 401);
+    let got = |status, body: String| {
+        assert_eq!(status, 200, "{body}");
+        let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_else(|e| {
+            // a chunked body: its one chunk's text
+            let inner = body.lines().nth(1).unwrap_or_default().to_string();
+            serde_json::from_str(&inner).unwrap_or_else(|_| panic!("{e}: {body}"))
+        });
+        assert!(!body.contains("+33"), "{body}");
+        json
+    };
+    let (status, body) = call(Some(&token)).await;
+    let first = got(status, body);
+    assert_eq!(first["keys"], json!({"preferences": 1}), "{first}");
+    assert_eq!(first["tenant"], json!("acme"), "{first}");
+    let tag = store.keys().for_tenant(Some("acme")).recipient_tag(R);
+    assert_eq!(first["recipient_tag"], json!(tag));
+    let (status, body) = call(Some(&token)).await;
+    assert_eq!(got(status, body)["nothing"], json!(true));
+    assert!(traces(&s, &[R.to_string(), tag]).await.is_empty());
+    stop.cancel();
+}
