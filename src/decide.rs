@@ -59,6 +59,8 @@ pub(crate) enum Decision {
         /// The newer job's id.
         by: String,
     },
+    /// Its recipient was erased after it was first seen: ack it, send nothing.
+    Erased,
     /// Publish to the dead-letter queue.
     Dead(DeadLetter),
     /// Give the admission back (it was admitted, but expired while waiting for

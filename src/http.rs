@@ -32,6 +32,7 @@ use crate::config::Settings;
 use crate::health::Health;
 use crate::status::Status;
 
+mod erase;
 pub mod guard;
 pub mod openapi;
 mod preferences;
@@ -100,6 +101,7 @@ pub fn app(app: App) -> Router {
         .route("/readyz", get(ready))
         .merge(mutating)
         .merge(preferences::routes())
+        .merge(erase::routes())
         .route(openapi::OPENAPI_PATH, get(openapi::serve))
         .with_state(app)
         .merge(console)

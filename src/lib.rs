@@ -153,6 +153,7 @@ pub mod console;
 pub(crate) mod counted;
 pub(crate) mod decide;
 pub mod digest;
+pub mod erase;
 pub mod fallback;
 pub mod feedback;
 pub mod health;

@@ -19,7 +19,7 @@
 //! minute and renewed each batch, `lua/lease.lua`); one that
 //! finds the lease taken waits for it to end and leaves what came after the other's
 //! marker to the next look.
-//! The stream keeps dead letters for [`MAX_AGE`]: one not caught up within it is
+//! The stream keeps dead letters for `console.dead_log_max_age`: one not caught up within it is
 //! still in the queue (the CLI walks it), but not in the index.
 
 use std::sync::LazyLock;
@@ -43,7 +43,6 @@ static LEASE: LazyLock<redis::Script> =
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
 pub const MARKER: &str = "x-quota-worker-marker";
 
-pub use crate::amqp::topology::DEAD_LOG_MAX_AGE as MAX_AGE;
 pub use crate::amqp::topology::{dead_log_args as stream_args, dead_log_name as stream_name};
 
 /// Entries written to the index in one call.

@@ -14,21 +14,20 @@ use super::BrokerError;
 use crate::config::{AmqpSettings, LaneSettings, QueueType, Settings};
 use crate::lanes::share::Priority;
 
-/// How long the dead-letter log keeps a dead letter (`x-max-age`).
-pub const DEAD_LOG_MAX_AGE: &str = "7D";
-
 /// The dead-letter log's name ([`crate::admin::dead_log`] reads it): the dead-letter
 /// queue's, then `.log`.
 pub fn dead_log_name(dead_queue: &str) -> String {
     format!("{dead_queue}.log")
 }
 
-/// The dead-letter log's arguments: a stream that keeps [`DEAD_LOG_MAX_AGE`].
-pub fn dead_log_args() -> FieldTable {
+/// The dead-letter log's arguments: a stream that keeps a dead letter `max_age`
+/// (`console.dead_log_max_age`).
+pub fn dead_log_args(max_age: std::time::Duration) -> FieldTable {
     let mut args = FieldTable::default();
     let long = |s: &str| AMQPValue::LongString(LongString::from(s));
     args.insert("x-queue-type".into(), long("stream"));
-    args.insert("x-max-age".into(), long(DEAD_LOG_MAX_AGE));
+    let age = format!("{}s", max_age.as_secs().max(1));
+    args.insert("x-max-age".into(), long(&age));
     args
 }
 
@@ -50,6 +49,8 @@ pub struct Topology {
     /// The dead-letter log, a stream bound to the dead-letter exchange
     /// ([`crate::admin::dead_log`]), while `console.dead_index` is not 0.
     pub dead_log: Option<String>,
+    /// How long the dead-letter log keeps a dead letter (`console.dead_log_max_age`).
+    pub dead_log_max_age: std::time::Duration,
 }
 
 /// Delete `queues` and `exchanges` (each on a fresh channel after a failure, since a
@@ -112,6 +113,7 @@ impl Topology {
             ),
             dead_log: (settings.console.dead_index > 0)
                 .then(|| dead_log_name(&settings.amqp.dead_queue)),
+            dead_log_max_age: settings.console.dead_log_max_age.0,
         }
     }
 
@@ -223,7 +225,55 @@ impl Topology {
         self.declare_feedback(&mut steps);
         self.declare_ladder(&mut steps);
         steps.run().await?;
+        self.declare_dead_queue(conn).await?;
         self.declare_dead_log(conn).await
+    }
+
+    /// The dead-letter queue's arguments: bounded by `amqp.dead_ttl` and
+    /// `amqp.dead_max_length` when `bounded`.
+    fn dead_args(&self, bounded: bool) -> FieldTable {
+        let mut args = self.limited(self.queue_args(None), i32::MAX as u32);
+        let a = &self.amqp;
+        if bounded && !a.dead_ttl.0.is_zero() {
+            let ms = a.dead_ttl.0.as_millis().min(i32::MAX as u128) as i64;
+            args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms));
+        }
+        if bounded && a.dead_max_length > 0 {
+            let n = a.dead_max_length as i64;
+            args.insert("x-max-length".into(), AMQPValue::LongLongInt(n));
+        }
+        args
+    }
+
+    /// The dead-letter queue, bound, on a channel of its own, with its bounds. A
+    /// queue declared before without them (or with others) refuses the arguments
+    /// (the broker compares them at each declaration): it is then declared as it
+    /// was, and the worker says at start that its bound is not the configured one
+    /// (a broker policy gives it one: docs/guide/operating.md).
+    async fn declare_dead_queue(&self, conn: &Connection) -> Result<(), BrokerError> {
+        let a = &self.amqp;
+        let run = |bounded: bool| async move {
+            let mut steps = Steps::open(conn, "a channel for the dead-letter queue").await?;
+            steps.queue(a.dead_queue.clone(), self.dead_args(bounded));
+            let bind = FieldTable::default();
+            steps.bind(&a.dead_queue, &a.dead_exchange, String::new(), bind);
+            steps.run().await
+        };
+        match run(true).await {
+            Err(e) if e.is_fatal() => {
+                run(false).await?;
+                tracing::warn!(
+                    queue = %a.dead_queue,
+                    refused = %e,
+                    "the dead-letter queue exists without the bounds of amqp.dead_ttl and \
+                     amqp.dead_max_length (declared before them, or with others): it keeps its \
+                     own; bound it with a broker policy (docs/guide/operating.md, \
+                     \"Retention\"), or delete it once empty so the worker declares it bounded"
+                );
+                Ok(())
+            }
+            done => done,
+        }
     }
 
     /// The dead-letter log ([`crate::admin::dead_log`]), after the rest, on a
@@ -235,7 +285,7 @@ impl Topology {
             return Ok(());
         };
         let mut steps = Steps::open(conn, "a channel for the dead-letter log").await?;
-        steps.queue(log.clone(), dead_log_args());
+        steps.queue(log.clone(), dead_log_args(self.dead_log_max_age));
         let dead_exchange = &self.amqp.dead_exchange;
         steps.bind(log, dead_exchange, String::new(), FieldTable::default());
         match steps.run().await {
@@ -277,14 +327,6 @@ impl Topology {
         ] {
             steps.exchange(name.clone(), kind, FieldTable::default());
         }
-        let dead = self.limited(self.queue_args(None), i32::MAX as u32);
-        steps.queue(a.dead_queue.clone(), dead);
-        steps.bind(
-            &a.dead_queue,
-            &a.dead_exchange,
-            String::new(),
-            FieldTable::default(),
-        );
         steps.queue(a.jobs_queue.clone(), self.dead_lettered());
         steps.bind(
             &a.jobs_queue,

@@ -134,6 +134,15 @@ pub enum RecipientAction {
     },
     /// Delete every recorded send of the recipient (all policies and channels).
     Reset,
+    /// Forget the recipient everywhere: recorded sends, preferences, suppressions,
+    /// collapse keys, waiting set, open digests' items, dead letters; its waiting
+    /// jobs are dropped unsent. Answers with what it erased, by store.
+    Erase {
+        /// Keep its suppressions (a tombstone keyed by its keyed hash), so that a
+        /// bounced or complained address stays suppressed.
+        #[arg(long)]
+        keep_suppression: bool,
+    },
     /// Suppress the recipient on `--channel` (its jobs are dead-lettered
     /// `suppressed` by the policies held by that kind).
     Suppress {
@@ -409,6 +418,9 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
         )
         .await;
     }
+    if let Some(RecipientAction::Erase { keep_suppression }) = args.action {
+        return erase(settings, &store, &args, keep_suppression).await;
+    }
     let recipients = Recipients::new(&store, settings);
     let (tz, zone_from) = recipients.zone(&args.recipient, args.timezone).await?;
     let query = RecipientQuery {
@@ -452,7 +464,9 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
             )
             .await;
         }
-        Some(RecipientAction::Preferences { .. }) => unreachable!("handled above"),
+        Some(RecipientAction::Preferences { .. } | RecipientAction::Erase { .. }) => {
+            unreachable!("handled above")
+        }
         Some(RecipientAction::Reset) => {
             let deleted = recipients
                 .reset(&args.recipient, args.tenant.as_deref())
@@ -465,6 +479,77 @@ async fn recipient(settings: &Settings, args: RecipientArgs) -> anyhow::Result<E
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `admin recipient R erase`: the action log names the system user who ran it.
+async fn erase(
+    settings: &Settings,
+    store: &quota_worker::store::QuotaStore,
+    args: &RecipientArgs,
+    keep_suppression: bool,
+) -> anyhow::Result<ExitCode> {
+    let conn = amqp(settings).await?;
+    let who = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    );
+    let request = quota_worker::erase::Request {
+        recipient: &args.recipient,
+        tenant: args.tenant.as_deref(),
+        keep_suppression,
+        who: &who,
+    };
+    let stop = super::stop_on_signal();
+    let erased = quota_worker::erase::erase(store, settings, &conn, &request, &stop).await;
+    let _ = conn.close(200, "bye".into()).await;
+    let erased = erased?;
+    if args.json {
+        print_json(&erased)?;
+    } else {
+        print_erased(&erased);
+    }
+    Ok(if erased.interrupted {
+        ExitCode::from(super::EXIT_INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_erased(e: &quota_worker::erase::Erased) {
+    if e.interrupted {
+        eprintln!("interrupted during the dead-letter walk: run the erase again to complete it");
+    }
+    if e.nothing {
+        println!(
+            "nothing to erase for recipient {}: it was erased already or never known",
+            e.recipient_tag
+        );
+        return;
+    }
+    println!(
+        "erased recipient {} at {}:",
+        e.recipient_tag,
+        e.at.to_rfc3339()
+    );
+    for (store, n) in &e.keys {
+        println!("  {store:<16} {n} key(s)");
+    }
+    println!(
+        "  waiting jobs     {} (dropped unsent when they come back)",
+        e.waiting_jobs
+    );
+    println!(
+        "  open digests     {} ({} item(s), never sent)",
+        e.open_digests, e.digest_items
+    );
+    println!("  dead letters     {}", e.dead_letters);
+    println!("  dead-letter index {} entry(ies)", e.dead_index_entries);
+    if !e.kept.is_empty() {
+        println!(
+            "  kept             {} (keyed by the hash only)",
+            e.kept.join(", ")
+        );
+    }
 }
 
 /// A send imported by `admin recipient record`, or why nothing changed.

@@ -43,6 +43,15 @@ pub struct AmqpSettings {
     pub dead_exchange: String,
     /// The durable queue of dead letters (default `notify.dead`).
     pub dead_queue: String,
+    /// How long the dead-letter queue keeps a dead letter (`x-message-ttl`),
+    /// default `336h` (14 days); `0s`: no limit. Applied when the queue is
+    /// declared; a queue declared before (or with another value) keeps its own,
+    /// and the worker says so at start (a broker policy bounds it then:
+    /// docs/guide/operating.md).
+    pub dead_ttl: Dur,
+    /// The most dead letters the queue keeps (`x-max-length`, the oldest dropped
+    /// beyond), default 100000; 0: no limit. Applied as `dead_ttl` is.
+    pub dead_max_length: u32,
     /// Prefix of the delay topology: exchanges `<prefix>.x<level>` and queues
     /// `<prefix>.<seconds>s` (default `notify.delay`).
     pub delay_prefix: String,
@@ -92,6 +101,8 @@ impl fmt::Debug for AmqpSettings {
             .field("dispatch_queue_prefix", &a.dispatch_queue_prefix)
             .field("dead_exchange", &a.dead_exchange)
             .field("dead_queue", &a.dead_queue)
+            .field("dead_ttl", &a.dead_ttl)
+            .field("dead_max_length", &a.dead_max_length)
             .field("delay_prefix", &a.delay_prefix)
             .field("delay_levels", &a.delay_levels)
             .field("queue_type", &a.queue_type)
@@ -113,6 +124,12 @@ impl AmqpSettings {
         }
         if self.delivery_limit == 0 {
             return Err(invalid("amqp.delivery_limit", "must be at least 1"));
+        }
+        if self.dead_ttl.0 > std::time::Duration::from_millis(i32::MAX as u64) {
+            return Err(invalid(
+                "amqp.dead_ttl",
+                "must be at most 596h (the broker's bound on a message TTL)",
+            ));
         }
         for (key, name) in [
             ("amqp.jobs_exchange", &self.jobs_exchange),

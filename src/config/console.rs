@@ -26,11 +26,20 @@ pub struct ConsoleSettings {
     /// someone looks. The console's dead-letter pages read the index, never the
     /// queue. 0: no stream and no index (the console's dead-letter pages are empty).
     pub dead_index: u32,
+    /// How long the dead-letter log (the stream `<amqp.dead_queue>.log`) keeps a
+    /// dead letter (`x-max-age`), default `168h` (7 days), at least `1h`. A stream
+    /// cannot drop one entry (an erase cannot reach it): this is its bound. Applied
+    /// when the stream is declared; one declared with another keeps its own, and
+    /// the worker says so at start.
+    pub dead_log_max_age: Dur,
 }
 
 impl ConsoleSettings {
     /// A session of at least a second; a trace URL with its `{trace_id}`.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.dead_log_max_age.0 < std::time::Duration::from_secs(3600) {
+            return Err(invalid("console.dead_log_max_age", "must be at least 1h"));
+        }
         if self.session_ttl.0 < std::time::Duration::from_secs(1) {
             return Err(invalid("console.session_ttl", "must be at least 1s"));
         }
@@ -59,6 +68,7 @@ mod tests {
             session_ttl: Dur(std::time::Duration::from_secs(ttl)),
             trace_url: url.into(),
             dead_index: 10,
+            dead_log_max_age: Dur(std::time::Duration::from_secs(3600)),
         }
     }
 

@@ -30,7 +30,7 @@ pub(super) fn routes() -> Router<App> {
         .layer(DefaultBodyLimit::max(MAX_BYTES))
 }
 
-fn error(status: StatusCode, error: &str, field: Option<&str>) -> Response {
+pub(super) fn error(status: StatusCode, error: &str, field: Option<&str>) -> Response {
     let body = match field {
         Some(f) => json!({ "error": error, "field": f }),
         None => json!({ "error": error }),
@@ -49,9 +49,14 @@ fn counted(response: Response) -> Response {
 
 /// The `tenant` of the query string, percent-decoded.
 fn tenant(uri: &Uri) -> Option<String> {
+    query(uri, "tenant")
+}
+
+/// Field `name` of the query string, percent-decoded (none when empty).
+pub(super) fn query(uri: &Uri, name: &str) -> Option<String> {
     let query = uri.query()?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "tenant")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
         .filter(|t| !t.is_empty())
 }

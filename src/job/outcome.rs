@@ -79,11 +79,14 @@ pub enum Outcome {
     /// An escalation whose step was answered (or had moved on already) before it
     /// came back: acked, nothing more sent.
     Answered,
+    /// Its recipient was erased after a worker first saw it (`crate::erase`):
+    /// acked, not sent, no dead letter.
+    Erased,
 }
 
 impl Outcome {
     /// How many distinct `(outcome, reason)` label pairs there are.
-    pub(crate) const KINDS: usize = 7 + Reason::ALL.len();
+    pub(crate) const KINDS: usize = 8 + Reason::ALL.len();
 
     /// Its kind, in `0..KINDS`: the index of its counter.
     pub(crate) fn kind(&self) -> usize {
@@ -96,6 +99,7 @@ impl Outcome {
             Outcome::Parked => 4 + Reason::ALL.len(),
             Outcome::Folded => 5 + Reason::ALL.len(),
             Outcome::Answered => 6 + Reason::ALL.len(),
+            Outcome::Erased => 7 + Reason::ALL.len(),
         }
     }
 
@@ -109,6 +113,7 @@ impl Outcome {
             k if k == 4 + Reason::ALL.len() => ("parked", ""),
             k if k == 5 + Reason::ALL.len() => ("folded", ""),
             k if k == 6 + Reason::ALL.len() => ("answered", ""),
+            k if k == 7 + Reason::ALL.len() => ("erased", ""),
             k => ("dead", Reason::ALL[k - 4].as_str()),
         }
     }
@@ -130,7 +135,12 @@ mod tests {
         ]
         .into_iter()
         .chain(Reason::ALL.map(Outcome::Dead))
-        .chain([Outcome::Parked, Outcome::Folded, Outcome::Answered]);
+        .chain([
+            Outcome::Parked,
+            Outcome::Folded,
+            Outcome::Answered,
+            Outcome::Erased,
+        ]);
         let kinds: Vec<usize> = outcomes.map(|o| o.kind()).collect();
         assert_eq!(kinds, (0..Outcome::KINDS).collect::<Vec<_>>());
         for r in Reason::ALL {

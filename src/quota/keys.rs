@@ -59,6 +59,15 @@ impl Keys {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12])
     }
 
+    /// What the erase mark holds for `recipient` (`crate::erase::marks`): 96 bits
+    /// of a keyed hash of its own, base64url, so that the mark left after an erase
+    /// is not the recipient's tag (no other key can be found from it).
+    pub fn erase_mark(&self, recipient: &str) -> String {
+        let mut h = blake3::Hasher::new_keyed(&self.recipient_key);
+        h.update(b"erased\0").update(recipient.as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&h.finalize().as_bytes()[..12])
+    }
+
     /// The sorted set of a recipient's sends under `policy` (and `channel`, when the
     /// policy counts per channel).
     pub fn recipient(&self, recipient: &str, policy: &str, channel: Option<&str>) -> String {
@@ -166,6 +175,12 @@ impl Keys {
             format!("{}:cancelled", self.prefix),
             format!("{}:cancelled:version", self.prefix),
         )
+    }
+
+    /// The erase marks (`crate::erase::marks`): a sorted set of erased
+    /// recipients' marks ([`Keys::erase_mark`]), scored by when each was erased (ms).
+    pub fn erased(&self) -> String {
+        format!("{}:erased", self.prefix)
     }
 
     /// The reset marker (a value written once, whose loss says Redis lost its

@@ -2,6 +2,8 @@
 //! trip: [`watch`] asks Redis for the marks' version every [`CANCEL_POLL`](crate::redis::notes::CANCEL_POLL) and rereads the
 //! marks only when it moved (`admin job ID cancel` raises it, and so does a worker
 //! that spends a mark). A cancel thus reaches every worker within about one `POLL`.
+//! The erase marks ([`crate::erase::marks`]) are held and reread with them (an
+//! erase raises the same version).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -20,6 +22,8 @@ use crate::redis::notes::CANCEL_POLL as POLL;
 #[derive(Debug)]
 pub struct Cancels {
     marks: RwLock<HashMap<String, DateTime<Utc>>>,
+    /// The erased recipients' marks, with when each was erased (ms).
+    erased: RwLock<HashMap<String, i64>>,
     /// The version read last (-1: never read).
     version: AtomicI64,
 }
@@ -28,6 +32,7 @@ impl Default for Cancels {
     fn default() -> Self {
         Cancels {
             marks: RwLock::default(),
+            erased: RwLock::default(),
             version: AtomicI64::new(-1),
         }
     }
@@ -43,6 +48,21 @@ impl Cancels {
         marks.get(id).copied()
     }
 
+    /// Whether any recipient is erased (while none is, a job costs nothing more).
+    pub fn any_erased(&self) -> bool {
+        !self
+            .erased
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// When the recipient whose erase mark is `mark` was erased (ms), if it was.
+    pub fn erased_at(&self, mark: &str) -> Option<i64> {
+        let erased = self.erased.read().unwrap_or_else(|e| e.into_inner());
+        erased.get(mark).copied()
+    }
+
     /// Reread the marks if their version moved since the last read.
     pub async fn refresh(&self, store: &QuotaStore) -> Result<(), StoreError> {
         let conn = store.connection();
@@ -51,7 +71,9 @@ impl Cancels {
             return Ok(());
         }
         let marks = notes::cancel_marks(&conn, store.keys()).await?;
+        let erased = crate::erase::marks::read(&conn, store.keys()).await?;
         *self.marks.write().unwrap_or_else(|e| e.into_inner()) = marks.into_iter().collect();
+        *self.erased.write().unwrap_or_else(|e| e.into_inner()) = erased.into_iter().collect();
         self.version.store(version, Ordering::Relaxed);
         Ok(())
     }

@@ -12,6 +12,7 @@ use super::handling::{Handling, Route, RouteAt};
 use super::Worker;
 use crate::admission::{Admission, RateStep, Request};
 use crate::decide::{self, Context, Decision};
+use crate::erase;
 use crate::fallback;
 use crate::job::decode::Job;
 use crate::job::note::JobState;
@@ -43,7 +44,7 @@ impl Worker {
         now: DateTime<Utc>,
     ) -> Result<Decided<'j>, ProcessError> {
         let (s, job, rules) = (h.s, h.job, h.rules);
-        if let Some(decision) = self.settled_before(job, now) {
+        if let Some(decision) = self.settled_before(h, now) {
             return Ok(Decided::Carry(decision, None));
         }
         if let Some(spec) = folds_now(h.policy, job, h.delivery, now) {
@@ -102,13 +103,9 @@ impl Worker {
             }
         };
         let on = route.as_deref().map_or(job, |(_, on_step)| on_step);
-        // paused while it waited for its admission or its channel's rate: its
-        // admission is given back and it waits as the others do
-        if let (true, Admission::Admitted(ticket)) = (self.health.resets.paused(), &admission) {
-            if let Some(decision) = decide::paused(on, &cx, now, self.paused_hold()) {
-                Box::pin(self.retry_redis(|| self.store.release(ticket), &s.stop)).await?;
-                return Ok(Decided::Carry(decision, route));
-            }
+        if let Some(back) = Box::pin(self.given_back(h, on, &cx, &admission, now)).await? {
+            let route = route.filter(|_| !matches!(back, Decision::Erased));
+            return Ok(Decided::Carry(back, route));
         }
         let now = self.store.redis_now();
         shadowed(on, &cx, &admission, now);
@@ -116,11 +113,46 @@ impl Worker {
         Ok(Decided::Carry(decision, route))
     }
 
-    /// What settles a job before anything is asked of Redis: a cancel mark, triage,
-    /// an unconfigured channel among its further ones.
-    fn settled_before(&self, job: &Job<'_>, now: DateTime<Utc>) -> Option<Decision> {
+    /// A job stopped after its admission (given back): its recipient erased while
+    /// it waited in its line for the rate (not sent, admitted or not), or paused while it waited for its admission or its
+    /// channel's rate (it waits as the others do).
+    async fn given_back(
+        &self,
+        h: &Handling<'_, '_>,
+        on: &Job<'_>,
+        cx: &Context<'_>,
+        admission: &Admission,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Decision>, ProcessError> {
+        let erased = self.erased(h);
+        let ticket = match admission {
+            Admission::Admitted(ticket) => Some(ticket),
+            _ if erased => None,
+            _ => return Ok(None),
+        };
+        let back = if erased {
+            Some(Decision::Erased)
+        } else if self.health.resets.paused() {
+            decide::paused(on, cx, now, self.paused_hold())
+        } else {
+            None
+        };
+        if let (Some(ticket), true) = (ticket, back.is_some()) {
+            self.retry_redis(|| self.store.release(ticket), &h.s.stop)
+                .await?;
+        }
+        Ok(back)
+    }
+
+    /// What settles a job before anything is asked of Redis: a cancel mark, its
+    /// recipient's erase, triage, an unconfigured channel among its further ones.
+    fn settled_before(&self, h: &Handling<'_, '_>, now: DateTime<Utc>) -> Option<Decision> {
+        let job = h.job;
         if let Some(at) = self.cancels.get(&job.id) {
             return Some(Decision::Dead(decide::cancelled(at)));
+        }
+        if self.erased(h) {
+            return Some(Decision::Erased);
         }
         if let Some(decision) = decide::triage(job, &self.topology.channels, now) {
             return Some(decision);
@@ -128,6 +160,25 @@ impl Worker {
         let further = job.fallback.as_deref()?;
         let dead = fallback::route::unknown_channel(further, &self.topology.channels)?;
         Some(Decision::Dead(dead))
+    }
+
+    /// Whether the job's recipient was erased after a worker first saw the job
+    /// (`crate::erase::marks`); nothing is computed while no recipient is.
+    pub(super) fn erased(&self, h: &Handling<'_, '_>) -> bool {
+        let (job, delivery) = (h.job, h.delivery);
+        if !self.cancels.any_erased() {
+            return false;
+        }
+        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
+        let Some(at) = self.cancels.erased_at(&keys.erase_mark(&job.recipient)) else {
+            return false;
+        };
+        let p = &delivery.properties;
+        let said = erase::marks::since_ms(p.headers().as_ref(), *p.timestamp());
+        // this handling's first sight counts too: a job held in a line since
+        // its first read carries no header yet
+        let seen = h.seen.first_seen.timestamp_millis();
+        erase::marks::drops(at, Some(said.map_or(seen, |t| t.min(seen))))
     }
 
     /// A job held back by its schedule or send windows, or by the pause after a

@@ -191,6 +191,10 @@ impl Worker {
                 }
                 Ok(Outcome::Duplicate)
             }
+            Decision::Erased => {
+                info!("its recipient was erased; acked, not sent");
+                Ok(Outcome::Erased)
+            }
             Decision::Superseded { by } => {
                 info!(
                     by,

@@ -26,6 +26,7 @@ mod dashboard;
 mod digest;
 mod docs;
 mod engine;
+mod erase;
 mod escalation;
 mod examples;
 mod fallback;
