@@ -64,13 +64,17 @@ pub struct Entry {
     pub recipient_tag: Option<String>,
     /// Its tenant.
     pub tenant: Option<String>,
+    /// Its print ([`super::dead_select::print`]): which message in the queue it is.
+    #[serde(default)]
+    pub print: String,
     /// Every header and property.
     pub properties: Value,
     /// The body (JSON when it is JSON, else text; cut at 16 KiB).
     pub body: Value,
 }
 
-/// What the summary says of an entry: enough to filter on.
+/// What the summary says of an entry: enough to filter on (when, id, reason,
+/// policy, channel, recipient tag, a nonce, tenant, print).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Summary(
     i64,
@@ -80,38 +84,38 @@ struct Summary(
     Option<String>,
     Option<String>,
     String,
+    Option<String>,
+    String,
 );
 
-/// Which entries a page shows; `None` matches everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
-    /// Only this reason.
-    pub reason: Option<String>,
-    /// Only this policy.
-    pub policy: Option<String>,
-    /// Only this channel.
-    pub channel: Option<String>,
-    /// Only this recipient tag.
-    pub recipient_tag: Option<String>,
-    /// Only this job id.
-    pub id: Option<String>,
+pub use super::dead_select::Filter;
+
+/// The field sets `filter` intersects (`lua/dead_index.lua` names them alike);
+/// none for no field (its time range is a range of scores).
+fn sets(filter: &Filter, names: &Names) -> Vec<String> {
+    [
+        ("id", &filter.id),
+        ("reason", &filter.reason),
+        ("policy", &filter.policy),
+        ("channel", &filter.channel),
+        ("recipient", &filter.recipient_tag),
+        ("tenant", &filter.tenant),
+    ]
+    .into_iter()
+    .filter_map(|(field, value)| Some(format!("{}{field}:{}", names.by, value.as_ref()?)))
+    .collect()
 }
 
-impl Filter {
-    /// The field sets this filter intersects (`lua/dead_index.lua` names them
-    /// alike); none for no filter.
-    fn sets(&self, names: &Names) -> Vec<String> {
-        [
-            ("id", &self.id),
-            ("reason", &self.reason),
-            ("policy", &self.policy),
-            ("channel", &self.channel),
-            ("recipient", &self.recipient_tag),
-        ]
-        .into_iter()
-        .filter_map(|(field, value)| Some(format!("{}{field}:{}", names.by, value.as_ref()?)))
-        .collect()
-    }
+/// The scores (ms) `filter`'s time range selects, as `lua/dead_page.lua` takes them.
+fn score_range(filter: &Filter) -> (String, String) {
+    (
+        filter
+            .since
+            .map_or("-inf".into(), |s| s.timestamp_millis().to_string()),
+        filter
+            .until
+            .map_or("+inf".into(), |u| format!("({}", u.timestamp_millis())),
+    )
 }
 
 /// What the job said of itself, for the index (the worker knows it once decoded).
@@ -140,10 +144,10 @@ struct Names {
 fn names(keys: &Keys) -> Names {
     let p = keys.prefix();
     Names {
-        index: format!("{p}:{{dead}}:index"),
-        entries: format!("{p}:{{dead}}:entries"),
-        by: format!("{p}:{{dead}}:by:"),
-        offset: format!("{p}:{{dead}}:offset"),
+        index: format!("{p}:{{dead}}:v2:index"),
+        entries: format!("{p}:{{dead}}:v2:entries"),
+        by: format!("{p}:{{dead}}:v2:by:"),
+        offset: format!("{p}:{{dead}}:v2:offset"),
         catching: format!("{p}:{{dead}}:catching"),
     }
 }
@@ -153,6 +157,7 @@ fn names(keys: &Keys) -> Names {
 pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<Utc>) -> Entry {
     let cut = &body[..body.len().min(BODY_MAX)];
     let info = DeadLetterInfo::read(props, cut, now, true);
+    let print = super::dead_select::print(props, body);
     Entry {
         key: String::new(),
         id: info.id,
@@ -164,6 +169,7 @@ pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<U
         channel: known.channel,
         recipient_tag: known.recipient_tag,
         tenant: known.tenant,
+        print,
         properties: info.properties.unwrap_or(Value::Null),
         body: info.body.unwrap_or(Value::Null),
     }
@@ -211,6 +217,8 @@ pub async fn record_many(
             entry.channel.clone(),
             entry.recipient_tag.clone(),
             nonce,
+            entry.tenant.clone(),
+            entry.print.clone(),
         );
         // an entry is strings and JSON values: it always serializes
         invocation
@@ -260,7 +268,7 @@ async fn summaries(
     limit: usize,
 ) -> Result<(usize, Vec<String>), StoreError> {
     let names = names(keys);
-    let mut sets = filter.sets(&names);
+    let mut sets = sets(filter, &names);
     if sets.is_empty() {
         sets.push(names.index);
     }
@@ -268,10 +276,13 @@ async fn summaries(
     for set in sets {
         invocation.key(set);
     }
+    let (low, high) = score_range(filter);
     let mut conn = conn.clone();
     Ok(invocation
         .arg(offset)
         .arg(limit)
+        .arg(low)
+        .arg(high)
         .invoke_async(&mut conn)
         .await?)
 }
@@ -285,15 +296,20 @@ pub async fn select(
     Ok(summaries(conn, keys, filter, 0, 0).await?.1)
 }
 
-/// The ids of the summaries `selected`.
-pub fn ids(selected: &[String]) -> Vec<String> {
-    let mut ids: Vec<String> = selected
-        .iter()
-        .filter_map(|m| serde_json::from_str::<Summary>(m).ok()?.1)
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+/// The summaries of the entries with print `print` (one dead letter, or several
+/// identical ones), oldest first.
+pub async fn with_print(
+    conn: &RedisConn,
+    keys: &Keys,
+    print: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut conn = conn.clone();
+    Ok(redis::cmd("ZRANGE")
+        .arg(format!("{}print:{print}", names(keys).by))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?)
 }
 
 /// The entries named `selected`, in that order (one gone meanwhile is left out).
@@ -368,26 +384,31 @@ mod tests {
     #[test]
     fn a_filter_names_one_set_per_field_it_filters_on_in_the_index_slot() {
         let names = names(&Keys::new("qw", "k"));
-        assert_eq!(names.index, "qw:{dead}:index");
-        assert!(Filter::default().sets(&names).is_empty());
+        assert_eq!(names.index, "qw:{dead}:v2:index");
+        assert!(sets(&Filter::default(), &names).is_empty());
         let capped_sms = Filter {
             reason: Some("capped".into()),
             channel: Some("sms".into()),
             ..Filter::default()
         };
         assert_eq!(
-            capped_sms.sets(&names),
-            ["qw:{dead}:by:reason:capped", "qw:{dead}:by:channel:sms"]
+            sets(&capped_sms, &names),
+            [
+                "qw:{dead}:v2:by:reason:capped",
+                "qw:{dead}:v2:by:channel:sms"
+            ]
         );
         let everything = Filter {
             reason: Some("r".into()),
             policy: Some("p".into()),
             channel: Some("c".into()),
             recipient_tag: Some("t".into()),
+            tenant: Some("acme".into()),
             id: Some("j".into()),
+            ..Filter::default()
         };
-        let sets = everything.sets(&names);
-        assert_eq!(sets.len(), 5);
-        assert!(sets.iter().all(|s| s.starts_with("qw:{dead}:by:")));
+        let named = sets(&everything, &names);
+        assert_eq!(named.len(), 6);
+        assert!(named.iter().all(|s| s.starts_with("qw:{dead}:v2:by:")));
     }
 }

@@ -373,11 +373,11 @@ async fn replay_a_filtered_set(t: &Walk) {
     d.shoot(dir, "dead-letter").await;
     d.goto(&t.url("/console/dead?reason=unknown_channel")).await;
     d.click("form[action='/console/dead/confirm'] button").await;
-    d.shows("dead letter(s)?").await;
+    d.shows("dead letter(s) selected by reason").await;
     assert_eq!(d.text(".count").await, "2");
     d.shoot(dir, "dead-letters-confirm").await;
     d.click("form[action='/console/dead/apply'] button").await;
-    d.shows("2 replayed").await;
+    d.shows("2 of the 2 dead letter(s) listed").await;
     let back = drain_ids(&t.conn, &t.s.amqp.jobs_queue).await;
     assert_eq!(back, ["f1", "f2"]);
 }
