@@ -489,6 +489,7 @@ async fn a_login_posted_from_another_site_or_without_the_forms_cookie_is_refused
     stop.cancel();
 }
 
+mod actions;
 mod browser;
 mod figures;
 mod flows;

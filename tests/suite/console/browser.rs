@@ -354,6 +354,8 @@ async fn log_in_find_and_cancel(t: &Walk) {
     d.shows("Cancel this job").await;
     d.shoot(dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
+    d.shows("Cancel job").await;
+    d.click("form[action='/console/job/cancel'] button").await;
     d.shows("marked cancelled").await;
     let reason = dead_reason(&t.conn, &s.amqp.dead_queue, "b2").await;
     assert_eq!(reason, "cancelled");

@@ -124,7 +124,8 @@ async fn a_recipient_held_by_a_one_a_day_cap_shows_when_and_its_cancelled_job_en
         "{}",
         job_page.body
     );
-    let a = ask(
+    // a confirmation first, which changes nothing
+    let asked = ask(
         &addr,
         "POST",
         "/console/job/cancel",
@@ -133,10 +134,84 @@ async fn a_recipient_held_by_a_one_a_day_cap_shows_when_and_its_cancelled_job_en
         "",
     )
     .await;
+    assert!(
+        asked.body.contains("Cancel job <code>h2</code>?"),
+        "{}",
+        asked.body
+    );
+    let still = ask(&addr, "GET", "/console/job?id=h2", Some(&cookie), &[], "").await;
+    assert!(
+        !still.body.contains("<strong>Cancelled</strong>"),
+        "{}",
+        still.body
+    );
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &[("csrf", &csrf), ("id", "h2"), ("confirmed", "yes")],
+        "",
+    )
+    .await;
     assert_eq!(a.code, 200, "{a:?}");
+    assert!(a.body.contains("marked cancelled"), "{}", a.body);
+    let job_page = ask(&addr, "GET", "/console/job?id=h2", Some(&cookie), &[], "").await;
+    assert!(
+        job_page.body.contains("<strong>Cancelled</strong>"),
+        "{}",
+        job_page.body
+    );
+    let path = "/console/recipient?recipient=held-1";
+    let listed = ask(&addr, "GET", path, Some(&cookie), &[], "").await;
+    if listed.body.contains("/console/job?id=h2") {
+        assert!(
+            listed.body.contains("<strong>cancelled</strong>"),
+            "{}",
+            listed.body
+        );
+    }
     assert_eq!(
         dead_reason(&conn, &s.amqp.dead_queue, "h2").await,
         "cancelled"
+    );
+    // an id never seen: said so, and a mark only when asked for
+    let unseen = [("csrf", csrf.as_str()), ("id", "never-seen-1")];
+    let asked = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &unseen,
+        "",
+    )
+    .await;
+    assert!(
+        asked
+            .body
+            .contains("No job with id <code>never-seen-1</code> was seen"),
+        "{}",
+        asked.body
+    );
+    let confirmed = [
+        ("csrf", csrf.as_str()),
+        ("id", "never-seen-1"),
+        ("confirmed", "yes"),
+    ];
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &confirmed,
+        "",
+    )
+    .await;
+    assert!(
+        a.body
+            .contains("No job with id never-seen-1 was seen; a cancel mark is left"),
+        "{}",
+        a.body
     );
     stop.cancel();
     handle.await.unwrap();
