@@ -360,9 +360,10 @@ async fn an_action_asks_for_its_forms_csrf_token_and_a_live_cookie() {
         .await
         .unwrap();
     assert_eq!(none.cancelled_at, None, "a refused action did nothing");
-    // with it, the action is done
+    // with it, the action is done (once confirmed)
     let form = cancel(Some(page.csrf()));
-    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    form.push(("confirmed", "yes"));
     let a = ask(
         &addr,
         "POST",
