@@ -64,7 +64,7 @@ pub struct Entry {
     pub recipient_tag: Option<String>,
     /// Its tenant.
     pub tenant: Option<String>,
-    /// Its print ([`super::dead_select::print`]): which message in the queue it is.
+    /// Its print ([`super::dead_letter_info::print`]): which message in the queue it is.
     #[serde(default)]
     pub print: String,
     /// Every header and property.
@@ -88,7 +88,79 @@ struct Summary(
     String,
 );
 
-pub use super::dead_select::Filter;
+/// Which dead letters: every field given must match; `None` matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only this reason.
+    pub reason: Option<String>,
+    /// Only this policy.
+    pub policy: Option<String>,
+    /// Only this channel.
+    pub channel: Option<String>,
+    /// Only this recipient tag (of its tenant).
+    pub recipient_tag: Option<String>,
+    /// Only this tenant.
+    pub tenant: Option<String>,
+    /// Only this job id.
+    pub id: Option<String>,
+    /// Only those dead-lettered at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Only those dead-lettered before this instant.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    /// Whether `e` is selected.
+    pub fn matches(&self, e: &Entry) -> bool {
+        let is = |want: &Option<String>, have: &Option<String>| {
+            want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
+        };
+        self.reason.as_ref().is_none_or(|r| *r == e.reason)
+            && is(&self.policy, &e.policy)
+            && is(&self.channel, &e.channel)
+            && is(&self.recipient_tag, &e.recipient_tag)
+            && is(&self.tenant, &e.tenant)
+            && is(&self.id, &e.id)
+            // (in whole milliseconds, as the index scores them)
+            && self.since.is_none_or(|s| ms(e.at) >= ms(s))
+            && self.until.is_none_or(|u| ms(e.at) < ms(u))
+    }
+
+    /// Whether it selects every dead letter.
+    pub fn is_everything(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    /// The filter in words, for a confirmation: "reason `capped` and tenant `acme`".
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = [
+            ("reason", &self.reason),
+            ("policy", &self.policy),
+            ("channel", &self.channel),
+            ("recipient tag", &self.recipient_tag),
+            ("tenant", &self.tenant),
+            ("job id", &self.id),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| Some(format!("{name} `{}`", v.as_ref()?)))
+        .collect();
+        if let Some(s) = self.since {
+            parts.push(format!("since {}", s.to_rfc3339()));
+        }
+        if let Some(u) = self.until {
+            parts.push(format!("before {}", u.to_rfc3339()));
+        }
+        if parts.is_empty() {
+            "every dead letter".into()
+        } else {
+            parts.join(" and ")
+        }
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
 
 /// The field sets `filter` intersects (`lua/dead_index.lua` names them alike);
 /// none for no field (its time range is a range of scores).
@@ -157,7 +229,7 @@ fn names(keys: &Keys) -> Names {
 pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<Utc>) -> Entry {
     let cut = &body[..body.len().min(BODY_MAX)];
     let info = DeadLetterInfo::read(props, cut, now, true);
-    let print = super::dead_select::print(props, body);
+    let print = super::dead_letter_info::print(props, body);
     Entry {
         key: String::new(),
         id: info.id,

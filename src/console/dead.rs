@@ -228,7 +228,12 @@ fn action_forms(v: &Visitor, f: &Fields) -> Markup {
 /// `GET /console/dead/one?key=K`: one dead letter, its headers and body.
 pub(super) async fn one(Page(ctx, f): Page) -> Response {
     let key = f.get("key").unwrap_or("").to_string();
-    let found = dead_index::read(&ctx.store.connection(), ctx.store.keys(), &[key.clone()]).await;
+    let found = dead_index::read(
+        &ctx.store.connection(),
+        ctx.store.keys(),
+        std::slice::from_ref(&key),
+    )
+    .await;
     let Ok(Some(e)) = found.map(|mut e| e.pop()) else {
         return layout::failed(
             &ctx.visitor,
