@@ -2,8 +2,8 @@
 -- given holds, newest first, and how many they hold in all. Reads only. See
 -- src/admin/dead_index.rs and lua/dead_index.lua, which keeps the sets.
 --
--- KEYS     the sets to intersect: the index (`prefix:{dead}:index`) alone for no
---          filter, else one field set (`prefix:{dead}:by:F:V`) per field filtered
+-- KEYS     the sets to intersect: the index (`prefix:{dead}:v2:index`) alone for no
+--          filter, else one field set (`prefix:{dead}:v2:by:F:V`) per field filtered
 --          on; all scored by when (ms), all in the index's hash tag
 -- ARGV[1]  how many to skip, newest first
 -- ARGV[2]  how many to return at most; 0: all

@@ -11,7 +11,7 @@
 //! The index is a sorted set of short summaries (when, id, reason, policy,
 //! channel, recipient tag) scored by when; a hash holds each whole entry (headers
 //! and body), read only for the page shown. Beside it, one sorted set per value of
-//! each field a filter names (`…:by:channel:sms`), holding the summaries with that
+//! each field a filter names (`…:v2:by:channel:sms`), holding the summaries with that
 //! value at the index's score: the script that adds, drops and forgets entries
 //! keeps them with the index, so a filtered page reads one range of one set, or the
 //! intersection of a few (`lua/dead_page.lua`), instead of every summary. Every key
