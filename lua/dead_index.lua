@@ -4,26 +4,26 @@
 -- src/admin/dead_log.rs.
 --
 -- KEYS[1]  the index: a sorted set of summaries scored by when (ms)
---          (`prefix:{dead}:index`)
+--          (`prefix:{dead}:v2:index`)
 -- KEYS[2]  the entries: a hash from summary to the whole entry's JSON
---          (`prefix:{dead}:entries`)
--- KEYS[3]  add only: the log's offset, the next to read (`prefix:{dead}:offset`)
+--          (`prefix:{dead}:v2:entries`)
+-- KEYS[3]  add only: the log's offset, the next to read (`prefix:{dead}:v2:offset`)
 -- ARGV[1]  what to do: `add` or `forget`
--- ARGV[2]  the field sets' common beginning (`prefix:{dead}:by:`): a summary's
---          value V of field F is in the sorted set `prefix:{dead}:by:F:V`, scored
+-- ARGV[2]  the field sets' common beginning (`prefix:{dead}:v2:by:`): a summary's
+--          value V of field F is in the sorted set `prefix:{dead}:v2:by:F:V`, scored
 --          as in the index. The sets are named here from the summaries, those of
 --          the entries dropped included, which the caller cannot know: they share
 --          the index's hash tag, so on a cluster they are in its slot.
 -- add:     ARGV[3] the bound: entries kept at most; ARGV[4] the log's offset
 --          after these entries (set in KEYS[3]; empty: left as it is); then for
 --          each entry three: the summary (a JSON array: when, id, reason, policy,
---          channel, tag, nonce), when (ms), the entry's JSON
+--          channel, tag, nonce, tenant, print), when (ms), the entry's JSON
 -- forget:  ARGV[3..] the summaries to forget
 --
 -- Returns the entries the index holds afterwards.
 
 -- the fields a filter names, by their place in a summary (Lua counts from 1)
-local FIELDS = { id = 2, reason = 3, policy = 4, channel = 5, recipient = 6 }
+local FIELDS = { id = 2, reason = 3, policy = 4, channel = 5, recipient = 6, tenant = 8, print = 9 }
 local by = ARGV[2]
 
 -- the field sets that hold `summary`: one per field it has a value for

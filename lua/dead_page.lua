@@ -2,11 +2,13 @@
 -- given holds, newest first, and how many they hold in all. Reads only. See
 -- src/admin/dead_index.rs and lua/dead_index.lua, which keeps the sets.
 --
--- KEYS     the sets to intersect: the index (`prefix:{dead}:index`) alone for no
---          filter, else one field set (`prefix:{dead}:by:F:V`) per field filtered
+-- KEYS     the sets to intersect: the index (`prefix:{dead}:v2:index`) alone for no
+--          filter, else one field set (`prefix:{dead}:v2:by:F:V`) per field filtered
 --          on; all scored by when (ms), all in the index's hash tag
 -- ARGV[1]  how many to skip, newest first
 -- ARGV[2]  how many to return at most; 0: all
+-- ARGV[3]  the lowest score (ms) selected, `-inf` for none
+-- ARGV[4]  the highest score selected, `+inf` for none; `(ms` leaves ms out
 --
 -- One set is one range of it. For several, the smallest one's summaries are looked
 -- up in the others from its newest or its oldest, whichever end the page is
@@ -16,6 +18,30 @@
 --
 -- Returns { the count in all, { the page's summaries } }.
 local offset, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local low, high = ARGV[3] or '-inf', ARGV[4] or '+inf'
+
+-- a time range: the sets' summaries within it (one range of one set, or their
+-- intersection's, which is made), newest first, and one page of them
+if low ~= '-inf' or high ~= '+inf' then
+  local within
+  if #KEYS == 1 then
+    within = redis.call('ZRANGE', KEYS[1], high, low, 'BYSCORE', 'REV')
+  else
+    local all = redis.call('ZINTER', #KEYS, unpack(KEYS))
+    within = {}
+    local lo = tonumber(low) or -math.huge
+    local hi_open = string.sub(high, 1, 1) == '('
+    local hi = tonumber(hi_open and string.sub(high, 2) or high) or math.huge
+    for i = #all, 1, -1 do
+      local at = tonumber(redis.call('ZSCORE', KEYS[1], all[i]))
+      if at >= lo and (at < hi or (not hi_open and at == hi)) then within[#within + 1] = all[i] end
+    end
+  end
+  local page, stop = {}, #within
+  if limit > 0 then stop = math.min(#within, offset + limit) end
+  for i = offset + 1, stop do page[#page + 1] = within[i] end
+  return { #within, page }
+end
 
 -- one set: its count and one range of it
 if #KEYS == 1 then

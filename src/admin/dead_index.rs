@@ -11,7 +11,7 @@
 //! The index is a sorted set of short summaries (when, id, reason, policy,
 //! channel, recipient tag) scored by when; a hash holds each whole entry (headers
 //! and body), read only for the page shown. Beside it, one sorted set per value of
-//! each field a filter names (`…:by:channel:sms`), holding the summaries with that
+//! each field a filter names (`…:v2:by:channel:sms`), holding the summaries with that
 //! value at the index's score: the script that adds, drops and forgets entries
 //! keeps them with the index, so a filtered page reads one range of one set, or the
 //! intersection of a few (`lua/dead_page.lua`), instead of every summary. Every key
@@ -64,13 +64,17 @@ pub struct Entry {
     pub recipient_tag: Option<String>,
     /// Its tenant.
     pub tenant: Option<String>,
+    /// Its print ([`super::dead_letter_info::print`]): which message in the queue it is.
+    #[serde(default)]
+    pub print: String,
     /// Every header and property.
     pub properties: Value,
     /// The body (JSON when it is JSON, else text; cut at 16 KiB).
     pub body: Value,
 }
 
-/// What the summary says of an entry: enough to filter on.
+/// What the summary says of an entry: enough to filter on (when, id, reason,
+/// policy, channel, recipient tag, a nonce, tenant, print).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Summary(
     i64,
@@ -80,9 +84,11 @@ struct Summary(
     Option<String>,
     Option<String>,
     String,
+    Option<String>,
+    String,
 );
 
-/// Which entries a page shows; `None` matches everything.
+/// Which dead letters: every field given must match; `None` matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Only this reason.
@@ -91,27 +97,97 @@ pub struct Filter {
     pub policy: Option<String>,
     /// Only this channel.
     pub channel: Option<String>,
-    /// Only this recipient tag.
+    /// Only this recipient tag (of its tenant).
     pub recipient_tag: Option<String>,
+    /// Only this tenant.
+    pub tenant: Option<String>,
     /// Only this job id.
     pub id: Option<String>,
+    /// Only those dead-lettered at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Only those dead-lettered before this instant.
+    pub until: Option<DateTime<Utc>>,
 }
 
 impl Filter {
-    /// The field sets this filter intersects (`lua/dead_index.lua` names them
-    /// alike); none for no filter.
-    fn sets(&self, names: &Names) -> Vec<String> {
-        [
-            ("id", &self.id),
+    /// Whether `e` is selected.
+    pub fn matches(&self, e: &Entry) -> bool {
+        let is = |want: &Option<String>, have: &Option<String>| {
+            want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
+        };
+        self.reason.as_ref().is_none_or(|r| *r == e.reason)
+            && is(&self.policy, &e.policy)
+            && is(&self.channel, &e.channel)
+            && is(&self.recipient_tag, &e.recipient_tag)
+            && is(&self.tenant, &e.tenant)
+            && is(&self.id, &e.id)
+            // (in whole milliseconds, as the index scores them)
+            && self.since.is_none_or(|s| ms(e.at) >= ms(s))
+            && self.until.is_none_or(|u| ms(e.at) < ms(u))
+    }
+
+    /// Whether it selects every dead letter.
+    pub fn is_everything(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    /// The filter in words, for a confirmation: "reason `capped` and tenant `acme`".
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = [
             ("reason", &self.reason),
             ("policy", &self.policy),
             ("channel", &self.channel),
-            ("recipient", &self.recipient_tag),
+            ("recipient tag", &self.recipient_tag),
+            ("tenant", &self.tenant),
+            ("job id", &self.id),
         ]
         .into_iter()
-        .filter_map(|(field, value)| Some(format!("{}{field}:{}", names.by, value.as_ref()?)))
-        .collect()
+        .filter_map(|(name, v)| Some(format!("{name} `{}`", v.as_ref()?)))
+        .collect();
+        if let Some(s) = self.since {
+            parts.push(format!("since {}", s.to_rfc3339()));
+        }
+        if let Some(u) = self.until {
+            parts.push(format!("before {}", u.to_rfc3339()));
+        }
+        if parts.is_empty() {
+            "every dead letter".into()
+        } else {
+            parts.join(" and ")
+        }
     }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// The field sets `filter` intersects (`lua/dead_index.lua` names them alike);
+/// none for no field (its time range is a range of scores).
+fn sets(filter: &Filter, names: &Names) -> Vec<String> {
+    [
+        ("id", &filter.id),
+        ("reason", &filter.reason),
+        ("policy", &filter.policy),
+        ("channel", &filter.channel),
+        ("recipient", &filter.recipient_tag),
+        ("tenant", &filter.tenant),
+    ]
+    .into_iter()
+    .filter_map(|(field, value)| Some(format!("{}{field}:{}", names.by, value.as_ref()?)))
+    .collect()
+}
+
+/// The scores (ms) `filter`'s time range selects, as `lua/dead_page.lua` takes them.
+fn score_range(filter: &Filter) -> (String, String) {
+    (
+        filter
+            .since
+            .map_or("-inf".into(), |s| s.timestamp_millis().to_string()),
+        filter
+            .until
+            .map_or("+inf".into(), |u| format!("({}", u.timestamp_millis())),
+    )
 }
 
 /// What the job said of itself, for the index (the worker knows it once decoded).
@@ -140,10 +216,10 @@ struct Names {
 fn names(keys: &Keys) -> Names {
     let p = keys.prefix();
     Names {
-        index: format!("{p}:{{dead}}:index"),
-        entries: format!("{p}:{{dead}}:entries"),
-        by: format!("{p}:{{dead}}:by:"),
-        offset: format!("{p}:{{dead}}:offset"),
+        index: format!("{p}:{{dead}}:v2:index"),
+        entries: format!("{p}:{{dead}}:v2:entries"),
+        by: format!("{p}:{{dead}}:v2:by:"),
+        offset: format!("{p}:{{dead}}:v2:offset"),
         catching: format!("{p}:{{dead}}:catching"),
     }
 }
@@ -153,6 +229,7 @@ fn names(keys: &Keys) -> Names {
 pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<Utc>) -> Entry {
     let cut = &body[..body.len().min(BODY_MAX)];
     let info = DeadLetterInfo::read(props, cut, now, true);
+    let print = super::dead_letter_info::print(props, body);
     Entry {
         key: String::new(),
         id: info.id,
@@ -164,6 +241,7 @@ pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<U
         channel: known.channel,
         recipient_tag: known.recipient_tag,
         tenant: known.tenant,
+        print,
         properties: info.properties.unwrap_or(Value::Null),
         body: info.body.unwrap_or(Value::Null),
     }
@@ -211,6 +289,8 @@ pub async fn record_many(
             entry.channel.clone(),
             entry.recipient_tag.clone(),
             nonce,
+            entry.tenant.clone(),
+            entry.print.clone(),
         );
         // an entry is strings and JSON values: it always serializes
         invocation
@@ -260,7 +340,7 @@ async fn summaries(
     limit: usize,
 ) -> Result<(usize, Vec<String>), StoreError> {
     let names = names(keys);
-    let mut sets = filter.sets(&names);
+    let mut sets = sets(filter, &names);
     if sets.is_empty() {
         sets.push(names.index);
     }
@@ -268,10 +348,13 @@ async fn summaries(
     for set in sets {
         invocation.key(set);
     }
+    let (low, high) = score_range(filter);
     let mut conn = conn.clone();
     Ok(invocation
         .arg(offset)
         .arg(limit)
+        .arg(low)
+        .arg(high)
         .invoke_async(&mut conn)
         .await?)
 }
@@ -285,15 +368,20 @@ pub async fn select(
     Ok(summaries(conn, keys, filter, 0, 0).await?.1)
 }
 
-/// The ids of the summaries `selected`.
-pub fn ids(selected: &[String]) -> Vec<String> {
-    let mut ids: Vec<String> = selected
-        .iter()
-        .filter_map(|m| serde_json::from_str::<Summary>(m).ok()?.1)
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+/// The summaries of the entries with print `print` (one dead letter, or several
+/// identical ones), oldest first.
+pub async fn with_print(
+    conn: &RedisConn,
+    keys: &Keys,
+    print: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut conn = conn.clone();
+    Ok(redis::cmd("ZRANGE")
+        .arg(format!("{}print:{print}", names(keys).by))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?)
 }
 
 /// The entries named `selected`, in that order (one gone meanwhile is left out).
@@ -368,26 +456,31 @@ mod tests {
     #[test]
     fn a_filter_names_one_set_per_field_it_filters_on_in_the_index_slot() {
         let names = names(&Keys::new("qw", "k"));
-        assert_eq!(names.index, "qw:{dead}:index");
-        assert!(Filter::default().sets(&names).is_empty());
+        assert_eq!(names.index, "qw:{dead}:v2:index");
+        assert!(sets(&Filter::default(), &names).is_empty());
         let capped_sms = Filter {
             reason: Some("capped".into()),
             channel: Some("sms".into()),
             ..Filter::default()
         };
         assert_eq!(
-            capped_sms.sets(&names),
-            ["qw:{dead}:by:reason:capped", "qw:{dead}:by:channel:sms"]
+            sets(&capped_sms, &names),
+            [
+                "qw:{dead}:v2:by:reason:capped",
+                "qw:{dead}:v2:by:channel:sms"
+            ]
         );
         let everything = Filter {
             reason: Some("r".into()),
             policy: Some("p".into()),
             channel: Some("c".into()),
             recipient_tag: Some("t".into()),
+            tenant: Some("acme".into()),
             id: Some("j".into()),
+            ..Filter::default()
         };
-        let sets = everything.sets(&names);
-        assert_eq!(sets.len(), 5);
-        assert!(sets.iter().all(|s| s.starts_with("qw:{dead}:by:")));
+        let named = sets(&everything, &names);
+        assert_eq!(named.len(), 6);
+        assert!(named.iter().all(|s| s.starts_with("qw:{dead}:v2:by:")));
     }
 }

@@ -206,6 +206,42 @@ fn body_json(body: &[u8]) -> Value {
     }
 }
 
+/// The print of a dead letter: a hash of its body and of what the broker keeps
+/// alike in the dead-letter queue and in the log (its id, timestamp, the worker's
+/// reason, detail and attempt headers, the broker's first death), leaving out what
+/// differs between the two copies or from one walk to the next (`x-death`,
+/// `x-delivery-count`, `x-stream-offset`). Two dead letters with one print are
+/// the same bytes with the same story: either stands for the other.
+pub fn print(props: &BasicProperties, body: &[u8]) -> String {
+    let headers = props.headers().as_ref();
+    let text = |name: &str| {
+        headers
+            .and_then(|h| h.inner().get(name))
+            .and_then(headers::as_string)
+    };
+    let number = |name: &str| {
+        headers
+            .and_then(|h| h.inner().get(name))
+            .and_then(headers::as_i64)
+    };
+    let story = serde_json::json!([
+        props.message_id().as_ref().map(|s| s.as_str()),
+        props.timestamp(),
+        text(headers::REASON),
+        text(headers::DETAIL),
+        number(headers::ATTEMPT),
+        number(headers::FIRST_SEEN),
+        text("x-first-death-reason"),
+        text("x-first-death-queue"),
+        text("x-first-death-exchange"),
+    ]);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(story.to_string().as_bytes());
+    hasher.update(&[0]);
+    hasher.update(body);
+    hasher.finalize().to_hex()[..32].to_string()
+}
+
 /// Which dead letters a command applies to. Empty lists match everything; given
 /// lists must all match (a reason from `reasons` and an id from `ids`).
 #[derive(Debug, Clone, Default)]
@@ -221,5 +257,42 @@ impl Selection {
     pub fn matches(&self, d: &DeadLetterInfo) -> bool {
         (self.reasons.is_empty() || self.reasons.contains(&d.reason))
             && (self.ids.is_empty() || d.id.as_ref().is_some_and(|id| self.ids.contains(id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(reason: &str, extra: Option<(&str, AMQPValue)>) -> BasicProperties {
+        let mut h = FieldTable::default();
+        h.insert(headers::REASON.into(), AMQPValue::LongString(reason.into()));
+        if let Some((k, v)) = extra {
+            h.insert(k.into(), v);
+        }
+        BasicProperties::default().with_headers(h)
+    }
+
+    #[test]
+    fn a_print_ignores_what_the_broker_adds_per_copy_and_sees_the_rest() {
+        let plain = print(&letter("capped", None), b"{}");
+        let counted = letter("capped", Some(("x-delivery-count", AMQPValue::LongInt(3))));
+        assert_eq!(print(&counted, b"{}"), plain);
+        let offset = letter(
+            "capped",
+            Some(("x-stream-offset", AMQPValue::LongLongInt(9))),
+        );
+        assert_eq!(print(&offset, b"{}"), plain);
+        assert_ne!(print(&letter("expired", None), b"{}"), plain);
+        assert_ne!(print(&letter("capped", None), b"{ }"), plain);
+        let short = letter(
+            "capped",
+            Some((headers::ATTEMPT, AMQPValue::ShortShortInt(2))),
+        );
+        let long = letter(
+            "capped",
+            Some((headers::ATTEMPT, AMQPValue::LongLongInt(2))),
+        );
+        assert_eq!(print(&short, b"{}"), print(&long, b"{}"));
     }
 }

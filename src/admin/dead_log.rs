@@ -10,7 +10,7 @@
 //! A catch-up publishes a marker to the stream (confirmed; through the default
 //! exchange, so its user writes to `amq.default`, as the worker does for its
 //! delays; one who may not reads until the stream is quiet for 300 ms instead),
-//! then reads from the offset the index keeps (`prefix:{dead}:offset`, the next one to read; the
+//! then reads from the offset the index keeps (`prefix:{dead}:v2:offset`, the next one to read; the
 //! stream's first when there is none) up to its marker, and writes the entries a
 //! batch a call with the offset after them: every dead letter published before it
 //! began is in the index when it returns, and one cut short resumes where it
@@ -31,10 +31,9 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, 
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Connection};
 
-use super::dead_index::{self, Entry, Known};
+use super::dead_index::{self, Entry};
 use super::AdminError;
 use crate::config::Settings;
-use crate::job::decode;
 use crate::store::QuotaStore;
 
 static LEASE: LazyLock<redis::Script> =
@@ -309,23 +308,6 @@ fn marker_of(d: &lapin::message::Delivery) -> Option<String> {
 /// The index's entry of a dead letter read from the log: what its body says of
 /// the job (when it decodes), with the rules in force.
 fn entry_of(d: &lapin::message::Delivery, store: &QuotaStore, settings: &Settings) -> Entry {
-    let w = &settings.worker;
-    let known = match decode::decode(&d.data, w.max_body_bytes, w.default_timezone) {
-        Ok(job) => {
-            let tenant = job.tenant.as_deref();
-            Known {
-                policy: Some(store.rules().policy_of(&job.category, tenant).name.clone()),
-                channel: Some(job.channel.to_string()),
-                recipient_tag: Some(
-                    store
-                        .keys()
-                        .for_tenant(tenant)
-                        .recipient_tag(&job.recipient),
-                ),
-                tenant: tenant.map(str::to_string),
-            }
-        }
-        Err(_) => Known::default(),
-    };
+    let known = super::dead_select::known(&d.data, store, settings);
     dead_index::entry(&d.properties, &d.data, known, Utc::now())
 }

@@ -5,10 +5,12 @@
 //! recipient's own preferences ([`preferences`]) and every stored set exported and
 //! imported as JSON lines ([`preference_files`]). Returns data; the binary prints it.
 
+pub mod dead_action;
 pub mod dead_index;
 pub(crate) mod dead_letter_info;
 pub(crate) mod dead_letters;
 pub mod dead_log;
+pub mod dead_select;
 pub mod digests;
 pub(crate) mod jobs;
 pub mod preferences;

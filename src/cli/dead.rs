@@ -12,45 +12,103 @@ use lapin::message::Delivery;
 
 use super::{amqp, print_json, stop_on_signal, EXIT_INTERRUPTED};
 use quota_worker::admin::dead_index::{self, Filter};
-use quota_worker::admin::{self, DeadLetterInfo, DeadLetters, Selection, WalkAction};
+use quota_worker::admin::dead_select::{self, Prints};
+use quota_worker::admin::{self, dead_action, DeadLetterInfo, DeadLetters, WalkAction};
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
+use quota_worker::store::QuotaStore;
 
-/// Which dead letters: by reason, by id, or all.
-#[derive(Args, Debug, Clone)]
-#[command(group(ArgGroup::new("selection").required(true).multiple(true).args(["reason", "id", "all"])))]
-pub struct SelectionArgs {
+/// Which dead letters a command reads: every flag given must match (one of the
+/// reasons and one of the ids given, when repeated).
+#[derive(Args, Debug, Clone, Default)]
+pub struct FilterArgs {
     /// Only dead letters with this reason (repeat for several).
     #[arg(long)]
     pub reason: Vec<String>,
     /// Only the dead letter(s) with this job id (repeat for several).
     #[arg(long)]
     pub id: Vec<String>,
+    /// Only jobs of this policy (as the rules in force name it).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Only jobs on this channel.
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// Only jobs to this recipient (of `--tenant`'s, or of no tenant).
+    #[arg(long)]
+    pub recipient: Option<String>,
+    /// Only jobs of this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only those dead-lettered at or after this instant (RFC 3339).
+    #[arg(long)]
+    pub since: Option<DateTime<Utc>>,
+    /// Only those dead-lettered before this instant (RFC 3339).
+    #[arg(long)]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Which dead letters an action takes: a filter, or all.
+#[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("selection").required(true).multiple(true).args(
+    ["reason", "id", "policy", "channel", "recipient", "tenant", "since", "until", "all"]
+)))]
+pub struct SelectionArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub filter: FilterArgs,
     /// Every dead letter.
-    #[arg(long, conflicts_with_all = ["reason", "id"])]
+    #[arg(long, conflicts_with_all = ["reason", "id", "policy", "channel", "recipient", "tenant", "since", "until"])]
     pub all: bool,
 }
 
-impl SelectionArgs {
-    fn selection(&self) -> Selection {
-        Selection {
-            reasons: self.reason.clone(),
-            ids: self.id.clone(),
-        }
+impl FilterArgs {
+    /// Whether matching needs what the body says of its job (the rules, Redis).
+    fn needs_job(&self) -> bool {
+        self.policy.is_some()
+            || self.channel.is_some()
+            || self.recipient.is_some()
+            || self.tenant.is_some()
     }
 
-    fn describe(&self) -> String {
-        if self.all {
-            return "every dead letter".into();
+    /// The filters, one per reason and id given (any of them selects).
+    fn filters(&self, store: Option<&QuotaStore>) -> Vec<Filter> {
+        let recipient_tag = self.recipient.as_ref().and_then(|r| {
+            let keys = store?.keys().for_tenant(self.tenant.as_deref());
+            Some(keys.recipient_tag(r))
+        });
+        let base = Filter {
+            policy: self.policy.clone(),
+            channel: self.channel.clone(),
+            recipient_tag,
+            tenant: self.tenant.clone(),
+            since: self.since,
+            until: self.until,
+            ..Filter::default()
+        };
+        let some = |v: &[String]| -> Vec<Option<String>> {
+            if v.is_empty() {
+                vec![None]
+            } else {
+                v.iter().cloned().map(Some).collect()
+            }
+        };
+        let mut out = Vec::new();
+        for reason in some(&self.reason) {
+            for id in some(&self.id) {
+                out.push(Filter {
+                    reason: reason.clone(),
+                    id,
+                    ..base.clone()
+                });
+            }
         }
-        let mut parts = Vec::new();
-        if !self.reason.is_empty() {
-            parts.push(format!("reason {}", self.reason.join(" or ")));
-        }
-        if !self.id.is_empty() {
-            parts.push(format!("id {}", self.id.join(" or ")));
-        }
-        format!("dead letters with {}", parts.join(" and "))
+        out
+    }
+
+    fn describe(&self, filters: &[Filter]) -> String {
+        let words: Vec<String> = filters.iter().map(Filter::describe).collect();
+        words.join(", or ")
     }
 }
 
@@ -65,9 +123,8 @@ pub enum DeadCommand {
     /// List dead letters: id, reason, age, detail.
     #[allow(missing_docs)]
     List {
-        /// Only these reasons (repeat for several).
-        #[arg(long)]
-        reason: Vec<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -122,28 +179,39 @@ fn walk_note(report: &admin::WalkReport) {
 pub(super) async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
     let topology = Topology::from_settings(settings);
+    let needs_job = match &command {
+        DeadCommand::List { filter, .. } => filter.needs_job(),
+        DeadCommand::Replay { selection, .. } | DeadCommand::Purge { selection, .. } => {
+            selection.filter.needs_job()
+        }
+        DeadCommand::Show { .. } => false,
+    };
+    // (the rules, to decode a job's policy, and its recipient's tag; the index)
+    let store = match super::store(settings).await {
+        Ok(store) => Some(store),
+        Err(e) if needs_job => return Err(e),
+        Err(_) => None,
+    };
     let walk = Walk {
         letters: DeadLetters::new(&conn, &topology, settings.amqp.publish_timeout.0),
         now: Utc::now(),
         queue: &settings.amqp.dead_queue,
+        store: store.as_ref(),
+        settings,
     };
     let code = match command {
-        DeadCommand::List { reason, json } => walk.list(reason, json).await?,
+        DeadCommand::List { filter, json } => walk.list(&filter, json).await?,
         DeadCommand::Show { id, json } => walk.show(&id, json).await?,
         DeadCommand::Replay { selection, json } => {
             let (code, replayed) = walk
                 .replay(&selection, json, &settings.amqp.jobs_exchange)
                 .await?;
-            forget_in_index(settings, &conn, &replayed).await;
+            forget_in_index(settings, &conn, store.as_ref(), &replayed).await;
             code
         }
         DeadCommand::Purge { selection, yes } => {
-            if !yes && !walk.confirm_purge(&selection).await? {
-                eprintln!("nothing purged");
-                return Ok(ExitCode::FAILURE);
-            }
-            let (code, purged) = walk.purge(&selection).await?;
-            forget_in_index(settings, &conn, &purged).await;
+            let (code, purged) = walk.purge(&selection, yes).await?;
+            forget_in_index(settings, &conn, store.as_ref(), &purged).await;
             code
         }
     };
@@ -151,31 +219,23 @@ pub(super) async fn dead(settings: &Settings, command: DeadCommand) -> anyhow::R
     Ok(code)
 }
 
-/// Take the dead letters a replay or a purge walked out of the console's index
+/// Take the dead letters a replay or a purge touched out of the console's index
 /// (caught up with the dead-letter log first, so none comes back from it): each
-/// by its job id and reason. The queue is what counts: an index that cannot be
-/// reached is said on stderr and left as it is.
-async fn forget_in_index(settings: &Settings, conn: &lapin::Connection, walked: &[DeadLetterInfo]) {
-    if settings.console.dead_index == 0 || walked.is_empty() {
+/// by its print. The queue is what counts: an index that cannot be reached is
+/// said on stderr and left as it is.
+async fn forget_in_index(
+    settings: &Settings,
+    conn: &lapin::Connection,
+    store: Option<&QuotaStore>,
+    touched: &[String],
+) {
+    if settings.console.dead_index == 0 || touched.is_empty() {
         return;
     }
     let forgotten = async {
-        let store = super::store(settings).await?;
-        admin::dead_log::catch_up(conn, &store, settings).await?;
-        let (redis, keys) = (store.connection(), store.keys());
-        let mut chosen = Vec::new();
-        for d in walked {
-            let Some(id) = &d.id else { continue };
-            let filter = Filter {
-                id: Some(id.clone()),
-                reason: Some(d.reason.clone()),
-                ..Filter::default()
-            };
-            chosen.extend(dead_index::select(&redis, keys, &filter).await?);
-        }
-        chosen.sort();
-        chosen.dedup();
-        dead_index::forget(&redis, keys, &chosen).await?;
+        let store = store.ok_or_else(|| anyhow::anyhow!("Redis could not be reached"))?;
+        admin::dead_log::catch_up(conn, store, settings).await?;
+        dead_action::forget_prints(&store.connection(), store.keys(), touched).await?;
         anyhow::Ok(())
     };
     if let Err(e) = forgotten.await {
@@ -189,6 +249,8 @@ struct Walk<'a> {
     letters: DeadLetters<'a>,
     now: DateTime<Utc>,
     queue: &'a str,
+    store: Option<&'a QuotaStore>,
+    settings: &'a Settings,
 }
 
 impl Walk<'_> {
@@ -198,20 +260,27 @@ impl Walk<'_> {
         DeadLetterInfo::read(&d.properties, &d.data, self.now, full)
     }
 
-    /// `admin dead list`.
-    async fn list(&self, reason: Vec<String>, json: bool) -> anyhow::Result<ExitCode> {
-        let stop = stop_on_signal();
-        let filter = Selection {
-            reasons: reason,
-            ids: vec![],
+    /// Whether one of `filters` selects the delivery (the same predicate as the
+    /// console's: [`Filter::matches`] on the letter's entry).
+    fn selects(&self, filters: &[Filter], d: &Delivery) -> bool {
+        let known = match self.store {
+            Some(store) => dead_select::known(&d.data, store, self.settings),
+            None => Default::default(),
         };
+        let entry = dead_index::entry(&d.properties, &d.data, known, self.now);
+        filters.iter().any(|f| f.matches(&entry))
+    }
+
+    /// `admin dead list`.
+    async fn list(&self, filter: &FilterArgs, json: bool) -> anyhow::Result<ExitCode> {
+        let stop = stop_on_signal();
+        let filters = filter.filters(self.store);
         let mut seen = Vec::new();
         let report = self
             .letters
             .walk(&stop, |d| {
-                let letter = self.read(d, false);
-                if filter.matches(&letter) {
-                    seen.push(letter);
+                if self.selects(&filters, d) {
+                    seen.push(self.read(d, false));
                 }
                 WalkAction::Keep
             })
@@ -258,27 +327,52 @@ impl Walk<'_> {
         Ok(interrupted_or_ok(&report))
     }
 
-    /// `admin dead replay`: the selection published again to `exchange`.
+    fn filters(&self, selection: &SelectionArgs) -> Vec<Filter> {
+        if selection.all {
+            vec![Filter::default()]
+        } else {
+            selection.filter.filters(self.store)
+        }
+    }
+
+    /// Walk once, doing `action` to what `choose` selects: the letters touched,
+    /// and their prints.
+    async fn act<F>(
+        &self,
+        action: WalkAction,
+        mut choose: F,
+    ) -> anyhow::Result<(admin::WalkReport, Vec<DeadLetterInfo>, Vec<String>)>
+    where
+        F: FnMut(&Delivery) -> bool,
+    {
+        let stop = stop_on_signal();
+        let (mut touched, mut prints) = (Vec::new(), Vec::new());
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                if choose(d) {
+                    touched.push(self.read(d, false));
+                    prints.push(dead_select::print(&d.properties, &d.data));
+                    action
+                } else {
+                    WalkAction::Keep
+                }
+            })
+            .await?;
+        Ok((report, touched, prints))
+    }
+
+    /// `admin dead replay`: what the selection selects as the walk reads it,
+    /// published again to `exchange`; the prints replayed.
     async fn replay(
         &self,
         selection: &SelectionArgs,
         json: bool,
         exchange: &str,
-    ) -> anyhow::Result<(ExitCode, Vec<DeadLetterInfo>)> {
-        let stop = stop_on_signal();
-        let sel = selection.selection();
-        let mut replayed = Vec::new();
-        let report = self
-            .letters
-            .walk(&stop, |d| {
-                let letter = self.read(d, false);
-                if sel.matches(&letter) {
-                    replayed.push(letter);
-                    WalkAction::Replay
-                } else {
-                    WalkAction::Keep
-                }
-            })
+    ) -> anyhow::Result<(ExitCode, Vec<String>)> {
+        let filters = self.filters(selection);
+        let (report, replayed, prints) = self
+            .act(WalkAction::Replay, |d| self.selects(&filters, d))
             .await?;
         if json {
             print_json(&serde_json::json!({ "replayed": replayed, "walk": report }))?;
@@ -292,20 +386,63 @@ impl Walk<'_> {
             );
         }
         walk_note(&report);
-        Ok((interrupted_or_ok(&report), replayed))
+        Ok((interrupted_or_ok(&report), prints))
     }
 
-    /// Whether the operator, asked on the terminal, confirms the purge of the
-    /// selection (an error without a terminal).
-    async fn confirm_purge(&self, selection: &SelectionArgs) -> anyhow::Result<bool> {
-        let there = self.letters.count().await?;
+    /// The letters the selection selects now, read by a walk that keeps them all:
+    /// each with its print.
+    async fn preview(&self, filters: &[Filter]) -> anyhow::Result<Vec<(DeadLetterInfo, String)>> {
+        let stop = stop_on_signal();
+        let mut seen = Vec::new();
+        let report = self
+            .letters
+            .walk(&stop, |d| {
+                if self.selects(filters, d) {
+                    let print = dead_select::print(&d.properties, &d.data);
+                    seen.push((self.read(d, false), print));
+                }
+                WalkAction::Keep
+            })
+            .await?;
+        if report.interrupted {
+            bail!("interrupted while reading what to purge; nothing purged");
+        }
+        Ok(seen)
+    }
+
+    /// Whether the operator, shown the letters `seen` (by reason, and the first
+    /// ones), confirms their purge on the terminal (an error without one).
+    fn confirm_purge(
+        &self,
+        described: &str,
+        seen: &[(DeadLetterInfo, String)],
+    ) -> anyhow::Result<bool> {
         if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
             bail!("refusing to purge without a terminal to confirm on; pass --yes");
         }
-        eprint!(
-            "Delete {} from `{}` ({there} dead letter(s) there now)? This cannot be undone. [y/N] ",
-            selection.describe(),
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
+        for (d, _) in seen {
+            match reasons.iter_mut().find(|(r, _)| *r == d.reason) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((&d.reason, 1)),
+            }
+        }
+        eprintln!(
+            "{} dead letter(s) in `{}` selected by {described}:",
+            seen.len(),
             self.queue
+        );
+        for (r, n) in &reasons {
+            eprintln!("  {n:>6}  {r}");
+        }
+        let first: Vec<DeadLetterInfo> = seen.iter().take(20).map(|(d, _)| d.clone()).collect();
+        print_list(&first);
+        if seen.len() > first.len() {
+            eprintln!("and {} more", seen.len() - first.len());
+        }
+        eprint!(
+            "Delete exactly these {} (not those arriving meanwhile)? This cannot be undone. [y/N] ",
+            seen.len()
         );
         std::io::stderr().flush()?;
         let mut answer = String::new();
@@ -313,33 +450,50 @@ impl Walk<'_> {
         Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
     }
 
-    /// `admin dead purge`, once confirmed.
+    /// `admin dead purge`: with `--yes`, what the selection selects as the walk
+    /// reads it; else what a first walk read and the operator confirmed, exactly
+    /// (by their prints); the prints purged.
     async fn purge(
         &self,
         selection: &SelectionArgs,
-    ) -> anyhow::Result<(ExitCode, Vec<DeadLetterInfo>)> {
-        // after the prompt, so that Ctrl-C at the prompt still quits at once
-        let stop = stop_on_signal();
-        let sel = selection.selection();
-        let mut purged = Vec::new();
-        let report = self
-            .letters
-            .walk(&stop, |d| {
-                let letter = self.read(d, false);
-                if sel.matches(&letter) {
-                    purged.push(letter);
-                    WalkAction::Drop
-                } else {
-                    WalkAction::Keep
-                }
-            })
-            .await?;
+        yes: bool,
+    ) -> anyhow::Result<(ExitCode, Vec<String>)> {
+        let filters = self.filters(selection);
+        let (report, _, prints) = if yes {
+            self.act(WalkAction::Drop, |d| self.selects(&filters, d))
+                .await?
+        } else {
+            let seen = self.preview(&filters).await?;
+            let described = if selection.all {
+                "every dead letter".to_string()
+            } else {
+                selection.filter.describe(&filters)
+            };
+            if seen.is_empty() || !self.confirm_purge(&described, &seen)? {
+                eprintln!("nothing purged");
+                return Ok((ExitCode::FAILURE, Vec::new()));
+            }
+            let mut wanted = Prints::of(seen.iter().map(|(_, p)| p.as_str()));
+            let outcome = self
+                .act(WalkAction::Drop, |d| {
+                    wanted.take(&dead_select::print(&d.properties, &d.data))
+                })
+                .await?;
+            if wanted.left() > 0 {
+                eprintln!(
+                    "{} of those confirmed were no longer in `{}`",
+                    wanted.left(),
+                    self.queue
+                );
+            }
+            outcome
+        };
         println!(
             "purged {} dead letter(s) from `{}`; {} kept",
             report.dropped, self.queue, report.kept
         );
         walk_note(&report);
-        Ok((interrupted_or_ok(&report), purged))
+        Ok((interrupted_or_ok(&report), prints))
     }
 }
 

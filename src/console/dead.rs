@@ -1,30 +1,30 @@
 //! The dead letters (`/console/dead`): read from their index in Redis
 //! ([`crate::admin::dead_index`]), filtered by reason, policy, channel and
-//! recipient, newest first, 50 a page; one message with its headers and body;
-//! replay one, and replay or purge what a filter selects, each after a confirmation
-//! that says how many. Browsing never touches the queue: a page first catches the
-//! index up with the dead-letter log ([`crate::admin::dead_log`], waiting at most
-//! [`CATCH_UP_BUDGET`]); a replay or a purge walks the queue once
-//! ([`crate::admin::DeadLetters::walk`], as `admin dead` does), selecting the ids
-//! the index found, then forgets them in the index.
+//! recipient, tenant, job id and time range ([`Filter::matches`]'s fields), newest
+//! first, 50 a page; one message with its headers and body; replay or purge one,
+//! or what a filter selects, each after a confirmation that names the filter and
+//! lists the set, which the action then touches exactly
+//! ([`crate::admin::dead_action`]). Browsing never touches the queue: a page first
+//! catches the index up with the dead-letter log ([`crate::admin::dead_log`],
+//! waiting at most [`CATCH_UP_BUDGET`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use maud::{html, Markup};
-use tokio_util::sync::CancellationToken;
 
 use super::fields::Fields;
 use super::layout::Visitor;
 use super::layout::{self, csrf, query, search, section, table, when, Input};
 use super::session::{Action, Ctx, Page};
 use super::Console;
+use crate::admin::dead_action::{self, Carried, Verb};
 use crate::admin::dead_index::{self, Entry, Filter};
 use crate::admin::dead_log;
-use crate::admin::{AdminError, DeadLetterInfo, DeadLetters, Selection, WalkAction, WalkReport};
-use crate::amqp::Topology;
+use crate::admin::AdminError;
 
 /// Dead letters a page shows.
 const PAGE: usize = 50;
@@ -72,11 +72,43 @@ pub(super) fn catching_up_note(caught: &Result<bool, AdminError>) -> Markup {
 }
 
 /// The filter's fields, as the forms and the query name them.
-const FILTER_FIELDS: [&str; 5] = ["reason", "policy", "channel", "recipient", "tenant"];
+const FILTER_FIELDS: [&str; 8] = [
+    "reason",
+    "policy",
+    "channel",
+    "recipient",
+    "tenant",
+    "id",
+    "since",
+    "until",
+];
 
-fn filter(ctx: &Ctx, f: &Fields) -> Filter {
+/// An instant a filter names: RFC 3339, or a date and time (`2026-12-01T10:00`,
+/// a `datetime-local` field's) or a date alone, both in UTC.
+fn instant(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    for format in ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
+            return Some(t.and_utc());
+        }
+    }
+    let day = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+    Some(day.and_hms_opt(0, 0, 0)?.and_utc())
+}
+
+/// The filter the fields name (the recipient's tag of its tenant), or what is
+/// wrong with it.
+fn filter(ctx: &Ctx, f: &Fields) -> Result<Filter, String> {
     let own = |k: &str| f.get(k).map(str::to_string);
-    Filter {
+    let time = |k: &str| match f.get(k) {
+        None => Ok(None),
+        Some(t) => instant(t).map(Some).ok_or_else(|| {
+            format!("{k}: `{t}` is not a time (2026-12-01T10:00 in UTC, or RFC 3339)")
+        }),
+    };
+    Ok(Filter {
         reason: own("reason"),
         policy: own("policy"),
         channel: own("channel"),
@@ -86,8 +118,11 @@ fn filter(ctx: &Ctx, f: &Fields) -> Filter {
                 .for_tenant(f.get("tenant"))
                 .recipient_tag(r)
         }),
-        id: None,
-    }
+        tenant: own("tenant"),
+        id: own("id"),
+        since: time("since")?,
+        until: time("until")?,
+    })
 }
 
 fn pairs(f: &Fields) -> Vec<(&'static str, &str)> {
@@ -104,6 +139,9 @@ fn filter_form(f: &Fields) -> Markup {
         Input("channel", "Channel", false),
         Input("recipient", "Recipient", false),
         Input("tenant", "Tenant", false),
+        Input("id", "Job id", false),
+        Input("since", "Since (UTC)", false),
+        Input("until", "Before (UTC)", false),
     ];
     search("/console/dead", f, &inputs, "Filter")
 }
@@ -113,13 +151,16 @@ fn hidden_filter(f: &Fields) -> Markup {
 }
 
 fn rows(entries: &[Entry]) -> Markup {
-    let head = ["When", "Job", "Reason", "Policy", "Channel", "Detail"];
+    let head = [
+        "When", "Job", "Reason", "Tenant", "Policy", "Channel", "Detail",
+    ];
     table(
         &head,
         html! { @for e in entries { tr {
             td { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(e.at)) } }
             td { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
-            td { code { (e.reason) } } td { (e.policy.clone().unwrap_or_default()) }
+            td { code { (e.reason) } } td { (e.tenant.clone().unwrap_or_default()) }
+            td { (e.policy.clone().unwrap_or_default()) }
             td { (e.channel.clone().unwrap_or_default()) } td { (e.detail) }
         } } },
     )
@@ -132,27 +173,24 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
         .and_then(|p| p.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let chosen = match filter(&ctx, &f) {
+        Ok(chosen) => chosen,
+        Err(e) => return layout::failed(&ctx.visitor, StatusCode::BAD_REQUEST, "Dead letters", e),
+    };
     let caught = catch_up(&ctx, Some(CATCH_UP_BUDGET)).await;
     let conn = ctx.store.connection();
-    let (total, entries) = match dead_index::page(
-        &conn,
-        ctx.store.keys(),
-        &filter(&ctx, &f),
-        (page - 1) * PAGE,
-        PAGE,
-    )
-    .await
-    {
-        Ok(found) => found,
-        Err(e) => {
-            return layout::failed(
-                &ctx.visitor,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Dead letters",
-                e,
-            )
-        }
-    };
+    let (total, entries) =
+        match dead_index::page(&conn, ctx.store.keys(), &chosen, (page - 1) * PAGE, PAGE).await {
+            Ok(found) => found,
+            Err(e) => {
+                return layout::failed(
+                    &ctx.visitor,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Dead letters",
+                    e,
+                )
+            }
+        };
     let mut more = pairs(&f);
     let next = (page + 1).to_string();
     let prev = (page - 1).to_string();
@@ -160,6 +198,7 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
         (filter_form(&f))
         (catching_up_note(&caught))
         (section("found", html! { (total) " dead letter(s) selected" @if total > 0 { ", newest first, page " (page) } }, html! {
+            p { "Filter: " (chosen.describe()) "." }
             p.muted { "Read from the index the console keeps of the dead-letter log (console.dead_index), not from the queue." }
             (rows(&entries))
             p {
@@ -189,7 +228,12 @@ fn action_forms(v: &Visitor, f: &Fields) -> Markup {
 /// `GET /console/dead/one?key=K`: one dead letter, its headers and body.
 pub(super) async fn one(Page(ctx, f): Page) -> Response {
     let key = f.get("key").unwrap_or("").to_string();
-    let found = dead_index::read(&ctx.store.connection(), ctx.store.keys(), &[key.clone()]).await;
+    let found = dead_index::read(
+        &ctx.store.connection(),
+        ctx.store.keys(),
+        std::slice::from_ref(&key),
+    )
+    .await;
     let Ok(Some(e)) = found.map(|mut e| e.pop()) else {
         return layout::failed(
             &ctx.visitor,
@@ -203,58 +247,89 @@ pub(super) async fn one(Page(ctx, f): Page) -> Response {
         (rows(std::slice::from_ref(&e)))
         (section("headers", "Headers and properties", html! { pre { (pretty(&e.properties)) } }))
         (section("body", "Body", html! { pre { (pretty(&e.body)) } }))
-        form method="post" action="/console/dead/confirm" {
+        form.inline method="post" action="/console/dead/confirm" {
             (csrf(&ctx.visitor)) input type="hidden" name="key" value=(key); input type="hidden" name="action" value="replay";
             button type="submit" { "Replay this one…" }
+        }
+        " "
+        form.inline method="post" action="/console/dead/confirm" {
+            (csrf(&ctx.visitor)) input type="hidden" name="key" value=(key); input type="hidden" name="action" value="purge";
+            button.danger type="submit" { "Purge this one…" }
         }
     };
     layout::page(&ctx.visitor, "Dead letter", body)
 }
 
-/// What an action selects: one entry (`key`) or a filter's (with the index caught
-/// up first, so that a dead letter it selects in the queue is also forgotten).
-async fn selected(ctx: &Ctx, f: &Fields) -> Result<Vec<String>, AdminError> {
-    catch_up(ctx, None).await?;
+/// What an action selects, with the filter in words: one entry (`key`) or a
+/// filter's (with the index caught up first, so that it lists every dead letter
+/// published before).
+async fn selected(ctx: &Ctx, f: &Fields) -> Result<(String, Vec<String>), String> {
+    catch_up(ctx, None).await.map_err(|e| e.to_string())?;
     let conn = ctx.store.connection();
-    match f.get("key") {
-        Some(key) => Ok(
-            dead_index::read(&conn, ctx.store.keys(), &[key.to_string()])
-                .await?
-                .into_iter()
-                .map(|e| e.key)
-                .collect(),
-        ),
-        None => Ok(dead_index::select(&conn, ctx.store.keys(), &filter(ctx, f)).await?),
+    if let Some(key) = f.get("key") {
+        let found = dead_index::read(&conn, ctx.store.keys(), &[key.to_string()]).await;
+        let keys = found.map_err(|e| e.to_string())?.into_iter().map(|e| e.key);
+        return Ok(("this dead letter".into(), keys.collect()));
     }
+    let chosen = filter(ctx, f)?;
+    let keys = dead_index::select(&conn, ctx.store.keys(), &chosen).await;
+    Ok((chosen.describe(), keys.map_err(|e| e.to_string())?))
 }
 
-fn verb(f: &Fields) -> Option<(&'static str, WalkAction)> {
-    match f.get("action") {
-        Some("replay") => Some(("Replay", WalkAction::Replay)),
-        Some("purge") => Some(("Purge", WalkAction::Drop)),
-        _ => None,
+/// Letters a confirmation lists one by one (the rest by reason).
+const LISTED: usize = 20;
+
+/// The reasons of `entries` with how many of each, most first.
+fn by_reason(entries: &[Entry]) -> Vec<(String, usize)> {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for e in entries {
+        match counts.iter_mut().find(|(r, _)| *r == e.reason) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((e.reason.clone(), 1)),
+        }
     }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    counts
 }
 
-/// `POST /console/dead/confirm`: how many the action would take, and a button.
+/// `POST /console/dead/confirm`: the set the action would touch, held under a
+/// token the form carries ([`dead_action::take`]), and a button.
 pub(super) async fn confirm(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
-    let Some((word, _)) = verb(&f) else {
+    let Some(verb) = f.get("action").and_then(Verb::parse) else {
         return layout::missing(v, "Dead letters", "action");
     };
-    let n = match selected(&ctx, &f).await {
-        Ok(s) => s.len(),
+    let word = verb.title();
+    let (described, keys) = match selected(&ctx, &f).await {
+        Ok(s) => s,
+        Err(e) => return layout::failed(v, StatusCode::BAD_REQUEST, "Dead letters", e),
+    };
+    let (conn, k) = (ctx.store.connection(), ctx.store.keys());
+    let taken = dead_action::take(&conn, k, verb, described.clone(), keys).await;
+    let snapshot = match taken {
+        Ok(s) => s,
         Err(e) => return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, "Dead letters", e),
     };
+    let first = &snapshot.keys[..snapshot.keys.len().min(LISTED)];
+    let shown = dead_index::read(&conn, k, first).await.unwrap_or_default();
+    let all = dead_index::read(&conn, k, &snapshot.keys)
+        .await
+        .unwrap_or_default();
+    let n = snapshot.keys.len();
     let body = html! {
         section role="alert" {
-            p { (word) " " strong.count { (n) } " dead letter(s)?" }
-            form method="post" action="/console/dead/apply" {
-                (csrf(v)) (hidden_filter(&f))
-                @if let Some(k) = f.get("key") { input type="hidden" name="key" value=(k); }
-                input type="hidden" name="action" value=(f.get("action").unwrap_or(""));
-                input type="hidden" name="expected" value=(n);
-                button.danger type="submit" { (word) " " (n) }
+            p { (word) " " strong.count { (n) } " dead letter(s) selected by " (described) "?" }
+            @if n > 0 {
+                p { "By reason: " @for (i, (r, c)) in by_reason(&all).iter().enumerate() { @if i > 0 { ", " } code { (r) } " " (c) } "." }
+                p.muted { "Exactly these are " (if verb == Verb::Replay { "replayed" } else { "purged" })
+                    ", whatever arrives meanwhile; if one of them is replayed or purged before, nothing is done. The others in the queue are put back at its tail, in their order." }
+                (rows(&shown))
+                @if n > shown.len() { p.muted { "and " (n - shown.len()) " more." } }
+                form method="post" action="/console/dead/apply" {
+                    (csrf(v))
+                    input type="hidden" name="token" value=(snapshot.token);
+                    button.danger type="submit" { (word) " these " (n) }
+                }
             }
             p { a href="/console/dead" { "Cancel" } }
         }
@@ -285,57 +360,38 @@ impl Console {
     }
 }
 
-/// Walk the queue once, doing `action` to the dead letters with `ids`.
-async fn walk(ctx: &Ctx, ids: Vec<String>, action: WalkAction) -> Result<WalkReport, AdminError> {
-    let conn = ctx.app.broker(&ctx.settings).await?;
-    let topology = Topology::from_settings(&ctx.settings);
-    let selection = Selection {
-        reasons: Vec::new(),
-        ids,
-    };
-    let now = chrono::Utc::now();
-    DeadLetters::new(&conn, &topology, ctx.settings.amqp.publish_timeout.0)
-        .walk(&CancellationToken::new(), |d| {
-            let info = DeadLetterInfo::read(&d.properties, &d.data, now, false);
-            if selection.matches(&info) {
-                action
-            } else {
-                WalkAction::Keep
-            }
-        })
-        .await
-}
-
-/// `POST /console/dead/apply`: replay or purge what was confirmed.
+/// `POST /console/dead/apply`: replay or purge the set a confirmation listed
+/// ([`dead_action::carry_out`]).
 pub(super) async fn apply(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
-    let Some((word, action)) = verb(&f) else {
-        return layout::missing(v, "Dead letters", "action");
+    let Some(token) = f.get("token") else {
+        return layout::missing(v, "Dead letters", "confirmation token");
     };
-    let chosen = match selected(&ctx, &f).await {
-        Ok(s) => s,
-        Err(e) => return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, "Dead letters", e),
-    };
-    let ids = dead_index::ids(&chosen);
-    tracing::info!(who = %v.who, action = word, dead_letters = chosen.len(), "console");
-    if ids.is_empty() {
-        return layout::done(
-            v,
-            word,
-            "Nothing selected (a dead letter without a job id cannot be selected).",
-            "/console/dead",
-        );
+    let title = "Dead letters";
+    if let Err(e) = catch_up(&ctx, None).await {
+        return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, title, e);
     }
-    let report = match walk(&ctx, ids, action).await {
-        Ok(r) => r,
-        Err(e) => return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, word, e),
+    let conn = match ctx.app.broker(&ctx.settings).await {
+        Ok(c) => c,
+        Err(e) => return layout::failed(v, StatusCode::SERVICE_UNAVAILABLE, title, e),
     };
-    if let Err(e) = dead_index::forget(&ctx.store.connection(), ctx.store.keys(), &chosen).await {
-        tracing::warn!(error = %e, "console: the index keeps entries that were walked");
+    let carried = dead_action::carry_out(&conn, &ctx.store, &ctx.settings, token).await;
+    tracing::info!(who = %v.who, action = "dead letters", token, outcome = ?carried, "console");
+    let conflict = |why: String| layout::failed(v, StatusCode::CONFLICT, title, why);
+    match carried {
+        Ok(Carried::Done(o)) => layout::done(v, o.verb.title(), o.said, "/console/dead"),
+        Ok(Carried::Already(said)) => conflict(format!(
+            "This confirmation was already carried out; nothing done again. It did: {said}"
+        )),
+        Ok(Carried::Changed { gone, of }) => conflict(format!(
+            "Nothing done: {gone} of the {of} dead letter(s) listed were replayed or purged since the confirmation. Confirm again to see the set as it is now."
+        )),
+        Ok(Carried::Unknown) => conflict(
+            "Nothing done: this confirmation is unknown or expired (an hour). Confirm again.".into(),
+        ),
+        Ok(Carried::Busy) => conflict(
+            "Nothing done: another replay or purge walks the dead-letter queue now. Try again when it is done.".into(),
+        ),
+        Err(e) => layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, title, e),
     }
-    let what = format!(
-        "{word}: {} replayed, {} purged, {} kept, of the {} in the queue.",
-        report.replayed, report.dropped, report.kept, report.found
-    );
-    layout::done(v, word, what, "/console/dead")
 }

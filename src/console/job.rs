@@ -31,7 +31,7 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
         .ok()
         .flatten();
     let note = super::dead::catching_up_note(&caught);
-    let body = html! { (form) (note) (timeline(&ctx, &status, dead.as_ref())) (cancel_form(&ctx, &status)) };
+    let body = html! { (form) (note) (timeline(&ctx, &status, dead.as_ref())) (cancel_form(&ctx, &status, dead.as_ref())) };
     layout::page(&ctx.visitor, "Job", body)
 }
 
@@ -74,7 +74,13 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
         "where",
         title,
         html! {
-            p { "Now " (place(&s.place)) " (" (when(s.now)) ")." }
+            @if let Some(at) = s.cancelled_at {
+                p { strong { "Cancelled" } " at " (when(at)) ": it ends as a dead letter " code { "cancelled" } " at its next handling. Until then: " (place(&s.place)) " (" (when(s.now)) ")." }
+            } @else if !seen(s, dead) {
+                p { "No job with this id was seen: no worker noted it, its sender gave no feedback, and no dead letter has it (a job sent at its first handling leaves no note either)." }
+            } @else {
+                p { "Now " (place(&s.place)) " (" (when(s.now)) ")." }
+            }
             @if let Some(r) = &s.record {
                 p.muted { "Channel " (r.channel) @if let Some(p) = &r.policy { " · policy " (p) }
                     @if let Some(z) = &r.zone { " · zone " (z) } " · attempt " (r.attempt) }
@@ -117,35 +123,82 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
     )
 }
 
-fn cancel_form(ctx: &Ctx, s: &JobStatus) -> Markup {
-    let waits = s.escalates_at.is_some()
+/// Whether anything says a job with this id was seen.
+fn seen(s: &JobStatus, dead: Option<&Entry>) -> bool {
+    s.record.is_some()
+        || !s.feedback.is_empty()
+        || !s.route.is_empty()
+        || s.escalates_at.is_some()
+        || dead.is_some()
+}
+
+/// Whether the job may still be cancelled: it waits (delayed, folded into a
+/// digest, or an escalation pending), or nothing was seen of it.
+fn cancellable(s: &JobStatus, dead: Option<&Entry>) -> bool {
+    if s.cancelled_at.is_some() {
+        return false;
+    }
+    s.escalates_at.is_some()
         || match &s.record {
-            None => true,
+            None => dead.is_none(),
             Some(r) => matches!(r.step, JobState::Delayed { .. } | JobState::Folded { .. }),
-        };
+        }
+}
+
+fn cancel_form(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
     html! {
-        @if waits && s.cancelled_at.is_none() {
+        @if cancellable(s, dead) {
             (section("cancel", "Cancel", html! {
                 form method="post" action="/console/job/cancel" {
                     (csrf(&ctx.visitor))
                     input type="hidden" name="id" value=(s.id);
-                    button.danger type="submit" { "Cancel this job" }
+                    button.danger type="submit" {
+                        @if seen(s, dead) { "Cancel this job…" } @else { "Leave a cancel mark…" }
+                    }
                 }
             }))
         }
     }
 }
 
-/// `POST /console/job/cancel`.
+/// `POST /console/job/cancel`: a confirmation saying what the job is (or that
+/// none was seen), then, confirmed, the cancel mark.
 pub(super) async fn cancel(Action(ctx, f): Action) -> Response {
     let v = &ctx.visitor;
     let Some(id) = f.get("id") else {
         return layout::missing(v, "Cancel", "job id");
     };
-    tracing::info!(who = %v.who, action = "cancel", job_id = id, "console");
     let back = format!("/console/job{}", query(&[("id", id)]));
-    match Jobs::new(&ctx.store, &ctx.settings).cancel(id).await {
-        Ok(c) => layout::done(
+    let jobs = Jobs::new(&ctx.store, &ctx.settings);
+    let status = match jobs.explain(id).await {
+        Ok(s) => s,
+        Err(e) => return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, "Cancel", e),
+    };
+    let dead = dead_index::entry_of(&ctx.store.connection(), ctx.store.keys(), id)
+        .await
+        .ok()
+        .flatten();
+    if !cancellable(&status, dead.as_ref()) {
+        let why = match (&status.cancelled_at, &dead) {
+            (Some(at), _) => format!("job `{id}` was cancelled already, at {}", when(*at)),
+            (None, Some(d)) => format!(
+                "job `{id}` is a dead letter (`{}`): nothing waits to be cancelled",
+                d.reason
+            ),
+            (None, None) => format!(
+                "job `{id}` is {}: nothing waits to be cancelled",
+                place(&status.place)
+            ),
+        };
+        return layout::failed(v, StatusCode::CONFLICT, "Cancel", why);
+    }
+    let seen = seen(&status, dead.as_ref());
+    if f.get("confirmed") != Some("yes") {
+        return confirm_cancel(v, id, seen, &status, &back);
+    }
+    tracing::info!(who = %v.who, action = "cancel", job_id = id, seen, "console");
+    match jobs.cancel(id).await {
+        Ok(c) if seen => layout::done(
             v,
             "Cancel",
             format!(
@@ -156,6 +209,41 @@ pub(super) async fn cancel(Action(ctx, f): Action) -> Response {
             ),
             &back,
         ),
+        Ok(c) => layout::done(
+            v,
+            "Cancel",
+            format!(
+                "No job with id {} was seen; a cancel mark is left: a job published with this id while the mark lasts ends as a dead letter `cancelled`.",
+                c.id
+            ),
+            &back,
+        ),
         Err(e) => layout::failed(v, StatusCode::CONFLICT, "Cancel", e),
     }
+}
+
+fn confirm_cancel(
+    v: &super::layout::Visitor,
+    id: &str,
+    seen: bool,
+    s: &JobStatus,
+    back: &str,
+) -> Response {
+    let body = html! {
+        section role="alert" {
+            @if seen {
+                p { "Cancel job " code { (id) } "? It is " (place(&s.place)) "; cancelled, it ends as a dead letter " code { "cancelled" } " at its next handling." }
+            } @else {
+                p { "No job with id " code { (id) } " was seen: no worker noted it, its sender gave no feedback, and no dead letter has it. Leave a cancel mark anyway? A job published later with this id would end as a dead letter " code { "cancelled" } "." }
+            }
+            form method="post" action="/console/job/cancel" {
+                (csrf(v))
+                input type="hidden" name="id" value=(id);
+                input type="hidden" name="confirmed" value="yes";
+                button.danger type="submit" { @if seen { "Cancel job " (id) } @else { "Leave a cancel mark for " (id) } }
+            }
+            p { a href=(back) { "Keep it" } }
+        }
+    };
+    layout::page(v, "Cancel", body)
 }

@@ -53,7 +53,12 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
     }
 }
 
-type Waiting = Vec<(String, chrono::DateTime<chrono::Utc>)>;
+/// Waiting jobs: id, until when, and when it was cancelled if it was.
+type Waiting = Vec<(
+    String,
+    chrono::DateTime<chrono::Utc>,
+    Option<chrono::DateTime<chrono::Utc>>,
+)>;
 
 async fn read(
     ctx: &Ctx,
@@ -75,6 +80,18 @@ async fn read(
     let keys = ctx.store.keys().for_tenant(tenant);
     let conn = ctx.store.connection();
     let waiting = crate::redis::notes::waiting_jobs(&conn, &keys, recipient, WAITING_SHOWN).await?;
+    let marks: std::collections::HashMap<String, _> =
+        crate::redis::notes::cancel_marks(&conn, ctx.store.keys())
+            .await?
+            .into_iter()
+            .collect();
+    let waiting = waiting
+        .into_iter()
+        .map(|(id, until)| {
+            let cancelled = marks.get(&id).copied();
+            (id, until, cancelled)
+        })
+        .collect();
     Ok((status, waiting))
 }
 
@@ -153,9 +170,10 @@ fn layers(s: &RecipientStatus) -> Markup {
 }
 
 fn waiting_jobs(waiting: &Waiting, count: Option<u64>) -> Markup {
-    let rows = html! { @for (id, until) in waiting { tr {
+    let rows = html! { @for (id, until, cancelled) in waiting { tr {
         td { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } }
         td { (when(*until)) }
+        td { @if let Some(at) = cancelled { strong { "cancelled" } " " (when(*at)) " (ends as a dead letter at its next handling)" } }
     } } };
     section(
         "waiting",
@@ -166,7 +184,7 @@ fn waiting_jobs(waiting: &Waiting, count: Option<u64>) -> Markup {
                 Some(0) => p.muted { "None." },
                 Some(n) => {
                     p { (n) " waiting" @if n as usize > waiting.len() { " (the first " (waiting.len()) " shown)" } }
-                    (table(&["Job", "Until"], rows))
+                    (table(&["Job", "Until", "Cancel"], rows))
                 },
             }
         },

@@ -360,9 +360,10 @@ async fn an_action_asks_for_its_forms_csrf_token_and_a_live_cookie() {
         .await
         .unwrap();
     assert_eq!(none.cancelled_at, None, "a refused action did nothing");
-    // with it, the action is done
+    // with it, the action is done (once confirmed)
     let form = cancel(Some(page.csrf()));
-    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    form.push(("confirmed", "yes"));
     let a = ask(
         &addr,
         "POST",
@@ -489,6 +490,7 @@ async fn a_login_posted_from_another_site_or_without_the_forms_cookie_is_refused
     stop.cancel();
 }
 
+mod actions;
 mod browser;
 mod figures;
 mod flows;

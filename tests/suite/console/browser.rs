@@ -354,6 +354,8 @@ async fn log_in_find_and_cancel(t: &Walk) {
     d.shows("Cancel this job").await;
     d.shoot(dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
+    d.shows("Cancel job").await;
+    d.click("form[action='/console/job/cancel'] button").await;
     d.shows("marked cancelled").await;
     let reason = dead_reason(&t.conn, &s.amqp.dead_queue, "b2").await;
     assert_eq!(reason, "cancelled");
@@ -373,11 +375,11 @@ async fn replay_a_filtered_set(t: &Walk) {
     d.shoot(dir, "dead-letter").await;
     d.goto(&t.url("/console/dead?reason=unknown_channel")).await;
     d.click("form[action='/console/dead/confirm'] button").await;
-    d.shows("dead letter(s)?").await;
+    d.shows("dead letter(s) selected by reason").await;
     assert_eq!(d.text(".count").await, "2");
     d.shoot(dir, "dead-letters-confirm").await;
     d.click("form[action='/console/dead/apply'] button").await;
-    d.shows("2 replayed").await;
+    d.shows("2 of the 2 dead letter(s) listed").await;
     let back = drain_ids(&t.conn, &t.s.amqp.jobs_queue).await;
     assert_eq!(back, ["f1", "f2"]);
 }

@@ -124,7 +124,8 @@ async fn a_recipient_held_by_a_one_a_day_cap_shows_when_and_its_cancelled_job_en
         "{}",
         job_page.body
     );
-    let a = ask(
+    // a confirmation first, which changes nothing
+    let asked = ask(
         &addr,
         "POST",
         "/console/job/cancel",
@@ -133,18 +134,98 @@ async fn a_recipient_held_by_a_one_a_day_cap_shows_when_and_its_cancelled_job_en
         "",
     )
     .await;
+    assert!(
+        asked.body.contains("Cancel job <code>h2</code>?"),
+        "{}",
+        asked.body
+    );
+    let still = ask(&addr, "GET", "/console/job?id=h2", Some(&cookie), &[], "").await;
+    assert!(
+        !still.body.contains("<strong>Cancelled</strong>"),
+        "{}",
+        still.body
+    );
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &[("csrf", &csrf), ("id", "h2"), ("confirmed", "yes")],
+        "",
+    )
+    .await;
     assert_eq!(a.code, 200, "{a:?}");
+    assert!(a.body.contains("marked cancelled"), "{}", a.body);
+    let job_page = ask(&addr, "GET", "/console/job?id=h2", Some(&cookie), &[], "").await;
+    assert!(
+        job_page.body.contains("<strong>Cancelled</strong>"),
+        "{}",
+        job_page.body
+    );
+    let path = "/console/recipient?recipient=held-1";
+    let listed = ask(&addr, "GET", path, Some(&cookie), &[], "").await;
+    if listed.body.contains("/console/job?id=h2") {
+        assert!(
+            listed.body.contains("<strong>cancelled</strong>"),
+            "{}",
+            listed.body
+        );
+    }
     assert_eq!(
         dead_reason(&conn, &s.amqp.dead_queue, "h2").await,
         "cancelled"
+    );
+    // an id never seen: said so, and a mark only when asked for
+    let unseen = [("csrf", csrf.as_str()), ("id", "never-seen-1")];
+    let asked = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &unseen,
+        "",
+    )
+    .await;
+    assert!(
+        asked
+            .body
+            .contains("No job with id <code>never-seen-1</code> was seen"),
+        "{}",
+        asked.body
+    );
+    let confirmed = [
+        ("csrf", csrf.as_str()),
+        ("id", "never-seen-1"),
+        ("confirmed", "yes"),
+    ];
+    let a = ask(
+        &addr,
+        "POST",
+        "/console/job/cancel",
+        Some(&cookie),
+        &confirmed,
+        "",
+    )
+    .await;
+    assert!(
+        a.body
+            .contains("No job with id never-seen-1 was seen; a cancel mark is left"),
+        "{}",
+        a.body
     );
     stop.cancel();
     handle.await.unwrap();
     stop_http.cancel();
 }
 
+/// The confirmation's token (`name="token" value="…"`).
+pub(crate) fn token_of(body: &str) -> String {
+    let at = body.find(r#"name="token" value=""#).expect("a token") + 20;
+    body[at..].split('"').next().unwrap().to_string()
+}
+
 #[tokio::test]
-async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_how_many() {
+async fn dead_letters_a_filter_selects_are_replayed_exactly_as_confirmed_and_once() {
     let ns = unique("console-replay");
     let s = settings(&ns);
     let (_c, w, conn) = rig(&s).await;
@@ -152,15 +233,17 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
     for id in ["d1", "d2", "d3"] {
         publish(&conn, &s, &job(id, "r-dead", "fax", "default")).await;
     }
+    // two malformed dead letters without a job id
     publish(&conn, &s, b"not json").await;
-    for _ in 0..4 {
+    publish(&conn, &s, b"not json either").await;
+    for _ in 0..5 {
         step(&w, &conn, &s).await;
     }
     let page = ask(&addr, "GET", "/console", None, &[], "").await;
     let (cookie, csrf) = (page.cookie().unwrap(), page.csrf());
-    wait_for("the four indexed", Duration::from_secs(5), || async {
+    wait_for("the five indexed", Duration::from_secs(5), || async {
         let all = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
-        all.body.contains("4 dead letter(s) selected")
+        all.body.contains("5 dead letter(s) selected")
     })
     .await;
     let path = "/console/dead?reason=unknown_channel";
@@ -181,23 +264,32 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
     )
     .await;
     assert!(
-        confirm.body.contains(r#"<strong class="count">3</strong>"#),
+        confirm.body.contains(r#"<strong class="count">3</strong>"#)
+            && confirm.body.contains("reason `unknown_channel`"),
         "{}",
         confirm.body
     );
-    // the confirmation alone changed nothing
-    assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 4);
+    for id in ["d1", "d2", "d3"] {
+        assert!(confirm.body.contains(id), "{id} listed: {}", confirm.body);
+    }
+    // the confirmation alone changed nothing; one the filter selects arrives after it
+    assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 5);
+    publish(&conn, &s, &job("d4", "r-dead", "fax", "default")).await;
+    step(&w, &conn, &s).await;
+    let token = token_of(&confirm.body);
+    let apply = [("csrf", csrf.as_str()), ("token", token.as_str())];
     let done = ask(
         &addr,
         "POST",
         "/console/dead/apply",
         Some(&cookie),
-        &form,
+        &apply,
         "",
     )
     .await;
     assert!(
-        done.body.contains("3 replayed, 0 purged, 1 kept"),
+        done.body
+            .contains("3 of the 3 dead letter(s) listed for reason `unknown_channel` replayed"),
         "{}",
         done.body
     );
@@ -205,6 +297,52 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
         drain_ids(&conn, &s.amqp.jobs_queue).await,
         ["d1", "d2", "d3"]
     );
+    assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 3);
+    // the same form again does nothing
+    let again = ask(
+        &addr,
+        "POST",
+        "/console/dead/apply",
+        Some(&cookie),
+        &apply,
+        "",
+    )
+    .await;
+    assert_eq!(again.code, 409, "{}", again.body);
+    assert!(again.body.contains("already carried out"), "{}", again.body);
+    assert!(drain_ids(&conn, &s.amqp.jobs_queue).await.is_empty());
+    // the malformed ones, without ids, are purged like the others
+    let purge = [
+        ("csrf", csrf.as_str()),
+        ("reason", "malformed"),
+        ("action", "purge"),
+    ];
+    let confirm = ask(
+        &addr,
+        "POST",
+        "/console/dead/confirm",
+        Some(&cookie),
+        &purge,
+        "",
+    )
+    .await;
+    assert!(
+        confirm.body.contains(r#"<strong class="count">2</strong>"#),
+        "{}",
+        confirm.body
+    );
+    let token = token_of(&confirm.body);
+    let apply = [("csrf", csrf.as_str()), ("token", token.as_str())];
+    let done = ask(
+        &addr,
+        "POST",
+        "/console/dead/apply",
+        Some(&cookie),
+        &apply,
+        "",
+    )
+    .await;
+    assert!(done.body.contains("2 of the 2"), "{}", done.body);
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 1);
     let all = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
     assert!(
@@ -212,6 +350,91 @@ async fn dead_letters_a_filter_selects_are_replayed_after_a_confirmation_saying_
         "{}",
         all.body
     );
+    assert!(all.body.contains("d4"), "{}", all.body);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_tenant_filtered_purge_removes_that_tenants_dead_letters_only() {
+    let ns = unique("console-tenant");
+    let s = settings(&ns);
+    let (_c, w, conn) = rig(&s).await;
+    let (addr, stop) = serve(&s, w.store(), Guard::Open).await;
+    let of = |id: &str, tenant: &str| {
+        format!(
+            r#"{{"id":"{id}","recipient":"r-t","channel":"fax","category":"default","tenant":"{tenant}"}}"#
+        )
+    };
+    for (id, tenant) in [
+        ("a1", "acme"),
+        ("b1", "beta"),
+        ("a2", "acme"),
+        ("b2", "beta"),
+    ] {
+        publish(&conn, &s, of(id, tenant).as_bytes()).await;
+    }
+    publish(&conn, &s, &job("n1", "r-t", "fax", "default")).await;
+    for _ in 0..5 {
+        step(&w, &conn, &s).await;
+    }
+    let page = ask(&addr, "GET", "/console", None, &[], "").await;
+    let (cookie, csrf) = (page.cookie().unwrap(), page.csrf());
+    wait_for("the five indexed", Duration::from_secs(5), || async {
+        let all = ask(&addr, "GET", "/console/dead", Some(&cookie), &[], "").await;
+        all.body.contains("5 dead letter(s) selected")
+    })
+    .await;
+    let count = |path: &'static str| {
+        let (addr, cookie) = (addr.clone(), cookie.clone());
+        async move { ask(&addr, "GET", path, Some(&cookie), &[], "").await.body }
+    };
+    assert!(count("/console/dead?tenant=acme")
+        .await
+        .contains("2 dead letter(s) selected"));
+    assert!(count("/console/dead?tenant=no-such-tenant")
+        .await
+        .contains("0 dead letter(s) selected"));
+    let purge = [
+        ("csrf", csrf.as_str()),
+        ("tenant", "acme"),
+        ("action", "purge"),
+    ];
+    let confirm = ask(
+        &addr,
+        "POST",
+        "/console/dead/confirm",
+        Some(&cookie),
+        &purge,
+        "",
+    )
+    .await;
+    assert!(
+        confirm.body.contains(r#"<strong class="count">2</strong>"#)
+            && confirm.body.contains("tenant `acme`"),
+        "{}",
+        confirm.body
+    );
+    let token = token_of(&confirm.body);
+    let apply = [("csrf", csrf.as_str()), ("token", token.as_str())];
+    let done = ask(
+        &addr,
+        "POST",
+        "/console/dead/apply",
+        Some(&cookie),
+        &apply,
+        "",
+    )
+    .await;
+    assert!(done.body.contains("2 of the 2"), "{}", done.body);
+    assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 3);
+    let left = count("/console/dead").await;
+    assert!(left.contains("3 dead letter(s) selected"), "{left}");
+    for id in ["b1", "b2", "n1"] {
+        assert!(left.contains(id), "{id} kept: {left}");
+    }
+    assert!(count("/console/dead?tenant=acme")
+        .await
+        .contains("0 dead letter(s) selected"));
     stop.cancel();
 }
 

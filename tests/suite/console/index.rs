@@ -38,27 +38,33 @@ fn fields(
     )
 }
 
+/// Entry `i` of those recorded from `start`.
+fn entry_at(i: usize, start: DateTime<Utc>) -> dead_index::Entry {
+    let (id, reason, policy, channel, recipient_tag) = fields(i);
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-notify-reason".into(),
+        AMQPValue::LongString(reason.into()),
+    );
+    let props = lapin::BasicProperties::default()
+        .with_message_id(id.into())
+        .with_headers(headers);
+    let tenant = ["acme", "beta"][i / 5 % 2].to_string();
+    let known = Known {
+        tenant: channel.as_ref().map(|_| tenant),
+        policy,
+        channel,
+        recipient_tag,
+    };
+    // one entry a millisecond, and two in one now and then (the index orders
+    // those by their summaries, which begin with the job id: here as recorded)
+    let at = start + Duration::milliseconds((i - (i + 5) / 10) as i64);
+    dead_index::entry(&props, b"{}", known, at)
+}
+
 async fn record_all(conn: &RedisConn, keys: &Keys, start: DateTime<Utc>) {
     for i in 0..RECORDED {
-        let (id, reason, policy, channel, recipient_tag) = fields(i);
-        let mut headers = FieldTable::default();
-        headers.insert(
-            "x-notify-reason".into(),
-            AMQPValue::LongString(reason.into()),
-        );
-        let props = lapin::BasicProperties::default()
-            .with_message_id(id.into())
-            .with_headers(headers);
-        let known = Known {
-            policy,
-            channel,
-            recipient_tag,
-            tenant: None,
-        };
-        // one entry a millisecond, and two in one now and then (the index orders
-        // those by their summaries, which begin with the job id: here as recorded)
-        let at = start + Duration::milliseconds((i - (i + 5) / 10) as i64);
-        let entry = dead_index::entry(&props, b"{}", known, at);
+        let entry = entry_at(i, start);
         dead_index::record(conn, keys, &entry, BOUND).await.unwrap();
     }
 }
@@ -75,6 +81,7 @@ fn filters() -> Vec<Filter> {
         channel: channel.map(str::to_string),
         recipient_tag: tag.map(str::to_string),
         id: id.map(str::to_string),
+        ..Filter::default()
     };
     vec![
         Filter::default(),
@@ -96,28 +103,60 @@ fn filters() -> Vec<Filter> {
     ]
 }
 
-/// What a scan of the entries kept would select, newest first: their job ids.
-fn scanned(filter: &Filter) -> Vec<String> {
-    let is = |want: &Option<String>, have: &Option<String>| {
-        want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
+/// Filters with a tenant or a time range (from `start`, as recorded), alone and
+/// with the others.
+fn more_filters(start: DateTime<Utc>) -> Vec<Filter> {
+    let at = |ms: i64| Some(start + Duration::milliseconds(ms));
+    let acme = Filter {
+        tenant: Some("acme".into()),
+        ..Filter::default()
     };
+    vec![
+        acme.clone(),
+        Filter {
+            tenant: Some("no-such-tenant".into()),
+            ..Filter::default()
+        },
+        Filter {
+            channel: Some("sms".into()),
+            ..acme.clone()
+        },
+        Filter {
+            since: at(150),
+            ..Filter::default()
+        },
+        Filter {
+            until: at(190),
+            ..Filter::default()
+        },
+        Filter {
+            since: at(150),
+            until: at(190),
+            reason: Some("capped".into()),
+            ..acme
+        },
+    ]
+}
+
+/// What a scan of the entries kept would select with the predicate every action
+/// uses ([`Filter::matches`]), newest first: their job ids.
+fn scanned(filter: &Filter, start: DateTime<Utc>) -> Vec<String> {
     let kept = RECORDED - BOUND as usize..RECORDED;
     kept.rev()
-        .map(fields)
-        .filter(|(id, reason, policy, channel, tag)| {
-            is(&filter.reason, &Some(reason.clone()))
-                && is(&filter.id, &Some(id.clone()))
-                && is(&filter.policy, policy)
-                && is(&filter.channel, channel)
-                && is(&filter.recipient_tag, tag)
-        })
-        .map(|(id, ..)| id)
+        .map(|i| entry_at(i, start))
+        .filter(|e| filter.matches(e))
+        .filter_map(|e| e.id)
         .collect()
 }
 
 /// Every page of `filter`, 7 a page, against the scan.
-async fn pages_match_the_scan(conn: &RedisConn, keys: &Keys, filter: &Filter) {
-    let want = scanned(filter);
+async fn pages_match_the_scan(
+    conn: &RedisConn,
+    keys: &Keys,
+    filter: &Filter,
+    start: DateTime<Utc>,
+) {
+    let want = scanned(filter, start);
     let mut got = Vec::new();
     for offset in (0..want.len().max(1)).step_by(7) {
         let (count, entries) = dead_index::page(conn, keys, filter, offset, 7)
@@ -144,7 +183,7 @@ async fn field_set_members(conn: &RedisConn, keys: &Keys, index: &[String]) -> u
             _ => ["t1", "t2", "t3", "t4", "t5"].map(String::from).into(),
         };
         for v in values {
-            let set = format!("{}:{{dead}}:by:{field}:{v}", keys.prefix());
+            let set = format!("{}:{{dead}}:v2:by:{field}:{v}", keys.prefix());
             let members: Vec<String> = redis::cmd("ZRANGE")
                 .arg(&set)
                 .arg(0)
@@ -167,9 +206,10 @@ async fn field_set_members(conn: &RedisConn, keys: &Keys, index: &[String]) -> u
 /// Record, page with every filter, forget a filter's selection, then everything.
 async fn the_index_keeps_its_field_sets(store: &QuotaStore) {
     let (conn, keys) = (store.connection(), store.keys());
-    record_all(&conn, keys, Utc::now()).await;
-    for filter in filters() {
-        pages_match_the_scan(&conn, keys, &filter).await;
+    let start = Utc::now();
+    record_all(&conn, keys, start).await;
+    for filter in filters().into_iter().chain(more_filters(start)) {
+        pages_match_the_scan(&conn, keys, &filter, start).await;
     }
     let index = dead_index::select(&conn, keys, &Filter::default())
         .await
