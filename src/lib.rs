@@ -133,7 +133,7 @@
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters), [`telemetry`] (spans and their export) | exports spans |
 //! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
 //! | quota store | [`store`]: admissions (with their layers), the rate, commits, releases, the clock | Redis |
-//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`] | Redis, broker |
+//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
 //! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
 //! | binary | `cli` (with `src/main.rs`: arguments, logging, what the commands print) | all |
 //!
