@@ -219,13 +219,15 @@ impl Topology {
     /// one reported: the broker closes the channel on it, and the steps after it fail
     /// for that reason only.
     pub async fn declare(&self, conn: &Connection) -> Result<(), BrokerError> {
+        // the dead letters' exchange and queue first, so that every queue after them
+        // has where to dead-letter to even if a later step is refused
+        self.declare_dead_queue(conn).await?;
         let mut steps = Steps::open(conn, "a channel for the topology").await?;
         self.declare_jobs_and_dispatch(&mut steps);
         self.declare_lanes(&mut steps);
         self.declare_feedback(&mut steps);
         self.declare_ladder(&mut steps);
         steps.run().await?;
-        self.declare_dead_queue(conn).await?;
         self.declare_dead_log(conn).await
     }
 
@@ -254,6 +256,8 @@ impl Topology {
         let a = &self.amqp;
         let run = |bounded: bool| async move {
             let mut steps = Steps::open(conn, "a channel for the dead-letter queue").await?;
+            let fanout = ExchangeKind::Fanout;
+            steps.exchange(a.dead_exchange.clone(), fanout, FieldTable::default());
             steps.queue(a.dead_queue.clone(), self.dead_args(bounded));
             let bind = FieldTable::default();
             steps.bind(&a.dead_queue, &a.dead_exchange, String::new(), bind);
@@ -316,8 +320,8 @@ impl Topology {
         self.limited(self.queue_args(Some(&a.dead_exchange)), a.delivery_limit)
     }
 
-    /// The jobs, dispatch and dead exchanges; the dead queue, the jobs queue and a
-    /// dispatch queue a channel, bound.
+    /// The jobs, dispatch and dead exchanges; the jobs queue and a dispatch queue a
+    /// channel, bound (the dead queue is declared before them, on its own channel).
     fn declare_jobs_and_dispatch(&self, steps: &mut Steps) {
         let a = &self.amqp;
         for (name, kind) in [
