@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
 use crate::quota::caps::{Cap, CapsMode};
+use crate::quota::limits::{Limit, Subject};
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::send_windows::SendWindows;
 
@@ -26,6 +27,9 @@ pub struct ChannelRules {
     pub windows: Option<SendWindows>,
     /// How its lanes share its rate; `None`: not paced.
     pub lanes: Option<crate::lanes::share::LaneRate>,
+    /// What one of its jobs takes of the limits it meets when it names no cost
+    /// (`channels.NAME.cost`).
+    pub cost: u64,
 }
 
 /// One tenant's overrides: its policies by name, and every cap as it applies to the
@@ -48,6 +52,8 @@ pub struct Rules {
     /// The caps, by name.
     caps: Vec<Arc<Cap>>,
     tenants: BTreeMap<String, TenantRules>,
+    /// The limits (`[limits.NAME]`), in name order.
+    limits: Vec<Arc<Limit>>,
     /// The outcome counters by (policy, channel) of these names.
     pub(crate) metrics: JobMetrics,
     /// What each cap of each policy says when it holds a job (the
@@ -76,6 +82,7 @@ impl Rules {
                     rate: settings.rate(c),
                     windows: settings.channel_windows(c).cloned(),
                     lanes: settings.lane_rate(c),
+                    cost: settings.channels[c].cost,
                 };
                 (c.clone(), rules)
             })
@@ -137,9 +144,22 @@ impl Rules {
             channels,
             caps,
             tenants,
+            limits: settings.limits().into_iter().map(Arc::new).collect(),
             held_by,
             of_channel: Default::default(),
         }
+    }
+
+    /// The limits that hold a job of `subject`, each with its bucket (see
+    /// [`Limit::bucket`]); empty (no allocation) when none is configured.
+    pub fn limits_of<'a>(
+        &self,
+        subject: &Subject<'a>,
+    ) -> Vec<(Arc<Limit>, (&'static str, &'a str))> {
+        self.limits
+            .iter()
+            .filter_map(|l| l.bucket(subject).map(|b| (l.clone(), b)))
+            .collect()
     }
 
     /// What holds a job delayed by `cause`, in words (as [`DelayCause`] displays

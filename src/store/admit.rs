@@ -9,17 +9,18 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::layers::{cached, JobLayer};
+use super::layers::cached;
 use super::verdict::{self, Asked, QuietUntil};
 use super::{Pacer, QuotaStore};
 use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
+use crate::quota::limits::{Limit, Subject};
 use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
+use crate::redis::admit::{AdmitArgs, LayerArgs, LimitArgs, Verdict};
 use crate::redis::rate::RateReply;
 use crate::redis::StoreError;
 use crate::rules::Rules;
@@ -63,6 +64,9 @@ impl QuotaStore {
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
+        if let Some(never) = verdict::cost_never_admitted(&asked) {
+            return Ok(Some(never));
+        }
         let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
         let (reply, quiet_until) = self.settled_reply(req, &asked, first).await?;
         // a refusal of a recipient with quiet hours that hold the job: what they
@@ -129,12 +133,46 @@ impl QuotaStore {
                 (cap.clone(), holds, key)
             })
             .collect();
+        let limited = self.limits_of(req, rules);
         Asked {
             policy,
             key,
             member: keys::member(req.id),
             layers,
+            limits: limited.iter().map(|(_, args)| args.clone()).collect(),
+            limited: limited.into_iter().map(|(l, _)| l).collect(),
         }
+    }
+
+    /// The limits a job of `req` meets, each with what the script takes for it
+    /// (its bucket, its GCRA, the job's cost: its own, else its channel's).
+    fn limits_of(&self, req: &Request<'_>, rules: &Rules) -> Vec<(Arc<Limit>, LimitArgs)> {
+        let subject = Subject {
+            channel: req.channel,
+            category: req.category,
+            tenant: req.tenant,
+            sender: req.sender,
+        };
+        let limits = rules.limits_of(&subject);
+        if limits.is_empty() {
+            return Vec::new();
+        }
+        let cost = req
+            .cost
+            .or_else(|| rules.channel(req.channel).map(|c| c.cost))
+            .unwrap_or(1);
+        limits
+            .into_iter()
+            .map(|(l, bucket)| {
+                let args = LimitArgs {
+                    key: self.keys.limit(&l.name, bucket),
+                    interval_us: l.rate.interval_us,
+                    burst: l.rate.burst,
+                    cost,
+                };
+                (l, args)
+            })
+            .collect()
     }
 
     /// The script's first answer, and the channel's rate's: taken with it (in one
@@ -155,7 +193,7 @@ impl QuotaStore {
             RateStep::Wait(lane) | RateStep::Park(lane) => lane,
             RateStep::Taken(_) => None,
         };
-        let admit = self.call_admit(&a.key, &a.member, &a.policy, &a.layers, req, None);
+        let admit = self.call_admit(a, req, None);
         match (rate, step) {
             (Some(_), RateStep::Taken(tat_us)) => {
                 let taken = RateReply {
@@ -208,9 +246,7 @@ impl QuotaStore {
                 Verdict::Clock(now) => Some(now),
                 _ => break,
             };
-            reply = self
-                .call_admit(&a.key, &a.member, &a.policy, &a.layers, req, now)
-                .await?;
+            reply = self.call_admit(a, req, now).await?;
         }
         if let Verdict::Reserved(_, at) = reply {
             if self.adopt(&a.key, &a.member, at) {
@@ -384,13 +420,11 @@ impl QuotaStore {
 
     pub(super) async fn call_admit(
         &self,
-        key: &str,
-        member: &[u8],
-        policy: &Arc<Policy>,
-        layers: &[JobLayer],
+        a: &Asked,
         req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
+        let (key, member, policy, layers) = (&a.key, &a.member, &a.policy, &a.layers);
         let now = now
             .map(window::from_millis)
             .unwrap_or_else(|| self.redis_now());
@@ -422,6 +456,7 @@ impl QuotaStore {
                     (words.map(str::to_string), version, until)
                 }),
                 layers,
+                limits: a.limits.clone(),
             })
             .await
         {

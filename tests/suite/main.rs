@@ -35,6 +35,7 @@ mod guard;
 mod http;
 mod lanes;
 mod layers;
+mod limits;
 mod observability;
 mod operate;
 mod pacing;
