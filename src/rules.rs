@@ -32,6 +32,18 @@ pub struct ChannelRules {
     pub cost: u64,
 }
 
+impl ChannelRules {
+    /// Channel `c`'s rules in `settings` (validated: `c` is configured).
+    fn of(settings: &Settings, c: &str) -> ChannelRules {
+        ChannelRules {
+            rate: settings.rate(c),
+            windows: settings.channel_windows(c).cloned(),
+            lanes: settings.lane_rate(c),
+            cost: settings.channels[c].cost,
+        }
+    }
+}
+
 /// One tenant's overrides: its policies by name, and every cap as it applies to the
 /// tenant's jobs (the shared ones, with its overrides in their place).
 #[derive(Debug, PartialEq)]
@@ -77,15 +89,7 @@ impl Rules {
         let channels: BTreeMap<String, ChannelRules> = settings
             .channels
             .keys()
-            .map(|c| {
-                let rules = ChannelRules {
-                    rate: settings.rate(c),
-                    windows: settings.channel_windows(c).cloned(),
-                    lanes: settings.lane_rate(c),
-                    cost: settings.channels[c].cost,
-                };
-                (c.clone(), rules)
-            })
+            .map(|c| (c.clone(), ChannelRules::of(settings, c)))
             .collect();
         let policy_names: Vec<String> = policies.keys().cloned().collect();
         let channel_names: Vec<String> = channels.keys().cloned().collect();

@@ -98,13 +98,7 @@ pub(super) fn admission(
                 seen: sends.len(),
             }
         }
-        Verdict::Limited(_, at, which) => match limited.get(which) {
-            Some(limit) => Admission::Limited {
-                retry_at: Some(window::from_millis(at)),
-                limit: limit.to_string(),
-            },
-            None => return Err(Verdict::Limited(0, at, which)),
-        },
+        Verdict::Limited(now, at, which) => return limited_until(&limited, now, at, which),
         Verdict::Duplicate(_) => Admission::Duplicate,
         Verdict::Suppressed(_, kind, since, until) => {
             match Suppression::decode(&format!("{kind}:{since}:{until}")) {
@@ -131,6 +125,23 @@ pub(super) fn admission(
             return Err(reply)
         }
     })
+}
+
+/// A refusal by the limit `which` of `limited` (the one that allows last), until
+/// `at` (ms); an index the job has no limit at is an answer it cannot act on.
+fn limited_until(
+    limited: &[Arc<Limit>],
+    now: i64,
+    at: i64,
+    which: usize,
+) -> Result<Admission, Verdict> {
+    match limited.get(which) {
+        Some(limit) => Ok(Admission::Limited {
+            retry_at: Some(window::from_millis(at)),
+            limit: limit.to_string(),
+        }),
+        None => Err(Verdict::Limited(now, at, which)),
+    }
 }
 
 /// A refusal by the job's policy: when it may go, and what refused it.
