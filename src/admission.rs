@@ -35,6 +35,12 @@ pub struct Request<'a> {
     /// counted and held by those of its channel alone (its policy's rules then
     /// only when they count per channel).
     pub counted: bool,
+    /// Who sends it: limits with `per = "sender"` keep a bucket per sender.
+    /// `None`: no sender (such limits do not hold it).
+    pub sender: Option<&'a str>,
+    /// What it takes of the limits it meets (1 to 100); `None`: its channel's
+    /// `cost`.
+    pub cost: Option<u64>,
 }
 
 /// How the admission (`QuotaStore::admit_with`) takes the channel's rate.
@@ -147,6 +153,15 @@ pub enum Admission {
         /// Whether a rule or cap that refuses it spans channels, as for
         /// [`Admission::Refused`].
         spanning: bool,
+    },
+    /// A limit (`[limits.NAME]`) it meets refused it; nothing was recorded or
+    /// taken anywhere.
+    Limited {
+        /// The instant at which every limit that refused it allows it (the
+        /// latest); `None`: never (its cost is above a limit's burst).
+        retry_at: Option<DateTime<Utc>>,
+        /// The limit that allows last, as `x-notify-held-by` names it.
+        limit: String,
     },
     /// This job was already dispatched.
     Duplicate,

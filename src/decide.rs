@@ -104,6 +104,12 @@ pub enum DelayCause {
         /// As for [`DelayCause::Cap`].
         quiet: bool,
     },
+    /// A limit (`[limits.NAME]`) it meets: the text names the limit, its rate and
+    /// what it counts per.
+    Limited {
+        /// The limit as it says itself (`limit `NAME` (1 per second, ...)`).
+        limit: String,
+    },
     /// Send windows closed now.
     Window {
         /// Whose windows held it last.
@@ -135,7 +141,7 @@ pub enum WindowsOf {
 
 impl DelayCause {
     /// Every label, in the order of [`DelayCause::index`].
-    pub(crate) const LABELS: [&'static str; 7] = [
+    pub(crate) const LABELS: [&'static str; 8] = [
         "cap",
         "window",
         "schedule",
@@ -143,6 +149,7 @@ impl DelayCause {
         "dispatch_refused",
         "paused",
         "quiet_hours",
+        "limit",
     ];
 
     /// Its index in [`DelayCause::LABELS`].
@@ -155,6 +162,7 @@ impl DelayCause {
             DelayCause::DispatchRefused => 4,
             DelayCause::Paused => 5,
             DelayCause::QuietHours => 6,
+            DelayCause::Limited { .. } => 7,
         }
     }
 
@@ -184,6 +192,7 @@ impl std::fmt::Display for DelayCause {
                 f.write_str(&Cap::describe(cap, *rule))?;
                 f.write_str(if *quiet { QUIET_TOO } else { "" })
             }
+            DelayCause::Limited { limit } => f.write_str(limit),
             DelayCause::Window {
                 of: WindowsOf::Policy,
                 name,

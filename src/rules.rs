@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::metrics::{JobLabels, JobMetrics};
 use crate::quota::caps::{Cap, CapsMode};
+use crate::quota::limits::{Limit, Subject};
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::send_windows::SendWindows;
 
@@ -26,6 +27,21 @@ pub struct ChannelRules {
     pub windows: Option<SendWindows>,
     /// How its lanes share its rate; `None`: not paced.
     pub lanes: Option<crate::lanes::share::LaneRate>,
+    /// What one of its jobs takes of the limits it meets when it names no cost
+    /// (`channels.NAME.cost`).
+    pub cost: u64,
+}
+
+impl ChannelRules {
+    /// Channel `c`'s rules in `settings` (validated: `c` is configured).
+    fn of(settings: &Settings, c: &str) -> ChannelRules {
+        ChannelRules {
+            rate: settings.rate(c),
+            windows: settings.channel_windows(c).cloned(),
+            lanes: settings.lane_rate(c),
+            cost: settings.channels[c].cost,
+        }
+    }
 }
 
 /// One tenant's overrides: its policies by name, and every cap as it applies to the
@@ -48,6 +64,8 @@ pub struct Rules {
     /// The caps, by name.
     caps: Vec<Arc<Cap>>,
     tenants: BTreeMap<String, TenantRules>,
+    /// The limits (`[limits.NAME]`), in name order.
+    limits: Vec<Arc<Limit>>,
     /// The outcome counters by (policy, channel) of these names.
     pub(crate) metrics: JobMetrics,
     /// What each cap of each policy says when it holds a job (the
@@ -71,14 +89,7 @@ impl Rules {
         let channels: BTreeMap<String, ChannelRules> = settings
             .channels
             .keys()
-            .map(|c| {
-                let rules = ChannelRules {
-                    rate: settings.rate(c),
-                    windows: settings.channel_windows(c).cloned(),
-                    lanes: settings.lane_rate(c),
-                };
-                (c.clone(), rules)
-            })
+            .map(|c| (c.clone(), ChannelRules::of(settings, c)))
             .collect();
         let policy_names: Vec<String> = policies.keys().cloned().collect();
         let channel_names: Vec<String> = channels.keys().cloned().collect();
@@ -137,9 +148,22 @@ impl Rules {
             channels,
             caps,
             tenants,
+            limits: settings.limits().into_iter().map(Arc::new).collect(),
             held_by,
             of_channel: Default::default(),
         }
+    }
+
+    /// The limits that hold a job of `subject`, each with its bucket (see
+    /// [`Limit::bucket`]); empty (no allocation) when none is configured.
+    pub fn limits_of<'a>(
+        &self,
+        subject: &Subject<'a>,
+    ) -> Vec<(Arc<Limit>, (&'static str, &'a str))> {
+        self.limits
+            .iter()
+            .filter_map(|l| l.bucket(subject).map(|b| (l.clone(), b)))
+            .collect()
     }
 
     /// What holds a job delayed by `cause`, in words (as [`DelayCause`] displays

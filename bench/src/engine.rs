@@ -163,6 +163,8 @@ pub fn sms_request<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     }
 }
 

@@ -23,7 +23,7 @@ local function answer(k)
   if not ok then return failure(code), 0 end
   if code then return code, 0, payload end
   local flags
-  ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k])
+  ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k], limits[k])
   if not ok then return failure(code), 0 end
   if quiet and (code == ANSWER.refused or code == ANSWER.layered) then
     return code, flags + FLAG.quiet, payload, quiet

@@ -19,9 +19,9 @@ do
 end
 
 -- The rest of a job's admission when it meets caps, once its own key said it is
--- neither a duplicate nor reserved: `times` are its policy's remembered sends.
--- Returns the code and its payload.
-local function admit_layers(key, member, plan, times, list)
+-- neither a duplicate nor reserved: `times` are its policy's remembered sends;
+-- `lims`, its limits (nil: none). Returns the code and its payload.
+local function admit_layers(key, member, plan, times, list, lims)
   local policy_full = is_full(plan, times)
   local refused = policy_full and not plan.shadow
   local blocks = {times}
@@ -46,10 +46,15 @@ local function admit_layers(key, member, plan, times, list)
     end
     return ANSWER.layered, payload
   end
+  local at, which = limits_refuse(lims)
+  if at then
+    return ANSWER.limited, {at, which}
+  end
   record(key, member, plan)
   for i = 1, #list do
     record(list[i].key, member, list[i].plan)
   end
+  take_limits(lims)
   if policy_full then return ANSWER.shadowed, as_ms(times) end
   return ANSWER.admitted
 end

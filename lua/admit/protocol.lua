@@ -8,6 +8,7 @@
 -- order; each later part uses only what the earlier ones define:
 --   protocol.lua     what the script takes and answers, by name (this part)
 --   plans.lua        Redis time, each plan resolved against it, a job's arguments
+--   limits.lua       the limits a job meets (the `limits` section)
 --   layers.lua       the caps a job meets (the `layers` section)
 --   recipient.lua    one job's admission on its recipient's key (and its layers')
 --   suppression.lua  the `suppression` section
@@ -36,7 +37,8 @@ local ARG = {
   layers = 5,       -- where the layers section starts (0: no job meets caps)
   suppression = 6,  -- where the suppression section starts (0: none sent)
   preferences = 7,  -- where the preferences section starts (0: none sent)
-  first_plan = 8,   -- the first plan
+  limits = 8,       -- where the limits section starts (0: no job meets limits)
+  first_plan = 9,   -- the first plan
 }
 -- The plans, from ARG.first_plan: each 5 + 2n values. The jobs of one call mostly
 -- share a plan (the same policy in the same time zone on the same local day), so
@@ -61,6 +63,13 @@ local ARG = {
 --   only counts it). A job with layers is admitted only when its policy (unless in
 --   shadow mode) and every layer that holds it pass; it is then recorded in its key
 --   and every layer's.
+-- Section `limits` (only when some job of the call meets limits): Q, the number
+--   of jobs that meet limits; then for each of them: k, its number in the call; L,
+--   its number of limits; then L quadruples: key (the limit's bucket), interval
+--   (µs per unit of cost), burst (units), cost (the job's). A job with limits is
+--   admitted only when its policy and caps pass and then every limit admits its
+--   cost; it then takes its cost from every one. When a limit refuses, nothing is
+--   recorded or taken for it anywhere (answer `limited`).
 -- Section `suppression` (only while some recipient may be suppressed):
 --   L, the length of the key prefix: a job's suppressions are the hash named by the
 --   first L + 19 bytes of its key (`prefix:{tag}`) followed by `/suppressed`; field
@@ -105,6 +114,10 @@ local ANSWER = {
                     -- and the worker's version is not the stored one or now is
                     -- past the instant it gave: nothing written; payload: the
                     -- version (the worker computes them, pure, and asks again)
+  limited = 13,     -- its policy and caps pass, a limit does not: nothing written;
+                    -- payload: the instant (ms) at which every limit that refused
+                    -- allows (the latest), the number (1..L) of the limit that
+                    -- allows last
 }
 local FLAG = {
   inherited = 1,    -- admitted or shadowed over its own abandoned reservation

@@ -1,28 +1,33 @@
 -- One job's admission on its recipient's key: the code and its payload, once the
 -- key said the job is neither a duplicate nor reserved by a live worker.
-local function admit_fresh(key, member, plan, entries, list)
+local function admit_fresh(key, member, plan, entries, list, lims)
   if not plan.valid then
     return ANSWER.replan
   end
   -- forget what no rule and no duplicate check needs any more
   local times = remembered(key, member, plan, entries)
   if list then
-    return admit_layers(key, member, plan, times, list)
+    return admit_layers(key, member, plan, times, list, lims)
   end
-  if is_full(plan, times) then
-    if not plan.shadow then
-      return ANSWER.refused, as_ms(times)
-    end
-    record(key, member, plan)
-    return ANSWER.shadowed, as_ms(times)
+  local full = is_full(plan, times)
+  if full and not plan.shadow then
+    return ANSWER.refused, as_ms(times)
+  end
+  local at, which = limits_refuse(lims)
+  if at then
+    return ANSWER.limited, {at, which}
   end
   record(key, member, plan)
+  take_limits(lims)
+  if full then
+    return ANSWER.shadowed, as_ms(times)
+  end
   return ANSWER.admitted
 end
 
 -- One job's admission: its code, flags and payload. Numbers given to redis.call
 -- are strings: Lua would format each with sprintf.
-local function admit(key, member, plan, list)
+local function admit(key, member, plan, list, lims)
   -- With rules, one ZRANGE reads every remembered send (the key is trimmed to the
   -- longest window, so it is short) and answers the duplicate check too.
   local entries = {}
@@ -37,7 +42,7 @@ local function admit(key, member, plan, list)
     if existing then existing = tonumber(existing) end
   end
   if not existing then
-    local code, payload = admit_fresh(key, member, plan, entries, list)
+    local code, payload = admit_fresh(key, member, plan, entries, list, lims)
     return code, 0, payload
   end
   if existing % 2 == 1 then
@@ -53,7 +58,7 @@ local function admit(key, member, plan, list)
   -- an abandoned reservation (its worker died before confirming, perhaps after its
   -- dispatch went out): decided afresh, but it stays counted until this admission
   -- replaces it (a refusal leaves it), and the answer says it inherited it
-  local code, payload = admit_fresh(key, member, plan, entries, list)
+  local code, payload = admit_fresh(key, member, plan, entries, list, lims)
   if code == ANSWER.admitted or code == ANSWER.shadowed then
     return code, FLAG.inherited, payload
   end

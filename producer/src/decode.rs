@@ -16,6 +16,10 @@ use crate::priority::Priority;
 pub const MAX_ID_CHARS: usize = 128;
 /// Longest accepted recipient, in characters.
 pub const MAX_RECIPIENT_CHARS: usize = 256;
+/// Longest accepted sender, in characters.
+pub const MAX_SENDER_CHARS: usize = 128;
+/// Largest accepted cost.
+pub const MAX_COST: u64 = 100;
 /// Longest accepted tenant, in characters.
 pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted collapse key, in characters.
@@ -56,6 +60,13 @@ pub struct Job<'a> {
     /// [`MAX_FALLBACK`], none repeated, not its own `channel`); `None`: its
     /// channel alone.
     pub fallback: Option<Vec<Cow<'a, str>>>,
+    /// Who sends it (a from-number, a sending domain, a push app; 1 to
+    /// [`MAX_SENDER_CHARS`] characters): limits with `per = "sender"` keep a
+    /// bucket per sender. `None`: no sender.
+    pub sender: Option<Cow<'a, str>>,
+    /// What it takes of its channel's limits (1 to [`MAX_COST`], e.g. the
+    /// segments of a long SMS); `None`: its channel's `cost`.
+    pub cost: Option<u64>,
 }
 
 /// Why a body is not a job.
@@ -88,6 +99,10 @@ struct Wire<'a> {
     digest_key: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     fallback: Option<Vec<Cow<'a, str>>>,
+    #[serde(borrow, default)]
+    sender: Option<Cow<'a, str>>,
+    #[serde(default)]
+    cost: Option<serde_json::Value>,
     #[serde(default)]
     #[allow(dead_code)]
     payload: Option<IgnoredAny>,
@@ -180,6 +195,8 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         None => None,
         Some(list) => Some(fallback(list, &channel)?),
     };
+    let sender = optional("sender", wire.sender, MAX_SENDER_CHARS)?;
+    let cost = wire.cost.map(cost).transpose()?;
     Ok(Job {
         id,
         recipient,
@@ -193,7 +210,20 @@ pub fn decode(body: &[u8], max_bytes: usize, default_tz: Tz) -> Result<Job<'_>, 
         tenant,
         digest_key,
         fallback,
+        sender,
+        cost,
     })
+}
+
+/// A job's `cost`: a whole number from 1 to [`MAX_COST`].
+fn cost(value: serde_json::Value) -> Result<u64, Malformed> {
+    match value.as_u64() {
+        Some(n) if (1..=MAX_COST).contains(&n) => Ok(n),
+        _ => Err(Malformed(format!(
+            "the field `cost` must be a whole number from 1 to {MAX_COST}, not {}",
+            truncate(&value.to_string())
+        ))),
+    }
 }
 
 /// A job's `fallback`: 1 to [`MAX_FALLBACK`] channels, none repeated, not `own`.

@@ -85,6 +85,17 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4), extend("uniqueItems" = true))]
     pub fallback: Option<Vec<String>>,
+    /// Who sends it (1 to 128 characters: the from-number, the sending domain, the
+    /// push app): limits with `per = "sender"` keep a bucket per sender; absent or
+    /// null: no sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub sender: Option<String>,
+    /// What it takes of its channel's limits (1 to 100, e.g. the segments of a
+    /// long SMS); absent or null: its channel's `cost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub cost: Option<u8>,
     /// Anything: the worker passes the body through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
@@ -109,6 +120,8 @@ impl Job {
             tenant: None,
             digest_key: None,
             fallback: None,
+            sender: None,
+            cost: None,
             payload: None,
             extra: Map::new(),
         }
@@ -155,6 +168,18 @@ impl Job {
     /// Put it in a lane (`urgent`, `normal` or `bulk`) instead of its policy's.
     pub fn priority(mut self, priority: Priority) -> Job {
         self.priority = Some(priority);
+        self
+    }
+
+    /// Set the sender: limits with `per = "sender"` keep a bucket per sender.
+    pub fn sender(mut self, sender: impl Into<String>) -> Job {
+        self.sender = Some(sender.into());
+        self
+    }
+
+    /// Set the cost (1 to 100): what it takes of its channel's limits.
+    pub fn cost(mut self, cost: u8) -> Job {
+        self.cost = Some(cost);
         self
     }
 

@@ -35,6 +35,8 @@ const VALID: &[&str] = &[
     r#"{"id":"j1","recipient":"+8613800000000","channel":"sms","category":"promo","timezone":"Asia/Shanghai","expires_at":"2026-12-01T00:00:00+08:00","not_before":"2026-11-30T09:00:00Z","collapse_key":"cart","payload":{"a":[1,2]},"extra":true}"#,
     r#"{"id":"a\"b","recipient":"{x}:\n\u0000","channel":"sms"}"#,
     r#"{"id":"ß","recipient":"日本語の受信者","channel":"push"}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","sender":"+15550100","cost":100}"#,
+    r#"{"id":"j","recipient":"r","channel":"sms","sender":null,"cost":null}"#,
     r#"{"id":"j","recipient":"r","channel":"email","category":null,"timezone":null,"expires_at":null,"not_before":null,"collapse_key":null,"payload":null}"#,
     r#"{"id":"j","recipient":"r","channel":"sms","timezone":"UTC"}"#,
     r#"{"id":"j","recipient":"r","channel":"sms","timezone":"America/Argentina/Buenos_Aires"}"#,
@@ -137,6 +139,26 @@ const INVALID: &[(&str, &str)] = &[
         r#"{"id":"j","recipient":"r","channel":"sms","expires_at":"2026-12-01 00:00:00Z"}"#,
         "a space for the T",
     ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","cost":0}"#,
+        "a cost of 0",
+    ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","cost":101}"#,
+        "a cost of 101",
+    ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","cost":"2"}"#,
+        "a cost as text",
+    ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","cost":-1}"#,
+        "a negative cost",
+    ),
+    (
+        r#"{"id":"j","recipient":"r","channel":"sms","sender":""}"#,
+        "an empty sender",
+    ),
 ];
 
 /// Over-long fields, each one character past its limit (and at the limit: valid).
@@ -149,6 +171,7 @@ fn lengths() -> Vec<(String, bool)> {
         ("category", 64),
         ("collapse_key", 128),
         ("digest_key", 128),
+        ("sender", 128),
     ] {
         for (n, ok) in [(max, true), (max + 1, false)] {
             let mut job = serde_json::json!({"id": "j", "recipient": "r", "channel": "sms"});

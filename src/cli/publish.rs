@@ -62,6 +62,14 @@ pub struct PublishArgs {
     /// overrides of policies and caps apply.
     #[arg(long, requires = "recipient")]
     pub tenant: Option<String>,
+    /// Sender (1 to 128 characters: a from-number, a sending domain): limits with
+    /// `per = "sender"` keep a bucket per sender.
+    #[arg(long, requires = "recipient")]
+    pub sender: Option<String>,
+    /// Cost (1 to 100): what the job takes of the limits it meets; unset: its
+    /// channel's `cost`.
+    #[arg(long, requires = "recipient", value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub cost: Option<u8>,
     /// Payload, as JSON.
     #[arg(long, requires = "recipient", value_parser = parse_json)]
     pub payload: Option<Value>,
@@ -113,6 +121,8 @@ async fn publish_one(
         tenant: args.tenant,
         digest_key: None,
         fallback: None,
+        sender: args.sender,
+        cost: args.cost,
         payload: args.payload,
         extra: Default::default(),
     };

@@ -110,24 +110,45 @@ pub(super) fn rate(channel: &str, c: &ChannelSettings) -> Result<Option<Rate>, C
         }
         return Ok(None);
     };
+    gcra(
+        &format!("channels.{channel}"),
+        rate,
+        c.period,
+        c.burst,
+        c.cost,
+    )
+    .map(Some)
+}
+
+/// A GCRA written at `path` (a channel's or a limit's): `rate` per `period`
+/// (unset: 1s), `burst` (unset: 1), `cost` per job, checked; each refused value is
+/// an error naming its key under `path`.
+pub(super) fn gcra(
+    path: &str,
+    rate: u64,
+    period: Option<Dur>,
+    burst: Option<u64>,
+    cost: u64,
+) -> Result<Rate, ConfigError> {
+    let key = |k: &str| format!("{path}.{k}");
     if rate == 0 {
         return Err(invalid(
             key("rate"),
             "must be at least 1 (leave it out for no limit)",
         ));
     }
-    let period = c.period.map(|d| d.0).unwrap_or(Duration::from_secs(1));
+    let period = period.map(|d| d.0).unwrap_or(Duration::from_secs(1));
     if period.is_zero() {
         return Err(invalid(key("period"), "must be longer than 0"));
     }
-    let burst = c.burst.unwrap_or(1);
+    let burst = burst.unwrap_or(1);
     if burst == 0 {
         return Err(invalid(key("burst"), "must be at least 1"));
     }
-    if c.cost > burst {
+    if cost > burst {
         return Err(invalid(
             key("cost"),
-            format!("a cost of {} can never pass a burst of {burst}", c.cost),
+            format!("a cost of {cost} can never pass a burst of {burst}"),
         ));
     }
     // Redis's Lua numbers are doubles, exact to 2^53 µs (about 285 years, of
@@ -149,11 +170,11 @@ pub(super) fn rate(channel: &str, c: &ChannelSettings) -> Result<Option<Rate>, C
             ),
         ));
     }
-    Ok(Some(Rate {
+    Ok(Rate {
         interval_us,
         burst,
-        cost: c.cost,
-    }))
+        cost,
+    })
 }
 
 #[cfg(test)]

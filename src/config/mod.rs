@@ -33,6 +33,7 @@ mod fallback;
 mod feedback;
 mod http;
 mod lanes;
+mod limits;
 mod locate;
 mod policies;
 mod redis;
@@ -57,6 +58,7 @@ pub use fallback::FallbackSettings;
 pub use feedback::{FeedbackSettings, SuppressionSettings};
 pub use http::{HttpSettings, ADMIN_TOKEN_NAME};
 pub use lanes::{LanePrefetch, LaneSettings};
+pub use limits::LimitSettings;
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};
@@ -111,6 +113,10 @@ pub struct Settings {
     /// addition to its policy; none by default.
     #[serde(default)]
     pub caps: BTreeMap<String, CapSettings>,
+    /// The limits by name (`[limits.NAME]`): GCRA buckets over the jobs they
+    /// match, one for all, per tenant or per sender; none by default.
+    #[serde(default)]
+    pub limits: BTreeMap<String, LimitSettings>,
     /// Per-tenant overrides of policies and caps (`[tenants.NAME]`); none by default.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantSettings>,
@@ -220,6 +226,7 @@ impl Settings {
         channels::validate(&self.channels)?;
         self.lanes.validate(&self.channels)?;
         caps::validate(&self.caps, &self.channels)?;
+        limits::validate(&self.limits, &self.channels, self.redis.cluster)?;
         tenants::validate(
             &self.tenants,
             &self.policies,
@@ -261,6 +268,14 @@ impl Settings {
         self.caps
             .iter()
             .map(|(name, c)| caps::build(name, c))
+            .collect()
+    }
+
+    /// Every limit, as read (validated settings).
+    pub fn limits(&self) -> Vec<crate::quota::limits::Limit> {
+        self.limits
+            .iter()
+            .filter_map(|(name, l)| limits::build(name, l))
             .collect()
     }
 

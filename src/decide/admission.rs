@@ -46,6 +46,7 @@ pub(crate) fn after_admission(
             until: retry_at,
             cause: DelayCause::Reserved,
         },
+        Admission::Limited { retry_at, limit } => limited(job, cx, retry_at, limit),
         Admission::Duplicate => Decision::Duplicate,
         Admission::Quiet { until, hours } => match open_and_not_quiet(job, cx, until, Some(&hours)) {
             Ok((at, _)) => wait(job, cx, at, DelayCause::QuietHours, false),
@@ -83,6 +84,24 @@ fn admitted(ticket: Ticket, expires: Option<DateTime<Utc>>, now: DateTime<Utc>) 
             },
         ),
         _ => Decision::Dispatch(ticket),
+    }
+}
+
+/// A job a limit refused: it waits for the instant every limit allows it (its
+/// windows open), or is dead when no instant ever will (its cost is above a
+/// limit's burst).
+fn limited(
+    job: &Job<'_>,
+    cx: &Context<'_>,
+    retry_at: Option<DateTime<Utc>>,
+    limit: String,
+) -> Decision {
+    let Some(at) = retry_at else {
+        return dead(Reason::Capped, format!("{limit} can never admit it"));
+    };
+    match open_and_not_quiet(job, cx, at, None) {
+        Ok((until, _)) => wait(job, cx, until, DelayCause::Limited { limit }, false),
+        Err(never) => Decision::Dead(never),
     }
 }
 

@@ -24,6 +24,8 @@ pub(super) fn job(expires_at: Option<DateTime<Utc>>) -> Job<'static> {
         tenant: None,
         digest_key: None,
         fallback: None,
+        sender: None,
+        cost: None,
     }
 }
 

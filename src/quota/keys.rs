@@ -198,6 +198,19 @@ impl Keys {
         format!("{}:rate:{{{channel}}}", self.prefix)
     }
 
+    /// A limit's GCRA bucket (`lua/admit/limits.lua`): `prefix:limit:NAME` for
+    /// `per = "all"`, else `prefix:limit:NAME:t:HASH` (a tenant) or
+    /// `prefix:limit:NAME:s:HASH` (a sender), the tenant or sender hashed as
+    /// recipients are (keys of one length whatever it writes, never in clear).
+    pub fn limit(&self, name: &str, (kind, value): (&str, &str)) -> String {
+        if kind.is_empty() {
+            return format!("{}:limit:{name}", self.prefix);
+        }
+        let hash = blake3::keyed_hash(&self.recipient_key, format!("{kind}\0{value}").as_bytes());
+        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12]);
+        format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
+    }
+
     /// A channel's lane state (`lua/lanes.lua`), in its rate key's slot.
     pub fn lanes(&self, channel: &str) -> String {
         format!("{}:lanes:{{{channel}}}", self.prefix)

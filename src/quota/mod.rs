@@ -11,6 +11,7 @@
 pub mod caps;
 pub mod digest;
 pub mod keys;
+pub mod limits;
 pub(crate) mod plan;
 pub mod policy;
 pub mod send_windows;

@@ -9,9 +9,10 @@ use super::conn::RedisConn;
 
 /// `lua/admit/`: a recipient's caps, checked and recorded (many jobs a call), its
 /// parts in the order they are joined (each uses only what the ones before define).
-pub const ADMIT_PARTS: [(&str, &str); 7] = [
+pub const ADMIT_PARTS: [(&str, &str); 8] = [
     ("protocol.lua", include_str!("../../lua/admit/protocol.lua")),
     ("plans.lua", include_str!("../../lua/admit/plans.lua")),
+    ("limits.lua", include_str!("../../lua/admit/limits.lua")),
     ("layers.lua", include_str!("../../lua/admit/layers.lua")),
     (
         "recipient.lua",
@@ -31,6 +32,7 @@ pub const ADMIT_PARTS: [(&str, &str); 7] = [
 pub const ADMIT_LUA: &str = concat!(
     include_str!("../../lua/admit/protocol.lua"),
     include_str!("../../lua/admit/plans.lua"),
+    include_str!("../../lua/admit/limits.lua"),
     include_str!("../../lua/admit/layers.lua"),
     include_str!("../../lua/admit/recipient.lua"),
     include_str!("../../lua/admit/suppression.lua"),

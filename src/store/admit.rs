@@ -16,10 +16,11 @@ use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
+use crate::quota::limits::{Limit, Subject};
 use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, LayerArgs, Verdict};
+use crate::redis::admit::{AdmitArgs, LayerArgs, LimitArgs, Verdict};
 use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
@@ -63,6 +64,9 @@ impl QuotaStore {
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
+        if let Some(never) = verdict::cost_never_admitted(&asked) {
+            return Ok(Some(never));
+        }
         let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
         let (reply, quiet_until) = self.settled_reply(req, &asked, first).await?;
         // a refusal of a recipient with quiet hours that hold the job: what they
@@ -133,12 +137,46 @@ impl QuotaStore {
                 }
             })
             .collect();
+        let limited = self.limits_of(req, rules);
         Asked {
             policy,
             key,
             member: keys::member(req.id),
             layers,
+            limits: limited.iter().map(|(_, args)| args.clone()).collect(),
+            limited: limited.into_iter().map(|(l, _)| l).collect(),
         }
+    }
+
+    /// The limits a job of `req` meets, each with what the script takes for it
+    /// (its bucket, its GCRA, the job's cost: its own, else its channel's).
+    fn limits_of(&self, req: &Request<'_>, rules: &Rules) -> Vec<(Arc<Limit>, LimitArgs)> {
+        let subject = Subject {
+            channel: req.channel,
+            category: req.category,
+            tenant: req.tenant,
+            sender: req.sender,
+        };
+        let limits = rules.limits_of(&subject);
+        if limits.is_empty() {
+            return Vec::new();
+        }
+        let cost = req
+            .cost
+            .or_else(|| rules.channel(req.channel).map(|c| c.cost))
+            .unwrap_or(1);
+        limits
+            .into_iter()
+            .map(|(l, bucket)| {
+                let args = LimitArgs {
+                    key: self.keys.limit(&l.name, bucket),
+                    interval_us: l.rate.interval_us,
+                    burst: l.rate.burst,
+                    cost,
+                };
+                (l, args)
+            })
+            .collect()
     }
 
     /// The script's first answer, and the channel's rate's: taken with it (in one
@@ -387,12 +425,7 @@ impl QuotaStore {
         req: &Request<'_>,
         now: Option<i64>,
     ) -> Result<Verdict, StoreError> {
-        let Asked {
-            key,
-            member,
-            policy,
-            layers,
-        } = a;
+        let (key, member, policy, layers) = (&a.key, &a.member, &a.policy, &a.layers);
         let now = now
             .map(window::from_millis)
             .unwrap_or_else(|| self.redis_now());
@@ -424,6 +457,7 @@ impl QuotaStore {
                     (words.map(str::to_string), version, until)
                 }),
                 layers,
+                limits: a.limits.clone(),
             })
             .await
         {

@@ -54,6 +54,7 @@ impl QuotaStore {
             member,
             policy,
             layers,
+            ..
         } = a;
         let policy_holds = policy.mode == Mode::Enforce && !policy.rules.is_empty();
         let held: Vec<&JobLayer> = layers

@@ -9,9 +9,10 @@ use chrono::{DateTime, Utc};
 use super::layers::{layered_refusal, JobLayer};
 use crate::admission::{Admission, Request, Ticket};
 use crate::preferences::set::{OptOut, QuietHours};
+use crate::quota::limits::Limit;
 use crate::quota::policy::{Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::Verdict;
+use crate::redis::admit::{LimitArgs, Verdict};
 
 /// A job's admission as asked of `lua/admit/`: its policy (of its channel alone
 /// for an escalation), its recipient's key and member, the caps it is counted
@@ -21,6 +22,24 @@ pub(super) struct Asked {
     pub(super) key: String,
     pub(super) member: Vec<u8>,
     pub(super) layers: Vec<JobLayer>,
+    /// The limits it meets, as the script takes them, and the same limits as
+    /// read (in the same order).
+    pub(super) limits: Vec<LimitArgs>,
+    pub(super) limited: Vec<Arc<Limit>>,
+}
+
+/// A job whose cost a limit it meets can never admit (its cost is above the
+/// limit's burst): refused for good before anything is asked.
+pub(super) fn cost_never_admitted(a: &Asked) -> Option<Admission> {
+    let (limit, args) = a
+        .limited
+        .iter()
+        .zip(&a.limits)
+        .find(|(l, args)| !l.admits_cost(args.cost))?;
+    Some(Admission::Limited {
+        retry_at: None,
+        limit: format!("{limit}, which a cost of {} never passes", args.cost),
+    })
 }
 
 /// The end of quiet hours that hold a job, and what they are.
@@ -44,6 +63,8 @@ pub(super) fn admission(
         key,
         member,
         layers,
+        limited,
+        ..
     } = a;
     let layer_keys =
         || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.key.clone()).collect()));
@@ -76,6 +97,7 @@ pub(super) fn admission(
                 seen: sends.len(),
             }
         }
+        Verdict::Limited(now, at, which) => return limited_until(&limited, now, at, which),
         Verdict::Duplicate(_) => Admission::Duplicate,
         Verdict::Suppressed(_, s) => Admission::Suppressed(s),
         Verdict::OptedOut(_, what) => match OptOut::from_code(what) {
@@ -96,6 +118,23 @@ pub(super) fn admission(
             return Err(reply)
         }
     })
+}
+
+/// A refusal by the limit `which` of `limited` (the one that allows last), until
+/// `at` (ms); an index the job has no limit at is an answer it cannot act on.
+fn limited_until(
+    limited: &[Arc<Limit>],
+    now: i64,
+    at: i64,
+    which: usize,
+) -> Result<Admission, Verdict> {
+    match limited.get(which) {
+        Some(limit) => Ok(Admission::Limited {
+            retry_at: Some(window::from_millis(at)),
+            limit: limit.to_string(),
+        }),
+        None => Err(Verdict::Limited(now, at, which)),
+    }
 }
 
 /// A refusal by the job's policy: when it may go, and what refused it.

@@ -243,6 +243,8 @@ pub(super) fn request<'r>(
         tenant: job.tenant.as_deref(),
         priority: job.priority.unwrap_or(policy.priority),
         counted,
+        sender: job.sender.as_deref(),
+        cost: job.cost,
     }
 }
 

@@ -28,6 +28,8 @@ fn req<'a>(id: &'a str, recipient: &'a str) -> Request<'a> {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     }
 }
 

@@ -32,6 +32,8 @@ async fn an_admission_interrupted_by_redis_takes_its_own_reservation_back() {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     };
     // the first job takes the channel's only token; the second is admitted by its
     // recipient's cap and then waits about a second for the rate

@@ -24,6 +24,8 @@ async fn an_unconfirmed_dispatch_keeps_its_slot() {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     };
     let Admission::Admitted(ticket) = e.admit(&req("x")).await.unwrap() else {
         panic!("admitted")

@@ -482,6 +482,8 @@ async fn recipient_show_record_and_reset() {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     };
     assert_eq!(engine.admit(&req).await.unwrap(), Admission::Duplicate);
 

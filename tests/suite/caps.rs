@@ -397,6 +397,8 @@ pub async fn concurrent_jobs_under_a_total_dispatch_exactly_the_total(
                 tenant: None,
                 priority: Default::default(),
                 counted: false,
+                sender: None,
+                cost: None,
             };
             match e.admit(&req).await.unwrap() {
                 Admission::Admitted(_) => 1,
@@ -447,6 +449,8 @@ async fn a_released_admission_is_given_back_to_every_layer() {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     };
     let Admission::Admitted(ticket) = e.admit(&req("a")).await.unwrap() else {
         panic!("admitted")

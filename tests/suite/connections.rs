@@ -45,6 +45,8 @@ fn request(id: &str) -> Request<'_> {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     }
 }
 

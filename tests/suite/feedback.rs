@@ -539,6 +539,8 @@ pub(crate) async fn engine_scenario(mut s: Settings) {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     };
     // suppress four recipients (spread over the slots), then admit twelve at once
     let names: [&'static str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];

@@ -36,6 +36,7 @@ mod guard;
 mod http;
 mod lanes;
 mod layers;
+mod limits;
 mod observability;
 mod operate;
 mod pacing;

@@ -26,6 +26,8 @@ pub fn req<'a>(id: &'a str, recipient: &'a str, tz: Tz) -> Request<'a> {
         tenant: None,
         priority: Default::default(),
         counted: false,
+        sender: None,
+        cost: None,
     }
 }
 

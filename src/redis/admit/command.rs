@@ -25,6 +25,21 @@ pub(crate) struct AdmitArgs {
     /// The caps the job meets, in order (empty for most jobs: then the call carries
     /// nothing more for it).
     pub layers: Vec<LayerArgs>,
+    /// The limits the job meets, in order (empty for most jobs).
+    pub limits: Vec<LimitArgs>,
+}
+
+/// One limit a job meets, as the script takes it.
+#[derive(Debug, Clone)]
+pub struct LimitArgs {
+    /// The limit's bucket.
+    pub key: String,
+    /// µs per unit of cost.
+    pub interval_us: u64,
+    /// Units of cost a full bucket holds.
+    pub burst: u64,
+    /// The job's cost.
+    pub cost: u64,
 }
 
 /// One cap a job meets, as the script takes it.
@@ -40,7 +55,7 @@ pub struct LayerArgs {
 
 /// The header's positions (`ARG` in `lua/admit/protocol.lua`): the arguments
 /// before the first plan.
-const HEADER: usize = 7;
+const HEADER: usize = 8;
 
 /// What one call sends besides its jobs.
 pub(crate) struct Call<'a> {
@@ -59,6 +74,7 @@ struct Layout {
     layers: usize,
     suppression: usize,
     preferences: usize,
+    limits: usize,
     len: usize,
 }
 
@@ -82,10 +98,14 @@ impl Layout {
             1 + plans.len() + jobs.len(),
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
+        let limited = jobs.iter().filter(|j| !j.limits.is_empty());
+        let limit_args: usize = limited.clone().map(|j| 2 + 4 * j.limits.len()).sum();
+        let limits = place(limited.count() > 0, 1 + limit_args);
         Layout {
             layers,
             suppression,
             preferences,
+            limits,
             len: next - 1,
         }
     }
@@ -133,7 +153,8 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
         .arg(plans.len())
         .arg(layout.layers)
         .arg(layout.suppression)
-        .arg(layout.preferences);
+        .arg(layout.preferences)
+        .arg(layout.limits);
     for p in &plans {
         plan_args(&mut cmd, p);
     }
@@ -163,7 +184,24 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
             cmd.arg(&words[..]).arg(version).arg(until);
         }
     }
+    if layout.limits > 0 {
+        limits_section(&mut cmd, jobs);
+    }
     cmd
+}
+
+/// The limits section: the jobs that meet limits, each with its limits.
+fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs]) {
+    cmd.arg(jobs.iter().filter(|j| !j.limits.is_empty()).count());
+    for (k, job) in jobs.iter().enumerate() {
+        if job.limits.is_empty() {
+            continue;
+        }
+        cmd.arg(k + 1).arg(job.limits.len());
+        for l in &job.limits {
+            cmd.arg(&l.key).arg(l.interval_us).arg(l.burst).arg(l.cost);
+        }
+    }
 }
 
 /// One plan: its day's bounds, calendar expiry, shadow mode and rules.

@@ -28,6 +28,7 @@ fn job(key: &str, layers: usize, channel: bool, prefs: bool) -> AdmitArgs {
                 holds: true,
             })
             .collect(),
+        limits: vec![],
     }
 }
 

@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::conn::RedisConn;
 use crate::redis::StoreError;
-pub(crate) use command::{AdmitArgs, LayerArgs};
+pub(crate) use command::{AdmitArgs, LayerArgs, LimitArgs};
 pub(crate) use protocol::Verdict;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs

@@ -21,11 +21,12 @@ pub(crate) enum Code {
     Suppressed = 10,
     OptedOut = 11,
     QuietHours = 12,
+    Limited = 13,
 }
 
 impl Code {
     /// Every code, with its name in the script.
-    pub(crate) const ALL: [(Code, &'static str); 12] = [
+    pub(crate) const ALL: [(Code, &'static str); 13] = [
         (Code::Admitted, "admitted"),
         (Code::Refused, "refused"),
         (Code::Shadowed, "shadowed"),
@@ -38,6 +39,7 @@ impl Code {
         (Code::Suppressed, "suppressed"),
         (Code::OptedOut, "opted_out"),
         (Code::QuietHours, "quiet_hours"),
+        (Code::Limited, "limited"),
     ];
 
     fn from_number(n: i64) -> Option<Code> {
@@ -95,6 +97,10 @@ pub(crate) enum Verdict {
     /// given (none for a cap that only counts); the quiet hours' version as for
     /// `Refused`.
     Layered(i64, Vec<Vec<i64>>, Option<i64>),
+    /// Its policy and caps pass, a limit does not: nothing was written; the
+    /// instant (ms) at which every refusing limit allows, and the index (from 0)
+    /// among the job's limits of the one that allows last.
+    Limited(i64, i64, usize),
 }
 
 impl Verdict {
@@ -112,7 +118,8 @@ impl Verdict {
             | Verdict::Suppressed(now, ..)
             | Verdict::OptedOut(now, _)
             | Verdict::Quiet(now, _)
-            | Verdict::Layered(now, ..) => *now,
+            | Verdict::Layered(now, ..)
+            | Verdict::Limited(now, ..) => *now,
         }
     }
 }
@@ -191,6 +198,12 @@ impl Answer<'_> {
             },
             Code::OptedOut => Verdict::OptedOut(now, one()?),
             Code::QuietHours => Verdict::Quiet(now, one()?),
+            Code::Limited => match p {
+                [at, which] if *which >= 1 => {
+                    Verdict::Limited(now, *at, usize::try_from(*which - 1).ok()?)
+                }
+                _ => return None,
+            },
         })
     }
 }

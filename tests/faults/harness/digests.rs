@@ -53,6 +53,8 @@ pub(crate) async fn send_one_each(s: &Settings, recipients: usize) {
             tenant: None,
             priority: Default::default(),
             counted: false,
+            sender: None,
+            cost: None,
         };
         let Admission::Admitted(ticket) = store.admit(&req).await.unwrap() else {
             panic!("{recipient}'s first send admitted")

@@ -1,0 +1,282 @@
+//! Limits (`[limits.NAME]`), end to end through Redis (the admission's own Redis
+//! time) and RabbitMQ: a sender held at 1/s while another goes at 100/s, two limits
+//! stacked on one bucket never exceeded in any window, a job's cost taken, a
+//! refused job taking nothing from its caps, and bad configurations named by key.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use quota_worker::admission::{Admission, Request};
+use quota_worker::config::{
+    CapSettings, Dur, LimitSettings, MatchSettings, RuleSettings, Settings,
+};
+use quota_worker::job::{Outcome, Reason};
+use quota_worker::quota::limits::Per;
+use quota_worker::store::QuotaStore;
+use testkit::*;
+
+fn limit(rate: u64, period_s: u64, burst: u64, per: Per) -> LimitSettings {
+    LimitSettings {
+        rate,
+        period: Some(Dur(Duration::from_secs(period_s))),
+        burst: Some(burst),
+        matches: MatchSettings::default(),
+        per,
+    }
+}
+
+/// Test settings whose `default` policy holds nothing: only the limits do.
+fn limited(ns: &str, limits: &[(&str, LimitSettings)]) -> Settings {
+    let mut s = settings(ns);
+    s.policies.get_mut("default").unwrap().rules = vec![];
+    for (name, l) in limits {
+        s.limits.insert(name.to_string(), l.clone());
+    }
+    s
+}
+
+fn req<'a>(id: &'a str, recipient: &'a str, sender: &'a str, cost: Option<u64>) -> Request<'a> {
+    Request {
+        id,
+        recipient,
+        channel: "sms",
+        category: "default",
+        tz: Tz::UTC,
+        tenant: None,
+        priority: Default::default(),
+        counted: false,
+        sender: Some(sender),
+        cost,
+    }
+}
+
+/// Admit `r`, waiting out every limit refusal until it is admitted: its
+/// admission's Redis time, and every instant a refusal named (each one at or
+/// before the admission).
+async fn admit_when_allowed(
+    e: &QuotaStore,
+    r: &Request<'_>,
+) -> (DateTime<Utc>, Vec<DateTime<Utc>>) {
+    let mut named = Vec::new();
+    loop {
+        match e.admit(r).await.unwrap() {
+            Admission::Admitted(t) => return (t.admitted_at, named),
+            Admission::Limited {
+                retry_at: Some(at), ..
+            } => {
+                named.push(at);
+                let ahead = (at - Utc::now()).to_std().unwrap_or_default();
+                tokio::time::sleep(ahead + Duration::from_millis(2)).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Whether admissions at `times` (in order) each of cost `cost` keep to a GCRA of
+/// `interval_ms` and `burst`: any n of them span at least (n·cost − burst)
+/// intervals, so no window holds more than its burst and rate allow.
+fn within(times: &[DateTime<Utc>], cost: i64, interval_ms: i64, burst: i64) -> bool {
+    (0..times.len()).all(|i| {
+        (i..times.len()).all(|j| {
+            let n = (j - i + 1) as i64;
+            let span = (times[j] - times[i]).num_milliseconds();
+            // Redis time is read in µs and admissions are seen in ms: 1 ms of slack
+            span + 1 >= (n * cost - burst) * interval_ms
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_slow_sender_waits_its_second_while_a_fast_one_goes_on() {
+    let ns = unique("limits-senders");
+    let _g = RedisGuard(ns.clone());
+    // long codes send one a second each, short codes a hundred (by tenant here)
+    let mut slow = limit(1, 1, 1, Per::Sender);
+    slow.matches.tenants = Some(vec!["longcodes".into()]);
+    let mut fast = limit(100, 1, 100, Per::Sender);
+    fast.matches.tenants = Some(vec!["shortcodes".into()]);
+    let s = limited(&ns, &[("long_code", slow), ("short_code", fast)]);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let mut slow_times: Vec<DateTime<Utc>> = Vec::new();
+    for i in 0..4 {
+        let id = format!("slow{i}");
+        let recipient = format!("r{i}");
+        let slow = Request {
+            tenant: Some("longcodes"),
+            ..req(&id, &recipient, "+15550100", None)
+        };
+        let (at, named) = admit_when_allowed(&e, &slow).await;
+        // every instant a refusal named is exactly a second after the one before
+        if let (Some(last), Some(first)) = (slow_times.last(), named.first()) {
+            let gap = (*first - *last).num_milliseconds();
+            assert!((1000..=1001).contains(&gap), "named {gap} ms after");
+            assert!(at >= *first);
+        }
+        slow_times.push(at);
+        // meanwhile another sender is never held by the slow one's bucket
+        for k in 0..3 {
+            let id = format!("fast{i}-{k}");
+            let fast = Request {
+                tenant: Some("shortcodes"),
+                ..req(&id, "f", "55501", None)
+            };
+            let a = e.admit(&fast).await.unwrap();
+            assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+        }
+    }
+    assert!(within(&slow_times, 1, 1000, 1), "{slow_times:?}");
+}
+
+#[tokio::test]
+async fn two_limits_stacked_on_one_sender_are_never_exceeded_in_any_window() {
+    let ns = unique("limits-stacked");
+    let _g = RedisGuard(ns.clone());
+    let s = limited(
+        &ns,
+        &[
+            ("per_second", limit(2, 1, 1, Per::Sender)),
+            ("per_ten_seconds", limit(5, 10, 3, Per::Sender)),
+        ],
+    );
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let mut times = Vec::new();
+    let mut refusals = 0;
+    for i in 0..6 {
+        let id = format!("j{i}");
+        let (at, named) = admit_when_allowed(&e, &req(&id, &format!("r{i}"), "acct", None)).await;
+        refusals += named.len();
+        times.push(at);
+    }
+    assert!(within(&times, 1, 500, 1), "2/s exceeded: {times:?}");
+    assert!(within(&times, 1, 2000, 3), "5 per 10 s exceeded: {times:?}");
+    // the second limit held some of them past what the first alone allows
+    let span = (times[5] - times[0]).num_milliseconds();
+    assert!(span + 1 >= 3 * 2000, "{span} ms: {times:?}");
+    assert!(refusals >= 3);
+}
+
+#[tokio::test]
+async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
+    let ns = unique("limits-cost");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(&ns, &[("segments", limit(1, 1, 3, Per::Sender))]);
+    s.caps.insert(
+        "total".into(),
+        CapSettings {
+            rules: vec![RuleSettings {
+                limit: 10,
+                window: "1d".parse().unwrap(),
+            }],
+            ..CapSettings::default()
+        },
+    );
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let Admission::Admitted(first) = e.admit(&req("a", "r", "x", Some(3))).await.unwrap() else {
+        panic!("a cost of 3 passes a full burst of 3")
+    };
+    let Admission::Limited {
+        retry_at: Some(at),
+        limit,
+    } = e.admit(&req("b", "r", "x", Some(1))).await.unwrap()
+    else {
+        panic!("the burst is spent")
+    };
+    assert_eq!(
+        limit,
+        "limit `segments` (1 per second, burst 3, per sender)"
+    );
+    // three units taken: one more fits a second later (µs read as ms: ≤ 1 ms)
+    let gap = (at - first.admitted_at).num_milliseconds();
+    assert!((1000..=1001).contains(&gap), "{gap}");
+    // the refused job recorded nothing in its cap or its policy's key
+    let keys = s.redis.keys();
+    let mut r = redis_sync();
+    let cap: usize = redis::cmd("ZCARD")
+        .arg(keys.cap("r", "total", None))
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(cap, 1);
+    // a cost above the burst is never admitted
+    let never = e.admit(&req("c", "r2", "y", Some(4))).await.unwrap();
+    assert!(
+        matches!(never, Admission::Limited { retry_at: None, .. }),
+        "{never:?}"
+    );
+    // the bucket expires when it is full again (at its TAT)
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(keys.limit("segments", ("s", "x")))
+        .query(&mut r)
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 3000, "{ttl}");
+}
+
+fn job(id: &str, sender: &str, extra: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","recipient":"r-{id}","channel":"sms","sender":"{sender}"{extra}}}"#)
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn through_the_worker_a_held_job_waits_for_its_limit_and_names_it() {
+    let ns = unique("limits-worker");
+    let s = limited(&ns, &[("per_sender", limit(1, 60, 1, Per::Sender))]);
+    let (_c, w, conn) = rig(&s).await;
+    publish(&conn, &s, &job("s1", "slow", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    let keys = s.redis.keys();
+    let tat: String = redis::cmd("GET")
+        .arg(keys.limit("per_sender", ("s", "slow")))
+        .query(&mut redis_sync())
+        .unwrap();
+    let tat_us: i64 = tat.parse().unwrap();
+    publish(&conn, &s, &job("s2", "slow", "")).await;
+    let until = DateTime::from_timestamp_millis((tat_us + 999) / 1000).unwrap();
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Delayed { until });
+    publish(&conn, &s, &job("f1", "fast", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    for (extra, field) in [
+        (r#","cost":0"#, "cost"),
+        (r#","cost":101"#, "cost"),
+        (r#","cost":"2""#, "cost"),
+    ] {
+        publish(&conn, &s, &job("bad", "x", extra)).await;
+        assert_eq!(
+            step(&w, &conn, &s).await,
+            Outcome::Dead(Reason::Malformed),
+            "{field}"
+        );
+    }
+    let long = "s".repeat(129);
+    publish(&conn, &s, &job("bad", &long, "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dead(Reason::Malformed));
+}
+
+/// A configuration file with `body`: the error, as text.
+fn load_error(body: &str) -> String {
+    let path = std::env::temp_dir().join(format!("{}.toml", unique("limits-config")));
+    std::fs::write(&path, body).unwrap();
+    let err = Settings::load(Some(&path)).unwrap_err().to_string();
+    let _ = std::fs::remove_file(&path);
+    err
+}
+
+#[test]
+fn a_bad_limit_names_its_key() {
+    let err = load_error("[limits.twilio]\nrate = 0\n");
+    assert!(err.contains("`limits.twilio.rate`"), "{err}");
+    let err = load_error("[limits.twilio]\nrate = 1\nper = \"recipient\"\n");
+    assert!(err.contains("limits.twilio.per"), "{err}");
+    let err = load_error("[channels.sms]\ncost = 2\n\n[limits.twilio]\nrate = 1\nburst = 1\n");
+    assert!(err.contains("`limits.twilio.burst`"), "{err}");
+    assert!(err.contains("never admit"), "{err}");
+    let err = load_error("[limits.twilio]\nrate = 1\nmatch = { channels = [\"fax\"] }\n");
+    assert!(err.contains("`limits.twilio.match.channels`"), "{err}");
+    let err = load_error(
+        "[redis]\ncluster = true\ncluster_urls = [\"redis://127.0.0.1:7000\"]\n\n[limits.twilio]\nrate = 1\n",
+    );
+    assert!(
+        err.contains("`limits.twilio`") && err.contains("Cluster"),
+        "{err}"
+    );
+}
