@@ -57,14 +57,15 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
         quota_worker::redis::scripts::ADMIT_LUA,
         &[
             &key,
-            // lease, dedupe, no undeclared keys, one plan, no layers, suppression
-            // or preferences section (the header of lua/admit/protocol.lua); the
-            // plan: valid from 0 to 2^53, no calendar expiry, not shadow, one rule
-            // (3 per rolling day); then the job: member, plan 1
+            // lease, dedupe, no undeclared keys, one plan, no layers, suppression,
+            // preferences or limits section (the header of lua/admit/protocol.lua);
+            // the plan: valid from 0 to 2^53, no calendar expiry, not shadow, one
+            // rule (3 per rolling day); then the job: member, plan 1
             "120000",
             "86400000",
             "0",
             "1",
+            "0",
             "0",
             "0",
             "0",

@@ -309,11 +309,12 @@ async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
         .arg(1)
         .arg(key(here))
         // lease, dedupe, one undeclared key, one plan (3 per rolling day), no
-        // layers, suppression or preferences section
+        // layers, suppression, preferences or limits section
         .arg(120_000)
         .arg(86_400_000)
         .arg(1)
         .arg(1)
+        .arg(0)
         .arg(0)
         .arg(0)
         .arg(0)
