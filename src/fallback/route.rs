@@ -116,6 +116,17 @@ pub struct Resumed<'a> {
     pub left: Option<String>,
 }
 
+impl<'a> Resumed<'a> {
+    /// A job at the start of its route: on its own channel, step 0.
+    pub fn at_start(job: Job<'a>) -> Self {
+        Resumed {
+            job,
+            step: 0,
+            left: None,
+        }
+    }
+}
+
 /// A job with `fallback` published again to resume its route at step k (the
 /// [`RESUME_AT`] header, 1 to the length of `fallback`): itself on the channel of
 /// that step, with the channels after it as its fallback; the step and why it left
@@ -128,13 +139,7 @@ pub fn resume<'a>(mut job: Job<'a>, headers: Option<&FieldTable>) -> Resumed<'a>
     let len = job.fallback.as_ref().map_or(0, Vec::len);
     let k = match text(RESUME_AT).and_then(|t| t.parse::<usize>().ok()) {
         Some(k) if (1..=len).contains(&k) => k,
-        _ => {
-            return Resumed {
-                job,
-                step: 0,
-                left: None,
-            }
-        }
+        _ => return Resumed::at_start(job),
     };
     let mut rest = job
         .fallback

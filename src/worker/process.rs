@@ -77,18 +77,15 @@ impl Worker {
         tracing::Span::current().record("job_id", job.id.as_ref());
         let headers = delivery.properties.headers().as_ref();
         // a job published again after its step's send failed resumes its route
+        let resumed = match job.fallback {
+            None => fallback::route::Resumed::at_start(job),
+            Some(_) => fallback::route::resume(job, headers),
+        };
         let fallback::route::Resumed {
             job,
             step: at,
             left,
-        } = match job.fallback {
-            None => fallback::route::Resumed {
-                job,
-                step: 0,
-                left: None,
-            },
-            Some(_) => fallback::route::resume(job, headers),
-        };
+        } = resumed;
         let policy = rules.policy_of(&job.category, job.tenant.as_deref());
         let labels = rules.labels(&policy.name, &job.channel);
         // an escalation come back: on only while its step is unanswered
@@ -113,36 +110,42 @@ impl Worker {
             policy,
             labels,
         };
-        let (decision, route) = match self
-            .decide(
-                &h,
-                from,
-                RouteAt {
-                    step: at,
-                    left,
-                    escalation: escalation.is_some(),
-                },
-                now,
-            )
-            .await?
-        {
+        let escalation = escalation.is_some();
+        let on_route = RouteAt {
+            step: at,
+            left,
+            escalation,
+        };
+        let (decision, route) = match self.decide(&h, from, on_route, now).await? {
             Decided::Carry(decision, route) => (decision, route),
             Decided::Settled(outcome) => return Ok(outcome),
         };
-        // a `held` digest: what the caps would delay is folded instead
+        self.settle(&h, decision, route.as_deref(), now).await
+    }
+
+    /// Settle the decision on the job of `h`: a `held` digest folds what the caps
+    /// would delay; anything else is carried out, and a digest's own job ends it.
+    async fn settle(
+        &self,
+        h: &Handling<'_, '_>,
+        decision: Decision,
+        route: Option<&Route<'_>>,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, ProcessError> {
+        let policy = h.policy;
         if let (Decision::Delay { until, cause }, Some(_)) = (&decision, &policy.digest) {
-            if let Some(outcome) = Box::pin(self.held_instead(&h, *until, cause)).await? {
+            if let Some(outcome) = Box::pin(self.held_instead(h, *until, cause)).await? {
                 return Ok(outcome);
             }
         }
-        let outcome = self.carry_out(&h, decision, route.as_deref(), now).await;
+        let outcome = self.carry_out(h, decision, route, now).await;
         if let Ok(outcome) = &outcome {
             if (policy.digest.is_some() || matches!(outcome, Outcome::Dead(_)))
-                && crate::digest::is_digest(delivery)
+                && crate::digest::is_digest(h.delivery)
             {
-                Box::pin(self.digest_done(&h, outcome)).await?;
+                Box::pin(self.digest_done(h, outcome)).await?;
             }
-            rules.metrics.count(outcome, labels);
+            h.rules.metrics.count(outcome, h.labels);
         }
         outcome
     }
