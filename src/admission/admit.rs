@@ -26,6 +26,14 @@ use crate::redis::StoreError;
 use crate::rules::Rules;
 use crate::store::{Pacer, QuotaStore};
 
+/// A paced channel an admission takes the rate of: its name, its rate and its
+/// pacer in this worker.
+struct PacedChannel<'a> {
+    name: &'a str,
+    rate: Rate,
+    pacer: &'a Pacer,
+}
+
 impl QuotaStore {
     pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
         let channel = (policy.scope == Scope::Channel).then_some(req.channel);
@@ -99,7 +107,12 @@ impl QuotaStore {
             (Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. }, Some(r))
                 if taken.is_none() =>
             {
-                let paced = self.pace_admitted(ticket, (req.channel, r, pacer), rate_reply, step);
+                let channel = PacedChannel {
+                    name: req.channel,
+                    rate: r,
+                    pacer,
+                };
+                let paced = self.pace_admitted(ticket, channel, rate_reply, step);
                 if !paced.await? {
                     return Ok(None);
                 }
@@ -283,10 +296,15 @@ impl QuotaStore {
     async fn pace_admitted(
         &self,
         ticket: &mut Ticket,
-        (channel, r, pacer): (&str, Rate, &Pacer),
+        paced: PacedChannel<'_>,
         rate_reply: Option<RateReply>,
         step: RateStep,
     ) -> Result<bool, StoreError> {
+        let PacedChannel {
+            name: channel,
+            rate: r,
+            pacer,
+        } = paced;
         if let Some(reply) = &rate_reply {
             if reply.allowed == Allowed::NEVER {
                 // never reached: validation keeps cost <= burst

@@ -172,16 +172,16 @@ struct FoldReply {
     full: i64,
 }
 
-impl FoldReply {
-    fn from_parts(parts: (i64, String, String, i64, i64)) -> FoldReply {
-        let (code, id, key, closes_at, full) = parts;
-        FoldReply {
+impl redis::FromRedisValue for FoldReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (code, id, key, closes_at, full) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(FoldReply {
             code,
             id,
             key,
             closes_at,
             full,
-        }
+        })
     }
 }
 
@@ -193,7 +193,7 @@ async fn fold_call(
     wait: Option<(u32, u64)>,
 ) -> redis::RedisResult<(FoldReply, Option<i64>)> {
     match wait {
-        None => Ok((FoldReply::from_parts(call.query_async(conn).await?), None)),
+        None => Ok((call.query_async(conn).await?, None)),
         Some((replicas, timeout_ms)) => {
             let mut pipe = redis::pipe();
             pipe.add_command(call.clone())
@@ -201,7 +201,7 @@ async fn fold_call(
                 .arg(replicas)
                 .arg(timeout_ms);
             let (reply, acked) = pipe.query_async(conn).await?;
-            Ok((FoldReply::from_parts(reply), Some(acked)))
+            Ok((reply, Some(acked)))
         }
     }
 }

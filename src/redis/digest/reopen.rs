@@ -28,7 +28,9 @@ pub async fn reopen(
     close_at_ms: i64,
     keep_ms: u64,
 ) -> Result<bool, StoreError> {
-    let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) else {
+    let Some(crate::quota::keys::DigestKeys { meta, items, order }) =
+        crate::quota::keys::digest_keys(key)
+    else {
         return Ok(false);
     };
     let base = &meta[..meta.rfind("dgm/").unwrap_or(0)];
