@@ -301,6 +301,6 @@ fn marker_of(d: &lapin::message::Delivery) -> Option<String> {
 /// The index's entry of a dead letter read from the log: what its body says of
 /// the job (when it decodes), with the rules in force.
 fn entry_of(d: &lapin::message::Delivery, store: &QuotaStore, settings: &Settings) -> Entry {
-    let known = super::dead_select::known(&d.data, store, settings);
+    let known = super::dead_select::known(&d.data, store, &settings.worker);
     dead_index::entry(&d.properties, &d.data, known, Utc::now())
 }
