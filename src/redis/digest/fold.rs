@@ -121,32 +121,7 @@ pub async fn fold(
             });
         }
     }
-    let FoldReply {
-        code,
-        id,
-        key,
-        closes_at,
-        full,
-    } = reply;
-    let (opened, again) = match code {
-        Code::OPENED => (true, false),
-        Code::AGAIN => (false, true),
-        Code::JOINED => (false, false),
-        _ => {
-            return Err(StoreError::Reply {
-                script: "digest_fold.lua",
-                reply: vec![code],
-            })
-        }
-    };
-    let folded = Folded {
-        opened,
-        again,
-        id,
-        key,
-        closes_at,
-        full: full == 1,
-    };
+    let folded = reply.folded()?;
     // opened (or found again: the index may not have it yet) or full: the index
     // learns when it closes; `LT` never puts off a close already due
     if folded.opened || folded.again || folded.full {
@@ -170,6 +145,31 @@ struct FoldReply {
     key: String,
     closes_at: i64,
     full: i64,
+}
+
+impl FoldReply {
+    /// What the fold did, read by the reply's code.
+    fn folded(self) -> Result<Folded, StoreError> {
+        let (opened, again) = match self.code {
+            Code::OPENED => (true, false),
+            Code::AGAIN => (false, true),
+            Code::JOINED => (false, false),
+            code => {
+                return Err(StoreError::Reply {
+                    script: "digest_fold.lua",
+                    reply: vec![code],
+                })
+            }
+        };
+        Ok(Folded {
+            opened,
+            again,
+            id: self.id,
+            key: self.key,
+            closes_at: self.closes_at,
+            full: self.full == 1,
+        })
+    }
 }
 
 impl redis::FromRedisValue for FoldReply {
