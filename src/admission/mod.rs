@@ -25,7 +25,7 @@
 //!    `answer.lua`.
 //! 6. **The protocol** ([`protocol`]): each job's answer read by name into a
 //!    [`protocol::Verdict`] whose variants are the script's codes, one name on
-//!    both sides (`protocol_tests.rs` reads `protocol.lua` and checks that both
+//!    both sides (`protocol/tests.rs` reads `lua/protocol.lua` and checks that both
 //!    sides give each name the same number).
 //! 7. **The answer settled** ([`admit`], [`quiet`]): a `replan` is asked again
 //!    with the plan of Redis's own day; quiet hours that hold the job are computed

@@ -59,7 +59,7 @@ pub async fn collapse(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use super::Code;
     use crate::redis::lua_tables::{lua_table, positional_returns};
 

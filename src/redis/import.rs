@@ -63,7 +63,7 @@ pub async fn import_send(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use super::Code;
     use crate::redis::lua_tables::{lua_table, positional_returns};
 

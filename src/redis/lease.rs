@@ -45,7 +45,7 @@ pub(crate) async fn renew_or_end(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use super::Code;
     use crate::redis::lua_tables::{lua_table, positional_returns};
 

@@ -102,7 +102,7 @@ pub(crate) async fn remove(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use super::Write;
     use crate::redis::lua_tables::{lua_table, positional_returns};
 

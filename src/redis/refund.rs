@@ -37,7 +37,7 @@ pub async fn refund(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use crate::redis::lua_tables::{lua_table, positional_returns};
 
     const LUA: &str = include_str!("../../lua/refund.lua");

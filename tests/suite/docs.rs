@@ -326,9 +326,9 @@ fn a_broken_link_an_unknown_anchor_and_a_missing_image_are_each_found() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
-/// The delay causes, as `DelayCause::LABELS` in `src/decide.rs` lists them.
+/// The delay causes, as `DelayCause::LABELS` in `src/decide/mod.rs` lists them.
 fn delay_causes(root: &Path) -> Vec<String> {
-    let code = std::fs::read_to_string(root.join("src/decide.rs")).unwrap();
+    let code = std::fs::read_to_string(root.join("src/decide/mod.rs")).unwrap();
     let at = code.find("const LABELS").expect("DelayCause::LABELS");
     let list = &code[at..];
     let list = &list[list.find("= [").unwrap() + 3..list.find("];").unwrap()];

@@ -207,7 +207,7 @@ async fn fold_call(
 }
 
 #[cfg(test)]
-mod protocol_tests {
+mod tests {
     use super::Code;
     use crate::redis::lua_tables::{lua_table, positional_returns};
 

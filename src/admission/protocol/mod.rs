@@ -222,5 +222,4 @@ pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
 }
 
 #[cfg(test)]
-#[path = "protocol_tests.rs"]
 mod tests;

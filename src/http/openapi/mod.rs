@@ -126,7 +126,7 @@ fn answer(status: u16, description: &str) -> (String, Value) {
 /// and `$id` (the document's dialect is JSON Schema 2020-12 already).
 fn preferences_schema() -> Value {
     let mut schema: Value =
-        serde_json::from_str(include_str!("../../schema/preferences.schema.json"))
+        serde_json::from_str(include_str!("../../../schema/preferences.schema.json"))
             .expect("schema/preferences.schema.json is JSON");
     if let Some(m) = schema.as_object_mut() {
         m.remove("$schema");

@@ -231,5 +231,4 @@ fn layers_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], numbers: &[Vec<usiz
 }
 
 #[cfg(test)]
-#[path = "command_tests.rs"]
 mod tests;

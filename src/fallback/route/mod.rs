@@ -234,5 +234,4 @@ pub(crate) fn unknown_channel(
 }
 
 #[cfg(test)]
-#[path = "route_tests.rs"]
 mod tests;

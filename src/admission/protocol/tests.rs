@@ -136,7 +136,7 @@ fn a_reply_of_another_shape_is_refused() {
 /// changing a number (or a name) on one side only fails here.
 #[test]
 fn the_script_and_the_enum_name_the_same_codes() {
-    let lua = include_str!("lua/protocol.lua");
+    let lua = include_str!("../lua/protocol.lua");
     let ours: Vec<(String, i64)> = Code::ALL
         .iter()
         .map(|(c, name)| (name.to_string(), *c as i64))

@@ -115,7 +115,7 @@ async fn page() -> impl IntoResponse {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        include_str!("status/page.html"),
+        include_str!("../status/page.html"),
     )
 }
 
