@@ -62,6 +62,15 @@ pub(crate) struct Pacer {
 }
 
 /// The quota store. Cheap to share behind an `Arc`.
+///
+/// Why its methods span more than two files: beside its own (`mod.rs`, the rate in
+/// `pace.rs`, the writes after a decision in `writes.rs`), the admission's call and
+/// its settling (`src/admission/admit.rs`, `src/admission/quiet.rs`) are methods of
+/// it, because they take the connection, the rules in force, the channel's pacer
+/// and the admission's state together. They become the admission room's own once
+/// the pacers (`pacers`, `rates`, `park_after`, `line_cap`, the lanes room's) are a
+/// room the store holds whole, as the admission's state and the digests' and
+/// preferences' sides already are.
 pub struct QuotaStore {
     pub(crate) conn: RedisConn,
     pub(crate) keys: Keys,
