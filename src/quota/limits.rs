@@ -52,6 +52,20 @@ pub struct Limit {
     pub tenants: Option<Vec<String>>,
 }
 
+/// What one admission took from one limit's bucket: given back (the part still
+/// unspent, `lua/refund.lua`) when the job is released or parked instead of sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    /// The bucket's key.
+    pub key: String,
+    /// The limit's interval (µs per unit of cost).
+    pub interval_us: u64,
+    /// The job's cost.
+    pub cost: u64,
+    /// The TAT (µs of Redis time) the take left.
+    pub tat_us: i64,
+}
+
 /// What a job shows a limit: its channel, category, tenant and sender.
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {

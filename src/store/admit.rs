@@ -61,10 +61,12 @@ impl QuotaStore {
         step: RateStep,
     ) -> Result<Option<Admission>, StoreError> {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
+        // the job's own cost is what it takes of its channel's rate
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
+        let rate = rate.map(|r| r.for_cost(req.cost));
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
-        if let Some(never) = verdict::cost_never_admitted(&asked) {
+        if let Some(never) = verdict::cost_never_admitted(&asked, req.channel, rate) {
             return Ok(Some(never));
         }
         let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
@@ -214,7 +216,7 @@ impl QuotaStore {
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
                     Err(e) => {
-                        if let Verdict::Admitted(at, _) = verdict {
+                        if let Verdict::Admitted(at, ..) = verdict {
                             self.orphan(&a.key, &a.member, at);
                         }
                         Err(e)
@@ -254,7 +256,7 @@ impl QuotaStore {
         }
         if let Verdict::Reserved(_, at) = reply {
             if self.adopt(&a.key, &a.member, at) {
-                reply = Verdict::Admitted(at, true);
+                reply = Verdict::Admitted(at, true, Vec::new());
             }
         }
         Ok((reply, quiet_until))

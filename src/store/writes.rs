@@ -113,6 +113,7 @@ impl QuotaStore {
     }
 
     pub(super) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        self.give_back_limits(ticket).await?;
         if ticket.inherited {
             // an earlier attempt's dispatch may have gone out: the send stays
             // counted (this worker takes the reservation back when it meets the
@@ -133,6 +134,24 @@ impl QuotaStore {
             ticket.admitted_at.timestamp_millis(),
         )
         .await?;
+        Ok(())
+    }
+
+    /// Give back what an admission took from its limits and is still unspent (its
+    /// job is released or parked instead of sent). An inherited admission's takes
+    /// are its own too (the earlier attempt's stay taken), so they go back as well.
+    async fn give_back_limits(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        for take in ticket.limits.iter().flat_map(|t| t.iter()) {
+            self.count_call();
+            crate::redis::refund::refund_take(
+                &self.conn,
+                &self.scripts.refund,
+                take.key.clone(),
+                (take.interval_us, take.cost),
+                take.tat_us,
+            )
+            .await?;
+        }
         Ok(())
     }
 }

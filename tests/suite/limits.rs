@@ -212,6 +212,71 @@ async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
     assert!(ttl > 0 && ttl <= 3000, "{ttl}");
 }
 
+/// The number the Redis key `key` holds (a TAT), if any.
+fn number_at(key: &str) -> Option<i64> {
+    let raw: Option<String> = redis::cmd("GET").arg(key).query(&mut redis_sync()).unwrap();
+    raw.map(|v| v.split(':').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_released_job_gives_back_its_limits_and_its_own_cost_of_the_channels_rate() {
+    let ns = unique("limits-release");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(&ns, &[("per_sender", limit(1, 60, 3, Per::Sender))]);
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(1);
+    sms.period = Some(Dur(Duration::from_secs(60)));
+    sms.burst = Some(3);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let keys = s.redis.keys();
+    let admit = |id: &'static str, cost: u64| {
+        let e = &e;
+        async move {
+            let r = req(id, id, "x", Some(cost));
+            // a take of the channel's rate that was not given back would make
+            // this wait a minute: that is a failure here
+            tokio::time::timeout(Duration::from_secs(20), e.admit(&r))
+                .await
+                .expect("the buckets were given back")
+                .unwrap()
+        }
+    };
+    let Admission::Admitted(first) = admit("a", 3).await else {
+        panic!("a cost of 3 passes full buckets of 3")
+    };
+    // the channel's rate took the job's cost (3 minutes' worth), not the
+    // channel's cost of 1
+    let tat_ms = number_at(&keys.rate("sms")).unwrap() / 1000;
+    let ahead = tat_ms - first.admitted_at.timestamp_millis();
+    assert!((179_000..=181_000).contains(&ahead), "{ahead} ms");
+    assert!(
+        matches!(
+            admit("b", 1).await,
+            Admission::Limited {
+                retry_at: Some(_),
+                ..
+            }
+        ),
+        "the limit is spent"
+    );
+    // released (its dispatch failed): what it took is back in both buckets
+    e.release(&first).await.unwrap();
+    assert_eq!(number_at(&keys.limit("per_sender", ("s", "x"))), None);
+    assert_eq!(number_at(&keys.rate("sms")), None);
+    let again = admit("c", 3).await;
+    assert!(matches!(again, Admission::Admitted(_)), "{again:?}");
+    // a cost the channel's rate never passes is refused for good, naming it
+    let never = admit("d", 4).await;
+    let Admission::Limited {
+        retry_at: None,
+        limit,
+    } = never
+    else {
+        panic!("{never:?}")
+    };
+    assert!(limit.contains("channel `sms`"), "{limit}");
+}
+
 fn job(id: &str, sender: &str, extra: &str) -> Vec<u8> {
     format!(r#"{{"id":"{id}","recipient":"r-{id}","channel":"sms","sender":"{sender}"{extra}}}"#)
         .into_bytes()
