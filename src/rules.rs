@@ -154,6 +154,11 @@ impl Rules {
         }
     }
 
+    /// Every limit, in the order of their names.
+    pub fn limits(&self) -> impl Iterator<Item = &Arc<Limit>> {
+        self.limits.iter()
+    }
+
     /// The limits that hold a job of `subject`, each with its bucket (see
     /// [`Limit::bucket`]); empty (no allocation) when none is configured.
     pub fn limits_of<'a>(

@@ -25,6 +25,24 @@ do
   end
 end
 
+-- A bucket a `throttled` feedback paused (lua/throttle.lua, as a channel's rate)
+-- holds `tat:P:R`: paused until P, then ramping back over R (µs). Returns the TAT,
+-- the interval in force (ten times the limit's until P, then shrinking linearly
+-- to the limit's at P + R, as lua/gcra.lua's read_tat), the suffix to keep while
+-- ramping ('' after) and P + R (0 after).
+local function limit_tat(raw, interval)
+  if not raw then return 0, interval, '', 0 end
+  local c = string.find(raw, ':', 1, true)
+  if not c then return tonumber(raw), interval, '', 0 end
+  local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
+  p, r = tonumber(p), tonumber(r)
+  local tat = tonumber(string.sub(raw, 1, c - 1))
+  if not p or now_us >= p + r then return tat, interval, '', 0 end
+  local share = 0.1
+  if now_us > p then share = 0.1 + 0.9 * (now_us - p) / r end
+  return tat, math.ceil(interval / share), string.sub(raw, c), p + r
+end
+
 -- Whether every limit of `list` (nil: none) admits its job's cost now. Nothing is
 -- written. Returns nil when all do (each limit then knows the TAT a take leaves);
 -- else the instant (ms, rounded up) at which the latest of the refusing ones
@@ -34,13 +52,13 @@ local function limits_refuse(list)
   local latest, which = nil, nil
   for i = 1, #list do
     local l = list[i]
-    local tat = tonumber(redis.call('GET', l.key) or '0')
+    local tat, interval, ramp, ramp_end = limit_tat(redis.call('GET', l.key), l.interval)
     if tat < now_us then tat = now_us end
-    local allow_at = tat + l.interval * (l.cost - l.burst)
+    local allow_at = tat + interval * (l.cost - l.burst)
     if allow_at > now_us and (not latest or allow_at > latest) then
       latest, which = allow_at, i
     end
-    l.tat = tat + l.interval * l.cost
+    l.tat, l.ramp, l.ramp_end = tat + interval * l.cost, ramp, ramp_end
   end
   if not latest then return nil end
   return math.ceil(latest / 1000), which
@@ -51,7 +69,7 @@ local function take_limits(list)
   if not list then return end
   for i = 1, #list do
     local l = list[i]
-    redis.call('SET', l.key, string.format('%.0f', l.tat),
-      'PXAT', string.format('%.0f', math.ceil(l.tat / 1000)))
+    redis.call('SET', l.key, string.format('%.0f', l.tat) .. l.ramp,
+      'PXAT', string.format('%.0f', math.ceil(math.max(l.tat, l.ramp_end) / 1000)))
   end
 end

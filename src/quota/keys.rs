@@ -280,6 +280,17 @@ impl Keys {
         format!("{}:rate:{{{channel}}}:throttle", self.prefix)
     }
 
+    /// The throttle state (strikes) of a limit's bucket `bucket` (its key).
+    pub fn limit_throttle(&self, bucket: &str) -> String {
+        format!("{bucket}:throttle")
+    }
+
+    /// The mark of one `throttled` feedback already applied to the limit's bucket
+    /// `bucket` (its key).
+    pub fn limit_throttle_mark(&self, bucket: &str, id: &str) -> String {
+        format!("{bucket}:feedback:{}", mark_hash(id, "throttled"))
+    }
+
     /// The mark of one `throttled` feedback already applied to `channel`.
     pub fn throttle_mark(&self, channel: &str, id: &str) -> String {
         format!(

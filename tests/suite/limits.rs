@@ -345,3 +345,145 @@ fn a_bad_limit_names_its_key() {
         "{err}"
     );
 }
+
+/// A job of `tenant` from `sender` on `sms`, in the normal lane.
+fn sent_by(id: &str, tenant: &str, sender: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","recipient":"{id}","channel":"sms","tenant":"{tenant}","sender":"{sender}"}}"#
+    )
+}
+
+/// Two senders on one lane of a paced channel, one held at 1/s and one at 100/s:
+/// a held job of the slow one waits on its own (the delay ladder, to the instant
+/// its limit allows), and the fast one's jobs behind it in the lane go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_held_by_its_limit_never_holds_another_in_its_lane() {
+    let ns = unique("limits-lane");
+    let mut s = crate::lanes::laned(&ns, 100);
+    s.policies.get_mut("default").unwrap().rules = vec![];
+    let mut slow = limit(1, 1, 1, Per::Sender);
+    slow.matches.tenants = Some(vec!["longcodes".into()]);
+    let mut fast = limit(100, 1, 100, Per::Sender);
+    fast.matches.tenants = Some(vec!["shortcodes".into()]);
+    s.limits.insert("long_code".into(), slow);
+    s.limits.insert("short_code".into(), fast);
+    let _c = Cleanup::new(&s);
+    let running = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    let mut out = crate::lanes::Dispatched::open(&conn, &s).await;
+    // the slow sender's jobs each followed by 20 of the fast one's, in one lane
+    const SLOW: usize = 4;
+    const PER_SLOW: usize = 20;
+    let mut bodies = Vec::new();
+    for k in 0..SLOW {
+        bodies.push(sent_by(&format!("slow-{k}"), "longcodes", "+15550100"));
+        for i in 0..PER_SLOW {
+            let id = format!("fast-{}", k * PER_SLOW + i);
+            bodies.push(sent_by(&id, "shortcodes", "55501"));
+        }
+    }
+    crate::lanes::publish_all(&conn, &s, &bodies).await;
+    let total = bodies.len();
+    out.read_until(Duration::from_secs(60), |ids| ids.len() >= total)
+        .await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    assert_eq!(out.ids.len(), total, "every job is dispatched once");
+    let at = |id: &str| {
+        let p = out
+            .position(id)
+            .unwrap_or_else(|| panic!("{id} never dispatched"));
+        (p, out.ids[p].1)
+    };
+    // the slow sender's jobs a second apart at least (its limit; the reader's
+    // arrival times jitter by far less than the 100 ms allowed here)
+    // (in the order they went: the held ones come back from the delay ladder
+    // together and are admitted one a second, in any order)
+    let mut slow: Vec<_> = (0..SLOW).map(|k| at(&format!("slow-{k}"))).collect();
+    slow.sort();
+    for w in slow.windows(2) {
+        let gap = w[1].1.duration_since(w[0].1);
+        assert!(
+            gap >= Duration::from_millis(900),
+            "{gap:?} between slow jobs"
+        );
+    }
+    // none of the fast sender's jobs held behind a slow one: every one of them
+    // out before the slow sender's last job, which its limit holds (SLOW - 1)
+    // seconds after its first (the fast ones need SLOW * PER_SLOW / 100 s of the
+    // channel's rate)
+    let fast: Vec<usize> = (0..SLOW * PER_SLOW)
+        .map(|i| at(&format!("fast-{i}")).0)
+        .collect();
+    let last_slow = slow.last().unwrap().0;
+    assert!(
+        fast.iter().all(|p| *p < last_slow),
+        "a fast job went out after the slow sender's last: {:?}",
+        out.ids
+    );
+}
+
+/// A `throttled` feedback naming a sender (or a limit) pauses only that bucket:
+/// its sender's next job waits for the pause, another sender's goes at once, and
+/// the channel's own rate is untouched; naming a limit counted for all pauses it
+/// for every sender.
+#[tokio::test]
+async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
+    use quota_worker::feedback::apply::{self, Applied, Tuning};
+    use quota_worker_producer::{Event, Feedback};
+    let ns = unique("limits-throttle");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(
+        &ns,
+        &[
+            ("per_sender", limit(100, 1, 10, Per::Sender)),
+            ("account", limit(1000, 1, 100, Per::All)),
+        ],
+    );
+    s.channels.get_mut("sms").unwrap().rate = Some(1000);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let tuning = Tuning::from_settings(&s);
+    let throttled = |id: &str, sender: Option<&str>, limit: Option<&str>| Feedback {
+        retry_after: Some(3.0),
+        sender: sender.map(str::to_string),
+        limit: limit.map(str::to_string),
+        ..Feedback::new(id, Event::Throttled, "r", "sms")
+    };
+    let f = throttled("t1", Some("slow"), None);
+    let Applied::First { now_ms, at_ms } = apply::apply(&e, &tuning, &f).await.unwrap() else {
+        panic!("applied once")
+    };
+    assert!(
+        (2_990..=3_010).contains(&(at_ms - now_ms)),
+        "{at_ms} {now_ms}"
+    );
+    assert_eq!(apply::apply(&e, &tuning, &f).await.unwrap(), Applied::Again);
+    // the throttled sender waits for the pause's end; another goes at once
+    let held = e.admit(&req("a", "r1", "slow", None)).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+    } = held
+    else {
+        panic!("{held:?}")
+    };
+    assert!(limit.contains("per_sender"), "{limit}");
+    assert!(until.timestamp_millis() >= at_ms, "{until} before {at_ms}");
+    let other = e.admit(&req("b", "r2", "fast", None)).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // the channel's rate was not paused
+    let keys = s.redis.keys();
+    let rate = number_at(&keys.rate("sms")).unwrap_or(0);
+    assert!(rate / 1000 < at_ms - 2_000, "the channel's rate was pushed");
+    // a limit named: its one bucket (per all) pauses, for every sender
+    let f = throttled("t2", None, Some("account"));
+    assert!(matches!(
+        apply::apply(&e, &tuning, &f).await.unwrap(),
+        Applied::First { .. }
+    ));
+    let held = e.admit(&req("c", "r3", "fast", None)).await.unwrap();
+    assert!(
+        matches!(&held, Admission::Limited { limit, .. } if limit.contains("account")),
+        "{held:?}"
+    );
+}
