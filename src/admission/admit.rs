@@ -168,14 +168,34 @@ impl QuotaStore {
             .cost
             .or_else(|| rules.channel(req.channel).map(|c| c.cost))
             .unwrap_or(1);
+        let now = self.redis_now();
         limits
             .into_iter()
             .map(|(l, bucket)| {
-                let args = LimitArgs {
-                    key: self.keys.limit(&l.name, bucket),
-                    interval_us: l.rate.interval_us,
-                    burst: l.rate.burst,
-                    cost,
+                let args = match &l.quota {
+                    // a quota: its counter of the period now is in (interval 0,
+                    // the count it allows, the period's end in ms)
+                    Some(q) => {
+                        let (start, end) = q.period(rules.tenant_zone(req.tenant), now);
+                        let window = q.window.to_string();
+                        LimitArgs {
+                            key: self.keys.quota(
+                                &l.name,
+                                &window,
+                                bucket,
+                                start.timestamp_millis(),
+                            ),
+                            interval_us: 0,
+                            burst: u64::from(q.limit),
+                            cost: end.timestamp_millis().max(0) as u64,
+                        }
+                    }
+                    None => LimitArgs {
+                        key: self.keys.limit(&l.name, bucket),
+                        interval_us: l.rate.interval_us,
+                        burst: l.rate.burst,
+                        cost,
+                    },
                 };
                 (l, args)
             })

@@ -167,6 +167,10 @@ pub enum Admission {
         retry_at: Option<DateTime<Utc>>,
         /// The limit that allows last, as `x-notify-held-by` names it.
         limit: String,
+        /// Whether that is a quota (a cap with `scope = "tenant"` or `"sender"`):
+        /// then the job's policy's `action` says whether it waits for the next
+        /// period or is dead-lettered `quota_exceeded`.
+        quota: bool,
     },
     /// This job was already dispatched.
     Duplicate,

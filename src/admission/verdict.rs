@@ -39,6 +39,7 @@ pub(super) fn cost_never_admitted(
 ) -> Option<Admission> {
     if let Some(r) = rate.filter(|r| r.cost > r.burst) {
         return Some(Admission::Limited {
+            quota: false,
             retry_at: None,
             limit: format!(
                 "channel `{channel}`'s rate (burst {}), which a cost of {} never passes",
@@ -52,9 +53,27 @@ pub(super) fn cost_never_admitted(
         .zip(&a.limits)
         .find(|(l, args)| !l.admits_cost(args.cost))?;
     Some(Admission::Limited {
+        quota: limit.quota.is_some(),
         retry_at: None,
         limit: format!("{limit}, which a cost of {} never passes", args.cost),
     })
+}
+
+/// What an admission took from its limits: the TATs the script answered, in the
+/// order of its limits (`None`: none).
+#[allow(clippy::box_collection)] // the ticket's thin box
+fn takes(limits: &[LimitArgs], tats: Vec<i64>) -> Option<Box<Vec<Take>>> {
+    let takes: Vec<Take> = limits
+        .iter()
+        .zip(tats)
+        .map(|(l, tat_us)| Take {
+            key: l.key.clone(),
+            interval_us: l.interval_us,
+            cost: l.cost,
+            tat_us,
+        })
+        .collect();
+    (!takes.is_empty()).then(|| Box::new(takes))
 }
 
 /// The end of quiet hours that hold a job, and what they are.
@@ -81,21 +100,7 @@ pub(super) fn admission(
         limits,
         limited,
     } = a;
-    // what the admission took from its limits (the TATs the script answered, in
-    // the order of its limits)
-    let takes = |tats: Vec<i64>| {
-        let takes: Vec<Take> = limits
-            .iter()
-            .zip(tats)
-            .map(|(l, tat_us)| Take {
-                key: l.key.clone(),
-                interval_us: l.interval_us,
-                cost: l.cost,
-                tat_us,
-            })
-            .collect();
-        (!takes.is_empty()).then(|| Box::new(takes))
-    };
+    let takes = |tats: Vec<i64>| takes(&limits, tats);
     let layer_keys =
         || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.key.clone()).collect()));
     let ticket = |at: DateTime<Utc>, inherited: bool, tats: Vec<i64>| Ticket {
@@ -162,6 +167,7 @@ fn limited_until(
 ) -> Result<Admission, Verdict> {
     match limited.get(which) {
         Some(limit) => Ok(Admission::Limited {
+            quota: limit.quota.is_some(),
             retry_at: Some(window::from_millis(at)),
             limit: limit.to_string(),
         }),

@@ -265,6 +265,7 @@ fn throttled_buckets(store: &QuotaStore, f: &Feedback) -> Vec<(String, Rate)> {
     let rules = store.rules();
     rules
         .limits()
+        .filter(|l| l.quota.is_none())
         .filter(|l| match &f.limit {
             Some(name) => l.name == *name,
             None => l.per == Per::Sender,

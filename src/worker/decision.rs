@@ -72,13 +72,7 @@ impl Worker {
         let lane = lanes::lane_of(job, cx.policy, from);
         // the lanes' steps are boxed: a job of a channel without lanes does not
         // carry (and copy) their state in its own
-        let paced = channel_rules.and_then(|c| c.rate.zip(c.lanes));
-        // the job's own cost (segments of a long SMS) is what it takes of the rate;
-        // a cost the rate never passes goes to the admission, which refuses it
-        let paced = paced
-            .map(|(r, l)| (r.for_cost(job.cost), l))
-            .filter(|(r, _)| r.cost <= r.burst);
-        let step = match paced {
+        let step = match channel_rules.and_then(|c| c.laned_for(job.cost)) {
             None => RateStep::Wait(None),
             Some(paced) => match Box::pin(self.rate_step(s, job, lane, from, paced)).await? {
                 Step::Admit(step) => step,

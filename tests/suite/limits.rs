@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use chrono_tz::Tz;
 use quota_worker::admission::{Admission, Request};
 use quota_worker::config::{
@@ -179,6 +179,7 @@ async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
     let Admission::Limited {
         retry_at: Some(at),
         limit,
+        ..
     } = e.admit(&req("b", "r", "x", Some(1))).await.unwrap()
     else {
         panic!("the burst is spent")
@@ -270,6 +271,7 @@ async fn a_released_job_gives_back_its_limits_and_its_own_cost_of_the_channels_r
     let Admission::Limited {
         retry_at: None,
         limit,
+        ..
     } = never
     else {
         panic!("{never:?}")
@@ -463,6 +465,7 @@ async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
     let Admission::Limited {
         retry_at: Some(until),
         limit,
+        ..
     } = held
     else {
         panic!("{held:?}")
@@ -486,4 +489,150 @@ async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
         matches!(&held, Admission::Limited { limit, .. } if limit.contains("account")),
         "{held:?}"
     );
+}
+
+/// A quota (a cap with `scope = "tenant"`): `limit` jobs per calendar `window`.
+fn quota(limit: u32, window: &str, scope: quota_worker::config::CapScope) -> CapSettings {
+    CapSettings {
+        rules: vec![RuleSettings {
+            limit,
+            window: window.parse().unwrap(),
+        }],
+        scope,
+        ..CapSettings::default()
+    }
+}
+
+/// A tenant's monthly quota counts its jobs across recipients in its own zone,
+/// in one counter per month that expires with it; a refused job waits for the
+/// next month (or is dead `quota_exceeded` when its policy drops), a released
+/// one is given back, and a job a limit refuses in the same call takes nothing
+/// from the quota.
+#[tokio::test]
+async fn a_tenants_monthly_quota_counts_across_recipients_until_its_next_month() {
+    use quota_worker::config::{CapScope, TenantSettings};
+    let ns = unique("limits-quota");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(&ns, &[("per_sender", limit(1, 60, 1, Per::Sender))]);
+    s.caps
+        .insert("plan".into(), quota(2, "1mo", CapScope::Tenant));
+    let zone: Tz = "Pacific/Auckland".parse().unwrap();
+    let acme = TenantSettings {
+        timezone: Some(zone.name().to_string()),
+        ..TenantSettings::default()
+    };
+    s.tenants.insert("acme".into(), acme);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let of = |id: &'static str, tenant: &'static str, sender: &'static str| Request {
+        tenant: Some(tenant),
+        ..req(id, id, sender, None)
+    };
+    let Admission::Admitted(first) = e.admit(&of("a1", "acme", "s1")).await.unwrap() else {
+        panic!("the first of the month")
+    };
+    // a second job of the same sender: its limit refuses it, and the quota
+    // counts nothing for it
+    let held = e.admit(&of("a2", "acme", "s1")).await.unwrap();
+    assert!(
+        matches!(&held, Admission::Limited { quota: false, .. }),
+        "{held:?}"
+    );
+    let a3 = e.admit(&of("a3", "acme", "s2")).await.unwrap();
+    assert!(matches!(a3, Admission::Admitted(_)), "{a3:?}");
+    // the quota is used up (2 this month), whoever the recipient and sender
+    let over = e.admit(&of("a4", "acme", "s3")).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+        quota: true,
+    } = over
+    else {
+        panic!("{over:?}")
+    };
+    assert_eq!(limit, "quota `plan` (2 per 1mo, per tenant)");
+    // the next month starts at midnight on its first day in the tenant's zone
+    let today = quota_worker::quota::window::local_date(zone, first.admitted_at);
+    let next = chrono::NaiveDate::from_ymd_opt(
+        today.year() + i32::from(today.month() == 12),
+        today.month() % 12 + 1,
+        1,
+    )
+    .unwrap();
+    assert_eq!(until, quota_worker::quota::window::day_start(zone, next));
+    // another tenant has its own counter
+    let other = e.admit(&of("b1", "other", "s4")).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // one counter (a number, not a set of sends) that expires with its month
+    let mut r = redis_sync();
+    let pattern = format!("{}:quota:plan:1mo:t:*", s.redis.key_prefix);
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut r).unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    // (acme's ends at its month's end in Auckland; the other's in UTC, 13 h later)
+    let to_end = (until - Utc::now()).num_milliseconds();
+    let mut ttls = Vec::new();
+    for key in &keys {
+        let kind: String = redis::cmd("TYPE").arg(key).query(&mut r).unwrap();
+        assert_eq!(kind, "string");
+        let left: i64 = redis::cmd("PTTL").arg(key).query(&mut r).unwrap();
+        assert!(
+            left > 0 && left < to_end + 14 * 3_600_000,
+            "{left} {to_end}"
+        );
+        ttls.push(left);
+    }
+    assert!(
+        ttls.iter().any(|left| (left - to_end).abs() < 5_000),
+        "{ttls:?} {to_end}"
+    );
+    // released (its dispatch failed): the month has one more
+    e.release(&first).await.unwrap();
+    let again = e.admit(&of("a5", "acme", "s5")).await.unwrap();
+    assert!(matches!(again, Admission::Admitted(_)), "{again:?}");
+}
+
+/// Through the worker: a sender's daily quota delays a refused job to its next
+/// day, or dead-letters it `quota_exceeded` when its policy drops refused jobs.
+#[tokio::test]
+async fn through_the_worker_a_quota_delays_to_its_next_day_or_drops() {
+    use quota_worker::config::CapScope;
+    use quota_worker::quota::policy::Action;
+    let ns = unique("limits-quota-worker");
+    let mut s = limited(&ns, &[]);
+    s.caps
+        .insert("per_number".into(), quota(1, "1d", CapScope::Sender));
+    let (_c, w, conn) = rig(&s).await;
+    publish(&conn, &s, &job("q1", "n1", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    publish(&conn, &s, &job("q2", "n1", "")).await;
+    let tz = s.worker.default_timezone;
+    let next = quota_worker::quota::window::next_day_start(tz, Utc::now());
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Delayed { until: next });
+    drop(w);
+    s.policies.get_mut("default").unwrap().action = Action::Drop;
+    let w = worker(&s).await;
+    publish(&conn, &s, &job("q3", "n1", "")).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Dead(Reason::QuotaExceeded)
+    );
+    // another sender has its own day
+    publish(&conn, &s, &job("q4", "n2", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+}
+
+#[test]
+fn a_bad_quota_names_its_key() {
+    let err =
+        load_error("[caps.plan]\nscope = \"tenant\"\nrules = [{ limit = 5, window = \"7d\" }]\n");
+    assert!(err.contains("`caps.plan.rules`"), "{err}");
+    let err = load_error(
+        "[caps.plan]\nscope = \"sender\"\nmode = \"shadow\"\nrules = [{ limit = 5, window = \"1mo\" }]\n",
+    );
+    assert!(err.contains("`caps.plan.mode`"), "{err}");
+    let err = load_error("[tenants.acme]\ntimezone = \"Mars/Olympus\"\n");
+    assert!(err.contains("`tenants.acme.timezone`"), "{err}");
+    let err = load_error(
+        "[redis]\ncluster = true\ncluster_urls = [\"redis://127.0.0.1:7000\"]\n\n[caps.plan]\nscope = \"tenant\"\nrules = [{ limit = 5, window = \"1mo\" }]\n",
+    );
+    assert!(err.contains("`caps.plan.scope`"), "{err}");
 }
