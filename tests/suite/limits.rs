@@ -636,3 +636,35 @@ fn a_bad_quota_names_its_key() {
     );
     assert!(err.contains("`caps.plan.scope`"), "{err}");
 }
+
+/// Every TOML example of the guide page "Limits and quotas" is a configuration the
+/// worker accepts, and each names what it says.
+#[test]
+fn the_guides_examples_are_valid_configurations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/guide/limits.md")).unwrap();
+    let blocks: Vec<&str> = page
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(blocks.len() >= 4, "{} examples", blocks.len());
+    for body in &blocks {
+        let path = std::env::temp_dir().join(format!("{}.toml", unique("limits-guide")));
+        std::fs::write(&path, body).unwrap();
+        let loaded = Settings::load(Some(&path));
+        let _ = std::fs::remove_file(&path);
+        let s = loaded.unwrap_or_else(|e| panic!("{e}\n{body}"));
+        assert!(!s.limits().is_empty(), "{body}");
+    }
+    let all = blocks.concat();
+    for name in [
+        "ses_per_day",
+        "long_code",
+        "short_code",
+        "plan_rate",
+        "plan_month",
+    ] {
+        assert!(all.contains(name), "{name}");
+    }
+}
