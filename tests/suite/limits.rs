@@ -668,3 +668,62 @@ fn the_guides_examples_are_valid_configurations() {
         assert!(all.contains(name), "{name}");
     }
 }
+
+/// `admin limits`: each limit and quota with its state, one sender's or tenant's
+/// buckets on request, else how many are in use.
+#[tokio::test]
+async fn admin_limits_shows_each_limit_and_a_keys_state_on_request() {
+    use quota_worker::admin::limits::{limits, LimitQuery};
+    use quota_worker::config::CapScope;
+    let ns = unique("limits-admin");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(
+        &ns,
+        &[
+            ("account", limit(10, 1, 10, Per::All)),
+            ("per_sender", limit(1, 60, 3, Per::Sender)),
+        ],
+    );
+    s.caps
+        .insert("plan".into(), quota(100, "1d", CapScope::Tenant));
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let r = Request {
+        tenant: Some("acme"),
+        ..req("a", "r", "+1555", Some(2))
+    };
+    assert!(matches!(e.admit(&r).await.unwrap(), Admission::Admitted(_)));
+    let all = limits(&e, &LimitQuery::default()).await.unwrap();
+    let names: Vec<(&str, &str)> = all
+        .iter()
+        .map(|l| (l.name.as_str(), l.kind.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("account", "limit"),
+            ("per_sender", "limit"),
+            ("plan", "quota")
+        ]
+    );
+    // the one bucket of `account` took the job's cost of 2
+    assert_eq!(all[0].available, Some(8));
+    assert!(all[0].full_at.is_some());
+    assert_eq!(all[1].in_use, Some(1));
+    assert_eq!(all[2].in_use, Some(1));
+    let q = LimitQuery {
+        tenant: Some("acme".into()),
+        sender: Some("+1555".into()),
+    };
+    let one = limits(&e, &q).await.unwrap();
+    assert_eq!(one[1].bucket.as_deref(), Some("sender +1555"));
+    assert_eq!((one[1].available, one[1].capacity), (Some(1), 3));
+    assert_eq!(one[2].bucket.as_deref(), Some("tenant acme"));
+    assert_eq!((one[2].available, one[2].capacity), (Some(99), 100));
+    let other = LimitQuery {
+        sender: Some("+1666".into()),
+        ..LimitQuery::default()
+    };
+    let fresh = limits(&e, &other).await.unwrap();
+    assert_eq!(fresh[1].available, Some(3));
+    assert_eq!(fresh[1].full_at, None);
+}
