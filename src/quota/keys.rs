@@ -280,6 +280,26 @@ impl Keys {
         format!("{}:rate:{{{channel}}}:throttle", self.prefix)
     }
 
+    /// A quota's counter for one period: `prefix:quota:NAME:WINDOW[:KIND:HASH]:START`
+    /// (the tenant or sender hashed as for [`Keys::limit`], START the period's
+    /// first instant in ms).
+    pub fn quota(&self, name: &str, window: &str, bucket: (&str, &str), start_ms: i64) -> String {
+        let limit = self.limit(name, bucket);
+        let rest = &limit[self.prefix.len() + ":limit:".len() + name.len()..];
+        format!("{}:quota:{name}:{window}{rest}:{start_ms}", self.prefix)
+    }
+
+    /// The throttle state (strikes) of a limit's bucket `bucket` (its key).
+    pub fn limit_throttle(&self, bucket: &str) -> String {
+        format!("{bucket}:throttle")
+    }
+
+    /// The mark of one `throttled` feedback already applied to the limit's bucket
+    /// `bucket` (its key).
+    pub fn limit_throttle_mark(&self, bucket: &str, id: &str) -> String {
+        format!("{bucket}:feedback:{}", mark_hash(id, "throttled"))
+    }
+
     /// The mark of one `throttled` feedback already applied to `channel`.
     pub fn throttle_mark(&self, channel: &str, id: &str) -> String {
         format!(
