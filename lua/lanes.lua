@@ -19,9 +19,20 @@
 --          this of now; the caller waits for each one's time before using it (one
 --          asker per lane and worker takes the slots of the next moments for the
 --          jobs waiting behind it, instead of each job asking at its slot's instant)
+-- ARGV[9]  candidates (optional, default 0): the tenants whose jobs wait in the
+--          asker's line, when more than one; then per candidate three values:
+--          its member in the schedule (`-`: no tenant, `t:NAME`), its stride
+--          (lua: UNIT / weight) and how many of its jobs wait in the line
+-- KEYS[3]  (with candidates) the lane's schedule: a sorted set of each tenant's
+--          pass, and `~vt`, the pass of the last slot given (same slot as KEYS[1])
 --
 -- Returns the fields of GCRA (lua/gcra.lua) by name, and when allowed LANE's below;
--- granted slot i (0-based) is due at the first one's time + i spans.
+-- granted slot i (0-based) is due at the first one's time + i spans. With
+-- candidates, granted slot i goes to candidate reply[9 + i] (0-based): stride
+-- scheduling, each slot to the candidate of lowest pass that still has a job
+-- waiting, its pass then moved by its stride. A tenant not in the schedule, or
+-- further behind than LAG, starts LAG behind `~vt`: a tenant that comes (back)
+-- gets its share at once, with at most LAG of credit.
 local LANE = {
   first_slot_in_us = 7, -- the first granted slot's time less now (negative: due)
   span_us = 8,          -- the span of one job
@@ -35,7 +46,44 @@ local lane = tonumber(ARGV[5])
 local reserve = tonumber(ARGV[6])
 local share = tonumber(ARGV[7])
 local ahead = tonumber(ARGV[8] or '0')
+local candidates = tonumber(ARGV[9] or '0')
 local now = gcra_now()
+local LAG = 4000000
+
+-- the candidates that the `granted` slots go to, in order (0-based), as above
+local function fair_picks(fair, granted)
+  local vt = tonumber(redis.call('ZSCORE', fair, '~vt') or '0')
+  local floor = vt - LAG
+  local names, strides, left, pass, moved = {}, {}, {}, {}, {}
+  for i = 1, candidates do
+    local at = 10 + (i - 1) * 3
+    names[i] = ARGV[at]
+    strides[i] = tonumber(ARGV[at + 1])
+    left[i] = tonumber(ARGV[at + 2])
+    pass[i] = math.max(tonumber(redis.call('ZSCORE', fair, names[i]) or floor), floor)
+  end
+  local picks = {}
+  for s = 1, granted do
+    local best = nil
+    for i = 1, candidates do
+      if left[i] > 0 and (best == nil or pass[i] < pass[best]) then best = i end
+    end
+    if best == nil then break end
+    picks[s] = best - 1
+    if pass[best] > vt then vt = pass[best] end
+    pass[best] = pass[best] + strides[best]
+    left[best] = left[best] - 1
+    moved[best] = true
+  end
+  for i = 1, candidates do
+    if moved[i] then redis.call('ZADD', fair, string.format('%.0f', pass[i]), names[i]) end
+  end
+  redis.call('ZADD', fair, string.format('%.0f', vt), '~vt')
+  -- a tenant LAG behind is as one not there: its entry goes
+  redis.call('ZREMRANGEBYSCORE', fair, '-inf', '(' .. string.format('%.0f', vt - LAG))
+  redis.call('PEXPIRE', fair, 3600000)
+  return picks
+end
 
 -- a provider's throttle (lua/throttle.lua) leaves `tat:P:R`: read and kept exactly
 -- as rate.lua does (read_tat and write_tat, lua/gcra.lua, put before this script)
@@ -91,6 +139,11 @@ if lane == 1 and share > 0 and (urgent_waits or normal_waits) then
   redis.call('HSET', state, 's', string.format('%.0f', s))
   redis.call('PEXPIRE', state, keep_ms + math.ceil((s - now) / 1000))
 end
-return gcra_reply({allowed = ALLOWED.yes, remaining = remaining, retry_after_us = 0,
+local out = gcra_reply({allowed = ALLOWED.yes, remaining = remaining, retry_after_us = 0,
   reset_after_us = new_tat - now, tat_us = new_tat, granted = granted,
   first_slot_in_us = allow_at - now, span_us = interval * cost}, LANE)
+if candidates > 1 then
+  local picks = fair_picks(KEYS[3], granted)
+  for i = 1, #picks do out[8 + i] = picks[i] end
+end
+return out

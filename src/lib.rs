@@ -126,14 +126,14 @@
 //!
 //! | layer | modules | does I/O |
 //! |---|---|---|
-//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`preferences::set`], [`preferences::lines`], [`digest::message`], [`fallback::spec`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`lanes::fair`], [`preferences::set`], [`preferences::lines`], [`digest::message`], [`fallback::spec`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
 //! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
 //! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
 //! | decision, pure | [`decide`]: triage, hold, after the admission; which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters), [`telemetry`] (spans and their export) | exports spans |
 //! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
 //! | quota store | [`store`]: admissions (with their layers), the rate, commits, releases, the clock | Redis |
-//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
+//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`lanes::tenants`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
 //! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
 //! | binary | `cli` (with `src/main.rs`: arguments, logging, what the commands print) | all |
 //!

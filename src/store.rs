@@ -320,6 +320,7 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
+                schedules: crate::lanes::Priority::ALL.map(|p| keys.fair_schedule(c, p.as_str())),
                 calls: calls.clone(),
                 channel: c.clone(),
             };
