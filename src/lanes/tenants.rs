@@ -195,6 +195,9 @@ struct Consumed {
     /// The number of its entry, as last read.
     seq: u64,
     entry: (usize, String),
+    lane: Priority,
+    /// The prefetch it was started under.
+    prefetch: u16,
     since: Instant,
 }
 
@@ -299,14 +302,46 @@ impl Watch {
         streams: &mpsc::UnboundedSender<LaneStream>,
     ) -> Result<(), WatchError> {
         declare(&self.channel, &self.topology, queue).await?;
+        let n = self.prefetch_for(state, (index, lane), 1);
+        let tag = self.start(state, (index, lane), queue, n, streams).await?;
+        let consumed = Consumed {
+            tag,
+            seq,
+            entry: (index, entry.to_string()),
+            lane,
+            prefetch: n,
+            since: Instant::now(),
+        };
+        state.consumed.insert(queue.to_string(), consumed);
+        crate::metrics::tenant_queues(state.consumed.len());
+        Ok(())
+    }
+
+    /// The deliveries to hold from one tenant queue of `lane` of the `index`-th
+    /// channel: the lane's target shared among its tenant queues consumed (with
+    /// `more` to come), at least [`MIN_PREFETCH`].
+    fn prefetch_for(&self, state: &State, (index, lane): (usize, Priority), more: usize) -> u16 {
         let in_lane = state
             .consumed
             .values()
-            .filter(|c| c.entry.0 == index && c.entry.1.starts_with(lane.as_str()))
-            .count();
-        let target = self.prefetch.now(index);
-        let n =
-            (target / (in_lane as u16 + 1).max(1)).clamp(MIN_PREFETCH.min(target), target.max(1));
+            .filter(|c| c.entry.0 == index && c.lane == lane)
+            .count()
+            + more;
+        let target = self.prefetch.now(index).max(1);
+        let share = usize::from(target) / in_lane.max(1);
+        (share as u16).clamp(MIN_PREFETCH.min(target), target)
+    }
+
+    /// A new consumer on `queue` under prefetch `n`, its deliveries to `streams`;
+    /// its tag.
+    async fn start(
+        &self,
+        state: &mut State,
+        (index, lane): (usize, Priority),
+        queue: &str,
+        n: u16,
+        streams: &mpsc::UnboundedSender<LaneStream>,
+    ) -> Result<String, WatchError> {
         state.started += 1;
         let tag = format!("{}-{queue}-{}", self.tag, state.started);
         self.tags
@@ -334,14 +369,46 @@ impl Watch {
         });
         let _ = streams.send(stream.boxed());
         debug!(%queue, prefetch = n, "consuming a tenant's queue");
-        let consumed = Consumed {
-            tag,
-            seq,
-            entry: (index, entry.to_string()),
-            since: Instant::now(),
-        };
-        state.consumed.insert(queue.to_string(), consumed);
-        crate::metrics::tenant_queues(state.consumed.len());
+        Ok(tag)
+    }
+
+    /// Move the consumers whose prefetch is off by half or more from their share
+    /// now to a new consumer (the new one first, then the old one cancelled: its
+    /// deliveries are still settled on the same channel).
+    async fn retune(
+        &self,
+        state: &mut State,
+        streams: &mpsc::UnboundedSender<LaneStream>,
+    ) -> Result<(), WatchError> {
+        let queues: Vec<String> = state.consumed.keys().cloned().collect();
+        for queue in queues {
+            let (index, lane, held) = match state.consumed.get(&queue) {
+                Some(c) => (c.entry.0, c.lane, c.prefetch),
+                None => continue,
+            };
+            let n = self.prefetch_for(state, (index, lane), 0);
+            if n / 2 < held && n < held.saturating_mul(2) {
+                continue;
+            }
+            let tag = self.start(state, (index, lane), &queue, n, streams).await?;
+            if let Some(c) = state.consumed.get_mut(&queue) {
+                let old = std::mem::replace(&mut c.tag, tag);
+                c.prefetch = n;
+                self.cancel(&old).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancel the consumer `tag`.
+    async fn cancel(&self, tag: &str) -> Result<(), WatchError> {
+        self.channel
+            .basic_cancel(tag.into(), BasicCancelOptions::default())
+            .await?;
+        self.tags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|t| t != tag);
         Ok(())
     }
 
@@ -362,17 +429,12 @@ impl Watch {
             let Some(c) = state.consumed.remove(&queue) else {
                 continue;
             };
-            self.channel
-                .basic_cancel(c.tag.as_str().into(), BasicCancelOptions::default())
-                .await?;
-            self.tags
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|t| *t != c.tag);
+            self.cancel(&c.tag).await?;
             self.queues.drop_held(&queue);
             state.let_go.insert(queue, (c.seq, c.entry.0, c.entry.1));
         }
         crate::metrics::tenant_queues(state.consumed.len());
+        self.retune(state, streams).await?;
         let let_go: Vec<(String, (u64, usize, String))> = state
             .let_go
             .iter()
