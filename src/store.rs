@@ -320,7 +320,10 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
-                schedules: crate::lanes::Priority::ALL.map(|p| keys.fair_schedule(c, p.as_str())),
+                schedules: crate::lanes::Priority::ALL.map(|p| {
+                    let schedule = keys.fair_schedule(c, p.as_str());
+                    (schedule.clone(), format!("{schedule}:seen"))
+                }),
                 calls: calls.clone(),
                 channel: c.clone(),
             };

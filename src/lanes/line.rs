@@ -302,11 +302,9 @@ struct NextAsk {
 }
 
 impl NextAsk {
-    /// The tenants presented to the schedule: none when only one waits.
+    /// The tenants presented to the schedule (even one alone: it may be ahead of
+    /// a tenant waiting in another worker's line).
     fn candidates(&self) -> Vec<Candidate> {
-        if self.of.len() < 2 {
-            return Vec::new();
-        }
         self.of
             .iter()
             .map(|(t, waiting)| Candidate {

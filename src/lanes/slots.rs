@@ -33,8 +33,9 @@ pub(crate) struct Asker {
     pub script: Script,
     /// The channel's rate key and lane state.
     pub keys: LaneKeys,
-    /// The schedules of the channel's lanes (fair shares), by lane rank.
-    pub schedules: [String; 3],
+    /// The schedules of the channel's lanes (fair shares) and their `seen` sets,
+    /// by lane rank.
+    pub schedules: [(String, String); 3],
     /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
     /// The channel's name (the label of the lanes' metrics).
@@ -55,8 +56,9 @@ impl AskSlots for Asker {
     ) -> Result<Granted, StoreError> {
         count_call(&self.calls);
         let keys = self.keys.clone();
-        let schedule = &self.schedules[ask.1.lane.rank().min(2)];
-        let fair = (!candidates.is_empty()).then_some((schedule.as_str(), candidates));
+        let (schedule, seen) = &self.schedules[ask.1.lane.rank().min(2)];
+        let keys_of = (schedule.as_str(), seen.as_str());
+        let fair = (!candidates.is_empty()).then_some((keys_of, candidates));
         let asked = (wanted, ahead);
         lanes::slots(&self.conn, &self.script, keys, ask, asked, fair).await
     }

@@ -57,7 +57,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(100);
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The fewest deliveries a worker holds from one tenant's queue.
-const MIN_PREFETCH: u16 = 8;
+const MIN_PREFETCH: u16 = 16;
 
 /// The arguments of every tenant's queue.
 pub(crate) fn queue_args(topology: &Topology) -> FieldTable {

@@ -30,8 +30,8 @@ pub(crate) struct Candidate {
     pub waiting: usize,
 }
 
-/// The tenants of one ask and the lane's schedule (none: one tenant waits).
-pub(crate) type Fair<'a> = Option<(&'a str, &'a [Candidate])>;
+/// The tenants of one ask, and the lane's schedule and its `seen` set.
+pub(crate) type Fair<'a> = Option<((&'a str, &'a str), &'a [Candidate])>;
 
 /// Ask the rate for `asking` jobs of `ask.lane`, in one call: one reply per job, in
 /// order (as [`super::rate::take_many`]).
@@ -81,8 +81,8 @@ async fn call(
     let mut conn = conn.clone();
     let mut call = script.key(key);
     call.key(state);
-    if let Some((schedule, _)) = fair {
-        call.key(schedule);
+    if let Some(((schedule, seen), _)) = fair {
+        call.key(schedule).key(seen);
     }
     call.arg(rate.interval_us)
         .arg(rate.burst)

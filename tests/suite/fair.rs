@@ -7,13 +7,17 @@
 //! clock; nothing is sent twice and nothing is lost.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quota_worker::config::TenantSettings;
+use futures_util::StreamExt;
+use lapin::options::BasicConsumeOptions;
+use lapin::types::FieldTable;
+use quota_worker::config::{Settings, TenantSettings};
 use quota_worker::lanes::Priority;
 use testkit::*;
 
-use crate::lanes::{laned, publish_all, Dispatched};
+use crate::lanes::{laned, publish_all};
 
 /// Rate of the channel (jobs a second).
 const RATE: usize = 200;
@@ -35,16 +39,9 @@ fn jobs(tenant: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Each tenant's share of `ids`.
-fn shares(ids: &[(String, Instant)]) -> [f64; 3] {
-    let n = ids.len().max(1) as f64;
-    let of = |t: &str| ids.iter().filter(|(i, _)| i.starts_with(t)).count() as f64 / n;
-    [of("a-"), of("b-"), of("c-")]
-}
-
 /// Deletes the tenants' queues the test made (the topology's cleanup knows only
 /// the queues it declares).
-async fn delete_tenant_queues(s: &quota_worker::config::Settings) {
+async fn delete_tenant_queues(s: &Settings) {
     let conn = amqp().await;
     let t = topology(s);
     for tenant in ["a", "b", "c"] {
@@ -55,6 +52,63 @@ async fn delete_tenant_queues(s: &quota_worker::config::Settings) {
         }
     }
     let _ = conn.close(200, "".into()).await;
+}
+
+/// The dispatch queue read as it fills, by a task of its own (positions taken at
+/// any moment are what had arrived by then).
+#[derive(Clone, Default)]
+struct Reader(Arc<Mutex<Vec<String>>>);
+
+impl Reader {
+    async fn start(conn: &lapin::Connection, s: &Settings) -> Reader {
+        let ch = conn.create_channel().await.unwrap();
+        let mut consumer = ch
+            .basic_consume(
+                topology(s).dispatch_queue("sms").as_str().into(),
+                "fair-test".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let r = Reader::default();
+        let ids = r.0.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(d)) = consumer.next().await {
+                let id = d.properties.message_id().as_ref().unwrap().to_string();
+                ids.lock().unwrap().push(id);
+            }
+        });
+        r
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Wait until `done` says so (at most `limit`).
+    async fn until(&self, limit: Duration, done: impl Fn(&[String]) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done(&self.0.lock().unwrap()) {
+            assert!(Instant::now() < deadline, "not dispatched within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Each tenant's share of `ids` (urgent jobs left out).
+fn shares_of(ids: &[String]) -> [f64; 3] {
+    let ids: Vec<&String> = ids.iter().filter(|i| !i.starts_with("u-")).collect();
+    let n = ids.len().max(1) as f64;
+    let of = |t: &str| ids.iter().filter(|i| i.starts_with(t)).count() as f64 / n;
+    [of("a-"), of("b-"), of("c-")]
 }
 
 async fn weights_share_a_lane(workers: usize) {
@@ -73,54 +127,65 @@ async fn weights_share_a_lane(workers: usize) {
         running.push(spawn_worker(worker(&s).await).await);
     }
     let conn = amqp().await;
-    let mut out = Dispatched::open(&conn, &s).await;
+    let out = Reader::start(&conn, &s).await;
     publish_all(&conn, &s, &jobs("a", A_JOBS)).await;
-    // a's backlog parked (the jobs queue read empty), a few of its jobs out
+    // a's backlog parked (the jobs queue read empty), some of its jobs out
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        out.read_until(Duration::from_millis(300), |ids| ids.len() >= 50)
-            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let left = testkit::audit::depth(&conn, &s.amqp.jobs_queue).await;
-        if left == Some(0) && out.ids.len() >= 50 {
+        if left == Some(0) && out.len() >= 50 {
             break;
         }
         assert!(Instant::now() < deadline, "a's jobs never parked");
     }
-    let b_at = out.ids.len();
-    publish_all(&conn, &s, &jobs("b", B_JOBS)).await;
+    // b's first job alone, then the rest of b's and c's
+    let b_at = out.len();
+    let b = jobs("b", B_JOBS);
+    publish_all(&conn, &s, &b[..1]).await;
+    publish_all(&conn, &s, &b[1..]).await;
     publish_all(&conn, &s, &jobs("c", C_JOBS)).await;
     // urgent codes of b, each published once the last was dispatched
     let mut urgent_at = Vec::new();
     for i in 0..URGENT {
         let id = format!("u-{i}");
-        urgent_at.push((id.clone(), out.ids.len()));
+        urgent_at.push((id.clone(), out.len()));
         publish_all(&conn, &s, &[job(&id, "b", "transactional")]).await;
-        out.read_until(Duration::from_secs(60), |ids| {
-            ids.iter().any(|(x, _)| *x == id)
-        })
-        .await;
+        out.until(Duration::from_secs(60), |ids| ids.contains(&id))
+            .await;
     }
     let total = A_JOBS + B_JOBS + C_JOBS + URGENT;
-    let done = |ids: &[(String, Instant)]| {
-        let b = ids.iter().filter(|(i, _)| i.starts_with("b-")).count();
-        b >= B_JOBS
-    };
-    out.read_until(Duration::from_secs(600), done).await;
+    let done = |ids: &[String]| ids.iter().filter(|i| i.starts_with("b-")).count() >= B_JOBS;
+    out.until(Duration::from_secs(600), done).await;
     for (stop, handle) in running {
         stop.cancel();
         handle.await.unwrap();
     }
     delete_tenant_queues(&s).await;
-    let ids = &out.ids;
-    let unique: HashSet<&str> = ids.iter().map(|(i, _)| i.as_str()).collect();
+    let ids = out.ids();
+    let unique: HashSet<&str> = ids.iter().map(|i| i.as_str()).collect();
     assert_eq!(unique.len(), ids.len(), "a job dispatched twice");
     assert!(ids.len() <= total);
-    let last = |t: &str| ids.iter().rposition(|(i, _)| i.starts_with(t)).unwrap();
-    let first = |t: &str| ids.iter().position(|(i, _)| i.starts_with(t)).unwrap();
+    let last = |t: &str| ids.iter().rposition(|i| i.starts_with(t)).unwrap();
+    let first = |t: &str| ids.iter().position(|i| i.starts_with(t)).unwrap();
     let (b_first, c_first, c_last, b_last) = (first("b-"), first("c-"), last("c-"), last("b-"));
+    let urgent: Vec<(String, usize, usize)> = urgent_at
+        .iter()
+        .map(|(id, at)| (id.clone(), *at, ids.iter().position(|i| i == id).unwrap()))
+        .collect();
+    // all three waiting: 1:1:2 (the ends trimmed: a newcomer's start, the last jobs)
+    let trim = 20;
+    let window = &ids[b_first.max(c_first) + trim..c_last - trim];
+    let during = shares_of(window);
+    // c done: its share goes to a and b, 1:1
+    let after = &ids[c_last + 1..b_last.saturating_sub(trim).max(c_last + 2)];
+    let since = shares_of(after);
     println!(
         "{workers} worker(s): b published at {b_at}, first b at {b_first}, first c at {c_first}, \
-         last c at {c_last}, last b at {b_last}, urgent {urgent_at:?}"
+         last c at {c_last}, last b at {b_last}; urgent (published at, dispatched at) {urgent:?}; \
+         shares a, b, c over {}: {during:?}; after c, over {}: {since:?}",
+        window.len(),
+        after.len()
     );
     // a newcomer served within a second's worth of the channel's slots
     assert!(
@@ -128,50 +193,25 @@ async fn weights_share_a_lane(workers: usize) {
         "b waited {} dispatches",
         b_first - b_at
     );
-    for (id, at) in &urgent_at {
-        let p = out.position(id).expect("urgent dispatched");
+    for (id, at, p) in &urgent {
         assert!(
             p - at <= RATE,
             "{id} waited {} dispatches behind the backlog",
             p - at
         );
     }
-    // all three waiting: 1:1:2 (the ends trimmed: a newcomer's start, the last jobs)
-    let trim = 20;
-    let from = b_first.max(c_first) + trim;
-    let window: Vec<(String, Instant)> = ids[from..c_last - trim]
-        .iter()
-        .filter(|(i, _)| !i.starts_with("u-"))
-        .cloned()
-        .collect();
-    let got = shares(&window);
-    println!(
-        "{workers} worker(s): shares a, b, c over {}: {got:?}",
-        window.len()
-    );
-    for (share, want) in got.iter().zip([0.25, 0.25, 0.5]) {
+    for (share, want) in during.iter().zip([0.25, 0.25, 0.5]) {
         assert!(
             (share / want - 1.0).abs() <= 0.10,
-            "shares {got:?} against 1:1:2 over {} dispatches",
+            "shares {during:?} against 1:1:2 over {} dispatches",
             window.len()
         );
     }
-    // c done: its share goes to a and b, 1:1
-    let after: Vec<(String, Instant)> = ids[c_last + 1..b_last - trim.min(b_last - c_last - 1)]
-        .iter()
-        .filter(|(i, _)| !i.starts_with("u-"))
-        .cloned()
-        .collect();
-    let got = shares(&after);
-    println!(
-        "{workers} worker(s): after c, over {}: {got:?}",
-        after.len()
-    );
-    assert_eq!(got[2], 0.0, "c had nothing waiting");
-    for share in &got[..2] {
+    assert_eq!(since[2], 0.0, "c had nothing waiting");
+    for share in &since[..2] {
         assert!(
             (share / 0.5 - 1.0).abs() <= 0.10,
-            "after c: shares {got:?} against 1:1 over {} dispatches",
+            "after c: shares {since:?} against 1:1 over {} dispatches",
             after.len()
         );
     }
