@@ -317,7 +317,7 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
-                schedules: crate::lanes::Priority::ALL.map(|p| {
+                schedules: crate::lanes::share::Priority::ALL.map(|p| {
                     let schedule = keys.fair_schedule(c, p.as_str());
                     (schedule.clone(), format!("{schedule}:seen"))
                 }),
