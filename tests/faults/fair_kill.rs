@@ -1,5 +1,7 @@
-//! Fault scenario: kill -9 of the worker while tenants' jobs wait in their queues of
-//! a lane (fair shares). Tenants `a`, `b` and `c` publish bulk jobs of a paced
+//! Fault scenarios of fair shares: kill -9 of the worker, and a broker restart,
+//! while tenants' jobs wait in their queues of a lane.
+//!
+//! Kill -9: Tenants `a`, `b` and `c` publish bulk jobs of a paced
 //! channel; the worker parks them in their tenant queues and drains them by turns;
 //! it is killed twice while they wait, restarted at once each time. Afterwards
 //! every job is found dispatched (a duplicate only in the window a kill explains:
@@ -125,4 +127,78 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
         unexplained.is_empty(),
         "duplicates no kill explains: {unexplained:?}"
     );
+}
+
+/// The broker (a private node) stopped and started while the tenants' jobs wait in
+/// their queues: the worker consumes them again from the set in Redis, and every
+/// job is dispatched; none lost, none dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
+    let _heavy = heavy().await;
+    let Some(mut guard) = private_node_or_skip("fair_broker_restart").await else {
+        return;
+    };
+    let (node, _) = &mut *guard;
+    let ns = unique("fairrestart");
+    let mut s = node_settings(node, &ns, RATE);
+    let bulk = PolicySettings {
+        priority: Priority::Bulk,
+        ..policy(&[])
+    };
+    s.policies.insert("campaign".into(), bulk);
+    let _g = RedisGuard(ns.clone());
+    let dir = testkit::temp_dir("fairrestart");
+    let mut conn = connect_node(&node.url()).await;
+    topology(&s).declare(&conn).await.expect("topology");
+    let jobs = jobs(&ns);
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+        .await
+        .expect("worker consumes");
+    audit::publish_all(&conn, &s, &jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let b_queue = topology(&s).tenant_queue("sms", Priority::Bulk, "b");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < 600 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waiting = depth(&conn, &b_queue).await.unwrap_or(0);
+    node.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    node.start().await;
+    conn = connect_node(&node.url()).await;
+    let back = wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("the worker never came back:\n{}", w.tail(40)));
+    let b_after = depth(&conn, &b_queue).await;
+    eprintln!(
+        "b's queue held {waiting} at the stop, {b_after:?} after; the worker back {back:?} later"
+    );
+    let n = jobs.len();
+    let settled = wait_until_quiet(&conn, &s, n, 0, Duration::from_secs(120)).await;
+    let status = w.stop();
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    eprintln!("{}", a.summary(&jobs));
+    let figures = json!({
+        "scenario": "fair_broker_restart",
+        "test": "tests/faults/fair_kill.rs: broker_restart_while_tenants_wait_in_their_queues_loses_nothing",
+        "fault": "rabbitmqctl stop + start while three tenants' jobs wait in their queues of a lane",
+        "jobs": n,
+        "rate_per_second": RATE,
+        "faults": 1,
+        "duplicates": a.duplicate_dispatches(),
+        "dispatched": a.dispatched.len(),
+        "dead": a.dead.len(),
+        "recovery_seconds": back.as_secs_f64(),
+    });
+    conclude(&dir, figures, settled, &a.lost(&jobs), &a.summary(&jobs));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "worker exit {status:?}"
+    );
+    assert!(
+        waiting > 0,
+        "b's jobs were not waiting in their queue at the stop"
+    );
+    assert!(a.dead.is_empty(), "dead letters: {:?}", a.dead);
+    assert_eq!(a.dispatched.len(), n, "jobs dispatched");
 }

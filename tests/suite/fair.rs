@@ -227,3 +227,50 @@ async fn weights_share_a_lane_on_one_worker() {
 async fn weights_share_a_lane_on_three_workers() {
     weights_share_a_lane(3).await;
 }
+
+/// `admin queues` shows, for the bulk lane of a paced channel, how many tenants have
+/// jobs waiting in their queues and the ones with the most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_queues_shows_the_tenants_waiting_in_a_lane() {
+    let ns = unique("fairadmin");
+    let s = laned(&ns, 1);
+    let _c = Cleanup::new(&s);
+    let (stop, handle) = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    publish_all(&conn, &s, &jobs("a", 30)).await;
+    publish_all(&conn, &s, &jobs("b", 10)).await;
+    let t = topology(&s);
+    let (qa, qb) = (
+        t.tenant_queue("sms", Priority::Bulk, "a"),
+        t.tenant_queue("sms", Priority::Bulk, "b"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let a = testkit::audit::depth(&conn, &qa).await.unwrap_or(0);
+        let b = testkit::audit::depth(&conn, &qb).await.unwrap_or(0);
+        if a >= 20 && b >= 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not parked: a {a}, b {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // stopped: the depths hold still while the CLI reads them
+    stop.cancel();
+    handle.await.unwrap();
+    let out =
+        crate::cli::json(&crate::cli::run_async(&s, &["admin", "queues", "--json"], None).await);
+    let bulk = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == t.lane_queue("sms", Priority::Bulk).as_str())
+        .expect("the bulk lane listed")
+        .clone();
+    let tenants = &bulk["tenants"];
+    assert_eq!(tenants["waiting"], 2, "{bulk}");
+    assert_eq!(tenants["top"][0][0], "a", "{bulk}");
+    assert_eq!(tenants["top"][1][0], "b", "{bulk}");
+    let table = crate::cli::stdout(&crate::cli::run_async(&s, &["admin", "queues"], None).await);
+    assert!(table.contains("tenants waiting: 2 (most: a "), "{table}");
+    delete_tenant_queues(&s).await;
+}
