@@ -211,6 +211,18 @@ impl Keys {
         format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
     }
 
+    /// The fair-share schedule of a channel's lane (`lua/lanes.lua`), in its rate
+    /// key's slot: `prefix:fair:{channel}:<lane>`.
+    pub fn fair_schedule(&self, channel: &str, lane: &str) -> String {
+        format!("{}:fair:{{{channel}}}:{lane}", self.prefix)
+    }
+
+    /// A channel's set of tenant queues (`lanes::tenants`), with its version
+    /// counter beside it: `prefix:fair:{channel}:queues`.
+    pub fn fair_queues(&self, channel: &str) -> String {
+        format!("{}:fair:{{{channel}}}:queues", self.prefix)
+    }
+
     /// A channel's lane state (`lua/lanes.lua`), in its rate key's slot.
     pub fn lanes(&self, channel: &str) -> String {
         format!("{}:lanes:{{{channel}}}", self.prefix)
