@@ -15,11 +15,12 @@ use crate::job::{headers, Outcome};
 
 /// Publish the delivery to its lane's queue (confirmed); the caller acks it.
 /// `asked`: whether the job asked the rate first (else it was parked behind this
-/// worker's lane jobs without asking). `now`: Redis time, noted in its headers.
+/// worker's lane jobs without asking). `now`: Redis time, noted in its headers,
+/// with `first_seen`, when a worker first saw it.
 pub(crate) async fn to_lane(
     publisher: &Publisher,
     topology: &Topology,
-    now: DateTime<Utc>,
+    (now, first_seen): (DateTime<Utc>, DateTime<Utc>),
     (delivery, job): (&Delivery, &Job<'_>),
     (lane, asked): (Priority, bool),
 ) -> Result<Outcome, PublishError> {
@@ -31,6 +32,7 @@ pub(crate) async fn to_lane(
         .with_headers(headers::parked_headers(
             delivery.properties.headers().as_ref(),
             now,
+            first_seen,
         ));
     crate::telemetry::parked(lane.as_str());
     let (props, sending) = crate::telemetry::send("", &queue, Some(&job.id), props);

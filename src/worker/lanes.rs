@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
+
 use lapin::message::Delivery;
 
 use super::error::ProcessError;
@@ -54,17 +56,18 @@ impl Worker {
         lanes::taken(delivery, channel, lane, now_ms);
     }
 
-    /// Publish the delivery to its lane's queue (confirmed); the caller acks it.
-    /// `asked`: whether the job asked the rate first.
+    /// Publish the delivery to its lane's queue (confirmed), noting when a worker
+    /// first saw it; the caller acks it. `asked`: whether the job asked the rate
+    /// first.
     pub(crate) async fn park(
         &self,
         s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
+        (delivery, job): (&Delivery, &Job<'_>),
+        first_seen: DateTime<Utc>,
         lane: (Priority, bool),
     ) -> Result<Outcome, ProcessError> {
-        let now = self.store.redis_now();
-        let parked = lanes::to_lane(&s.publisher, &self.topology, now, (delivery, job), lane);
+        let at = (self.store.redis_now(), first_seen);
+        let parked = lanes::to_lane(&s.publisher, &self.topology, at, (delivery, job), lane);
         Ok(parked.await?)
     }
 
