@@ -593,3 +593,126 @@ async fn the_dead_letter_queue_is_bounded_and_one_declared_before_is_kept_as_it_
     dead_letters(&conn, &s, 3).await;
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 3, "its own bounds");
 }
+
+/// The broker's CPU time so far (`beam.smp`, user and system), in ms; `None`
+/// when it is not a process of this machine.
+fn broker_cpu_ms() -> Option<u64> {
+    let tick = 1000 / 100; // USER_HZ is 100 on Linux
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "beam.smp" {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(") ")?.1;
+            let f: Vec<&str> = after.split(' ').collect();
+            let (u, s): (u64, u64) = (f[11].parse().ok()?, f[12].parse().ok()?);
+            return Some((u + s) * tick);
+        }
+    }
+    None
+}
+
+/// Redis's CPU time so far (ms) and commands processed.
+async fn redis_load(s: &Settings) -> (f64, u64) {
+    let client = redis::Client::open(s.redis.url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("all")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = (field("used_cpu_user") + field("used_cpu_sys")) * 1000.0;
+    (cpu, field("total_commands_processed") as u64)
+}
+
+/// Figures (BENCHMARKS.md, "An erase among waiting jobs"): R with `QW_ERASE_MINE`
+/// (1,000) jobs waiting in the delay ladder among `QW_ERASE_OTHERS` (100,000) of
+/// 10,000 other recipients, put there by a worker (`QW_BIN`, else the debug build);
+/// then R erased, timed, with the broker's and Redis's CPU and Redis's commands
+/// meanwhile (both shared with whatever else runs on the machine). Ignored: run it
+/// with `--run-ignored only`.
+#[tokio::test]
+#[ignore]
+async fn figures_an_erase_among_waiting_jobs() {
+    let count = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (mine, others) = (
+        count("QW_ERASE_MINE", 1_000),
+        count("QW_ERASE_OTHERS", 100_000),
+    );
+    let s = settings(&unique("erase-figures"));
+    let (_c, w, conn) = rig(&s).await;
+    let bin = std::env::var("QW_BIN").unwrap_or_else(|_| crate::BIN.to_string());
+    let dir = temp_dir("erase-figures");
+    let mut worker = WorkerProc::spawn(&bin, &s, &dir, "w");
+    let later = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let extra = format!(r#","not_before":"{later}""#);
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let total = mine + others;
+    let every = total / mine.max(1);
+    for chunk in (0..total).collect::<Vec<_>>().chunks(500) {
+        let sends = chunk.iter().map(|n| {
+            let who = if n % every == 0 && n / every < mine {
+                R.to_string()
+            } else {
+                format!("+1555{:07}", n % 10_000)
+            };
+            let body = job(&format!("j{n}"), &who, "push", "default", &extra);
+            let p = &p;
+            let exchange = &s.amqp.jobs_exchange;
+            async move { p.publish(exchange, "", &body, stamped()).await.unwrap() }
+        });
+        futures_util::future::join_all(sends).await;
+    }
+    let topo = topology(&s);
+    let ladder: Vec<String> = topo
+        .queues()
+        .into_iter()
+        .filter(|q| q.starts_with(&s.amqp.delay_prefix))
+        .collect();
+    let placed = std::time::Instant::now();
+    loop {
+        let mut n = 0;
+        for q in &ladder {
+            n += depth(&conn, q).await as usize;
+        }
+        if n >= total {
+            break;
+        }
+        assert!(worker.running(), "{}", worker.tail(20));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let placed = placed.elapsed();
+    let (broker0, (redis_cpu0, cmds0)) = (broker_cpu_ms(), redis_load(&s).await);
+    let started = std::time::Instant::now();
+    let erased = erase_once(w.store(), &s, &conn, &CancellationToken::new()).await;
+    let took = started.elapsed();
+    let (broker1, (redis_cpu1, cmds1)) = (broker_cpu_ms(), redis_load(&s).await);
+    worker.stop();
+    assert!(!erased.nothing && !erased.interrupted, "{erased:?}");
+    println!(
+        "figures: {mine} of R among {total} waiting jobs (placed by the worker in {placed:?}): \
+         erase {took:?} (of which {:?} the marks' poll), {} keys, {} waiting jobs noted; \
+         broker CPU {:?} ms, Redis CPU {:.0} ms, Redis commands {} (the machine's, meanwhile)",
+        CANCEL_WAIT,
+        erased.keys.values().sum::<u64>(),
+        erased.waiting_jobs,
+        broker1.zip(broker0).map(|(a, b)| a - b),
+        redis_cpu1 - redis_cpu0,
+        cmds1 - cmds0,
+    );
+}
+
+/// What an erase waits for the workers to know its mark (`crate::erase`).
+const CANCEL_WAIT: Duration = Duration::from_millis(1100);
