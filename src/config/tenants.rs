@@ -52,6 +52,7 @@ impl Default for TenantSettings {
             weight: 1,
             policies: BTreeMap::new(),
             caps: BTreeMap::new(),
+            timezone: None,
         }
     }
 }
