@@ -33,6 +33,7 @@ mod overview;
 mod policies;
 mod recipient;
 mod session;
+mod waiting;
 
 pub use login::LOGIN_COOKIE;
 pub use session::{Session, COOKIE};
@@ -101,6 +102,8 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console", get(overview::show))
         .route("/console/login", get(login::form).post(login::login))
         .route("/console/logout", post(session::logout))
+        .route("/console/zone", get(session::zone))
+        .route("/console/waiting", get(waiting::show))
         .route("/console/recipient", get(recipient::show))
         .route(
             "/console/recipient/preferences",
