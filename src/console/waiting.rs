@@ -249,6 +249,13 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
         }
     };
     let picked: Vec<&Job> = read.iter().filter(|j| chosen(j, &q)).collect();
+    // with a choice made, the recipients of the jobs chosen only
+    let tags: std::collections::HashSet<&str> = picked.iter().map(|j| j.tag.as_str()).collect();
+    let any = q.get("policy").is_none() && q.get("cause").is_none();
+    let sets: Vec<Held> = sets
+        .into_iter()
+        .filter(|h| any || tags.contains(h.tag.as_str()))
+        .collect();
     let body = html! {
         (form(&ctx, &q))
         p.muted { "Found by a bounded walk of the key space: " (keys_found) " recipient(s) with waiting jobs"
