@@ -18,7 +18,7 @@ use maud::{html, Markup};
 
 use super::fields::Fields;
 use super::layout::Visitor;
-use super::layout::{self, choice, csrf, inputs, query, section, table_with, when, Input};
+use super::layout::{self, choice, csrf, inputs, query, section, stacked, when, Input};
 use super::session::{Action, Ctx, Page};
 use super::Console;
 use crate::admin::dead_action::{self, Carried, Verb};
@@ -225,15 +225,17 @@ fn rows(v: &Visitor, entries: &[Entry]) -> Markup {
         "Channel",
         "Detail",
     ];
-    table_with(
+    let l = |n: usize| head[n];
+    stacked(
         &head,
         &[],
         html! { @for e in entries { tr {
-            td { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(v, e.at)) } }
-            td { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
-            td { code { (e.reason) } } td { (recipient(e)) } td { (e.tenant.clone().unwrap_or_default()) }
-            td { (e.policy.clone().unwrap_or_default()) }
-            td { (e.channel.clone().unwrap_or_default()) } td { (e.detail) }
+            td data-label=(l(0)) { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(v, e.at)) } }
+            td data-label=(l(1)) { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
+            td data-label=(l(2)) { code { (e.reason) } } td data-label=(l(3)) { (recipient(e)) }
+            td data-label=(l(4)) { (e.tenant.clone().unwrap_or_default()) }
+            td data-label=(l(5)) { (e.policy.clone().unwrap_or_default()) }
+            td data-label=(l(6)) { (e.channel.clone().unwrap_or_default()) } td data-label=(l(7)) { (e.detail) }
         } } },
     )
 }

@@ -80,7 +80,7 @@ table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:
 table.stack tr{border-bottom:2px solid #dde1e6;padding:.25rem 0}
 table.stack td{border:0;padding:.1rem .25rem;text-align:left}
 table.stack td[data-label]::before{content:attr(data-label) ': ';font-weight:600;color:#5b6472}
-header form{margin-left:0}form.search div,form.search input,form.search select{width:100%}}
+header form{margin-left:0}form.search div{flex:1 1 10rem;min-width:0}form.search input,form.search select{width:100%}}
 ";
 
 /// Add `Set-Cookie: cookie` to `response`, when there is one.
