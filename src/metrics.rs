@@ -135,7 +135,7 @@ pub(crate) const JOB_BUCKETS: &[f64] = &[
 ];
 
 /// Upper bounds of the jobs-per-admission-call histogram (at most
-/// [`crate::redis::admit::MAX_BATCH`]).
+/// [`crate::admission::batch::MAX_BATCH`]).
 pub(crate) const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
 /// Upper bounds (seconds) of the delay-length histogram: from the ladder's first

@@ -10,7 +10,7 @@
 //! - **ceiling** ([`ceiling`], inside the other steps): a minimal pass-through with
 //!   the worker's broker settings (quorum queues, persistent messages, publisher
 //!   confirms, manual acks after the confirm, the same prefetch); no Redis.
-//! - **engine** ([`engine`]): `redis-benchmark` running `lua/admit/` by EVALSHA,
+//! - **engine** ([`engine`]): `redis-benchmark` running `src/admission/lua/` by EVALSHA,
 //!   then the engine's own admissions with many in flight, on the same Redis; then
 //!   ([`layers`]) Redis's time and CPU per job with one layer (the policy) and with
 //!   three (two caps over it), on a private `redis-server`.

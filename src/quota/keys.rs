@@ -198,7 +198,7 @@ impl Keys {
         format!("{}:rate:{{{channel}}}", self.prefix)
     }
 
-    /// A limit's GCRA bucket (`lua/admit/limits.lua`): `prefix:limit:NAME` for
+    /// A limit's GCRA bucket (`src/admission/lua/limits.lua`): `prefix:limit:NAME` for
     /// `per = "all"`, else `prefix:limit:NAME:t:HASH` (a tenant) or
     /// `prefix:limit:NAME:s:HASH` (a sender), the tenant or sender hashed as
     /// recipients are (keys of one length whatever it writes, never in clear).
@@ -216,7 +216,7 @@ impl Keys {
         format!("{}:lanes:{{{channel}}}", self.prefix)
     }
     /// The hash of a recipient's suppressions: field = channel, value as
-    /// [`crate::quota::suppression::Suppression::encode`] writes it. `lua/admit/`
+    /// [`crate::quota::suppression::Suppression::encode`] writes it. `src/admission/lua/`
     /// derives it from a recipient key: its first `prefix.len() + 19` bytes
     /// (`prefix:{tag}`, the tag 16 bytes), then `/suppressed`.
     pub fn suppressed(&self, recipient: &str) -> String {
@@ -228,7 +228,7 @@ impl Keys {
     }
 
     /// The hash of a recipient's preferences: `set` (the JSON), `updated_at` (ms) and
-    /// the opt-out fields of [`crate::preferences::set::fields`]. `lua/admit/`
+    /// the opt-out fields of [`crate::preferences::set::fields`]. `src/admission/lua/`
     /// derives it from a recipient key as it does [`Keys::suppressed`].
     pub fn preferences(&self, recipient: &str) -> String {
         format!(
@@ -394,7 +394,7 @@ mod tests {
         assert_eq!((tag(&w), tag(&c)), (tag(&a), tag(&a)));
         assert_ne!(w, keys.recipient("+33 6 12 34 56 78", "waiting", None));
         assert_eq!(c, format!("qw:{{{t}}}/collapse"));
-        // the suppressions share the slot and lua/admit/ finds them from a policy key
+        // the suppressions share the slot and src/admission/lua/ finds them from a policy key
         let s = keys.suppressed("+33 6 12 34 56 78");
         assert_eq!(s, format!("{}/suppressed", &a[.."qw".len() + 19]));
         let m = keys.feedback_mark("+33 6 12 34 56 78", "job-1", "failed", "sms");

@@ -2,7 +2,7 @@
 //! bucket for all of them, one per tenant or one per sender, each taking a job's
 //! cost. What a limit is once read, which jobs it matches, and what key its bucket
 //! has for a job. Pure: no I/O (the admission carries them to Redis, in the same
-//! call as the caps: `lua/admit/limits.lua`).
+//! call as the caps: `src/admission/lua/limits.lua`).
 
 use std::fmt;
 

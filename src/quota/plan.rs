@@ -2,7 +2,7 @@
 //!
 //! Calendar windows need the recipient's local midnights, which Lua cannot compute.
 //! The worker computes them here for the local day it believes Redis is in, and
-//! `lua/admit/` checks that Redis time lies inside that day (module
+//! `src/admission/lua/` checks that Redis time lies inside that day (module
 //! [`crate::store`] explains the one clock).
 
 use chrono::{DateTime, Utc};

@@ -4,7 +4,7 @@
 //!
 //! | script | wrapper | called from |
 //! |---|---|---|
-//! | `lua/admit/` | [`admit`]: a recipient's caps, many jobs a call | the store |
+//! | `src/admission/lua/` | in its room: [`crate::admission::batch`] (a recipient's caps, many jobs a call) | the store |
 //! | `lua/rate.lua` | [`rate`]: a channel's GCRA | the store, batched by [`rate_batch`] |
 //! | `lua/lanes.lua` | [`lanes`]: the GCRA taken by a job of a lane | [`rate_batch`], the lanes' lines ([`crate::lanes`]) |
 //! | `lua/refund.lua`, `lua/release.lua` | [`refund`], [`release`]: a take, a reservation, given back | the store |
@@ -27,7 +27,6 @@
 //! ([`conn`]). What the answers mean is decided elsewhere (the store, the rooms,
 //! [`crate::decide`]).
 
-pub(crate) mod admit;
 pub(crate) mod collapse;
 pub(crate) mod conn;
 pub mod digest;

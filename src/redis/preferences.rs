@@ -9,7 +9,7 @@ use super::conn::RedisConn;
 use crate::redis::StoreError;
 
 /// One replace: the recipient's hash, the set's JSON, when it was changed (ms),
-/// whose it is, and the fields `lua/admit/`'s preferences section reads.
+/// whose it is, and the fields `src/admission/lua/`'s preferences section reads.
 #[derive(Debug)]
 pub(crate) struct Replace<'a> {
     /// The recipient's hash (`prefix:{tag}/prefs`).

@@ -41,7 +41,7 @@ impl QuotaStore {
     /// refusal, not the time Redis took to answer; `None`: for good); returns the
     /// TAT the take left and how many asks it took, `None` when the next refusal
     /// would pass the budget.
-    pub(super) async fn pace_within(
+    pub(crate) async fn pace_within(
         &self,
         channel: &str,
         rate: Rate,

@@ -112,7 +112,7 @@ impl QuotaStore {
         Ok(())
     }
 
-    pub(super) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+    pub(crate) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
         if ticket.inherited {
             // an earlier attempt's dispatch may have gone out: the send stays
             // counted (this worker takes the reservation back when it meets the

@@ -109,7 +109,7 @@ impl Worker {
         }
         let now = self.store.redis_now();
         shadowed(on, &cx, &admission, now);
-        let decision = decide::after_admission(on, &cx, admission, now);
+        let decision = crate::admission::decision::after_admission(on, &cx, admission, now);
         Ok(Decided::Carry(decision, route))
     }
 

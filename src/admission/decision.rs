@@ -3,8 +3,10 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{dead, describe, open_and_not_quiet, wait, Context, DeadLetter, Decision, DelayCause};
 use crate::admission::{Admission, Ticket};
+use crate::decide::{
+    dead, describe, open_and_not_quiet, wait, Context, DeadLetter, Decision, DelayCause,
+};
 use crate::job::decode::Job;
 use crate::job::Reason;
 use crate::preferences::set::QuietHours;

@@ -45,7 +45,7 @@ fn a_flat_reply_splits_into_each_jobs_verdict() {
             Verdict::Refused(NOW, vec![10, 20], None),
             Verdict::Duplicate(NOW),
             Verdict::Reserved(NOW, 55),
-            Verdict::Clock(NOW),
+            Verdict::Replan(NOW),
             Verdict::Refused(NOW, vec![], None),
             Verdict::WrongType(NOW),
             Verdict::Shadowed(NOW, vec![30], false),
@@ -62,7 +62,7 @@ fn a_flat_reply_splits_into_each_jobs_verdict() {
             Verdict::Admitted(NOW, true),
             Verdict::Shadowed(NOW, vec![40], true),
             Verdict::OptedOut(NOW, 2),
-            Verdict::Quiet(NOW, 7),
+            Verdict::QuietHours(NOW, 7),
         ])
     );
     assert_eq!(Verdict::Reserved(NOW, 55).now(), NOW);
@@ -136,7 +136,7 @@ fn a_reply_of_another_shape_is_refused() {
 /// changing a number (or a name) on one side only fails here.
 #[test]
 fn the_script_and_the_enum_name_the_same_codes() {
-    let lua = include_str!("../../../lua/admit/protocol.lua");
+    let lua = include_str!("lua/protocol.lua");
     let ours: Vec<(String, i64)> = Code::ALL
         .iter()
         .map(|(c, name)| (name.to_string(), *c as i64))

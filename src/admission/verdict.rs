@@ -1,4 +1,4 @@
-//! What an answer of `lua/admit/` admits: the admission a settled [`Verdict`] is,
+//! What an answer of `src/admission/lua/` admits: the admission a settled [`Verdict`] is,
 //! for the job that was asked ([`Asked`]). Pure: the calls that settle the answer
 //! (quiet hours, another day's plan) are made before, in `admit.rs`.
 
@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::command::LimitArgs;
 use super::layers::{layered_refusal, JobLayer};
+use super::protocol::Verdict;
 use crate::admission::{Admission, Request, Ticket};
 use crate::preferences::set::{OptOut, QuietHours};
 use crate::quota::limits::Limit;
 use crate::quota::policy::{Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{LimitArgs, Verdict};
 
-/// A job's admission as asked of `lua/admit/`: its policy (of its channel alone
+/// A job's admission as asked of `src/admission/lua/`: its policy (of its channel alone
 /// for an escalation), its recipient's key and member, the caps it is counted
 /// toward.
 pub(super) struct Asked {
@@ -114,9 +115,10 @@ pub(super) fn admission(
         // quiet hours that hold it are the caller's; still outside the planned day
         // after three plans; a wrong type (never here: the call turns it into an
         // error); a key on another node
-        Verdict::Quiet(..) | Verdict::Clock(_) | Verdict::WrongType(_) | Verdict::Elsewhere(_) => {
-            return Err(reply)
-        }
+        Verdict::QuietHours(..)
+        | Verdict::Replan(_)
+        | Verdict::WrongType(_)
+        | Verdict::Elsewhere(_) => return Err(reply),
     })
 }
 

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::PlanCache;
 use crate::admission::Admission;
 use crate::preferences::set::QuietHours;
 use crate::quota::caps::{self, Cap};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy, Scope};
 use crate::quota::window;
+use crate::store::PlanCache;
 
 /// A cap a job meets.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
--- lua/admit/: for each job, check every rule of its recipient's policy (and of the
+-- src/admission/lua/: for each job, check every rule of its recipient's policy (and of the
 -- caps it meets) and, if all pass, record the send. One call may carry many jobs
 -- (the engine batches the admissions that are waiting at the same moment into one
 -- call); they are decided in order, each seeing the sends recorded for the ones

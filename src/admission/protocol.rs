@@ -1,11 +1,11 @@
-//! What `lua/admit/` answers, by name: the codes and flags of
-//! `lua/admit/protocol.lua` as a Rust `enum` (a test reads the script and checks
-//! that both sides name the same numbers), and each job's answer read into a
-//! [`Verdict`]. Pure: no I/O.
+//! What the admission's script answers, by name: the codes and flags of
+//! `src/admission/lua/protocol.lua` as a Rust `enum` (a test reads the script and
+//! checks that both sides name the same numbers), and each job's answer read into
+//! a [`Verdict`], whose variants are named as the codes are. Pure: no I/O.
 
 use crate::quota::suppression::Suppression;
 
-/// An answer's code (`ANSWER` in `lua/admit/protocol.lua`).
+/// An answer's code (`ANSWER` in `src/admission/lua/protocol.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i64)]
 pub(crate) enum Code {
@@ -47,7 +47,7 @@ impl Code {
     }
 }
 
-/// An answer's flags (`FLAG` in `lua/admit/protocol.lua`).
+/// An answer's flags (`FLAG` in `src/admission/lua/protocol.lua`).
 pub(crate) struct Flag;
 
 impl Flag {
@@ -61,7 +61,7 @@ impl Flag {
         [(Flag::INHERITED, "inherited"), (Flag::QUIET, "quiet")];
 }
 
-/// One job's answer from `lua/admit/`; each carries the call's Redis time `now`
+/// One job's answer from the admission's script; each carries the call's Redis time `now`
 /// (ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -78,8 +78,8 @@ pub(crate) enum Verdict {
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
     Reserved(i64, i64),
-    /// `now` is outside the day the plan was made for.
-    Clock(i64),
+    /// `now` is outside the day the plan was made for: plan again for `now`.
+    Replan(i64),
     /// The recipient's key holds another type than a sorted set.
     WrongType(i64),
     /// The key is not on the node the call went to (a cluster's slots moved):
@@ -91,7 +91,7 @@ pub(crate) enum Verdict {
     /// The recipient opted out: 1 its category, 2 its channel, 3 the pair.
     OptedOut(i64, i64),
     /// The recipient has quiet hours (of this version) to compute first.
-    Quiet(i64, i64),
+    QuietHours(i64, i64),
     /// A job with layers, refused by its policy or a cap: the times (ms) of the
     /// sends each layer remembers, its policy's first, then each cap's in the order
     /// given (none for a cap that only counts); the quiet hours' version as for
@@ -112,12 +112,12 @@ impl Verdict {
             | Verdict::Shadowed(now, ..)
             | Verdict::Duplicate(now)
             | Verdict::Reserved(now, _)
-            | Verdict::Clock(now)
+            | Verdict::Replan(now)
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now)
             | Verdict::Suppressed(now, ..)
             | Verdict::OptedOut(now, _)
-            | Verdict::Quiet(now, _)
+            | Verdict::QuietHours(now, _)
             | Verdict::Layered(now, ..)
             | Verdict::Limited(now, ..) => *now,
         }
@@ -186,7 +186,7 @@ impl Answer<'_> {
             Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited),
             Code::Duplicate => Verdict::Duplicate(now),
             Code::Reserved => Verdict::Reserved(now, one()?),
-            Code::Replan => Verdict::Clock(now),
+            Code::Replan => Verdict::Replan(now),
             Code::WrongType => Verdict::WrongType(now),
             Code::Elsewhere => Verdict::Elsewhere(now),
             Code::Layered => Verdict::Layered(now, blocks(p)?, self.quiet),
@@ -197,7 +197,7 @@ impl Answer<'_> {
                 _ => return None,
             },
             Code::OptedOut => Verdict::OptedOut(now, one()?),
-            Code::QuietHours => Verdict::Quiet(now, one()?),
+            Code::QuietHours => Verdict::QuietHours(now, one()?),
             Code::Limited => match p {
                 [at, which] if *which >= 1 => {
                     Verdict::Limited(now, *at, usize::try_from(*which - 1).ok()?)

@@ -1,4 +1,4 @@
-//! Admissions: a job's policy and the caps it meets, asked of `lua/admit/` with the
+//! Admissions: a job's policy and the caps it meets, asked of the admission's script with the
 //! plans of the day, the channel's rate taken with it, and the reservations this
 //! store keeps for jobs whose dispatch failed.
 
@@ -9,9 +9,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use super::command::{AdmitArgs, LayerArgs, LimitArgs};
 use super::layers::{cached, JobLayer};
+use super::protocol::Verdict;
 use super::verdict::{self, Asked, QuietUntil};
-use super::{Pacer, QuotaStore};
 use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
 use crate::preferences::set::QuietHours;
@@ -20,10 +21,10 @@ use crate::quota::limits::{Limit, Subject};
 use crate::quota::plan::Plan;
 use crate::quota::policy::{Mode, Policy, Rate, Scope};
 use crate::quota::window;
-use crate::redis::admit::{AdmitArgs, LayerArgs, LimitArgs, Verdict};
 use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
+use crate::store::{Pacer, QuotaStore};
 
 impl QuotaStore {
     pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
@@ -86,7 +87,7 @@ impl QuotaStore {
             .filter(|r| r.allowed == Allowed::YES)
             .map(|r| r.tat_us);
         let mut admission = match (reply, quiet_until) {
-            (Verdict::Quiet(..), Some((until, hours))) => {
+            (Verdict::QuietHours(..), Some((until, hours))) => {
                 self.quiet_admission(req, &asked, until, hours).await?
             }
             (reply, _) => {
@@ -114,7 +115,7 @@ impl QuotaStore {
         Ok(Some(admission))
     }
 
-    /// What `lua/admit/` is asked for `req`: its policy (of its channel alone for
+    /// What `src/admission/lua/` is asked for `req`: its policy (of its channel alone for
     /// an escalation), its recipient's key and member, the caps it is counted toward.
     fn asked(&self, req: &Request<'_>, rules: &Rules) -> Asked {
         let mut policy = rules.policy_of(req.category, req.tenant).clone();
@@ -238,7 +239,7 @@ impl QuotaStore {
         let mut quiet_until = None;
         for _ in 0..3 {
             let now = match reply {
-                Verdict::Quiet(now, version) => {
+                Verdict::QuietHours(now, version) => {
                     let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
                     let end = self.quiet_end(&hash, version, now, req.tz, req.priority);
                     if let (Some(until), Some(hours)) = end.await? {
@@ -247,7 +248,7 @@ impl QuotaStore {
                     }
                     None
                 }
-                Verdict::Clock(now) => Some(now),
+                Verdict::Replan(now) => Some(now),
                 _ => break,
             };
             reply = self.call_admit(a, req, now).await?;
@@ -490,7 +491,7 @@ impl QuotaStore {
     }
 }
 
-/// An answer of `lua/admit/` the worker cannot act on, as an error (retried like
+/// An answer of `src/admission/lua/` the worker cannot act on, as an error (retried like
 /// Redis being away, never a decision).
 fn unexpected(verdict: &Verdict) -> StoreError {
     StoreError::Answer {
