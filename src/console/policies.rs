@@ -1,5 +1,5 @@
 //! The policies page (`/console/policies`): the policies, caps and channels in
-//! force, the tenants' overrides (`[tenants.NAME]`, as written), the shadow policies' verdicts, the last reload, and a reload button (as
+//! force, the tenants' overrides (`[tenants.NAME]`, in TOML, defaults included), the shadow policies' verdicts, the last reload, and a reload button (as
 //! `POST /reload` and SIGHUP).
 
 use axum::http::StatusCode;
@@ -23,12 +23,14 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
                 td { (p.max_wait.clone().unwrap_or_default()) }
             } } },
         )))
-        (section("caps", "Caps", table(
+        (section("caps", "Caps", table_or_none(
+            caps.caps_of(None).is_empty(),
             &["Cap", "Mode", "Rules"],
             html! { @for c in caps.caps_of(None) { tr {
                 td { (c.name) } td { (c.mode.as_str()) }
                 td { @for (i, rule) in c.rules.iter().enumerate() { @if i > 0 { ", " } (rule.limit) " per " (rule.window) } }
             } } },
+            &[],
         )))
         (tenants(&ctx.settings))
         (section("channels", "Channels", table(
@@ -58,25 +60,33 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
     layout::page(&ctx.visitor, "Policies", body)
 }
 
-/// One override as the configuration writes it (`[tenants.T.policies.NAME]` and
-/// its keys, in TOML).
-fn written<T: serde::Serialize>(path: &str, value: &T) -> String {
-    let body = toml::to_string(value).unwrap_or_else(|e| format!("# not shown: {e}\n"));
-    format!("[{path}]\n{body}")
+/// One override in TOML under its whole path (`[tenants.T.KIND.NAME]`, its
+/// rules as `[[tenants.T.KIND.NAME.rules]]`), every key with its value, defaults
+/// included.
+fn written<T: serde::Serialize>(tenant: &str, kind: &str, name: &str, value: &T) -> String {
+    use std::collections::BTreeMap;
+    let nested = BTreeMap::from([(
+        "tenants",
+        BTreeMap::from([(
+            tenant,
+            BTreeMap::from([(kind, BTreeMap::from([(name, value)]))]),
+        )]),
+    )]);
+    toml::to_string(&nested).unwrap_or_else(|e| format!("# not shown: {e}\n"))
 }
 
 /// The tenants' overrides (`[tenants.NAME]`): per tenant, each policy and cap it
 /// replaces for its jobs, as written.
 fn tenants(settings: &crate::config::Settings) -> Markup {
-    let head = ["Tenant", "Replaces", "As written"];
+    let head = ["Tenant", "Replaces", "In full (defaults included)"];
     let rows = html! { @for (tenant, t) in &settings.tenants {
         @for (name, p) in &t.policies { tr {
             td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { "policy " (name) }
-            td data-label=(head[2]) { pre { (written(&format!("tenants.{tenant}.policies.{name}"), p)) } }
+            td data-label=(head[2]) { pre { (written(tenant, "policies", name, p)) } }
         } }
         @for (name, c) in &t.caps { tr {
             td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { "cap " (name) }
-            td data-label=(head[2]) { pre { (written(&format!("tenants.{tenant}.caps.{name}"), c)) } }
+            td data-label=(head[2]) { pre { (written(tenant, "caps", name, c)) } }
         } }
         @if t.policies.is_empty() && t.caps.is_empty() { tr {
             td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { span.muted { "nothing: the shared policies and caps" } } td {}

@@ -227,7 +227,8 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
     let policies = get("/console/policies".into()).await.body;
     assert!(
         policies.contains("Tenant overrides")
-            && policies.contains("[tenants.acme.policies.default]"),
+            && policies.contains("[tenants.acme.policies.default]")
+            && policies.contains("[[tenants.acme.policies.default.rules]]"),
         "{policies}"
     );
 
