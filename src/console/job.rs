@@ -87,6 +87,7 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
             }
             @if let Some(r) = &s.record {
                 p.muted { "Channel " (r.channel) @if let Some(p) = &r.policy { " · policy " (p) }
+                    @if let Some(t) = &r.tenant { " · tenant " (t) }
                     @if let Some(z) = &r.zone { " · zone " (z) } " · attempt " (r.attempt) }
             }
             @if let Some(t) = &trace {

@@ -1,17 +1,17 @@
 //! Who is held and what waits (`/console/waiting`), without knowing the recipient
 //! first: the recipients with waiting jobs (their tag, how many wait, the soonest
 //! instant, what holds the soonest) and the waiting jobs, soonest first, each with
-//! its policy, channel, cause and its instant in its own zone; chosen by policy
-//! and by cause.
+//! its policy, tenant, channel, cause and its instant in its own zone; chosen by
+//! policy, tenant (any case; from the job's note, which names it) and cause.
 //!
 //! What a page costs, bounded: the recipients' sets of waiting jobs
 //! (`prefix:{tag}/waiting`) are found by `SCAN` of at most [`SCAN_STEPS`] steps on
 //! each node (each looks at `COUNT` 1000 keys: 20 000 keys at most); of those found,
 //! [`SETS_READ`] are read (a `ZCARD` and the first [`PER_SET`] of each), then the
 //! notes of at most [`NOTES_READ`] jobs, soonest first (one `GET` each). A key
-//! space larger than the walk is said so, with a link that walks on. The sets are
-//! keyed by a keyed hash of the recipient (and of its tenant): the page names a
-//! recipient by its tag, which the recipient page shows beside the recipient.
+//! space larger than the walk is said so. The sets are keyed by a keyed hash of
+//! the recipient (and of its tenant): the page names a recipient by its tag, which
+//! the recipient page shows beside the recipient.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -141,10 +141,13 @@ fn cause(note: &Option<JobNote>) -> (String, String) {
     }
 }
 
-/// Whether `job` is chosen by the form's policy and cause.
+/// Whether `job` is chosen by the form's policy, tenant (in any case) and cause.
 fn chosen(job: &Job, q: &Fields) -> bool {
     let policy = job.note.as_ref().and_then(|n| n.policy.as_deref());
+    let tenant = job.note.as_ref().and_then(|n| n.tenant.as_deref());
     q.get("policy").is_none_or(|p| policy == Some(p))
+        && q.get("tenant")
+            .is_none_or(|t| tenant.is_some_and(|have| have.to_lowercase() == t.to_lowercase()))
         && q.get("cause").is_none_or(|c| cause(&job.note).0 == c)
 }
 
@@ -176,6 +179,8 @@ fn form(ctx: &Ctx, q: &Fields) -> Markup {
     html! {
         form.search method="get" action="/console/waiting" role="search" {
             (choice("policy", "Policy", &policies, q.get("policy")))
+            div { label for="tenant" { "Tenant (any case)" }
+                input id="tenant" name="tenant" value=(q.get("tenant").unwrap_or("")); }
             (choice("cause", "Held by", &causes, q.get("cause")))
             button type="submit" { "Show" }
         }
@@ -204,6 +209,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[&Job]) -> Markup {
         "Until (UTC)",
         "Until, in its zone",
         "Policy",
+        "Tenant",
         "Channel",
         "Held by",
         "Recipient tag",
@@ -213,9 +219,10 @@ fn jobs_table(ctx: &Ctx, jobs: &[&Job]) -> Markup {
         td data-label=(head[1]) { (when(v, j.until)) }
         td data-label=(head[2]) { (its_zone(j)) }
         td data-label=(head[3]) { (j.note.as_ref().and_then(|n| n.policy.clone()).unwrap_or_default()) }
-        td data-label=(head[4]) { (j.note.as_ref().map(|n| n.channel.clone()).unwrap_or_default()) }
-        td data-label=(head[5]) { @let (c, by) = cause(&j.note); code { (c) } @if !by.is_empty() { " " span.muted { (by) } } }
-        td data-label=(head[6]) { code { (j.tag) } }
+        td data-label=(head[4]) { (j.note.as_ref().and_then(|n| n.tenant.clone()).unwrap_or_default()) }
+        td data-label=(head[5]) { (j.note.as_ref().map(|n| n.channel.clone()).unwrap_or_default()) }
+        td data-label=(head[6]) { @let (c, by) = cause(&j.note); code { (c) } @if !by.is_empty() { " " span.muted { (by) } } }
+        td data-label=(head[7]) { code { (j.tag) } }
     } } };
     html! {
         @if jobs.is_empty() { p.muted { "None found." } }
@@ -223,7 +230,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[&Job]) -> Markup {
     }
 }
 
-/// `GET /console/waiting?policy=P&cause=C`.
+/// `GET /console/waiting?policy=P&tenant=T&cause=C`.
 pub(super) async fn show(Page(ctx, q): Page) -> Response {
     let found = match held(&ctx).await {
         Ok(found) => found,
@@ -251,7 +258,9 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
     let picked: Vec<&Job> = read.iter().filter(|j| chosen(j, &q)).collect();
     // with a choice made, the recipients of the jobs chosen only
     let tags: std::collections::HashSet<&str> = picked.iter().map(|j| j.tag.as_str()).collect();
-    let any = q.get("policy").is_none() && q.get("cause").is_none();
+    let any = ["policy", "tenant", "cause"]
+        .iter()
+        .all(|k| q.get(k).is_none());
     let sets: Vec<Held> = sets
         .into_iter()
         .filter(|h| any || tags.contains(h.tag.as_str()))

@@ -248,6 +248,12 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
     );
     let by_policy = get("/console/waiting?policy=no-such".into()).await.body;
     assert!(!by_policy.contains("/console/job?id=z2"), "{by_policy}");
+    let by_tenant = get("/console/waiting?tenant=BETA&policy=default".into())
+        .await
+        .body;
+    assert!(by_tenant.contains("/console/job?id=z2"), "{by_tenant}");
+    let other = get("/console/waiting?tenant=acme".into()).await.body;
+    assert!(!other.contains("/console/job?id=z2"), "{other}");
 
     // the viewer's zone, remembered, beside UTC
     let set = get("/console/zone?tz=Europe/Paris&back=/console/dead".into()).await;
