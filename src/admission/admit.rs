@@ -68,10 +68,12 @@ impl QuotaStore {
         step: RateStep,
     ) -> Result<Option<Admission>, StoreError> {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
+        // the job's own cost is what it takes of its channel's rate
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
+        let rate = rate.map(|r| r.for_cost(req.cost));
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
-        if let Some(never) = verdict::cost_never_admitted(&asked) {
+        if let Some(never) = verdict::cost_never_admitted(&asked, req.channel, rate) {
             return Ok(Some(never));
         }
         let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
@@ -182,14 +184,34 @@ impl QuotaStore {
             .cost
             .or_else(|| rules.channel(req.channel).map(|c| c.cost))
             .unwrap_or(1);
+        let now = self.redis_now();
         limits
             .into_iter()
             .map(|(l, bucket)| {
-                let args = LimitArgs {
-                    key: self.keys.limit(&l.name, bucket),
-                    interval_us: l.rate.interval_us,
-                    burst: l.rate.burst,
-                    cost,
+                let args = match &l.quota {
+                    // a quota: its counter of the period now is in (interval 0,
+                    // the count it allows, the period's end in ms)
+                    Some(q) => {
+                        let (start, end) = q.period(rules.tenant_zone(req.tenant), now);
+                        let window = q.window.to_string();
+                        LimitArgs {
+                            key: self.keys.quota(
+                                &l.name,
+                                &window,
+                                bucket,
+                                start.timestamp_millis(),
+                            ),
+                            interval_us: 0,
+                            burst: u64::from(q.limit),
+                            cost: end.timestamp_millis().max(0) as u64,
+                        }
+                    }
+                    None => LimitArgs {
+                        key: self.keys.limit(&l.name, bucket),
+                        interval_us: l.rate.interval_us,
+                        burst: l.rate.burst,
+                        cost,
+                    },
                 };
                 (l, args)
             })
@@ -231,7 +253,7 @@ impl QuotaStore {
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
                     Err(e) => {
-                        if let Verdict::Admitted(at, _) = verdict {
+                        if let Verdict::Admitted(at, ..) = verdict {
                             self.admission.orphan(&a.key, &a.member, at);
                         }
                         Err(e)
@@ -271,7 +293,7 @@ impl QuotaStore {
         }
         if let Verdict::Reserved(_, at) = reply {
             if self.admission.adopt(&a.key, &a.member, at) {
-                reply = Verdict::Admitted(at, true);
+                reply = Verdict::Admitted(at, true, Vec::new());
             }
         }
         Ok((reply, quiet_until))

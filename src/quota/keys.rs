@@ -211,6 +211,18 @@ impl Keys {
         format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
     }
 
+    /// The fair-share schedule of a channel's lane (`lua/lanes.lua`), in its rate
+    /// key's slot: `prefix:fair:{channel}:<lane>`.
+    pub fn fair_schedule(&self, channel: &str, lane: &str) -> String {
+        format!("{}:fair:{{{channel}}}:{lane}", self.prefix)
+    }
+
+    /// A channel's set of tenant queues (`lanes::tenants`), with its version
+    /// counter beside it: `prefix:fair:{channel}:queues`.
+    pub fn fair_queues(&self, channel: &str) -> String {
+        format!("{}:fair:{{{channel}}}:queues", self.prefix)
+    }
+
     /// A channel's lane state (`lua/lanes.lua`), in its rate key's slot.
     pub fn lanes(&self, channel: &str) -> String {
         format!("{}:lanes:{{{channel}}}", self.prefix)
@@ -278,6 +290,26 @@ impl Keys {
     /// A channel's throttle state (`strikes`, `last`), in the slot of its rate key.
     pub fn throttle(&self, channel: &str) -> String {
         format!("{}:rate:{{{channel}}}:throttle", self.prefix)
+    }
+
+    /// A quota's counter for one period: `prefix:quota:NAME:WINDOW[:KIND:HASH]:START`
+    /// (the tenant or sender hashed as for [`Keys::limit`], START the period's
+    /// first instant in ms).
+    pub fn quota(&self, name: &str, window: &str, bucket: (&str, &str), start_ms: i64) -> String {
+        let limit = self.limit(name, bucket);
+        let rest = &limit[self.prefix.len() + ":limit:".len() + name.len()..];
+        format!("{}:quota:{name}:{window}{rest}:{start_ms}", self.prefix)
+    }
+
+    /// The throttle state (strikes) of a limit's bucket `bucket` (its key).
+    pub fn limit_throttle(&self, bucket: &str) -> String {
+        format!("{bucket}:throttle")
+    }
+
+    /// The mark of one `throttled` feedback already applied to the limit's bucket
+    /// `bucket` (its key).
+    pub fn limit_throttle_mark(&self, bucket: &str, id: &str) -> String {
+        format!("{bucket}:feedback:{}", mark_hash(id, "throttled"))
     }
 
     /// The mark of one `throttled` feedback already applied to `channel`.

@@ -31,6 +31,7 @@
 pub(crate) mod collapse;
 pub(crate) mod conn;
 pub mod digest;
+pub(crate) mod fair;
 pub(crate) mod import;
 pub(crate) mod lanes;
 pub(crate) mod lease;

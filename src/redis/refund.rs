@@ -22,11 +22,23 @@ pub async fn refund(
     rate: Rate,
     tat: i64,
 ) -> Result<Duration, StoreError> {
+    refund_take(conn, script, key, (rate.interval_us, rate.cost), tat).await
+}
+
+/// Refund the take of `cost` units at `interval_us` each that left the TAT `tat`
+/// (µs) at `key` (a channel's rate or a limit's bucket); the credit given back.
+pub async fn refund_take(
+    conn: &RedisConn,
+    script: &Script,
+    key: String,
+    (interval_us, cost): (u64, u64),
+    tat: i64,
+) -> Result<Duration, StoreError> {
     let mut conn = conn.clone();
     let credit: i64 = script
         .key(key)
-        .arg(rate.interval_us)
-        .arg(rate.cost)
+        .arg(interval_us)
+        .arg(cost)
         .arg(tat)
         .invoke_async(&mut conn)
         .await?;

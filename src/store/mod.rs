@@ -297,6 +297,10 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
+                schedules: crate::lanes::share::Priority::ALL.map(|p| {
+                    let schedule = keys.fair_schedule(c, p.as_str());
+                    (schedule.clone(), format!("{schedule}:seen"))
+                }),
                 calls: calls.clone(),
                 channel: c.clone(),
             };

@@ -11,6 +11,14 @@ use crate::redis::collapse::Collapse;
 use crate::redis::notes::Note;
 use crate::redis::StoreError;
 
+/// A quota's take given back: its period's counter less one, while it lasts.
+static UNCOUNT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 1 and tonumber(redis.call('GET', KEYS[1])) > 0 \
+         then return redis.call('DECR', KEYS[1]) end return 0",
+    )
+});
+
 impl QuotaStore {
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), StoreError> {
@@ -112,6 +120,7 @@ impl QuotaStore {
     }
 
     pub(crate) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        self.give_back_limits(ticket).await?;
         if ticket.inherited {
             // an earlier attempt's dispatch may have gone out: the send stays
             // counted (this worker takes the reservation back when it meets the
@@ -132,6 +141,30 @@ impl QuotaStore {
             ticket.admitted_at.timestamp_millis(),
         )
         .await?;
+        Ok(())
+    }
+
+    /// Give back what an admission took from its limits and is still unspent (its
+    /// job is released or parked instead of sent). An inherited admission's takes
+    /// are its own too (the earlier attempt's stay taken), so they go back as well.
+    async fn give_back_limits(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        for take in ticket.limits.iter().flat_map(|t| t.iter()) {
+            self.count_call();
+            if take.interval_us == 0 {
+                // a quota's counter: one job less, while its period lasts
+                let mut conn = self.conn.clone();
+                let _: i64 = UNCOUNT.key(&take.key).invoke_async(&mut conn).await?;
+                continue;
+            }
+            crate::redis::refund::refund_take(
+                &self.conn,
+                &self.scripts.refund,
+                take.key.clone(),
+                (take.interval_us, take.cost),
+                take.tat_us,
+            )
+            .await?;
+        }
         Ok(())
     }
 }
