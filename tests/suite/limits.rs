@@ -23,6 +23,7 @@ fn limit(rate: u64, period_s: u64, burst: u64, per: Per) -> LimitSettings {
         burst: Some(burst),
         matches: MatchSettings::default(),
         per,
+        warmup: None,
     }
 }
 
@@ -726,4 +727,67 @@ async fn admin_limits_shows_each_limit_and_a_keys_state_on_request() {
     let fresh = limits(&e, &other).await.unwrap();
     assert_eq!(fresh[1].available, Some(3));
     assert_eq!(fresh[1].full_at, None);
+}
+
+/// A warm-up schedule: each sender's bucket admits day i's count at most (the
+/// first day's from its start), besides its rate; past the schedule's end the
+/// limit's own rate alone.
+#[tokio::test]
+async fn a_warmup_holds_each_sender_to_its_days_count_until_it_ends() {
+    use quota_worker::config::WarmupSettings;
+    let ns = unique("limits-warmup");
+    let _g = RedisGuard(ns.clone());
+    let today = Utc::now().date_naive();
+    let mut warming = limit(100, 1, 100, Per::Sender);
+    warming.warmup = Some(WarmupSettings {
+        start: today.to_string(),
+        daily: vec![2, 5],
+    });
+    let mut warmed = limit(100, 1, 100, Per::Sender);
+    warmed.matches.tenants = Some(vec!["old".into()]);
+    warmed.warmup = Some(WarmupSettings {
+        start: (today - chrono::Days::new(10)).to_string(),
+        daily: vec![1],
+    });
+    warming.matches.tenants = Some(vec!["new".into()]);
+    let s = limited(&ns, &[("new_ip", warming), ("old_ip", warmed)]);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let of = |id: &'static str, tenant: &'static str, sender: &'static str| Request {
+        tenant: Some(tenant),
+        ..req(id, id, sender, None)
+    };
+    for id in ["a1", "a2"] {
+        let a = e.admit(&of(id, "new", "ip1")).await.unwrap();
+        assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+    }
+    let held = e.admit(&of("a3", "new", "ip1")).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+        quota: false,
+    } = held
+    else {
+        panic!("{held:?}")
+    };
+    assert!(limit.contains("new_ip"), "{limit}");
+    let tz = s.worker.default_timezone;
+    assert_eq!(
+        until,
+        quota_worker::quota::window::next_day_start(tz, Utc::now())
+    );
+    // another sender has its own day
+    let other = e.admit(&of("b1", "new", "ip2")).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // past its schedule, the limit's rate alone: more than its last day's 1
+    for id in ["c1", "c2", "c3"] {
+        let a = e.admit(&of(id, "old", "ip3")).await.unwrap();
+        assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+    }
+    let err =
+        load_error("[limits.w]\nrate = 1\nburst = 1\nwarmup = { start = \"soon\", daily = [1] }\n");
+    assert!(err.contains("`limits.w.warmup.start`"), "{err}");
+    let err = load_error(
+        "[limits.w]\nrate = 1\nburst = 1\nwarmup = { start = \"2026-01-01\", daily = [] }\n",
+    );
+    assert!(err.contains("`limits.w.warmup.daily`"), "{err}");
 }
