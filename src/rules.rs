@@ -65,6 +65,8 @@ fn zones(settings: &Settings) -> (BTreeMap<String, chrono_tz::Tz>, chrono_tz::Tz
 /// tenant's jobs (the shared ones, with its overrides in their place).
 #[derive(Debug, PartialEq)]
 struct TenantRules {
+    /// Its weight in the fair shares of a lane.
+    weight: u32,
     policies: BTreeMap<String, Arc<Policy>>,
     caps: Vec<Arc<Cap>>,
 }
@@ -130,7 +132,15 @@ impl Rules {
                     .into_iter()
                     .map(|p| (p.name.clone(), Arc::new(p)))
                     .collect();
-                (t.clone(), TenantRules { policies, caps })
+                let weight = settings.tenants[t].weight;
+                (
+                    t.clone(),
+                    TenantRules {
+                        weight,
+                        policies,
+                        caps,
+                    },
+                )
             })
             .collect();
         let every_cap = caps.iter().chain(tenants.values().flat_map(|t| &t.caps));
@@ -248,6 +258,14 @@ impl Rules {
             .get(category)
             .or_else(|| self.policies.get("default"))
             .expect("a default policy is required by validation")
+    }
+
+    /// The weight of `tenant` in the fair shares of a lane (1 for a tenant not
+    /// configured, and for the jobs without a tenant).
+    pub fn tenant_weight(&self, tenant: Option<&str>) -> u32 {
+        tenant
+            .and_then(|t| self.tenants.get(t))
+            .map_or(1, |t| t.weight.max(1))
     }
 
     /// The policy a job of `category` and `tenant` meets: the category's (an unknown

@@ -27,7 +27,7 @@ pub use dead_letter_info::{DeadLetterInfo, Selection};
 pub use dead_letters::{DeadLetters, WalkAction, WalkReport};
 pub use digests::{DigestInfo, Digests, Flushed, OpenDigest};
 pub use jobs::{Cancelled, JobStatus, Jobs};
-pub use queues::{queue_stats, QueueStat};
+pub use queues::{queue_stats, tenants_waiting, QueueStat, TenantsWaiting};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};
 pub use suppressions::SuppressionInfo;
 

@@ -430,7 +430,12 @@ fn print_job(s: &JobStatus, notes: bool) {
 
 async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
-    let stats = admin::queue_stats(&conn, &Topology::from_settings(settings)).await?;
+    let topology = Topology::from_settings(settings);
+    let mut stats = admin::queue_stats(&conn, &topology).await?;
+    if !topology.laned.is_empty() {
+        let store = store(settings).await?;
+        admin::tenants_waiting(&conn, &store, &topology, &mut stats).await?;
+    }
     let _ = conn.close(200, "bye".into()).await;
     if json {
         print_json(&stats)?;
@@ -455,6 +460,14 @@ async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             num(q.consumers),
             if q.exists { "" } else { "  (missing)" }
         );
+        if let Some(t) = q.tenants.as_ref().filter(|t| t.waiting > 0) {
+            let top: Vec<String> = t.top.iter().map(|(n, c)| format!("{n} {c}")).collect();
+            println!(
+                "  tenants waiting: {} (most: {})",
+                t.waiting,
+                top.join(", ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

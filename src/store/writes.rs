@@ -1,7 +1,6 @@
 //! What follows a decision: commits and notes in one pipeline, releases, collapse
 //! keys, and whether admissions check suppressions.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -85,7 +84,7 @@ impl QuotaStore {
 
     /// Whether admissions check suppressions (some recipient may be suppressed).
     pub fn checks_suppressions(&self) -> bool {
-        self.suppressions.load(Ordering::Relaxed)
+        self.admission.checks_suppressions()
     }
 
     /// Whether admissions check preferences (some recipient may have a set).
@@ -102,7 +101,7 @@ impl QuotaStore {
     /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
     /// or this worker just wrote it) or stop checking.
     pub fn check_suppressions(&self, on: bool) {
-        self.suppressions.store(on, Ordering::Relaxed);
+        self.admission.check_suppressions(on);
     }
 
     /// How long notes, cancel marks and collapse keys are kept.
