@@ -69,6 +69,9 @@ pub const SUPPRESSIONS_TOTAL: &str = "quota_worker_suppressions_total";
 /// Counter: jobs the recipients' preferences stopped or held, by `outcome`
 /// (`opted_out`, `quiet_hours`).
 pub const PREFERENCE_TOTAL: &str = "quota_worker_preference_total";
+/// Counter: jobs a limit or quota refused (each waits, or is dead when its policy
+/// drops an exceeded quota), by `limit` (its name; never by tenant or sender).
+pub const LIMITED_TOTAL: &str = "quota_worker_limited_total";
 /// Counter: jobs that moved on to their next channel, by `policy`, `from`, `to`
 /// and `cause` (`capped`, `opted_out`, `suppressed`, `failed`, `unanswered`).
 pub const FALLBACK_TOTAL: &str = "quota_worker_fallback_total";
@@ -262,6 +265,8 @@ const DESCRIBED: &[Described] = &[
         "Recipients suppressed on a channel, by kind (bounced, complained, unsubscribed)"),
     Described::new(Counter, PREFERENCE_TOTAL,
         "Jobs the recipients' preferences stopped or held, by outcome (opted_out, quiet_hours)"),
+    Described::new(Counter, LIMITED_TOTAL,
+        "Jobs a limit or quota refused, by limit (its name; never per tenant or sender)"),
     Described::new(Counter, FALLBACK_TOTAL,
         "Jobs that moved on to their next channel, by policy, from, to and cause (capped, opted_out, suppressed, failed, unanswered)"),
     Described::new(Counter, PREFERENCE_REQUESTS_TOTAL,

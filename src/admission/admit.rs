@@ -185,6 +185,21 @@ impl QuotaStore {
             .or_else(|| rules.channel(req.channel).map(|c| c.cost))
             .unwrap_or(1);
         let now = self.redis_now();
+        let zone = rules.tenant_zone(req.tenant);
+        // a limit warming up meets a daily count as well, as a quota does
+        let warming = limits.iter().filter_map(|(l, bucket)| {
+            let q = l.warmup.as_ref()?.today(window::local_date(zone, now))?;
+            let (start, end) = q.period(zone, now);
+            let key = self.keys.warmup(&l.name, *bucket, start.timestamp_millis());
+            let args = LimitArgs {
+                key,
+                interval_us: 0,
+                burst: u64::from(q.limit),
+                cost: end.timestamp_millis().max(0) as u64,
+            };
+            Some((l.clone(), args))
+        });
+        let warming: Vec<_> = warming.collect();
         limits
             .into_iter()
             .map(|(l, bucket)| {
@@ -215,6 +230,7 @@ impl QuotaStore {
                 };
                 (l, args)
             })
+            .chain(warming)
             .collect()
     }
 

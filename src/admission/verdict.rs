@@ -47,11 +47,15 @@ pub(super) fn cost_never_admitted(
             ),
         });
     }
-    let (limit, args) = a
-        .limited
-        .iter()
-        .zip(&a.limits)
-        .find(|(l, args)| !l.admits_cost(args.cost))?;
+    let (limit, args) =
+        a.limited
+            .iter()
+            .zip(&a.limits)
+            .find(|(l, args)| match args.interval_us {
+                // a counter (a quota, or a limit's warm-up day): never only at 0
+                0 => args.burst == 0,
+                _ => !l.admits_cost(args.cost),
+            })?;
     Some(Admission::Limited {
         quota: limit.quota.is_some(),
         retry_at: None,
@@ -166,10 +170,14 @@ fn limited_until(
     which: usize,
 ) -> Result<Admission, Verdict> {
     match limited.get(which) {
-        Some(limit) => Ok(Admission::Limited {
-            quota: limit.quota.is_some(),
-            retry_at: Some(window::from_millis(at)),
-            limit: limit.to_string(),
+        Some(limit) => Ok({
+            metrics::counter!(crate::metrics::LIMITED_TOTAL, "limit" => limit.name.clone())
+                .increment(1);
+            Admission::Limited {
+                quota: limit.quota.is_some(),
+                retry_at: Some(window::from_millis(at)),
+                limit: limit.to_string(),
+            }
         }),
         None => Err(Verdict::Limited(now, at, which)),
     }

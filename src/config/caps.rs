@@ -176,6 +176,7 @@ pub(super) fn quotas(name: &str, c: &CapSettings) -> Vec<Limit> {
                 limit: r.limit,
                 window: r.window,
             }),
+            warmup: None,
         })
         .collect()
 }

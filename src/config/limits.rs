@@ -11,7 +11,7 @@ use super::channels::gcra;
 use super::error::{invalid, ConfigError};
 use super::text::Dur;
 use super::ChannelSettings;
-use crate::quota::limits::{Limit, Per};
+use crate::quota::limits::{Limit, Per, Warmup};
 
 /// A limit as written in the file (`[limits.NAME]`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -31,6 +31,31 @@ pub struct LimitSettings {
     /// `all` (the default: one bucket), `tenant` or `sender` (one bucket each).
     #[serde(default)]
     pub per: Per,
+    /// A warm-up schedule: `{ start = "YYYY-MM-DD", daily = [50, 100, 500] }`:
+    /// from `start` on, each bucket admits at most that many jobs a calendar day,
+    /// day by day (in the tenant's zone), besides its rate; past the last day its
+    /// rate alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<WarmupSettings>,
+}
+
+/// A limit's warm-up schedule as written (`limits.NAME.warmup`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmupSettings {
+    /// Its first day, `YYYY-MM-DD`.
+    pub start: String,
+    /// Jobs per calendar day, day by day (each at least 1).
+    pub daily: Vec<u32>,
+}
+
+impl WarmupSettings {
+    fn build(&self) -> Option<Warmup> {
+        Some(Warmup {
+            start: self.start.parse().ok()?,
+            daily: self.daily.clone(),
+        })
+    }
 }
 
 /// Check every limit: a plain name, a possible rate, configured channels, a burst
@@ -61,6 +86,20 @@ pub(super) fn validate(
             ));
         }
         let rate = gcra(&path, l.rate, l.period, l.burst, 1)?;
+        if let Some(w) = &l.warmup {
+            if w.start.parse::<chrono::NaiveDate>().is_err() {
+                return Err(invalid(
+                    format!("{path}.warmup.start"),
+                    format!("`{}` is not a date (YYYY-MM-DD)", w.start),
+                ));
+            }
+            if w.daily.is_empty() || w.daily.contains(&0) {
+                return Err(invalid(
+                    format!("{path}.warmup.daily"),
+                    "the jobs of each day, at least 1 each, e.g. [50, 100, 500, 1000, 5000]",
+                ));
+            }
+        }
         for c in l.matches.channels.iter().flatten() {
             if !channels.contains_key(c) {
                 return Err(invalid(
@@ -97,6 +136,7 @@ pub(super) fn build(name: &str, l: &LimitSettings) -> Option<Limit> {
         categories: l.matches.categories.clone(),
         tenants: l.matches.tenants.clone(),
         quota: None,
+        warmup: l.warmup.as_ref().and_then(WarmupSettings::build),
     })
 }
 

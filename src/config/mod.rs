@@ -58,7 +58,7 @@ pub use fallback::FallbackSettings;
 pub use feedback::{FeedbackSettings, SuppressionSettings};
 pub use http::{HttpSettings, ADMIN_TOKEN_NAME};
 pub use lanes::{LanePrefetch, LaneSettings};
-pub use limits::LimitSettings;
+pub use limits::{LimitSettings, WarmupSettings};
 pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};

@@ -301,6 +301,13 @@ impl Keys {
         format!("{}:quota:{name}:{window}{rest}:{start_ms}", self.prefix)
     }
 
+    /// A limit's warm-up count of one day: `prefix:warmup:NAME[:KIND:HASH]:START`.
+    pub fn warmup(&self, name: &str, bucket: (&str, &str), start_ms: i64) -> String {
+        let limit = self.limit(name, bucket);
+        let rest = &limit[self.prefix.len() + ":limit:".len() + name.len()..];
+        format!("{}:warmup:{name}{rest}:{start_ms}", self.prefix)
+    }
+
     /// The throttle state (strikes) of a limit's bucket `bucket` (its key).
     pub fn limit_throttle(&self, bucket: &str) -> String {
         format!("{bucket}:throttle")

@@ -57,6 +57,32 @@ pub struct Limit {
     /// count per calendar day or month (then `rate` is unused); `None` for a
     /// limit.
     pub quota: Option<Quota>,
+    /// Its warm-up schedule, if any (a limit's, never a quota's).
+    pub warmup: Option<Warmup>,
+}
+
+/// A warm-up schedule: from `start` (a local date), day `i` admits at most
+/// `daily[i]` jobs of each bucket, besides the limit's rate; before `start` the
+/// first day's count holds, and past the last day the limit's own rate alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warmup {
+    /// Its first day.
+    pub start: chrono::NaiveDate,
+    /// Jobs per calendar day, day by day.
+    pub daily: Vec<u32>,
+}
+
+impl Warmup {
+    /// Today's count (`today`: the local date), as a daily quota; `None` past
+    /// the schedule's end.
+    pub fn today(&self, today: chrono::NaiveDate) -> Option<Quota> {
+        let day = today.signed_duration_since(self.start).num_days().max(0);
+        let limit = *self.daily.get(usize::try_from(day).ok()?)?;
+        Some(Quota {
+            limit,
+            window: Window::CalendarDays(1),
+        })
+    }
 }
 
 /// A quota's rule: at most `limit` jobs per calendar `window` (`1d` or `1mo`) in
@@ -184,6 +210,7 @@ mod tests {
             categories: None,
             tenants,
             quota: None,
+            warmup: None,
         }
     }
 
@@ -218,6 +245,21 @@ mod tests {
             tenants.bucket(&subject("sms", Some("acme"), None)),
             Some(("t", "acme"))
         );
+    }
+
+    #[test]
+    fn a_warmup_grows_by_day_and_ends() {
+        let d = |day: u32| chrono::NaiveDate::from_ymd_opt(2026, 3, day).unwrap();
+        let w = Warmup {
+            start: d(10),
+            daily: vec![50, 100, 500],
+        };
+        let limit_on = |day| w.today(d(day)).map(|q| q.limit);
+        assert_eq!(limit_on(1), Some(50), "before its start: its first day");
+        assert_eq!(limit_on(10), Some(50));
+        assert_eq!(limit_on(11), Some(100));
+        assert_eq!(limit_on(12), Some(500));
+        assert_eq!(limit_on(13), None, "past its end: the limit's own rate");
     }
 
     #[test]

@@ -23,6 +23,7 @@ fn limit(rate: u64, period_s: u64, burst: u64, per: Per) -> LimitSettings {
         burst: Some(burst),
         matches: MatchSettings::default(),
         per,
+        warmup: None,
     }
 }
 
@@ -726,4 +727,210 @@ async fn admin_limits_shows_each_limit_and_a_keys_state_on_request() {
     let fresh = limits(&e, &other).await.unwrap();
     assert_eq!(fresh[1].available, Some(3));
     assert_eq!(fresh[1].full_at, None);
+}
+
+/// A warm-up schedule: each sender's bucket admits day i's count at most (the
+/// first day's from its start), besides its rate; past the schedule's end the
+/// limit's own rate alone.
+#[tokio::test]
+async fn a_warmup_holds_each_sender_to_its_days_count_until_it_ends() {
+    use quota_worker::config::WarmupSettings;
+    let ns = unique("limits-warmup");
+    let _g = RedisGuard(ns.clone());
+    let today = Utc::now().date_naive();
+    let mut warming = limit(100, 1, 100, Per::Sender);
+    warming.warmup = Some(WarmupSettings {
+        start: today.to_string(),
+        daily: vec![2, 5],
+    });
+    let mut warmed = limit(100, 1, 100, Per::Sender);
+    warmed.matches.tenants = Some(vec!["old".into()]);
+    warmed.warmup = Some(WarmupSettings {
+        start: (today - chrono::Days::new(10)).to_string(),
+        daily: vec![1],
+    });
+    warming.matches.tenants = Some(vec!["new".into()]);
+    let s = limited(&ns, &[("new_ip", warming), ("old_ip", warmed)]);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let of = |id: &'static str, tenant: &'static str, sender: &'static str| Request {
+        tenant: Some(tenant),
+        ..req(id, id, sender, None)
+    };
+    for id in ["a1", "a2"] {
+        let a = e.admit(&of(id, "new", "ip1")).await.unwrap();
+        assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+    }
+    let held = e.admit(&of("a3", "new", "ip1")).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+        quota: false,
+    } = held
+    else {
+        panic!("{held:?}")
+    };
+    assert!(limit.contains("new_ip"), "{limit}");
+    let tz = s.worker.default_timezone;
+    assert_eq!(
+        until,
+        quota_worker::quota::window::next_day_start(tz, Utc::now())
+    );
+    // another sender has its own day
+    let other = e.admit(&of("b1", "new", "ip2")).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // past its schedule, the limit's rate alone: more than its last day's 1
+    for id in ["c1", "c2", "c3"] {
+        let a = e.admit(&of(id, "old", "ip3")).await.unwrap();
+        assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+    }
+    let err =
+        load_error("[limits.w]\nrate = 1\nburst = 1\nwarmup = { start = \"soon\", daily = [1] }\n");
+    assert!(err.contains("`limits.w.warmup.start`"), "{err}");
+    let err = load_error(
+        "[limits.w]\nrate = 1\nburst = 1\nwarmup = { start = \"2026-01-01\", daily = [] }\n",
+    );
+    assert!(err.contains("`limits.w.warmup.daily`"), "{err}");
+}
+
+/// `n` admissions of distinct recipients (tenant `t`, sender by `i % senders`),
+/// 256 in flight: admissions per second.
+async fn admissions_per_second(
+    e: &std::sync::Arc<QuotaStore>,
+    tag: &str,
+    n: usize,
+    senders: usize,
+) -> f64 {
+    use futures_util::StreamExt;
+    let started = std::time::Instant::now();
+    futures_util::stream::iter(0..n)
+        .map(|i| {
+            let e = e.clone();
+            let (id, who, sender) = (
+                format!("{tag}{i}"),
+                format!("{tag}-r{i}"),
+                format!("s{}", i % senders),
+            );
+            async move {
+                let r = Request {
+                    tenant: Some("t"),
+                    ..req(&id, &who, &sender, None)
+                };
+                let a = e.admit(&r).await.unwrap();
+                assert!(matches!(a, Admission::Admitted(_)), "{a:?}");
+            }
+        })
+        .buffer_unordered(256)
+        .collect::<Vec<()>>()
+        .await;
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Figures for BENCHMARKS.md (not a check: run with `--run-ignored only
+/// --no-capture`): admissions per second with three matching limits, and with
+/// three limits that match nothing, against none (8 alternated rounds); Redis
+/// memory per sender's bucket over 100,000 senders, and that idle buckets expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md"]
+async fn cost_of_limits_measured() {
+    let ns = unique("limits-cost-bench");
+    let _g = RedisGuard(ns.clone());
+    let fast = |per| limit(1_000_000, 1, 1_000_000, per);
+    let none = limited(&ns, &[]);
+    let three = limited(
+        &ns,
+        &[
+            ("a", fast(Per::All)),
+            ("t", fast(Per::Tenant)),
+            ("s", fast(Per::Sender)),
+        ],
+    );
+    let mut elsewhere = three.clone();
+    for l in elsewhere.limits.values_mut() {
+        l.matches.channels = Some(vec!["email".into()]);
+    }
+    let stores = [
+        std::sync::Arc::new(QuotaStore::connect(&none).await.unwrap()),
+        std::sync::Arc::new(QuotaStore::connect(&three).await.unwrap()),
+        std::sync::Arc::new(QuotaStore::connect(&elsewhere).await.unwrap()),
+    ];
+    let n = 4_000;
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for round in 0..8 {
+        for (k, e) in stores.iter().enumerate() {
+            let rate = admissions_per_second(e, &format!("x{round}-{k}-"), n, 1_000).await;
+            rates[k].push(rate);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        (v[3] + v[4]) / 2.0
+    };
+    let [mut a, mut b, mut c] = rates;
+    let (a, b, c) = (median(&mut a), median(&mut b), median(&mut c));
+    println!("admissions/s (median of 8 alternated rounds of {n}): none {a:.0}, three matching limits {b:.0} ({:.2}), three limits matching nothing {c:.0} ({:.2})", b / a, c / a);
+
+    // 100,000 senders, one bucket each (a limit of 1 per 30 s per sender: each
+    // bucket lives 30 s after its take)
+    let per_sender = limited(&ns, &[("one_per_second", limit(1, 30, 1, Per::Sender))]);
+    let e = std::sync::Arc::new(QuotaStore::connect(&per_sender).await.unwrap());
+    let mut r = redis_sync();
+    let used = |r: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("memory").query(r).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let senders = 100_000;
+    let before = used(&mut r);
+    let first_take = std::time::Instant::now();
+    admissions_per_second(&e, "m", senders, senders).await;
+    let last_take = std::time::Instant::now();
+    println!("100,000 senders admitted in {:?}", first_take.elapsed());
+    let after = used(&mut r);
+    let keys = per_sender.redis.keys();
+    let mut sample = Vec::new();
+    for i in (0..senders).step_by(1_000) {
+        let key = keys.limit("one_per_second", ("s", &format!("s{i}")));
+        let bytes: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .query(&mut r)
+            .unwrap();
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut r).unwrap();
+        assert!(
+            ttl > 0 && ttl <= 30_000,
+            "an idle bucket expires once full again: {ttl}"
+        );
+        sample.push(bytes);
+    }
+    let per_key = sample.iter().sum::<i64>() as f64 / sample.len() as f64;
+    println!(
+        "100,000 senders: MEMORY USAGE {per_key:.0} bytes per bucket key; used_memory grew {:.0} bytes per sender (recipients' keys included, other tenants' load on this Redis too)",
+        (after - before) as f64 / senders as f64
+    );
+    let idle = Duration::from_millis(30_100);
+    tokio::time::sleep(idle.saturating_sub(last_take.elapsed())).await;
+    let pattern = format!("{}:limit:one_per_second:*", per_sender.redis.key_prefix);
+    let mut left = 0usize;
+    let mut cursor = 0u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query(&mut r)
+            .unwrap();
+        left += found.len();
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    println!("30.1 s after the last take: {left} of {senders} bucket keys left");
+    assert_eq!(left, 0);
 }
