@@ -3,7 +3,8 @@
 //! recipient's recorded sends ([`recipients`]) and suppressions ([`suppressions`]), and one job by its id: where it is,
 //! why, and cancelling it ([`jobs`]); digests shown and flushed ([`digests`]); a
 //! recipient's own preferences ([`preferences`]) and every stored set exported and
-//! imported as JSON lines ([`preference_files`]). Returns data; the binary prints it.
+//! imported as JSON lines ([`preference_files`]); every limit and quota with its
+//! buckets' state ([`limits`]). Returns data; the binary prints it.
 
 pub mod dead_action;
 pub mod dead_index;
@@ -13,6 +14,7 @@ pub mod dead_log;
 pub mod dead_select;
 pub mod digests;
 pub(crate) mod jobs;
+pub mod limits;
 pub mod preferences;
 pub(crate) mod queues;
 pub mod recipients;

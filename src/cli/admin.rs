@@ -62,6 +62,19 @@ pub enum AdminCommand {
         #[arg(long = "as", value_name = "NAME")]
         holder: Option<String>,
     },
+    /// Every limit and quota with its state: the bucket of a limit counted for all,
+    /// a tenant's or sender's bucket when asked for, else how many are in use.
+    Limits {
+        /// Show this tenant's bucket of the limits and quotas counted per tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Show this sender's bucket of the limits and quotas counted per sender.
+        #[arg(long)]
+        sender: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
     /// decide the jobs it holds again (of policies with rules or not required;
     /// deletes the pause mark in Redis;
@@ -173,7 +186,47 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Digest(args) => super::digest::digest(settings, args).await,
         AdminCommand::Reload { addr, holder } => reload(settings, addr, holder.as_deref()).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
+        AdminCommand::Limits {
+            tenant,
+            sender,
+            json,
+        } => limits(settings, admin::limits::LimitQuery { tenant, sender }, json).await,
     }
+}
+
+/// `admin limits`: a row per limit and quota.
+async fn limits(
+    settings: &Settings,
+    q: admin::limits::LimitQuery,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let store = store(settings).await?;
+    let rows = admin::limits::limits(&store, &q).await?;
+    if json {
+        print_json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("no limits or quotas are configured");
+    }
+    for r in rows {
+        let state = match (&r.bucket, r.available, r.in_use) {
+            (Some(b), Some(a), _) => {
+                let mut s = format!("{b}: {a} of {} available now", r.capacity);
+                if let Some(at) = &r.full_at {
+                    s.push_str(&format!(", full again at {at}"));
+                }
+                if let Some(p) = &r.paused_until {
+                    s.push_str(&format!(", throttled until {p}"));
+                }
+                s
+            }
+            (_, _, Some(n)) => format!("{n} buckets in use (--{} to see one)", r.per),
+            _ => String::new(),
+        };
+        println!("{}  {}", r.rule, state);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The admin token `admin reload` sends: the one named `holder`; without a name,

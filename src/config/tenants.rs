@@ -32,6 +32,11 @@ pub struct TenantSettings {
     /// each must name a cap of `[caps]`.
     #[serde(default)]
     pub caps: BTreeMap<String, CapSettings>,
+    /// The IANA zone of the tenant's calendar: the days and months its quotas
+    /// (caps with `scope = "tenant"` or `"sender"`) count in; unset:
+    /// `worker.default_timezone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
 }
 
 /// The largest `weight`.
@@ -47,6 +52,7 @@ impl Default for TenantSettings {
             weight: 1,
             policies: BTreeMap::new(),
             caps: BTreeMap::new(),
+            timezone: None,
         }
     }
 }
@@ -107,6 +113,22 @@ pub(super) fn validate(
                 ));
             }
             caps::validate_one(&path, name, cap, channels)?;
+            let quota = |c: &CapSettings| c.scope.quota().is_some();
+            if quota(cap) || shared_caps.get(name).is_some_and(quota) {
+                return Err(invalid(
+                    path,
+                    "a cap with scope `tenant` or `sender` is not overridden per tenant: \
+                     write one that matches the tenant (`match = { tenants = [...] }`)",
+                ));
+            }
+        }
+        if let Some(zone) = &t.timezone {
+            if zone.parse::<chrono_tz::Tz>().is_err() {
+                return Err(invalid(
+                    format!("tenants.{tenant}.timezone"),
+                    format!("`{zone}` is not an IANA time zone"),
+                ));
+            }
         }
     }
     Ok(())

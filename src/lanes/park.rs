@@ -16,11 +16,12 @@ use crate::job::{headers, Outcome};
 /// Publish the delivery to `queue`, its lane's queue or its tenant's queue of its
 /// lane (confirmed); the caller acks it. `asked`: whether the job asked the rate
 /// first (else it was parked behind this worker's lane jobs without asking).
-/// `now`: Redis time, noted in its headers.
+/// `now`: Redis time, noted in its headers, with `first_seen`, when a worker first
+/// saw it.
 pub(crate) async fn to_lane(
     publisher: &Publisher,
     queue: &str,
-    now: DateTime<Utc>,
+    (now, first_seen): (DateTime<Utc>, DateTime<Utc>),
     (delivery, job): (&Delivery, &Job<'_>),
     (lane, asked): (Priority, bool),
 ) -> Result<Outcome, PublishError> {
@@ -32,6 +33,7 @@ pub(crate) async fn to_lane(
         .with_headers(headers::parked_headers(
             delivery.properties.headers().as_ref(),
             now,
+            first_seen,
         ));
     crate::telemetry::parked(lane.as_str());
     let (props, sending) = crate::telemetry::send("", &queue, Some(&job.id), props);

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
+
 use lapin::message::Delivery;
 
 use super::error::ProcessError;
@@ -71,11 +73,11 @@ impl Worker {
     pub(crate) async fn park(
         &self,
         s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
+        (delivery, job): (&Delivery, &Job<'_>),
+        first_seen: DateTime<Utc>,
         lane: (Priority, bool),
     ) -> Result<Outcome, ProcessError> {
-        let now = self.store.redis_now();
+        let now = (self.store.redis_now(), first_seen);
         let Some(tenant) = job.tenant.as_deref() else {
             let queue = self.topology.lane_queue(&job.channel, lane.0);
             let parked = lanes::to_lane(&s.publisher, &queue, now, (delivery, job), lane);
