@@ -71,6 +71,28 @@ struct TenantRules {
     caps: Vec<Arc<Cap>>,
 }
 
+/// The rules of tenant `t`: its weight, its policies, and every cap with its
+/// overrides in their place.
+fn tenant_rules(settings: &Settings, t: &str, caps: &[Arc<Cap>]) -> TenantRules {
+    let (own_policies, own_caps) = settings.tenant_overrides(t);
+    let caps = caps
+        .iter()
+        .map(|c| match own_caps.iter().find(|o| o.name == c.name) {
+            Some(o) => Arc::new(o.clone()),
+            None => c.clone(),
+        })
+        .collect();
+    let policies = own_policies
+        .into_iter()
+        .map(|p| (p.name.clone(), Arc::new(p)))
+        .collect();
+    TenantRules {
+        weight: settings.tenants[t].weight,
+        policies,
+        caps,
+    }
+}
+
 /// A cap that a job meets, and whether it may hold the job (`enforce`) or only
 /// counts it (the policy's `caps = "count"`, or a shadow cap).
 pub type Layer<'a> = (&'a Arc<Cap>, bool);
@@ -119,29 +141,7 @@ impl Rules {
         let tenants: BTreeMap<String, TenantRules> = settings
             .tenants
             .keys()
-            .map(|t| {
-                let (own_policies, own_caps) = settings.tenant_overrides(t);
-                let caps = caps
-                    .iter()
-                    .map(|c| match own_caps.iter().find(|o| o.name == c.name) {
-                        Some(o) => Arc::new(o.clone()),
-                        None => c.clone(),
-                    })
-                    .collect();
-                let policies = own_policies
-                    .into_iter()
-                    .map(|p| (p.name.clone(), Arc::new(p)))
-                    .collect();
-                let weight = settings.tenants[t].weight;
-                (
-                    t.clone(),
-                    TenantRules {
-                        weight,
-                        policies,
-                        caps,
-                    },
-                )
-            })
+            .map(|t| (t.clone(), tenant_rules(settings, t, &caps)))
             .collect();
         let every_cap = caps.iter().chain(tenants.values().flat_map(|t| &t.caps));
         let cap_causes = every_cap.flat_map(|c| {

@@ -191,7 +191,7 @@ pub struct Report {
     /// The campaign step: every pass of every round, in run order.
     pub campaign: Vec<CampaignRun>,
     /// The tenants step: one worker, then three.
-    pub tenants: Vec<crate::tenants::TenantsRun>,
+    pub tenants: Vec<TenantsRun>,
     /// The campaign step's medians over its rounds, by pass and workers.
     pub campaign_summary: Vec<CampaignSummary>,
 }
@@ -587,4 +587,31 @@ pub struct StepDeadline {
     /// p50 and p99.
     pub from_arrival_p50_ms: f64,
     pub from_arrival_p99_ms: f64,
+}
+
+/// The tenants step's pass (`tenants.rs`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TenantsRun {
+    /// Worker processes.
+    pub workers: usize,
+    /// `a`'s jobs.
+    pub a_jobs: usize,
+    /// The channel's rate, jobs a second.
+    pub rate: u64,
+    /// Seconds `a` took to publish its jobs, and until they were parked.
+    pub a_publish_secs: f64,
+    pub a_parked_secs: f64,
+    /// Dispatches in the window, and each tenant's share of them (a, b, c).
+    pub window_dispatches: usize,
+    pub shares: [f64; 3],
+    /// Each share over its weight's (1:1:2), less 1.
+    pub share_errors: [f64; 3],
+    /// `b` and `c`: seconds from their publish to their first and last dispatch,
+    /// and what their shares promise for the last.
+    pub b_first_secs: f64,
+    pub c_first_secs: f64,
+    pub b_done_secs: f64,
+    pub c_done_secs: f64,
+    pub b_promised_secs: f64,
+    pub c_promised_secs: f64,
 }

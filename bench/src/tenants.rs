@@ -23,11 +23,11 @@ use lapin::types::FieldTable;
 use quota_worker::amqp::Topology;
 use quota_worker::config::Settings;
 use quota_worker::lanes::Priority;
-use serde::Serialize;
 
 use crate::broker::{closed, connect, preload};
 use crate::context::{header, Bench};
 use crate::procs::{spawn_worker_configured, stop, wait_ready};
+use crate::report::TenantsRun;
 
 /// Jobs of each of `b` and `c`.
 const SMALL: usize = 2_000;
@@ -35,33 +35,6 @@ const SMALL: usize = 2_000;
 const WINDOW: Duration = Duration::from_secs(60);
 /// The longest a pass may take.
 const LIMIT: Duration = Duration::from_secs(900);
-
-/// One pass of the step.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct TenantsRun {
-    /// Worker processes.
-    pub workers: usize,
-    /// `a`'s jobs.
-    pub a_jobs: usize,
-    /// The channel's rate, jobs a second.
-    pub rate: u64,
-    /// Seconds `a` took to publish its jobs, and until they were parked.
-    pub a_publish_secs: f64,
-    pub a_parked_secs: f64,
-    /// Dispatches in the window, and each tenant's share of them (a, b, c).
-    pub window_dispatches: usize,
-    pub shares: [f64; 3],
-    /// Each share over its weight's (1:1:2), less 1.
-    pub share_errors: [f64; 3],
-    /// `b` and `c`: seconds from their publish to their first and last dispatch,
-    /// and what their shares promise for the last.
-    pub b_first_secs: f64,
-    pub c_first_secs: f64,
-    pub b_done_secs: f64,
-    pub c_done_secs: f64,
-    pub b_promised_secs: f64,
-    pub c_promised_secs: f64,
-}
 
 /// Runs the step: one worker, then three.
 pub async fn step(b: &Bench, out: &mut Vec<TenantsRun>) -> Result<()> {
