@@ -13,7 +13,9 @@
 --          value V of field F is in the sorted set `prefix:{dead}:v2:by:F:V`, scored
 --          as in the index. The sets are named here from the summaries, those of
 --          the entries dropped included, which the caller cannot know: they share
---          the index's hash tag, so on a cluster they are in its slot.
+--          the index's hash tag, so on a cluster they are in its slot. Beside them,
+--          the set `prefix:{dead}:v2:by:values:tenant` holds every tenant the index
+--          has an entry of (the console's tenant filter reads it).
 -- add:     ARGV[3] the bound: entries kept at most; ARGV[4] the log's offset
 --          after these entries (set in KEYS[3]; empty: left as it is); then for
 --          each entry three: the summary (a JSON array: when, id, reason, policy,
@@ -25,6 +27,7 @@
 -- the fields a filter names, by their place in a summary (Lua counts from 1)
 local FIELDS = { id = 2, reason = 3, policy = 4, channel = 5, recipient = 6, tenant = 8, print = 9 }
 local by = ARGV[2]
+local TENANTS = by .. 'values:tenant'
 
 -- the field sets that hold `summary`: one per field it has a value for
 local function sets_of(summary)
@@ -43,6 +46,10 @@ local function drop(summaries, first)
     redis.call('ZREM', KEYS[1], summary)
     redis.call('HDEL', KEYS[2], summary)
     for _, set in ipairs(sets_of(summary)) do redis.call('ZREM', set, summary) end
+    local tenant = cjson.decode(summary)[FIELDS.tenant]
+    if type(tenant) == 'string' and redis.call('EXISTS', by .. 'tenant:' .. tenant) == 0 then
+      redis.call('SREM', TENANTS, tenant)
+    end
   end
 end
 
@@ -56,6 +63,8 @@ for i = 5, #ARGV, 3 do
   redis.call('ZADD', KEYS[1], when, summary)
   redis.call('HSET', KEYS[2], summary, ARGV[i + 2])
   for _, set in ipairs(sets_of(summary)) do redis.call('ZADD', set, when, summary) end
+  local tenant = cjson.decode(summary)[FIELDS.tenant]
+  if type(tenant) == 'string' then redis.call('SADD', TENANTS, tenant) end
 end
 if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4]) end
 local bound = tonumber(ARGV[3])

@@ -1,12 +1,16 @@
 //! The operators' console: `/console` on `http.listen`, served by the worker
 //! itself, as server-rendered HTML (maud: escaped by default, no JavaScript).
-//! Five pages, each a file: the overview (what the status page shows, from the same
-//! [`crate::status::Report`]), a recipient (its layers, preferences, suppressions,
-//! waiting jobs and digests), a job (its note as a timeline), the dead letters (read
+//! Six pages, each a file: the overview (what the status page shows, from the same
+//! [`crate::status::Report`]), a recipient (its layers in each waiting job's zone,
+//! preferences, suppressions, waiting jobs and digests), a job (its note as a
+//! timeline), the waiting jobs and the recipients they hold (found by a bounded
+//! `SCAN`), the dead letters (read
 //! from their index in Redis, [`crate::admin::dead_index`], never from the queue,
 //! caught up when a page is read from the stream the broker copies every dead
-//! letter to, [`crate::admin::dead_log`]) and the policies. Every action calls the same library functions as the CLI and the
-//! REST API ([`crate::admin`]).
+//! letter to, [`crate::admin::dead_log`]) and the policies with the tenants'
+//! overrides. Every instant is written one way ([`layout::when`]: UTC, and the
+//! viewer's zone beside it, from the `qw_tz` cookie). Every action calls the same
+//! library functions as the CLI and the REST API ([`crate::admin`]).
 //!
 //! Access ([`session`], [`login`]): where `POST /reload` needs an admin token,
 //! every page does too: a login form, itself guarded against posts from elsewhere,
@@ -33,6 +37,7 @@ mod overview;
 mod policies;
 mod recipient;
 mod session;
+mod waiting;
 
 pub use login::LOGIN_COOKIE;
 pub use session::{Session, COOKIE};
@@ -101,6 +106,8 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console", get(overview::show))
         .route("/console/login", get(login::form).post(login::login))
         .route("/console/logout", post(session::logout))
+        .route("/console/zone", get(session::zone))
+        .route("/console/waiting", get(waiting::show))
         .route("/console/recipient", get(recipient::show))
         .route(
             "/console/recipient/preferences",

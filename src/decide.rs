@@ -13,9 +13,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-mod admission;
 mod paused;
-pub(crate) use admission::after_admission;
 pub(crate) use paused::paused;
 
 use crate::admission::{Admission, Ticket};
@@ -219,7 +217,7 @@ impl std::fmt::Display for DelayCause {
 /// What a cap's cause adds when quiet hours pushed its instant.
 const QUIET_TOO: &str = " and the recipient's quiet_hours";
 
-fn dead(reason: Reason, detail: String) -> Decision {
+pub(crate) fn dead(reason: Reason, detail: String) -> Decision {
     Decision::Dead(DeadLetter { reason, detail })
 }
 
@@ -331,7 +329,7 @@ const QUIET_STEPS: usize = 16;
 /// sent inside either). `true` when the quiet hours moved it. A cap that allows a
 /// send at `at` allows it later too, so this is also the first instant its caps,
 /// its send windows and the quiet hours all allow.
-fn open_and_not_quiet(
+pub(crate) fn open_and_not_quiet(
     job: &Job<'_>,
     cx: &Context<'_>,
     at: DateTime<Utc>,
@@ -353,7 +351,7 @@ fn open_and_not_quiet(
 /// Hold `job` until `until` for `cause`, unless it expires first or would wait
 /// longer than its policy's `max_wait` (a schedule the producer asked for is not
 /// bounded by it; nor is any wait by a shadow policy's, unless `as_enforced`).
-fn wait(
+pub(crate) fn wait(
     job: &Job<'_>,
     cx: &Context<'_>,
     until: DateTime<Utc>,
@@ -474,7 +472,7 @@ pub(crate) fn retry_refused_dispatch_at(attempt: u64, now: DateTime<Utc>) -> Dat
     now + Duration::seconds(5i64 << attempt.min(6)).min(Duration::minutes(5))
 }
 
-fn describe(rule: Option<Rule>) -> String {
+pub(crate) fn describe(rule: Option<Rule>) -> String {
     match rule {
         Some(r) => format!("at most {} per {}", r.limit, r.window),
         None => "no rule passes".into(),

@@ -8,8 +8,8 @@
 //!
 //! ```text
 //!  producers ─▶ notify.jobs ─▶ decode ─▶ triage ─▶ digest ─▶ admission ─▶ lanes ─▶ fallback ─┬─▶ dispatch  notify.dispatch.<channel>
-//!  (exchange)   (quorum)       job/      decide/   digest/   store/       lanes/   fallback/  ├─▶ delay     notify.delay.x<n> ─▶ notify.jobs
-//!                                                  (fold)    redis/admit/ (park)   (move on)  └─▶ dead      notify.dead (reason, detail)
+//!  (exchange)   (quorum)       job/      decide/   digest/   admission/   lanes/   fallback/  ├─▶ delay     notify.delay.x<n> ─▶ notify.jobs
+//!                                                  (fold)                 (park)   (move on)  └─▶ dead      notify.dead (reason, detail)
 //!  senders ─▶ notify.feedback ─▶ feedback/ ;  operators ─▶ admin/, console/, cli/
 //! ```
 //!
@@ -34,18 +34,18 @@
 //! 5. **Hold**: for a job with a `collapse_key`, whether a newer one replaced it
 //!    ([`redis::collapse`]); a `not_before` ahead, send windows closed now
 //!    ([`decide::hold`], [`quota::send_windows`]; pure).
-//! 6. **Admission** ([`store`], [`redis::admit`]): [`store::QuotaStore::admit`] asks
-//!    Redis (what it asks and answers: [`admission`]): the recipient's caps, its
+//! 6. **Admission** ([`admission`], one folder; its module doc reads in this order):
+//!    [`store::QuotaStore::admit`] asks Redis: the recipient's caps, its
 //!    policy's and those of every `[caps.NAME]` layer the job meets
-//!    ([`rules::Rules::layers`], [`quota::caps`]; the answer read as an admission by
-//!    `store/verdict.rs`, pure), the recipient's suppressions
+//!    ([`rules::Rules::layers`], [`quota::caps`]; the answer read by name in
+//!    [`admission::protocol`] and as an admission by [`admission::verdict`], pure), the recipient's suppressions
 //!    ([`quota::suppression`]) and preferences ([`preferences`]: opt-outs and quiet
-//!    hours, [`preferences::checks`]), all in the one call (`lua/admit/`, with the
+//!    hours, [`preferences::checks`]), all in the one call (the script in `src/admission/lua/`, with the
 //!    calendar bounds of [`quota::plan`] and the key names of [`quota::keys`],
 //!    keyed per tenant), and the channel's send rate ([`redis::rate`],
 //!    `lua/rate.lua`), each batched: the jobs that ask at the same moment share one
 //!    call (on a Redis Cluster, one call per node, grouped by [`redis::slots`]).
-//!    One clock: Redis `TIME`. [`decide::after_admission`] turns the answer into a
+//!    One clock: Redis `TIME`. [`admission::decision::after_admission`] turns the answer into a
 //!    [`decide::Decision`]: dispatch, delay until the exact instant every rule
 //!    passes and the send windows are open ([`quota::window`]: pure calendar
 //!    arithmetic; over several layers, the latest of each layer's instant), bounded
@@ -126,14 +126,14 @@
 //!
 //! | layer | modules | does I/O |
 //! |---|---|---|
-//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), [`admission`] (what an admission asks and answers), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`preferences::set`], [`preferences::lines`], [`digest::message`], [`fallback::spec`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
+//! | domain, pure | [`quota`] (calendar windows, send windows, plans, policies and rates, caps in layers, suppressions, key names), the admission's pure files ([`admission`], its face; [`admission::request`], what it asks and answers; [`admission::command`], the script's arguments; [`admission::protocol`], its answers by name), the rooms' pure files ([`lanes::share`], [`lanes::prefetch`], [`lanes::fair`], [`preferences::set`], [`preferences::lines`], [`digest::message`], [`fallback::spec`]), [`backoff`], [`counted`], [`tls`] | no (`tls` reads certificate files) |
 //! | configuration | [`config`]: builds the domain's values from the file and environment | reads files |
 //! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
-//! | decision, pure | [`decide`]: triage, hold, after the admission; which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
+//! | decision, pure | [`decide`]: triage, hold, a shadow policy's verdict; the admission's answer as a decision ([`admission::decision`]); which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters), [`telemetry`] (spans and their export) | exports spans |
-//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
-//! | quota store | [`store`]: admissions (with their layers), the rate, commits, releases, the clock | Redis |
-//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
+//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the admission's batched call ([`admission::batch`]) and the test that its script and protocol agree (`admission::protocol_tests`); the rooms' Redis sides the store keeps ([`lanes::slots`] with [`lanes::line`], [`digest::store`], [`preferences::checks`]) | Redis |
+//! | quota store | [`store`]: the connection, the rate, commits, releases, the clock; the admission's call ([`admission::admit`]), its caps in layers ([`admission::layers`]), quiet hours settled ([`admission::quiet`]), its answer read ([`admission::verdict`]) and its own state ([`admission::state`]) | Redis |
+//! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`lanes::tenants`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
 //! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
 //! | binary | `cli` (with `src/main.rs`: arguments, logging, what the commands print) | all |
 //!

@@ -1,16 +1,17 @@
 //! The quota store: the Redis side of every decision.
 //!
-//! [`QuotaStore::admit`] asks two scripts: `lua/admit/` (the recipient's caps, one
+//! [`QuotaStore::admit`] asks two scripts: `src/admission/lua/` (the recipient's caps, one
 //! sorted set per recipient and policy) and `lua/rate.lua` (the channel's GCRA send
 //! rate). When the channel is not pacing, both go out at once on the multiplexed
 //! connection, so the allow path costs one round trip; the dispatch is then
 //! confirmed with [`QuotaStore::commit`] (or undone with [`QuotaStore::release`]).
-//! Admissions that wait at the same moment share one `lua/admit/` call (module
-//! [`crate::redis::admit`]) on a single node.
+//! Admissions that wait at the same moment share one call (module
+//! [`crate::admission::batch`]) on a single node.
 //!
-//! Its files: `admit.rs` (an admission), `layers.rs` (caps in layers; pure),
-//! `quiet.rs` (a job quiet hours hold: its caps at their end), `pace.rs` (the
-//! channel's rate) and `writes.rs` (commits, notes, releases, collapse keys). Beside
+//! The admission itself (the call, its plans and caps in layers, quiet hours
+//! settled, the answer read) is the admission room's ([`crate::admission`]), which
+//! reaches the fields below. Its own files: `pace.rs` (the channel's rate) and
+//! `writes.rs` (commits, notes, releases, collapse keys). Beside
 //! the connection it keeps what the rooms the admission calls need of Redis: each
 //! channel's lanes ([`ChannelLanes`]), the digests' side ([`Digests`]) and what
 //! admissions check of preferences (`crate::preferences::checks`); their logic is
@@ -27,33 +28,27 @@
 //! whose clocks are a minute apart still agree on which day a send belongs to.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
+use crate::admission::batch::{Admitter, Caller};
+use crate::admission::state::AdmissionState;
 use crate::config::Settings;
 use crate::digest::store::Digests;
 use crate::lanes::slots::{Asker, ChannelLanes};
 use crate::preferences::checks::Checks;
-use crate::quota::caps::Cap;
 use crate::quota::keys::Keys;
-use crate::quota::plan::Plan;
 use crate::quota::policy::Policy;
 use crate::quota::window;
-use crate::redis::admit::{Admitter, Caller};
 use crate::redis::conn::count_call;
 use crate::redis::rate_batch::{RateBatcher, Taker};
 use crate::redis::{RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
-mod admit;
-mod layers;
 mod pace;
-mod quiet;
-mod verdict;
 mod writes;
 
 /// How many jobs of one channel wait for its send rate. While any do, a newly
@@ -61,60 +56,40 @@ mod writes;
 /// do not stampede Redis: the ones that wake together ask in one call.) With the
 /// channel's lanes in this worker (the lanes room's: [`ChannelLanes`]).
 #[derive(Debug)]
-struct Pacer {
-    waiting: AtomicUsize,
-    lanes: ChannelLanes,
+pub(crate) struct Pacer {
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) lanes: ChannelLanes,
 }
 
 /// The quota store. Cheap to share behind an `Arc`.
 pub struct QuotaStore {
-    conn: RedisConn,
-    keys: Keys,
+    pub(crate) conn: RedisConn,
+    pub(crate) keys: Keys,
     /// The rules in force, swapped whole by a reload.
-    rules: arc_swap::ArcSwap<Rules>,
+    pub(crate) rules: arc_swap::ArcSwap<Rules>,
     /// One per configured channel (the set of channels never changes while running).
-    pacers: HashMap<String, Pacer>,
+    pub(crate) pacers: HashMap<String, Pacer>,
     /// One per configured channel: its rate's takes, batched.
-    rates: HashMap<String, RateBatcher>,
-    lease_ms: i64,
+    pub(crate) rates: HashMap<String, RateBatcher>,
     /// The longest rate wait a job read from the jobs queue waits out here rather
     /// than being parked in its lane (`lanes.park_after`).
-    park_after: Duration,
+    pub(crate) park_after: Duration,
     /// The most jobs read from the jobs queue that wait in a paced channel's lane
     /// lines before the next one is parked: half the jobs queue's prefetch.
-    line_cap: usize,
+    pub(crate) line_cap: usize,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
-    record_ttl: Duration,
-    admitter: Admitter,
-    scripts: Scripts,
-    offset_ms: AtomicI64,
-    calls: Arc<AtomicU64>,
-    /// Reservations this store recorded for admissions that then failed (Redis went
-    /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
-    /// reserved_at ms. The retry of the same job takes its own reservation back
-    /// instead of waiting out the lease as if another worker held it.
-    orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
-    /// Whether some recipient may be suppressed (the key `prefix:suppressions`
-    /// exists, as last seen): only then do admissions check suppressions.
-    suppressions: AtomicBool,
+    pub(crate) record_ttl: Duration,
+    /// The admission's own state (the admission room's).
+    pub(crate) admission: AdmissionState,
+    pub(crate) scripts: Scripts,
+    pub(crate) offset_ms: AtomicI64,
+    pub(crate) calls: Arc<AtomicU64>,
     /// What admissions check of preferences (the preferences room's): whether
     /// some recipient may have a set, and what this worker knows of quiet hours.
-    preferences: Checks,
-    /// The last plan made per (policy, zone), with the local date it is for: a
-    /// plan depends only on the policy's rules, the zone and the local date, and
-    /// every job of a policy in a zone on one day shares it.
-    plans: std::sync::Mutex<PlanCache<Policy>>,
-    /// The same for the caps.
-    cap_plans: std::sync::Mutex<PlanCache<Cap>>,
+    pub(crate) preferences: Checks,
     /// The digests' side of Redis (the digests' room's).
-    digests: Digests,
+    pub(crate) digests: Digests,
 }
-
-/// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
-/// keeps alive: a tenant's override of a policy and the shared one have plans of
-/// their own; a reload's new policy makes new plans, and the old ones are dropped),
-/// then zone, each with the local date it is for.
-pub(crate) type PlanCache<T> = HashMap<usize, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -174,7 +149,7 @@ impl QuotaStore {
             settings.redis.wait_timeout.0.as_millis() as u64,
         ));
         let waiting = match wait {
-            Some(_) => conn.dedicated(crate::redis::admit::OUTSTANDING).await?,
+            Some(_) => conn.dedicated(crate::admission::batch::OUTSTANDING).await?,
             None => Vec::new(),
         };
         let keep = settings.redis.record_ttl.0;
@@ -198,19 +173,14 @@ impl QuotaStore {
             rates,
             rules,
             pacers,
-            lease_ms,
             park_after: settings.lanes.park_after.0,
             line_cap: (settings.amqp.prefetch as usize / 2).max(1),
             record_ttl: settings.redis.record_ttl.0,
-            admitter,
+            admission: AdmissionState::new(admitter, lease_ms),
             scripts,
             offset_ms: AtomicI64::new(0),
             calls,
-            orphans: Default::default(),
-            plans: Default::default(),
-            suppressions: AtomicBool::new(false),
             preferences: Checks::default(),
-            cap_plans: Default::default(),
             digests,
         };
         store.sync_clock().await?;
@@ -242,7 +212,7 @@ impl QuotaStore {
         self.calls.load(Ordering::Relaxed)
     }
 
-    fn count_call(&self) {
+    pub(crate) fn count_call(&self) {
         count_call(&self.calls);
     }
 
@@ -255,9 +225,7 @@ impl QuotaStore {
     /// ones they replace. The plans made for the replaced ones are dropped.
     pub(crate) fn set_rules(&self, rules: Rules) -> Arc<Rules> {
         let before = self.rules.swap(Arc::new(rules));
-        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let caps = self.cap_plans.lock();
-        caps.unwrap_or_else(|e| e.into_inner()).clear();
+        self.admission.forget_plans();
         before
     }
 
@@ -283,7 +251,7 @@ impl QuotaStore {
         Ok(())
     }
 
-    fn observe(&self, redis_now_ms: i64) {
+    pub(crate) fn observe(&self, redis_now_ms: i64) {
         self.offset_ms.store(
             redis_now_ms - Utc::now().timestamp_millis(),
             Ordering::Relaxed,
@@ -320,6 +288,10 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
+                schedules: crate::lanes::share::Priority::ALL.map(|p| {
+                    let schedule = keys.fair_schedule(c, p.as_str());
+                    (schedule.clone(), format!("{schedule}:seen"))
+                }),
                 calls: calls.clone(),
                 channel: c.clone(),
             };

@@ -1,4 +1,4 @@
-//! The engine step (`--steps engine`): `redis-benchmark` running `lua/admit/` by
+//! The engine step (`--steps engine`): `redis-benchmark` running `src/admission/lua/` by
 //! EVALSHA, then the engine's own admissions with 256 in flight, on the same Redis.
 //! Also the tools the rate and memory steps drive the engine with: a policy of one
 //! rule, an `sms` request, and many admissions in flight.
@@ -58,7 +58,7 @@ fn redis_benchmark(s: &Settings, n: usize) -> Result<f64> {
         &[
             &key,
             // lease, dedupe, no undeclared keys, one plan, no layers, suppression,
-            // preferences or limits section (the header of lua/admit/protocol.lua);
+            // preferences or limits section (the header of src/admission/lua/protocol.lua);
             // the plan: valid from 0 to 2^53, no calendar expiry, not shadow, one
             // rule (3 per rolling day); then the job: member, plan 1
             "120000",

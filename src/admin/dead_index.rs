@@ -29,10 +29,10 @@ use crate::quota::keys::Keys;
 use crate::redis::{RedisConn, StoreError};
 
 static SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_index.lua")));
+    LazyLock::new(|| redis::Script::new(crate::redis::scripts::DEAD_INDEX_LUA));
 
 static PAGE_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_page.lua")));
+    LazyLock::new(|| redis::Script::new(crate::redis::scripts::DEAD_PAGE_LUA));
 
 /// Summaries forgotten by one call of the script (a purge may select thousands).
 const FORGET_CHUNK: usize = 1000;
@@ -71,6 +71,11 @@ pub struct Entry {
     pub properties: Value,
     /// The body (JSON when it is JSON, else text; cut at 16 KiB).
     pub body: Value,
+    /// The body's bytes as received (cut at 16 KiB), base64: what the console
+    /// shows, neither re-serialised nor re-encoded (absent from entries written
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
 }
 
 /// What the summary says of an entry: enough to filter on (when, id, reason,
@@ -244,6 +249,23 @@ pub fn entry(props: &BasicProperties, body: &[u8], known: Known, now: DateTime<U
         print,
         properties: info.properties.unwrap_or(Value::Null),
         body: info.body.unwrap_or(Value::Null),
+        raw: Some(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            cut,
+        )),
+    }
+}
+
+impl Entry {
+    /// The body's bytes as received (cut at 16 KiB), when the entry kept them.
+    pub fn raw_body(&self) -> Option<Vec<u8>> {
+        let raw = self.raw.as_deref()?;
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, raw).ok()
+    }
+
+    /// Whether the body was cut at 16 KiB in the index.
+    pub fn body_cut_at() -> usize {
+        BODY_MAX
     }
 }
 
@@ -300,6 +322,18 @@ pub async fn record_many(
     }
     let mut conn = conn.clone();
     Ok(invocation.invoke_async(&mut conn).await?)
+}
+
+/// Every tenant the index holds an entry of, sorted (a set the script keeps
+/// with the index: one read of at most as many tenants as entries).
+pub async fn tenants(conn: &RedisConn, keys: &Keys) -> Result<Vec<String>, StoreError> {
+    let mut conn = conn.clone();
+    let mut found: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{}values:tenant", names(keys).by))
+        .query_async(&mut conn)
+        .await?;
+    found.sort();
+    Ok(found)
 }
 
 /// The lease of the catch-up under way ([`super::dead_log`]), in the index's slot.

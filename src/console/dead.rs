@@ -18,7 +18,7 @@ use maud::{html, Markup};
 
 use super::fields::Fields;
 use super::layout::Visitor;
-use super::layout::{self, csrf, query, search, section, table, when, Input};
+use super::layout::{self, choice, csrf, inputs, query, section, stacked, when, Input};
 use super::session::{Action, Ctx, Page};
 use super::Console;
 use crate::admin::dead_action::{self, Carried, Verb};
@@ -98,9 +98,48 @@ fn instant(text: &str) -> Option<DateTime<Utc>> {
     Some(day.and_hms_opt(0, 0, 0)?.and_utc())
 }
 
-/// The filter the fields name (the recipient's tag of its tenant), or what is
-/// wrong with it.
-fn filter(ctx: &Ctx, f: &Fields) -> Result<Filter, String> {
+/// The tenant `typed` names among the `known` ones: itself when known as typed,
+/// else the one known that differs from it in case only, else as typed.
+fn resolve_tenant(typed: &str, known: &[String]) -> String {
+    if known.iter().any(|k| k == typed) {
+        return typed.to_string();
+    }
+    let lower = typed.to_lowercase();
+    known
+        .iter()
+        .find(|k| k.to_lowercase() == lower)
+        .cloned()
+        .unwrap_or_else(|| typed.to_string())
+}
+
+/// The tenants a filter can name: those of the index's entries and those with a
+/// section of their own (`[tenants.NAME]`), sorted.
+async fn known_tenants(ctx: &Ctx) -> Vec<String> {
+    let conn = ctx.store.connection();
+    let mut known = dead_index::tenants(&conn, ctx.store.keys())
+        .await
+        .unwrap_or_default();
+    known.extend(ctx.settings.tenants.keys().cloned());
+    known.sort();
+    known.dedup();
+    known
+}
+
+/// The reasons a dead letter carries: the worker's, and the broker's for a job
+/// past its delivery limit.
+fn reasons() -> Vec<String> {
+    let mut all: Vec<String> = crate::job::Reason::ALL
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect();
+    all.push("delivery_limit".into());
+    all
+}
+
+/// The filter the fields name (the tenant as one of `tenants` whatever its case,
+/// the recipient's tag of that tenant), or what is wrong with it.
+fn filter(ctx: &Ctx, f: &Fields, tenants: &[String]) -> Result<Filter, String> {
+    let tenant = f.get("tenant").map(|t| resolve_tenant(t, tenants));
     let own = |k: &str| f.get(k).map(str::to_string);
     let time = |k: &str| match f.get(k) {
         None => Ok(None),
@@ -115,10 +154,10 @@ fn filter(ctx: &Ctx, f: &Fields) -> Result<Filter, String> {
         recipient_tag: f.get("recipient").map(|r| {
             ctx.store
                 .keys()
-                .for_tenant(f.get("tenant"))
+                .for_tenant(tenant.as_deref())
                 .recipient_tag(r)
         }),
-        tenant: own("tenant"),
+        tenant,
         id: own("id"),
         since: time("since")?,
         until: time("until")?,
@@ -132,36 +171,71 @@ fn pairs(f: &Fields) -> Vec<(&'static str, &str)> {
         .collect()
 }
 
-fn filter_form(f: &Fields) -> Markup {
-    let inputs = [
-        Input("reason", "Reason", false),
-        Input("policy", "Policy", false),
-        Input("channel", "Channel", false),
+/// The filter's form: reason, policy and channel as choices (the known reasons,
+/// the configured policies and channels), the tenant as text with the known ones
+/// offered, the rest as text.
+fn filter_form(settings: &crate::config::Settings, tenants: &[String], f: &Fields) -> Markup {
+    let policies: Vec<String> = settings.policies.keys().cloned().collect();
+    let channels: Vec<String> = settings.channels.keys().cloned().collect();
+    let text = [
         Input("recipient", "Recipient", false),
-        Input("tenant", "Tenant", false),
         Input("id", "Job id", false),
         Input("since", "Since (UTC)", false),
         Input("until", "Before (UTC)", false),
     ];
-    search("/console/dead", f, &inputs, "Filter")
+    html! {
+        form.search method="get" action="/console/dead" role="search" {
+            (choice("reason", "Reason", &reasons(), f.get("reason")))
+            (choice("policy", "Policy", &policies, f.get("policy")))
+            (choice("channel", "Channel", &channels, f.get("channel")))
+            div { label for="tenant" { "Tenant (any case)" }
+                input id="tenant" name="tenant" list="tenants" value=(f.get("tenant").unwrap_or(""));
+                datalist id="tenants" { @for t in tenants { option value=(t) {} } } }
+            (inputs(f, &text))
+            button type="submit" { "Filter" }
+        }
+    }
 }
 
 fn hidden_filter(f: &Fields) -> Markup {
     html! { @for (k, v) in pairs(f) { @if !v.is_empty() { input type="hidden" name=(k) value=(v); } } }
 }
 
-fn rows(entries: &[Entry]) -> Markup {
+/// The recipient of `e` as the recipient page names it (a link to that page),
+/// else its tag, else nothing.
+fn recipient(e: &Entry) -> Markup {
+    let named = e.body.get("recipient").and_then(|r| r.as_str());
+    html! {
+        @if let Some(r) = named {
+            a href={ "/console/recipient" (query(&[("recipient", r), ("tenant", e.tenant.as_deref().unwrap_or(""))])) } { (r) }
+        } @else if let Some(tag) = &e.recipient_tag {
+            span.muted { "tag " code { (tag) } }
+        }
+    }
+}
+
+fn rows(v: &Visitor, entries: &[Entry]) -> Markup {
     let head = [
-        "When", "Job", "Reason", "Tenant", "Policy", "Channel", "Detail",
+        "When",
+        "Job",
+        "Reason",
+        "Recipient",
+        "Tenant",
+        "Policy",
+        "Channel",
+        "Detail",
     ];
-    table(
+    let l = |n: usize| head[n];
+    stacked(
         &head,
+        &[],
         html! { @for e in entries { tr {
-            td { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(e.at)) } }
-            td { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
-            td { code { (e.reason) } } td { (e.tenant.clone().unwrap_or_default()) }
-            td { (e.policy.clone().unwrap_or_default()) }
-            td { (e.channel.clone().unwrap_or_default()) } td { (e.detail) }
+            td data-label=(l(0)) { a href={ "/console/dead/one" (query(&[("key", &e.key)])) } { (when(v, e.at)) } }
+            td data-label=(l(1)) { @if let Some(id) = &e.id { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } } }
+            td data-label=(l(2)) { code { (e.reason) } } td data-label=(l(3)) { (recipient(e)) }
+            td data-label=(l(4)) { (e.tenant.clone().unwrap_or_default()) }
+            td data-label=(l(5)) { (e.policy.clone().unwrap_or_default()) }
+            td data-label=(l(6)) { (e.channel.clone().unwrap_or_default()) } td data-label=(l(7)) { (e.detail) }
         } } },
     )
 }
@@ -173,7 +247,8 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
         .and_then(|p| p.parse().ok())
         .unwrap_or(1)
         .max(1);
-    let chosen = match filter(&ctx, &f) {
+    let tenants = known_tenants(&ctx).await;
+    let chosen = match filter(&ctx, &f, &tenants) {
         Ok(chosen) => chosen,
         Err(e) => return layout::failed(&ctx.visitor, StatusCode::BAD_REQUEST, "Dead letters", e),
     };
@@ -195,12 +270,12 @@ pub(super) async fn list(Page(ctx, f): Page) -> Response {
     let next = (page + 1).to_string();
     let prev = (page - 1).to_string();
     let body = html! {
-        (filter_form(&f))
+        (filter_form(&ctx.settings, &tenants, &f))
         (catching_up_note(&caught))
         (section("found", html! { (total) " dead letter(s) selected" @if total > 0 { ", newest first, page " (page) } }, html! {
             p { "Filter: " (chosen.describe()) "." }
             p.muted { "Read from the index the console keeps of the dead-letter log (console.dead_index), not from the queue." }
-            (rows(&entries))
+            (rows(&ctx.visitor, &entries))
             p {
                 @if page > 1 { a href={ "/console/dead" (query(&{ let mut p = more.clone(); p.push(("page", &prev)); p })) } rel="prev" { "Newer" } " " }
                 @if page * PAGE < total { a href={ "/console/dead" (query(&{ more.push(("page", &next)); more })) } rel="next" { "Older" } }
@@ -244,9 +319,9 @@ pub(super) async fn one(Page(ctx, f): Page) -> Response {
     };
     let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let body = html! {
-        (rows(std::slice::from_ref(&e)))
+        (rows(&ctx.visitor, std::slice::from_ref(&e)))
         (section("headers", "Headers and properties", html! { pre { (pretty(&e.properties)) } }))
-        (section("body", "Body", html! { pre { (pretty(&e.body)) } }))
+        (section("body", "Body, as received", body_as_received(&e)))
         form.inline method="post" action="/console/dead/confirm" {
             (csrf(&ctx.visitor)) input type="hidden" name="key" value=(key); input type="hidden" name="action" value="replay";
             button type="submit" { "Replay this one…" }
@@ -260,6 +335,42 @@ pub(super) async fn one(Page(ctx, f): Page) -> Response {
     layout::page(&ctx.visitor, "Dead letter", body)
 }
 
+/// `bytes` as text: UTF-8 as it is, every byte that is not UTF-8 as `\xNN`; and
+/// whether there was such a byte.
+fn escaped(bytes: &[u8]) -> (String, bool) {
+    let mut text = String::with_capacity(bytes.len());
+    let mut bad = false;
+    for chunk in bytes.utf8_chunks() {
+        text.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            bad = true;
+            text.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    (text, bad)
+}
+
+/// The body of `e` as it was received: its bytes (escaped by the page), those not
+/// UTF-8 as `\xNN` with a note saying so; the index's re-serialised JSON for an
+/// entry written before the bytes were kept.
+fn body_as_received(e: &Entry) -> Markup {
+    let Some(bytes) = e.raw_body() else {
+        let pretty = serde_json::to_string_pretty(&e.body).unwrap_or_default();
+        return html! {
+            p.muted { "Indexed before the console kept the bytes received: shown re-serialised." }
+            pre { (pretty) }
+        };
+    };
+    let (text, bad) = escaped(&bytes);
+    html! {
+        p.muted { (bytes.len()) " byte(s)"
+            @if bytes.len() >= Entry::body_cut_at() { ", the first " (Entry::body_cut_at() / 1024) " KiB (the queue holds them all)" }
+            @if bad { "; not UTF-8: each byte that is not is written \\xNN" }
+            "." }
+        pre.body { (text) }
+    }
+}
+
 /// What an action selects, with the filter in words: one entry (`key`) or a
 /// filter's (with the index caught up first, so that it lists every dead letter
 /// published before).
@@ -271,7 +382,8 @@ async fn selected(ctx: &Ctx, f: &Fields) -> Result<(String, Vec<String>), String
         let keys = found.map_err(|e| e.to_string())?.into_iter().map(|e| e.key);
         return Ok(("this dead letter".into(), keys.collect()));
     }
-    let chosen = filter(ctx, f)?;
+    let tenants = known_tenants(ctx).await;
+    let chosen = filter(ctx, f, &tenants)?;
     let keys = dead_index::select(&conn, ctx.store.keys(), &chosen).await;
     Ok((chosen.describe(), keys.map_err(|e| e.to_string())?))
 }
@@ -323,7 +435,7 @@ pub(super) async fn confirm(Action(ctx, f): Action) -> Response {
                 p { "By reason: " @for (i, (r, c)) in by_reason(&all).iter().enumerate() { @if i > 0 { ", " } code { (r) } " " (c) } "." }
                 p.muted { "Exactly these are " (if verb == Verb::Replay { "replayed" } else { "purged" })
                     ", whatever arrives meanwhile; if one of them is replayed or purged before, nothing is done. The others in the queue are put back at its tail, in their order." }
-                (rows(&shown))
+                (rows(v, &shown))
                 @if n > shown.len() { p.muted { "and " (n - shown.len()) " more." } }
                 form method="post" action="/console/dead/apply" {
                     (csrf(v))
@@ -393,5 +505,29 @@ pub(super) async fn apply(Action(ctx, f): Action) -> Response {
             "Nothing done: another replay or purge walks the dead-letter queue now. Try again when it is done.".into(),
         ),
         Err(e) => layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, title, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escaped, resolve_tenant};
+
+    #[test]
+    fn a_tenant_is_found_whatever_its_case_and_kept_as_typed_when_unknown() {
+        let known = ["Acme".to_string(), "beta".to_string()];
+        assert_eq!(resolve_tenant("acme", &known), "Acme");
+        assert_eq!(resolve_tenant("BETA", &known), "beta");
+        assert_eq!(resolve_tenant("beta", &known), "beta");
+        assert_eq!(resolve_tenant("gamma", &known), "gamma");
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_written_as_escapes_and_the_rest_kept() {
+        assert_eq!(
+            escaped(br#"{"b":1,"a":2}"#),
+            (r#"{"b":1,"a":2}"#.into(), false)
+        );
+        assert_eq!(escaped("é<".as_bytes()), ("é<".into(), false));
+        assert_eq!(escaped(b"a\xff\xfeb"), ("a\\xFF\\xFEb".into(), true));
     }
 }

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 
-use super::layout::{self, csrf, query, search, section, when, Input};
+use super::layout::{self, csrf, query, search, section, when, Input, Visitor};
 use super::session::{Action, Ctx, Page};
 use crate::admin::dead_index::{self, Entry};
 use crate::admin::{JobStatus, Jobs};
@@ -35,25 +35,28 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
     layout::page(&ctx.visitor, "Job", body)
 }
 
-fn place(p: &Place) -> String {
+/// Where the job is, in words; `in_index`: whether the dead-letter index still
+/// holds its dead letter (a replayed or purged one is forgotten there).
+fn place(v: &Visitor, p: &Place, in_index: bool) -> String {
     match p {
+        Place::Dead if !in_index => "dead-lettered, then taken out of the dead-letter queue (replayed or purged; a replayed job sent at its first handling leaves no newer note)".into(),
         Place::DelayQueue { queue } => format!("waiting in the delay queue {queue}"),
-        Place::JobsQueue { since } => format!("back in the jobs queue since {}", when(*since)),
-        Place::Dead => "in the dead-letter queue (unless replayed or purged since)".into(),
+        Place::JobsQueue { since } => format!("back in the jobs queue since {}", when(v, *since)),
+        Place::Dead => "in the dead-letter queue".into(),
         Place::Dispatched => "dispatched".into(),
         Place::Superseded => "superseded by a newer job".into(),
         Place::Digest { digest, closes_at } => {
-            format!("in digest {digest}, sent when it closes at {}", when(*closes_at))
+            format!("in digest {digest}, sent when it closes at {}", when(v, *closes_at))
         }
         Place::Unknown => "no note: sent at its first handling, still in the jobs queue for the first time, or its note expired".into(),
     }
 }
 
-fn step(s: &JobState) -> Markup {
+fn step(v: &Visitor, s: &JobState) -> Markup {
     html! {
         @match s {
             JobState::Delayed { until, cause, held_by, sends_seen, .. } => {
-                strong { "delayed" } " until " (when(*until)) " · cause " code { (cause) } br;
+                strong { "delayed" } " until " (when(v, *until)) " · cause " code { (cause) } br;
                 "held by " (held_by)
                 @if let Some(n) = sends_seen { " · " (n) " send(s) seen" }
             },
@@ -61,13 +64,14 @@ fn step(s: &JobState) -> Markup {
             JobState::Dispatched => strong { "dispatched" },
             JobState::Superseded { by } => { strong { "superseded" } " by " a href={ "/console/job" (query(&[("id", by)])) } { (by) } },
             JobState::Folded { closes_at, digest } => {
-                strong { "folded" } " into digest " code { (digest) } ", closing " (when(*closes_at))
+                strong { "folded" } " into digest " code { (digest) } ", closing " (when(v, *closes_at))
             },
         }
     }
 }
 
 fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
+    let v = &ctx.visitor;
     let trace = s.record.as_ref().and_then(|r| r.trace_id.clone());
     let title = html! { "Job " code { (s.id) } };
     section(
@@ -75,14 +79,15 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
         title,
         html! {
             @if let Some(at) = s.cancelled_at {
-                p { strong { "Cancelled" } " at " (when(at)) ": it ends as a dead letter " code { "cancelled" } " at its next handling. Until then: " (place(&s.place)) " (" (when(s.now)) ")." }
+                p { strong { "Cancelled" } " at " (when(v, at)) ": it ends as a dead letter " code { "cancelled" } " at its next handling. Until then: " (place(v, &s.place, dead.is_some())) " (" (when(v, s.now)) ")." }
             } @else if !seen(s, dead) {
                 p { "No job with this id was seen: no worker noted it, its sender gave no feedback, and no dead letter has it (a job sent at its first handling leaves no note either)." }
             } @else {
-                p { "Now " (place(&s.place)) " (" (when(s.now)) ")." }
+                p { "Now " (place(v, &s.place, dead.is_some())) " (" (when(v, s.now)) ")." }
             }
             @if let Some(r) = &s.record {
                 p.muted { "Channel " (r.channel) @if let Some(p) = &r.policy { " · policy " (p) }
+                    @if let Some(t) = &r.tenant { " · tenant " (t) }
                     @if let Some(z) = &r.zone { " · zone " (z) } " · attempt " (r.attempt) }
             }
             @if let Some(t) = &trace {
@@ -94,16 +99,16 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
             h2 { "Timeline" }
             ol.timeline {
                 @if let Some(r) = &s.record {
-                    li { (when(r.first_seen)) " · first seen by a worker" }
-                    li { (when(r.at)) " · " (step(&r.step)) }
+                    li { (when(v, r.first_seen)) " · first seen by a worker" }
+                    li { (when(v, r.at)) " · " (step(v, &r.step)) }
                 }
-                @if let Some(at) = s.cancelled_at { li { (when(at)) " · " strong { "cancelled" } " (ends as a dead letter `cancelled` at its next handling)" } }
+                @if let Some(at) = s.cancelled_at { li { (when(v, at)) " · " strong { "cancelled" } " (ends as a dead letter `cancelled` at its next handling)" } }
                 @for f in &s.feedback {
                     li { (f.at.clone().unwrap_or_else(|| "?".into())) " · sender: " code { (f.event) }
                         @if let Some(d) = &f.detail { " · " (d) } }
                 }
                 @for e in &s.route {
-                    li { (when(e.at)) " · step " (e.step) "/" (e.of) " on " code { (e.channel) } " · "
+                    li { (when(v, e.at)) " · step " (e.step) "/" (e.of) " on " code { (e.channel) } " · "
                         @match e.outcome {
                             StepOutcome::Dispatched => strong { "dispatched" },
                             StepOutcome::Answered => { strong { "answered" } " (its escalation sent nothing more)" },
@@ -111,10 +116,10 @@ fn timeline(ctx: &Ctx, s: &JobStatus, dead: Option<&Entry>) -> Markup {
                         @if let Some(l) = &e.left { " · left " (l) } }
                 }
                 @if let Some(at) = s.escalates_at {
-                    li { (when(at)) " · " strong { "escalates" } " unless answered" }
+                    li { (when(v, at)) " · " strong { "escalates" } " unless answered" }
                 }
                 @if let Some(d) = dead {
-                    li { (when(d.at)) " · dead letter " code { (d.reason) } " · "
+                    li { (when(v, d.at)) " · dead letter " code { (d.reason) } " · "
                         a href={ "/console/dead/one" (query(&[("key", &d.key)])) } { "the message" } }
                 }
                 @if s.record.is_none() && s.feedback.is_empty() && dead.is_none() { li.muted { "Nothing noted." } }
@@ -180,21 +185,21 @@ pub(super) async fn cancel(Action(ctx, f): Action) -> Response {
         .flatten();
     if !cancellable(&status, dead.as_ref()) {
         let why = match (&status.cancelled_at, &dead) {
-            (Some(at), _) => format!("job `{id}` was cancelled already, at {}", when(*at)),
+            (Some(at), _) => format!("job `{id}` was cancelled already, at {}", when(v, *at)),
             (None, Some(d)) => format!(
                 "job `{id}` is a dead letter (`{}`): nothing waits to be cancelled",
                 d.reason
             ),
             (None, None) => format!(
                 "job `{id}` is {}: nothing waits to be cancelled",
-                place(&status.place)
+                place(v, &status.place, false)
             ),
         };
         return layout::failed(v, StatusCode::CONFLICT, "Cancel", why);
     }
     let seen = seen(&status, dead.as_ref());
     if f.get("confirmed") != Some("yes") {
-        return confirm_cancel(v, id, seen, &status, &back);
+        return confirm_cancel(v, id, seen, &status, dead.as_ref(), &back);
     }
     tracing::info!(who = %v.who, action = "cancel", job_id = id, seen, "console");
     match jobs.cancel(id).await {
@@ -223,16 +228,17 @@ pub(super) async fn cancel(Action(ctx, f): Action) -> Response {
 }
 
 fn confirm_cancel(
-    v: &super::layout::Visitor,
+    v: &Visitor,
     id: &str,
     seen: bool,
     s: &JobStatus,
+    dead: Option<&Entry>,
     back: &str,
 ) -> Response {
     let body = html! {
         section role="alert" {
             @if seen {
-                p { "Cancel job " code { (id) } "? It is " (place(&s.place)) "; cancelled, it ends as a dead letter " code { "cancelled" } " at its next handling." }
+                p { "Cancel job " code { (id) } "? It is " (place(v, &s.place, dead.is_some())) "; cancelled, it ends as a dead letter " code { "cancelled" } " at its next handling." }
             } @else {
                 p { "No job with id " code { (id) } " was seen: no worker noted it, its sender gave no feedback, and no dead letter has it. Leave a cancel mark anyway? A job published later with this id would end as a dead letter " code { "cancelled" } "." }
             }

@@ -1,12 +1,12 @@
 //! The policies page (`/console/policies`): the policies, caps and channels in
-//! force, the shadow policies' verdicts, the last reload, and a reload button (as
+//! force, the tenants' overrides (`[tenants.NAME]`, in TOML, defaults included), the shadow policies' verdicts, the last reload, and a reload button (as
 //! `POST /reload` and SIGHUP).
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use maud::html;
+use maud::{html, Markup};
 
-use super::layout::{self, csrf, section, table, table_or_none, when};
+use super::layout::{self, csrf, section, stacked, table, table_or_none, when};
 use super::session::{Action, Page};
 
 /// `GET /console/policies`.
@@ -23,13 +23,16 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
                 td { (p.max_wait.clone().unwrap_or_default()) }
             } } },
         )))
-        (section("caps", "Caps", table(
+        (section("caps", "Caps", table_or_none(
+            caps.caps_of(None).is_empty(),
             &["Cap", "Mode", "Rules"],
             html! { @for c in caps.caps_of(None) { tr {
                 td { (c.name) } td { (c.mode.as_str()) }
                 td { @for (i, rule) in c.rules.iter().enumerate() { @if i > 0 { ", " } (rule.limit) " per " (rule.window) } }
             } } },
+            &[],
         )))
+        (tenants(&ctx.settings))
         (section("channels", "Channels", table(
             &["Channel", "Rate", "Send windows"],
             html! { @for c in &r.channels { tr {
@@ -41,10 +44,11 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
             shadow.is_empty(),
             &["Policy", "Verdict", "Jobs"],
             html! { @for s in &shadow { tr { td { (s.policy) } td { (s.verdict) } td.n { (s.jobs) } } } },
+            &[2],
         )))
         (section("reload", "Reload", html! {
             @match &r.last_reload {
-                Some(l) => p { "Last: " (l.result) " at " (when(l.at)) @for d in &l.detail { br; (d) } },
+                Some(l) => p { "Last: " (l.result) " at " (when(&ctx.visitor, l.at)) @for d in &l.detail { br; (d) } },
                 None => p.muted { "No reload since start." },
             }
             form method="post" action="/console/policies/reload" {
@@ -54,6 +58,49 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
         }))
     };
     layout::page(&ctx.visitor, "Policies", body)
+}
+
+/// One override in TOML under its whole path (`[tenants.T.KIND.NAME]`, its
+/// rules as `[[tenants.T.KIND.NAME.rules]]`), every key with its value, defaults
+/// included.
+fn written<T: serde::Serialize>(tenant: &str, kind: &str, name: &str, value: &T) -> String {
+    use std::collections::BTreeMap;
+    let nested = BTreeMap::from([(
+        "tenants",
+        BTreeMap::from([(
+            tenant,
+            BTreeMap::from([(kind, BTreeMap::from([(name, value)]))]),
+        )]),
+    )]);
+    toml::to_string(&nested).unwrap_or_else(|e| format!("# not shown: {e}\n"))
+}
+
+/// The tenants' overrides (`[tenants.NAME]`): per tenant, each policy and cap it
+/// replaces for its jobs, as written.
+fn tenants(settings: &crate::config::Settings) -> Markup {
+    let head = ["Tenant", "Replaces", "In full (defaults included)"];
+    let rows = html! { @for (tenant, t) in &settings.tenants {
+        @for (name, p) in &t.policies { tr {
+            td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { "policy " (name) }
+            td data-label=(head[2]) { pre { (written(tenant, "policies", name, p)) } }
+        } }
+        @for (name, c) in &t.caps { tr {
+            td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { "cap " (name) }
+            td data-label=(head[2]) { pre { (written(tenant, "caps", name, c)) } }
+        } }
+        @if t.policies.is_empty() && t.caps.is_empty() { tr {
+            td data-label=(head[0]) { code { (tenant) } } td data-label=(head[1]) { span.muted { "nothing: the shared policies and caps" } } td {}
+        } }
+    } };
+    section(
+        "tenants",
+        "Tenant overrides",
+        html! {
+            p.muted { "A tenant's job meets the shared policies and caps above, except those its tenant replaces here (a tenant without a section meets the shared ones)." }
+            @if settings.tenants.is_empty() { p.muted { "None ([tenants.NAME] sections)." } }
+            @else { (stacked(&head, &[], rows)) }
+        },
+    )
 }
 
 /// `POST /console/policies/reload`.

@@ -9,15 +9,18 @@
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use maud::{html, Markup};
 
 use super::fields::Fields;
 use super::layout::Visitor;
-use super::layout::{self, csrf, query, search, section, table, table_or_none, when, Input};
+use super::layout::{
+    self, csrf, in_zone, query, search, section, stacked, table_or_none, utc, when, Input,
+};
 use super::session::{Action, Ctx, Page};
 use crate::admin::preferences::EditError;
-use crate::admin::recipients::{NextAllowed, RuleStatus, Send};
+use crate::admin::recipients::{NextAllowed, RuleStatus, Send, ZoneFrom};
 use crate::admin::{RecipientQuery, RecipientStatus, Recipients};
 
 /// Waiting jobs listed at most.
@@ -37,46 +40,47 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
         None => None,
     };
     match read(&ctx, recipient, q.get("tenant"), tz).await {
-        Ok((status, waiting)) => {
+        Ok((zoned, waiting)) => {
+            let v = &ctx.visitor;
+            let status = &zoned[0].1;
             let body = html! {
                 (form)
-                (summary(&status))
-                (layers(&status))
-                (waiting_jobs(&waiting, status.waiting))
-                (digests(&ctx.visitor, &status, recipient))
-                (suppressions(&ctx.visitor, &status, recipient))
-                (preferences_form(&ctx.visitor, &status, recipient))
+                (summary(v, status))
+                @for (i, (jobs, s)) in zoned.iter().enumerate() { (layers(v, i, jobs, s)) }
+                (waiting_jobs(v, &waiting, status.waiting))
+                (digests(v, status, recipient))
+                (suppressions(v, status, recipient))
+                (preferences_form(v, status, recipient))
             };
-            layout::page(&ctx.visitor, "Recipient", body)
+            layout::page(v, "Recipient", body)
         }
         Err(e) => layout::failed(&ctx.visitor, StatusCode::BAD_REQUEST, "Recipient", e),
     }
 }
 
-/// Waiting jobs: id, until when, and when it was cancelled if it was.
-type Waiting = Vec<(
-    String,
-    chrono::DateTime<chrono::Utc>,
-    Option<chrono::DateTime<chrono::Utc>>,
-)>;
+/// One waiting job: its id, until when, when it was cancelled if it was, and the
+/// zone its note says it was decided in.
+struct WaitingJob {
+    id: String,
+    until: DateTime<Utc>,
+    cancelled: Option<DateTime<Utc>>,
+    zone: Option<Tz>,
+}
 
-async fn read(
+/// The recipient's layers counted in each zone its waiting jobs were decided in
+/// (at most [`ZONES_SHOWN`], soonest job first), with those jobs' ids; in the
+/// zone given, or the worker's default, when none is. A day's window begins at a
+/// zone's midnight: each job is waited for in its own.
+type Zoned = Vec<(Vec<String>, RecipientStatus)>;
+
+/// Zones the layers are counted in at most.
+const ZONES_SHOWN: usize = 3;
+
+async fn waiting_of(
     ctx: &Ctx,
     recipient: &str,
     tenant: Option<&str>,
-    tz: Option<Tz>,
-) -> Result<(RecipientStatus, Waiting), crate::admin::AdminError> {
-    let recipients = Recipients::new(&ctx.store, &ctx.settings);
-    let (tz, from) = recipients.zone(recipient, tz).await?;
-    let q = RecipientQuery {
-        recipient,
-        category: None,
-        channel: None,
-        tz,
-        tenant,
-    };
-    let mut status = recipients.status(&q).await?;
-    status.timezone_from = Some(from);
+) -> Result<Vec<WaitingJob>, crate::admin::AdminError> {
     let keys = ctx.store.keys().for_tenant(tenant);
     let conn = ctx.store.connection();
     let waiting = crate::redis::notes::waiting_jobs(&conn, &keys, recipient, WAITING_SHOWN).await?;
@@ -85,45 +89,109 @@ async fn read(
             .await?
             .into_iter()
             .collect();
-    let waiting = waiting
-        .into_iter()
-        .map(|(id, until)| {
-            let cancelled = marks.get(&id).copied();
-            (id, until, cancelled)
-        })
-        .collect();
-    Ok((status, waiting))
+    let mut jobs = Vec::with_capacity(waiting.len());
+    for (id, until) in waiting {
+        let note = crate::redis::notes::read(&conn, ctx.store.keys(), &id).await?;
+        let zone = note.and_then(|n| n.zone).and_then(|z| z.parse::<Tz>().ok());
+        let cancelled = marks.get(&id).copied();
+        jobs.push(WaitingJob {
+            id,
+            until,
+            cancelled,
+            zone,
+        });
+    }
+    Ok(jobs)
+}
+
+/// The zones to count in: `given`, else those of the waiting jobs (each with its
+/// jobs), else none.
+fn zones_of(given: Option<Tz>, waiting: &[WaitingJob]) -> Vec<(Tz, Vec<String>)> {
+    if let Some(tz) = given {
+        return vec![(tz, Vec::new())];
+    }
+    let mut zones: Vec<(Tz, Vec<String>)> = Vec::new();
+    for j in waiting {
+        let Some(tz) = j.zone else { continue };
+        if let Some((_, ids)) = zones.iter_mut().find(|(z, _)| *z == tz) {
+            ids.push(j.id.clone());
+        } else if zones.len() < ZONES_SHOWN {
+            zones.push((tz, vec![j.id.clone()]));
+        }
+    }
+    zones
+}
+
+async fn read(
+    ctx: &Ctx,
+    recipient: &str,
+    tenant: Option<&str>,
+    given: Option<Tz>,
+) -> Result<(Zoned, Vec<WaitingJob>), crate::admin::AdminError> {
+    let recipients = Recipients::new(&ctx.store, &ctx.settings);
+    let waiting = waiting_of(ctx, recipient, tenant).await?;
+    let mut zones = zones_of(given, &waiting);
+    let from_jobs = given.is_none() && !zones.is_empty();
+    if zones.is_empty() {
+        let (tz, _) = recipients.zone(recipient, None).await?;
+        zones.push((tz, Vec::new()));
+    }
+    let mut zoned = Vec::new();
+    for (tz, ids) in zones {
+        let q = RecipientQuery {
+            recipient,
+            category: None,
+            channel: None,
+            tz,
+            tenant,
+        };
+        let mut status = recipients.status(&q).await?;
+        status.timezone_from = match (given, from_jobs) {
+            (Some(_), _) => Some(ZoneFrom::Option),
+            (None, true) => None,
+            (None, false) => Some(ZoneFrom::Default),
+        };
+        zoned.push((ids, status));
+    }
+    Ok((zoned, waiting))
 }
 
 fn search_form(q: &Fields) -> Markup {
     let inputs = [
         Input("recipient", "Recipient", true),
         Input("tenant", "Tenant (optional)", false),
-        Input("timezone", "Zone (optional, e.g. Europe/Paris)", false),
+        Input(
+            "timezone",
+            "Their zone (optional: else each waiting job's own)",
+            false,
+        ),
     ];
     search("/console/recipient", q, &inputs, "Find")
 }
 
-fn summary(s: &RecipientStatus) -> Markup {
+fn summary(v: &Visitor, s: &RecipientStatus) -> Markup {
     section(
         "who",
         "Recipient",
         html! {
             p { "Tag " code { (s.recipient_tag) }
                 @if let Some(t) = &s.tenant { " · tenant " (t) }
-                " · zone " strong { (s.timezone) }
-                @if let Some(f) = &s.timezone_from { " " span.muted { "(" (f.to_string()) ")" } }
-                " · now " (when(s.now)) }
+                " · now " (when(v, s.now)) }
         },
     )
 }
 
-fn next(n: &Option<NextAllowed>) -> Markup {
+/// The recipient's zone `s` counts in (its name; UTC when it is not one).
+fn zone_of(s: &RecipientStatus) -> Tz {
+    s.timezone.parse().unwrap_or(Tz::UTC)
+}
+
+fn next(tz: Tz, n: &Option<NextAllowed>) -> Markup {
     html! {
         @match n {
             None => span.bad { "never" },
             Some(n) if n.now => span.ok { "now" },
-            Some(n) => span.next-allowed { strong.local { (n.local) } br; span.utc { (when(n.utc)) } },
+            Some(n) => span.next-allowed { strong.local { (in_zone(n.utc, tz)) } br; span.utc { (utc(n.utc)) } },
         }
     }
 }
@@ -133,47 +201,63 @@ fn rules(rules: &[RuleStatus]) -> Markup {
     @if r.full { " " span.bad { "full" } } } } }
 }
 
-fn sends(sends: &[Send]) -> Markup {
+fn sends(v: &Visitor, tz: Tz, sends: &[Send]) -> Markup {
     html! { @if sends.is_empty() { span.muted { "none" } } @else { details {
         summary { (sends.iter().filter(|s| s.counting).count()) " counting, " (sends.len()) " remembered" }
-        ul { @for s in sends { li { code { (s.member) } " " (when(s.at)) " (" (s.at_local) ") " (s.state)
+        ul { @for s in sends { li { code { (s.member) } " " (when(v, s.at)) " (" (in_zone(s.at, tz)) ") " (s.state)
             @if !s.counting { " " span.muted { "not counting" } } } } }
     } } }
 }
 
-fn layers(s: &RecipientStatus) -> Markup {
+/// The layers counted in the zone of `s` (the `i`th zone shown), for the waiting
+/// jobs `jobs` decided in it.
+fn layers(v: &Visitor, i: usize, jobs: &[String], s: &RecipientStatus) -> Markup {
+    let tz = zone_of(s);
     let head = [
         "Layer",
         "Channel",
         "Counted",
         "Sends",
-        "Next allowed (their zone, then UTC)",
+        "Next allowed (this zone, then UTC)",
     ];
+    let l = |n: usize| head[n];
     let rows = html! {
         @for p in &s.policies { tr {
-            td { "policy " (p.policy) " (" (p.action) ")"
+            td data-label=(l(0)) { "policy " (p.policy) " (" (p.action) ")"
                 @for w in &p.send_windows { br; span.muted { (w) } } }
-            td { (p.channel.clone().unwrap_or_else(|| "all".into())) }
-            td { (rules(&p.rules)) } td { (sends(&p.sends)) } td { (next(&p.next_allowed)) }
+            td data-label=(l(1)) { (p.channel.clone().unwrap_or_else(|| "all".into())) }
+            td data-label=(l(2)) { (rules(&p.rules)) } td data-label=(l(3)) { (sends(v, tz, &p.sends)) }
+            td data-label=(l(4)) { (next(tz, &p.next_allowed)) }
         } }
         @for c in &s.caps { tr {
-            td { "cap " (c.cap) " (" (c.mode) ")" }
-            td { (c.channel.clone().unwrap_or_else(|| "all".into())) }
-            td { (rules(&c.rules)) } td { (sends(&c.sends)) } td { (next(&c.next_allowed)) }
+            td data-label=(l(0)) { "cap " (c.cap) " (" (c.mode) ")" }
+            td data-label=(l(1)) { (c.channel.clone().unwrap_or_else(|| "all".into())) }
+            td data-label=(l(2)) { (rules(&c.rules)) } td data-label=(l(3)) { (sends(v, tz, &c.sends)) }
+            td data-label=(l(4)) { (next(tz, &c.next_allowed)) }
         } }
     };
+    let title = html! { "What holds them: policies and caps, in " (s.timezone) };
     section(
-        "layers",
-        "What holds them: policies and caps",
-        table(&head, rows),
+        &format!("layers-{i}"),
+        title,
+        html! {
+            p.muted { "Counted in " strong.zone { (s.timezone) }
+                @if !jobs.is_empty() { ", the zone of waiting job(s) " @for (k, id) in jobs.iter().enumerate() { @if k > 0 { ", " } code { (id) } } }
+                @else if matches!(s.timezone_from, Some(ZoneFrom::Option)) { " (the zone asked for)" }
+                @else { " (worker.default_timezone: no waiting job's note knows a zone)" }
+                ": a day's window begins at its midnight." }
+            (stacked(&head, &[], rows))
+        },
     )
 }
 
-fn waiting_jobs(waiting: &Waiting, count: Option<u64>) -> Markup {
-    let rows = html! { @for (id, until, cancelled) in waiting { tr {
-        td { a href={ "/console/job" (query(&[("id", id)])) } { code { (id) } } }
-        td { (when(*until)) }
-        td { @if let Some(at) = cancelled { strong { "cancelled" } " " (when(*at)) " (ends as a dead letter at its next handling)" } }
+fn waiting_jobs(v: &Visitor, waiting: &[WaitingJob], count: Option<u64>) -> Markup {
+    let head = ["Job", "Until", "Until, in its zone", "Cancelled"];
+    let rows = html! { @for j in waiting { tr {
+        td data-label=(head[0]) { a href={ "/console/job" (query(&[("id", &j.id)])) } { code { (j.id) } } }
+        td data-label=(head[1]) { (when(v, j.until)) }
+        td data-label=(head[2]) { @match j.zone { Some(tz) => (in_zone(j.until, tz)), None => span.muted { "no zone noted" } } }
+        td data-label=(head[3]) { @if let Some(at) = j.cancelled { strong { "cancelled" } " " (when(v, at)) " (ends as a dead letter at its next handling)" } }
     } } };
     section(
         "waiting",
@@ -184,7 +268,7 @@ fn waiting_jobs(waiting: &Waiting, count: Option<u64>) -> Markup {
                 Some(0) => p.muted { "None." },
                 Some(n) => {
                     p { (n) " waiting" @if n as usize > waiting.len() { " (the first " (waiting.len()) " shown)" } }
-                    (table(&["Job", "Until", "Cancel"], rows))
+                    (stacked(&head, &[], rows))
                 },
             }
         },
@@ -200,9 +284,10 @@ fn hidden(recipient: &str, tenant: &Option<String>) -> Markup {
 
 fn digests(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
     let head = ["Digest", "Group", "Items", "Closes", "State", ""];
+    let closes = |t: Option<DateTime<Utc>>| t.map(|t| when(v, t)).unwrap_or_default();
     let rows = html! { @for d in &s.digests { tr {
         td { code { (d.id) } } td { (d.channel) " / " (d.key) } td.n { (d.count) }
-        td { (d.closes_at.map(when).unwrap_or_default()) } td { (d.state) }
+        td { (closes(d.closes_at)) } td { (d.state) }
         td { form.inline method="post" action="/console/digest/flush" {
             (csrf(v)) (hidden(recipient, &s.tenant))
             input type="hidden" name="id" value=(d.id);
@@ -212,15 +297,15 @@ fn digests(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
     section(
         "digests",
         "Open digests",
-        table_or_none(s.digests.is_empty(), &head, rows),
+        table_or_none(s.digests.is_empty(), &head, rows, &[2]),
     )
 }
 
 fn suppressions(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
     let head = ["Channel", "Event", "Since", "Until", ""];
     let rows = html! { @for x in &s.suppressions { tr {
-        td { (x.channel) } td { (x.event) } td { (when(x.since)) }
-        td { (x.until.map(when).unwrap_or_else(|| "removed".into())) }
+        td { (x.channel) } td { (x.event) } td { (when(v, x.since)) }
+        td { (x.until.map(|t| when(v, t)).unwrap_or_else(|| "removed".into())) }
         td { form.inline method="post" action="/console/recipient/unsuppress" {
             (csrf(v)) (hidden(recipient, &s.tenant))
             input type="hidden" name="channel" value=(x.channel);
@@ -231,7 +316,7 @@ fn suppressions(v: &Visitor, s: &RecipientStatus, recipient: &str) -> Markup {
     section(
         "suppressions",
         "Suppressions",
-        table_or_none(empty, &head, rows),
+        table_or_none(empty, &head, rows, &[]),
     )
 }
 

@@ -125,15 +125,15 @@ impl Console {
         if let Err(e) = set.query_async::<()>(&mut conn).await {
             tracing::warn!(error = %e, who, "console: a session could not be kept");
         }
-        Visitor {
-            who: who.to_string(),
+        Visitor::new(
+            who.to_string(),
             csrf,
-            set_cookie: Some(format!(
+            Some(format!(
                 "{COOKIE}={id}; Path=/console; Max-Age={}; HttpOnly; SameSite=Strict{}",
                 ttl.as_secs(),
                 if secure { "; Secure" } else { "" }
             )),
-        }
+        )
     }
 
     async fn close(&self, store: &QuotaStore, headers: &HeaderMap) {
@@ -176,8 +176,15 @@ impl FromRequestParts<Arc<Console>> for Page {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<Console>) -> Result<Page, Response> {
-        let ctx = enter(app, &parts.headers).await?;
-        Ok(Page(ctx, Fields::of_query(&parts.uri)))
+        let mut ctx = enter(app, &parts.headers).await?;
+        let fields = Fields::of_query(&parts.uri);
+        ctx.visitor.tz =
+            layout::viewer_zone(&fields, cookie_named(&parts.headers, layout::ZONE_COOKIE));
+        ctx.visitor.here = parts
+            .uri
+            .path_and_query()
+            .map_or("/console".into(), |p| p.to_string());
+        Ok(Page(ctx, fields))
     }
 }
 
@@ -203,11 +210,7 @@ impl FromRequest<Arc<Console>> for Action {
 async fn enter(app: &Arc<Console>, headers: &HeaderMap) -> Result<Ctx, Response> {
     let (store, settings) = ready(app)?;
     let visitor = match app.session(&store, headers).await {
-        Some(s) => Visitor {
-            who: s.who,
-            csrf: s.csrf,
-            set_cookie: None,
-        },
+        Some(s) => Visitor::new(s.who, s.csrf, None),
         None => match &app.guard {
             Guard::Open => {
                 let ttl = settings.console.session_ttl.0;
@@ -266,11 +269,11 @@ async fn act(
         )
             .into_response());
     }
-    let visitor = Visitor {
-        who: session.who,
-        csrf: session.csrf,
-        set_cookie: None,
-    };
+    let mut visitor = Visitor::new(session.who, session.csrf, None);
+    visitor.tz = layout::viewer_zone(
+        &Fields::default(),
+        cookie_named(headers, layout::ZONE_COOKIE),
+    );
     Ok((
         Ctx {
             app: app.clone(),
@@ -280,6 +283,30 @@ async fn act(
         },
         fields,
     ))
+}
+
+/// `GET /console/zone?tz=NAME&back=PATH`: remember the viewer's zone (an IANA
+/// name; empty or `UTC`: UTC alone) in a cookie, and go back to the page.
+pub(super) async fn zone(Page(ctx, f): Page) -> Response {
+    let tz = match f.get("tz").map(str::parse::<chrono_tz::Tz>) {
+        Some(Err(e)) => {
+            return layout::failed(&ctx.visitor, StatusCode::BAD_REQUEST, "Your zone", e)
+        }
+        Some(Ok(tz)) => Some(tz),
+        None => None,
+    };
+    let back = f
+        .get("back")
+        .filter(|b| b.starts_with("/console") && !b.contains("//"))
+        .unwrap_or("/console");
+    let mut response = (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, back.to_string())],
+    )
+        .into_response();
+    layout::set_cookie(&mut response, Some(&layout::zone_cookie(tz)));
+    layout::set_cookie(&mut response, ctx.visitor.set_cookie.as_deref());
+    response
 }
 
 /// `POST /console/logout`.

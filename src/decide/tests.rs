@@ -2,6 +2,7 @@
 //! (a job, a policy, its context, a time of day) serve the other decision tests too.
 
 use super::*;
+use crate::admission::decision::after_admission;
 use crate::quota::window::Window;
 use chrono::TimeZone;
 use chrono_tz::Tz;

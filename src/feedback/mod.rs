@@ -6,7 +6,7 @@
 //! producer crate's decoder), then [`apply`] (Redis: a failed send given back, a
 //! channel paused after a 429, a recipient suppressed, each once per feedback id
 //! and event), count, ack. [`watch`] keeps the store's suppression check on once
-//! any recipient is suppressed; the check itself runs inside `lua/admit/`.
+//! any recipient is suppressed; the check itself runs inside `src/admission/lua/`.
 
 pub mod apply;
 pub mod consume;

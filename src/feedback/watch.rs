@@ -5,7 +5,7 @@
 //! with the first suppression and never expires (a lapsed bounce leaves the check
 //! on: one HGET per job); deleting it turns the check off everywhere. The same
 //! poll reads `prefix:preferences`, written with the first recipient's preferences
-//! (the preferences section of `lua/admit/`: one HMGET per job while it exists).
+//! (the preferences section of `src/admission/lua/`: one HMGET per job while it exists).
 
 use std::sync::Arc;
 use std::time::Duration;

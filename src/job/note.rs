@@ -77,6 +77,10 @@ pub struct JobNote {
     /// The trace of the handling that wrote it (hex), while tracing is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Its tenant, when it has one (the console's list of waiting jobs chooses by
+    /// it; stored as an `n=` prefix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Where a job is, as far as its record tells.
@@ -172,6 +176,11 @@ impl JobNote {
             escape(&mut out, t);
             out.push(b'|');
         }
+        if let Some(t) = &self.tenant {
+            out.extend_from_slice(b"n=");
+            escape(&mut out, t);
+            out.push(b'|');
+        }
         let mut num = itoa::Buffer::new();
         let state: &[u8] = match self.step {
             JobState::Delayed { .. } => b"r2|d|",
@@ -243,6 +252,12 @@ impl JobNote {
             note.trace_id = Some(unescape(trace_id));
             return Some(note);
         }
+        if let Some(rest) = text.strip_prefix("n=") {
+            let (tenant, rest) = rest.split_once('|')?;
+            let mut note = Self::decode(rest)?;
+            note.tenant = Some(unescape(tenant));
+            return Some(note);
+        }
         if text.starts_with('{') {
             return serde_json::from_str(text).ok();
         }
@@ -303,6 +318,7 @@ impl JobNote {
             channel,
             zone,
             trace_id: None,
+            tenant: None,
         })
     }
 }
@@ -402,6 +418,7 @@ mod tests {
             channel: "sms".into(),
             zone: Some("Asia/Shanghai".into()),
             trace_id: None,
+            tenant: None,
         }
     }
 
@@ -484,6 +501,17 @@ mod tests {
                 JobNote {
                     step: step.clone(),
                     trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+                    ..r.clone()
+                },
+                JobNote {
+                    step: step.clone(),
+                    tenant: Some("acme|%".into()),
+                    ..r.clone()
+                },
+                JobNote {
+                    step: step.clone(),
+                    trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+                    tenant: Some("acme".into()),
                     ..r.clone()
                 },
             ] {

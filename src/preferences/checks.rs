@@ -4,7 +4,7 @@
 //! then do admissions check them), and what this worker knows of its recipients'
 //! quiet hours: per preferences hash, the version of the set it read, its quiet
 //! hours, and the instant before which they do not begin (computed from Redis
-//! time). Admissions send the last two (`lua/admit/`'s preferences section), so a
+//! time). Admissions send the last two (`src/admission/lua/`'s preferences section), so a
 //! recipient outside their quiet hours costs no extra round trip; a new version,
 //! or the instant passed, and the script answers that they must be looked at
 //! again: [`Checks::quiet_end`] reads the set once and computes again (pure:

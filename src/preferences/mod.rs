@@ -2,7 +2,7 @@
 //! call: opt-outs by category, channel or the pair, and quiet hours. The set is
 //! edited over HTTP (`http/preferences.rs`, described by [`crate::http::openapi`])
 //! and from the CLI (`cli/preferences.rs`); the admission reads it in the call it
-//! already makes (`lua/admit/`'s preferences section).
+//! already makes (`src/admission/lua/`'s preferences section).
 //!
 //! - [`set`]: what a set says, checked whole, the merge a PATCH applies, where
 //!   quiet hours end (pure);

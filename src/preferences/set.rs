@@ -1,7 +1,7 @@
 //! A recipient's own preferences: opt-outs by category, by channel or by the pair,
 //! and quiet hours (issue #38). Pure: the set as the HTTP API takes it (validated
 //! whole, every refusal naming its field), the RFC 7386 merge `PATCH` applies, and
-//! the hash fields `lua/admit/` reads at admission.
+//! the hash fields `src/admission/lua/` reads at admission.
 
 use std::collections::BTreeMap;
 
@@ -88,7 +88,7 @@ pub enum OptOut {
 }
 
 impl OptOut {
-    /// Every opt-out, with its number and name in `lua/admit/protocol.lua`
+    /// Every opt-out, with its number and name in `src/admission/lua/protocol.lua`
     /// (`OPTED_OUT`, the payload of an `opted_out` answer).
     pub const ALL: [(OptOut, i64, &'static str); 3] = [
         (OptOut::Category, 1, "category"),
@@ -96,7 +96,7 @@ impl OptOut {
         (OptOut::Pair, 3, "pair"),
     ];
 
-    /// The opt-out `lua/admit/` names by `code`.
+    /// The opt-out `src/admission/lua/` names by `code`.
     pub fn from_code(code: i64) -> Option<OptOut> {
         OptOut::ALL
             .iter()

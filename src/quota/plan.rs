@@ -2,7 +2,7 @@
 //!
 //! Calendar windows need the recipient's local midnights, which Lua cannot compute.
 //! The worker computes them here for the local day it believes Redis is in, and
-//! `lua/admit/` checks that Redis time lies inside that day (module
+//! `src/admission/lua/` checks that Redis time lies inside that day (module
 //! [`crate::store`] explains the one clock).
 
 use chrono::{DateTime, Utc};
@@ -41,7 +41,7 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
     let mut has_calendar = false;
     for rule in rules {
         match rule.window {
-            Window::CalendarDays(_) => {
+            Window::CalendarDays(_) | Window::CalendarMonths(_) => {
                 has_calendar = true;
                 let (start, _) = window::window_start(rule.window, tz, now);
                 let expiry = window::expires(rule.window, tz, now).timestamp_millis();

@@ -3,7 +3,7 @@
 //!
 //! A recipient's suppressions are one hash, `prefix:{tag}/suppressed` (the slot of
 //! its other keys), field = channel, value = `kind:since_ms:until_ms` with
-//! `until_ms` 0 for "until removed". `lua/admit/` reads the field of a job's
+//! `until_ms` 0 for "until removed". `src/admission/lua/` reads the field of a job's
 //! channel and compares the kind with the policy's `suppressed_by` mask.
 
 use std::fmt;
@@ -41,7 +41,7 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.as_str() == word)
     }
 
-    /// Its bit in a [`Kinds`] mask (what `lua/admit/` compares).
+    /// Its bit in a [`Kinds`] mask (what `src/admission/lua/` compares).
     pub fn bit(self) -> u8 {
         match self {
             Kind::Bounced => 1,

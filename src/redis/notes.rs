@@ -287,6 +287,7 @@ mod tests {
                 channel: "sms".into(),
                 zone: None,
                 trace_id: None,
+                tenant: None,
             }),
             waiting,
             spend_cancel: false,

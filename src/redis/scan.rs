@@ -11,7 +11,7 @@ use super::conn::RedisConn;
 use super::StoreError;
 
 /// How many keys one `SCAN` step asks a node to look at.
-const COUNT: u32 = 1000;
+pub(crate) const COUNT: u32 = 1000;
 
 /// `pattern` with the glob characters of `literal` escaped (a key prefix may hold
 /// `*`, `?`, `[` or `\`).
@@ -39,7 +39,18 @@ fn step(cursor: u64, pattern: &str) -> Cmd {
 /// Every key matching `pattern`, each once (a key written during the walk may be
 /// missed, as `SCAN` guarantees only the keys present throughout it).
 pub(crate) async fn scan_match(conn: &RedisConn, pattern: &str) -> Result<Vec<String>, StoreError> {
+    Ok(scan_bounded(conn, pattern, usize::MAX).await?.0)
+}
+
+/// The keys matching `pattern` that at most `steps` `SCAN` steps on each node find
+/// (each looks at [`COUNT`] keys), each once; and whether the walk was complete.
+pub(crate) async fn scan_bounded(
+    conn: &RedisConn,
+    pattern: &str,
+    steps: usize,
+) -> Result<(Vec<String>, bool), StoreError> {
     let mut keys = Vec::new();
+    let mut complete = true;
     match conn {
         RedisConn::Cluster(..) => {
             let map = conn
@@ -52,7 +63,7 @@ pub(crate) async fn scan_match(conn: &RedisConn, pattern: &str) -> Result<Vec<St
                     port: node.port,
                 });
                 let mut cursor = 0;
-                loop {
+                for taken in 1.. {
                     let RedisConn::Cluster(c, ..) = &mut conn.clone() else {
                         unreachable!("a cluster connection")
                     };
@@ -65,6 +76,10 @@ pub(crate) async fn scan_match(conn: &RedisConn, pattern: &str) -> Result<Vec<St
                     if next == 0 {
                         break;
                     }
+                    if taken >= steps {
+                        complete = false;
+                        break;
+                    }
                     cursor = next;
                 }
             }
@@ -72,11 +87,15 @@ pub(crate) async fn scan_match(conn: &RedisConn, pattern: &str) -> Result<Vec<St
         _ => {
             let mut c = conn.clone();
             let mut cursor = 0;
-            loop {
+            for taken in 1.. {
                 let (next, batch): (u64, Vec<String>) =
                     step(cursor, pattern).query_async(&mut c).await?;
                 keys.extend(batch);
                 if next == 0 {
+                    break;
+                }
+                if taken >= steps {
+                    complete = false;
                     break;
                 }
                 cursor = next;
@@ -85,7 +104,7 @@ pub(crate) async fn scan_match(conn: &RedisConn, pattern: &str) -> Result<Vec<St
     }
     keys.sort();
     keys.dedup();
-    Ok(keys)
+    Ok((keys, complete))
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! Every Lua script, registered in one place: its source (`lua/*.lua`, each opening
-//! with its KEYS, ARGV and reply) and its `redis::Script` (which knows its SHA).
+//! with its KEYS, ARGV and reply; the admission's script lives in its room,
+//! `src/admission/lua/`, and `lua/gcra.lua` is shared by the rate's and the lanes'
+//! scripts) and its `redis::Script` (which knows its SHA).
 //! [`Scripts::load`] sends them all at start; a node that lost them since (a
 //! restart, a failover) answers NOSCRIPT and the call loads its script again.
 
@@ -7,37 +9,41 @@ use redis::Script;
 
 use super::conn::RedisConn;
 
-/// `lua/admit/`: a recipient's caps, checked and recorded (many jobs a call), its
-/// parts in the order they are joined (each uses only what the ones before define).
+/// `src/admission/lua/` (the admission's room): a recipient's caps, checked and
+/// recorded (many jobs a call), its parts in the order they are joined (each uses
+/// only what the ones before define).
 pub const ADMIT_PARTS: [(&str, &str); 8] = [
-    ("protocol.lua", include_str!("../../lua/admit/protocol.lua")),
-    ("plans.lua", include_str!("../../lua/admit/plans.lua")),
-    ("limits.lua", include_str!("../../lua/admit/limits.lua")),
-    ("layers.lua", include_str!("../../lua/admit/layers.lua")),
+    (
+        "protocol.lua",
+        include_str!("../admission/lua/protocol.lua"),
+    ),
+    ("plans.lua", include_str!("../admission/lua/plans.lua")),
+    ("limits.lua", include_str!("../admission/lua/limits.lua")),
+    ("layers.lua", include_str!("../admission/lua/layers.lua")),
     (
         "recipient.lua",
-        include_str!("../../lua/admit/recipient.lua"),
+        include_str!("../admission/lua/recipient.lua"),
     ),
     (
         "suppression.lua",
-        include_str!("../../lua/admit/suppression.lua"),
+        include_str!("../admission/lua/suppression.lua"),
     ),
     (
         "preferences.lua",
-        include_str!("../../lua/admit/preferences.lua"),
+        include_str!("../admission/lua/preferences.lua"),
     ),
-    ("answer.lua", include_str!("../../lua/admit/answer.lua")),
+    ("answer.lua", include_str!("../admission/lua/answer.lua")),
 ];
-/// `lua/admit/`, joined (the parts of [`ADMIT_PARTS`], in order).
+/// `src/admission/lua/`, joined (the parts of [`ADMIT_PARTS`], in order).
 pub const ADMIT_LUA: &str = concat!(
-    include_str!("../../lua/admit/protocol.lua"),
-    include_str!("../../lua/admit/plans.lua"),
-    include_str!("../../lua/admit/limits.lua"),
-    include_str!("../../lua/admit/layers.lua"),
-    include_str!("../../lua/admit/recipient.lua"),
-    include_str!("../../lua/admit/suppression.lua"),
-    include_str!("../../lua/admit/preferences.lua"),
-    include_str!("../../lua/admit/answer.lua"),
+    include_str!("../admission/lua/protocol.lua"),
+    include_str!("../admission/lua/plans.lua"),
+    include_str!("../admission/lua/limits.lua"),
+    include_str!("../admission/lua/layers.lua"),
+    include_str!("../admission/lua/recipient.lua"),
+    include_str!("../admission/lua/suppression.lua"),
+    include_str!("../admission/lua/preferences.lua"),
+    include_str!("../admission/lua/answer.lua"),
 );
 /// `lua/rate.lua`: a channel's GCRA send rate (after `lua/gcra.lua`, what it shares
 /// with `lua/lanes.lua`: the reply's names, the read and the write of the rate key).
@@ -76,12 +82,19 @@ pub(crate) const DIGEST_CLOSE_LUA: &str = include_str!("../../lua/digest_close.l
 /// `lua/digest_reopen.lua`: a held digest refused when it went, open again.
 pub(crate) const DIGEST_REOPEN_LUA: &str = include_str!("../../lua/digest_reopen.lua");
 
+/// `lua/lease.lua`: a lease renewed or ended, if still its taker's.
+pub(crate) const LEASE_LUA: &str = include_str!("../../lua/lease.lua");
+/// `lua/dead_index.lua`: the console's index of dead letters, written or forgotten.
+pub(crate) const DEAD_INDEX_LUA: &str = include_str!("../../lua/dead_index.lua");
+/// `lua/dead_page.lua`: a page of the console's index of dead letters.
+pub(crate) const DEAD_PAGE_LUA: &str = include_str!("../../lua/dead_page.lua");
+
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
 pub struct Scripts {
-    /// `lua/admit/`.
+    /// `src/admission/lua/`.
     pub admit: Script,
-    /// `lua/admit/` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
+    /// `src/admission/lua/` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
     /// a cluster's per-node calls, which carry keys they do not declare.
     pub admit_cross_slot: Script,
     /// `lua/rate.lua`.
@@ -112,6 +125,12 @@ pub struct Scripts {
     pub digest_close: Script,
     /// `lua/digest_reopen.lua`.
     pub digest_reopen: Script,
+    /// `lua/lease.lua`.
+    pub lease: Script,
+    /// `lua/dead_index.lua`.
+    pub dead_index: Script,
+    /// `lua/dead_page.lua`.
+    pub dead_page: Script,
 }
 
 impl Default for Scripts {
@@ -135,6 +154,9 @@ impl Default for Scripts {
             digest_claim: Script::new(DIGEST_CLAIM_LUA),
             digest_close: Script::new(DIGEST_CLOSE_LUA),
             digest_reopen: Script::new(DIGEST_REOPEN_LUA),
+            lease: Script::new(LEASE_LUA),
+            dead_index: Script::new(DEAD_INDEX_LUA),
+            dead_page: Script::new(DEAD_PAGE_LUA),
         }
     }
 }
@@ -163,6 +185,9 @@ impl Scripts {
             &self.digest_claim,
             &self.digest_close,
             &self.digest_reopen,
+            &self.lease,
+            &self.dead_index,
+            &self.dead_page,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -72,7 +72,7 @@ impl Worker {
         let lane = lanes::lane_of(job, cx.policy, from);
         // the lanes' steps are boxed: a job of a channel without lanes does not
         // carry (and copy) their state in its own
-        let step = match channel_rules.and_then(|c| c.rate.zip(c.lanes)) {
+        let step = match channel_rules.and_then(|c| c.laned_for(job.cost)) {
             None => RateStep::Wait(None),
             Some(paced) => match Box::pin(self.rate_step(s, job, lane, from, paced)).await? {
                 Step::Admit(step) => step,
@@ -113,7 +113,7 @@ impl Worker {
         }
         let now = self.store.redis_now();
         shadowed(on, &cx, &admission, now);
-        let decision = decide::after_admission(on, &cx, admission, now);
+        let decision = crate::admission::decision::after_admission(on, &cx, admission, now);
         Ok(Decided::Carry(decision, route))
     }
 

@@ -125,6 +125,7 @@ impl Worker {
                 channel: job.channel.to_string(),
                 zone: Some(job.tz.name().to_string()),
                 trace_id: crate::telemetry::trace_id(),
+                tenant: job.tenant.as_deref().map(str::to_string),
             }),
             waiting,
             spend_cancel,

@@ -332,7 +332,7 @@ async fn a_key_on_another_node_answers_not_here_and_is_left_untouched() {
         .arg(key(there))
         .query(&mut conn)
         .unwrap();
-    // each answer: code, flags, payload length (lua/admit/protocol.lua): the first
+    // each answer: code, flags, payload length (src/admission/lua/protocol.lua): the first
     // job `admitted` (1), the second `elsewhere` (8)
     assert_eq!(flat[1..], [1, 0, 0, 8, 0, 0], "{flat:?}");
     let elsewhere = &map.nodes()[owner(there)];

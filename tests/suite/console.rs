@@ -495,3 +495,4 @@ mod browser;
 mod figures;
 mod flows;
 mod index;
+mod pages;

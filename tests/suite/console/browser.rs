@@ -4,8 +4,15 @@
 //! waiting job and finds it dead-lettered `cancelled`, replays a filtered set of
 //! dead letters and finds them back in the jobs queue, edits a recipient's
 //! preferences and sees the next job opted out; a login posted from a page on
-//! another site is refused. It draws the screenshots of
-//! `docs/console/` (written there with `QW_WRITE_PICTURES=1`).
+//! another site is refused. Then, against `quota-worker run` serving the console
+//! with traffic published (recipients of two tenants held by the one-a-day cap in
+//! four zones, acme with a default policy of its own, expired and malformed dead
+//! letters) and its queues read and settled jobs sampled, every page is opened
+//! 1280 and 390 pixels wide: its key elements are there, and at 390 the page does
+//! not scroll sideways (`document.scrollingElement.scrollWidth <= innerWidth`).
+//! They draw the screenshots of `docs/console/` (written there with
+//! `QW_WRITE_PICTURES=1`:
+//! `QW_WRITE_PICTURES=1 cargo nextest run --test suite -E 'test(/console::browser/)'`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -169,6 +176,16 @@ impl Driver {
             .to_string()
     }
 
+    /// Run `script` (a function body) in the page: what it returns.
+    async fn run(&self, script: &str) -> Value {
+        self.ask(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
     async fn source(&self) -> String {
         self.ask("GET", "/source", None)
             .await
@@ -270,21 +287,20 @@ async fn walk(chrome: PathBuf) {
     a_login_from_another_site_is_refused(&t).await;
     log_in_find_and_cancel(&t).await;
     // the worker stopped, so that what is replayed stays in the jobs queue
+    let before = depth(&t.conn, &t.s.amqp.dead_queue).await;
     for id in ["f1", "f2"] {
         publish(&t.conn, &t.s, &job(id, "browser-dead", "fax", "default")).await;
     }
     wait_for(
         "f1 and f2 dead-lettered",
         Duration::from_secs(20),
-        || async { depth(&t.conn, &t.s.amqp.dead_queue).await == 2 },
+        || async { depth(&t.conn, &t.s.amqp.dead_queue).await == before + 2 },
     )
     .await;
     stop.cancel();
     handle.await.unwrap();
     replay_a_filtered_set(&t).await;
     edit_preferences(&t).await;
-    t.d.goto(&t.url("/console/policies")).await;
-    t.d.shoot(&t.dir, "policies").await;
     t.d.ask("DELETE", "", None).await;
     stop_http.cancel();
 }
@@ -332,13 +348,15 @@ async fn log_in_find_and_cancel(t: &Walk) {
     let (d, s, dir) = (&t.d, &t.s, &t.dir);
     d.goto(&t.url("/console")).await;
     d.shoot(dir, "login").await;
+    d.width(390).await;
+    fits(d, "login").await;
+    d.width(1280).await;
     d.fill("#token", TOKEN).await;
     d.click("button[type=submit]").await;
     d.shows("Readiness").await;
     publish(&t.conn, s, &job("b1", "browser-held", "sms", "default")).await;
     publish(&t.conn, s, &job("b2", "browser-held", "sms", "default")).await;
     wait_delayed(t.w.store(), s, "b2").await;
-    d.shoot(dir, "overview").await;
     let (local, utc) = next_allowed(t.w.store(), s, "browser-held").await;
     d.goto(&t.url("/console/recipient")).await;
     d.fill("#recipient", "browser-held").await;
@@ -346,13 +364,8 @@ async fn log_in_find_and_cancel(t: &Walk) {
     d.shows("What holds them").await;
     assert_eq!(d.text(".next-allowed .local").await, local);
     assert_eq!(d.text(".next-allowed .utc").await, utc);
-    d.shoot(dir, "recipient").await;
-    d.width(390).await;
-    d.shoot(dir, "recipient-390").await;
-    d.width(1280).await;
     d.click("a[href='/console/job?id=b2']").await;
     d.shows("Cancel this job").await;
-    d.shoot(dir, "job").await;
     d.click("form[action='/console/job/cancel'] button").await;
     d.shows("Cancel job").await;
     d.click("form[action='/console/job/cancel'] button").await;
@@ -364,20 +377,17 @@ async fn log_in_find_and_cancel(t: &Walk) {
 /// Filter the dead letters by reason, look at one, replay the set after its
 /// confirmation, and find them back in the jobs queue.
 async fn replay_a_filtered_set(t: &Walk) {
-    let (d, dir) = (&t.d, &t.dir);
+    let d = &t.d;
     d.goto(&t.url("/console/dead")).await;
-    d.fill("#reason", "unknown_channel").await;
+    d.click("#reason option[value=unknown_channel]").await;
     d.click("form[role=search] button").await;
     d.shows("2 dead letter(s) selected").await;
-    d.shoot(dir, "dead-letters").await;
     d.click("table tbody tr td a").await;
     d.shows("Headers and properties").await;
-    d.shoot(dir, "dead-letter").await;
     d.goto(&t.url("/console/dead?reason=unknown_channel")).await;
     d.click("form[action='/console/dead/confirm'] button").await;
     d.shows("dead letter(s) selected by reason").await;
     assert_eq!(d.text(".count").await, "2");
-    d.shoot(dir, "dead-letters-confirm").await;
     d.click("form[action='/console/dead/apply'] button").await;
     d.shows("2 of the 2 dead letter(s) listed").await;
     let back = drain_ids(&t.conn, &t.s.amqp.jobs_queue).await;
@@ -400,8 +410,228 @@ async fn edit_preferences(t: &Walk) {
         &job("m1", "browser-prefs", "sms", "marketing"),
     )
     .await;
-    assert_eq!(
-        step(&t.w, &t.conn, &t.s).await,
-        Outcome::Dead(Reason::OptedOut)
+    let mut outcomes = Vec::new();
+    for _ in 0..20 {
+        let outcome = step(&t.w, &t.conn, &t.s).await;
+        if outcome == Outcome::Dead(Reason::OptedOut) {
+            return;
+        }
+        outcomes.push(outcome);
+    }
+    panic!("m1 not dead-lettered opted_out: {outcomes:?}");
+}
+
+/// Recipients of two tenants, each held by the one-a-day cap in its own zone (a
+/// job sent, the next waiting), and dead letters: expired jobs of `acme` and
+/// malformed bodies.
+async fn traffic(
+    conn: &lapin::Connection,
+    s: &quota_worker::config::Settings,
+    store: &quota_worker::store::QuotaStore,
+) {
+    let dead_before = depth(conn, &s.amqp.dead_queue).await;
+    let zones = ["Europe/Paris", "Asia/Shanghai", "America/New_York", "UTC"];
+    for i in 0..8 {
+        let tenant = if i % 2 == 0 { "acme" } else { "beta" };
+        for n in 0..2 {
+            let body = json!({"id": format!("t{i}-{n}"), "recipient": format!("user{i}@example.com"),
+                "channel": "sms", "category": "default", "tenant": tenant, "timezone": zones[i % 4]});
+            publish(conn, s, body.to_string().as_bytes()).await;
+        }
+    }
+    for i in 0..3 {
+        let body = json!({"id": format!("x{i}"), "recipient": format!("late{i}@example.com"),
+            "channel": "sms", "category": "default", "tenant": "acme",
+            "expires_at": "2020-01-01T00:00:00Z"});
+        publish(conn, s, body.to_string().as_bytes()).await;
+    }
+    publish(conn, s, b"{\"recipient\": \"no-id\", \"channel\": 7}").await;
+    publish(conn, s, b"not json \xff").await;
+    for i in 0..8 {
+        wait_delayed(store, s, &format!("t{i}-1")).await;
+    }
+    wait_for("the dead letters", Duration::from_secs(20), || async {
+        depth(conn, &s.amqp.dead_queue).await >= dead_before + 5
+    })
+    .await;
+}
+
+/// At 390 pixels wide the page does not scroll sideways; `name` says which page.
+async fn fits(d: &Driver, name: &str) {
+    let widths = d
+        .run("return [document.scrollingElement.scrollWidth, window.innerWidth];")
+        .await;
+    let (scroll, inner) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
+    assert!(
+        scroll <= inner,
+        "{name} at 390 px: scrolls sideways ({scroll} > {inner})"
     );
+}
+
+/// Every page, 1280 then 390 pixels wide: its key elements, no sideways scroll at
+/// 390, and its screenshots (`NAME.png`, `NAME-390.png`).
+async fn every_page_at_1280_and_390(d: &Driver, addr: &str, dir: &Path) {
+    let url = |path: &str| format!("http://{addr}{path}");
+    let pages: [(&str, &str, &[&str]); 7] = [
+        (
+            "overview",
+            "/console",
+            &["#h-ready", "#h-queues", "#h-settled", "th.n"],
+        ),
+        (
+            "recipient",
+            "/console/recipient?recipient=user1%40example.com&tenant=beta",
+            &[
+                "#h-who",
+                ".next-allowed .local",
+                "section[aria-labelledby=h-waiting] table",
+                "#viewer-tz",
+            ],
+        ),
+        (
+            "job",
+            "/console/job?id=t1-1",
+            &["ol.timeline", "form[action='/console/job/cancel']"],
+        ),
+        (
+            "dead-letters",
+            "/console/dead",
+            &[
+                "select#reason",
+                "select#policy",
+                "select#channel",
+                "input#tenant",
+                "table.stack tbody tr",
+            ],
+        ),
+        (
+            "dead-letter",
+            "",
+            &[
+                "#h-headers",
+                "pre.body",
+                "form[action='/console/dead/confirm']",
+            ],
+        ),
+        (
+            "policies",
+            "/console/policies",
+            &["#h-policies", "#h-tenants", "#h-channels"],
+        ),
+        (
+            "waiting",
+            "/console/waiting",
+            &[
+                "section[aria-labelledby=h-held] table",
+                "section[aria-labelledby=h-jobs] table",
+                "select#policy",
+            ],
+        ),
+    ];
+    for width in [1280, 390] {
+        d.width(width).await;
+        for (name, path, keys) in pages {
+            if path.is_empty() {
+                // the dead letter of the list's first row
+                d.goto(&url("/console/dead?reason=expired")).await;
+                d.click("table tbody tr td a").await;
+                d.shows("Body, as received").await;
+            } else {
+                d.goto(&url(path)).await;
+            }
+            for key in keys {
+                let found = d
+                    .ask(
+                        "POST",
+                        "/elements",
+                        Some(json!({"using": "css selector", "value": key})),
+                    )
+                    .await;
+                let source = d.source().await;
+                assert!(
+                    found.as_array().is_some_and(|a| !a.is_empty()),
+                    "{name}: no {key} in {source}"
+                );
+            }
+            let shot = if width == 390 {
+                format!("{name}-390")
+            } else {
+                name.to_string()
+            };
+            if width == 390 {
+                fits(d, name).await;
+            }
+            d.shoot(dir, &shot).await;
+        }
+        // a confirmation, left unconfirmed
+        d.goto(&url("/console/dead?reason=expired")).await;
+        d.click("form[action='/console/dead/confirm'] button.danger")
+            .await;
+        d.shows("dead letter(s) selected by reason").await;
+        assert_eq!(d.text(".count").await, "3");
+        if width == 390 {
+            fits(d, "dead-letters-confirm").await;
+        }
+        let shot = if width == 390 {
+            "dead-letters-confirm-390"
+        } else {
+            "dead-letters-confirm"
+        };
+        d.shoot(dir, shot).await;
+    }
+    d.width(1280).await;
+}
+
+#[tokio::test]
+async fn every_page_of_a_running_worker_with_traffic_at_1280_and_390_pixels() {
+    let Some(chrome) = testkit::browser::chromium().filter(|_| chromedriver()) else {
+        eprintln!("skipped: chromium or chromedriver not found");
+        return;
+    };
+    Box::pin(every_page(chrome)).await;
+}
+
+/// `quota-worker run` serving the console (loopback, no token: a session opens by
+/// itself), acme's own default policy, the traffic published, then every page.
+async fn every_page(chrome: PathBuf) {
+    let ns = unique("console-pages-browser");
+    let mut s = settings(&ns);
+    s.amqp.delay_levels = 3;
+    s.http.enabled = true;
+    s.http.listen = format!("127.0.0.1:{}", free_port(None));
+    let (_c, w, conn) = rig(&s).await;
+    let dir = testkit::temp_dir(&ns);
+    let toml = format!(
+        "{}\n[tenants.acme.policies.default]\nrules = [{{ limit = 1, window = \"1d\" }}, {{ limit = 5, window = \"7d\" }}]\n",
+        testkit::env::worker_toml(&s)
+    );
+    std::fs::write(dir.join("worker.toml"), toml).unwrap();
+    let _worker = testkit::procs::WorkerProc::spawn_serving(crate::BIN, &s, &dir, "0");
+    let addr = s.http.listen.clone();
+    wait_for("/readyz 200", Duration::from_secs(30), || async {
+        matches!(http_get(&addr, "/readyz").await, Some((200, _)))
+    })
+    .await;
+    traffic(&conn, &s, w.store()).await;
+    // the overview once the queues are read and two samples taken
+    wait_for(
+        "queues read and settled jobs sampled",
+        Duration::from_secs(30),
+        || async {
+            let Some((200, body)) = http_get(&addr, "/status.json").await else {
+                return false;
+            };
+            let r: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            !r["queues_at"].is_null()
+                && r["rates"][0]["counts"]
+                    .as_array()
+                    .is_some_and(|c| c.len() >= 2)
+        },
+    )
+    .await;
+    let d = Driver::start(&chrome, &dir.join("profile")).await;
+    d.goto(&format!("http://{addr}/console")).await;
+    d.shows("Readiness").await;
+    every_page_at_1280_and_390(&d, &addr, &dir).await;
+    d.ask("DELETE", "", None).await;
 }

@@ -26,7 +26,7 @@ pub(crate) async fn dead_reason(conn: &lapin::Connection, queue: &str, id: &str)
 }
 
 /// The next allowed instant of `recipient` under the default policy, as `admin
-/// recipient` tells it: (in their zone, in UTC as the console writes it).
+/// recipient` tells it, written as the console writes it: (in their zone, in UTC).
 pub(crate) async fn next_allowed(
     store: &quota_worker::store::QuotaStore,
     s: &quota_worker::config::Settings,
@@ -47,8 +47,13 @@ pub(crate) async fn next_allowed(
         .unwrap();
     let next = p.next_allowed.clone().expect("a next allowed instant");
     assert!(!next.now, "{next:?}");
+    let tz = s.worker.default_timezone;
     (
-        next.local,
+        format!(
+            "{} {}",
+            next.utc.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S"),
+            tz.name()
+        ),
         next.utc.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
     )
 }

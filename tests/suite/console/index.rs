@@ -2,7 +2,7 @@
 //! Redis Cluster: a filtered page finds what a scan of the entries kept would find,
 //! in the same order and count, for every field alone and together; the oldest
 //! entries dropped beyond the bound and the entries forgotten leave no trace in
-//! the field sets.
+//! the field sets, nor in the set of the tenants the index holds.
 
 use chrono::{DateTime, Duration, Utc};
 use lapin::types::{AMQPValue, FieldTable};
@@ -232,11 +232,23 @@ async fn the_index_keeps_its_field_sets(store: &QuotaStore) {
         .unwrap();
     assert_eq!(left, BOUND as usize - chosen.len());
 
+    // the tenants the index holds: a tenant forgotten with its last entry
+    let tenants = dead_index::tenants(&conn, keys).await.unwrap();
+    assert_eq!(tenants, ["acme", "beta"]);
+    let acme = Filter {
+        tenant: Some("acme".into()),
+        ..Filter::default()
+    };
+    let of_acme = dead_index::select(&conn, keys, &acme).await.unwrap();
+    dead_index::forget(&conn, keys, &of_acme).await.unwrap();
+    assert_eq!(dead_index::tenants(&conn, keys).await.unwrap(), ["beta"]);
+
     let all = dead_index::select(&conn, keys, &Filter::default())
         .await
         .unwrap();
     dead_index::forget(&conn, keys, &all).await.unwrap();
     assert_eq!(field_set_members(&conn, keys, &[]).await, 0);
+    assert!(dead_index::tenants(&conn, keys).await.unwrap().is_empty());
 }
 
 #[tokio::test]

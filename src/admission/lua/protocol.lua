@@ -1,4 +1,4 @@
--- lua/admit/: for each job, check every rule of its recipient's policy (and of the
+-- src/admission/lua/: for each job, check every rule of its recipient's policy (and of the
 -- caps it meets) and, if all pass, record the send. One call may carry many jobs
 -- (the engine batches the admissions that are waiting at the same moment into one
 -- call); they are decided in order, each seeing the sends recorded for the ones
@@ -126,6 +126,10 @@ local FLAG = {
   quiet = 2,        -- refused or layered, and its recipient has quiet hours (of the
                     -- version that follows the flags) that do not allow it: the
                     -- worker pushes the instant the caps give past them
+  taken = 4,        -- admitted or shadowed, and it took from its limits: the payload
+                    -- ends with the TAT (µs) each limit's take left, in the order of
+                    -- its limits, then their number L (the worker gives a take back
+                    -- with lua/refund.lua when the job is released or parked)
 }
 -- What an `opted_out` answer's recipient opted out of.
 local OPTED_OUT = {

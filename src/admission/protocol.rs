@@ -1,11 +1,11 @@
-//! What `lua/admit/` answers, by name: the codes and flags of
-//! `lua/admit/protocol.lua` as a Rust `enum` (a test reads the script and checks
-//! that both sides name the same numbers), and each job's answer read into a
-//! [`Verdict`]. Pure: no I/O.
+//! What the admission's script answers, by name: the codes and flags of
+//! `src/admission/lua/protocol.lua` as a Rust `enum` (a test reads the script and
+//! checks that both sides name the same numbers), and each job's answer read into
+//! a [`Verdict`], whose variants are named as the codes are. Pure: no I/O.
 
 use crate::quota::suppression::Suppression;
 
-/// An answer's code (`ANSWER` in `lua/admit/protocol.lua`).
+/// An answer's code (`ANSWER` in `src/admission/lua/protocol.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i64)]
 pub(crate) enum Code {
@@ -47,7 +47,7 @@ impl Code {
     }
 }
 
-/// An answer's flags (`FLAG` in `lua/admit/protocol.lua`).
+/// An answer's flags (`FLAG` in `src/admission/lua/protocol.lua`).
 pub(crate) struct Flag;
 
 impl Flag {
@@ -55,31 +55,38 @@ impl Flag {
     pub(crate) const INHERITED: i64 = 1;
     /// Refused or layered, with the recipient's quiet hours' version after the flags.
     pub(crate) const QUIET: i64 = 2;
+    /// Admitted or shadowed, with the TATs its limits' takes left ending the payload.
+    pub(crate) const TAKEN: i64 = 4;
     /// Every flag, with its name in the script.
     #[cfg(test)]
-    pub(crate) const ALL: [(i64, &'static str); 2] =
-        [(Flag::INHERITED, "inherited"), (Flag::QUIET, "quiet")];
+    pub(crate) const ALL: [(i64, &'static str); 3] = [
+        (Flag::INHERITED, "inherited"),
+        (Flag::QUIET, "quiet"),
+        (Flag::TAKEN, "taken"),
+    ];
 }
 
-/// One job's answer from `lua/admit/`; each carries the call's Redis time `now`
+/// One job's answer from the admission's script; each carries the call's Redis time `now`
 /// (ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// Admitted and recorded at `now`; `true` when it took over its own abandoned
-    /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]).
-    Admitted(i64, bool),
+    /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]);
+    /// the TAT (µs) each of its limits' takes left, in the order of its limits.
+    Admitted(i64, bool, Vec<i64>),
     /// Refused; the times (ms) of the sends still remembered; the version of the
     /// recipient's quiet hours when they do not allow the job.
     Refused(i64, Vec<i64>, Option<i64>),
     /// A shadow policy's rules would refuse it; recorded at `now` all the same; the
-    /// times (ms) of the other sends still remembered; inherited as for `Admitted`.
-    Shadowed(i64, Vec<i64>, bool),
+    /// times (ms) of the other sends still remembered; inherited and the limits'
+    /// takes as for `Admitted`.
+    Shadowed(i64, Vec<i64>, bool, Vec<i64>),
     /// Already dispatched.
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
     Reserved(i64, i64),
-    /// `now` is outside the day the plan was made for.
-    Clock(i64),
+    /// `now` is outside the day the plan was made for: plan again for `now`.
+    Replan(i64),
     /// The recipient's key holds another type than a sorted set.
     WrongType(i64),
     /// The key is not on the node the call went to (a cluster's slots moved):
@@ -91,7 +98,7 @@ pub(crate) enum Verdict {
     /// The recipient opted out: 1 its category, 2 its channel, 3 the pair.
     OptedOut(i64, i64),
     /// The recipient has quiet hours (of this version) to compute first.
-    Quiet(i64, i64),
+    QuietHours(i64, i64),
     /// A job with layers, refused by its policy or a cap: the times (ms) of the
     /// sends each layer remembers, its policy's first, then each cap's in the order
     /// given (none for a cap that only counts); the quiet hours' version as for
@@ -107,17 +114,17 @@ impl Verdict {
     /// Redis time of the call.
     pub fn now(&self) -> i64 {
         match self {
-            Verdict::Admitted(now, _)
+            Verdict::Admitted(now, ..)
             | Verdict::Refused(now, ..)
             | Verdict::Shadowed(now, ..)
             | Verdict::Duplicate(now)
             | Verdict::Reserved(now, _)
-            | Verdict::Clock(now)
+            | Verdict::Replan(now)
             | Verdict::WrongType(now)
             | Verdict::Elsewhere(now)
             | Verdict::Suppressed(now, ..)
             | Verdict::OptedOut(now, _)
-            | Verdict::Quiet(now, _)
+            | Verdict::QuietHours(now, _)
             | Verdict::Layered(now, ..)
             | Verdict::Limited(now, ..) => *now,
         }
@@ -171,22 +178,34 @@ fn blocks(payload: &[i64]) -> Option<Vec<Vec<i64>>> {
 }
 
 impl Answer<'_> {
+    /// The payload without the limits' takes, and the takes (flag `taken`: the
+    /// payload ends with L TATs, then L); `None` if it is too short for them.
+    fn taken(&self) -> Option<(&[i64], Vec<i64>)> {
+        if self.flags & Flag::TAKEN == 0 {
+            return Some((self.payload, Vec::new()));
+        }
+        let (&n, rest) = self.payload.split_last()?;
+        let n = usize::try_from(n).ok().filter(|n| *n <= rest.len())?;
+        let (p, takes) = rest.split_at(rest.len() - n);
+        Some((p, takes.to_vec()))
+    }
+
     /// The verdict this answer gives at `now`; `None` if its payload does not fit
     /// its code.
     fn verdict(&self, now: i64) -> Option<Verdict> {
-        let p = self.payload;
+        let (p, taken) = self.taken()?;
         let inherited = self.flags & Flag::INHERITED != 0;
         let one = || match p {
             [v] => Some(*v),
             _ => None,
         };
         Some(match self.code {
-            Code::Admitted => Verdict::Admitted(now, inherited),
+            Code::Admitted => Verdict::Admitted(now, inherited, taken),
             Code::Refused => Verdict::Refused(now, p.to_vec(), self.quiet),
-            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited),
+            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited, taken),
             Code::Duplicate => Verdict::Duplicate(now),
             Code::Reserved => Verdict::Reserved(now, one()?),
-            Code::Replan => Verdict::Clock(now),
+            Code::Replan => Verdict::Replan(now),
             Code::WrongType => Verdict::WrongType(now),
             Code::Elsewhere => Verdict::Elsewhere(now),
             Code::Layered => Verdict::Layered(now, blocks(p)?, self.quiet),
@@ -197,7 +216,7 @@ impl Answer<'_> {
                 _ => return None,
             },
             Code::OptedOut => Verdict::OptedOut(now, one()?),
-            Code::QuietHours => Verdict::Quiet(now, one()?),
+            Code::QuietHours => Verdict::QuietHours(now, one()?),
             Code::Limited => match p {
                 [at, which] if *which >= 1 => {
                     Verdict::Limited(now, *at, usize::try_from(*which - 1).ok()?)

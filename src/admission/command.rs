@@ -1,6 +1,6 @@
-//! One call of `lua/admit/` as a command: the header of fixed positions, the plans
+//! One call of `src/admission/lua/` as a command: the header of fixed positions, the plans
 //! once, two arguments per job, the undeclared keys, then each optional section
-//! where the header says it starts (see `lua/admit/protocol.lua`). Pure: builds the
+//! where the header says it starts (see `src/admission/lua/protocol.lua`). Pure: builds the
 //! command, sends nothing.
 
 use std::sync::Arc;
@@ -53,7 +53,7 @@ pub struct LayerArgs {
     pub holds: bool,
 }
 
-/// The header's positions (`ARG` in `lua/admit/protocol.lua`): the arguments
+/// The header's positions (`ARG` in `src/admission/lua/protocol.lua`): the arguments
 /// before the first plan.
 const HEADER: usize = 8;
 

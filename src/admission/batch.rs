@@ -1,7 +1,7 @@
-//! `lua/admit/`, batched: the admissions waiting at one moment go to Redis as one
-//! call of the script. The call's arguments are built by [`command`] (plans once,
+//! The admission's script (`src/admission/lua/`), batched: the admissions waiting at one moment go to Redis as one
+//! call of the script. The call's arguments are built by [`super::command`] (plans once,
 //! two per job, each section where the header says); its reply is read by
-//! [`protocol`] (each job's answer, by name).
+//! [`super::protocol`] (each job's answer, by name).
 //!
 //! Deliveries reach the worker in bursts (a quorum queue hands out what one Raft
 //! write made ready), so many jobs ask Redis at once. One script call per job costs
@@ -17,7 +17,7 @@
 //!
 //! On a Redis Cluster the jobs of a batch live in different hash slots, and a call
 //! may declare keys of one slot only. So the batch is split by the node that owns
-//! each job's slot ([`super::slots`]), and each node gets one call: it declares the
+//! each job's slot ([`crate::redis::slots`]), and each node gets one call: it declares the
 //! first job's key (which routes it there) and carries the others' keys as
 //! arguments, run by a copy of the script flagged `allow-cross-slot-keys` (Redis
 //! 7.0 and later). A key the node turns out not to own (the slots moved) answers
@@ -31,19 +31,16 @@
 //! ([`RedisConn::dedicated`]); on the shared connection one `WAIT` for a master
 //! with no replica answering held up every call queued behind it.
 
-mod command;
-mod protocol;
-
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use redis::Script;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::conn::RedisConn;
+use super::command::{self, AdmitArgs};
+use super::protocol::{self, Verdict};
+use crate::redis::conn::RedisConn;
 use crate::redis::StoreError;
-pub(crate) use command::{AdmitArgs, LayerArgs, LimitArgs};
-pub(crate) use protocol::Verdict;
 
 /// Most jobs in one script call (Redis runs a call without interruption: 128 jobs
 /// hold it for well under a millisecond).
@@ -156,7 +153,7 @@ impl Caller {
             prefix_len: self.prefix_len,
         };
         let cmd = command::command(&call, jobs, declared);
-        super::conn::count_call(&self.calls);
+        crate::redis::conn::count_call(&self.calls);
         let mut conn = conn.clone();
         let started = std::time::Instant::now();
         let (flat, acked) = match self.call_once(&cmd, &mut conn).await {
@@ -250,9 +247,10 @@ impl Caller {
             deliver(result, batch);
         } else {
             let map = self.conn.slot_map().await;
-            let groups = super::conn::group_by_node(batch.into_iter(), map.as_deref(), |job, m| {
-                m.owner(job.0.key.as_bytes())
-            });
+            let groups =
+                crate::redis::conn::group_by_node(batch.into_iter(), map.as_deref(), |job, m| {
+                    m.owner(job.0.key.as_bytes())
+                });
             let calls = groups.into_iter().map(|(_, group)| async move {
                 let jobs: Vec<&AdmitArgs> = group.iter().map(|(args, _)| args).collect();
                 metrics::histogram!(crate::metrics::ADMISSION_BATCH_JOBS).record(jobs.len() as f64);
@@ -288,7 +286,7 @@ fn unreplicated(short: Option<(i64, u32)>, v: Verdict) -> Reply {
         return Ok(v);
     };
     match v {
-        Verdict::Admitted(at, _) | Verdict::Shadowed(at, ..) => Err(StoreError::Unreplicated {
+        Verdict::Admitted(at, ..) | Verdict::Shadowed(at, ..) => Err(StoreError::Unreplicated {
             reserved_at: at,
             recorded: true,
             acked,
@@ -316,7 +314,7 @@ fn deliver(result: Result<Vec<Reply>, StoreError>, jobs: Vec<(AdmitArgs, oneshot
                 let _ = tx.send(reply);
             }
         }
-        Err(e) => super::fail_all(e, jobs.into_iter().map(|(_, tx)| tx)),
+        Err(e) => crate::redis::fail_all(e, jobs.into_iter().map(|(_, tx)| tx)),
     }
 }
 
@@ -326,7 +324,7 @@ async fn run(
 ) {
     let permits = Arc::new(Semaphore::new(OUTSTANDING));
     // everything that queued up while waiting for a permit goes along
-    while let Some((permit, batch)) = super::next_batch(&mut rx, &permits, MAX_BATCH).await {
+    while let Some((permit, batch)) = crate::redis::next_batch(&mut rx, &permits, MAX_BATCH).await {
         let caller = caller.clone();
         tokio::spawn(async move {
             caller.answer(batch).await;

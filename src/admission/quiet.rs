@@ -11,11 +11,11 @@ use quota_worker_producer::Priority;
 
 use super::layers::{layered_refusal, JobLayer};
 use super::verdict::Asked;
-use super::QuotaStore;
 use crate::admission::Admission;
 use crate::preferences::set::QuietHours;
 use crate::quota::policy::{Action, Mode};
 use crate::redis::StoreError;
+use crate::store::QuotaStore;
 
 impl QuotaStore {
     /// Where the quiet hours of version `version` of `hash` end, seen at `now`
