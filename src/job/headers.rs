@@ -184,6 +184,21 @@ mod tests {
     use chrono::TimeZone;
 
     #[test]
+    fn a_parked_job_carries_its_first_sight_and_keeps_an_earlier_one() {
+        let first = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let parked = first + chrono::Duration::seconds(5);
+        let ms = |h: &FieldTable, name: &str| h.inner().get(name).and_then(as_i64);
+        let h = parked_headers(None, parked, first);
+        assert_eq!(ms(&h, PARKED_AT), Some(parked.timestamp_millis()));
+        assert_eq!(ms(&h, FIRST_SEEN), Some(first.timestamp_millis()));
+        // parked again later: both its first sight and the new park time
+        let again = parked + chrono::Duration::seconds(5);
+        let h = parked_headers(Some(&h), again, again);
+        assert_eq!(ms(&h, PARKED_AT), Some(again.timestamp_millis()));
+        assert_eq!(ms(&h, FIRST_SEEN), Some(first.timestamp_millis()));
+    }
+
+    #[test]
     fn headers_drop_x_death_and_count_attempts() {
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let mut h = FieldTable::default();

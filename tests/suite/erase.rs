@@ -7,7 +7,8 @@
 //! its lane's queue, is erased; an erase stopped before its dead-letter walk, the
 //! worker process killed (`kill -9`) meanwhile, is completed by running it again;
 //! afterwards no Redis key and no message holding the recipient is left (by its
-//! clear value or its keyed hash), and none of its jobs is dispatched while the
+//! clear value or its keyed hash; but the dead-letter log's, a stream that cannot
+//! drop one entry, bound by `console.dead_log_max_age`), and none of its jobs is dispatched while the
 //! other recipients' jobs all are; a third erase finds nothing and says so. With
 //! `--keep-suppression` only the suppression stays.
 
