@@ -24,9 +24,16 @@
 -- ARGV[11] held: the instant the digest closes (ms; the caps' next allowed instant),
 --          for the digest it opens (0: its window from now)
 --
--- Returns {code, digest id, digest key, closes at (ms), full}: code 1 opened, 0
--- joined, 2 the job was folded before (into that digest); full 1 when this item
--- made it reach its max_items (the group's next job opens a new one).
+-- Returns {code, digest id, digest key, closes at (ms), full}, the code one of FOLD
+-- (src/redis/digest/fold.rs reads it by the same names; a test checks that both
+-- sides agree): opened, joined, or again (the job was folded before, into that
+-- digest); full 1 when this item made it reach its max_items (the group's next job
+-- opens a new one).
+local FOLD = {
+  joined = 0,
+  opened = 1,
+  again = 2,
+}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local base, job = ARGV[1], ARGV[3]
@@ -36,7 +43,7 @@ local held = redis.call('GET', KEYS[2])
 if held then
   local meta = base .. 'dgm/' .. held
   local close_at = tonumber(redis.call('HGET', meta, 'close_at') or '0')
-  return {2, held, meta, close_at, 0}
+  return {FOLD.again, held, meta, close_at, 0}
 end
 
 local id = redis.call('HGET', KEYS[1], 'open')
@@ -45,7 +52,7 @@ if id then
   meta = base .. 'dgm/' .. id
   if redis.call('EXISTS', meta) == 0 then id = nil end
 end
-local code = 0
+local code = FOLD.joined
 local close_at
 if not id then
   local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
@@ -63,7 +70,7 @@ if not id then
   end
   -- the recipient's open digests (`admin recipient`)
   redis.call('SADD', base .. 'dgs', id)
-  code = 1
+  code = FOLD.opened
 else
   local m = redis.call('HMGET', meta, 'close_at', 'slide', 'until')
   close_at = tonumber(m[1])

@@ -12,8 +12,14 @@
 -- ARGV[2]  the base of its keys (`prefix:{tag}/`)
 -- ARGV[3]  how long its keys are kept past that, ms (`redis.record_ttl`)
 --
--- Returns 1, or 0 when the digest is gone (sent, or never there).
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+-- Returns one of REOPEN (src/redis/digest/reopen.rs reads it by the same names; a
+-- test checks that both sides agree): reopened, or gone when the digest is gone
+-- (sent, or never there).
+local REOPEN = {
+  gone = 0,
+  reopened = 1,
+}
+if redis.call('EXISTS', KEYS[1]) == 0 then return REOPEN.gone end
 local base = ARGV[2]
 local m = redis.call('HMGET', KEYS[1], 'id', 'group', 'count', 'max')
 local id, group = m[1], m[2]
@@ -39,4 +45,4 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = math.max(tonumber(ARGV[1]) - now, 0) + tonumber(ARGV[3])
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], group}) do redis.call('PEXPIRE', k, ttl) end
-return 1
+return REOPEN.reopened

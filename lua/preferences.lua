@@ -1,5 +1,5 @@
 -- preferences.lua: replace one recipient's preferences hash whole, or remove it.
--- The hash is read by lua/admit/'s preferences section; see src/preferences/edit.rs.
+-- The hash is read by the admission's preferences section (src/admission/lua/); see src/preferences/edit.rs.
 --
 -- KEYS[1]  the recipient's hash (`prefix:{tag}/prefs`)
 -- ARGV[1]  the set's JSON, or "" to remove the hash
@@ -15,15 +15,23 @@
 -- version replaced + 1, so that a worker never takes a new set's quiet hours for
 -- the old ones it computed.
 --
--- Returns 1 if the hash existed before, else 0; -1, writing nothing, when the set
--- is no longer the one the caller read (another write came between: read again).
+-- Returns one of WRITE (src/redis/preferences.rs reads it by the same names; a
+-- test checks that both sides agree): existed if the hash existed before, absent
+-- if not; stale, writing nothing, when the set is no longer the one the caller
+-- read (another write came between: read again).
+local WRITE = {
+  stale = -1,
+  absent = 0,
+  existed = 1,
+}
 local first = 5
 if ARGV[5] == '=' then
-  if (redis.call('HGET', KEYS[1], 'set') or '') ~= ARGV[6] then return -1 end
+  if (redis.call('HGET', KEYS[1], 'set') or '') ~= ARGV[6] then return WRITE.stale end
   first = 7
 end
 local old = tonumber(redis.call('HGET', KEYS[1], 'quiet') or '0') or 0
-local existed = redis.call('DEL', KEYS[1])
+local existed = WRITE.absent
+if redis.call('DEL', KEYS[1]) == 1 then existed = WRITE.existed end
 if ARGV[1] == '' then return existed end
 local version = tonumber(ARGV[2])
 if version <= old then version = old + 1 end

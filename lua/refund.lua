@@ -14,10 +14,14 @@
 -- ARGV[2]  cost to give back
 -- ARGV[3]  the TAT the take left (rate.lua's tat_us), in microseconds
 --
--- Returns the credit given back in microseconds (0: nothing was owed).
+-- Returns the credit given back in microseconds, or REFUND.nothing (0: nothing owed;
+-- src/redis/refund.rs names it the same; a test checks that both sides agree).
+local REFUND = {
+  nothing = 0,
+}
 local key = KEYS[1]
 local raw = redis.call('GET', key)
-if not raw then return 0 end
+if not raw then return REFUND.nothing end
 -- a throttle's ramp (`:P:R`, see rate.lua) stays as it is
 local ramp, tat = '', raw
 local c = string.find(raw, ':', 1, true)
@@ -25,7 +29,7 @@ if c then ramp, tat = string.sub(raw, c), string.sub(raw, 1, c - 1) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local credit = math.min(tonumber(ARGV[1]) * tonumber(ARGV[2]), tonumber(ARGV[3]) - now)
-if credit <= 0 then return 0 end
+if credit <= 0 then return REFUND.nothing end
 local new_tat = tonumber(tat) - credit
 if new_tat <= now and ramp == '' then
   redis.call('DEL', key)

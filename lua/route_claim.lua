@@ -10,15 +10,21 @@
 --          next step)
 -- ARGV[1]  the way: F | E
 --
--- Returns the state as it was, with P first when this call may move it on (the
--- claim is this way's), or the one letter of its state otherwise; false when no
--- state is kept.
+-- Returns {code, state}, the code one of CLAIM (src/fallback/state.rs reads it by
+-- the same names; a test checks that both sides agree): ours, with the state as it
+-- was and P first, when this call may move it on (the claim is this way's); theirs,
+-- with the one letter of its state, otherwise; none, with '', when no state is kept.
+local CLAIM = {
+  none = 0,
+  ours = 1,
+  theirs = 2,
+}
 local v = redis.call('GET', KEYS[1])
-if not v then return false end
+if not v then return {CLAIM.none, ''} end
 local state = string.sub(v, 1, 1)
 if state == 'P' then
   redis.call('SETRANGE', KEYS[1], 0, ARGV[1])
-  return v
+  return {CLAIM.ours, v}
 end
-if state == ARGV[1] then return 'P' .. string.sub(v, 2) end
-return state
+if state == ARGV[1] then return {CLAIM.ours, 'P' .. string.sub(v, 2)} end
+return {CLAIM.theirs, state}

@@ -99,6 +99,9 @@ pub const LANE_WAIT_SECONDS: &str = "quota_worker_lane_wait_seconds";
 /// Gauge: deliveries this worker holds at most from each lane queue of a paced
 /// channel, by `channel` (what its rate needs, within `lanes.prefetch`).
 pub const LANE_PREFETCH: &str = "quota_worker_lane_prefetch";
+/// Gauge: tenants' queues of the lanes (fair shares) this worker consumes, all
+/// channels and lanes together (no label per tenant).
+pub const TENANT_QUEUES: &str = "quota_worker_tenant_queues";
 /// Gauge: how far ahead of now this worker's lane lines of a paced channel take
 /// send slots (twice the longest recent round trip of their asks to Redis, within
 /// 10 ms and 250 ms), by `channel` and `lane`.
@@ -321,6 +324,8 @@ const DESCRIBED: &[Described] = &[
         "Digests closed, by policy and result (sent: published as one job; empty: no item left, nothing sent; dead: its job, sent, was dead-lettered)"),
     Described::new(Histogram, DIGEST_ITEMS,
         "Items per digest sent, by policy"),
+    Described::new(Gauge, TENANT_QUEUES,
+        "Tenants' queues of the lanes (fair shares) this worker consumes, all channels and lanes together"),
     Described::new(Gauge, LANE_PREFETCH,
         "Deliveries this worker holds at most from each lane queue of a paced channel (what its rate needs, within lanes.prefetch), by channel"),
     Described::in_seconds(Gauge, LANE_LOOK_AHEAD_SECONDS,
@@ -553,6 +558,11 @@ pub(crate) fn lane_look_ahead(channel: &str, lane: &'static str, ahead: std::tim
         "lane" => lane
     )
     .set(ahead.as_secs_f64());
+}
+
+/// Set [`TENANT_QUEUES`].
+pub(crate) fn tenant_queues(n: usize) {
+    metrics::gauge!(TENANT_QUEUES).set(n as f64);
 }
 
 /// Set [`LANE_PREFETCH`] for `channel`.

@@ -42,12 +42,31 @@ impl ChannelRules {
             cost: settings.channels[c].cost,
         }
     }
+
+    /// Its rate as a job of cost `cost` takes it (its own cost: segments of a
+    /// long SMS; `None`: the channel's), with its lanes; `None` when it is not
+    /// paced, or the rate never passes that cost (the admission refuses the job).
+    pub fn laned_for(&self, cost: Option<u64>) -> Option<(Rate, crate::lanes::share::LaneRate)> {
+        let (rate, lanes) = self.rate.zip(self.lanes)?;
+        let rate = rate.for_cost(cost);
+        (rate.cost <= rate.burst).then_some((rate, lanes))
+    }
+}
+
+/// The zone of each tenant's calendar, and the default
+/// (`worker.default_timezone`).
+fn zones(settings: &Settings) -> (BTreeMap<String, chrono_tz::Tz>, chrono_tz::Tz) {
+    let named = settings.tenants.keys();
+    let zones = named.map(|t| (t.clone(), settings.tenant_zone(t)));
+    (zones.collect(), settings.worker.default_timezone)
 }
 
 /// One tenant's overrides: its policies by name, and every cap as it applies to the
 /// tenant's jobs (the shared ones, with its overrides in their place).
 #[derive(Debug, PartialEq)]
 struct TenantRules {
+    /// Its weight in the fair shares of a lane.
+    weight: u32,
     policies: BTreeMap<String, Arc<Policy>>,
     caps: Vec<Arc<Cap>>,
 }
@@ -64,8 +83,11 @@ pub struct Rules {
     /// The caps, by name.
     caps: Vec<Arc<Cap>>,
     tenants: BTreeMap<String, TenantRules>,
-    /// The limits (`[limits.NAME]`), in name order.
+    /// The limits (`[limits.NAME]`), in name order, then the quotas (caps with
+    /// `scope = "tenant"` or `"sender"`).
     limits: Vec<Arc<Limit>>,
+    /// The zone of each tenant's calendar that names one, and the default.
+    zones: (BTreeMap<String, chrono_tz::Tz>, chrono_tz::Tz),
     /// The outcome counters by (policy, channel) of these names.
     pub(crate) metrics: JobMetrics,
     /// What each cap of each policy says when it holds a job (the
@@ -110,7 +132,15 @@ impl Rules {
                     .into_iter()
                     .map(|p| (p.name.clone(), Arc::new(p)))
                     .collect();
-                (t.clone(), TenantRules { policies, caps })
+                let weight = settings.tenants[t].weight;
+                (
+                    t.clone(),
+                    TenantRules {
+                        weight,
+                        policies,
+                        caps,
+                    },
+                )
             })
             .collect();
         let every_cap = caps.iter().chain(tenants.values().flat_map(|t| &t.caps));
@@ -149,9 +179,22 @@ impl Rules {
             caps,
             tenants,
             limits: settings.limits().into_iter().map(Arc::new).collect(),
+            zones: zones(settings),
             held_by,
             of_channel: Default::default(),
         }
+    }
+
+    /// Every limit, in the order of their names, then the quotas.
+    pub fn limits(&self) -> impl Iterator<Item = &Arc<Limit>> {
+        self.limits.iter()
+    }
+
+    /// The zone of `tenant`'s calendar (its quotas' days and months).
+    pub fn tenant_zone(&self, tenant: Option<&str>) -> chrono_tz::Tz {
+        tenant
+            .and_then(|t| self.zones.0.get(t).copied())
+            .unwrap_or(self.zones.1)
     }
 
     /// The limits that hold a job of `subject`, each with its bucket (see
@@ -215,6 +258,14 @@ impl Rules {
             .get(category)
             .or_else(|| self.policies.get("default"))
             .expect("a default policy is required by validation")
+    }
+
+    /// The weight of `tenant` in the fair shares of a lane (1 for a tenant not
+    /// configured, and for the jobs without a tenant).
+    pub fn tenant_weight(&self, tenant: Option<&str>) -> u32 {
+        tenant
+            .and_then(|t| self.tenants.get(t))
+            .map_or(1, |t| t.weight.max(1))
     }
 
     /// The policy a job of `category` and `tenant` meets: the category's (an unknown

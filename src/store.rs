@@ -28,21 +28,19 @@
 //! whose clocks are a minute apart still agree on which day a send belongs to.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
 use crate::admission::batch::{Admitter, Caller};
+use crate::admission::state::AdmissionState;
 use crate::config::Settings;
 use crate::digest::store::Digests;
 use crate::lanes::slots::{Asker, ChannelLanes};
 use crate::preferences::checks::Checks;
-use crate::quota::caps::Cap;
 use crate::quota::keys::Keys;
-use crate::quota::plan::Plan;
 use crate::quota::policy::Policy;
 use crate::quota::window;
 use crate::redis::conn::count_call;
@@ -73,7 +71,6 @@ pub struct QuotaStore {
     pub(crate) pacers: HashMap<String, Pacer>,
     /// One per configured channel: its rate's takes, batched.
     pub(crate) rates: HashMap<String, RateBatcher>,
-    pub(crate) lease_ms: i64,
     /// The longest rate wait a job read from the jobs queue waits out here rather
     /// than being parked in its lane (`lanes.park_after`).
     pub(crate) park_after: Duration,
@@ -82,36 +79,17 @@ pub struct QuotaStore {
     pub(crate) line_cap: usize,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     pub(crate) record_ttl: Duration,
-    pub(crate) admitter: Admitter,
+    /// The admission's own state (the admission room's).
+    pub(crate) admission: AdmissionState,
     pub(crate) scripts: Scripts,
     pub(crate) offset_ms: AtomicI64,
     pub(crate) calls: Arc<AtomicU64>,
-    /// Reservations this store recorded for admissions that then failed (Redis went
-    /// away mid-decision, or the dispatch's fate is unknown), by (key, member) ->
-    /// reserved_at ms. The retry of the same job takes its own reservation back
-    /// instead of waiting out the lease as if another worker held it.
-    pub(crate) orphans: std::sync::Mutex<HashMap<(String, Vec<u8>), i64>>,
-    /// Whether some recipient may be suppressed (the key `prefix:suppressions`
-    /// exists, as last seen): only then do admissions check suppressions.
-    pub(crate) suppressions: AtomicBool,
     /// What admissions check of preferences (the preferences room's): whether
     /// some recipient may have a set, and what this worker knows of quiet hours.
     pub(crate) preferences: Checks,
-    /// The last plan made per (policy, zone), with the local date it is for: a
-    /// plan depends only on the policy's rules, the zone and the local date, and
-    /// every job of a policy in a zone on one day shares it.
-    pub(crate) plans: std::sync::Mutex<PlanCache<Policy>>,
-    /// The same for the caps.
-    pub(crate) cap_plans: std::sync::Mutex<PlanCache<Cap>>,
     /// The digests' side of Redis (the digests' room's).
     pub(crate) digests: Digests,
 }
-
-/// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
-/// keeps alive: a tenant's override of a policy and the shared one have plans of
-/// their own; a reload's new policy makes new plans, and the old ones are dropped),
-/// then zone, each with the local date it is for.
-pub(crate) type PlanCache<T> = HashMap<usize, HashMap<Tz, (chrono::NaiveDate, Arc<T>, Arc<Plan>)>>;
 
 impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,19 +173,14 @@ impl QuotaStore {
             rates,
             rules,
             pacers,
-            lease_ms,
             park_after: settings.lanes.park_after.0,
             line_cap: (settings.amqp.prefetch as usize / 2).max(1),
             record_ttl: settings.redis.record_ttl.0,
-            admitter,
+            admission: AdmissionState::new(admitter, lease_ms),
             scripts,
             offset_ms: AtomicI64::new(0),
             calls,
-            orphans: Default::default(),
-            plans: Default::default(),
-            suppressions: AtomicBool::new(false),
             preferences: Checks::default(),
-            cap_plans: Default::default(),
             digests,
         };
         store.sync_clock().await?;
@@ -252,9 +225,7 @@ impl QuotaStore {
     /// ones they replace. The plans made for the replaced ones are dropped.
     pub(crate) fn set_rules(&self, rules: Rules) -> Arc<Rules> {
         let before = self.rules.swap(Arc::new(rules));
-        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let caps = self.cap_plans.lock();
-        caps.unwrap_or_else(|e| e.into_inner()).clear();
+        self.admission.forget_plans();
         before
     }
 
@@ -317,6 +288,10 @@ fn pacers(
                 conn: conn.clone(),
                 script: scripts.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
+                schedules: crate::lanes::share::Priority::ALL.map(|p| {
+                    let schedule = keys.fair_schedule(c, p.as_str());
+                    (schedule.clone(), format!("{schedule}:seen"))
+                }),
                 calls: calls.clone(),
                 channel: c.clone(),
             };

@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     pub recipients: Option<usize>,
     /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, recovery,
-    /// campaign, digest, fallback, memory, scale); each mix, each latency round and each
+    /// campaign, tenants, digest, fallback, memory, scale); each mix, each latency round and each
     /// scale round measure their own ceiling right before. `scale` is not in the
     /// default run (it preloads millions of keys), nor `lanes` (the urgent wait behind
     /// a bulk backlog of `--jobs`, default 100,000, paced at 100/s: about 20 minutes per
@@ -30,7 +30,9 @@ pub struct Args {
     /// default 100,000, folded into digests of a 2 s window, ten a recipient: a
     /// backlog, then paced at half its fold rate), nor `fallback` (`--jobs`, default
     /// 100,000, routed push → email → sms against mix (a) in `--rounds` rounds; as many
-    /// escalations pending; 3,000 escalating after 2 s).
+    /// escalations pending; 3,000 escalating after 2 s), nor `tenants` (`--jobs`,
+    /// default 200,000, bulk jobs of tenant a, then 2,000 of b and of c (weight 2),
+    /// paced at `--tenants-rate`; one and three workers, a few minutes each).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",
@@ -54,6 +56,9 @@ pub struct Args {
     /// The campaign step: the channel's rate, jobs per second.
     #[arg(long, default_value_t = 100)]
     pub campaign_rate: u64,
+    /// The tenants step: the channel's rate, jobs per second.
+    #[arg(long, default_value_t = 60)]
+    pub tenants_rate: u64,
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
     #[arg(long)]
     pub prefetch: Option<u16>,

@@ -47,6 +47,11 @@
 //!   publish-to-dispatch times and the parking rate; then the same jobs as a
 //!   backlog: how fast the workers park them, against the ceiling. One worker and
 //!   three, `--rounds` rounds, each with its own ceiling.
+//! - **tenants** ([`tenants`], only when asked for): fair shares inside a lane:
+//!   tenant `a`'s `--jobs` bulk jobs (default 200,000) parked, then 2,000 of `b`
+//!   (weight 1) and of `c` (weight 2), the channel at `--tenants-rate` (60/s): each
+//!   tenant's share of the dispatches over 60 s against 1:1:2, and `b`'s and `c`'s
+//!   completion against what their shares promise. One worker and three.
 //! - **digest** ([`digest`], only when asked for): a policy with a `window` digest
 //!   (2 s), `--jobs` jobs (default 100,000) ten a recipient, on a private
 //!   `redis-server`: a backlog folded as fast as the worker can, then the same
@@ -100,6 +105,7 @@ mod sample;
 mod scale;
 mod table;
 mod teardown;
+mod tenants;
 
 use anyhow::Result;
 use clap::Parser;

@@ -190,6 +190,8 @@ pub struct Report {
     pub fallback: Option<FallbackReport>,
     /// The campaign step: every pass of every round, in run order.
     pub campaign: Vec<CampaignRun>,
+    /// The tenants step: one worker, then three.
+    pub tenants: Vec<crate::tenants::TenantsRun>,
     /// The campaign step's medians over its rounds, by pass and workers.
     pub campaign_summary: Vec<CampaignSummary>,
 }

@@ -52,6 +52,9 @@ pub async fn run(args: Args) -> Result<()> {
     if b.args.runs("campaign") {
         campaign::step(&b, &mut report).await?;
     }
+    if b.args.runs("tenants") {
+        crate::tenants::step(&b, &mut report.tenants).await?;
+    }
     if b.args.runs("digest") {
         digest::step(&b, &mut report).await?;
     }

@@ -76,6 +76,16 @@ pub struct Feedback {
     /// For `throttled`: seconds the provider asked to wait.
     #[serde(default)]
     pub retry_after: Option<f64>,
+    /// For `throttled`: the job's sender (its `sender` field). The pause then holds
+    /// only that sender's buckets of the limits counted per sender on the channel
+    /// (or of `limit`, when named), and every other sender goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+    /// For `throttled`: the limit (`[limits.NAME]`) whose bucket the provider
+    /// throttled: only that bucket pauses (of the job's `sender` or `tenant` when
+    /// the limit counts per sender or tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
     /// Free text for people (the provider's answer).
     #[serde(default)]
     pub detail: Option<String>,
@@ -91,6 +101,8 @@ impl Feedback {
             channel: channel.to_string(),
             tenant: None,
             retry_after: None,
+            sender: None,
+            limit: None,
             detail: None,
         }
     }

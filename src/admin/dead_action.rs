@@ -19,7 +19,6 @@
 //! token stays used, its outcome unknown, and the letters not yet touched are
 //! still listed for a new confirmation.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use lapin::Connection;
@@ -34,9 +33,6 @@ use crate::config::Settings;
 use crate::quota::keys::Keys;
 use crate::redis::{RedisConn, StoreError};
 use crate::store::QuotaStore;
-
-static LEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/lease.lua")));
 
 /// How long a confirmation holds its snapshot.
 const SNAPSHOT_FOR: Duration = Duration::from_secs(3600);
@@ -231,9 +227,8 @@ pub async fn carry_out(
         Ok(false) => None,
         Err(e) => Some(Err(e)),
     };
-    let mut end = LEASE.key(&lease);
-    end.arg(token);
-    let _ = end.invoke_async::<i64>(&mut c).await;
+    let script = &store.scripts().lease;
+    let _ = crate::redis::lease::renew_or_end(&conn, script, &lease, token, None).await;
     let Some(outcome) = outcome else {
         return Ok(Carried::Already("under way".into()));
     };

@@ -29,10 +29,10 @@ use crate::quota::keys::Keys;
 use crate::redis::{RedisConn, StoreError};
 
 static SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_index.lua")));
+    LazyLock::new(|| redis::Script::new(crate::redis::scripts::DEAD_INDEX_LUA));
 
 static PAGE_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/dead_page.lua")));
+    LazyLock::new(|| redis::Script::new(crate::redis::scripts::DEAD_PAGE_LUA));
 
 /// Summaries forgotten by one call of the script (a purge may select thousands).
 const FORGET_CHUNK: usize = 1000;

@@ -22,7 +22,6 @@
 //! The stream keeps dead letters for `console.dead_log_max_age`: one not caught up within it is
 //! still in the queue (the CLI walks it), but not in the index.
 
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -35,9 +34,6 @@ use super::dead_index::{self, Entry};
 use super::AdminError;
 use crate::config::Settings;
 use crate::store::QuotaStore;
-
-static LEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/lease.lua")));
 
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
 pub const MARKER: &str = "x-quota-worker-marker";
@@ -102,10 +98,8 @@ pub async fn catch_up(
         }
     }
     let read = read_log(conn, store, settings, &token).await;
-    let mut c = redis.clone();
-    let mut end = LEASE.key(&lease);
-    end.arg(&token);
-    if let Err(e) = end.invoke_async::<i64>(&mut c).await {
+    let script = &store.scripts().lease;
+    if let Err(e) = crate::redis::lease::renew_or_end(&redis, script, &lease, &token, None).await {
         tracing::warn!(error = %e, "the dead-letter index's catch-up lease runs out by itself");
     }
     Ok(CaughtUp {
@@ -255,10 +249,9 @@ async fn index_up_to(
 /// while it writes; one whose lease was lost stops (another runs now).
 async fn renew(store: &QuotaStore, token: &str) -> Result<(), AdminError> {
     let lease = dead_index::catch_up_lease(store.keys());
-    let mut c = store.connection();
-    let mut renew = LEASE.key(&lease);
-    renew.arg(token).arg(LEASE_FOR.as_millis() as u64);
-    if renew.invoke_async::<i64>(&mut c).await? == 0 {
+    let (conn, script) = (store.connection(), &store.scripts().lease);
+    let ttl = Some(LEASE_FOR.as_millis() as u64);
+    if !crate::redis::lease::renew_or_end(&conn, script, &lease, token, ttl).await? {
         return Err(AdminError::Invalid(format!(
             "the dead-letter index's catch-up lost its lease `{lease}`; another catches up now"
         )));
@@ -308,6 +301,6 @@ fn marker_of(d: &lapin::message::Delivery) -> Option<String> {
 /// The index's entry of a dead letter read from the log: what its body says of
 /// the job (when it decodes), with the rules in force.
 fn entry_of(d: &lapin::message::Delivery, store: &QuotaStore, settings: &Settings) -> Entry {
-    let known = super::dead_select::known(&d.data, store, settings);
+    let known = super::dead_select::known(&d.data, store, &settings.worker);
     dead_index::entry(&d.properties, &d.data, known, Utc::now())
 }

@@ -9,15 +9,15 @@ use std::collections::HashMap;
 pub use super::dead_letter_info::print;
 
 use super::dead_index::Known;
-use crate::config::Settings;
+use crate::config::WorkerSettings;
 use crate::job::decode;
 use crate::store::QuotaStore;
 
 /// What a dead letter's body says of its job, decoded with the rules in force in
-/// `store` and the worker's settings (nothing for a body that does not decode).
-pub fn known(body: &[u8], store: &QuotaStore, settings: &Settings) -> Known {
+/// `store` and the worker's settings (`worker`; nothing for a body that does not
+/// decode).
+pub fn known(body: &[u8], store: &QuotaStore, w: &WorkerSettings) -> Known {
     let (rules, keys) = (store.rules(), store.keys());
-    let w = &settings.worker;
     match decode::decode(body, w.max_body_bytes, w.default_timezone) {
         Ok(job) => {
             let tenant = job.tenant.as_deref();

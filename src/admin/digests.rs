@@ -177,7 +177,7 @@ impl<'a> Digests<'a> {
             .and_then(|h| serde_json::from_str(h).ok())
             .ok_or_else(|| AdminError::Invalid(format!("no open digest `{id}` (sent already)")))?;
         let open_id = self.open_of(&f).await?;
-        let (_, _, order) = digest_keys(&key).expect("a digest's key");
+        let order = digest_keys(&key).expect("a digest's key").order;
         let mut c = conn.clone();
         let items: Vec<String> = redis::cmd("LRANGE")
             .arg(&order)

@@ -3,7 +3,8 @@
 //! recipient's recorded sends ([`recipients`]) and suppressions ([`suppressions`]), and one job by its id: where it is,
 //! why, and cancelling it ([`jobs`]); digests shown and flushed ([`digests`]); a
 //! recipient's own preferences ([`preferences`]) and every stored set exported and
-//! imported as JSON lines ([`preference_files`]). Returns data; the binary prints it.
+//! imported as JSON lines ([`preference_files`]); every limit and quota with its
+//! buckets' state ([`limits`]). Returns data; the binary prints it.
 
 pub mod dead_action;
 pub mod dead_index;
@@ -13,6 +14,7 @@ pub mod dead_log;
 pub mod dead_select;
 pub mod digests;
 pub(crate) mod jobs;
+pub mod limits;
 pub mod preferences;
 pub(crate) mod queues;
 pub mod recipients;
@@ -25,7 +27,7 @@ pub use dead_letter_info::{DeadLetterInfo, Selection};
 pub use dead_letters::{DeadLetters, WalkAction, WalkReport};
 pub use digests::{DigestInfo, Digests, Flushed, OpenDigest};
 pub use jobs::{Cancelled, JobStatus, Jobs};
-pub use queues::{queue_stats, QueueStat};
+pub use queues::{queue_stats, tenants_waiting, QueueStat, TenantsWaiting};
 pub use recipients::{RecipientQuery, RecipientStatus, Recipients, Recorded};
 pub use suppressions::SuppressionInfo;
 

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
 use super::command::{AdmitArgs, LayerArgs, LimitArgs};
-use super::layers::{cached, JobLayer};
+use super::layers::JobLayer;
 use super::protocol::Verdict;
 use super::verdict::{self, Asked, QuietUntil};
 use crate::admission::{Admission, RateStep, Request, Ticket};
@@ -18,13 +17,20 @@ use crate::counted::Counted;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::limits::{Limit, Subject};
-use crate::quota::plan::Plan;
-use crate::quota::policy::{Mode, Policy, Rate, Scope};
+use crate::quota::policy::{Policy, Rate, Scope};
 use crate::quota::window;
 use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
 use crate::store::{Pacer, QuotaStore};
+
+/// A paced channel an admission takes the rate of: its name, its rate and its
+/// pacer in this worker.
+struct PacedChannel<'a> {
+    name: &'a str,
+    rate: Rate,
+    pacer: &'a Pacer,
+}
 
 impl QuotaStore {
     pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
@@ -62,10 +68,12 @@ impl QuotaStore {
         step: RateStep,
     ) -> Result<Option<Admission>, StoreError> {
         let unknown = || StoreError::UnknownChannel(req.channel.to_string());
+        // the job's own cost is what it takes of its channel's rate
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
+        let rate = rate.map(|r| r.for_cost(req.cost));
         let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
-        if let Some(never) = verdict::cost_never_admitted(&asked) {
+        if let Some(never) = verdict::cost_never_admitted(&asked, req.channel, rate) {
             return Ok(Some(never));
         }
         let (first, rate_reply) = self.first_reply(req, &asked, (rate, pacer), step).await?;
@@ -90,16 +98,26 @@ impl QuotaStore {
             (Verdict::QuietHours(..), Some((until, hours))) => {
                 self.quiet_admission(req, &asked, until, hours).await?
             }
-            (reply, _) => {
-                verdict::admission(req, asked, reply, quiet, rate.zip(taken), self.lease_ms)
-                    .map_err(|reply| unexpected(&reply))?
-            }
+            (reply, _) => verdict::admission(
+                req,
+                asked,
+                reply,
+                quiet,
+                rate.zip(taken),
+                self.admission.lease_ms,
+            )
+            .map_err(|reply| unexpected(&reply))?,
         };
         match (&mut admission, rate) {
             (Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. }, Some(r))
                 if taken.is_none() =>
             {
-                let paced = self.pace_admitted(ticket, (req.channel, r, pacer), rate_reply, step);
+                let channel = PacedChannel {
+                    name: req.channel,
+                    rate: r,
+                    pacer,
+                };
+                let paced = self.pace_admitted(ticket, channel, rate_reply, step);
                 if !paced.await? {
                     return Ok(None);
                 }
@@ -166,14 +184,34 @@ impl QuotaStore {
             .cost
             .or_else(|| rules.channel(req.channel).map(|c| c.cost))
             .unwrap_or(1);
+        let now = self.redis_now();
         limits
             .into_iter()
             .map(|(l, bucket)| {
-                let args = LimitArgs {
-                    key: self.keys.limit(&l.name, bucket),
-                    interval_us: l.rate.interval_us,
-                    burst: l.rate.burst,
-                    cost,
+                let args = match &l.quota {
+                    // a quota: its counter of the period now is in (interval 0,
+                    // the count it allows, the period's end in ms)
+                    Some(q) => {
+                        let (start, end) = q.period(rules.tenant_zone(req.tenant), now);
+                        let window = q.window.to_string();
+                        LimitArgs {
+                            key: self.keys.quota(
+                                &l.name,
+                                &window,
+                                bucket,
+                                start.timestamp_millis(),
+                            ),
+                            interval_us: 0,
+                            burst: u64::from(q.limit),
+                            cost: end.timestamp_millis().max(0) as u64,
+                        }
+                    }
+                    None => LimitArgs {
+                        key: self.keys.limit(&l.name, bucket),
+                        interval_us: l.rate.interval_us,
+                        burst: l.rate.burst,
+                        cost,
+                    },
                 };
                 (l, args)
             })
@@ -215,8 +253,8 @@ impl QuotaStore {
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
                     Err(e) => {
-                        if let Verdict::Admitted(at, _) = verdict {
-                            self.orphan(&a.key, &a.member, at);
+                        if let Verdict::Admitted(at, ..) = verdict {
+                            self.admission.orphan(&a.key, &a.member, at);
                         }
                         Err(e)
                     }
@@ -254,8 +292,8 @@ impl QuotaStore {
             reply = self.call_admit(a, req, now).await?;
         }
         if let Verdict::Reserved(_, at) = reply {
-            if self.adopt(&a.key, &a.member, at) {
-                reply = Verdict::Admitted(at, true);
+            if self.admission.adopt(&a.key, &a.member, at) {
+                reply = Verdict::Admitted(at, true, Vec::new());
             }
         }
         Ok((reply, quiet_until))
@@ -283,10 +321,15 @@ impl QuotaStore {
     async fn pace_admitted(
         &self,
         ticket: &mut Ticket,
-        (channel, r, pacer): (&str, Rate, &Pacer),
+        paced: PacedChannel<'_>,
         rate_reply: Option<RateReply>,
         step: RateStep,
     ) -> Result<bool, StoreError> {
+        let PacedChannel {
+            name: channel,
+            rate: r,
+            pacer,
+        } = paced;
         if let Some(reply) = &rate_reply {
             if reply.allowed == Allowed::NEVER {
                 // never reached: validation keeps cost <= burst
@@ -317,7 +360,7 @@ impl QuotaStore {
             // reservation never outlives it; a slow Redis alone never comes near)
             (true, Some(ask)) => {
                 let _waiting = Counted::new(&pacer.waiting);
-                let limit = Duration::from_millis(self.lease_ms.max(2) as u64 / 2);
+                let limit = Duration::from_millis(self.admission.lease_ms.max(2) as u64 / 2);
                 let in_line = pacer.lanes.wait_in_line(r, ask);
                 match tokio::time::timeout(limit, in_line).await {
                     Ok(taken) => taken.map(Some),
@@ -375,49 +418,11 @@ impl QuotaStore {
     /// waits out the lease. Either way the recipient's slot is never freed for
     /// another job while the first may have been sent.
     pub fn keep_reservation(&self, ticket: &Ticket) {
-        self.orphan(
+        self.admission.orphan(
             &ticket.key,
             &ticket.member,
             ticket.admitted_at.timestamp_millis(),
         );
-    }
-
-    pub(super) fn orphan(&self, key: &str, member: &[u8], reserved_at: i64) {
-        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
-        let lapsed = reserved_at - self.lease_ms;
-        orphans.retain(|_, at| *at > lapsed);
-        orphans.insert((key.to_string(), member.to_vec()), reserved_at);
-    }
-
-    /// Whether the reservation made at `reserved_at` is one of ours (then forget it).
-    pub(super) fn adopt(&self, key: &str, member: &[u8], reserved_at: i64) -> bool {
-        let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
-        let id = (key.to_string(), member.to_vec());
-        if orphans.get(&id) == Some(&reserved_at) {
-            orphans.remove(&id);
-            true
-        } else {
-            false
-        }
-    }
-
-    /// `plan(&policy.rules, tz, now)`, made once per policy (as in force), zone and
-    /// local date.
-    pub(super) fn cached_plan(
-        &self,
-        policy: &Arc<Policy>,
-        tz: Tz,
-        now: DateTime<Utc>,
-    ) -> Arc<Plan> {
-        let shadow = policy.mode == Mode::Shadow;
-        cached(
-            &self.plans,
-            policy,
-            &policy.rules,
-            (shadow, policy.suppressed_by.0),
-            tz,
-            now,
-        )
     }
 
     pub(super) async fn call_admit(
@@ -431,24 +436,25 @@ impl QuotaStore {
             .map(window::from_millis)
             .unwrap_or_else(|| self.redis_now());
         let tz = req.tz;
-        let plan = self.cached_plan(policy, tz, now);
+        let plan = self.admission.policy_plan(policy, tz, now);
         let layers = layers
             .iter()
             .map(|l| LayerArgs {
                 key: l.key.clone(),
-                plan: cached(&self.cap_plans, &l.cap, &l.cap.rules, (false, 0), tz, now),
+                plan: self.admission.cap_plan(&l.cap, tz, now),
                 holds: l.holds,
             })
             .collect();
         let reply = match self
+            .admission
             .admitter
             .admit(AdmitArgs {
                 key: key.to_string(),
                 member: member.to_vec(),
                 plan,
                 channel: self
-                    .suppressions
-                    .load(Ordering::Relaxed)
+                    .admission
+                    .checks_suppressions()
                     .then(|| req.channel.to_string()),
                 prefs: self.preferences.on().then(|| {
                     let category = if policy.required { "" } else { req.category };
@@ -472,7 +478,7 @@ impl QuotaStore {
                 // waiting out the lease (one found there stays as it was: ours only
                 // if already noted)
                 if recorded {
-                    self.orphan(key, member, reserved_at);
+                    self.admission.orphan(key, member, reserved_at);
                 }
                 return Err(StoreError::Unreplicated {
                     reserved_at,

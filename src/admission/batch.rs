@@ -286,7 +286,7 @@ fn unreplicated(short: Option<(i64, u32)>, v: Verdict) -> Reply {
         return Ok(v);
     };
     match v {
-        Verdict::Admitted(at, _) | Verdict::Shadowed(at, ..) => Err(StoreError::Unreplicated {
+        Verdict::Admitted(at, ..) | Verdict::Shadowed(at, ..) => Err(StoreError::Unreplicated {
             reserved_at: at,
             recorded: true,
             acked,

@@ -48,7 +48,11 @@ pub(crate) fn after_admission(
             until: retry_at,
             cause: DelayCause::Reserved,
         },
-        Admission::Limited { retry_at, limit } => limited(job, cx, retry_at, limit),
+        Admission::Limited {
+            retry_at,
+            limit,
+            quota,
+        } => limited(job, cx, retry_at, limit, quota),
         Admission::Duplicate => Decision::Duplicate,
         Admission::Quiet { until, hours } => match open_and_not_quiet(job, cx, until, Some(&hours)) {
             Ok((at, _)) => wait(job, cx, at, DelayCause::QuietHours, false),
@@ -97,10 +101,17 @@ fn limited(
     cx: &Context<'_>,
     retry_at: Option<DateTime<Utc>>,
     limit: String,
+    quota: bool,
 ) -> Decision {
     let Some(at) = retry_at else {
         return dead(Reason::Capped, format!("{limit} can never admit it"));
     };
+    if quota && cx.policy.action == Action::Drop {
+        return dead(
+            Reason::QuotaExceeded,
+            format!("{limit} is used up until {}", at.to_rfc3339()),
+        );
+    }
     match open_and_not_quiet(job, cx, at, None) {
         Ok((until, _)) => wait(job, cx, until, DelayCause::Limited { limit }, false),
         Err(never) => Decision::Dead(never),

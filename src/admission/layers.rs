@@ -3,6 +3,7 @@
 //! [`Admission`] that names the layer holding the job ([`layered_refusal`]). Pure:
 //! no I/O.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +15,6 @@ use crate::quota::caps::{self, Cap};
 use crate::quota::plan::{plan, Plan};
 use crate::quota::policy::{Mode, Policy, Scope};
 use crate::quota::window;
-use crate::store::PlanCache;
 
 /// A cap a job meets.
 #[derive(Debug, Clone)]
@@ -25,6 +25,20 @@ pub(crate) struct JobLayer {
     pub(crate) holds: bool,
     /// The recipient's sorted set for it.
     pub(crate) key: String,
+}
+
+/// Plans by policy (or cap) as in force (the address of its `Arc`, which the entry
+/// keeps alive: a tenant's override of a policy and the shared one have plans of
+/// their own; a reload's new policy makes new plans, and the old ones are dropped),
+/// then zone, each with the local date it is for.
+pub(crate) type PlanCache<T> = HashMap<usize, HashMap<Tz, CachedPlan<T>>>;
+
+/// A plan kept in a [`PlanCache`]: the local date it is for, its owner (kept alive)
+/// and the plan.
+pub(crate) struct CachedPlan<T> {
+    date: chrono::NaiveDate,
+    owner: Arc<T>,
+    plan: Arc<Plan>,
 }
 
 /// The plan for `rules` of `owner` (a policy or a cap, as in force), zone and local
@@ -41,19 +55,21 @@ pub(crate) fn cached<T>(
     let date = window::local_date(tz, now);
     let id = Arc::as_ptr(owner) as *const () as usize;
     let mut plans = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((d, of, p)) = plans.get(&id).and_then(|z| z.get(&tz)) {
-        if *d == date && Arc::ptr_eq(of, owner) {
-            return p.clone();
+    if let Some(kept) = plans.get(&id).and_then(|z| z.get(&tz)) {
+        if kept.date == date && Arc::ptr_eq(&kept.owner, owner) {
+            return kept.plan.clone();
         }
     }
     let mut made = plan(rules, tz, now);
     made.shadow = shadow;
     made.suppressed_by = suppressed_by;
     let p = Arc::new(made);
-    plans
-        .entry(id)
-        .or_default()
-        .insert(tz, (date, owner.clone(), p.clone()));
+    let kept = CachedPlan {
+        date,
+        owner: owner.clone(),
+        plan: p.clone(),
+    };
+    plans.entry(id).or_default().insert(tz, kept);
     p
 }
 

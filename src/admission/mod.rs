@@ -37,6 +37,10 @@
 //!    windows and its policy's action, as the worker's
 //!    [`Decision`](crate::decide::Decision): dispatch, wait, or dead-letter.
 //!
+//! Its state in this worker (the batched call, the reservations kept for failed
+//! dispatches, the plans made, whether suppressions are checked) is its own
+//! ([`state`]); the quota store holds it whole.
+//!
 //! The room spans floors of the layer table in `src/lib.rs`: the request, the
 //! arguments and the protocol are pure (the domain); the decision is pure (with
 //! [`crate::decide`]); the batch speaks to Redis; the call and the settling are the
@@ -50,6 +54,7 @@ pub(crate) mod layers;
 pub(crate) mod protocol;
 pub(crate) mod quiet;
 pub mod request;
+pub(crate) mod state;
 pub(crate) mod verdict;
 
 pub(crate) use request::RateStep;

@@ -55,10 +55,15 @@ impl Flag {
     pub(crate) const INHERITED: i64 = 1;
     /// Refused or layered, with the recipient's quiet hours' version after the flags.
     pub(crate) const QUIET: i64 = 2;
+    /// Admitted or shadowed, with the TATs its limits' takes left ending the payload.
+    pub(crate) const TAKEN: i64 = 4;
     /// Every flag, with its name in the script.
     #[cfg(test)]
-    pub(crate) const ALL: [(i64, &'static str); 2] =
-        [(Flag::INHERITED, "inherited"), (Flag::QUIET, "quiet")];
+    pub(crate) const ALL: [(i64, &'static str); 3] = [
+        (Flag::INHERITED, "inherited"),
+        (Flag::QUIET, "quiet"),
+        (Flag::TAKEN, "taken"),
+    ];
 }
 
 /// One job's answer from the admission's script; each carries the call's Redis time `now`
@@ -66,14 +71,16 @@ impl Flag {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// Admitted and recorded at `now`; `true` when it took over its own abandoned
-    /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]).
-    Admitted(i64, bool),
+    /// reservation (whose dispatch may have gone out: see [`crate::admission::Ticket::inherited`]);
+    /// the TAT (µs) each of its limits' takes left, in the order of its limits.
+    Admitted(i64, bool, Vec<i64>),
     /// Refused; the times (ms) of the sends still remembered; the version of the
     /// recipient's quiet hours when they do not allow the job.
     Refused(i64, Vec<i64>, Option<i64>),
     /// A shadow policy's rules would refuse it; recorded at `now` all the same; the
-    /// times (ms) of the other sends still remembered; inherited as for `Admitted`.
-    Shadowed(i64, Vec<i64>, bool),
+    /// times (ms) of the other sends still remembered; inherited and the limits'
+    /// takes as for `Admitted`.
+    Shadowed(i64, Vec<i64>, bool, Vec<i64>),
     /// Already dispatched.
     Duplicate(i64),
     /// Another worker's live reservation, made at the second time (ms).
@@ -107,7 +114,7 @@ impl Verdict {
     /// Redis time of the call.
     pub fn now(&self) -> i64 {
         match self {
-            Verdict::Admitted(now, _)
+            Verdict::Admitted(now, ..)
             | Verdict::Refused(now, ..)
             | Verdict::Shadowed(now, ..)
             | Verdict::Duplicate(now)
@@ -171,19 +178,31 @@ fn blocks(payload: &[i64]) -> Option<Vec<Vec<i64>>> {
 }
 
 impl Answer<'_> {
+    /// The payload without the limits' takes, and the takes (flag `taken`: the
+    /// payload ends with L TATs, then L); `None` if it is too short for them.
+    fn taken(&self) -> Option<(&[i64], Vec<i64>)> {
+        if self.flags & Flag::TAKEN == 0 {
+            return Some((self.payload, Vec::new()));
+        }
+        let (&n, rest) = self.payload.split_last()?;
+        let n = usize::try_from(n).ok().filter(|n| *n <= rest.len())?;
+        let (p, takes) = rest.split_at(rest.len() - n);
+        Some((p, takes.to_vec()))
+    }
+
     /// The verdict this answer gives at `now`; `None` if its payload does not fit
     /// its code.
     fn verdict(&self, now: i64) -> Option<Verdict> {
-        let p = self.payload;
+        let (p, taken) = self.taken()?;
         let inherited = self.flags & Flag::INHERITED != 0;
         let one = || match p {
             [v] => Some(*v),
             _ => None,
         };
         Some(match self.code {
-            Code::Admitted => Verdict::Admitted(now, inherited),
+            Code::Admitted => Verdict::Admitted(now, inherited, taken),
             Code::Refused => Verdict::Refused(now, p.to_vec(), self.quiet),
-            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited),
+            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited, taken),
             Code::Duplicate => Verdict::Duplicate(now),
             Code::Reserved => Verdict::Reserved(now, one()?),
             Code::Replan => Verdict::Replan(now),

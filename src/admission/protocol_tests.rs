@@ -41,14 +41,14 @@ fn a_flat_reply_splits_into_each_jobs_verdict() {
     assert_eq!(
         verdicts(&flat, 15),
         Some(vec![
-            Verdict::Admitted(NOW, false),
+            Verdict::Admitted(NOW, false, vec![]),
             Verdict::Refused(NOW, vec![10, 20], None),
             Verdict::Duplicate(NOW),
             Verdict::Reserved(NOW, 55),
             Verdict::Replan(NOW),
             Verdict::Refused(NOW, vec![], None),
             Verdict::WrongType(NOW),
-            Verdict::Shadowed(NOW, vec![30], false),
+            Verdict::Shadowed(NOW, vec![30], false, vec![]),
             Verdict::Elsewhere(NOW),
             Verdict::Layered(NOW, vec![vec![5], vec![], vec![6, 7]], None),
             Verdict::Suppressed(
@@ -59,8 +59,8 @@ fn a_flat_reply_splits_into_each_jobs_verdict() {
                     until: None,
                 }
             ),
-            Verdict::Admitted(NOW, true),
-            Verdict::Shadowed(NOW, vec![40], true),
+            Verdict::Admitted(NOW, true, vec![]),
+            Verdict::Shadowed(NOW, vec![40], true, vec![]),
             Verdict::OptedOut(NOW, 2),
             Verdict::QuietHours(NOW, 7),
         ])
@@ -96,7 +96,7 @@ fn a_refusal_with_quiet_hours_carries_their_version() {
         Some(vec![
             Verdict::Refused(NOW, vec![10], Some(7)),
             Verdict::Layered(NOW, vec![vec![5], vec![]], Some(8)),
-            Verdict::Admitted(NOW, false),
+            Verdict::Admitted(NOW, false, vec![]),
         ])
     );
     assert_eq!(
@@ -109,6 +109,26 @@ fn a_refusal_with_quiet_hours_carries_their_version() {
         None,
         "no payload"
     );
+}
+
+#[test]
+fn an_admission_that_took_from_its_limits_carries_their_tats() {
+    let taken = Flag::TAKEN;
+    let flat = reply(&[
+        answer(Code::Admitted, taken, &[1_700_000_000_000_123, 9, 2]),
+        answer(Code::Shadowed, taken + Flag::INHERITED, &[30, 40, 7, 1]),
+        answer(Code::Admitted, taken, &[0]),
+    ]);
+    assert_eq!(
+        verdicts(&flat, 3),
+        Some(vec![
+            Verdict::Admitted(NOW, false, vec![1_700_000_000_000_123, 9]),
+            Verdict::Shadowed(NOW, vec![30, 40], true, vec![7]),
+            Verdict::Admitted(NOW, false, vec![]),
+        ])
+    );
+    let short = reply(&[answer(Code::Admitted, taken, &[5, 2])]);
+    assert_eq!(verdicts(&short, 1), None, "fewer takes than said");
 }
 
 #[test]

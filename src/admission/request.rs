@@ -70,6 +70,10 @@ pub struct Ticket {
     pub(crate) layer_keys: Option<Box<Vec<String>>>,
     /// The channel's rate and the TAT its take left, when the channel is paced.
     pub(crate) rate: Option<(Rate, i64)>,
+    /// What it took from the limits it meets (`None`: none), given back with its
+    /// reservation when it is released or parked instead of sent.
+    #[allow(clippy::box_collection)] // a thin box on purpose, as `layer_keys`
+    pub(crate) limits: Option<Box<Vec<crate::quota::limits::Take>>>,
     /// It took over this job's own reservation from an earlier attempt that never
     /// confirmed (a worker killed, a dispatch unconfirmed), whose dispatch may have
     /// gone out: given back, it keeps the reservation rather than free the
@@ -88,6 +92,7 @@ impl Ticket {
             channel: "sms".into(),
             layer_keys: None,
             rate: None,
+            limits: None,
             inherited: false,
         }
     }
@@ -162,6 +167,10 @@ pub enum Admission {
         retry_at: Option<DateTime<Utc>>,
         /// The limit that allows last, as `x-notify-held-by` names it.
         limit: String,
+        /// Whether that is a quota (a cap with `scope = "tenant"` or `"sender"`):
+        /// then the job's policy's `action` says whether it waits for the next
+        /// period or is dead-lettered `quota_exceeded`.
+        quota: bool,
     },
     /// This job was already dispatched.
     Duplicate,

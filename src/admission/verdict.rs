@@ -11,7 +11,7 @@ use super::layers::{layered_refusal, JobLayer};
 use super::protocol::Verdict;
 use crate::admission::{Admission, Request, Ticket};
 use crate::preferences::set::{OptOut, QuietHours};
-use crate::quota::limits::Limit;
+use crate::quota::limits::{Limit, Take};
 use crate::quota::policy::{Policy, Rate, Scope};
 use crate::quota::window;
 
@@ -29,18 +29,51 @@ pub(super) struct Asked {
     pub(super) limited: Vec<Arc<Limit>>,
 }
 
-/// A job whose cost a limit it meets can never admit (its cost is above the
-/// limit's burst): refused for good before anything is asked.
-pub(super) fn cost_never_admitted(a: &Asked) -> Option<Admission> {
+/// A job whose cost a limit it meets, or its channel's rate (`rate`, as the job
+/// takes it), can never admit (its cost is above the burst): refused for good
+/// before anything is asked.
+pub(super) fn cost_never_admitted(
+    a: &Asked,
+    channel: &str,
+    rate: Option<Rate>,
+) -> Option<Admission> {
+    if let Some(r) = rate.filter(|r| r.cost > r.burst) {
+        return Some(Admission::Limited {
+            quota: false,
+            retry_at: None,
+            limit: format!(
+                "channel `{channel}`'s rate (burst {}), which a cost of {} never passes",
+                r.burst, r.cost
+            ),
+        });
+    }
     let (limit, args) = a
         .limited
         .iter()
         .zip(&a.limits)
         .find(|(l, args)| !l.admits_cost(args.cost))?;
     Some(Admission::Limited {
+        quota: limit.quota.is_some(),
         retry_at: None,
         limit: format!("{limit}, which a cost of {} never passes", args.cost),
     })
+}
+
+/// What an admission took from its limits: the TATs the script answered, in the
+/// order of its limits (`None`: none).
+#[allow(clippy::box_collection)] // the ticket's thin box
+fn takes(limits: &[LimitArgs], tats: Vec<i64>) -> Option<Box<Vec<Take>>> {
+    let takes: Vec<Take> = limits
+        .iter()
+        .zip(tats)
+        .map(|(l, tat_us)| Take {
+            key: l.key.clone(),
+            interval_us: l.interval_us,
+            cost: l.cost,
+            tat_us,
+        })
+        .collect();
+    (!takes.is_empty()).then(|| Box::new(takes))
 }
 
 /// The end of quiet hours that hold a job, and what they are.
@@ -64,34 +97,36 @@ pub(super) fn admission(
         key,
         member,
         layers,
+        limits,
         limited,
-        ..
     } = a;
+    let takes = |tats: Vec<i64>| takes(&limits, tats);
     let layer_keys =
         || (!layers.is_empty()).then(|| Box::new(layers.iter().map(|l| l.key.clone()).collect()));
-    let ticket = |at: DateTime<Utc>, inherited: bool| Ticket {
+    let ticket = |at: DateTime<Utc>, inherited: bool, tats: Vec<i64>| Ticket {
         key,
         member: member.into_boxed_slice(),
         admitted_at: at,
         channel: req.channel.to_string(),
         layer_keys: layer_keys(),
         rate,
+        limits: takes(tats),
         inherited,
     };
     Ok(match reply {
-        Verdict::Admitted(now, inherited) => {
-            Admission::Admitted(ticket(window::from_millis(now), inherited))
+        Verdict::Admitted(now, inherited, tats) => {
+            Admission::Admitted(ticket(window::from_millis(now), inherited, tats))
         }
         Verdict::Layered(now, blocks, _) => {
             layered_refusal(&policy, &layers, req.tz, now, blocks, quiet)
         }
         Verdict::Refused(now, sends, _) => refused(req, &policy, now, &sends, quiet),
-        Verdict::Shadowed(now, sends, inherited) => {
+        Verdict::Shadowed(now, sends, inherited, tats) => {
             let sends: Vec<DateTime<Utc>> = sends.into_iter().map(window::from_millis).collect();
             let at = window::from_millis(now);
             let refusal = window::refusal(&policy.rules, req.tz, at, &sends);
             Admission::Shadowed {
-                ticket: ticket(at, inherited),
+                ticket: ticket(at, inherited, tats),
                 retry_at: refusal.retry_at,
                 action: policy.action,
                 rule: refusal.rule,
@@ -132,6 +167,7 @@ fn limited_until(
 ) -> Result<Admission, Verdict> {
     match limited.get(which) {
         Some(limit) => Ok(Admission::Limited {
+            quota: limit.quota.is_some(),
             retry_at: Some(window::from_millis(at)),
             limit: limit.to_string(),
         }),

@@ -122,6 +122,14 @@ impl Topology {
         format!("{}{}", self.lanes.queue_prefix, lane.routing_key(channel))
     }
 
+    /// The queue of `tenant`'s jobs in `channel`'s `lane` (fair shares):
+    /// `<lanes.queue_prefix><channel>.<lane>.t.<tenant>`
+    /// ([`crate::lanes::fair::queue_suffix`]).
+    pub fn tenant_queue(&self, channel: &str, lane: Priority, tenant: &str) -> String {
+        let suffix = crate::lanes::fair::queue_suffix(tenant);
+        format!("{}{suffix}", self.lane_queue(channel, lane))
+    }
+
     /// Whether `channel` has lane queues.
     pub fn has_lanes(&self, channel: &str) -> bool {
         self.laned.iter().any(|c| c == channel)

@@ -62,6 +62,19 @@ pub enum AdminCommand {
         #[arg(long = "as", value_name = "NAME")]
         holder: Option<String>,
     },
+    /// Every limit and quota with its state: the bucket of a limit counted for all,
+    /// a tenant's or sender's bucket when asked for, else how many are in use.
+    Limits {
+        /// Show this tenant's bucket of the limits and quotas counted per tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Show this sender's bucket of the limits and quotas counted per sender.
+        #[arg(long)]
+        sender: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// After Redis lost its data with `redis.on_reset = "pause"`: let every worker
     /// decide the jobs it holds again (of policies with rules or not required;
     /// deletes the pause mark in Redis;
@@ -173,7 +186,47 @@ pub async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result
         AdminCommand::Digest(args) => super::digest::digest(settings, args).await,
         AdminCommand::Reload { addr, holder } => reload(settings, addr, holder.as_deref()).await,
         AdminCommand::Resume { json } => super::resume::resume(settings, json).await,
+        AdminCommand::Limits {
+            tenant,
+            sender,
+            json,
+        } => limits(settings, admin::limits::LimitQuery { tenant, sender }, json).await,
     }
+}
+
+/// `admin limits`: a row per limit and quota.
+async fn limits(
+    settings: &Settings,
+    q: admin::limits::LimitQuery,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let store = store(settings).await?;
+    let rows = admin::limits::limits(&store, &q).await?;
+    if json {
+        print_json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("no limits or quotas are configured");
+    }
+    for r in rows {
+        let state = match (&r.bucket, r.available, r.in_use) {
+            (Some(b), Some(a), _) => {
+                let mut s = format!("{b}: {a} of {} available now", r.capacity);
+                if let Some(at) = &r.full_at {
+                    s.push_str(&format!(", full again at {at}"));
+                }
+                if let Some(p) = &r.paused_until {
+                    s.push_str(&format!(", throttled until {p}"));
+                }
+                s
+            }
+            (_, _, Some(n)) => format!("{n} buckets in use (--{} to see one)", r.per),
+            _ => String::new(),
+        };
+        println!("{}  {}", r.rule, state);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The admin token `admin reload` sends: the one named `holder`; without a name,
@@ -377,7 +430,12 @@ fn print_job(s: &JobStatus, notes: bool) {
 
 async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let conn = amqp(settings).await?;
-    let stats = admin::queue_stats(&conn, &Topology::from_settings(settings)).await?;
+    let topology = Topology::from_settings(settings);
+    let mut stats = admin::queue_stats(&conn, &topology).await?;
+    if !topology.laned.is_empty() {
+        let store = store(settings).await?;
+        admin::tenants_waiting(&conn, &store, &topology, &mut stats).await?;
+    }
     let _ = conn.close(200, "bye".into()).await;
     if json {
         print_json(&stats)?;
@@ -402,6 +460,14 @@ async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             num(q.consumers),
             if q.exists { "" } else { "  (missing)" }
         );
+        if let Some(t) = q.tenants.as_ref().filter(|t| t.waiting > 0) {
+            let top: Vec<String> = t.top.iter().map(|(n, c)| format!("{n} {c}")).collect();
+            println!(
+                "  tenants waiting: {} (most: {})",
+                t.waiting,
+                top.join(", ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -264,7 +264,7 @@ impl Walk<'_> {
     /// console's: [`Filter::matches`] on the letter's entry).
     fn selects(&self, filters: &[Filter], d: &Delivery) -> bool {
         let known = match self.store {
-            Some(store) => dead_select::known(&d.data, store, self.settings),
+            Some(store) => dead_select::known(&d.data, store, &self.settings.worker),
             None => Default::default(),
         };
         let entry = dead_index::entry(&d.properties, &d.data, known, self.now);

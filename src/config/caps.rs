@@ -10,8 +10,38 @@ use super::error::{invalid, ConfigError};
 use super::policies::RuleSettings;
 use super::ChannelSettings;
 use crate::quota::caps::Cap;
-use crate::quota::policy::{Mode, Scope};
-use crate::quota::window::Rule;
+use crate::quota::limits::{Limit, Per, Quota};
+use crate::quota::policy::{Mode, Rate, Scope};
+use crate::quota::window::{Rule, Window};
+
+/// What a cap counts (`scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapScope {
+    /// All of a recipient's matching jobs, any channel (the default).
+    #[default]
+    Recipient,
+    /// A recipient's matching jobs on one channel.
+    Channel,
+    /// Every matching job of a tenant, across all its recipients: a counter per
+    /// calendar day or month in the tenant's zone.
+    Tenant,
+    /// Every matching job of a sender, across all its recipients: a counter per
+    /// calendar day or month in its tenant's zone.
+    Sender,
+}
+
+impl CapScope {
+    /// Who shares one counter, for a quota (`tenant`, `sender`); `None` for a
+    /// cap of a recipient.
+    pub fn quota(self) -> Option<Per> {
+        match self {
+            CapScope::Tenant => Some(Per::Tenant),
+            CapScope::Sender => Some(Per::Sender),
+            CapScope::Recipient | CapScope::Channel => None,
+        }
+    }
+}
 
 /// Which jobs a cap is checked for (`match = { channels = ["sms"] }`); every list
 /// left out matches everything, so `match = {}` matches every job.
@@ -41,9 +71,12 @@ pub struct CapSettings {
     #[serde(default, rename = "match")]
     pub matches: MatchSettings,
     /// What it counts: `recipient` (the default: all the recipient's matching jobs,
-    /// any channel) or `channel` (a recipient's matching jobs on one channel).
+    /// any channel), `channel` (a recipient's matching jobs on one channel),
+    /// `tenant` or `sender` (every matching job of the tenant or sender, across
+    /// all its recipients, per calendar day `"1d"` or month `"1mo"` in the
+    /// tenant's zone).
     #[serde(default)]
-    pub scope: Scope,
+    pub scope: CapScope,
     /// `enforce` (the default) or `shadow`: a shadow cap counts the jobs it
     /// matches and holds none.
     #[serde(default)]
@@ -76,6 +109,9 @@ pub(super) fn validate_one(
             "a cap needs at least one rule, e.g. [{ limit = 5, window = \"1d\" }]",
         ));
     }
+    if cap.scope.quota().is_some() {
+        validate_quota(path, cap)?;
+    }
     for c in cap.matches.channels.iter().flatten() {
         if !channels.contains_key(c) {
             return Err(invalid(
@@ -88,6 +124,60 @@ pub(super) fn validate_one(
         }
     }
     Ok(())
+}
+
+/// A quota (a cap with `scope = "tenant"` or `"sender"`): a counter per calendar
+/// period, so each rule counts one calendar day or one calendar month, and it
+/// holds jobs (a shadow quota would count what it never holds).
+fn validate_quota(path: &str, cap: &CapSettings) -> Result<(), ConfigError> {
+    let one_period = |r: &RuleSettings| {
+        matches!(
+            r.window,
+            Window::CalendarDays(1) | Window::CalendarMonths(1)
+        )
+    };
+    if !cap.rules.iter().all(one_period) {
+        return Err(invalid(
+            format!("{path}.rules"),
+            "a cap with scope `tenant` or `sender` counts per calendar day or month: \
+             each rule's window is \"1d\" or \"1mo\"",
+        ));
+    }
+    if cap.mode == Mode::Shadow {
+        return Err(invalid(
+            format!("{path}.mode"),
+            "a cap with scope `tenant` or `sender` holds jobs: mode `shadow` is for caps \
+             of a recipient",
+        ));
+    }
+    Ok(())
+}
+
+/// The quotas of the cap `name` (one per rule), as the admission takes them with
+/// the limits; empty for a cap of a recipient.
+pub(super) fn quotas(name: &str, c: &CapSettings) -> Vec<Limit> {
+    let Some(per) = c.scope.quota() else {
+        return Vec::new();
+    };
+    c.rules
+        .iter()
+        .map(|r| Limit {
+            name: name.to_string(),
+            rate: Rate {
+                interval_us: 1,
+                burst: 1,
+                cost: 1,
+            },
+            per,
+            channels: c.matches.channels.clone(),
+            categories: c.matches.categories.clone(),
+            tenants: c.matches.tenants.clone(),
+            quota: Some(Quota {
+                limit: r.limit,
+                window: r.window,
+            }),
+        })
+        .collect()
 }
 
 /// Check every cap.
@@ -113,7 +203,10 @@ pub(super) fn build(name: &str, c: &CapSettings) -> Cap {
                 window: r.window,
             })
             .collect(),
-        scope: c.scope,
+        scope: match c.scope {
+            CapScope::Channel => Scope::Channel,
+            _ => Scope::Recipient,
+        },
         mode: c.mode,
         channels: c.matches.channels.clone(),
         categories: c.matches.categories.clone(),
@@ -195,7 +288,7 @@ mod tests {
                 categories: None,
                 tenants: Some(vec!["acme".into()]),
             },
-            scope: Scope::Channel,
+            scope: CapScope::Channel,
             mode: Mode::Shadow,
         };
         let cap = build("sms_daily", &c);

@@ -96,6 +96,7 @@ pub(super) fn build(name: &str, l: &LimitSettings) -> Option<Limit> {
         channels: l.matches.channels.clone(),
         categories: l.matches.categories.clone(),
         tenants: l.matches.tenants.clone(),
+        quota: None,
     })
 }
 

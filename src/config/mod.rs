@@ -47,7 +47,7 @@ mod text;
 mod worker;
 
 pub use amqp::{AmqpSettings, QueueType};
-pub use caps::{CapSettings, MatchSettings};
+pub use caps::{CapScope, CapSettings, MatchSettings};
 pub use channels::ChannelSettings;
 pub use console::ConsoleSettings;
 pub use digest::DigestSettings;
@@ -227,6 +227,17 @@ impl Settings {
         self.lanes.validate(&self.channels)?;
         caps::validate(&self.caps, &self.channels)?;
         limits::validate(&self.limits, &self.channels, self.redis.cluster)?;
+        if let Some(name) = self.caps.iter().find(|(_, c)| c.scope.quota().is_some()) {
+            if self.redis.cluster {
+                return Err(error::invalid(
+                    format!("caps.{}.scope", name.0),
+                    "a cap with scope `tenant` or `sender` needs a single Redis node or \
+                     Sentinel: its counter is shared by many recipients, so on a Redis Cluster \
+                     it is not in the hash slot of the recipient's keys that the admission \
+                     checks in one atomic call",
+                ));
+            }
+        }
         tenants::validate(
             &self.tenants,
             &self.policies,
@@ -267,16 +278,30 @@ impl Settings {
     pub fn caps(&self) -> Vec<crate::quota::caps::Cap> {
         self.caps
             .iter()
+            .filter(|(_, c)| c.scope.quota().is_none())
             .map(|(name, c)| caps::build(name, c))
             .collect()
     }
 
-    /// Every limit, as read (validated settings).
+    /// Every limit, as read (validated settings), then the quotas (caps with
+    /// `scope = "tenant"` or `"sender"`), which the admission takes with them.
     pub fn limits(&self) -> Vec<crate::quota::limits::Limit> {
-        self.limits
+        let limits = self
+            .limits
             .iter()
-            .filter_map(|(name, l)| limits::build(name, l))
-            .collect()
+            .filter_map(|(name, l)| limits::build(name, l));
+        let quotas = self.caps.iter().flat_map(|(name, c)| caps::quotas(name, c));
+        limits.chain(quotas).collect()
+    }
+
+    /// The zone of `tenant`'s calendar (`[tenants.NAME] timezone`, else
+    /// `worker.default_timezone`).
+    pub fn tenant_zone(&self, tenant: &str) -> chrono_tz::Tz {
+        self.tenants
+            .get(tenant)
+            .and_then(|t| t.timezone.as_deref())
+            .and_then(|z| z.parse().ok())
+            .unwrap_or(self.worker.default_timezone)
     }
 
     /// A tenant's overrides, built: its policies and its caps.

@@ -16,9 +16,14 @@ use super::ChannelSettings;
 use quota_worker_producer::decode::MAX_TENANT_CHARS;
 
 /// One tenant's overrides (`[tenants.NAME]`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSettings {
+    /// The tenant's weight among the tenants whose jobs wait in one lane of a paced
+    /// channel: each gets a share of the lane proportional to it (1 to
+    /// [`MAX_WEIGHT`]; default 1). Changed by a reload.
+    #[serde(default = "one")]
+    pub weight: u32,
     /// Policies that replace the shared ones of the same name for this tenant's
     /// jobs; each must name a policy of `[policies]`.
     #[serde(default)]
@@ -27,6 +32,29 @@ pub struct TenantSettings {
     /// each must name a cap of `[caps]`.
     #[serde(default)]
     pub caps: BTreeMap<String, CapSettings>,
+    /// The IANA zone of the tenant's calendar: the days and months its quotas
+    /// (caps with `scope = "tenant"` or `"sender"`) count in; unset:
+    /// `worker.default_timezone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// The largest `weight`.
+pub const MAX_WEIGHT: u32 = 1000;
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for TenantSettings {
+    fn default() -> Self {
+        TenantSettings {
+            weight: 1,
+            policies: BTreeMap::new(),
+            caps: BTreeMap::new(),
+            timezone: None,
+        }
+    }
 }
 
 /// Check every tenant: a name of 1 to 64 characters, and overrides of policies and
@@ -44,6 +72,12 @@ pub(super) fn validate(
             return Err(invalid(
                 format!("tenants.{tenant}"),
                 format!("tenant names are 1 to {MAX_TENANT_CHARS} characters"),
+            ));
+        }
+        if t.weight == 0 || t.weight > MAX_WEIGHT {
+            return Err(invalid(
+                format!("tenants.{tenant}.weight"),
+                format!("must be from 1 to {MAX_WEIGHT}, not {}", t.weight),
             ));
         }
         for name in t.policies.keys() {
@@ -79,6 +113,22 @@ pub(super) fn validate(
                 ));
             }
             caps::validate_one(&path, name, cap, channels)?;
+            let quota = |c: &CapSettings| c.scope.quota().is_some();
+            if quota(cap) || shared_caps.get(name).is_some_and(quota) {
+                return Err(invalid(
+                    path,
+                    "a cap with scope `tenant` or `sender` is not overridden per tenant: \
+                     write one that matches the tenant (`match = { tenants = [...] }`)",
+                ));
+            }
+        }
+        if let Some(zone) = &t.timezone {
+            if zone.parse::<chrono_tz::Tz>().is_err() {
+                return Err(invalid(
+                    format!("tenants.{tenant}.timezone"),
+                    format!("`{zone}` is not an IANA time zone"),
+                ));
+            }
         }
     }
     Ok(())
@@ -116,6 +166,11 @@ mod tests {
             key(of_cap, "acme").as_deref(),
             Some("tenants.acme.caps.daily")
         );
+        let heavy = TenantSettings {
+            weight: 0,
+            ..TenantSettings::default()
+        };
+        assert_eq!(key(heavy, "acme").as_deref(), Some("tenants.acme.weight"));
         assert_eq!(
             key(TenantSettings::default(), &"x".repeat(65)).as_deref(),
             Some(format!("tenants.{}", "x".repeat(65)).as_str())

@@ -21,7 +21,7 @@ impl<'de> Deserialize<'de> for Dur {
                 .to_std()
                 .map(Dur)
                 .map_err(|_| serde::de::Error::custom(format!("`{text}` is not a duration"))),
-            Ok(Window::CalendarDays(_)) => Err(serde::de::Error::custom(format!(
+            Ok(Window::CalendarDays(_) | Window::CalendarMonths(_)) => Err(serde::de::Error::custom(format!(
                 "`{text}` is a calendar window; write a duration such as \"30s\", \"10m\" or \"24h\""
             ))),
             Err(e) => Err(serde::de::Error::custom(e)),
@@ -66,10 +66,11 @@ pub(super) mod window_text {
         let window = Window::from_str(&text).map_err(serde::de::Error::custom)?;
         let too_long = match window {
             Window::CalendarDays(days) => days > 366,
+            Window::CalendarMonths(months) => months > 12,
             Window::Rolling(d) => d > chrono::Duration::days(366),
         };
         if too_long {
-            return Err(serde::de::Error::custom("at most 366 days"));
+            return Err(serde::de::Error::custom("at most 366 days (12 months)"));
         }
         Ok(window)
     }

@@ -181,6 +181,22 @@ pub async fn keep(
     Ok(())
 }
 
+/// The claim script's answers (`CLAIM` in `lua/route_claim.lua`; a test checks that
+/// both sides name the same numbers).
+struct Claim;
+
+impl Claim {
+    const NONE: i64 = 0;
+    const OURS: i64 = 1;
+    const THEIRS: i64 = 2;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 3] = [
+        (Claim::NONE, "none"),
+        (Claim::OURS, "ours"),
+        (Claim::THEIRS, "theirs"),
+    ];
+}
+
 /// Claim the move of the step `of` to its next step, for `way`: the next step
 /// when the claim is this way's (it was pending, or this way claimed it before),
 /// else where the step is (`None`: no state kept).
@@ -190,14 +206,23 @@ pub async fn claim(
     way: Way,
 ) -> Result<Result<NextStep, Option<Status>>, StoreError> {
     let mut conn = store.connection();
-    let value: Option<Vec<u8>> = store
+    let (code, value): (i64, Vec<u8>) = store
         .scripts()
         .route_claim
         .key(key(store, of))
         .arg(way.letter())
         .invoke_async(&mut conn)
         .await?;
-    let kept = value.as_deref().and_then(Kept::decode);
+    let kept = match code {
+        Claim::NONE => None,
+        Claim::OURS | Claim::THEIRS => Kept::decode(&value),
+        _ => {
+            return Err(StoreError::Reply {
+                script: "route_claim.lua",
+                reply: vec![code],
+            })
+        }
+    };
     Ok(match kept {
         Some(Kept {
             next: Some(next), ..
@@ -209,7 +234,22 @@ pub async fn claim(
 
 #[cfg(test)]
 mod tests {
-    use super::{Answers, Kept, NextStep, Status};
+    use super::{Answers, Claim, Kept, NextStep, Status};
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    /// The claim script and [`Claim`] name the same answers by the same numbers,
+    /// and the script answers by name.
+    #[test]
+    fn the_claim_script_and_its_reader_name_the_same_answers() {
+        const LUA: &str = include_str!("../../lua/route_claim.lua");
+        let ours: Vec<(String, i64)> = Claim::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "CLAIM"), ours);
+        let found = positional_returns("route_claim.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
+    }
 
     #[test]
     fn a_kept_step_reads_back_as_written() {

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::quota::keys::{self, Keys};
-use crate::quota::policy::Scope;
+use crate::quota::limits::Per;
+use crate::quota::policy::{Rate, Scope};
 use crate::quota::suppression::{Kind, Suppression};
 use crate::redis::{RedisConn, StoreError};
 use crate::store::QuotaStore;
@@ -209,12 +210,93 @@ fn policy_keys(store: &QuotaStore, recipient: &str, channel: &str) -> Vec<String
         .collect()
 }
 
-/// `lua/throttle.lua` for `f`'s channel.
+/// `lua/throttle.lua` for `f`: the buckets of the limits it names (its `limit`,
+/// or with its `sender` alone every limit counted per sender on its channel)
+/// when it names one and they hold the job; else its channel's rate.
 async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applied, StoreError> {
+    let buckets = throttled_buckets(store, f);
+    if !buckets.is_empty() {
+        let keys = store.keys();
+        let mut applied = Applied::Again;
+        for (key, rate) in buckets {
+            let state = (
+                keys.limit_throttle(&key),
+                keys.limit_throttle_mark(&key, &f.id),
+            );
+            if let Some(resume) = pause(store, t, f, (key, state.0, state.1), rate).await? {
+                applied = Applied::First {
+                    now_ms: store.redis_now().timestamp_millis(),
+                    at_ms: resume,
+                };
+            }
+        }
+        return Ok(applied);
+    }
     let Some(rate) = store.rules().channel(&f.channel).and_then(|c| c.rate) else {
         return Ok(Applied::NotPaced);
     };
     let keys = store.keys();
+    let channel_keys = (
+        keys.rate(&f.channel),
+        keys.throttle(&f.channel),
+        keys.throttle_mark(&f.channel, &f.id),
+    );
+    match pause(store, t, f, channel_keys, rate).await? {
+        Some(resume) => {
+            crate::metrics::channel_rate(&f.channel, rate, None);
+            Ok(Applied::First {
+                now_ms: store.redis_now().timestamp_millis(),
+                at_ms: resume,
+            })
+        }
+        None => Ok(Applied::Again),
+    }
+}
+
+/// The limits' buckets a `throttled` feedback names, each with its limit's GCRA:
+/// the bucket of its `limit` (of its sender or tenant when the limit counts per
+/// sender or tenant), or with a `sender` alone, that sender's bucket of every
+/// limit counted per sender that holds jobs of its channel (and tenant). Empty
+/// when it names neither, or names a bucket no job of it would meet.
+fn throttled_buckets(store: &QuotaStore, f: &Feedback) -> Vec<(String, Rate)> {
+    if f.limit.is_none() && f.sender.is_none() {
+        return Vec::new();
+    }
+    let rules = store.rules();
+    rules
+        .limits()
+        .filter(|l| l.quota.is_none())
+        .filter(|l| match &f.limit {
+            Some(name) => l.name == *name,
+            None => l.per == Per::Sender,
+        })
+        .filter(|l| l.channels.as_ref().is_none_or(|c| c.contains(&f.channel)))
+        .filter(|l| match (&l.tenants, &f.tenant) {
+            (None, _) => true,
+            (Some(set), Some(t)) => set.contains(t),
+            (Some(_), None) => false,
+        })
+        .filter_map(|l| {
+            let bucket = match l.per {
+                Per::All => ("", ""),
+                Per::Tenant => ("t", f.tenant.as_deref()?),
+                Per::Sender => ("s", f.sender.as_deref()?),
+            };
+            Some((store.keys().limit(&l.name, bucket), l.rate))
+        })
+        .collect()
+}
+
+/// `lua/throttle.lua` on one GCRA key (a channel's rate or a limit's bucket), with
+/// its throttle state and the feedback's mark: when it resumes (ms), or `None`
+/// when this feedback was applied to it before.
+async fn pause(
+    store: &QuotaStore,
+    t: &Tuning,
+    f: &Feedback,
+    (key, state, mark): (String, String, String),
+    rate: Rate,
+) -> Result<Option<i64>, StoreError> {
     let retry_ms: i64 = match f.retry_after {
         Some(s) => (s * 1000.0).round() as i64,
         None => -1,
@@ -223,9 +305,9 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
     let (applied, _pause, resume): (i64, i64, i64) = store
         .scripts()
         .throttle
-        .key(keys.rate(&f.channel))
-        .key(keys.throttle(&f.channel))
-        .key(keys.throttle_mark(&f.channel, &f.id))
+        .key(key)
+        .key(state)
+        .key(mark)
         .arg(ms(t.dedupe).max(1))
         .arg(rate.interval_us)
         .arg(rate.burst)
@@ -235,14 +317,7 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
         .arg(ms(t.ramp))
         .invoke_async(&mut conn)
         .await?;
-    if applied == Code::FIRST {
-        crate::metrics::channel_rate(&f.channel, rate, None);
-        return Ok(Applied::First {
-            now_ms: store.redis_now().timestamp_millis(),
-            at_ms: resume,
-        });
-    }
-    Ok(Applied::Again)
+    Ok((applied == Code::FIRST).then_some(resume))
 }
 
 /// Write the key that turns the suppression check on, and turn it on here at once

@@ -1,6 +1,7 @@
 //! `DELETE /v1/recipients/{recipient}` (`?tenant=T`, `?keep_suppression=true`):
 //! the recipient erased everywhere ([`crate::erase`]), asked with
 //! `http.api_token` as the preferences API is. Answers 200 with what was erased,
+//! 400 for a `keep_suppression` other than `true` or `false`,
 //! by store (`"nothing": true` for a recipient erased already); 503 when Redis or
 //! the broker does not answer (run it again: an erase is idempotent). The action
 //! log names the token's holder.
@@ -38,7 +39,14 @@ async fn erase(
         );
     };
     let (store, settings) = (reloader.store().clone(), reloader.settings());
-    let keep_suppression = query(&uri, "keep_suppression").is_some_and(|v| v == "true");
+    let keep_suppression = match query(&uri, "keep_suppression").as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => {
+            let why = "keep_suppression is true or false";
+            return error(StatusCode::BAD_REQUEST, why, Some("keep_suppression"));
+        }
+    };
     let tenant = query(&uri, "tenant");
     let conn = match crate::amqp::connect_any(
         &settings.amqp_urls(),

@@ -1,6 +1,7 @@
-//! `GET /v1/openapi.json`: the OpenAPI 3.1 description of the recipients'
-//! preferences API, built here from [`OPERATIONS`] (each method of the route in
-//! `preferences.rs`, its statuses and whether it takes a body) and the set's JSON
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 description of the recipients' API
+//! (their preferences, and their erasure: [`ERASE_PATH`], `erase.rs`), built
+//! here from [`OPERATIONS`] (each method of the preferences route in
+//! `preferences.rs`, its statuses and whether it takes a body), [`ERASE`] and the set's JSON
 //! Schema (`schema/preferences.schema.json`, the one checked against the parser),
 //! embedded as `components.schemas.Preferences` (what `GET` answers). The bodies
 //! `PUT` and `PATCH` take are that schema narrowed to exactly what this worker's
@@ -25,6 +26,8 @@ mod body;
 pub const PREFERENCES_PATH: &str = "/v1/recipients/{recipient}/preferences";
 /// Where this document is served.
 pub const OPENAPI_PATH: &str = "/v1/openapi.json";
+/// The path of a recipient's erasure (`DELETE`, `erase.rs`).
+pub const ERASE_PATH: &str = "/v1/recipients/{recipient}";
 
 /// One method of the preferences route.
 #[derive(Debug, Clone, Copy)]
@@ -109,9 +112,29 @@ pub const OPERATIONS: &[Operation] = &[
     },
 ];
 
+/// The one method of [`ERASE_PATH`], as `erase.rs` routes it.
+pub const ERASE: Operation = Operation {
+    method: "delete",
+    id: "eraseRecipient",
+    summary: "Erase the recipient everywhere, in one pass: its recorded sends, preferences, suppressions (unless `keep_suppression`), notes, collapse keys and waiting set, its open digests' items unsent, its dead letters; every job of it waiting anywhere is dropped unsent. Idempotent: a second erase finds nothing and says so",
+    body: None,
+    responses: &[
+        (200, "What was erased, by store, naming the recipient by its keyed hash only (`nothing`: a second erase)"),
+        (400, "Refused, nothing erased: `keep_suppression` is neither `true` nor `false`"),
+        AUTH[0],
+        AUTH[1],
+        (503, "Redis or the broker did not answer, or the erase did not complete: run it again (an erase is idempotent)"),
+    ],
+};
+
 fn answer(status: u16, description: &str) -> (String, Value) {
+    answer_with(status, description, "#/components/schemas/Preferences")
+}
+
+/// An answer whose 200 carries `ok` (a schema's reference).
+fn answer_with(status: u16, description: &str, ok: &str) -> (String, Value) {
     let schema = match status {
-        200 => Some("#/components/schemas/Preferences"),
+        200 => Some(ok),
         204 => None,
         _ => Some("#/components/schemas/Error"),
     };
@@ -174,13 +197,14 @@ pub fn document(channels: Option<&[String]>) -> Value {
     let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
-            "title": "quota-worker: the recipients' preferences API",
+            "title": "quota-worker: the recipients' API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "A recipient's own opt-outs (by category, channel or the pair) and quiet hours, checked in the worker's admission (docs/guide/preferences.md)."
+            "description": "A recipient's own opt-outs (by category, channel or the pair) and quiet hours, checked in the worker's admission (docs/guide/preferences.md); a recipient's erasure on request (docs/guide/operating.md#erasing-a-recipient)."
         },
         "security": [ { "bearer": [] } ],
         "paths": {
             PREFERENCES_PATH: Value::Object(item),
+            ERASE_PATH: erase_item(),
             OPENAPI_PATH: {
                 "get": {
                     "operationId": "getOpenApi",
@@ -200,6 +224,7 @@ pub fn document(channels: Option<&[String]>) -> Value {
                 "Preferences": preferences_schema(),
                 "PreferencesSet": set,
                 "PreferencesPatch": patch,
+                "Erased": erased_schema(),
                 "Error": {
                     "type": "object",
                     "required": ["error"],
@@ -215,6 +240,55 @@ pub fn document(channels: Option<&[String]>) -> Value {
         doc["components"]["schemas"][name] = schema;
     }
     doc
+}
+
+/// [`ERASE_PATH`]'s item: its parameters and [`ERASE`].
+fn erase_item() -> Value {
+    let responses: Map<_, _> = ERASE
+        .responses
+        .iter()
+        .map(|(s, d)| answer_with(*s, d, "#/components/schemas/Erased"))
+        .collect();
+    json!({
+        "parameters": [
+            { "name": "recipient", "in": "path", "required": true,
+              "description": "The recipient, as producers write it, percent-encoded",
+              "schema": { "type": "string" } },
+            { "name": "tenant", "in": "query", "required": false,
+              "description": "The recipient of this tenant, as a job's `tenant`",
+              "schema": { "type": "string" } },
+            { "name": "keep_suppression", "in": "query", "required": false,
+              "description": "`true`: keep its suppressions, a tombstone named by its keyed hash only, so that a bounced or complained address stays suppressed",
+              "schema": { "type": "boolean", "default": false } }
+        ],
+        ERASE.method: {
+            "operationId": ERASE.id,
+            "summary": ERASE.summary,
+            "responses": responses,
+        }
+    })
+}
+
+/// What an erase answers (`crate::erase::Erased`).
+fn erased_schema() -> Value {
+    let count = json!({ "type": "integer", "minimum": 0 });
+    json!({
+        "type": "object",
+        "required": ["recipient_tag", "tenant", "at", "keys", "waiting_jobs", "open_digests",
+            "digest_items", "dead_letters", "dead_index_entries", "kept", "nothing", "interrupted"],
+        "properties": {
+            "recipient_tag": { "type": "string", "description": "The recipient's keyed hash (of its tenant): the only name the answer gives it" },
+            "tenant": { "type": ["string", "null"] },
+            "at": { "type": "string", "format": "date-time", "description": "When (Redis time)" },
+            "keys": { "type": "object", "additionalProperties": count,
+                "description": "Redis keys deleted, by store (`sends`, `preferences`, `suppressions`, `collapse_keys`, `waiting`, `feedback_marks`, `routes`, `digests`, `other`)" },
+            "waiting_jobs": count, "open_digests": count, "digest_items": count,
+            "dead_letters": count, "dead_index_entries": count,
+            "kept": { "type": "array", "items": { "type": "string" }, "description": "Stores kept as asked (`suppressions`)" },
+            "nothing": { "type": "boolean", "description": "Nothing was found to erase (a second erase)" },
+            "interrupted": { "type": "boolean", "description": "Stopped during the dead-letter walk: run it again" }
+        }
+    })
 }
 
 /// The handler of [`OPENAPI_PATH`]: the document of the channels configured now.

@@ -101,14 +101,26 @@ fn kept(original: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> FieldTabl
 pub const PARKED_AT: &str = "x-notify-parked-at";
 
 /// Headers for a job parked in its lane: its own headers (the ladder's bits and the
-/// broker's `x-death` family dropped; the attempt count and first-seen time kept
-/// as they are: parking is no attempt) and when it was parked.
-pub fn parked_headers(original: Option<&FieldTable>, now: DateTime<Utc>) -> FieldTable {
+/// broker's `x-death` family dropped; the attempt count kept as it is: parking is
+/// no attempt), when it was parked, and when a worker first saw it: kept if it
+/// says, else `first_seen`, earlier than the park when it waited in a line first
+/// (an erase between the two drops it: `crate::erase::marks`).
+pub fn parked_headers(
+    original: Option<&FieldTable>,
+    now: DateTime<Utc>,
+    first_seen: DateTime<Utc>,
+) -> FieldTable {
     let mut out = kept(original, |name| name != PARKED_AT);
     out.insert(
         PARKED_AT.into(),
         AMQPValue::LongLongInt(now.timestamp_millis()),
     );
+    if !out.inner().contains_key(FIRST_SEEN) {
+        out.insert(
+            FIRST_SEEN.into(),
+            AMQPValue::LongLongInt(first_seen.timestamp_millis()),
+        );
+    }
     out
 }
 

@@ -23,11 +23,14 @@ pub enum Reason {
     OptedOut,
     /// Feedback from a sender that is not valid (not a job's outcome).
     MalformedFeedback,
+    /// Refused by its tenant's or sender's quota (a cap with `scope = "tenant"`
+    /// or `"sender"`) while its policy drops refused jobs.
+    QuotaExceeded,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub(crate) const ALL: [Reason; 8] = [
+    pub(crate) const ALL: [Reason; 9] = [
         Reason::Malformed,
         Reason::UnknownChannel,
         Reason::Capped,
@@ -36,6 +39,7 @@ impl Reason {
         Reason::Suppressed,
         Reason::OptedOut,
         Reason::MalformedFeedback,
+        Reason::QuotaExceeded,
     ];
 
     /// The `x-notify-reason` value.
@@ -49,6 +53,7 @@ impl Reason {
             Reason::Suppressed => "suppressed",
             Reason::OptedOut => "opted_out",
             Reason::MalformedFeedback => "malformed_feedback",
+            Reason::QuotaExceeded => "quota_exceeded",
         }
     }
 }

@@ -122,6 +122,13 @@ impl Prefetch {
         prefetch::target(rate, estimate.service(), HOLD + ahead, self.bounds())
     }
 
+    /// The deliveries to hold now from the lane queues of the `index`-th paced
+    /// channel, as last estimated.
+    pub(crate) fn now(&self, index: usize) -> u16 {
+        let channel = &self.topology.laned[index];
+        self.target(channel, self.clocks.estimate(index))
+    }
+
     /// The deliveries a session starts with from the lane queues of the `index`-th
     /// paced channel.
     pub(crate) fn start(&self, index: usize) -> u16 {

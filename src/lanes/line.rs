@@ -30,9 +30,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::fair::{self, MAX_CANDIDATES};
 use super::share::LaneAsk;
 use crate::quota::policy::Rate;
-use crate::redis::lanes::Granted;
+use crate::redis::lanes::{Candidate, Granted};
 use crate::redis::{fail_all, StoreError};
 
 /// Most slots one ask takes (the most deliveries a worker holds from a lane,
@@ -44,13 +45,36 @@ const MAX_ASK: usize = 1024;
 pub(crate) trait AskSlots: Send + Sync + 'static {
     /// The channel's name.
     fn channel(&self) -> &str;
-    /// One ask: `wanted` slots of `rate` in `ask.lane`, those due within `ahead`.
+    /// One ask: `wanted` slots of `rate` in `ask.lane`, those due within `ahead`;
+    /// with more than one candidate, which of them each slot goes to (the lane's
+    /// schedule decides, `lua/lanes.lua`).
     fn slots(
         &self,
         ask: (Rate, LaneAsk),
         wanted: usize,
         ahead: Duration,
+        candidates: &[Candidate],
     ) -> impl Future<Output = Result<Granted, StoreError>> + Send;
+}
+
+/// Whose a delivery of a line is: its tenant (`None`: the jobs without one) and
+/// the tenant's weight in force when it joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tenant {
+    /// The tenant's name.
+    pub name: Option<Arc<str>>,
+    /// Its weight ([`crate::lanes::fair::stride`]).
+    pub weight: u32,
+}
+
+impl Tenant {
+    /// The jobs without a tenant.
+    pub(crate) fn none() -> Tenant {
+        Tenant {
+            name: None,
+            weight: 1,
+        }
+    }
 }
 
 /// The least the asker looks ahead of now for slots: well past a timer's lateness
@@ -110,9 +134,17 @@ struct Waiter {
     tx: oneshot::Sender<Reply>,
 }
 
+/// The waiters of one tenant, in order.
+struct TenantLine {
+    tenant: Tenant,
+    waiters: VecDeque<Waiter>,
+}
+
 #[derive(Default)]
 struct Line {
-    waiters: VecDeque<Waiter>,
+    /// One line per tenant with deliveries waiting, in the order they are
+    /// presented to the schedule (turning when more than [`MAX_CANDIDATES`] wait).
+    tenants: VecDeque<TenantLine>,
     /// Whether the asker runs.
     asking: bool,
     /// Asks begun so far.
@@ -127,23 +159,34 @@ struct Line {
 pub(crate) struct Lines([Arc<Mutex<Line>>; 3]);
 
 impl Lines {
-    /// Wait in `ask.lane`'s line for a slot of `rate`.
+    /// Wait in `ask.lane`'s line for a slot of `rate`, as a job of `tenant`.
     pub(crate) async fn slot<A: AskSlots>(
         &self,
         taker: &Arc<A>,
-        rate: Rate,
-        ask: LaneAsk,
+        (rate, ask): (Rate, LaneAsk),
+        tenant: Tenant,
     ) -> Reply {
         let line = &self.0[ask.lane.rank().min(2)];
         let (tx, rx) = oneshot::channel();
         {
             let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
             let joined_after = l.asks;
-            l.waiters.push_back(Waiter {
+            let waiter = Waiter {
                 ask: (rate, ask),
                 joined_after,
                 tx,
-            });
+            };
+            match l.tenants.iter_mut().find(|t| t.tenant.name == tenant.name) {
+                Some(t) => {
+                    // a reload may have changed the weight
+                    t.tenant.weight = tenant.weight;
+                    t.waiters.push_back(waiter)
+                }
+                None => l.tenants.push_back(TenantLine {
+                    tenant,
+                    waiters: VecDeque::from([waiter]),
+                }),
+            }
             if !l.asking {
                 l.asking = true;
                 tokio::spawn(serve(taker.clone(), line.clone()));
@@ -188,7 +231,7 @@ impl Drop for Asking {
         // those waiting now would wait for an asker that is gone: their senders
         // dropped, they hear "the lane's asker stopped" ([`Lines::slot`]) and retry
         // as after any Redis error (each joins again and starts one)
-        l.waiters.clear();
+        l.tenants.clear();
     }
 }
 
@@ -205,7 +248,10 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
             return;
         };
         let sent = Instant::now();
-        let answer = taker.slots(next.ask, next.wanted, next.ahead).await;
+        let candidates = next.candidates();
+        let answer = taker
+            .slots(next.ask, next.wanted, next.ahead, &candidates)
+            .await;
         let ahead = {
             let mut l = lock(&line);
             l.ahead.observe(sent.elapsed());
@@ -216,15 +262,15 @@ async fn serve<A: AskSlots>(taker: Arc<A>, line: Arc<Mutex<Line>>) {
         }
         match answer {
             // each waiter retries as after any Redis error (its own backoff)
-            Err(e) => fail_all(e, take_first(&line, next.wanted)),
-            Ok(Granted::Slots(slots)) => hand_out(&line, slots, next.number),
+            Err(e) => fail_all(e, take_first(&line, &next.of)),
+            Ok(Granted::Slots(slots, picks)) => hand_out(&line, (slots, picks), &next),
             Ok(Granted::NotYet(retry)) => {
                 let nap = retry.clamp(Duration::from_micros(100), MAX_NOT_YET);
                 tokio::time::sleep(nap).await
             }
             Ok(Granted::Never) => {
                 let (rate, _) = next.ask;
-                for tx in take_first(&line, next.wanted) {
+                for tx in take_first(&line, &next.of) {
                     let _ = tx.send(Err(StoreError::CostAboveBurst {
                         channel: taker.channel().to_string(),
                         cost: rate.cost,
@@ -242,7 +288,8 @@ fn lock(line: &Mutex<Line>) -> std::sync::MutexGuard<'_, Line> {
 }
 
 /// The asker's next ask: for the first waiter's rate and lane, as many slots as
-/// the waiters behind it of the same ask (at most [`MAX_ASK`]).
+/// the waiters of the same ask of the first [`MAX_CANDIDATES`] tenants (at most
+/// [`MAX_ASK`]).
 struct NextAsk {
     ask: (Rate, LaneAsk),
     wanted: usize,
@@ -250,6 +297,23 @@ struct NextAsk {
     number: u64,
     /// How far ahead it looks.
     ahead: Duration,
+    /// The tenants it asks for, with how many of their waiters each.
+    of: Vec<(Tenant, usize)>,
+}
+
+impl NextAsk {
+    /// The tenants presented to the schedule (even one alone: it may be ahead of
+    /// a tenant waiting in another worker's line).
+    fn candidates(&self) -> Vec<Candidate> {
+        self.of
+            .iter()
+            .map(|(t, waiting)| Candidate {
+                member: fair::member(t.name.as_deref()),
+                stride: fair::stride(t.weight),
+                waiting: *waiting,
+            })
+            .collect()
+    }
 }
 
 /// The next ask, counted as begun; `None` when no waiter is left, the line then
@@ -257,52 +321,96 @@ struct NextAsk {
 fn next_ask(line: &Mutex<Line>) -> Option<NextAsk> {
     let mut l = lock(line);
     // waiters that gave up (a shutdown) leave the line here
-    l.waiters.retain(|w| !w.tx.is_closed());
-    let Some(first) = l.waiters.front() else {
+    for t in l.tenants.iter_mut() {
+        t.waiters.retain(|w| !w.tx.is_closed());
+    }
+    l.tenants.retain(|t| !t.waiters.is_empty());
+    let Some(first) = l.tenants.front().and_then(|t| t.waiters.front()) else {
         l.asking = false;
         return None;
     };
     let ask = first.ask;
-    let wanted = l
-        .waiters
-        .iter()
-        .take(MAX_ASK)
-        .take_while(|w| w.ask == ask)
-        .count();
+    let mut of = Vec::new();
+    let mut wanted = 0;
+    for t in l.tenants.iter() {
+        if of.len() == MAX_CANDIDATES || wanted == MAX_ASK {
+            break;
+        }
+        let n = t
+            .waiters
+            .iter()
+            .take(MAX_ASK - wanted)
+            .take_while(|w| w.ask == ask)
+            .count();
+        if n > 0 {
+            of.push((t.tenant.clone(), n));
+            wanted += n;
+        }
+    }
+    if l.tenants.len() > of.len() {
+        // more tenants wait than one ask presents: the next ask presents the others
+        // first
+        let n = of.len();
+        l.tenants.rotate_left(n);
+    }
     l.asks += 1;
     Some(NextAsk {
         ask,
         wanted,
         number: l.asks,
         ahead: l.ahead.now(),
+        of,
     })
 }
 
-/// The first `wanted` waiters (fewer if fewer are left), out of the line.
-fn take_first(line: &Mutex<Line>, wanted: usize) -> Vec<oneshot::Sender<Reply>> {
+/// The waiters an ask was for, out of the line.
+fn take_first(line: &Mutex<Line>, of: &[(Tenant, usize)]) -> Vec<oneshot::Sender<Reply>> {
     let mut l = lock(line);
-    let n = wanted.min(l.waiters.len());
-    l.waiters.drain(..n).map(|w| w.tx).collect()
+    let mut out = Vec::new();
+    for (tenant, n) in of {
+        if let Some(t) = l.tenants.iter_mut().find(|t| t.tenant.name == tenant.name) {
+            let n = (*n).min(t.waiters.len());
+            out.extend(t.waiters.drain(..n).map(|w| w.tx));
+        }
+    }
+    l.tenants.retain(|t| !t.waiters.is_empty());
+    out
 }
 
-/// Hand the slots of ask `number` to the waiters in order.
-fn hand_out(line: &Mutex<Line>, slots: Vec<(i64, Duration)>, number: u64) {
+/// Hand the slots of an ask to the waiters: each to the first waiter of the tenant
+/// the schedule picked (one tenant: in order); a tenant with none left (gone
+/// meanwhile) passes its slot to the next tenant of the ask that has one (none
+/// left: the slot goes unused, the rate is never exceeded).
+fn hand_out(line: &Mutex<Line>, (slots, picks): (Vec<(i64, Duration)>, Vec<usize>), ask: &NextAsk) {
     let mut l = lock(line);
-    for (tat_us, wait) in slots {
-        // a waiter gone meanwhile passes its slot to the next (none
-        // left: the slot goes unused, the rate is never exceeded)
-        while let Some(w) = l.waiters.pop_front() {
-            let at_once = w.joined_after + 1 == number && wait.is_zero();
-            let slot = Slot {
-                tat_us,
-                wait,
-                at_once,
+    for (i, (tat_us, wait)) in slots.into_iter().enumerate() {
+        let pick = picks
+            .get(i)
+            .copied()
+            .unwrap_or(0)
+            .min(ask.of.len().saturating_sub(1));
+        let order = std::iter::once(pick).chain((0..ask.of.len()).filter(|c| *c != pick));
+        'slot: for c in order {
+            let Some((tenant, _)) = ask.of.get(c) else {
+                continue;
             };
-            if w.tx.send(Ok(slot)).is_ok() {
-                break;
+            let Some(t) = l.tenants.iter_mut().find(|t| t.tenant.name == tenant.name) else {
+                continue;
+            };
+            while let Some(w) = t.waiters.pop_front() {
+                let at_once = w.joined_after + 1 == ask.number && wait.is_zero();
+                let slot = Slot {
+                    tat_us,
+                    wait,
+                    at_once,
+                };
+                if w.tx.send(Ok(slot)).is_ok() {
+                    break 'slot;
+                }
             }
         }
     }
+    l.tenants.retain(|t| !t.waiters.is_empty());
 }
 
 #[cfg(test)]
@@ -327,12 +435,14 @@ mod tests {
             _ask: (Rate, LaneAsk),
             wanted: usize,
             _ahead: Duration,
+            _candidates: &[Candidate],
         ) -> Result<Granted, StoreError> {
             if self.asks.fetch_add(1, Ordering::SeqCst) == 0 {
                 return Ok((self.first)());
             }
             Ok(Granted::Slots(
                 (0..wanted).map(|i| (i as i64, Duration::ZERO)).collect(),
+                vec![],
             ))
         }
     }
@@ -362,11 +472,11 @@ mod tests {
         let (taker, rate, ask) = one_slot(|| panic!("a bug in the asker"));
         let lines = Lines::default();
         let within = Duration::from_secs(5);
-        let first = tokio::time::timeout(within, lines.slot(&taker, rate, ask))
+        let first = tokio::time::timeout(within, lines.slot(&taker, (rate, ask), Tenant::none()))
             .await
             .expect("the waiting delivery hears that its asker is gone");
         assert!(matches!(first, Err(StoreError::Batch(_))), "{first:?}");
-        let next = tokio::time::timeout(within, lines.slot(&taker, rate, ask))
+        let next = tokio::time::timeout(within, lines.slot(&taker, (rate, ask), Tenant::none()))
             .await
             .expect("the next delivery starts an asker of its own");
         assert!(next.is_ok(), "{next:?}");
@@ -378,9 +488,12 @@ mod tests {
         // MAX_NOT_YET later, and served then
         let (taker, rate, ask) = one_slot(|| Granted::NotYet(Duration::from_secs(3600)));
         let lines = Lines::default();
-        let slot = tokio::time::timeout(Duration::from_secs(5), lines.slot(&taker, rate, ask))
-            .await
-            .expect("asked again within MAX_NOT_YET");
+        let slot = tokio::time::timeout(
+            Duration::from_secs(5),
+            lines.slot(&taker, (rate, ask), Tenant::none()),
+        )
+        .await
+        .expect("asked again within MAX_NOT_YET");
         assert!(slot.is_ok(), "{slot:?}");
         assert_eq!(taker.asks.load(Ordering::SeqCst), 2);
     }
@@ -405,6 +518,7 @@ mod tests {
             _ask: (Rate, LaneAsk),
             wanted: usize,
             ahead: Duration,
+            _candidates: &[Candidate],
         ) -> Result<Granted, StoreError> {
             tokio::time::sleep(self.latency).await;
             let now = self.start.elapsed();
@@ -425,6 +539,7 @@ mod tests {
                                 (due.as_micros() as i64, due.saturating_sub(now))
                             })
                             .collect(),
+                        vec![],
                     )
                 }
             };
@@ -448,7 +563,10 @@ mod tests {
         for _ in 0..waiting {
             let (lines, taker) = (lines.clone(), taker.clone());
             waiters.push(tokio::spawn(async move {
-                let slot = lines.slot(&taker, rate, ask).await.unwrap();
+                let slot = lines
+                    .slot(&taker, (rate, ask), Tenant::none())
+                    .await
+                    .unwrap();
                 tokio::time::sleep(slot.wait).await;
                 taker.start.elapsed()
             }));
@@ -475,6 +593,87 @@ mod tests {
             );
             assert!(n <= 801, "{n} slots in 2 s: above the rate");
         }
+    }
+
+    /// Grants every slot asked for, each to the candidate of lowest pass (a
+    /// schedule in memory, as `lua/lanes.lua` keeps it), and notes who asked.
+    struct Strides {
+        passes: Mutex<std::collections::HashMap<String, u64>>,
+        presented: Mutex<Vec<usize>>,
+    }
+
+    impl AskSlots for Strides {
+        fn channel(&self) -> &str {
+            "sms"
+        }
+
+        async fn slots(
+            &self,
+            _ask: (Rate, LaneAsk),
+            wanted: usize,
+            _ahead: Duration,
+            candidates: &[Candidate],
+        ) -> Result<Granted, StoreError> {
+            self.presented.lock().unwrap().push(candidates.len());
+            let mut passes = self.passes.lock().unwrap();
+            let mut left: Vec<usize> = candidates.iter().map(|c| c.waiting).collect();
+            let mut picks = Vec::new();
+            for _ in 0..wanted.min(4) {
+                let best = (0..candidates.len())
+                    .filter(|i| left[*i] > 0)
+                    .min_by_key(|i| passes.get(&candidates[*i].member).copied().unwrap_or(0));
+                let Some(best) = best else { break };
+                *passes.entry(candidates[best].member.clone()).or_default() +=
+                    candidates[best].stride;
+                left[best] -= 1;
+                picks.push(best);
+            }
+            let n = if candidates.is_empty() {
+                wanted.min(4)
+            } else {
+                picks.len()
+            };
+            let slots = (0..n).map(|i| (i as i64, Duration::ZERO)).collect();
+            Ok(Granted::Slots(slots, picks))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_schedule_picks_whose_waiter_gets_each_slot() {
+        let (_, rate, ask) = one_slot(|| Granted::Never);
+        let taker = Arc::new(Strides {
+            passes: Mutex::default(),
+            presented: Mutex::default(),
+        });
+        let lines = Arc::new(Lines::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        // 12 of `a` (weight 1) joined first, then 12 of `b` (weight 2), all before
+        // the asker's first ask (a test's runtime runs one task at a time)
+        for (name, weight) in [("a", 1), ("b", 2)] {
+            for _ in 0..12 {
+                let (lines, taker, order) = (lines.clone(), taker.clone(), order.clone());
+                let tenant = Tenant {
+                    name: Some(Arc::from(name)),
+                    weight,
+                };
+                waiting.push(tokio::spawn(async move {
+                    lines.slot(&taker, (rate, ask), tenant).await.unwrap();
+                    order.lock().unwrap().push(name);
+                }));
+            }
+        }
+        for w in waiting {
+            w.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        let first: Vec<&str> = order.iter().take(12).copied().collect();
+        let b = first.iter().filter(|n| **n == "b").count();
+        assert!(
+            (7..=9).contains(&b),
+            "b (weight 2) took {b} of the first 12: {order:?}"
+        );
+        assert_eq!(order.len(), 24, "every waiter served");
     }
 
     #[test]

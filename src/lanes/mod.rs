@@ -27,7 +27,12 @@
 //!   the line in which a lane's deliveries wait for their slots, asked of
 //!   `lua/lanes.lua` ([`crate::redis::lanes`]);
 //! - [`consume`], [`clocks`] and [`prefetch`] (pure): a session's lane consumers,
-//!   and how many deliveries each holds.
+//!   and how many deliveries each holds;
+//! - [`fair`] (pure) and [`tenants`]: fair shares inside a lane: a tenant's jobs
+//!   parked in its own queue of the lane, every worker consuming every such queue,
+//!   and each slot of the lane given by the lane's schedule (stride scheduling by
+//!   `[tenants.NAME] weight`, in the same call of `lua/lanes.lua` that grants the
+//!   slots) to the tenant whose turn it is among those waiting in the line.
 //!
 //! The worker's loop calls the room through the few names below
 //! (`worker/lanes.rs` ties them to its session); the store keeps each channel's
@@ -35,16 +40,20 @@
 
 pub(crate) mod clocks;
 pub(crate) mod consume;
+pub mod fair;
 pub(crate) mod line;
 pub(crate) mod park;
 pub mod prefetch;
 pub mod share;
 pub(crate) mod slots;
 pub(crate) mod step;
+pub(crate) mod tenants;
 
 pub(crate) use clocks::{LaneClocks, Prefetch};
 pub(crate) use consume::LaneConsumers;
+pub(crate) use line::Tenant;
 pub(crate) use park::{taken, to_lane};
 pub use share::{LaneAsk, LaneRate, Priority};
 pub(crate) use slots::ChannelLanes;
 pub(crate) use step::{before_slot, lane_of, Step};
+pub(crate) use tenants::{TenantQueues, Watch};

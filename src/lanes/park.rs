@@ -9,21 +9,23 @@ use lapin::BasicProperties;
 use tracing::debug;
 
 use super::share::Priority;
-use crate::amqp::{PublishError, Publisher, Topology};
+use crate::amqp::{PublishError, Publisher};
 use crate::job::decode::Job;
 use crate::job::{headers, Outcome};
 
-/// Publish the delivery to its lane's queue (confirmed); the caller acks it.
-/// `asked`: whether the job asked the rate first (else it was parked behind this
-/// worker's lane jobs without asking). `now`: Redis time, noted in its headers.
+/// Publish the delivery to `queue`, its lane's queue or its tenant's queue of its
+/// lane (confirmed); the caller acks it. `asked`: whether the job asked the rate
+/// first (else it was parked behind this worker's lane jobs without asking).
+/// `now`: Redis time, noted in its headers, with `first_seen`, when a worker first
+/// saw it.
 pub(crate) async fn to_lane(
     publisher: &Publisher,
-    topology: &Topology,
-    now: DateTime<Utc>,
+    queue: &str,
+    (now, first_seen): (DateTime<Utc>, DateTime<Utc>),
     (delivery, job): (&Delivery, &Job<'_>),
     (lane, asked): (Priority, bool),
 ) -> Result<Outcome, PublishError> {
-    let queue = topology.lane_queue(&job.channel, lane);
+    let queue = queue.to_string();
     let props = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_message_id(ShortString::from(job.id.as_ref()))
@@ -31,6 +33,7 @@ pub(crate) async fn to_lane(
         .with_headers(headers::parked_headers(
             delivery.properties.headers().as_ref(),
             now,
+            first_seen,
         ));
     crate::telemetry::parked(lane.as_str());
     let (props, sending) = crate::telemetry::send("", &queue, Some(&job.id), props);

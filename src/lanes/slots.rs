@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::line::{AskSlots, Lines};
+use super::line::{AskSlots, Lines, Tenant};
 use super::share::LaneAsk;
 use crate::counted::Counted;
 use crate::quota::policy::Rate;
 use crate::redis::conn::{count_call, RedisConn};
-use crate::redis::lanes::{self, Granted, LaneKeys};
+use crate::redis::lanes::{self, Candidate, Granted, LaneKeys};
 use crate::redis::StoreError;
 
 /// Who asks `lua/lanes.lua` for the slots of one channel's lines.
@@ -33,6 +33,9 @@ pub(crate) struct Asker {
     pub script: Script,
     /// The channel's rate key and lane state.
     pub keys: LaneKeys,
+    /// The schedules of the channel's lanes (fair shares) and their `seen` sets,
+    /// by lane rank.
+    pub schedules: [(String, String); 3],
     /// Redis commands sent (shared with the store's counter).
     pub calls: Arc<AtomicU64>,
     /// The channel's name (the label of the lanes' metrics).
@@ -49,10 +52,15 @@ impl AskSlots for Asker {
         ask: (Rate, LaneAsk),
         wanted: usize,
         ahead: Duration,
+        candidates: &[Candidate],
     ) -> Result<Granted, StoreError> {
         count_call(&self.calls);
         let keys = self.keys.clone();
-        lanes::slots(&self.conn, &self.script, keys, ask, wanted, ahead).await
+        let (schedule, seen) = &self.schedules[ask.1.lane.rank().min(2)];
+        let keys_of = (schedule.as_str(), seen.as_str());
+        let fair = (!candidates.is_empty()).then_some((keys_of, candidates));
+        let asked = (wanted, ahead);
+        lanes::slots(&self.conn, &self.script, keys, ask, asked, fair).await
     }
 }
 
@@ -115,9 +123,10 @@ impl ChannelLanes {
     /// [`ChannelLanes::slot`] for a job read from the jobs queue that its rate
     /// refused for a moment: it waits in its lane's line, served in turn with the
     /// lane's deliveries, instead of asking Redis again at every slot.
+    /// (It waits as a job without a tenant: a moment's wait, never a backlog.)
     pub(crate) async fn wait_in_line(&self, rate: Rate, ask: LaneAsk) -> Result<i64, StoreError> {
         let _from_jobs = Counted::new(&self.from_jobs);
-        self.slot(rate, ask).await
+        self.slot(rate, ask, Tenant::none()).await
     }
 
     /// How far ahead this worker's lines of the channel take slots now (how long a
@@ -126,11 +135,16 @@ impl ChannelLanes {
         self.lines.ahead()
     }
 
-    /// Wait in `ask.lane`'s line of this worker for a send slot of `rate`, then to
-    /// the slot's time; returns the TAT the take left.
-    pub(crate) async fn slot(&self, rate: Rate, ask: LaneAsk) -> Result<i64, StoreError> {
+    /// Wait in `ask.lane`'s line of this worker for a send slot of `rate`, as a job
+    /// of `tenant`, then to the slot's time; returns the TAT the take left.
+    pub(crate) async fn slot(
+        &self,
+        rate: Rate,
+        ask: LaneAsk,
+        tenant: Tenant,
+    ) -> Result<i64, StoreError> {
         let _in_lanes = Counted::new(&self.in_lanes);
-        let slot = self.lines.slot(&self.asker, rate, ask).await?;
+        let slot = self.lines.slot(&self.asker, (rate, ask), tenant).await?;
         if slot.at_once {
             // a slot at once: the lanes hold no backlog (any longer)
             self.saturated.store(false, Ordering::Relaxed);

@@ -46,17 +46,45 @@ pub async fn keys(store: &QuotaStore) -> Result<Vec<String>, AdminError> {
     Ok(scan_match(&store.connection(), &pattern).await?)
 }
 
-type Row = (Option<String>, Option<i64>, Option<String>, Option<String>);
+/// A stored set as export reads it; `None` when the hash went since the scan, or
+/// is not a set (nothing else ends in /prefs).
+struct Stored {
+    set: String,
+    updated_at: i64,
+    recipient: String,
+    /// Its tenant (`None` for none).
+    tenant: Option<String>,
+}
 
-async fn read_one(mut conn: crate::redis::RedisConn, key: String) -> Result<Row, AdminError> {
-    Ok(redis::cmd("HMGET")
+async fn read_one(
+    mut conn: crate::redis::RedisConn,
+    key: String,
+) -> Result<Option<Stored>, AdminError> {
+    let (set, at, recipient, tenant): (_, _, _, Option<String>) = redis::cmd("HMGET")
         .arg(key)
         .arg("set")
         .arg("updated_at")
         .arg("recipient")
         .arg("tenant")
         .query_async(&mut conn)
-        .await?)
+        .await?;
+    Ok(match (set, at, recipient) {
+        (Some(set), Some(updated_at), Some(recipient)) => Some(Stored {
+            set,
+            updated_at,
+            recipient,
+            tenant: tenant.filter(|t| !t.is_empty()),
+        }),
+        _ => None,
+    })
+}
+
+/// One exported line with what it is sorted by.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Exported {
+    tenant: String,
+    recipient: String,
+    line: String,
 }
 
 /// The lines of the sets stored under `keys`, sorted by tenant then recipient;
@@ -67,25 +95,30 @@ pub async fn export_lines(
     each: &(dyn Fn() + Sync),
 ) -> Result<Vec<String>, AdminError> {
     let conn = store.connection();
-    let mut rows: Vec<(String, String, String)> = Vec::with_capacity(keys.len());
+    let mut rows: Vec<Exported> = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(IN_FLIGHT) {
         let reads = chunk.iter().map(|k| read_one(conn.clone(), k.clone()));
         for got in futures_util::future::join_all(reads).await {
             each();
             // removed since the scan, or not a set (nothing else ends in /prefs)
-            let (Some(set), Some(at), Some(recipient), tenant) = got? else {
+            let Some(stored) = got? else {
                 continue;
             };
-            let Ok(set) = serde_json::from_str::<serde_json::Value>(&set) else {
+            let Ok(set) = serde_json::from_str::<serde_json::Value>(&stored.set) else {
                 continue;
             };
-            let tenant = tenant.filter(|t| !t.is_empty());
-            let line = write_line(&recipient, tenant.as_deref(), &set, from_millis(at));
-            rows.push((tenant.unwrap_or_default(), recipient, line));
+            let (recipient, tenant) = (stored.recipient, stored.tenant);
+            let at = from_millis(stored.updated_at);
+            let line = write_line(&recipient, tenant.as_deref(), &set, at);
+            rows.push(Exported {
+                tenant: tenant.unwrap_or_default(),
+                recipient,
+                line,
+            });
         }
     }
     rows.sort();
-    Ok(rows.into_iter().map(|(_, _, line)| line).collect())
+    Ok(rows.into_iter().map(|r| r.line).collect())
 }
 
 /// Read `input` line by line (blank lines skipped), check each, store the good

@@ -211,6 +211,18 @@ impl Keys {
         format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
     }
 
+    /// The fair-share schedule of a channel's lane (`lua/lanes.lua`), in its rate
+    /// key's slot: `prefix:fair:{channel}:<lane>`.
+    pub fn fair_schedule(&self, channel: &str, lane: &str) -> String {
+        format!("{}:fair:{{{channel}}}:{lane}", self.prefix)
+    }
+
+    /// A channel's set of tenant queues (`lanes::tenants`), with its version
+    /// counter beside it: `prefix:fair:{channel}:queues`.
+    pub fn fair_queues(&self, channel: &str) -> String {
+        format!("{}:fair:{{{channel}}}:queues", self.prefix)
+    }
+
     /// A channel's lane state (`lua/lanes.lua`), in its rate key's slot.
     pub fn lanes(&self, channel: &str) -> String {
         format!("{}:lanes:{{{channel}}}", self.prefix)
@@ -280,6 +292,26 @@ impl Keys {
         format!("{}:rate:{{{channel}}}:throttle", self.prefix)
     }
 
+    /// A quota's counter for one period: `prefix:quota:NAME:WINDOW[:KIND:HASH]:START`
+    /// (the tenant or sender hashed as for [`Keys::limit`], START the period's
+    /// first instant in ms).
+    pub fn quota(&self, name: &str, window: &str, bucket: (&str, &str), start_ms: i64) -> String {
+        let limit = self.limit(name, bucket);
+        let rest = &limit[self.prefix.len() + ":limit:".len() + name.len()..];
+        format!("{}:quota:{name}:{window}{rest}:{start_ms}", self.prefix)
+    }
+
+    /// The throttle state (strikes) of a limit's bucket `bucket` (its key).
+    pub fn limit_throttle(&self, bucket: &str) -> String {
+        format!("{bucket}:throttle")
+    }
+
+    /// The mark of one `throttled` feedback already applied to the limit's bucket
+    /// `bucket` (its key).
+    pub fn limit_throttle_mark(&self, bucket: &str, id: &str) -> String {
+        format!("{bucket}:feedback:{}", mark_hash(id, "throttled"))
+    }
+
     /// The mark of one `throttled` feedback already applied to `channel`.
     pub fn throttle_mark(&self, channel: &str, id: &str) -> String {
         format!(
@@ -324,16 +356,27 @@ pub struct DigestGroup {
     pub group: String,
 }
 
-/// A digest's keys from the key the index holds (`prefix:{tag}/dgm/ID`): the
-/// digest's hash, its items, their order; `None` if it is not such a key.
-pub fn digest_keys(meta: &str) -> Option<(String, String, String)> {
+/// A digest's keys, all in its recipient's hash slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestKeys {
+    /// The digest's hash (`prefix:{tag}/dgm/ID`: the key the index holds).
+    pub meta: String,
+    /// Its items (`dgi/ID`).
+    pub items: String,
+    /// Their order (`dgo/ID`).
+    pub order: String,
+}
+
+/// A digest's keys from the key the index holds (`prefix:{tag}/dgm/ID`); `None` if
+/// it is not such a key.
+pub fn digest_keys(meta: &str) -> Option<DigestKeys> {
     let at = meta.rfind("}/dgm/")? + 2;
     let (base, id) = (&meta[..at], &meta[at + 4..]);
-    Some((
-        meta.to_string(),
-        format!("{base}dgi/{id}"),
-        format!("{base}dgo/{id}"),
-    ))
+    Some(DigestKeys {
+        meta: meta.to_string(),
+        items: format!("{base}dgi/{id}"),
+        order: format!("{base}dgo/{id}"),
+    })
 }
 
 /// The set of a recipient's open digests, from a digest's key (`prefix:{tag}/dgs`),
@@ -371,7 +414,11 @@ mod tests {
         assert!(g.key.starts_with(&g.base) && g.mark_base.starts_with(&g.base));
         assert_ne!(g, keys.digest_group("+33 6 12 34 56 78", "sms", "other"));
         let meta = format!("{}dgm/dg-x-1", g.base);
-        let (m, items, order) = digest_keys(&meta).unwrap();
+        let DigestKeys {
+            meta: m,
+            items,
+            order,
+        } = digest_keys(&meta).unwrap();
         assert_eq!((m, items), (meta.clone(), format!("{}dgi/dg-x-1", g.base)));
         assert_eq!(order, format!("{}dgo/dg-x-1", g.base));
         let (set, id) = digest_set(&meta).unwrap();

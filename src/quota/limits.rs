@@ -6,9 +6,12 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use super::policy::Rate;
+use super::window::{self, Window};
 
 /// Which jobs share one bucket of a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -50,6 +53,42 @@ pub struct Limit {
     pub categories: Option<Vec<String>>,
     /// The tenants it matches; `None`: every job, with a tenant or without.
     pub tenants: Option<Vec<String>>,
+    /// For a quota (a cap with `scope = "tenant"` or `"sender"`): its rule, a
+    /// count per calendar day or month (then `rate` is unused); `None` for a
+    /// limit.
+    pub quota: Option<Quota>,
+}
+
+/// A quota's rule: at most `limit` jobs per calendar `window` (`1d` or `1mo`) in
+/// the tenant's zone, counted in one counter per period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Jobs per period (notifications, whatever their cost).
+    pub limit: u32,
+    /// `CalendarDays(1)` or `CalendarMonths(1)`.
+    pub window: Window,
+}
+
+impl Quota {
+    /// The period (start, end) that `now` is in, in zone `tz`.
+    pub fn period(&self, tz: Tz, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        let (start, _) = window::window_start(self.window, tz, now);
+        (start, window::expires(self.window, tz, now))
+    }
+}
+
+/// What one admission took from one limit's bucket: given back (the part still
+/// unspent, `lua/refund.lua`) when the job is released or parked instead of sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    /// The bucket's key.
+    pub key: String,
+    /// The limit's interval (µs per unit of cost).
+    pub interval_us: u64,
+    /// The job's cost.
+    pub cost: u64,
+    /// The TAT (µs of Redis time) the take left.
+    pub tat_us: i64,
 }
 
 /// What a job shows a limit: its channel, category, tenant and sender.
@@ -91,14 +130,29 @@ impl Limit {
 
     /// Whether a job of cost `cost` can ever pass it (its burst holds the cost).
     pub fn admits_cost(&self, cost: u64) -> bool {
-        cost <= self.rate.burst
+        match &self.quota {
+            // a quota counts jobs, not cost
+            Some(q) => q.limit > 0,
+            None => cost <= self.rate.burst,
+        }
     }
 }
 
 impl fmt::Display for Limit {
-    /// `limit per_sender (1 per second, burst 1, per sender)`, as
-    /// `x-notify-held-by` and the dead-letter details name it.
+    /// `limit per_sender (1 per second, burst 1, per sender)` or `quota plan
+    /// (50000 per 1mo, per tenant)`, as `x-notify-held-by` and the dead-letter
+    /// details name it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(q) = &self.quota {
+            return write!(
+                f,
+                "quota `{}` ({} per {}, per {})",
+                self.name,
+                q.limit,
+                q.window,
+                self.per.as_str()
+            );
+        }
         let per_second = 1e6 / self.rate.interval_us as f64;
         let text = format!("{per_second:.3}");
         let text = text.trim_end_matches('0').trim_end_matches('.');
@@ -129,6 +183,7 @@ mod tests {
             channels: Some(vec!["sms".into()]),
             categories: None,
             tenants,
+            quota: None,
         }
     }
 

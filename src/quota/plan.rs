@@ -41,7 +41,7 @@ pub fn plan(rules: &[Rule], tz: Tz, now: DateTime<Utc>) -> Plan {
     let mut has_calendar = false;
     for rule in rules {
         match rule.window {
-            Window::CalendarDays(_) => {
+            Window::CalendarDays(_) | Window::CalendarMonths(_) => {
                 has_calendar = true;
                 let (start, _) = window::window_start(rule.window, tz, now);
                 let expiry = window::expires(rule.window, tz, now).timestamp_millis();

@@ -132,6 +132,16 @@ pub struct Rate {
     pub cost: u64,
 }
 
+impl Rate {
+    /// This rate as a job of cost `cost` takes it (`None`: the channel's `cost`).
+    pub fn for_cost(self, cost: Option<u64>) -> Rate {
+        Rate {
+            cost: cost.unwrap_or(self.cost),
+            ..self
+        }
+    }
+}
+
 impl fmt::Display for Rate {
     /// `12.5 per second, burst 10` (and `, cost 2` when a job costs more than one).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

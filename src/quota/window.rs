@@ -15,6 +15,10 @@
 //!   therefore resets at local midnight, whatever the length of the local day
 //!   (23 h, 23.5 h, 24.5 h or 25 h around DST changes), and not every
 //!   `n * 86400` seconds. Written `"1d"`, `"7d"`, ...
+//! * [`Window::CalendarMonths(n)`](Window::CalendarMonths) — "this month and the
+//!   previous `n - 1` local months": a send counts at `at` iff its local month
+//!   is at most `n - 1` months before `at`'s. It resets at the local midnight
+//!   that starts a month. Written `"1mo"`, `"3mo"`, ...
 //! * [`Window::Rolling(d)`](Window::Rolling) — a sliding window of fixed
 //!   length: a send counts at `at` iff `at - d < send <= at`, so a send exactly
 //!   `d` ago no longer counts. Written `"500ms"`, `"30s"`, `"10m"`, `"24h"`.
@@ -63,6 +67,9 @@ pub enum Window {
     /// Today and the previous `n - 1` local calendar days in the recipient's
     /// zone (`n >= 1`; a window of 0 days never counts anything).
     CalendarDays(u32),
+    /// This local calendar month and the previous `n - 1` in the recipient's
+    /// zone (`n >= 1`; a window of 0 months never counts anything).
+    CalendarMonths(u32),
     /// A sliding window of this length: a send counts at `at` iff
     /// `at - d < send <= at` (a non-positive duration never counts anything).
     Rolling(Duration),
@@ -99,7 +106,8 @@ impl WindowParseError {
     fn new(text: &str, reason: &str) -> Self {
         WindowParseError(format!(
             "invalid window {text:?}: {reason}; expected a whole number >= 1 followed by a unit: \
-             \"d\" for calendar days in the recipient's zone (e.g. \"1d\", \"7d\"), or \"ms\", \
+             \"d\" for calendar days in the recipient's zone (e.g. \"1d\", \"7d\"), \"mo\" for calendar \
+             months (e.g. \"1mo\"), or \"ms\", \
              \"s\", \"m\", \"h\" for a rolling duration (e.g. \"500ms\", \"30s\", \"10m\", \"24h\")"
         ))
     }
@@ -121,7 +129,7 @@ impl FromStr for Window {
             return Err(WindowParseError::new(text, "missing a leading number"));
         }
         let unit_ms = match unit {
-            "d" => None,
+            "d" | "mo" => None,
             "h" => Some(MS_PER_HOUR),
             "m" => Some(MS_PER_MINUTE),
             "s" => Some(MS_PER_SECOND),
@@ -136,6 +144,9 @@ impl FromStr for Window {
             return Err(WindowParseError::new(text, "the number must be at least 1"));
         }
         match unit_ms {
+            None if unit == "mo" => u32::try_from(value)
+                .map(Window::CalendarMonths)
+                .map_err(|_| WindowParseError::new(text, "number of months is too large")),
             None => u32::try_from(value)
                 .map(Window::CalendarDays)
                 .map_err(|_| WindowParseError::new(text, "number of days is too large")),
@@ -159,6 +170,7 @@ impl fmt::Display for Window {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Window::CalendarDays(n) => write!(f, "{n}d"),
+            Window::CalendarMonths(n) => write!(f, "{n}mo"),
             Window::Rolling(d) => {
                 let ms = d.num_milliseconds();
                 if ms != 0 {
@@ -176,6 +188,19 @@ impl fmt::Display for Window {
             }
         }
     }
+}
+
+/// A date's month counted from year 0 (months apart = the difference).
+fn month_number(date: NaiveDate) -> i64 {
+    i64::from(date.year()) * 12 + i64::from(date.month0())
+}
+
+/// The first day of the month `months` after `date`'s (before, when negative);
+/// `None` beyond chrono's range.
+pub(crate) fn month_first(date: NaiveDate, months: i64) -> Option<NaiveDate> {
+    let m = month_number(date).checked_add(months)?;
+    let year = i32::try_from(m.div_euclid(12)).ok()?;
+    NaiveDate::from_ymd_opt(year, m.rem_euclid(12) as u32 + 1, 1)
 }
 
 /// The recipient's local calendar date at instant `at` in zone `tz`
@@ -232,7 +257,7 @@ pub fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) ->
 /// placeholder it never reads (no zone lookup).
 fn date_for(window: Window, tz: Tz, t: DateTime<Utc>) -> NaiveDate {
     match window {
-        Window::CalendarDays(_) => local_date(tz, t),
+        Window::CalendarDays(_) | Window::CalendarMonths(_) => local_date(tz, t),
         Window::Rolling(_) => NaiveDate::MIN,
     }
 }
@@ -253,6 +278,7 @@ fn counts_dated(
         // `send > at - d` rewritten as `at - send < d` so that it cannot overflow.
         Window::Rolling(d) => at.signed_duration_since(send) < d,
         Window::CalendarDays(n) => today.signed_duration_since(date).num_days() < i64::from(n),
+        Window::CalendarMonths(n) => month_number(today) - month_number(date) < i64::from(n),
     }
 }
 
@@ -276,6 +302,14 @@ pub(crate) fn window_start(window: Window, tz: Tz, at: DateTime<Utc>) -> (DateTi
             }),
             false,
         ),
+        Window::CalendarMonths(n) => {
+            let first = month_first(local_date(tz, at), 1 - i64::from(n));
+            match first {
+                Some(first) if n > 0 => (day_start(tz, first), true),
+                None if n > 0 => (DateTime::<Utc>::MIN_UTC, true),
+                _ => (DateTime::<Utc>::MAX_UTC, true),
+            }
+        }
         Window::CalendarDays(n) => {
             let today = local_date(tz, at);
             let first = match n {
@@ -343,9 +377,12 @@ fn scan(
     now: DateTime<Utc>,
     sends: &[DateTime<Utc>],
 ) -> (Option<DateTime<Utc>>, Option<Rule>) {
-    let calendar = rules
-        .iter()
-        .any(|r| matches!(r.window, Window::CalendarDays(_)));
+    let calendar = rules.iter().any(|r| {
+        matches!(
+            r.window,
+            Window::CalendarDays(_) | Window::CalendarMonths(_)
+        )
+    });
     // (send, its local date): the date only when a calendar rule needs it
     let dated: Vec<(DateTime<Utc>, NaiveDate)> = sends
         .iter()
@@ -434,6 +471,7 @@ fn expiry_dated(
 ) -> Option<DateTime<Utc>> {
     match window {
         Window::Rolling(d) => send.checked_add_signed(d),
+        Window::CalendarMonths(n) => day_start_checked(tz, month_first(date, i64::from(n))?),
         Window::CalendarDays(n) => {
             day_start_checked(tz, date.checked_add_days(Days::new(u64::from(n)))?)
         }

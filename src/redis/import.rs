@@ -8,6 +8,17 @@ use super::conn::RedisConn;
 use crate::quota::window;
 use crate::redis::StoreError;
 
+/// The script's answer codes (`IMPORT` in `lua/import.lua`; a test checks that
+/// both sides name the same numbers).
+struct Code;
+
+impl Code {
+    const KNOWN: i64 = 0;
+    const ADDED: i64 = 1;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 2] = [(Code::KNOWN, "known"), (Code::ADDED, "added")];
+}
+
 /// What recording one send did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ImportReply {
@@ -34,14 +45,40 @@ pub async fn import_send(
         .arg(until.timestamp_millis())
         .invoke_async(&mut conn)
         .await?;
-    let [added, expire] = reply[..] else {
-        return Err(StoreError::Reply {
-            script: "import.lua",
-            reply,
-        });
+    let added = match reply[..] {
+        [Code::ADDED, _] => true,
+        [Code::KNOWN, _] => false,
+        _ => {
+            return Err(StoreError::Reply {
+                script: "import.lua",
+                reply,
+            })
+        }
     };
+    let expire = reply[1];
     Ok(ImportReply {
-        added: added == 1,
+        added,
         key_expires_at: (expire >= 0).then(|| window::from_millis(expire)),
     })
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Code;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const LUA: &str = include_str!("../../lua/import.lua");
+
+    /// The script and [`Code`] name the same answers by the same numbers, and the
+    /// script answers by name.
+    #[test]
+    fn the_script_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Code::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "IMPORT"), ours);
+        let found = positional_returns("import.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }

@@ -19,6 +19,20 @@ use crate::redis::StoreError;
 /// lanes' state.
 pub(crate) type LaneKeys = (String, String);
 
+/// A tenant whose jobs wait in a line, presented to the lane's schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// Its member in the schedule ([`crate::lanes::fair::member`]).
+    pub member: String,
+    /// Its stride ([`crate::lanes::fair::stride`]).
+    pub stride: u64,
+    /// Its jobs waiting in the line.
+    pub waiting: usize,
+}
+
+/// The tenants of one ask, and the lane's schedule and its `seen` set.
+pub(crate) type Fair<'a> = Option<((&'a str, &'a str), &'a [Candidate])>;
+
 /// Ask the rate for `asking` jobs of `ask.lane`, in one call: one reply per job, in
 /// order (as [`super::rate::take_many`]).
 pub async fn take_many(
@@ -29,24 +43,25 @@ pub async fn take_many(
     ask: LaneAsk,
     asking: usize,
 ) -> Result<Vec<RateReply>, StoreError> {
-    let reply = call(conn, script, keys, rate, ask, asking, None).await?;
+    let reply = call(conn, script, keys, (rate, ask), (asking, None), None).await?;
     split(&reply, rate.interval_us, rate.burst, rate.cost, asking).ok_or(StoreError::Reply {
         script: "lanes.lua",
         reply,
     })
 }
 
-/// Ask the rate for up to `wanted` slots of `ask.lane` due within `ahead`.
+/// Ask the rate for up to `wanted` slots of `ask.lane` due within `ahead`; with
+/// `fair`, which of its candidates each slot goes to.
 pub(crate) async fn slots(
     conn: &RedisConn,
     script: &Script,
     keys: LaneKeys,
     (rate, ask): (Rate, LaneAsk),
-    wanted: usize,
-    ahead: Duration,
+    (wanted, ahead): (usize, Duration),
+    fair: Fair<'_>,
 ) -> Result<Granted, StoreError> {
     let ahead = Some(ahead.as_micros() as u64);
-    let reply = call(conn, script, keys, rate, ask, wanted, ahead).await?;
+    let reply = call(conn, script, keys, (rate, ask), (wanted, ahead), fair).await?;
     granted(&reply).ok_or(StoreError::Reply {
         script: "lanes.lua",
         reply,
@@ -59,15 +74,17 @@ async fn call(
     conn: &RedisConn,
     script: &Script,
     (key, state): LaneKeys,
-    rate: Rate,
-    ask: LaneAsk,
-    asking: usize,
-    ahead_us: Option<u64>,
+    (rate, ask): (Rate, LaneAsk),
+    (asking, ahead_us): (usize, Option<u64>),
+    fair: Fair<'_>,
 ) -> Result<Vec<i64>, StoreError> {
     let mut conn = conn.clone();
     let mut call = script.key(key);
-    call.key(state)
-        .arg(rate.interval_us)
+    call.key(state);
+    if let Some(((schedule, seen), _)) = fair {
+        call.key(schedule).key(seen);
+    }
+    call.arg(rate.interval_us)
         .arg(rate.burst)
         .arg(rate.cost)
         .arg(asking)
@@ -77,14 +94,21 @@ async fn call(
     if let Some(ahead) = ahead_us {
         call.arg(ahead);
     }
+    if let Some((_, candidates)) = fair {
+        call.arg(candidates.len());
+        for c in candidates {
+            call.arg(&c.member).arg(c.stride).arg(c.waiting);
+        }
+    }
     Ok(call.invoke_async(&mut conn).await?)
 }
 
 /// What one ask of a lane's line got.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Granted {
-    /// Slots, in order: the TAT each take left and how long until it is due.
-    Slots(Vec<(i64, Duration)>),
+    /// Slots, in order: the TAT each take left and how long until it is due; and,
+    /// when the ask presented candidates, which of them each slot goes to.
+    Slots(Vec<(i64, Duration)>, Vec<usize>),
     /// None yet: ask again after this.
     NotYet(Duration),
     /// The cost is above the burst: never.
@@ -112,7 +136,13 @@ pub(crate) fn granted(reply: &[i64]) -> Option<Granted> {
                     )
                 })
                 .collect();
-            Some(Granted::Slots(slots))
+            let picks = reply
+                .get(8..)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| usize::try_from(*p).unwrap_or(usize::MAX))
+                .collect();
+            Some(Granted::Slots(slots, picks))
         }
         Allowed::NOT_YET => Some(Granted::NotYet(Duration::from_micros(
             at(Field::RETRY_AFTER_US)?.max(0) as u64,
@@ -132,20 +162,28 @@ mod tests {
         let g = granted(&[1, 0, 0, 4000, 9000, 3, -2000, 1000]).unwrap();
         assert_eq!(
             g,
-            Granted::Slots(vec![
-                (7000, Duration::ZERO),
-                (8000, Duration::ZERO),
-                (9000, Duration::from_micros(0)),
-            ])
+            Granted::Slots(
+                vec![
+                    (7000, Duration::ZERO),
+                    (8000, Duration::ZERO),
+                    (9000, Duration::from_micros(0)),
+                ],
+                vec![]
+            )
         );
         let later = granted(&[1, 0, 0, 4000, 9000, 2, 500, 1000]).unwrap();
         assert_eq!(
             later,
-            Granted::Slots(vec![
-                (8000, Duration::from_micros(500)),
-                (9000, Duration::from_micros(1500)),
-            ])
+            Granted::Slots(
+                vec![
+                    (8000, Duration::from_micros(500)),
+                    (9000, Duration::from_micros(1500)),
+                ],
+                vec![]
+            )
         );
+        let fair = granted(&[1, 0, 0, 4000, 9000, 2, 500, 1000, 1, 0]).unwrap();
+        assert!(matches!(fair, Granted::Slots(s, p) if s.len() == 2 && p == vec![1, 0]));
     }
 
     #[test]

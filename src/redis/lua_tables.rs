@@ -37,3 +37,30 @@ pub(crate) fn positional_returns(script: &str, lua: &str) -> Vec<String> {
         .map(|line| format!("{script}: {line}"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::positional_returns;
+
+    /// No script of the crate answers by position: every `return` of every script
+    /// in `lua/` and `src/admission/lua/` names what it answers (a code of its
+    /// table, a value it computed), never a literal number, string or array.
+    #[test]
+    fn no_script_answers_by_position() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut found = Vec::new();
+        let mut scripts = 0;
+        for dir in ["lua", "src/admission/lua"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "lua") {
+                    let lua = std::fs::read_to_string(&path).unwrap();
+                    found.extend(positional_returns(&path.display().to_string(), &lua));
+                    scripts += 1;
+                }
+            }
+        }
+        assert!(scripts > 20, "only {scripts} scripts found");
+        assert!(found.is_empty(), "{found:#?}");
+    }
+}

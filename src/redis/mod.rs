@@ -11,14 +11,15 @@
 //! | `lua/collapse.lua` | [`collapse`]: the newest job of a collapse key | the store |
 //! | `lua/import.lua` | [`import`]: the admin's import of past sends | the admin |
 //! | `lua/digest_*.lua` | [`digest`]: a module per script (fold, claim, close, reopen) | the digests ([`crate::digest`]) |
+//! | `lua/lease.lua` | [`lease`]: a lease renewed or ended, if still its taker's | the admin's dead-letter catch-up and replays |
 //! | `lua/preferences.lua` | [`preferences`]: a set replaced or removed | the preferences ([`crate::preferences`]) |
 //!
-//! Four scripts still have their call (arguments and reply) in the room that uses
-//! them rather than a wrapper here: `lua/feedback.lua` and `lua/throttle.lua`
-//! ([`crate::feedback::apply`]) and `lua/route_claim.lua` (`fallback/state.rs`),
-//! registered in [`scripts`] all the same; and `lua/dead_index.lua`
-//! ([`crate::admin::dead_index`]), which that module loads itself. (They move here
-//! as those rooms are next changed.)
+//! Five scripts have their call (arguments and reply) in the room that uses them
+//! rather than a wrapper here, registered in [`scripts`] all the same:
+//! `lua/feedback.lua` and `lua/throttle.lua` ([`crate::feedback::apply`]),
+//! `lua/route_claim.lua` (`fallback/state.rs`), and `lua/dead_index.lua` with
+//! `lua/dead_page.lua` ([`crate::admin::dead_index`]). The admission's script lives
+//! in its room (`src/admission/lua/`).
 //!
 //! Besides the scripts: what the worker notes about waiting and ended jobs, and the
 //! cancel marks ([`notes`], plain commands); the reset marker and the pause mark
@@ -30,8 +31,10 @@
 pub(crate) mod collapse;
 pub(crate) mod conn;
 pub mod digest;
+pub(crate) mod fair;
 pub(crate) mod import;
 pub(crate) mod lanes;
+pub(crate) mod lease;
 pub mod marker;
 pub(crate) mod notes;
 pub(crate) mod preferences;

@@ -29,6 +29,35 @@ pub(crate) struct Replace<'a> {
     pub fields: Vec<String>,
 }
 
+/// The script's answers (`WRITE` in `lua/preferences.lua`; a test checks that both
+/// sides name the same numbers).
+struct Write;
+
+impl Write {
+    const STALE: i64 = -1;
+    const ABSENT: i64 = 0;
+    const EXISTED: i64 = 1;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 3] = [
+        (Write::STALE, "stale"),
+        (Write::ABSENT, "absent"),
+        (Write::EXISTED, "existed"),
+    ];
+
+    /// `Some(whether the hash existed before)`, `None` for a stale write.
+    fn read(code: i64) -> Result<Option<bool>, StoreError> {
+        match code {
+            Write::EXISTED => Ok(Some(true)),
+            Write::ABSENT => Ok(Some(false)),
+            Write::STALE => Ok(None),
+            _ => Err(StoreError::Reply {
+                script: "preferences.lua",
+                reply: vec![code],
+            }),
+        }
+    }
+}
+
 /// Replace the hash: `Some(whether it existed before)`, or `None`, writing nothing,
 /// when the set is no longer the one the caller read.
 pub(crate) async fn replace(
@@ -48,8 +77,8 @@ pub(crate) async fn replace(
     for field in &r.fields {
         call.arg(field);
     }
-    let done: i64 = call.invoke_async(&mut conn).await?;
-    Ok((done >= 0).then_some(done == 1))
+    let code: i64 = call.invoke_async(&mut conn).await?;
+    Write::read(code)
 }
 
 /// Remove the hash at `key` (of `recipient`); whether there was one.
@@ -60,7 +89,7 @@ pub(crate) async fn remove(
     recipient: &str,
 ) -> Result<bool, StoreError> {
     let mut conn = conn.clone();
-    let existed: i64 = script
+    let code: i64 = script
         .key(key)
         .arg("")
         .arg(0)
@@ -68,5 +97,27 @@ pub(crate) async fn remove(
         .arg("")
         .invoke_async(&mut conn)
         .await?;
-    Ok(existed == 1)
+    // a removal never finds the set stale (it names no set it read)
+    Ok(Write::read(code)? == Some(true))
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Write;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const LUA: &str = include_str!("../../lua/preferences.lua");
+
+    /// The script and [`Write`] name the same answers by the same numbers, and the
+    /// script answers by name.
+    #[test]
+    fn the_script_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Write::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "WRITE"), ours);
+        let found = positional_returns("preferences.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }

@@ -82,6 +82,13 @@ pub(crate) const DIGEST_CLOSE_LUA: &str = include_str!("../../lua/digest_close.l
 /// `lua/digest_reopen.lua`: a held digest refused when it went, open again.
 pub(crate) const DIGEST_REOPEN_LUA: &str = include_str!("../../lua/digest_reopen.lua");
 
+/// `lua/lease.lua`: a lease renewed or ended, if still its taker's.
+pub(crate) const LEASE_LUA: &str = include_str!("../../lua/lease.lua");
+/// `lua/dead_index.lua`: the console's index of dead letters, written or forgotten.
+pub(crate) const DEAD_INDEX_LUA: &str = include_str!("../../lua/dead_index.lua");
+/// `lua/dead_page.lua`: a page of the console's index of dead letters.
+pub(crate) const DEAD_PAGE_LUA: &str = include_str!("../../lua/dead_page.lua");
+
 /// The scripts, ready to invoke by SHA.
 #[derive(Debug, Clone)]
 pub struct Scripts {
@@ -118,6 +125,12 @@ pub struct Scripts {
     pub digest_close: Script,
     /// `lua/digest_reopen.lua`.
     pub digest_reopen: Script,
+    /// `lua/lease.lua`.
+    pub lease: Script,
+    /// `lua/dead_index.lua`.
+    pub dead_index: Script,
+    /// `lua/dead_page.lua`.
+    pub dead_page: Script,
 }
 
 impl Default for Scripts {
@@ -141,6 +154,9 @@ impl Default for Scripts {
             digest_claim: Script::new(DIGEST_CLAIM_LUA),
             digest_close: Script::new(DIGEST_CLOSE_LUA),
             digest_reopen: Script::new(DIGEST_REOPEN_LUA),
+            lease: Script::new(LEASE_LUA),
+            dead_index: Script::new(DEAD_INDEX_LUA),
+            dead_page: Script::new(DEAD_PAGE_LUA),
         }
     }
 }
@@ -169,6 +185,9 @@ impl Scripts {
             &self.digest_claim,
             &self.digest_close,
             &self.digest_reopen,
+            &self.lease,
+            &self.dead_index,
+            &self.dead_page,
         ] {
             script.load_async(&mut conn).await?;
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Pacer, QuotaStore};
 use crate::counted::Counted;
+use crate::lanes::line::Tenant;
 use crate::lanes::share::LaneAsk;
 use crate::lanes::slots::ChannelLanes;
 use crate::quota::policy::Rate;
@@ -19,7 +20,7 @@ impl QuotaStore {
     }
 
     /// Wait until `channel`'s rate gives a job of `ask.lane` a send slot, in its
-    /// lane's line of this worker ([`ChannelLanes::slot`]), counted among the jobs
+    /// lane's line of this worker ([`ChannelLanes::slot`]), as a job of `tenant`, counted among the jobs
     /// that wait for the rate; returns the TAT the take left (for
     /// [`RateStep::Taken`](crate::admission::RateStep::Taken)).
     pub(crate) async fn pace_in_lane(
@@ -27,13 +28,14 @@ impl QuotaStore {
         channel: &str,
         rate: Rate,
         ask: LaneAsk,
+        tenant: Tenant,
     ) -> Result<i64, StoreError> {
         let pacer = self
             .pacers
             .get(channel)
             .ok_or_else(|| StoreError::UnknownChannel(channel.to_string()))?;
         let _waiting = Counted::new(&pacer.waiting);
-        pacer.lanes.slot(rate, ask).await
+        pacer.lanes.slot(rate, ask, tenant).await
     }
 
     /// Wait until the channel's rate allows one more job, for as long as the

@@ -1,7 +1,6 @@
 //! What follows a decision: commits and notes in one pipeline, releases, collapse
 //! keys, and whether admissions check suppressions.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,6 +10,14 @@ use crate::admission::Ticket;
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::Note;
 use crate::redis::StoreError;
+
+/// A quota's take given back: its period's counter less one, while it lasts.
+static UNCOUNT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 1 and tonumber(redis.call('GET', KEYS[1])) > 0 \
+         then return redis.call('DECR', KEYS[1]) end return 0",
+    )
+});
 
 impl QuotaStore {
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
@@ -77,7 +84,7 @@ impl QuotaStore {
 
     /// Whether admissions check suppressions (some recipient may be suppressed).
     pub fn checks_suppressions(&self) -> bool {
-        self.suppressions.load(Ordering::Relaxed)
+        self.admission.checks_suppressions()
     }
 
     /// Whether admissions check preferences (some recipient may have a set).
@@ -94,7 +101,7 @@ impl QuotaStore {
     /// Check suppressions from now on (`on`: the key `prefix:suppressions` exists,
     /// or this worker just wrote it) or stop checking.
     pub fn check_suppressions(&self, on: bool) {
-        self.suppressions.store(on, Ordering::Relaxed);
+        self.admission.check_suppressions(on);
     }
 
     /// How long notes, cancel marks and collapse keys are kept.
@@ -113,6 +120,7 @@ impl QuotaStore {
     }
 
     pub(crate) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        self.give_back_limits(ticket).await?;
         if ticket.inherited {
             // an earlier attempt's dispatch may have gone out: the send stays
             // counted (this worker takes the reservation back when it meets the
@@ -133,6 +141,30 @@ impl QuotaStore {
             ticket.admitted_at.timestamp_millis(),
         )
         .await?;
+        Ok(())
+    }
+
+    /// Give back what an admission took from its limits and is still unspent (its
+    /// job is released or parked instead of sent). An inherited admission's takes
+    /// are its own too (the earlier attempt's stay taken), so they go back as well.
+    async fn give_back_limits(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        for take in ticket.limits.iter().flat_map(|t| t.iter()) {
+            self.count_call();
+            if take.interval_us == 0 {
+                // a quota's counter: one job less, while its period lasts
+                let mut conn = self.conn.clone();
+                let _: i64 = UNCOUNT.key(&take.key).invoke_async(&mut conn).await?;
+                continue;
+            }
+            crate::redis::refund::refund_take(
+                &self.conn,
+                &self.scripts.refund,
+                take.key.clone(),
+                (take.interval_us, take.cost),
+                take.tat_us,
+            )
+            .await?;
+        }
         Ok(())
     }
 }

@@ -6,7 +6,7 @@
 //! erase raises the same version).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Utc};
@@ -24,7 +24,9 @@ pub struct Cancels {
     marks: RwLock<HashMap<String, DateTime<Utc>>>,
     /// The erased recipients' marks, with when each was erased (ms).
     erased: RwLock<HashMap<String, i64>>,
-    /// The version read last (-1: never read).
+    /// Whether `erased` holds any mark (read without its lock).
+    any_erased: AtomicBool,
+    /// The version read last (-1: never read): the marks' generation.
     version: AtomicI64,
 }
 
@@ -33,6 +35,7 @@ impl Default for Cancels {
         Cancels {
             marks: RwLock::default(),
             erased: RwLock::default(),
+            any_erased: AtomicBool::new(false),
             version: AtomicI64::new(-1),
         }
     }
@@ -50,11 +53,16 @@ impl Cancels {
 
     /// Whether any recipient is erased (while none is, a job costs nothing more).
     pub fn any_erased(&self) -> bool {
-        !self
-            .erased
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.any_erased.load(Ordering::Acquire)
+    }
+
+    /// The marks' generation: it moves whenever the marks held here change (a
+    /// cancel, an erase, a mark spent). A job checked against the marks at one
+    /// generation needs no second look while it has not moved: a job that
+    /// waited (in a line, for its slot, for the broker) is checked again at its
+    /// final go only if it moved meanwhile.
+    pub fn generation(&self) -> i64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// When the recipient whose erase mark is `mark` was erased (ms), if it was.
@@ -67,14 +75,17 @@ impl Cancels {
     pub async fn refresh(&self, store: &QuotaStore) -> Result<(), StoreError> {
         let conn = store.connection();
         let version = notes::cancel_version(&conn, store.keys()).await?;
-        if version == self.version.load(Ordering::Relaxed) {
+        if version == self.version.load(Ordering::Acquire) {
             return Ok(());
         }
         let marks = notes::cancel_marks(&conn, store.keys()).await?;
         let erased = crate::erase::marks::read(&conn, store.keys()).await?;
         *self.marks.write().unwrap_or_else(|e| e.into_inner()) = marks.into_iter().collect();
+        let any = !erased.is_empty();
         *self.erased.write().unwrap_or_else(|e| e.into_inner()) = erased.into_iter().collect();
-        self.version.store(version, Ordering::Relaxed);
+        self.any_erased.store(any, Ordering::Release);
+        // after the marks: whoever reads this generation finds them
+        self.version.store(version, Ordering::Release);
         Ok(())
     }
 }

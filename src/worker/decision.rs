@@ -72,19 +72,23 @@ impl Worker {
         let lane = lanes::lane_of(job, cx.policy, from);
         // the lanes' steps are boxed: a job of a channel without lanes does not
         // carry (and copy) their state in its own
-        let step = match channel_rules.and_then(|c| c.rate.zip(c.lanes)) {
+        let step = match channel_rules.and_then(|c| c.laned_for(job.cost)) {
             None => RateStep::Wait(None),
             Some(paced) => match Box::pin(self.rate_step(s, job, lane, from, paced)).await? {
                 Step::Admit(step) => step,
                 Step::Park(lane) => {
-                    let parked = self.parked(s, h.delivery, job, (lane, false), rules);
+                    let parked = self.parked(h, (lane, false));
                     return Box::pin(parked).await.map(Decided::Settled);
                 }
             },
         };
         let req = request(job, &job.channel, cx.policy, at.escalation);
         let Some(admission) = self.admit(&req, rules, s, step).await? else {
-            let parked = self.parked(s, h.delivery, job, (lane, true), rules);
+            // it may have waited in its line: stopped meanwhile, it is not parked
+            if let Some(stop) = self.stopped_since(h) {
+                return Ok(Decided::Carry(stop, None));
+            }
+            let parked = self.parked(h, (lane, true));
             return Box::pin(parked).await.map(Decided::Settled);
         };
         if let (Some(lane), RateStep::Taken(_)) = (from, step) {
@@ -113,8 +117,9 @@ impl Worker {
         Ok(Decided::Carry(decision, route))
     }
 
-    /// A job stopped after its admission (given back): its recipient erased while
-    /// it waited in its line for the rate (not sent, admitted or not), or paused while it waited for its admission or its
+    /// A job stopped after its admission (given back, admitted or not): cancelled,
+    /// or its recipient erased, while it waited (in its line, for its send slot,
+    /// for its admission); or paused while it waited for its admission or its
     /// channel's rate (it waits as the others do).
     async fn given_back(
         &self,
@@ -124,24 +129,36 @@ impl Worker {
         admission: &Admission,
         now: DateTime<Utc>,
     ) -> Result<Option<Decision>, ProcessError> {
-        let erased = self.erased(h);
-        let ticket = match admission {
-            Admission::Admitted(ticket) => Some(ticket),
-            _ if erased => None,
+        let back = match (self.stopped_since(h), admission) {
+            (Some(stop), _) => stop,
+            (None, Admission::Admitted(_)) if self.health.resets.paused() => {
+                match decide::paused(on, cx, now, self.paused_hold()) {
+                    Some(paused) => paused,
+                    None => return Ok(None),
+                }
+            }
             _ => return Ok(None),
         };
-        let back = if erased {
-            Some(Decision::Erased)
-        } else if self.health.resets.paused() {
-            decide::paused(on, cx, now, self.paused_hold())
-        } else {
-            None
-        };
-        if let (Some(ticket), true) = (ticket, back.is_some()) {
+        if let Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. } = admission {
             self.retry_redis(|| self.store.release(ticket), &h.s.stop)
                 .await?;
         }
-        Ok(back)
+        Ok(Some(back))
+    }
+
+    /// What stops the job of `h` at its final go (its admission, its park, its
+    /// dispatch's publish) that its first check did not: a cancel mark, or its
+    /// recipient's erase, come since. Looked at only when the marks' generation
+    /// moved since its handling began: a job that did not wait, or waited while
+    /// no mark came, costs one atomic read.
+    pub(super) fn stopped_since(&self, h: &Handling<'_, '_>) -> Option<Decision> {
+        if self.cancels.generation() == h.marks {
+            return None;
+        }
+        if let Some(at) = self.cancels.get(&h.job.id) {
+            return Some(Decision::Dead(decide::cancelled(at)));
+        }
+        self.erased(h).then_some(Decision::Erased)
     }
 
     /// What settles a job before anything is asked of Redis: a cancel mark, its

@@ -51,6 +51,12 @@ impl Worker {
         // hands the job back unsent rather than sent twice
         if !s.publisher.is_flowing() {
             s.publisher.flowing().await;
+            // a final go after a wait: a cancel or an erase may have come
+            if let Some(stop) = self.stopped_since(h) {
+                drop(sending);
+                self.give_back(&ticket).await;
+                return Box::pin(self.carry_out(h, stop, route, now)).await;
+            }
         }
         if !s.publisher.is_connected() {
             // the session is gone and nothing was sent: the send is given back

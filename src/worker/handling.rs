@@ -50,6 +50,10 @@ pub(super) struct Handling<'h, 'j> {
     pub(super) rules: &'h Rules,
     pub(super) policy: &'h Policy,
     pub(super) labels: JobLabels,
+    /// The cancel and erase marks' generation when its handling began
+    /// ([`super::cancels::Cancels::generation`]): the marks it was first checked
+    /// against, or newer ones.
+    pub(super) marks: i64,
 }
 
 /// Where a job stands on its route when it comes in.

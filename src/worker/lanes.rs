@@ -3,7 +3,10 @@
 //! and timed for the lanes' prefetch; a parked job is published on the session's
 //! publisher.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use chrono::{DateTime, Utc};
 
 use lapin::message::Delivery;
 
@@ -11,9 +14,12 @@ use super::error::ProcessError;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::admission::RateStep;
+use crate::amqp::PublishError;
 use crate::job::decode::Job;
 use crate::job::Outcome;
-use crate::lanes::{self, ChannelLanes, LaneAsk, LaneRate, Prefetch, Priority, Step};
+use crate::lanes::{
+    self, ChannelLanes, LaneAsk, LaneRate, Prefetch, Priority, Step, Tenant, Watch,
+};
 use crate::quota::policy::Rate;
 
 impl Worker {
@@ -36,7 +42,14 @@ impl Worker {
         if let Some(step) = lanes::before_slot(&self.topology, &job.channel, ask, from, backlog) {
             return Ok(step);
         }
-        let slot = || self.store.pace_in_lane(&job.channel, rate, ask);
+        let tenant = Tenant {
+            name: job.tenant.as_deref().map(Arc::from),
+            weight: self.store.rules().tenant_weight(job.tenant.as_deref()),
+        };
+        let slot = || {
+            self.store
+                .pace_in_lane(&job.channel, rate, ask, tenant.clone())
+        };
         let asked = Instant::now();
         let tat = tokio::select! {
             _ = s.stop.cancelled() => return Err(ProcessError::Interrupted),
@@ -54,18 +67,65 @@ impl Worker {
         lanes::taken(delivery, channel, lane, now_ms);
     }
 
-    /// Publish the delivery to its lane's queue (confirmed); the caller acks it.
-    /// `asked`: whether the job asked the rate first.
+    /// Publish the delivery to its lane's queue, or for a job of a tenant to its
+    /// tenant's queue of the lane (registered and declared first), confirmed; the
+    /// caller acks it. `asked`: whether the job asked the rate first.
     pub(crate) async fn park(
         &self,
         s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
+        (delivery, job): (&Delivery, &Job<'_>),
+        first_seen: DateTime<Utc>,
         lane: (Priority, bool),
     ) -> Result<Outcome, ProcessError> {
-        let now = self.store.redis_now();
-        let parked = lanes::to_lane(&s.publisher, &self.topology, now, (delivery, job), lane);
-        Ok(parked.await?)
+        let now = (self.store.redis_now(), first_seen);
+        let Some(tenant) = job.tenant.as_deref() else {
+            let queue = self.topology.lane_queue(&job.channel, lane.0);
+            let parked = lanes::to_lane(&s.publisher, &queue, now, (delivery, job), lane);
+            return Ok(parked.await?);
+        };
+        let queue = self.topology.tenant_queue(&job.channel, lane.0, tenant);
+        let of = (job.channel.as_ref(), lane.0, tenant);
+        let queues = &self.tenant_queues;
+        for _ in 0..2 {
+            if !queues.fresh(&queue) {
+                let register = || queues.register(&self.store, of);
+                self.retry_redis(register, &s.stop).await?;
+                let on = s.publisher.channel();
+                let declared = lanes::tenants::declare(on, &self.topology, &queue).await;
+                declared.map_err(PublishError::Amqp)?;
+                queues.readied(&queue);
+            }
+            let parked = lanes::to_lane(&s.publisher, &queue, now, (delivery, job), lane);
+            match parked.await {
+                // deleted since this worker declared it (it went quiet): again
+                Err(PublishError::Returned) => queues.gone(&queue),
+                parked => return Ok(parked?),
+            }
+        }
+        Err(PublishError::Returned.into())
+    }
+
+    /// A session's consumers of the tenants' queues, on its lanes' channel.
+    pub(crate) fn tenant_watch(
+        &self,
+        conn: Arc<lapin::Connection>,
+        (channel, tags, tag): (lapin::Channel, Arc<std::sync::Mutex<Vec<String>>>, String),
+    ) -> Watch {
+        Watch {
+            store: self.store.clone(),
+            topology: self.topology.clone(),
+            queues: self.tenant_queues.clone(),
+            channel,
+            conn,
+            tags,
+            tag,
+            prefetch: self.lane_prefetch(),
+        }
+    }
+
+    /// A lane delivery settled: no longer held from its tenant's queue.
+    pub(crate) fn lane_settled(&self, delivery: &Delivery) {
+        self.tenant_queues.settled(delivery);
     }
 
     /// What the lanes' prefetch of a session is worked out from.

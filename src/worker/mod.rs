@@ -41,7 +41,7 @@ use tracing::warn;
 
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
-use crate::lanes::LaneClocks;
+use crate::lanes::{LaneClocks, TenantQueues};
 use crate::metrics::SessionMetrics;
 use crate::store::QuotaStore;
 use commits::Commits;
@@ -70,6 +70,8 @@ pub struct Worker {
     next_url: std::sync::atomic::AtomicUsize,
     /// What the lane deliveries took, per paced channel (for their prefetch).
     lane_clocks: Arc<LaneClocks>,
+    /// The tenants' queues of the lanes this worker parks in and consumes.
+    tenant_queues: Arc<TenantQueues>,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -102,6 +104,7 @@ impl Worker {
             status: Arc::default(),
             next_url: std::sync::atomic::AtomicUsize::new(uuid::Uuid::now_v7().as_u128() as usize),
             lane_clocks,
+            tenant_queues: Arc::default(),
         }
     }
 

@@ -109,6 +109,7 @@ impl Worker {
             rules: &rules,
             policy,
             labels,
+            marks: self.cancels.generation(),
         };
         let escalation = escalation.is_some();
         let on_route = RouteAt {
@@ -163,7 +164,7 @@ impl Worker {
     }
 
     /// Carry a decision out: publish its outcome, then commit or release.
-    async fn carry_out(
+    pub(super) async fn carry_out(
         &self,
         h: &Handling<'_, '_>,
         decision: Decision,
@@ -210,16 +211,16 @@ impl Worker {
             Decision::Dispatch(ticket) => self.dispatch(h, ticket, route, now).await,
         }
     }
-    /// Park a job in its lane, and count it.
+    /// Park the job of `h` in its lane, and count it.
     pub(super) async fn parked(
         &self,
-        s: &BrokerLink,
-        delivery: &Delivery,
-        job: &Job<'_>,
+        h: &Handling<'_, '_>,
         lane: (Priority, bool),
-        rules: &Rules,
     ) -> Result<Outcome, ProcessError> {
-        let outcome = self.park(s, delivery, job, lane).await?;
+        let (job, rules) = (h.job, h.rules);
+        let outcome = self
+            .park(h.s, (h.delivery, job), h.seen.first_seen, lane)
+            .await?;
         let policy = rules.policy(&job.category);
         rules
             .metrics

@@ -26,7 +26,7 @@ use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
 use crate::amqp::{self, BrokerError, Publisher};
 use crate::lanes::consume::LaneStream;
-use crate::lanes::{LaneConsumers, Priority};
+use crate::lanes::{LaneConsumers, Priority, Watch};
 
 /// A session's connection as set up: the connection, its confirm-mode publisher,
 /// the jobs' channel and consumer, and the lanes' consumers (none without lanes).
@@ -171,6 +171,7 @@ impl Worker {
         });
         let (link, committer) = self.session_context(o.publisher, stop.clone());
         let (acks, batcher) = Acks::start(o.consume.clone());
+        let lanes = SessionLanes::of(o.lanes, |parts| self.tenant_watch(conn.clone(), parts));
         Live {
             conn,
             consume: o.consume,
@@ -184,7 +185,7 @@ impl Worker {
             committer,
             acks,
             batcher,
-            lanes: SessionLanes::of(o.lanes),
+            lanes,
             blocked,
             _around: [flow, tokio::spawn(watch), closer].map(AbortOnDropHandle::new),
         }
@@ -374,6 +375,7 @@ impl Worker {
         if let Some((index, _)) = lane {
             self.lane_clocks.settled(index, started.elapsed());
         }
+        let settled = delivery.exchange.as_str().is_empty() && lane.is_some();
         span.in_scope(|| match result {
             Ok(_) => {
                 s.metrics
@@ -386,6 +388,9 @@ impl Worker {
                 acks.settle(delivery.delivery_tag, Settle::Requeue);
             }
         });
+        if settled {
+            self.lane_settled(&delivery);
+        }
         s.metrics.in_flight.decrement(1.0);
     }
 }
@@ -394,13 +399,23 @@ impl SessionLanes {
     /// The lanes' parts (none without lanes); the tuner's new consumers come in
     /// through `new_streams`, as the lanes' prefetch follows what their channel's
     /// rate needs.
-    fn of(lanes: Option<LaneConsumers>) -> SessionLanes {
+    /// The consumers of the tenants' queues (`watch`) run beside the tuner.
+    fn of(
+        lanes: Option<LaneConsumers>,
+        watch: impl FnOnce((Channel, Arc<Mutex<Vec<String>>>, String)) -> Watch,
+    ) -> SessionLanes {
         let (channel, mut deliveries, tags, tuner) = match lanes {
             Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
             None => Default::default(),
         };
         let (new_lanes, new_streams) = tokio::sync::mpsc::unbounded_channel();
-        let tuner = tuner.map(|t| AbortOnDropHandle::new(tokio::spawn(t.run(new_lanes))));
+        let tuner = tuner.map(|t| {
+            let watch = watch((t.channel.clone(), tags.clone(), t.tag.clone()));
+            let watched = new_lanes.clone();
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                tokio::join!(t.run(new_lanes), watch.run(watched));
+            }))
+        });
         // never ends, so that a session without lanes waits on the jobs alone
         deliveries.push(futures_util::stream::pending().boxed());
         let acks = channel.clone().map(Acks::start);

@@ -32,6 +32,7 @@ mod campaign_kill;
 mod digest_broker_restart;
 mod digest_close_kill;
 mod escalation_restart;
+mod fair_kill;
 mod feedback_kill;
 mod four_workers;
 mod interrupted_admission;

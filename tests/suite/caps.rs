@@ -251,6 +251,7 @@ async fn a_tenant_overrides_a_policy_and_a_cap_for_its_jobs_only() {
     s.caps
         .insert("daily_total".into(), cap(5, "1d", MatchSettings::default()));
     let strict = quota_worker::config::TenantSettings {
+        timezone: None,
         policies: BTreeMap::from([(
             "promo".to_string(),
             PolicySettings {
@@ -262,6 +263,7 @@ async fn a_tenant_overrides_a_policy_and_a_cap_for_its_jobs_only() {
             "daily_total".to_string(),
             cap(2, "1d", MatchSettings::default()),
         )]),
+        ..Default::default()
     };
     s.tenants.insert("strict".into(), strict);
     let (_c, w, conn) = rig(&s).await;

@@ -1,14 +1,15 @@
 //! Erasing a recipient (issue #70), end to end through RabbitMQ and Redis, with
-//! three workers: a recipient with recorded sends, preferences, a suppression, a
-//! job waiting in the delay ladder,
-//! one in an open digest, a pending escalation and a dead letter is erased; an
-//! erase stopped before its dead-letter walk is completed by running it again,
-//! with a worker killed meanwhile; afterwards no Redis key and no message (but the
-//! dead-letter log's, a stream, whose bound is `console.dead_log_max_age`) holds
-//! the recipient, by its clear value or its keyed hash; none of its jobs is
-//! dispatched; another recipient's keys, jobs and dead letters are untouched; a
-//! third erase finds nothing and says so. With `--keep-suppression` only the
-//! suppression stays.
+//! three workers (two in this process, one a `quota-worker` process): a recipient
+//! with recorded sends, preferences, a suppression, a job waiting in the delay
+//! ladder, one in an open digest, a pending escalation, a dead letter, and on its
+//! paced channel one job held in a worker's line for its send slot (read from the
+//! jobs queue), one read from its lane and held in its lane's line, one parked in
+//! its lane's queue, is erased; an erase stopped before its dead-letter walk, the
+//! worker process killed (`kill -9`) meanwhile, is completed by running it again;
+//! afterwards no Redis key and no message holding the recipient is left (by its
+//! clear value or its keyed hash), and none of its jobs is dispatched while the
+//! other recipients' jobs all are; a third erase finds nothing and says so. With
+//! `--keep-suppression` only the suppression stays.
 
 use std::time::Duration;
 
@@ -23,14 +24,20 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::run;
-use testkit::audit::drain;
+use quota_worker::config::LanePrefetch;
+use quota_worker::lanes::Priority;
+use quota_worker::quota::policy::Rate;
+use testkit::audit::{consumers, drain};
+use testkit::procs::WorkerProc;
 use testkit::*;
 
 const R: &str = "+33 6 00 00 70 70";
 const O: &str = "+33 6 00 00 70 71";
 
 /// Three delay levels (a wait goes round every 7 s); `sms` paced at 1/s with its
-/// lanes; policies `capped` (5 a day), `digest` (an hour's window) and `default`
+/// lanes (a job read from the jobs queue waits up to 9 s in a line before it is
+/// parked, and at most half `redis.reservation_lease`, 5 s; a worker holds one
+/// delivery of a lane at a time); policies `capped` (5 a day), `digest` (an hour's window) and `default`
 /// (no rules, escalating after 30 s without an answer).
 fn erasing(ns: &str) -> Settings {
     let mut s = settings(ns);
@@ -38,6 +45,11 @@ fn erasing(ns: &str) -> Settings {
     let sms = s.channels.get_mut("sms").unwrap();
     sms.rate = Some(1);
     sms.burst = Some(1);
+    s.lanes.park_after = Dur(Duration::from_secs(9));
+    s.lanes.prefetch = LanePrefetch::Max(1);
+    // a job waits at most 5 s in a line before it is parked; the killed
+    // worker's reservations lapse within the test
+    s.redis.reservation_lease = Dur(Duration::from_secs(10));
     let capped = PolicySettings {
         rules: vec![RuleSettings {
             limit: 5,
@@ -226,16 +238,6 @@ async fn set_up(s: &Settings, store: &QuotaStore, conn: &lapin::Connection) {
         ),
     )
     .await;
-    // a backlog on sms at 1/s, each job in a lane or a worker's line
-    for n in 0..12 {
-        let id = format!("o-lane-{n}");
-        publish(
-            conn,
-            s,
-            &job(&id, &format!("other-{n}"), "sms", "default", ""),
-        )
-        .await;
-    }
     let push = topology(s).dispatch_queue("push");
     let mut sent = Vec::new();
     let first = ["r-sent", "o-sent", "r-escalate"];
@@ -249,6 +251,59 @@ async fn set_up(s: &Settings, store: &QuotaStore, conn: &lapin::Connection) {
     .await;
 }
 
+/// A job as a producer publishes it: with its AMQP `timestamp`.
+fn stamped() -> lapin::BasicProperties {
+    lapin::BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_timestamp(Utc::now().timestamp() as u64)
+}
+
+/// O's jobs on `sms` that wait at the erase (then are sent).
+const O_SMS: [&str; 8] = [
+    "o-sms-0", "o-sms-1", "o-sms-2", "o-sms-3", "o-lane-0", "o-lane-1", "o-lane-2", "o-lane-3",
+];
+
+/// Jobs on `sms` that wait when the erase comes: its rate taken 8 s ahead (as a
+/// slow channel's would be), then R's `r-line-*` read from the jobs queue, one
+/// by each worker (a wait of 8 s is within `lanes.park_after`: each waits in a
+/// worker's line, 5 s, then is parked, after the erase; the killed worker's is
+/// read again), O's behind them, R's `r-lane-held`
+/// published to its lane first (a worker reads it at once and holds it in its
+/// lane's line), then O's, then R's `r-lane-parked` (each worker holds one lane
+/// delivery: it waits in the lane's queue).
+async fn hold_sms(s: &Settings, store: &QuotaStore, conn: &lapin::Connection) {
+    let ahead = Rate {
+        interval_us: 8_000_000,
+        burst: 1,
+        cost: 1,
+    };
+    let taken = store.call_rate("sms", ahead, 1).await.unwrap();
+    assert_eq!(taken.allowed, 1, "the rate taken 8 s ahead: {taken:?}");
+    for id in ["r-line-0", "r-line-1", "r-line-2"] {
+        publish_with(conn, s, &job(id, R, "sms", "default", ""), stamped()).await;
+    }
+    for id in &O_SMS[..4] {
+        publish_with(conn, s, &job(id, O, "sms", "default", ""), stamped()).await;
+    }
+    to_lane(s, conn, "r-lane-held", R).await;
+    for id in &O_SMS[4..] {
+        to_lane(s, conn, id, O).await;
+    }
+    to_lane(s, conn, "r-lane-parked", R).await;
+}
+
+/// Publish job `id` of `who` to `sms`'s normal lane, as a producer that knows
+/// its lane does.
+async fn to_lane(s: &Settings, conn: &lapin::Connection, id: &str, who: &str) {
+    let lane = topology(s).lane_queue("sms", Priority::Normal);
+    let p = quota_worker::amqp::Publisher::open(conn, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let props = stamped().with_message_id(id.into());
+    let body = job(id, who, "sms", "default", "");
+    p.publish("", &lane, &body, props).await.unwrap();
+}
+
 #[tokio::test]
 async fn erase_forgets_a_recipient_everywhere_and_none_of_its_waiting_jobs_is_sent() {
     let ns = unique("erase");
@@ -256,10 +311,15 @@ async fn erase_forgets_a_recipient_everywhere_and_none_of_its_waiting_jobs_is_se
     let (_c, w1, conn) = rig(&s).await;
     let store = w1.store();
     let mut workers = vec![spawn_worker(w1.clone()).await];
-    for _ in 0..2 {
-        workers.push(spawn_worker(worker(&s).await).await);
-    }
+    workers.push(spawn_worker(worker(&s).await).await);
+    let dir = temp_dir("erase");
+    let mut killed = WorkerProc::spawn(crate::BIN, &s, &dir, "killed");
+    wait_for("three workers", Duration::from_secs(30), || async {
+        consumers(&conn, &s.amqp.jobs_queue).await == Some(3)
+    })
+    .await;
     set_up(&s, store, &conn).await;
+    hold_sms(&s, store, &conn).await;
     let tag = store.keys().recipient_tag(R);
     let needles = vec![R.to_string(), tag.clone()];
     let before = traces(&s, &needles).await;
@@ -277,17 +337,18 @@ async fn erase_forgets_a_recipient_everywhere_and_none_of_its_waiting_jobs_is_se
         );
     }
 
-    // an erase stopped before its dead-letter walk, a worker killed meanwhile
+    // an erase stopped before its dead-letter walk, the worker process killed
+    // meanwhile (what it held goes back to its queues, to the other workers)
     let stopped = CancellationToken::new();
     stopped.cancel();
     let first = {
         let (store, s, conn, stopped) = (store.clone(), s.clone(), &conn, stopped.clone());
         let erasing = async move { erase_once(&store, &s, conn, &stopped).await };
-        let killed = async {
+        let kill = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            workers[2].1.abort();
+            killed.kill9();
         };
-        tokio::join!(erasing, killed).0
+        tokio::join!(erasing, kill).0
     };
     assert!(first.interrupted && !first.nothing, "{first:?}");
     assert_eq!(first.recipient_tag, tag);
@@ -310,17 +371,14 @@ async fn erase_forgets_a_recipient_everywhere_and_none_of_its_waiting_jobs_is_se
         "{first:?}"
     );
     assert!(first.waiting_jobs >= 1, "{first:?}");
-    // run again: it completes (the dead letter), finding the keys gone
-    // what a worker sent before it knew of the mark (R's lane job, when its slot
-    // came within that second) is out before the erase answers; nothing of R after
+    // run again: it completes (the dead letter), finding the keys gone; R's jobs
+    // on sms wait for a slot 8 s after they were published: none came yet
     let sms = topology(&s).dispatch_queue("sms");
     let push = topology(&s).dispatch_queue("push");
     let mut sent = Vec::new();
     for q in [&sms, &push] {
         while let Some(m) = take(&conn, q, Duration::from_millis(50)).await {
-            if !message_id(&m).starts_with("r-") {
-                sent.push(message_id(&m).to_string());
-            }
+            sent.push(message_id(&m).to_string());
         }
     }
     let second = erase_once(store, &s, &conn, &CancellationToken::new()).await;
@@ -333,22 +391,22 @@ async fn erase_forgets_a_recipient_everywhere_and_none_of_its_waiting_jobs_is_se
     );
     assert!(second.keys.is_empty(), "{second:?}");
 
-    // R's waiting jobs come back (the ladder's 7 s, the lane's backlog at 1/s)
-    // and are dropped; O's are sent
+    // R's waiting jobs come back (the ladder's 7 s) or get their slot (sms at 1/s
+    // after 8 s) and are dropped; O's are sent
     collect(
         &conn,
         &[&sms, &push],
         &mut sent,
-        Duration::from_secs(60),
+        Duration::from_secs(90),
         |sent| {
-            (0..12).all(|n| sent.contains(&format!("o-lane-{n}")))
+            O_SMS.iter().all(|id| sent.iter().any(|s| s == id))
                 && sent.contains(&"o-ladder".to_string())
         },
     )
     .await;
     // one more round of the ladder and of the escalation's wait for R's jobs
     tokio::time::sleep(Duration::from_secs(9)).await;
-    for (stop, handle) in workers.drain(..2) {
+    for (stop, handle) in workers.drain(..) {
         stop.cancel();
         let _ = handle.await;
     }
@@ -535,3 +593,126 @@ async fn the_dead_letter_queue_is_bounded_and_one_declared_before_is_kept_as_it_
     dead_letters(&conn, &s, 3).await;
     assert_eq!(depth(&conn, &s.amqp.dead_queue).await, 3, "its own bounds");
 }
+
+/// The broker's CPU time so far (`beam.smp`, user and system), in ms; `None`
+/// when it is not a process of this machine.
+fn broker_cpu_ms() -> Option<u64> {
+    let tick = 1000 / 100; // USER_HZ is 100 on Linux
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "beam.smp" {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(") ")?.1;
+            let f: Vec<&str> = after.split(' ').collect();
+            let (u, s): (u64, u64) = (f[11].parse().ok()?, f[12].parse().ok()?);
+            return Some((u + s) * tick);
+        }
+    }
+    None
+}
+
+/// Redis's CPU time so far (ms) and commands processed.
+async fn redis_load(s: &Settings) -> (f64, u64) {
+    let client = redis::Client::open(s.redis.url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("all")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = (field("used_cpu_user") + field("used_cpu_sys")) * 1000.0;
+    (cpu, field("total_commands_processed") as u64)
+}
+
+/// Figures (BENCHMARKS.md, "An erase among waiting jobs"): R with `QW_ERASE_MINE`
+/// (1,000) jobs waiting in the delay ladder among `QW_ERASE_OTHERS` (100,000) of
+/// 10,000 other recipients, put there by a worker (`QW_BIN`, else the debug build);
+/// then R erased, timed, with the broker's and Redis's CPU and Redis's commands
+/// meanwhile (both shared with whatever else runs on the machine). Ignored: run it
+/// with `--run-ignored only`.
+#[tokio::test]
+#[ignore]
+async fn figures_an_erase_among_waiting_jobs() {
+    let count = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (mine, others) = (
+        count("QW_ERASE_MINE", 1_000),
+        count("QW_ERASE_OTHERS", 100_000),
+    );
+    let s = settings(&unique("erase-figures"));
+    let (_c, w, conn) = rig(&s).await;
+    let bin = std::env::var("QW_BIN").unwrap_or_else(|_| crate::BIN.to_string());
+    let dir = temp_dir("erase-figures");
+    let mut worker = WorkerProc::spawn(&bin, &s, &dir, "w");
+    let later = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let extra = format!(r#","not_before":"{later}""#);
+    let p = quota_worker::amqp::Publisher::open(&conn, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let total = mine + others;
+    let every = total / mine.max(1);
+    for chunk in (0..total).collect::<Vec<_>>().chunks(500) {
+        let sends = chunk.iter().map(|n| {
+            let who = if n % every == 0 && n / every < mine {
+                R.to_string()
+            } else {
+                format!("+1555{:07}", n % 10_000)
+            };
+            let body = job(&format!("j{n}"), &who, "push", "default", &extra);
+            let p = &p;
+            let exchange = &s.amqp.jobs_exchange;
+            async move { p.publish(exchange, "", &body, stamped()).await.unwrap() }
+        });
+        futures_util::future::join_all(sends).await;
+    }
+    let topo = topology(&s);
+    let ladder: Vec<String> = topo
+        .queues()
+        .into_iter()
+        .filter(|q| q.starts_with(&s.amqp.delay_prefix))
+        .collect();
+    let placed = std::time::Instant::now();
+    loop {
+        let mut n = 0;
+        for q in &ladder {
+            n += depth(&conn, q).await as usize;
+        }
+        if n >= total {
+            break;
+        }
+        assert!(worker.running(), "{}", worker.tail(20));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let placed = placed.elapsed();
+    let (broker0, (redis_cpu0, cmds0)) = (broker_cpu_ms(), redis_load(&s).await);
+    let started = std::time::Instant::now();
+    let erased = erase_once(w.store(), &s, &conn, &CancellationToken::new()).await;
+    let took = started.elapsed();
+    let (broker1, (redis_cpu1, cmds1)) = (broker_cpu_ms(), redis_load(&s).await);
+    worker.stop();
+    assert!(!erased.nothing && !erased.interrupted, "{erased:?}");
+    println!(
+        "figures: {mine} of R among {total} waiting jobs (placed by the worker in {placed:?}): \
+         erase {took:?} (of which {:?} the marks' poll), {} keys, {} waiting jobs noted; \
+         broker CPU {:?} ms, Redis CPU {:.0} ms, Redis commands {} (the machine's, meanwhile)",
+        CANCEL_WAIT,
+        erased.keys.values().sum::<u64>(),
+        erased.waiting_jobs,
+        broker1.zip(broker0).map(|(a, b)| a - b),
+        redis_cpu1 - redis_cpu0,
+        cmds1 - cmds0,
+    );
+}
+
+/// What an erase waits for the workers to know its mark (`crate::erase`).
+const CANCEL_WAIT: Duration = Duration::from_millis(1100);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use chrono_tz::Tz;
 use quota_worker::admission::{Admission, Request};
 use quota_worker::config::{
@@ -179,6 +179,7 @@ async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
     let Admission::Limited {
         retry_at: Some(at),
         limit,
+        ..
     } = e.admit(&req("b", "r", "x", Some(1))).await.unwrap()
     else {
         panic!("the burst is spent")
@@ -210,6 +211,72 @@ async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
         .query(&mut r)
         .unwrap();
     assert!(ttl > 0 && ttl <= 3000, "{ttl}");
+}
+
+/// The number the Redis key `key` holds (a TAT), if any.
+fn number_at(key: &str) -> Option<i64> {
+    let raw: Option<String> = redis::cmd("GET").arg(key).query(&mut redis_sync()).unwrap();
+    raw.map(|v| v.split(':').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_released_job_gives_back_its_limits_and_its_own_cost_of_the_channels_rate() {
+    let ns = unique("limits-release");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(&ns, &[("per_sender", limit(1, 60, 3, Per::Sender))]);
+    let sms = s.channels.get_mut("sms").unwrap();
+    sms.rate = Some(1);
+    sms.period = Some(Dur(Duration::from_secs(60)));
+    sms.burst = Some(3);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let keys = s.redis.keys();
+    let admit = |id: &'static str, cost: u64| {
+        let e = &e;
+        async move {
+            let r = req(id, id, "x", Some(cost));
+            // a take of the channel's rate that was not given back would make
+            // this wait a minute: that is a failure here
+            tokio::time::timeout(Duration::from_secs(20), e.admit(&r))
+                .await
+                .expect("the buckets were given back")
+                .unwrap()
+        }
+    };
+    let Admission::Admitted(first) = admit("a", 3).await else {
+        panic!("a cost of 3 passes full buckets of 3")
+    };
+    // the channel's rate took the job's cost (3 minutes' worth), not the
+    // channel's cost of 1
+    let tat_ms = number_at(&keys.rate("sms")).unwrap() / 1000;
+    let ahead = tat_ms - first.admitted_at.timestamp_millis();
+    assert!((179_000..=181_000).contains(&ahead), "{ahead} ms");
+    assert!(
+        matches!(
+            admit("b", 1).await,
+            Admission::Limited {
+                retry_at: Some(_),
+                ..
+            }
+        ),
+        "the limit is spent"
+    );
+    // released (its dispatch failed): what it took is back in both buckets
+    e.release(&first).await.unwrap();
+    assert_eq!(number_at(&keys.limit("per_sender", ("s", "x"))), None);
+    assert_eq!(number_at(&keys.rate("sms")), None);
+    let again = admit("c", 3).await;
+    assert!(matches!(again, Admission::Admitted(_)), "{again:?}");
+    // a cost the channel's rate never passes is refused for good, naming it
+    let never = admit("d", 4).await;
+    let Admission::Limited {
+        retry_at: None,
+        limit,
+        ..
+    } = never
+    else {
+        panic!("{never:?}")
+    };
+    assert!(limit.contains("channel `sms`"), "{limit}");
 }
 
 fn job(id: &str, sender: &str, extra: &str) -> Vec<u8> {
@@ -279,4 +346,384 @@ fn a_bad_limit_names_its_key() {
         err.contains("`limits.twilio`") && err.contains("Cluster"),
         "{err}"
     );
+}
+
+/// A job of `tenant` from `sender` on `sms`, in the normal lane.
+fn sent_by(id: &str, tenant: &str, sender: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","recipient":"{id}","channel":"sms","tenant":"{tenant}","sender":"{sender}"}}"#
+    )
+}
+
+/// Two senders on one lane of a paced channel, one held at 1/s and one at 100/s:
+/// a held job of the slow one waits on its own (the delay ladder, to the instant
+/// its limit allows), and the fast one's jobs behind it in the lane go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_held_by_its_limit_never_holds_another_in_its_lane() {
+    let ns = unique("limits-lane");
+    let mut s = crate::lanes::laned(&ns, 100);
+    s.policies.get_mut("default").unwrap().rules = vec![];
+    let mut slow = limit(1, 1, 1, Per::Sender);
+    slow.matches.tenants = Some(vec!["longcodes".into()]);
+    let mut fast = limit(100, 1, 100, Per::Sender);
+    fast.matches.tenants = Some(vec!["shortcodes".into()]);
+    s.limits.insert("long_code".into(), slow);
+    s.limits.insert("short_code".into(), fast);
+    let _c = Cleanup::new(&s);
+    let running = spawn_worker(worker(&s).await).await;
+    let conn = amqp().await;
+    let mut out = crate::lanes::Dispatched::open(&conn, &s).await;
+    // the slow sender's jobs each followed by 20 of the fast one's, in one lane
+    const SLOW: usize = 4;
+    const PER_SLOW: usize = 20;
+    let mut bodies = Vec::new();
+    for k in 0..SLOW {
+        bodies.push(sent_by(&format!("slow-{k}"), "longcodes", "+15550100"));
+        for i in 0..PER_SLOW {
+            let id = format!("fast-{}", k * PER_SLOW + i);
+            bodies.push(sent_by(&id, "shortcodes", "55501"));
+        }
+    }
+    crate::lanes::publish_all(&conn, &s, &bodies).await;
+    let total = bodies.len();
+    out.read_until(Duration::from_secs(60), |ids| ids.len() >= total)
+        .await;
+    running.0.cancel();
+    running.1.await.unwrap();
+    assert_eq!(out.ids.len(), total, "every job is dispatched once");
+    let at = |id: &str| {
+        let p = out
+            .position(id)
+            .unwrap_or_else(|| panic!("{id} never dispatched"));
+        (p, out.ids[p].1)
+    };
+    // the slow sender's jobs a second apart at least (its limit; the reader's
+    // arrival times jitter by far less than the 100 ms allowed here)
+    // (in the order they went: the held ones come back from the delay ladder
+    // together and are admitted one a second, in any order)
+    let mut slow: Vec<_> = (0..SLOW).map(|k| at(&format!("slow-{k}"))).collect();
+    slow.sort();
+    for w in slow.windows(2) {
+        let gap = w[1].1.duration_since(w[0].1);
+        assert!(
+            gap >= Duration::from_millis(900),
+            "{gap:?} between slow jobs"
+        );
+    }
+    // none of the fast sender's jobs held behind a slow one: every one of them
+    // out before the slow sender's last job, which its limit holds (SLOW - 1)
+    // seconds after its first (the fast ones need SLOW * PER_SLOW / 100 s of the
+    // channel's rate)
+    let fast: Vec<usize> = (0..SLOW * PER_SLOW)
+        .map(|i| at(&format!("fast-{i}")).0)
+        .collect();
+    let last_slow = slow.last().unwrap().0;
+    assert!(
+        fast.iter().all(|p| *p < last_slow),
+        "a fast job went out after the slow sender's last: {:?}",
+        out.ids
+    );
+}
+
+/// A `throttled` feedback naming a sender (or a limit) pauses only that bucket:
+/// its sender's next job waits for the pause, another sender's goes at once, and
+/// the channel's own rate is untouched; naming a limit counted for all pauses it
+/// for every sender.
+#[tokio::test]
+async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
+    use quota_worker::feedback::apply::{self, Applied, Tuning};
+    use quota_worker_producer::{Event, Feedback};
+    let ns = unique("limits-throttle");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(
+        &ns,
+        &[
+            ("per_sender", limit(100, 1, 10, Per::Sender)),
+            ("account", limit(1000, 1, 100, Per::All)),
+        ],
+    );
+    s.channels.get_mut("sms").unwrap().rate = Some(1000);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let tuning = Tuning::from_settings(&s);
+    let throttled = |id: &str, sender: Option<&str>, limit: Option<&str>| Feedback {
+        retry_after: Some(3.0),
+        sender: sender.map(str::to_string),
+        limit: limit.map(str::to_string),
+        ..Feedback::new(id, Event::Throttled, "r", "sms")
+    };
+    let f = throttled("t1", Some("slow"), None);
+    let Applied::First { now_ms, at_ms } = apply::apply(&e, &tuning, &f).await.unwrap() else {
+        panic!("applied once")
+    };
+    assert!(
+        (2_990..=3_010).contains(&(at_ms - now_ms)),
+        "{at_ms} {now_ms}"
+    );
+    assert_eq!(apply::apply(&e, &tuning, &f).await.unwrap(), Applied::Again);
+    // the throttled sender waits for the pause's end; another goes at once
+    let held = e.admit(&req("a", "r1", "slow", None)).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+        ..
+    } = held
+    else {
+        panic!("{held:?}")
+    };
+    assert!(limit.contains("per_sender"), "{limit}");
+    assert!(until.timestamp_millis() >= at_ms, "{until} before {at_ms}");
+    let other = e.admit(&req("b", "r2", "fast", None)).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // the channel's rate was not paused
+    let keys = s.redis.keys();
+    let rate = number_at(&keys.rate("sms")).unwrap_or(0);
+    assert!(rate / 1000 < at_ms - 2_000, "the channel's rate was pushed");
+    // a limit named: its one bucket (per all) pauses, for every sender
+    let f = throttled("t2", None, Some("account"));
+    assert!(matches!(
+        apply::apply(&e, &tuning, &f).await.unwrap(),
+        Applied::First { .. }
+    ));
+    let held = e.admit(&req("c", "r3", "fast", None)).await.unwrap();
+    assert!(
+        matches!(&held, Admission::Limited { limit, .. } if limit.contains("account")),
+        "{held:?}"
+    );
+}
+
+/// A quota (a cap with `scope = "tenant"`): `limit` jobs per calendar `window`.
+fn quota(limit: u32, window: &str, scope: quota_worker::config::CapScope) -> CapSettings {
+    CapSettings {
+        rules: vec![RuleSettings {
+            limit,
+            window: window.parse().unwrap(),
+        }],
+        scope,
+        ..CapSettings::default()
+    }
+}
+
+/// A tenant's monthly quota counts its jobs across recipients in its own zone,
+/// in one counter per month that expires with it; a refused job waits for the
+/// next month (or is dead `quota_exceeded` when its policy drops), a released
+/// one is given back, and a job a limit refuses in the same call takes nothing
+/// from the quota.
+#[tokio::test]
+async fn a_tenants_monthly_quota_counts_across_recipients_until_its_next_month() {
+    use quota_worker::config::{CapScope, TenantSettings};
+    let ns = unique("limits-quota");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(&ns, &[("per_sender", limit(1, 60, 1, Per::Sender))]);
+    s.caps
+        .insert("plan".into(), quota(2, "1mo", CapScope::Tenant));
+    let zone: Tz = "Pacific/Auckland".parse().unwrap();
+    let acme = TenantSettings {
+        timezone: Some(zone.name().to_string()),
+        ..TenantSettings::default()
+    };
+    s.tenants.insert("acme".into(), acme);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let of = |id: &'static str, tenant: &'static str, sender: &'static str| Request {
+        tenant: Some(tenant),
+        ..req(id, id, sender, None)
+    };
+    let Admission::Admitted(first) = e.admit(&of("a1", "acme", "s1")).await.unwrap() else {
+        panic!("the first of the month")
+    };
+    // a second job of the same sender: its limit refuses it, and the quota
+    // counts nothing for it
+    let held = e.admit(&of("a2", "acme", "s1")).await.unwrap();
+    assert!(
+        matches!(&held, Admission::Limited { quota: false, .. }),
+        "{held:?}"
+    );
+    let a3 = e.admit(&of("a3", "acme", "s2")).await.unwrap();
+    assert!(matches!(a3, Admission::Admitted(_)), "{a3:?}");
+    // the quota is used up (2 this month), whoever the recipient and sender
+    let over = e.admit(&of("a4", "acme", "s3")).await.unwrap();
+    let Admission::Limited {
+        retry_at: Some(until),
+        limit,
+        quota: true,
+    } = over
+    else {
+        panic!("{over:?}")
+    };
+    assert_eq!(limit, "quota `plan` (2 per 1mo, per tenant)");
+    // the next month starts at midnight on its first day in the tenant's zone
+    let today = quota_worker::quota::window::local_date(zone, first.admitted_at);
+    let next = chrono::NaiveDate::from_ymd_opt(
+        today.year() + i32::from(today.month() == 12),
+        today.month() % 12 + 1,
+        1,
+    )
+    .unwrap();
+    assert_eq!(until, quota_worker::quota::window::day_start(zone, next));
+    // another tenant has its own counter
+    let other = e.admit(&of("b1", "other", "s4")).await.unwrap();
+    assert!(matches!(other, Admission::Admitted(_)), "{other:?}");
+    // one counter (a number, not a set of sends) that expires with its month
+    let mut r = redis_sync();
+    let pattern = format!("{}:quota:plan:1mo:t:*", s.redis.key_prefix);
+    let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut r).unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    // (acme's ends at its month's end in Auckland; the other's in UTC, 13 h later)
+    let to_end = (until - Utc::now()).num_milliseconds();
+    let mut ttls = Vec::new();
+    for key in &keys {
+        let kind: String = redis::cmd("TYPE").arg(key).query(&mut r).unwrap();
+        assert_eq!(kind, "string");
+        let left: i64 = redis::cmd("PTTL").arg(key).query(&mut r).unwrap();
+        assert!(
+            left > 0 && left < to_end + 14 * 3_600_000,
+            "{left} {to_end}"
+        );
+        ttls.push(left);
+    }
+    assert!(
+        ttls.iter().any(|left| (left - to_end).abs() < 5_000),
+        "{ttls:?} {to_end}"
+    );
+    // released (its dispatch failed): the month has one more
+    e.release(&first).await.unwrap();
+    let again = e.admit(&of("a5", "acme", "s5")).await.unwrap();
+    assert!(matches!(again, Admission::Admitted(_)), "{again:?}");
+}
+
+/// Through the worker: a sender's daily quota delays a refused job to its next
+/// day, or dead-letters it `quota_exceeded` when its policy drops refused jobs.
+#[tokio::test]
+async fn through_the_worker_a_quota_delays_to_its_next_day_or_drops() {
+    use quota_worker::config::CapScope;
+    use quota_worker::quota::policy::Action;
+    let ns = unique("limits-quota-worker");
+    let mut s = limited(&ns, &[]);
+    s.caps
+        .insert("per_number".into(), quota(1, "1d", CapScope::Sender));
+    let (_c, w, conn) = rig(&s).await;
+    publish(&conn, &s, &job("q1", "n1", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+    publish(&conn, &s, &job("q2", "n1", "")).await;
+    let tz = s.worker.default_timezone;
+    let next = quota_worker::quota::window::next_day_start(tz, Utc::now());
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Delayed { until: next });
+    drop(w);
+    s.policies.get_mut("default").unwrap().action = Action::Drop;
+    let w = worker(&s).await;
+    publish(&conn, &s, &job("q3", "n1", "")).await;
+    assert_eq!(
+        step(&w, &conn, &s).await,
+        Outcome::Dead(Reason::QuotaExceeded)
+    );
+    // another sender has its own day
+    publish(&conn, &s, &job("q4", "n2", "")).await;
+    assert_eq!(step(&w, &conn, &s).await, Outcome::Dispatched);
+}
+
+#[test]
+fn a_bad_quota_names_its_key() {
+    let err =
+        load_error("[caps.plan]\nscope = \"tenant\"\nrules = [{ limit = 5, window = \"7d\" }]\n");
+    assert!(err.contains("`caps.plan.rules`"), "{err}");
+    let err = load_error(
+        "[caps.plan]\nscope = \"sender\"\nmode = \"shadow\"\nrules = [{ limit = 5, window = \"1mo\" }]\n",
+    );
+    assert!(err.contains("`caps.plan.mode`"), "{err}");
+    let err = load_error("[tenants.acme]\ntimezone = \"Mars/Olympus\"\n");
+    assert!(err.contains("`tenants.acme.timezone`"), "{err}");
+    let err = load_error(
+        "[redis]\ncluster = true\ncluster_urls = [\"redis://127.0.0.1:7000\"]\n\n[caps.plan]\nscope = \"tenant\"\nrules = [{ limit = 5, window = \"1mo\" }]\n",
+    );
+    assert!(err.contains("`caps.plan.scope`"), "{err}");
+}
+
+/// Every TOML example of the guide page "Limits and quotas" is a configuration the
+/// worker accepts, and each names what it says.
+#[test]
+fn the_guides_examples_are_valid_configurations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/guide/limits.md")).unwrap();
+    let blocks: Vec<&str> = page
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(blocks.len() >= 4, "{} examples", blocks.len());
+    for body in &blocks {
+        let path = std::env::temp_dir().join(format!("{}.toml", unique("limits-guide")));
+        std::fs::write(&path, body).unwrap();
+        let loaded = Settings::load(Some(&path));
+        let _ = std::fs::remove_file(&path);
+        let s = loaded.unwrap_or_else(|e| panic!("{e}\n{body}"));
+        assert!(!s.limits().is_empty(), "{body}");
+    }
+    let all = blocks.concat();
+    for name in [
+        "ses_per_day",
+        "long_code",
+        "short_code",
+        "plan_rate",
+        "plan_month",
+    ] {
+        assert!(all.contains(name), "{name}");
+    }
+}
+
+/// `admin limits`: each limit and quota with its state, one sender's or tenant's
+/// buckets on request, else how many are in use.
+#[tokio::test]
+async fn admin_limits_shows_each_limit_and_a_keys_state_on_request() {
+    use quota_worker::admin::limits::{limits, LimitQuery};
+    use quota_worker::config::CapScope;
+    let ns = unique("limits-admin");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(
+        &ns,
+        &[
+            ("account", limit(10, 1, 10, Per::All)),
+            ("per_sender", limit(1, 60, 3, Per::Sender)),
+        ],
+    );
+    s.caps
+        .insert("plan".into(), quota(100, "1d", CapScope::Tenant));
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let r = Request {
+        tenant: Some("acme"),
+        ..req("a", "r", "+1555", Some(2))
+    };
+    assert!(matches!(e.admit(&r).await.unwrap(), Admission::Admitted(_)));
+    let all = limits(&e, &LimitQuery::default()).await.unwrap();
+    let names: Vec<(&str, &str)> = all
+        .iter()
+        .map(|l| (l.name.as_str(), l.kind.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("account", "limit"),
+            ("per_sender", "limit"),
+            ("plan", "quota")
+        ]
+    );
+    // the one bucket of `account` took the job's cost of 2
+    assert_eq!(all[0].available, Some(8));
+    assert!(all[0].full_at.is_some());
+    assert_eq!(all[1].in_use, Some(1));
+    assert_eq!(all[2].in_use, Some(1));
+    let q = LimitQuery {
+        tenant: Some("acme".into()),
+        sender: Some("+1555".into()),
+    };
+    let one = limits(&e, &q).await.unwrap();
+    assert_eq!(one[1].bucket.as_deref(), Some("sender +1555"));
+    assert_eq!((one[1].available, one[1].capacity), (Some(1), 3));
+    assert_eq!(one[2].bucket.as_deref(), Some("tenant acme"));
+    assert_eq!((one[2].available, one[2].capacity), (Some(99), 100));
+    let other = LimitQuery {
+        sender: Some("+1666".into()),
+        ..LimitQuery::default()
+    };
+    let fresh = limits(&e, &other).await.unwrap();
+    assert_eq!(fresh[1].available, Some(3));
+    assert_eq!(fresh[1].full_at, None);
 }

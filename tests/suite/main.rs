@@ -29,6 +29,7 @@ mod engine;
 mod erase;
 mod escalation;
 mod examples;
+mod fair;
 mod fallback;
 mod feedback;
 mod fuzz;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::preference_tools::connected;
 use quota_worker::config::Settings;
 use quota_worker::health::Health;
-use quota_worker::http::openapi::{OPENAPI_PATH, PREFERENCES_PATH};
+use quota_worker::http::openapi::{ERASE_PATH, OPENAPI_PATH, PREFERENCES_PATH};
 use quota_worker::http::{App, Guard};
 use quota_worker::preferences::edit as stored;
 use quota_worker::reload::Reloader;
@@ -114,7 +114,7 @@ async fn the_openapi_document_matches_the_routes() {
     assert_eq!(doc["openapi"], "3.1.0");
     valid_openapi(&text);
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-    assert_eq!(paths, [OPENAPI_PATH, PREFERENCES_PATH]);
+    assert_eq!(paths, [OPENAPI_PATH, ERASE_PATH, PREFERENCES_PATH]);
     let mut schema: Value =
         serde_json::from_str(include_str!("../../schema/preferences.schema.json")).unwrap();
     schema.as_object_mut().unwrap().remove("$schema");
@@ -173,9 +173,44 @@ async fn the_openapi_document_matches_the_routes() {
         );
         seen.entry(m).or_default().push(code);
     }
+    // the erasure: its answers documented, the 200's body as its schema says
+    let erase = &doc["paths"][ERASE_PATH];
+    let erase_codes: Vec<u16> = erase["delete"]["responses"]
+        .as_object()
+        .expect("DELETE of a recipient is documented")
+        .keys()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    assert_eq!(erase_codes, [200, 400, 401, 403, 503]);
+    topology(&s).declare(&amqp().await).await.unwrap();
+    let one = "/v1/recipients/ro";
+    assert_eq!(call(&addr, "DELETE", one, "", None).await.0, 401);
+    let odd = "/v1/recipients/ro?keep_suppression=yes";
+    assert_eq!(call(&addr, "DELETE", odd, "", t).await.0, 400);
+    let (code, text) = call(&addr, "DELETE", one, "", t).await;
+    assert_eq!(code, 200, "{text}");
+    let erased: Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+        // a chunked body: its one chunk
+        serde_json::from_str(text.lines().nth(1).unwrap_or_default()).unwrap()
+    });
+    let schema = &doc["components"]["schemas"]["Erased"];
+    let properties = schema["properties"].as_object().unwrap();
+    for field in schema["required"].as_array().unwrap() {
+        assert!(
+            erased.get(field.as_str().unwrap()).is_some(),
+            "{field}: {erased}"
+        );
+    }
+    for field in erased.as_object().unwrap().keys() {
+        assert!(properties.contains_key(field), "{field} undocumented");
+    }
     stop.cancel();
     // 403: the API beyond loopback without a token
     let (addr, stop) = serve(&s, &store, Guard::Refused).await;
+    assert_eq!(
+        call(&addr, "DELETE", "/v1/recipients/ro", "", None).await.0,
+        403
+    );
     for m in methods {
         let (code, _) = call(&addr, &m.to_uppercase(), &p("ro"), &good, None).await;
         assert_eq!(code, 403);

@@ -25,6 +25,13 @@ local function answer(k)
   local flags
   ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k], limits[k])
   if not ok then return failure(code), 0 end
+  local lims = limits[k]
+  if lims and (code == ANSWER.admitted or code == ANSWER.shadowed) then
+    payload = payload or {}
+    for i = 1, #lims do payload[#payload + 1] = lims[i].tat end
+    payload[#payload + 1] = #lims
+    flags = flags + FLAG.taken
+  end
   if quiet and (code == ANSWER.refused or code == ANSWER.layered) then
     return code, flags + FLAG.quiet, payload, quiet
   end

@@ -126,6 +126,10 @@ local FLAG = {
   quiet = 2,        -- refused or layered, and its recipient has quiet hours (of the
                     -- version that follows the flags) that do not allow it: the
                     -- worker pushes the instant the caps give past them
+  taken = 4,        -- admitted or shadowed, and it took from its limits: the payload
+                    -- ends with the TAT (µs) each limit's take left, in the order of
+                    -- its limits, then their number L (the worker gives a take back
+                    -- with lua/refund.lua when the job is released or parked)
 }
 -- What an `opted_out` answer's recipient opted out of.
 local OPTED_OUT = {

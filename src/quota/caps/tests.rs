@@ -34,6 +34,14 @@ fn counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Utc>) -> boo
             };
             day(send) + n as i32 > day(at)
         }
+        Window::CalendarMonths(n) => {
+            use chrono::Datelike;
+            let month = |t: DateTime<Utc>| {
+                let d = t.with_timezone(&tz).date_naive();
+                d.year() * 12 + d.month0() as i32
+            };
+            month(send) + n as i32 > month(at)
+        }
     }
 }
 
@@ -62,6 +70,8 @@ fn brute_force(
             for &s in sends {
                 let end = match r.window {
                     Window::Rolling(d) => s + d,
+                    // (never generated here; the window's own answer)
+                    Window::CalendarMonths(_) => window::expires(r.window, tz, s),
                     Window::CalendarDays(n) => {
                         let date = s.with_timezone(&tz).date_naive() + chrono::Days::new(n as u64);
                         // the first instant whose local date is `date` or later:

@@ -62,7 +62,9 @@ pub async fn close(
     key: &str,
     now: bool,
 ) -> Result<Close, StoreError> {
-    let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) else {
+    let Some(crate::quota::keys::DigestKeys { meta, items, order }) =
+        crate::quota::keys::digest_keys(key)
+    else {
         return Ok(Close::Gone);
     };
     let mut conn = conn.clone();

@@ -8,6 +8,22 @@ use crate::quota::keys::DigestGroup;
 use crate::redis::conn::RedisConn;
 use crate::redis::StoreError;
 
+/// The script's answer codes (`FOLD` in `lua/digest_fold.lua`; a test checks that
+/// both sides name the same numbers).
+struct Code;
+
+impl Code {
+    const JOINED: i64 = 0;
+    const OPENED: i64 = 1;
+    const AGAIN: i64 = 2;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 3] = [
+        (Code::JOINED, "joined"),
+        (Code::OPENED, "opened"),
+        (Code::AGAIN, "again"),
+    ];
+}
+
 /// What a fold did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Folded {
@@ -88,7 +104,7 @@ pub async fn fold(
         .arg(f.max_window_ms)
         .arg(f.collapse_key.unwrap_or(""))
         .arg(f.close_at_ms);
-    let ((code, id, key, closes_at, full), acked) = match fold_call(&call, &mut conn, wait).await {
+    let (reply, acked) = match fold_call(&call, &mut conn, wait).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(&mut conn).await?;
             fold_call(&call, &mut conn, wait).await?
@@ -105,20 +121,7 @@ pub async fn fold(
             });
         }
     }
-    if !(0..=2).contains(&code) {
-        return Err(StoreError::Reply {
-            script: "digest_fold.lua",
-            reply: vec![code],
-        });
-    }
-    let folded = Folded {
-        opened: code == 1,
-        again: code == 2,
-        id,
-        key,
-        closes_at,
-        full: full == 1,
-    };
+    let folded = reply.folded()?;
     // opened (or found again: the index may not have it yet) or full: the index
     // learns when it closes; `LT` never puts off a close already due
     if folded.opened || folded.again || folded.full {
@@ -134,8 +137,53 @@ pub async fn fold(
     Ok(folded)
 }
 
-/// The fold script's reply, as `lua/digest_fold.lua` gives it.
-type FoldReply = (i64, String, String, i64, i64);
+/// The fold script's reply, as `lua/digest_fold.lua` gives it: its code, the
+/// digest's id and key, when it closes (ms) and whether it is full (1).
+struct FoldReply {
+    code: i64,
+    id: String,
+    key: String,
+    closes_at: i64,
+    full: i64,
+}
+
+impl FoldReply {
+    /// What the fold did, read by the reply's code.
+    fn folded(self) -> Result<Folded, StoreError> {
+        let (opened, again) = match self.code {
+            Code::OPENED => (true, false),
+            Code::AGAIN => (false, true),
+            Code::JOINED => (false, false),
+            code => {
+                return Err(StoreError::Reply {
+                    script: "digest_fold.lua",
+                    reply: vec![code],
+                })
+            }
+        };
+        Ok(Folded {
+            opened,
+            again,
+            id: self.id,
+            key: self.key,
+            closes_at: self.closes_at,
+            full: self.full == 1,
+        })
+    }
+}
+
+impl redis::FromRedisValue for FoldReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (code, id, key, closes_at, full) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(FoldReply {
+            code,
+            id,
+            key,
+            closes_at,
+            full,
+        })
+    }
+}
 
 /// Send the fold script's call, followed by `WAIT` in the same pipeline when
 /// waiting is on: its reply, and how many replicas acknowledged.
@@ -152,8 +200,29 @@ async fn fold_call(
                 .cmd("WAIT")
                 .arg(replicas)
                 .arg(timeout_ms);
-            let (reply, acked): (FoldReply, i64) = pipe.query_async(conn).await?;
+            let (reply, acked) = pipe.query_async(conn).await?;
             Ok((reply, Some(acked)))
         }
+    }
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Code;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const LUA: &str = include_str!("../../../lua/digest_fold.lua");
+
+    /// The script and [`Code`] name the same answers by the same numbers, and the
+    /// script answers by name.
+    #[test]
+    fn the_script_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Code::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "FOLD"), ours);
+        let found = positional_returns("digest_fold.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
     }
 }

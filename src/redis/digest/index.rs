@@ -27,11 +27,11 @@ pub async fn reschedule(
 /// its place in the recipient's open digests, then its place in the index.
 pub async fn done(conn: &RedisConn, index: &str, key: &str) -> Result<(), StoreError> {
     let mut conn = conn.clone();
-    if let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) {
+    if let Some(keys) = crate::quota::keys::digest_keys(key) {
         let _: i64 = redis::cmd("DEL")
-            .arg(&meta)
-            .arg(&items)
-            .arg(&order)
+            .arg(&keys.meta)
+            .arg(&keys.items)
+            .arg(&keys.order)
             .query_async(&mut conn)
             .await?;
     }

@@ -6,6 +6,17 @@ use redis::Script;
 use crate::redis::conn::RedisConn;
 use crate::redis::StoreError;
 
+/// The script's answers (`REOPEN` in `lua/digest_reopen.lua`; a test checks that
+/// both sides name the same numbers).
+struct Code;
+
+impl Code {
+    const GONE: i64 = 0;
+    const REOPENED: i64 = 1;
+    #[cfg(test)]
+    const ALL: [(i64, &'static str); 2] = [(Code::GONE, "gone"), (Code::REOPENED, "reopened")];
+}
+
 /// A `held` digest refused when it went opens again, closing at `close_at_ms`
 /// (see `lua/digest_reopen.lua`), and the index learns when; `false` when it is
 /// gone.
@@ -17,12 +28,14 @@ pub async fn reopen(
     close_at_ms: i64,
     keep_ms: u64,
 ) -> Result<bool, StoreError> {
-    let Some((meta, items, order)) = crate::quota::keys::digest_keys(key) else {
+    let Some(crate::quota::keys::DigestKeys { meta, items, order }) =
+        crate::quota::keys::digest_keys(key)
+    else {
         return Ok(false);
     };
     let base = &meta[..meta.rfind("dgm/").unwrap_or(0)];
     let mut conn = conn.clone();
-    let done: i64 = script
+    let code: i64 = script
         .key(&meta)
         .key(&items)
         .key(&order)
@@ -31,7 +44,17 @@ pub async fn reopen(
         .arg(keep_ms)
         .invoke_async(&mut conn)
         .await?;
-    if done == 1 {
+    let reopened = match code {
+        Code::REOPENED => true,
+        Code::GONE => false,
+        _ => {
+            return Err(StoreError::Reply {
+                script: "digest_reopen.lua",
+                reply: vec![code],
+            })
+        }
+    };
+    if reopened {
         let _: i64 = redis::cmd("ZADD")
             .arg(index)
             .arg(close_at_ms)
@@ -39,5 +62,26 @@ pub async fn reopen(
             .query_async(&mut conn)
             .await?;
     }
-    Ok(done == 1)
+    Ok(reopened)
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::Code;
+    use crate::redis::lua_tables::{lua_table, positional_returns};
+
+    const LUA: &str = include_str!("../../../lua/digest_reopen.lua");
+
+    /// The script and [`Code`] name the same answers by the same numbers, and the
+    /// script answers by name.
+    #[test]
+    fn the_script_and_the_reader_name_the_same_answers() {
+        let ours: Vec<(String, i64)> = Code::ALL
+            .iter()
+            .map(|(c, name)| (name.to_string(), *c))
+            .collect();
+        assert_eq!(lua_table(LUA, "REOPEN"), ours);
+        let found = positional_returns("digest_reopen.lua", LUA);
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }

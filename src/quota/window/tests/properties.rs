@@ -45,6 +45,14 @@ fn reference_counts(window: Window, tz: Tz, at: DateTime<Utc>, send: DateTime<Ut
             let day = |t: DateTime<Utc>| t.with_timezone(&tz).date_naive().num_days_from_ce();
             day(send) + n as i32 > day(at)
         }
+        Window::CalendarMonths(n) => {
+            use chrono::Datelike;
+            let month = |t: DateTime<Utc>| {
+                let d = t.with_timezone(&tz).date_naive();
+                d.year() * 12 + d.month0() as i32
+            };
+            month(send) + n as i32 > month(at)
+        }
     }
 }
 

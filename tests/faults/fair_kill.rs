@@ -1,0 +1,204 @@
+//! Fault scenarios of fair shares: kill -9 of the worker, and a broker restart,
+//! while tenants' jobs wait in their queues of a lane.
+//!
+//! Kill -9: Tenants `a`, `b` and `c` publish bulk jobs of a paced
+//! channel; the worker parks them in their tenant queues and drains them by turns;
+//! it is killed twice while they wait, restarted at once each time. Afterwards
+//! every job is found dispatched (a duplicate only in the window a kill explains:
+//! a dispatch confirmed, its delivery not yet acked), none lost, none dead.
+
+use std::time::Duration;
+
+use crate::harness::*;
+use quota_worker::config::{PolicySettings, Settings};
+use quota_worker::lanes::Priority;
+use serde_json::json;
+use testkit::audit::{self, depth, Audit, Published, Rng};
+use testkit::procs::WorkerProc;
+use testkit::*;
+
+const TENANTS: [(&str, usize); 3] = [("a", 3_000), ("b", 600), ("c", 600)];
+const KILLS: usize = 2;
+const RATE: u64 = 400;
+
+fn settings(ns: &str) -> Settings {
+    let mut s = fault_settings(ns, RATE);
+    let bulk = PolicySettings {
+        priority: Priority::Bulk,
+        ..policy(&[])
+    };
+    s.policies.insert("campaign".into(), bulk);
+    s
+}
+
+fn jobs(ns: &str) -> Vec<Published> {
+    let mut out = Vec::new();
+    for (tenant, n) in TENANTS {
+        for i in 0..n {
+            let id = format!("{ns}-{tenant}-{i}");
+            let recipient = format!("{tenant}-{i}");
+            let body = format!(
+                r#"{{"id":"{id}","recipient":"{recipient}","channel":"sms","category":"campaign","tenant":"{tenant}","payload":{{"text":"hello"}}}}"#
+            )
+            .into_bytes();
+            out.push(Published {
+                id,
+                recipient,
+                body,
+            });
+        }
+    }
+    out
+}
+
+async fn delete_tenant_queues(s: &Settings) {
+    let conn = amqp().await;
+    let t = topology(s);
+    for (tenant, _) in TENANTS {
+        for lane in Priority::ALL {
+            let ch = conn.create_channel().await.unwrap();
+            let q = t.tenant_queue("sms", lane, tenant);
+            let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+        }
+    }
+    let _ = conn.close(200, "".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
+    let _heavy = heavy().await;
+    let ns = unique("fairkill");
+    let s = settings(&ns);
+    let _c = Cleanup::new(&s);
+    let dir = testkit::temp_dir("fairkill");
+    declare(&s).await;
+    let jobs = jobs(&ns);
+    let conn = amqp().await;
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+        .await
+        .expect("worker consumes");
+    audit::publish_all(&conn, &s, &jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let b_queue = topology(&s).tenant_queue("sms", Priority::Bulk, "b");
+    let mut rng = Rng::from_env();
+    let mut kill_depths = Vec::new();
+    for k in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(rng.range(800, 1600))).await;
+        // tenants' jobs wait in their queues at each kill
+        let waiting = depth(&conn, &b_queue).await.unwrap_or(0);
+        w.kill9();
+        wait_consumers(&conn, &s.amqp.jobs_queue, 0, Duration::from_secs(10)).await;
+        kill_depths.push(depth(&conn, &dispatch).await.unwrap_or(0) as usize);
+        eprintln!("kill {k}: b's queue held {waiting}");
+        w = WorkerProc::spawn(crate::BIN, &s, &dir, &(k + 1).to_string());
+        wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("restarted worker never consumed:\n{}", w.tail(30)));
+    }
+    let n = jobs.len();
+    let settled = wait_until_quiet(&conn, &s, n, 0, Duration::from_secs(120)).await;
+    let status = w.stop();
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    delete_tenant_queues(&s).await;
+    eprintln!("{}", a.summary(&jobs));
+    let window = s.amqp.prefetch as usize + s.lanes.prefetch.ceiling() as usize;
+    let (explained, _, unexplained) = explain_duplicates(&a, &kill_depths, window);
+    let figures = json!({
+        "scenario": "fair_kill",
+        "test": "tests/faults/fair_kill.rs: kill_9_while_tenants_wait_in_their_queues_loses_nothing",
+        "fault": "kill -9 of the worker while three tenants' jobs wait in their queues of a lane, restarted at once",
+        "jobs": n,
+        "rate_per_second": RATE,
+        "faults": kill_depths.len(),
+        "duplicates_explained": explained,
+        "duplicates_unexplained": unexplained.len(),
+        "dispatched": a.dispatched.len(),
+        "dead": a.dead.len(),
+    });
+    conclude(&dir, figures, settled, &a.lost(&jobs), &a.summary(&jobs));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "worker exit {status:?}"
+    );
+    assert!(a.dead.is_empty(), "dead letters: {:?}", a.dead);
+    assert_eq!(a.dispatched.len(), n, "jobs dispatched");
+    assert!(
+        unexplained.is_empty(),
+        "duplicates no kill explains: {unexplained:?}"
+    );
+}
+
+/// The broker (a private node) stopped and started while the tenants' jobs wait in
+/// their queues: the worker consumes them again from the set in Redis, and every
+/// job is dispatched; none lost, none dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
+    let _heavy = heavy().await;
+    let Some(mut guard) = private_node_or_skip("fair_broker_restart").await else {
+        return;
+    };
+    let (node, _) = &mut *guard;
+    let ns = unique("fairrestart");
+    let mut s = node_settings(node, &ns, RATE);
+    let bulk = PolicySettings {
+        priority: Priority::Bulk,
+        ..policy(&[])
+    };
+    s.policies.insert("campaign".into(), bulk);
+    let _g = RedisGuard(ns.clone());
+    let dir = testkit::temp_dir("fairrestart");
+    let mut conn = connect_node(&node.url()).await;
+    topology(&s).declare(&conn).await.expect("topology");
+    let jobs = jobs(&ns);
+    let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
+    wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
+        .await
+        .expect("worker consumes");
+    audit::publish_all(&conn, &s, &jobs).await;
+    let dispatch = topology(&s).dispatch_queue("sms");
+    let b_queue = topology(&s).tenant_queue("sms", Priority::Bulk, "b");
+    while depth(&conn, &dispatch).await.unwrap_or(0) < 600 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waiting = depth(&conn, &b_queue).await.unwrap_or(0);
+    node.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    node.start().await;
+    conn = connect_node(&node.url()).await;
+    let back = wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("the worker never came back:\n{}", w.tail(40)));
+    let b_after = depth(&conn, &b_queue).await;
+    eprintln!(
+        "b's queue held {waiting} at the stop, {b_after:?} after; the worker back {back:?} later"
+    );
+    let n = jobs.len();
+    let settled = wait_until_quiet(&conn, &s, n, 0, Duration::from_secs(120)).await;
+    let status = w.stop();
+    let a = Audit::collect(&conn, &s, &jobs).await;
+    eprintln!("{}", a.summary(&jobs));
+    let figures = json!({
+        "scenario": "fair_broker_restart",
+        "test": "tests/faults/fair_kill.rs: broker_restart_while_tenants_wait_in_their_queues_loses_nothing",
+        "fault": "rabbitmqctl stop + start while three tenants' jobs wait in their queues of a lane",
+        "jobs": n,
+        "rate_per_second": RATE,
+        "faults": 1,
+        "duplicates": a.duplicate_dispatches(),
+        "dispatched": a.dispatched.len(),
+        "dead": a.dead.len(),
+        "recovery_seconds": back.as_secs_f64(),
+    });
+    conclude(&dir, figures, settled, &a.lost(&jobs), &a.summary(&jobs));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "worker exit {status:?}"
+    );
+    assert!(
+        waiting > 0,
+        "b's jobs were not waiting in their queue at the stop"
+    );
+    assert!(a.dead.is_empty(), "dead letters: {:?}", a.dead);
+    assert_eq!(a.dispatched.len(), n, "jobs dispatched");
+}
