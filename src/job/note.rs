@@ -171,16 +171,7 @@ impl JobNote {
         };
         let zone = self.zone.as_deref().unwrap_or("");
         let mut out = Vec::with_capacity(96 + free + self.channel.len() + zone.len());
-        if let Some(t) = &self.trace_id {
-            out.extend_from_slice(b"t=");
-            escape(&mut out, t);
-            out.push(b'|');
-        }
-        if let Some(t) = &self.tenant {
-            out.extend_from_slice(b"n=");
-            escape(&mut out, t);
-            out.push(b'|');
-        }
+        self.prefixes(&mut out);
         let mut num = itoa::Buffer::new();
         let state: &[u8] = match self.step {
             JobState::Delayed { .. } => b"r2|d|",
@@ -241,6 +232,17 @@ impl JobNote {
             }
         }
         out
+    }
+
+    /// The optional prefixes of the stored form: the trace (`t=`), the tenant (`n=`).
+    fn prefixes(&self, out: &mut Vec<u8>) {
+        for (mark, value) in [(b"t=", &self.trace_id), (b"n=", &self.tenant)] {
+            if let Some(v) = value {
+                out.extend_from_slice(mark);
+                escape(out, v);
+                out.push(b'|');
+            }
+        }
     }
 
     /// A stored record, in the form [`JobNote::encode`] writes or the JSON form of
