@@ -25,11 +25,13 @@ use crate::rules::Rules;
 use crate::store::{Pacer, QuotaStore};
 
 /// A paced channel an admission takes the rate of: its name, its rate and its
-/// pacer in this worker.
+/// pacer in this worker, and the job's tenant (whose share of the lane a wait in
+/// the line takes).
 struct PacedChannel<'a> {
     name: &'a str,
     rate: Rate,
     pacer: &'a Pacer,
+    tenant: Option<&'a str>,
 }
 
 impl QuotaStore {
@@ -116,6 +118,7 @@ impl QuotaStore {
                     name: req.channel,
                     rate: r,
                     pacer,
+                    tenant: req.tenant,
                 };
                 let paced = self.pace_admitted(ticket, channel, rate_reply, step);
                 if !paced.await? {
@@ -345,6 +348,7 @@ impl QuotaStore {
             name: channel,
             rate: r,
             pacer,
+            tenant,
         } = paced;
         if let Some(reply) = &rate_reply {
             if reply.allowed == Allowed::NEVER {
@@ -377,7 +381,11 @@ impl QuotaStore {
             (true, Some(ask)) => {
                 let _waiting = Counted::new(&pacer.waiting);
                 let limit = Duration::from_millis(self.admission.lease_ms.max(2) as u64 / 2);
-                let in_line = pacer.lanes.wait_in_line(r, ask);
+                let tenant = crate::lanes::Tenant {
+                    name: tenant.map(Arc::from),
+                    weight: self.rules().tenant_weight(tenant),
+                };
+                let in_line = pacer.lanes.wait_in_line(r, ask, tenant);
                 match tokio::time::timeout(limit, in_line).await {
                     Ok(taken) => taken.map(Some),
                     Err(_) => Ok(None),

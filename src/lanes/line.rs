@@ -67,6 +67,7 @@ pub(crate) struct Tenant {
     pub weight: u32,
 }
 
+#[cfg(test)]
 impl Tenant {
     /// The jobs without a tenant.
     pub(crate) fn none() -> Tenant {
