@@ -381,10 +381,7 @@ impl QuotaStore {
             (true, Some(ask)) => {
                 let _waiting = Counted::new(&pacer.waiting);
                 let limit = Duration::from_millis(self.admission.lease_ms.max(2) as u64 / 2);
-                let tenant = crate::lanes::Tenant {
-                    name: tenant.map(Arc::from),
-                    weight: self.rules().tenant_weight(tenant),
-                };
+                let tenant = (tenant, self.rules().tenant_weight(tenant));
                 let in_line = pacer.lanes.wait_in_line(r, ask, tenant);
                 match tokio::time::timeout(limit, in_line).await {
                     Ok(taken) => taken.map(Some),

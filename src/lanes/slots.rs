@@ -123,16 +123,20 @@ impl ChannelLanes {
     /// [`ChannelLanes::slot`] for a job read from the jobs queue that its rate
     /// refused for a moment: it waits in its lane's line, served in turn with the
     /// lane's deliveries, instead of asking Redis again at every slot.
-    /// It waits as a job of its tenant, in that tenant's turn: waiting as a job
+    /// It waits as a job of its tenant (name and weight), in that tenant's turn: waiting as a job
     /// without one, a tenant's jobs read from the jobs queue took the share of the
     /// jobs without a tenant on top of their own.
     pub(crate) async fn wait_in_line(
         &self,
         rate: Rate,
         ask: LaneAsk,
-        tenant: Tenant,
+        (tenant, weight): (Option<&str>, u32),
     ) -> Result<i64, StoreError> {
         let _from_jobs = Counted::new(&self.from_jobs);
+        let tenant = Tenant {
+            name: tenant.map(std::sync::Arc::from),
+            weight,
+        };
         self.slot(rate, ask, tenant).await
     }
 
