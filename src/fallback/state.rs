@@ -235,20 +235,14 @@ pub async fn claim(
 #[cfg(test)]
 mod tests {
     use super::{Answers, Claim, Kept, NextStep, Status};
-    use crate::redis::lua_tables::{lua_table, positional_returns};
+    use crate::redis::lua_tables::speaks_by_name;
 
     /// The claim script and [`Claim`] name the same answers by the same numbers,
     /// and the script answers by name.
     #[test]
     fn the_claim_script_and_its_reader_name_the_same_answers() {
         const LUA: &str = include_str!("../../lua/route_claim.lua");
-        let ours: Vec<(String, i64)> = Claim::ALL
-            .iter()
-            .map(|(c, name)| (name.to_string(), *c))
-            .collect();
-        assert_eq!(lua_table(LUA, "CLAIM"), ours);
-        let found = positional_returns("route_claim.lua", LUA);
-        assert!(found.is_empty(), "{found:#?}");
+        speaks_by_name("route_claim.lua", LUA, "CLAIM", &Claim::ALL);
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub async fn import_send(
 #[cfg(test)]
 mod tests {
     use super::Code;
-    use crate::redis::lua_tables::{lua_table, positional_returns};
+    use crate::redis::lua_tables::speaks_by_name;
 
     const LUA: &str = include_str!("../../lua/import.lua");
 
@@ -73,12 +73,6 @@ mod tests {
     /// script answers by name.
     #[test]
     fn the_script_and_the_reader_name_the_same_answers() {
-        let ours: Vec<(String, i64)> = Code::ALL
-            .iter()
-            .map(|(c, name)| (name.to_string(), *c))
-            .collect();
-        assert_eq!(lua_table(LUA, "IMPORT"), ours);
-        let found = positional_returns("import.lua", LUA);
-        assert!(found.is_empty(), "{found:#?}");
+        speaks_by_name("import.lua", LUA, "IMPORT", &Code::ALL);
     }
 }

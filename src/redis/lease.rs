@@ -47,7 +47,7 @@ pub(crate) async fn renew_or_end(
 #[cfg(test)]
 mod tests {
     use super::Code;
-    use crate::redis::lua_tables::{lua_table, positional_returns};
+    use crate::redis::lua_tables::speaks_by_name;
 
     const LUA: &str = include_str!("../../lua/lease.lua");
 
@@ -55,12 +55,6 @@ mod tests {
     /// script answers by name.
     #[test]
     fn the_script_and_the_reader_name_the_same_answers() {
-        let ours: Vec<(String, i64)> = Code::ALL
-            .iter()
-            .map(|(c, name)| (name.to_string(), *c))
-            .collect();
-        assert_eq!(lua_table(LUA, "LEASE"), ours);
-        let found = positional_returns("lease.lua", LUA);
-        assert!(found.is_empty(), "{found:#?}");
+        speaks_by_name("lease.lua", LUA, "LEASE", &Code::ALL);
     }
 }

@@ -17,6 +17,15 @@ pub(crate) fn lua_table(lua: &str, name: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Assert that `lua` (named `script`) and its reader's `codes` give each name of its
+/// table `table` the same number, and that the script answers by name.
+pub(crate) fn speaks_by_name(script: &str, lua: &str, table: &str, codes: &[(i64, &str)]) {
+    let ours: Vec<(String, i64)> = codes.iter().map(|(c, n)| (n.to_string(), *c)).collect();
+    assert_eq!(lua_table(lua, table), ours, "{script}");
+    let found = positional_returns(script, lua);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The lines of `lua` (named `script`) that return a literal array or number
 /// instead of naming what they answer (`return {1, ...}`, `return {'2', ...}`,
 /// `return 0`): empty when the script answers by name.

@@ -104,7 +104,7 @@ pub(crate) async fn remove(
 #[cfg(test)]
 mod tests {
     use super::Write;
-    use crate::redis::lua_tables::{lua_table, positional_returns};
+    use crate::redis::lua_tables::speaks_by_name;
 
     const LUA: &str = include_str!("../../lua/preferences.lua");
 
@@ -112,12 +112,6 @@ mod tests {
     /// script answers by name.
     #[test]
     fn the_script_and_the_reader_name_the_same_answers() {
-        let ours: Vec<(String, i64)> = Write::ALL
-            .iter()
-            .map(|(c, name)| (name.to_string(), *c))
-            .collect();
-        assert_eq!(lua_table(LUA, "WRITE"), ours);
-        let found = positional_returns("preferences.lua", LUA);
-        assert!(found.is_empty(), "{found:#?}");
+        speaks_by_name("preferences.lua", LUA, "WRITE", &Write::ALL);
     }
 }
