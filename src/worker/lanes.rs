@@ -36,7 +36,7 @@ impl Worker {
     ) -> Result<Step, ProcessError> {
         let ask = LaneAsk { lane, lanes };
         let backlog = || {
-            let lanes = self.store.lanes(&job.channel);
+            let lanes = self.store.pacing().lanes(&job.channel);
             lanes.is_some_and(ChannelLanes::holds_backlog)
         };
         if let Some(step) = lanes::before_slot(&self.topology, &job.channel, ask, from, backlog) {
@@ -48,6 +48,7 @@ impl Worker {
         };
         let slot = || {
             self.store
+                .pacing()
                 .pace_in_lane(&job.channel, rate, ask, tenant.clone())
         };
         let asked = Instant::now();
