@@ -14,6 +14,7 @@ use super::protocol::Verdict;
 use super::verdict::{self, Asked, QuietUntil};
 use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
+use crate::lanes::pacing::Pacer;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::limits::{Limit, Subject};
@@ -22,7 +23,6 @@ use crate::quota::window;
 use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
-use crate::lanes::pacing::Pacer;
 use crate::store::QuotaStore;
 
 /// A paced channel an admission takes the rate of: its name, its rate and its
@@ -268,7 +268,8 @@ impl QuotaStore {
                 Ok((admit.await?, Some(taken)))
             }
             (Some(r), _) if !pacing => {
-                let (verdict, rate) = tokio::join!(admit, self.pacing.take_rate_in(req.channel, r, lane));
+                let (verdict, rate) =
+                    tokio::join!(admit, self.pacing.take_rate_in(req.channel, r, lane));
                 let verdict = verdict?;
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
@@ -396,7 +397,10 @@ impl QuotaStore {
             // publish and a delivery to every job while it is slow.
             _ => {
                 let budget = parking.then_some(self.pacing.park_after());
-                let paced = self.pacing.pace_within(channel, r, pacer, lane, budget).await;
+                let paced = self
+                    .pacing
+                    .pace_within(channel, r, pacer, lane, budget)
+                    .await;
                 paced.map(|p| p.map(|(tat, _)| tat))
             }
         };

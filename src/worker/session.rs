@@ -121,7 +121,7 @@ impl Worker {
                 FieldTable::default(),
             )
             .await?;
-        let lanes = LaneConsumers::start(self.lane_prefetch(), &conn, tag).await?;
+        let lanes = LaneConsumers::start(self.jobs.lanes.prefetch(), &conn, tag).await?;
         // how long the session took to start, by part: after a broker's restart this
         // is drain lost (docs/guide/recovery.md)
         let broker = crate::config::redact_url(url);
@@ -153,7 +153,12 @@ impl Worker {
         // the digests' closer (docs/guide/digests.md): one per session, on its
         // publisher; one killed mid-close leaves its digest to the next after the
         // lease
-        let closer = tokio::spawn(self.closer().run(o.publisher.clone(), stop.clone()));
+        let closer = tokio::spawn(
+            self.jobs
+                .digests
+                .closer()
+                .run(o.publisher.clone(), stop.clone()),
+        );
         // the second consumer: feedback from the senders, on the session's
         // publisher's channel (its dead letters go through it); if it ends on its own,
         // it ends the session through `ended` (one token for the loop to wait on, not
@@ -171,7 +176,9 @@ impl Worker {
         });
         let (link, committer) = self.session_context(o.publisher, stop.clone());
         let (acks, batcher) = Acks::start(o.consume.clone());
-        let lanes = SessionLanes::of(o.lanes, |parts| self.tenant_watch(conn.clone(), parts));
+        let lanes = SessionLanes::of(o.lanes, |parts| {
+            self.jobs.lanes.tenant_watch(conn.clone(), parts)
+        });
         Live {
             conn,
             consume: o.consume,
@@ -344,7 +351,7 @@ impl Worker {
             span_id = tracing::field::Empty,
         );
         let started = Instant::now();
-        let process = Box::pin(self.process_from(&s, &delivery, lane.map(|(_, l)| l)));
+        let process = Box::pin(self.jobs.process_from(&s, &delivery, lane.map(|(_, l)| l)));
         let otel = crate::telemetry::enabled().then(|| {
             let queue = match lane {
                 None => self.settings.amqp.jobs_queue.clone(),
@@ -373,7 +380,7 @@ impl Worker {
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
         if let Some((index, _)) = lane {
-            self.lane_clocks.settled(index, started.elapsed());
+            self.jobs.lanes.clocks.settled(index, started.elapsed());
         }
         let settled = delivery.exchange.as_str().is_empty() && lane.is_some();
         span.in_scope(|| match result {
@@ -389,7 +396,7 @@ impl Worker {
             }
         });
         if settled {
-            self.lane_settled(&delivery);
+            self.jobs.lanes.settled(&delivery);
         }
         s.metrics.in_flight.decrement(1.0);
     }
