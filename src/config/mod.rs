@@ -63,6 +63,7 @@ pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};
 pub use report::redact_url;
+pub(crate) use restart::needs_restart;
 pub use telemetry::{TelemetrySettings, TraceParent, SAMPLERS};
 pub use tenants::TenantSettings;
 pub use text::Dur;
