@@ -9,7 +9,7 @@ use lapin::message::Delivery;
 use tracing::debug;
 
 use super::handling::{request, Decided, Handling, RouteAt};
-use super::process::Jobs;
+use super::process::JobPath;
 use crate::admission::{Admission, RateStep};
 use crate::decide::{self, Context, Decision};
 use crate::fallback;
@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::ProcessError;
 
-impl Jobs {
+impl JobPath {
     /// Decide the job of `h`, read from lane `from` (`None`: the jobs queue), at
     /// `at` on its route.
     pub(super) async fn decide<'j>(

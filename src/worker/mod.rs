@@ -11,7 +11,7 @@
 //! ([`cancels`]); readiness is kept in [`crate::health`].
 //!
 //! The worker holds rooms, not their fields. [`Worker`] is the connection's life
-//! (this file and `session.rs`); a job's path is [`process::Jobs`] (`process.rs`,
+//! (this file and `session.rs`); a job's path is [`process::JobPath`] (`process.rs`,
 //! `decision.rs`), which holds the worker's side of each room it calls through the
 //! room's `mod.rs`: [`lanes::LaneSide`] (the rate step, the park, the lane
 //! consumers' prefetch, [`crate::lanes`]), [`digest::DigestSide`] (the fold and the
@@ -53,7 +53,7 @@ use crate::lanes::Priority;
 use crate::metrics::SessionMetrics;
 use crate::store::QuotaStore;
 use commits::Commits;
-use process::{Jobs, Parts};
+use process::{JobPath, Parts};
 
 use crate::health::{self, Health};
 pub use error::ProcessError;
@@ -65,7 +65,7 @@ pub struct Worker {
     settings: Settings,
     store: Arc<QuotaStore>,
     /// A job's path through the rooms.
-    jobs: Jobs,
+    path: JobPath,
     /// The feedback consumer's state (a second consumer in each session).
     pub feedback: Arc<crate::feedback::Feedbacks>,
     topology: Topology,
@@ -107,7 +107,7 @@ impl Worker {
         };
         Worker {
             feedback: Arc::new(crate::feedback::Feedbacks::new(&settings, store.clone())),
-            jobs: Jobs::new(&settings, parts),
+            path: JobPath::new(&settings, parts),
             settings,
             store,
             topology,
@@ -131,7 +131,7 @@ impl Worker {
         health
             .redis
             .store(self.health.redis.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.jobs = self.jobs.sharing_health(&health);
+        self.path = self.path.sharing_health(&health);
         self.health = health;
         self
     }
@@ -143,7 +143,7 @@ impl Worker {
         s: &BrokerLink,
         delivery: &Delivery,
     ) -> Result<Outcome, ProcessError> {
-        self.jobs.process(s, delivery).await
+        self.path.process(s, delivery).await
     }
 
     /// [`Worker::process`] for a delivery read from the queue of lane `from` (`None`:
@@ -154,7 +154,7 @@ impl Worker {
         delivery: &Delivery,
         from: Option<Priority>,
     ) -> Result<Outcome, ProcessError> {
-        self.jobs.process_from(s, delivery, from).await
+        self.path.process_from(s, delivery, from).await
     }
 
     /// A session context on `publisher` (for driving [`Worker::process`] one job at a

@@ -4,7 +4,7 @@
 //! store's admission; its route over further channels); then carry out the
 //! [`Decision`] (publish, then commit or release; the dispatch is
 //! [`super::dispatch`]'s) and note it for `admin job`. The decision itself is pure
-//! ([`crate::decide`]); this is its executor, [`Jobs`], which holds the worker's
+//! ([`crate::decide`]); this is its executor, [`JobPath`], which holds the worker's
 //! sides of the rooms a job meets (lanes, digests, routes, outcomes), each a type
 //! of its own file.
 //!
@@ -46,7 +46,7 @@ use crate::store::QuotaStore;
 /// A job's path through the rooms, from its delivery to its confirmed outcome: what
 /// decides it ([`super::decision`]), and the worker's sides of the rooms it meets.
 #[derive(Debug)]
-pub(crate) struct Jobs {
+pub(crate) struct JobPath {
     pub(super) asks: Asks,
     /// The cancelled job ids and erased recipients, as last read from Redis.
     pub(super) cancels: Arc<Cancels>,
@@ -68,7 +68,7 @@ pub(crate) struct Jobs {
     pub(super) outcomes: Outcomes,
 }
 
-/// What [`Jobs`] is built from.
+/// What [`JobPath`] is built from.
 pub(crate) struct Parts {
     pub(crate) store: Arc<QuotaStore>,
     pub(crate) health: Arc<Health>,
@@ -76,9 +76,9 @@ pub(crate) struct Parts {
     pub(crate) topology: Topology,
 }
 
-impl Jobs {
+impl JobPath {
     /// The job's path for `settings`, on the store and readiness of `parts`.
-    pub(crate) fn new(settings: &Settings, parts: Parts) -> Jobs {
+    pub(crate) fn new(settings: &Settings, parts: Parts) -> JobPath {
         let Parts {
             store,
             health,
@@ -87,7 +87,7 @@ impl Jobs {
         } = parts;
         let asks = Asks { store, health };
         let default_tz = settings.worker.default_timezone;
-        Jobs {
+        JobPath {
             lanes: LaneSide::new(asks.clone(), &topology),
             digests: DigestSide::new(asks.clone(), cancels.clone(), settings),
             routes: Routes::new(asks.clone(), &topology),
@@ -103,7 +103,7 @@ impl Jobs {
     }
 
     /// The same, reporting Redis's readiness into `health`.
-    pub(crate) fn sharing_health(mut self, health: &Arc<Health>) -> Jobs {
+    pub(crate) fn sharing_health(mut self, health: &Arc<Health>) -> JobPath {
         for asks in [
             &mut self.asks,
             &mut self.lanes.asks,
@@ -131,7 +131,7 @@ impl Jobs {
         self.process_from(s, delivery, None).await
     }
 
-    /// [`Jobs::process`] for a delivery read from the queue of lane `from` (`None`:
+    /// [`JobPath::process`] for a delivery read from the queue of lane `from` (`None`:
     /// the jobs queue).
     pub async fn process_from(
         &self,

@@ -48,18 +48,28 @@ struct SessionLanes {
     acks: Option<(Acks, JoinHandle<()>)>,
 }
 
+/// The session's consumer of the jobs queue: its channel, and its tag.
+struct JobsConsumer {
+    channel: Channel,
+    consumer: Consumer,
+    tag: String,
+}
+
+/// The session's feedback consumer, and the token it cancels when it ends.
+struct FeedbackTask {
+    /// Cancelled when the feedback consumer ends (on its own: the session broke).
+    ended: CancellationToken,
+    handle: JoinHandle<Result<(), BrokerError>>,
+}
+
 /// A running session, from its loop to its close.
 struct Live {
     conn: Arc<Connection>,
-    consume: Channel,
-    consumer: Consumer,
-    tag: String,
+    jobs: JobsConsumer,
     tasks: TaskTracker,
     /// Cancelled to stop the session's jobs waiting for Redis, and its closer.
     stop: CancellationToken,
-    /// Cancelled when the feedback consumer ends (on its own: the session broke).
-    ended: CancellationToken,
-    feedback: JoinHandle<Result<(), BrokerError>>,
+    feedback: FeedbackTask,
     link: Arc<BrokerLink>,
     committer: JoinHandle<()>,
     acks: Acks,
@@ -121,7 +131,7 @@ impl Worker {
                 FieldTable::default(),
             )
             .await?;
-        let lanes = LaneConsumers::start(self.jobs.lanes.prefetch(), &conn, tag).await?;
+        let lanes = LaneConsumers::start(self.path.lanes.prefetch(), &conn, tag).await?;
         // how long the session took to start, by part: after a broker's restart this
         // is drain lost (docs/guide/recovery.md)
         let broker = crate::config::redact_url(url);
@@ -154,7 +164,7 @@ impl Worker {
         // publisher; one killed mid-close leaves its digest to the next after the
         // lease
         let closer = tokio::spawn(
-            self.jobs
+            self.path
                 .digests
                 .closer()
                 .run(o.publisher.clone(), stop.clone()),
@@ -177,17 +187,21 @@ impl Worker {
         let (link, committer) = self.session_context(o.publisher, stop.clone());
         let (acks, batcher) = Acks::start(o.consume.clone());
         let lanes = SessionLanes::of(o.lanes, |parts| {
-            self.jobs.lanes.tenant_watch(conn.clone(), parts)
+            self.path.lanes.tenant_watch(conn.clone(), parts)
         });
         Live {
             conn,
-            consume: o.consume,
-            consumer: o.consumer,
-            tag,
+            jobs: JobsConsumer {
+                channel: o.consume,
+                consumer: o.consumer,
+                tag,
+            },
             tasks: TaskTracker::new(),
             stop,
-            ended,
-            feedback,
+            feedback: FeedbackTask {
+                ended,
+                handle: feedback,
+            },
             link: Arc::new(link),
             committer,
             acks,
@@ -220,17 +234,17 @@ impl Worker {
             // (a block that begins while this waits lets at most the next delivery
             // in; the check above holds the one after)
             tokio::select! {
-                _ = live.ended.cancelled() => {
+                _ = live.feedback.ended.cancelled() => {
                     if shutdown.is_cancelled() {
                         return (Ok(()), false);
                     }
                     // the feedback consumer ended on its own: the session is broken
-                    return match (&mut live.feedback).await {
+                    return match (&mut live.feedback.handle).await {
                         Ok(Err(e)) => (Err(e), true),
                         _ => (Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)), true),
                     };
                 }
-                next = live.consumer.next() => match next {
+                next = live.jobs.consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         let (link, acks) = (live.link.clone(), live.acks.clone());
                         live.tasks.spawn(self.clone().handle(link, acks, delivery, None));
@@ -268,8 +282,9 @@ impl Worker {
         let grace = self.settings.worker.shutdown_grace.0;
         let deadline = tokio::time::Instant::now() + grace;
         let cancel = live
-            .consume
-            .basic_cancel(live.tag.as_str().into(), BasicCancelOptions::default());
+            .jobs
+            .channel
+            .basic_cancel(live.jobs.tag.as_str().into(), BasicCancelOptions::default());
         let _ = tokio::time::timeout_at(deadline, cancel).await;
         // no new lane consumer from here on
         live.lanes.tuner = None;
@@ -303,7 +318,7 @@ impl Worker {
     async fn close(&self, live: Live, close_by: tokio::time::Instant, feedback_ended: bool) {
         live.stop.cancel();
         if !feedback_ended
-            && tokio::time::timeout_at(close_by, live.feedback)
+            && tokio::time::timeout_at(close_by, live.feedback.handle)
                 .await
                 .is_err()
         {
@@ -324,7 +339,10 @@ impl Worker {
         // one round trip on the channel, so the broker has applied the last acks
         // before the channel closes (quorum queues can lose acks sent just before)
         let prefetch = self.settings.amqp.prefetch;
-        let qos = live.consume.basic_qos(prefetch, BasicQosOptions::default());
+        let qos = live
+            .jobs
+            .channel
+            .basic_qos(prefetch, BasicQosOptions::default());
         let _ = tokio::time::timeout_at(close_by, qos).await;
         let close = live.conn.close(200, "bye".into());
         if tokio::time::timeout_at(close_by, close).await.is_err() {
@@ -351,7 +369,7 @@ impl Worker {
             span_id = tracing::field::Empty,
         );
         let started = Instant::now();
-        let process = Box::pin(self.jobs.process_from(&s, &delivery, lane.map(|(_, l)| l)));
+        let process = Box::pin(self.path.process_from(&s, &delivery, lane.map(|(_, l)| l)));
         let otel = crate::telemetry::enabled().then(|| {
             let queue = match lane {
                 None => self.settings.amqp.jobs_queue.clone(),
@@ -380,7 +398,7 @@ impl Worker {
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
         if let Some((index, _)) = lane {
-            self.jobs.lanes.clocks.settled(index, started.elapsed());
+            self.path.lanes.clocks.settled(index, started.elapsed());
         }
         let settled = delivery.exchange.as_str().is_empty() && lane.is_some();
         span.in_scope(|| match result {
@@ -396,7 +414,7 @@ impl Worker {
             }
         });
         if settled {
-            self.jobs.lanes.settled(&delivery);
+            self.path.lanes.settled(&delivery);
         }
         s.metrics.in_flight.decrement(1.0);
     }
