@@ -79,8 +79,8 @@ impl Pacing {
         Pacing {
             conn: conn.clone(),
             keys: keys.clone(),
-            rate: scripts.rate.clone(),
-            refund: scripts.refund.clone(),
+            rate: scripts.channel.rate.clone(),
+            refund: scripts.channel.refund.clone(),
             calls: calls.clone(),
             pacers,
             rates,
@@ -241,7 +241,7 @@ fn pacers(
         .map(|c| {
             let asker = Asker {
                 conn: conn.clone(),
-                script: scripts.lanes.clone(),
+                script: scripts.channel.lanes.clone(),
                 keys: (keys.rate(c), keys.lanes(c)),
                 schedules: Priority::ALL.map(|p| {
                     let schedule = keys.fair_schedule(c, p.as_str());
@@ -274,9 +274,9 @@ fn rate_batchers(
         .map(|c| {
             let taker = Taker {
                 conn: conn.clone(),
-                script: scripts.rate.clone(),
+                script: scripts.channel.rate.clone(),
                 key: keys.rate(c),
-                lanes_script: scripts.lanes.clone(),
+                lanes_script: scripts.channel.lanes.clone(),
                 lanes_key: keys.lanes(c),
                 calls: calls.clone(),
                 channel: c.clone(),

@@ -158,7 +158,7 @@ impl QuotaStore {
             }
             crate::redis::refund::refund_take(
                 &self.conn,
-                &self.scripts.refund,
+                &self.scripts.channel.refund,
                 take.key.clone(),
                 (take.interval_us, take.cost),
                 take.tat_us,
