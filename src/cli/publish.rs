@@ -31,6 +31,8 @@ Jobs without an id get a UUIDv7: give ids in your lines if you may run the same 
 twice, so the worker recognises the copies as duplicates. A job with a `priority` \
 (a line's field or --priority) goes to the lanes exchange (lanes.exchange), routed \
 <channel>.<priority>: it waits in its lane, never in the jobs queue behind a campaign.")]
+// Its fields are the command's flags, one each, as clap reads them: it mirrors
+// the command line, so it has as many fields as `publish` has flags.
 pub struct PublishArgs {
     /// Recipient of a single job (an email, a phone number, a user id).
     #[arg(long, requires = "channel", conflicts_with_all = ["stdin", "strict"])]

@@ -85,6 +85,10 @@ pub const DEFAULT_HASH_KEY: &str = "quota-worker-default-key";
 pub(crate) const REDACTED: &str = "<redacted>";
 
 /// The whole configuration.
+///
+/// One field per section of the file (`[amqp]`, `[redis]`, …), each a type of
+/// its own file with its own validation: it mirrors the file's shape, so it has
+/// as many fields as the file has sections.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
