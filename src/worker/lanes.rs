@@ -18,11 +18,20 @@ use crate::admission::RateStep;
 use crate::amqp::{PublishError, Topology};
 use crate::job::decode::Job;
 use crate::job::Outcome;
+use crate::lanes::tenants::TenantLane;
 use crate::lanes::{
     self, ChannelLanes, LaneAsk, LaneClocks, LaneRate, Prefetch, Priority, Step, Tenant,
     TenantQueues, Watch,
 };
 use crate::quota::policy::Rate;
+
+/// A session's lanes' channel, as its tuner holds it: the channel, the tags of
+/// its consumers, and the tuner's tag.
+pub(crate) struct LanesChannel {
+    pub(crate) channel: lapin::Channel,
+    pub(crate) tags: Arc<std::sync::Mutex<Vec<String>>>,
+    pub(crate) tag: String,
+}
 
 /// The worker's side of lanes.
 #[derive(Debug)]
@@ -109,7 +118,11 @@ impl LaneSide {
             return Ok(parked.await?);
         };
         let queue = self.topology.tenant_queue(&job.channel, lane.0, tenant);
-        let of = (job.channel.as_ref(), lane.0, tenant);
+        let of = TenantLane {
+            channel: job.channel.as_ref(),
+            lane: lane.0,
+            tenant,
+        };
         let queues = &self.tenant_queues;
         for _ in 0..2 {
             if !queues.fresh(&queue) {
@@ -131,11 +144,8 @@ impl LaneSide {
     }
 
     /// A session's consumers of the tenants' queues, on its lanes' channel.
-    pub(crate) fn tenant_watch(
-        &self,
-        conn: Arc<lapin::Connection>,
-        (channel, tags, tag): (lapin::Channel, Arc<std::sync::Mutex<Vec<String>>>, String),
-    ) -> Watch {
+    pub(crate) fn tenant_watch(&self, conn: Arc<lapin::Connection>, on: LanesChannel) -> Watch {
+        let LanesChannel { channel, tags, tag } = on;
         Watch {
             store: self.asks.store.clone(),
             topology: self.topology.clone(),

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::{info, info_span, warn, Instrument};
 
+use super::lanes::LanesChannel;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
@@ -425,17 +426,18 @@ impl SessionLanes {
     /// through `new_streams`, as the lanes' prefetch follows what their channel's
     /// rate needs.
     /// The consumers of the tenants' queues (`watch`) run beside the tuner.
-    fn of(
-        lanes: Option<LaneConsumers>,
-        watch: impl FnOnce((Channel, Arc<Mutex<Vec<String>>>, String)) -> Watch,
-    ) -> SessionLanes {
+    fn of(lanes: Option<LaneConsumers>, watch: impl FnOnce(LanesChannel) -> Watch) -> SessionLanes {
         let (channel, mut deliveries, tags, tuner) = match lanes {
             Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
             None => Default::default(),
         };
         let (new_lanes, new_streams) = tokio::sync::mpsc::unbounded_channel();
         let tuner = tuner.map(|t| {
-            let watch = watch((t.channel.clone(), tags.clone(), t.tag.clone()));
+            let watch = watch(LanesChannel {
+                channel: t.channel.clone(),
+                tags: tags.clone(),
+                tag: t.tag.clone(),
+            });
             let watched = new_lanes.clone();
             AbortOnDropHandle::new(tokio::spawn(async move {
                 tokio::join!(t.run(new_lanes), watch.run(watched));
