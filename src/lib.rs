@@ -17,10 +17,13 @@
 //! order, each reached through a few names of its `mod.rs`:
 //!
 //! 1. **Consume.** [`worker::session`] consumes `notify.jobs` with a bounded
-//!    prefetch and runs one task per delivery; [`worker::process`] takes it from
-//!    there (one delivery to one confirmed outcome): `worker/decision.rs` asks, in
-//!    the order below, what settles it; `worker/process.rs` carries the decision
-//!    out and `worker/dispatch.rs` a dispatch.
+//!    prefetch and runs one task per delivery; the job's path
+//!    ([`worker::process`], `JobPath`) takes it from there (one delivery to one
+//!    confirmed outcome): `worker/decision.rs` asks, in the order below, what
+//!    settles it; `worker/process.rs` carries the decision out and the worker's
+//!    side of each room it meets, a type of its own file, does that room's part
+//!    (`worker/lanes.rs`, `worker/digest.rs`, `worker/routing.rs`, and
+//!    `worker/outcomes.rs` with `worker/dispatch.rs`).
 //! 2. **Decode** ([`job`]): [`job::decode()`] turns the body into a [`job::Job`],
 //!    or a `malformed` dead letter. Pure.
 //! 3. **Triage** ([`decide`]): what needs no admission settles first: a cancel mark
@@ -54,7 +57,8 @@
 //! 7. **Lanes** ([`lanes`]): a job its channel's rate would make wait is parked in
 //!    its lane instead (a queue per paced channel and priority, consumed as the
 //!    rate allows, urgent first, the shares decided for every worker by
-//!    `lua/lanes.lua`, [`redis::lanes`]).
+//!    `lua/lanes.lua`, [`redis::lanes`]); each channel's rate and lanes in this
+//!    worker are the room's [`lanes::pacing`], which the store holds whole.
 //! 8. **Fallback** ([`fallback`]): a job that names further channels moves on to
 //!    the next one when its channel refuses it for a cause its policy names, or
 //!    when the sender reports it failed or never answers (`worker/routing.rs`).
@@ -134,7 +138,7 @@
 //! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the admission's batched call ([`admission::batch`]) and the test that its script and protocol agree (`admission::protocol::tests`); the rooms' Redis sides the store holds ([`lanes::pacing`], each channel's rate and lanes, with [`lanes::slots`] and [`lanes::line`]; [`digest::store`], [`preferences::checks`]) | Redis |
 //! | quota store | [`store`]: the connection, the rate, commits, releases, the clock; the admission's call ([`admission::admit`]), its caps in layers ([`admission::layers`]), quiet hours settled ([`admission::quiet`]), its answer read ([`admission::verdict`]) and its own state ([`admission::state`]) | Redis |
 //! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`lanes::tenants`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
-//! | service | [`status`], [`worker`] (session, process, and its calls into the rooms), [`http`], [`console`], [`signals`], [`producer`] | all |
+//! | service | [`status`], [`worker`] (the session, the job's path, and the worker's side of each room), [`http`], [`console`], [`signals`], [`producer`] | all |
 //! | binary | `cli` (with `src/main.rs`: arguments, logging, what the commands print) | all |
 //!
 //! The binary (`src/main.rs`, `src/cli/`) sits on top and prints what the library
