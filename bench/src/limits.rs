@@ -63,8 +63,8 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
                 ..r
             };
             eprintln!(
-                "      round {} {:>24}: {:>8.0} admissions/s, Redis EVALSHA {:.1} µs/job, Redis CPU {:.1} µs/job, engine CPU {:.1} µs/job",
-                r.round, r.config, r.per_sec, r.evalsha_us, r.redis_cpu_us, r.engine_cpu_us
+                "      round {} {:>24}: {:>8.0} admissions/s, Redis EVALSHA {:.1} µs/job, Redis CPU {:.1} µs/job, engine CPU {:.1} µs/job, {:.1} jobs a call, {:.2} Redis commands a job",
+                r.round, r.config, r.per_sec, r.evalsha_us, r.redis_cpu_us, r.engine_cpu_us, r.jobs_per_call, r.commands_per_job
             );
             cost.rounds.push(r);
         }
@@ -112,9 +112,9 @@ async fn measure(
     let redis_cpu = crate::layers::cpu_us(&mut c)?;
     let own_cpu = crate::sample::cpu_secs(std::process::id()).unwrap_or(0.0);
     let started = Instant::now();
-    let (shared, tag) = (engine.clone(), Arc::<str>::from(tag));
+    let (shared, tag2) = (engine.clone(), Arc::<str>::from(tag));
     on_many_tasks(n, move |i| {
-        let (engine, tag) = (shared.clone(), tag.clone());
+        let (engine, tag) = (shared.clone(), tag2.clone());
         async move {
             let (id, who, sender) = (
                 format!("{tag}{i}"),
@@ -134,12 +134,38 @@ async fn measure(
     let own_cpu = crate::sample::cpu_secs(std::process::id()).unwrap_or(0.0) - own_cpu;
     let redis_cpu = crate::layers::cpu_us(&mut c)? - redis_cpu;
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut c)?;
-    let usec = stats
+    if std::env::var_os("LP_DUMP").is_some() {
+        eprintln!("{tag}\n{stats}");
+    }
+    let evalsha = stats
         .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec=")))
-        .and_then(|v| v.parse::<f64>().ok())
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
         .context("no cmdstat_evalsha in INFO commandstats")?;
+    let field = |name: &str| {
+        evalsha
+            .split(',')
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (usec, calls) = (field("usec="), field("calls="));
+    // every command but this step's own (INFO, CONFIG) and the scripts' loading
+    let commands: f64 = stats
+        .lines()
+        .filter(|l| {
+            !["cmdstat_info:", "cmdstat_config|", "cmdstat_script|"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| {
+            l.split(':')
+                .nth(1)?
+                .split(',')
+                .next()?
+                .strip_prefix("calls=")
+        })
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
     // a moment between runs: the next one starts from an idle Redis
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(LimitsRound {
@@ -149,5 +175,7 @@ async fn measure(
         evalsha_us: usec / n as f64,
         redis_cpu_us: redis_cpu / n as f64,
         engine_cpu_us: own_cpu * 1e6 / n as f64,
+        jobs_per_call: n as f64 / calls.max(1.0),
+        commands_per_job: commands / n as f64,
     })
 }

@@ -287,6 +287,10 @@ pub struct LimitsRound {
     pub redis_cpu_us: f64,
     /// The benchmark's own CPU per job (the engine's side; µs).
     pub engine_cpu_us: f64,
+    /// Jobs per `EVALSHA` (the batches' mean size).
+    pub jobs_per_call: f64,
+    /// Redis commands per job (every command Redis counted).
+    pub commands_per_job: f64,
 }
 
 impl LimitsCost {
@@ -309,6 +313,8 @@ impl LimitsCost {
             evalsha_us: median(|r| r.evalsha_us),
             redis_cpu_us: median(|r| r.redis_cpu_us),
             engine_cpu_us: median(|r| r.engine_cpu_us),
+            jobs_per_call: median(|r| r.jobs_per_call),
+            commands_per_job: median(|r| r.commands_per_job),
         }
     }
 }

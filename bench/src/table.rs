@@ -68,8 +68,8 @@ fn print_engine_limits(r: &Report) {
         "\nengine with limits, {} admissions per configuration and round:",
         l.jobs_per_round
     );
-    println!("| round | configuration | admissions/s | Redis EVALSHA µs/job | Redis CPU µs/job | engine CPU µs/job |");
-    println!("|---|---|---|---|---|---|");
+    println!("| round | configuration | admissions/s | Redis EVALSHA µs/job | Redis CPU µs/job | engine CPU µs/job | jobs/call | Redis commands/job |");
+    println!("|---|---|---|---|---|---|---|---|");
     let none = l.medians.first().map(|m| m.per_sec).unwrap_or(0.0);
     for x in l.rounds.iter().chain(&l.medians) {
         let round = match x.round {
@@ -77,8 +77,14 @@ fn print_engine_limits(r: &Report) {
             n => n.to_string(),
         };
         println!(
-            "| {round} | {} | {:.0} | {:.1} | {:.1} | {:.1} |",
-            x.config, x.per_sec, x.evalsha_us, x.redis_cpu_us, x.engine_cpu_us
+            "| {round} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            x.config,
+            x.per_sec,
+            x.evalsha_us,
+            x.redis_cpu_us,
+            x.engine_cpu_us,
+            x.jobs_per_call,
+            x.commands_per_job
         );
     }
 }
