@@ -37,13 +37,11 @@ pub struct Sent {
 /// The µs an interval between two records may be longer than the records say.
 pub const RECORD_SLACK_US: i64 = 999;
 
-/// A window over a limit's rate: the first and last admission of one bucket
-/// and the units sent from one to the other, against the units allowed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Window {
-    pub limit: String,
-    /// The bucket (`""` for a limit counted for all, else the tenant or sender).
-    pub bucket: String,
+/// The admissions of one bucket from one to another: when the first and the
+/// last were, the units sent from one to the other (both included), and the
+/// units allowed over that interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fill {
     pub from_ms: i64,
     pub to_ms: i64,
     pub units: u64,
@@ -51,16 +49,33 @@ pub struct Window {
     pub allowed: f64,
 }
 
+impl Fill {
+    /// The units over what is allowed (negative: under it).
+    pub fn over(&self) -> f64 {
+        self.units as f64 - self.allowed
+    }
+}
+
+/// A limit's bucket and its fullest [`Fill`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub limit: String,
+    /// The bucket (`""` for a limit counted for all, else the tenant or sender).
+    pub bucket: String,
+    pub fill: Fill,
+}
+
 impl std::fmt::Display for Window {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.fill;
         write!(
             f,
             "limit `{}` bucket {:?}: {} units in {} ms, {:.3} allowed",
             self.limit,
             self.bucket,
-            self.units,
-            self.to_ms - self.from_ms,
-            self.allowed
+            w.units,
+            w.to_ms - w.from_ms,
+            w.allowed
         )
     }
 }
@@ -114,19 +129,23 @@ pub fn buckets<'a>(
 /// The fullest window of one bucket's admissions `times` (sorted, with costs)
 /// under `l`: the one whose units exceed what it allows by the most (or come
 /// closest to it). `None` for no admission.
-pub fn fullest(l: &LimitSettings, times: &[(i64, u64)]) -> Option<(i64, i64, u64, f64)> {
+pub fn fullest(l: &LimitSettings, times: &[(i64, u64)]) -> Option<Fill> {
     let period_us = l.period.map_or(1_000_000, |p| p.0.as_micros() as i64) as f64;
     let (rate, burst) = (l.rate as f64, l.burst.unwrap_or(1) as f64);
-    let mut best: Option<(i64, i64, u64, f64)> = None;
-    for i in 0..times.len() {
+    let mut best: Option<Fill> = None;
+    for (i, &(from_ms, _)) in times.iter().enumerate() {
         let mut units = 0u64;
-        for &(to, cost) in &times[i..] {
+        for &(to_ms, cost) in &times[i..] {
             units += cost;
-            let span_us = (to - times[i].0) * 1000 + RECORD_SLACK_US + units as i64;
-            let allowed = burst + rate * span_us as f64 / period_us;
-            let excess = units as f64 - allowed;
-            if best.is_none_or(|b| excess > b.2 as f64 - b.3) {
-                best = Some((times[i].0, to, units, allowed));
+            let span_us = (to_ms - from_ms) * 1000 + RECORD_SLACK_US + units as i64;
+            let fill = Fill {
+                from_ms,
+                to_ms,
+                units,
+                allowed: burst + rate * span_us as f64 / period_us,
+            };
+            if best.is_none_or(|b| fill.over() > b.over()) {
+                best = Some(fill);
             }
         }
     }
@@ -135,20 +154,17 @@ pub fn fullest(l: &LimitSettings, times: &[(i64, u64)]) -> Option<(i64, i64, u64
 
 /// The fullest window of every bucket of every limit over `sent`.
 pub fn fullest_windows(limits: &BTreeMap<String, LimitSettings>, sent: &[Sent]) -> Vec<Window> {
-    let mut out = Vec::new();
-    for ((name, bucket), times) in buckets(limits, sent) {
-        if let Some((from_ms, to_ms, units, allowed)) = fullest(&limits[name], &times) {
-            out.push(Window {
+    buckets(limits, sent)
+        .into_iter()
+        .filter_map(|((name, bucket), times)| {
+            let fill = fullest(&limits[name], &times)?;
+            Some(Window {
                 limit: name.to_string(),
                 bucket,
-                from_ms,
-                to_ms,
-                units,
-                allowed,
-            });
-        }
-    }
-    out
+                fill,
+            })
+        })
+        .collect()
 }
 
 /// The windows of [`fullest_windows`] that hold more than their limit allows:
@@ -156,7 +172,7 @@ pub fn fullest_windows(limits: &BTreeMap<String, LimitSettings>, sent: &[Sent]) 
 pub fn exceeded(limits: &BTreeMap<String, LimitSettings>, sent: &[Sent]) -> Vec<Window> {
     fullest_windows(limits, sent)
         .into_iter()
-        .filter(|w| w.units as f64 > w.allowed + 1e-9)
+        .filter(|w| w.fill.over() > 1e-9)
         .collect()
 }
 

@@ -90,10 +90,7 @@ async fn failover(wait: bool) -> serde_json::Value {
     let forgotten_units: u64 = judged.unrecorded.iter().map(|id| by_id[id].cost).sum();
     let estimate = with_forgotten(&a, &judged.sent, &judged.unrecorded, &by_id);
     let estimated = limit_log::exceeded(&s.limits, &estimate);
-    let most_over = estimated
-        .iter()
-        .map(|w| w.units as f64 - w.allowed)
-        .fold(0.0, f64::max);
+    let most_over = estimated.iter().map(|w| w.fill.over()).fold(0.0, f64::max);
     let figures = json!({
         "wait_replicas": s.redis.wait_replicas,
         "jobs": n,

@@ -343,16 +343,16 @@ async fn check_windows(s: &Settings, a: &Audit, by_id: &BTreeMap<&str, &Job>, pa
 fn the_window_check_finds_an_admission_two_ms_early() {
     let l = limit(2, 1_000, 1, Per::All, None);
     let at: Vec<(i64, u64)> = (0..5).map(|i| (i * 500, 1)).collect();
-    let (_, _, units, allowed) = limit_log::fullest(&l, &at).unwrap();
-    assert!(units as f64 <= allowed, "{units} {allowed}");
+    let fill = limit_log::fullest(&l, &at).unwrap();
+    assert!(fill.over() <= 0.0, "{fill:?}");
     let mut early = at.clone();
     early[3].0 -= 2;
-    let (_, _, units, allowed) = limit_log::fullest(&l, &early).unwrap();
-    assert!(units as f64 > allowed, "{units} {allowed}");
+    let fill = limit_log::fullest(&l, &early).unwrap();
+    assert!(fill.over() > 0.0, "{fill:?}");
     // a cost of 3 at once from a burst of 3, then one a second
     let l = limit(1, 1_000, 3, Per::Sender, None);
     let ok = [(0, 3), (1_000, 1), (2_000, 1)];
-    assert!(limit_log::fullest(&l, &ok).is_some_and(|w| w.2 as f64 <= w.3));
+    assert!(limit_log::fullest(&l, &ok).is_some_and(|w| w.over() <= 0.0));
     let bad = [(0, 3), (990, 1)];
-    assert!(limit_log::fullest(&l, &bad).is_some_and(|w| w.2 as f64 > w.3));
+    assert!(limit_log::fullest(&l, &bad).is_some_and(|w| w.over() > 0.0));
 }
