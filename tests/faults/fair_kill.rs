@@ -6,6 +6,11 @@
 //! it is killed twice while they wait, restarted at once each time. Afterwards
 //! every job is found dispatched (a duplicate only in the window a kill explains:
 //! a dispatch confirmed, its delivery not yet acked), none lost, none dead.
+//!
+//! Both scenarios also hold the channel's rate across the fault: a tap on the
+//! dispatches (`harness::pace`) notes when each arrives, and no interval of them
+//! holds more than the burst plus the rate times its length, give or take how much
+//! the tap's own delay varied ([`rate_held`]).
 
 use std::time::Duration;
 
@@ -51,6 +56,29 @@ fn jobs(ns: &str) -> Vec<Published> {
     out
 }
 
+/// The rate held, from the tap: the dispatches' excess over the rate (see
+/// `harness::pace`) against the burst plus the rate times the spread of the
+/// probes' delays (an arrival can lag its dispatch by anything between the
+/// shortest and the longest delay, so a span of arrivals may hold the dispatches
+/// of a span that much longer), plus the copies the tap found held when it
+/// reconnected (their times are the reconnection's). Returns (excess, tolerance)
+/// and whether it holds.
+fn rate_held(tapped: &Tapped, s: &Settings) -> (f64, f64, bool) {
+    let burst = s.channels["sms"].burst.unwrap_or(1) as f64;
+    let (excess, (from, to)) = excess(&tapped.arrivals, RATE as f64);
+    let tolerance = burst + RATE as f64 * tapped.spread() + tapped.held_on_reconnect as f64;
+    eprintln!(
+        "rate: {} dispatches tapped, excess {excess:.1} over {from:.3}–{to:.3} s; tolerance {tolerance:.1} \
+         (burst {burst}, probe delay spread {:.3} s over {} probes, {} held on reconnect, {} connections)",
+        tapped.arrivals.len(),
+        tapped.spread(),
+        tapped.lags.len(),
+        tapped.held_on_reconnect,
+        tapped.connections
+    );
+    (excess, tolerance, excess <= tolerance)
+}
+
 async fn delete_tenant_queues(s: &Settings) {
     let conn = amqp().await;
     let t = topology(s);
@@ -74,6 +102,7 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
     declare(&s).await;
     let jobs = jobs(&ns);
     let conn = amqp().await;
+    let tap = Tap::start(&s.amqp.url, &s, "sms").await;
     let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
         .await
@@ -99,6 +128,8 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
     let n = jobs.len();
     let settled = wait_until_quiet(&conn, &s, n, 0, Duration::from_secs(120)).await;
     let status = w.stop();
+    let tapped = tap.finish().await;
+    let (excess, tolerance, held) = rate_held(&tapped, &s);
     let a = Audit::collect(&conn, &s, &jobs).await;
     delete_tenant_queues(&s).await;
     eprintln!("{}", a.summary(&jobs));
@@ -115,6 +146,8 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
         "duplicates_unexplained": unexplained.len(),
         "dispatched": a.dispatched.len(),
         "dead": a.dead.len(),
+        "rate_excess": excess,
+        "rate_tolerance": tolerance,
     });
     conclude(&dir, figures, settled, &a.lost(&jobs), &a.summary(&jobs));
     assert!(
@@ -126,6 +159,10 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
     assert!(
         unexplained.is_empty(),
         "duplicates no kill explains: {unexplained:?}"
+    );
+    assert!(
+        held,
+        "the rate not held: excess {excess:.1} > {tolerance:.1}"
     );
 }
 
@@ -151,6 +188,7 @@ async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
     let mut conn = connect_node(&node.url()).await;
     topology(&s).declare(&conn).await.expect("topology");
     let jobs = jobs(&ns);
+    let tap = Tap::start(&node.url(), &s, "sms").await;
     let mut w = WorkerProc::spawn(crate::BIN, &s, &dir, "0");
     wait_consumers(&conn, &s.amqp.jobs_queue, 1, Duration::from_secs(30))
         .await
@@ -176,6 +214,8 @@ async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
     let n = jobs.len();
     let settled = wait_until_quiet(&conn, &s, n, 0, Duration::from_secs(120)).await;
     let status = w.stop();
+    let tapped = tap.finish().await;
+    let (excess, tolerance, held) = rate_held(&tapped, &s);
     let a = Audit::collect(&conn, &s, &jobs).await;
     eprintln!("{}", a.summary(&jobs));
     let figures = json!({
@@ -189,6 +229,8 @@ async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
         "dispatched": a.dispatched.len(),
         "dead": a.dead.len(),
         "recovery_seconds": back.as_secs_f64(),
+        "rate_excess": excess,
+        "rate_tolerance": tolerance,
     });
     conclude(&dir, figures, settled, &a.lost(&jobs), &a.summary(&jobs));
     assert!(
@@ -201,4 +243,8 @@ async fn broker_restart_while_tenants_wait_in_their_queues_loses_nothing() {
     );
     assert!(a.dead.is_empty(), "dead letters: {:?}", a.dead);
     assert_eq!(a.dispatched.len(), n, "jobs dispatched");
+    assert!(
+        held,
+        "the rate not held: excess {excess:.1} > {tolerance:.1}"
+    );
 }
