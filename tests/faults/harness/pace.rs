@@ -5,13 +5,15 @@
 //! broker restart. Beside them it publishes a probe to the tap every 50 ms, stamped
 //! with its send time: what a probe took to arrive is the delay between a
 //! publish and its arrival here, and how much that delay varies ([`Tapped::spread`])
-//! is how far the arrival times can bunch dispatches that the worker spaced.
+//! is how far the arrival times can bunch dispatches that the worker spaced. How
+//! late the probes' ticks fire ([`Tapped::late`]) is how long a process here may
+//! wait to be run: the worker's timer for a slot, too.
 //!
 //! [`excess`]: the most dispatches of any interval beyond what the rate allows in
 //! it, `max over i ≤ j of (j − i + 1) − rate · (t_j − t_i)`. A GCRA of rate `r`
 //! and burst `b` lets at most `b + r·T` jobs through in any interval of length `T`,
-//! so the excess of the dispatch times is at most `b`; of arrival times that lag
-//! the dispatches by between `d_min` and `d_max`, at most `b + r·(d_max − d_min)`.
+//! so the excess of the slots' times is at most `b`; of arrival times that lag
+//! the slots by between `d_min` and `d_max`, at most `b + r·(d_max − d_min)`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,8 +36,9 @@ const PROBE: &str = "pace-probe";
 /// What the tap saw.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Tapped {
-    /// When each dispatch's copy arrived (seconds since the tap started), in order.
-    pub arrivals: Vec<f64>,
+    /// When each dispatch's copy arrived (seconds since the tap started), and its
+    /// job's id, in order.
+    pub arrivals: Vec<(f64, String)>,
     /// What each probe took from its publish to its arrival, seconds.
     pub lags: Vec<f64>,
     /// Copies found waiting in the tap when it reconnected (their arrival times are
@@ -43,9 +46,34 @@ pub(crate) struct Tapped {
     pub held_on_reconnect: u32,
     /// Times the tap connected.
     pub connections: u32,
+    /// The most a probe's tick fired after its time, seconds: how long a process
+    /// on this machine can wait to be run (the worker's timers wait as long).
+    pub late: f64,
 }
 
 impl Tapped {
+    /// The arrival of each job's first copy, in order (a second copy is a duplicate
+    /// the fault explains, counted by the audit; its job took its slot at its first).
+    pub fn firsts(&self) -> Vec<f64> {
+        let mut seen = std::collections::HashSet::new();
+        self.arrivals
+            .iter()
+            .filter(|(_, id)| seen.insert(id.as_str()))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// How many arrivals were second copies.
+    pub fn repeats(&self) -> usize {
+        self.arrivals.len() - self.firsts().len()
+    }
+
+    /// How far an arrival's time here can be from its dispatch's slot: how much the
+    /// probes' delay varied, plus the most a tick fired late, seconds.
+    pub fn jitter(&self) -> f64 {
+        self.spread() + self.late
+    }
+
     /// How much the probes' delay varied: the longest less the shortest, seconds.
     pub fn spread(&self) -> f64 {
         let max = self.lags.iter().cloned().fold(0.0, f64::max);
@@ -65,6 +93,7 @@ pub(crate) struct Tap {
     seen: Arc<Mutex<Tapped>>,
     url: String,
     queue: String,
+    started: Instant,
 }
 
 impl Tap {
@@ -93,7 +122,18 @@ impl Tap {
             seen,
             url: url.to_string(),
             queue,
+            started,
         }
+    }
+
+    /// Now, on the tap's clock (seconds since it started).
+    pub(crate) fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// What it has seen so far.
+    pub(crate) fn so_far(&self) -> Tapped {
+        self.seen.lock().unwrap().clone()
     }
 
     /// Stops tapping and deletes the tap: what it saw.
@@ -198,18 +238,17 @@ async fn session(
     if let Some(r) = ready.take() {
         let _ = r.send(());
     }
-    let probe = conn.create_channel().await?;
-    let mut tick = tokio::time::interval(PROBE_EVERY);
+    // the probes from a task of their own, so that a publish held up never holds up
+    // the noting of arrivals
+    let probing = tokio::spawn(probe(
+        (conn.create_channel().await?, queue.to_string()),
+        (seen.clone(), started),
+        stop.child_token(),
+    ));
+    let _probing = AbortOnDrop(probing);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            _ = tick.tick() => {
-                let sent = started.elapsed().as_secs_f64().to_string();
-                let props = BasicProperties::default().with_message_id(PROBE.into());
-                probe
-                    .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), sent.as_bytes(), props)
-                    .await?;
-            }
             d = consumer.next() => {
                 let d = match d {
                     Some(d) => d?,
@@ -221,9 +260,56 @@ async fn session(
                     let sent: f64 = std::str::from_utf8(&d.data).ok().and_then(|t| t.parse().ok()).unwrap_or(at);
                     s.lags.push(at - sent);
                 } else {
-                    s.arrivals.push(at);
+                    let id = d.properties.message_id().as_ref().map(|m| m.to_string());
+                    s.arrivals.push((at, id.unwrap_or_default()));
                 }
             }
+        }
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A probe to the tap every [`PROBE_EVERY`], its send time as its body, until
+/// stopped or the channel fails.
+async fn probe(
+    (ch, queue): (lapin::Channel, String),
+    (seen, started): (Arc<Mutex<Tapped>>, Instant),
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let due = tokio::select! {
+            _ = stop.cancelled() => return,
+            due = tick.tick() => due,
+        };
+        let late = due.elapsed().as_secs_f64();
+        {
+            let mut s = seen.lock().unwrap();
+            s.late = s.late.max(late);
+        }
+        let sent = started.elapsed().as_secs_f64().to_string();
+        let props = BasicProperties::default().with_message_id(PROBE.into());
+        let options = BasicPublishOptions::default();
+        let published = ch
+            .basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                options,
+                sent.as_bytes(),
+                props,
+            )
+            .await;
+        if published.is_err() {
+            return;
         }
     }
 }
@@ -237,7 +323,8 @@ pub(crate) fn excess(times: &[f64], rate: f64) -> (f64, (f64, f64)) {
     let mut low: Option<(f64, f64)> = None;
     for (j, &t) in times.iter().enumerate() {
         let here = j as f64 - rate * t;
-        if low.is_none_or(|(v, _)| here < v) {
+        // (the latest of equals: the shortest interval of the most)
+        if low.is_none_or(|(v, _)| here <= v) {
             low = Some((here, t));
         }
         let (v, from) = low.unwrap();
@@ -251,15 +338,16 @@ pub(crate) fn excess(times: &[f64], rate: f64) -> (f64, (f64, f64)) {
 
 #[test]
 fn the_excess_is_what_an_interval_holds_beyond_the_rate() {
-    // 10/s, evenly: never more than one beyond
-    let even: Vec<f64> = (0..50).map(|i| i as f64 * 0.1).collect();
-    assert!((excess(&even, 10.0).0 - 1.0).abs() < 1e-9);
-    // five at once in the middle: five in an instant
+    // 8/s, evenly (times exact in binary): one in any interval beyond the rate
+    let even: Vec<f64> = (0..48).map(|i| i as f64 * 0.125).collect();
+    assert_eq!(excess(&even, 8.0).0, 1.0);
+    // four more at 3 s: five in an instant
     let mut bunched = even.clone();
-    bunched.extend([2.5; 4]);
+    bunched.extend([3.0; 4]);
     bunched.sort_by(f64::total_cmp);
-    let (e, (from, to)) = excess(&bunched, 10.0);
-    assert!((e - 5.0).abs() < 1e-9, "{e}");
-    assert_eq!((from, to), (2.5, 2.5));
-    assert_eq!(excess(&[], 10.0).0, 0.0);
+    assert_eq!(excess(&bunched, 8.0), (5.0, (3.0, 3.0)));
+    // twice the rate for a second: 8 beyond it
+    let fast: Vec<f64> = (0..16).map(|i| i as f64 * 0.0625).collect();
+    assert_eq!(excess(&fast, 8.0).0, 16.0 - 8.0 * 0.9375);
+    assert_eq!(excess(&[], 8.0).0, 0.0);
 }
