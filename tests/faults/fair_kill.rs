@@ -170,6 +170,7 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
         "jobs": n,
         "rate_per_second": RATE,
         "faults": kill_depths.len(),
+        "duplicates": a.duplicate_dispatches(),
         "duplicates_explained": explained,
         "duplicates_unexplained": unexplained.len(),
         "dispatched": a.dispatched.len(),
