@@ -13,8 +13,8 @@
 //! tenant queues; each worker's RSS (`/proc/<pid>/status`). Then the drain (the
 //! dispatch queue's depth every 200 ms): jobs a second over the middle 80 %. Then
 //! the quiet (at most `--tenants-quiet-secs`, 0 to skip): how long after the last
-//! dispatch the tenant queues and the set's entries are gone, and the keys left
-//! under the namespace with their time to live.
+//! dispatch the tenant queues and the set's entries are gone, and the fair shares'
+//! keys left with their time to live (and how many other keys: the recipients').
 //!
 //! With `--tenants-count 1` and a rate above what the worker drains, this is the
 //! one-tenant drain that an A/B of two worker binaries (`--worker`) compares.
@@ -77,17 +77,18 @@ pub struct ManyTenantsRun {
     /// was empty (`None`: not within the quiet's limit, or skipped).
     pub queues_gone_secs: Option<f64>,
     pub registry_gone_secs: Option<f64>,
-    /// What was left at the end of the quiet: tenant queues, and keys under the
-    /// namespace (name, type, entries, seconds to live; -1 none).
+    /// What was left at the end of the quiet: tenant queues, the fair shares' keys
+    /// (name, type, entries, seconds to live; -1 none), and how many other keys
+    /// (the recipients' sends, kept for their policy's window).
     pub queues_left: usize,
     pub keys_left: Vec<(String, String, u64, i64)>,
+    pub other_keys_left: u64,
 }
 
 /// Runs the many-tenants passes into `out`.
 pub async fn step(b: &Bench, out: &mut Vec<ManyTenantsRun>) -> Result<()> {
     for &workers in &b.args.tenants_workers {
         let run = pass(b, workers).await?;
-        eprintln!("      {run:?}");
         out.push(run);
     }
     Ok(())
@@ -263,10 +264,14 @@ async fn quiet(b: &Bench, s: &Settings, run: &mut ManyTenantsRun, prefix: &str) 
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     run.queues_left = tenant_queues(prefix)?.len();
-    run.keys_left = keys_left(&s.redis.url, &s.redis.key_prefix)?;
+    run.keys_left = keys_left(&s.redis.url, &format!("{}:fair:", s.redis.key_prefix))?;
+    let all: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", s.redis.key_prefix))
+        .query(&mut redis_conn(&s.redis.url)?)?;
+    run.other_keys_left = (all.len() - run.keys_left.len()) as u64;
     eprintln!(
-        "      quiet: tenant queues gone after {:?} s, entries after {:?} s; left: {} queues, keys {:?}",
-        run.queues_gone_secs, run.registry_gone_secs, run.queues_left, run.keys_left
+        "      quiet: tenant queues gone after {:?} s, entries after {:?} s; left: {} queues, fair keys {:?}, {} other keys",
+        run.queues_gone_secs, run.registry_gone_secs, run.queues_left, run.keys_left, run.other_keys_left
     );
     Ok(())
 }
