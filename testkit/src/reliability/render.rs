@@ -20,6 +20,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "RabbitMQ restarted under the worker (a private node)",
     ),
     (
+        "fair_kill",
+        "`kill -9` of the worker while three tenants' jobs wait in their queues of a lane (fair shares), restarted each time",
+    ),
+    (
+        "fair_broker_restart",
+        "RabbitMQ restarted while three tenants' jobs wait in their queues of a lane (a private node)",
+    ),
+    (
         "broker_hang",
         "RabbitMQ hanging (SIGSTOP of the node), then SIGTERM while it hangs",
     ),
