@@ -14,6 +14,11 @@
 //!   then the engine's own admissions with many in flight, on the same Redis; then
 //!   ([`layers`]) Redis's time and CPU per job with one layer (the policy) and with
 //!   three (two caps over it), on a private `redis-server`.
+//! - **engine-limits** ([`limits`], only when asked for): the engine's admissions
+//!   with three limits that match every job (all, per tenant, per sender), with
+//!   the same three matching nothing, and with none, alternated over `--rounds`
+//!   rounds (default 8) on a private `redis-server`: every round's admissions per
+//!   second, Redis's time and CPU per job and the engine's CPU per job.
 //! - **rate** ([`rate`]): one channel's rate key, one call per decision against the
 //!   engine's batched takes.
 //! - **a**, **b**, **c** ([`mixes`]): (a) all allowed, (b) Zipf-skewed recipients
@@ -41,9 +46,10 @@
 //!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
 //!   bulk jobs to the jobs exchange: how fast they are published and parked.
 //! - **campaign** ([`campaign`], only when asked for): bulk jobs (`--jobs`, default
-//!   100,000) of a channel paced at `--campaign-rate` (100/s) published to the jobs
+//!   100,000) of a channel paced at `--campaign-rate` (100/s), of
+//!   `--campaign-tenants` tenants round-robin (default none), published to the jobs
 //!   exchange by a producer that knows no lanes, at a quarter of the ceiling, with
-//!   an urgent job every 0.3 s until they are parked: the urgent jobs'
+//!   an urgent job every 0.3 s until 10 s after they are parked: the urgent jobs'
 //!   publish-to-dispatch times and the parking rate; then the same jobs as a
 //!   backlog: how fast the workers park them, against the ceiling. One worker and
 //!   three, `--rounds` rounds, each with its own ceiling.
@@ -92,6 +98,7 @@ mod jobs;
 mod lanes;
 mod latency;
 mod layers;
+mod limits;
 mod memory;
 mod metrics;
 mod mixes;

@@ -156,7 +156,7 @@ impl Worker {
         let status = self.status.clone();
         let watch = crate::status::watch_queues(
             status,
-            conn.clone(),
+            (conn.clone(), self.store.clone()),
             self.topology.clone(),
             shutdown.child_token(),
         );
