@@ -15,6 +15,7 @@ use super::verdict::{self, Asked, QuietUntil};
 use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
 use crate::lanes::pacing::Pacer;
+use crate::lanes::share::LaneAsk;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::limits::{Limit, Subject};
@@ -35,36 +36,26 @@ struct PacedChannel<'a> {
     tenant: Option<&'a str>,
 }
 
-impl QuotaStore {
-    pub(super) fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
-        let channel = (policy.scope == Scope::Channel).then_some(req.channel);
-        keys.recipient(req.recipient, &policy.name, channel)
-    }
+/// One admission asked of the quota store: it borrows the store whole, since the
+/// call reaches its connection, key names, the channel's pacing, the admission's
+/// state and the preferences' checks, and gives a reservation back through it.
+/// Its methods are this file's (the call) and `quiet.rs`'s (quiet hours settled).
+pub(crate) struct Admit<'a> {
+    pub(crate) store: &'a QuotaStore,
+}
 
-    /// Decide one job: check its recipient's caps and its channel's rate.
-    ///
-    /// When the channel's rate refuses, this waits (pacing) until it allows; a
-    /// recipient refusal returns at once with the exact retry time.
-    pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, StoreError> {
-        let rules = self.rules();
-        self.admit_under(req, &rules).await
-    }
+/// The key of `req`'s recipient under `policy` (of its channel alone when the
+/// policy counts per channel).
+fn recipient_key(keys: &Keys, req: &Request<'_>, policy: &Policy) -> String {
+    let channel = (policy.scope == Scope::Channel).then_some(req.channel);
+    keys.recipient(req.recipient, &policy.name, channel)
+}
 
-    /// [`QuotaStore::admit`] under `rules` (the caller's snapshot of the rules in force,
-    /// so that one decision never mixes the rules before and after a reload).
-    pub(crate) async fn admit_under(
-        &self,
-        req: &Request<'_>,
-        rules: &Rules,
-    ) -> Result<Admission, StoreError> {
-        let admission = self.admit_with(req, rules, RateStep::Wait(None)).await?;
-        admission.ok_or_else(|| StoreError::Batch("a waiting admission was parked".into()))
-    }
-
+impl Admit<'_> {
     /// [`QuotaStore::admit_under`], the channel's rate taken as `step` says; `None`
     /// when `step` is [`RateStep::Park`] and the rate would make the job wait (the
     /// recipient's reservation, if one was taken, is given back).
-    pub(crate) async fn admit_with(
+    pub(crate) async fn with(
         &self,
         req: &Request<'_>,
         rules: &Rules,
@@ -74,7 +65,7 @@ impl QuotaStore {
         // the job's own cost is what it takes of its channel's rate
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let rate = rate.map(|r| r.for_cost(req.cost));
-        let pacer = self.pacing.pacer(req.channel).ok_or_else(unknown)?;
+        let pacer = self.store.pacing.pacer(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
         if let Some(never) = verdict::cost_never_admitted(&asked, req.channel, rate) {
             return Ok(Some(never));
@@ -86,10 +77,15 @@ impl QuotaStore {
         // waits for is pushed past them as well
         let quiet = match reply {
             Verdict::Refused(now, _, Some(version)) | Verdict::Layered(now, _, Some(version)) => {
-                let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
-                self.quiet_end(&hash, version, now, req.tz, req.priority)
-                    .await?
-                    .1
+                let hash = self
+                    .store
+                    .keys
+                    .for_tenant(req.tenant)
+                    .preferences(req.recipient);
+                let checks = &self.store.preferences;
+                let end =
+                    checks.quiet_end(&self.store.conn, &hash, version, now, req.tz, req.priority);
+                end.await?.1
             }
             _ => None,
         };
@@ -107,7 +103,7 @@ impl QuotaStore {
                 reply,
                 quiet,
                 rate.zip(taken),
-                self.admission.lease_ms,
+                self.store.admission.lease_ms,
             )
             .map_err(|reply| unexpected(&reply))?,
         };
@@ -129,7 +125,7 @@ impl QuotaStore {
             (Admission::Admitted(_) | Admission::Shadowed { .. }, _) => {}
             (_, Some(r)) => {
                 if let Some(tat) = taken {
-                    self.pacing.refund(req.channel, r, tat).await?;
+                    self.store.pacing.refund(req.channel, r, tat).await?;
                 }
             }
             _ => {}
@@ -144,8 +140,8 @@ impl QuotaStore {
         if req.counted {
             policy = rules.of_its_channel(&policy);
         }
-        let names = self.keys.for_tenant(req.tenant);
-        let key = Self::recipient_key(&names, req, &policy);
+        let names = self.store.keys.for_tenant(req.tenant);
+        let key = recipient_key(&names, req, &policy);
         let layers = rules
             .layers(&policy, req.channel, req.category, req.tenant)
             .into_iter()
@@ -188,13 +184,16 @@ impl QuotaStore {
             .cost
             .or_else(|| rules.channel(req.channel).map(|c| c.cost))
             .unwrap_or(1);
-        let now = self.redis_now();
+        let now = self.store.redis_now();
         let zone = rules.tenant_zone(req.tenant);
         // a limit warming up meets a daily count as well, as a quota does
         let warming = limits.iter().filter_map(|(l, bucket)| {
             let q = l.warmup.as_ref()?.today(window::local_date(zone, now))?;
             let (start, end) = q.period(zone, now);
-            let key = self.keys.warmup(&l.name, *bucket, start.timestamp_millis());
+            let key = self
+                .store
+                .keys
+                .warmup(&l.name, *bucket, start.timestamp_millis());
             let args = LimitArgs {
                 key,
                 interval_us: 0,
@@ -214,7 +213,7 @@ impl QuotaStore {
                         let (start, end) = q.period(rules.tenant_zone(req.tenant), now);
                         let window = q.window.to_string();
                         LimitArgs {
-                            key: self.keys.quota(
+                            key: self.store.keys.quota(
                                 &l.name,
                                 &window,
                                 bucket,
@@ -226,7 +225,7 @@ impl QuotaStore {
                         }
                     }
                     None => LimitArgs {
-                        key: self.keys.limit(&l.name, bucket),
+                        key: self.store.keys.limit(&l.name, bucket),
                         interval_us: l.rate.interval_us,
                         burst: l.rate.burst,
                         cost,
@@ -269,13 +268,13 @@ impl QuotaStore {
             }
             (Some(r), _) if !pacing => {
                 let (verdict, rate) =
-                    tokio::join!(admit, self.pacing.take_rate_in(req.channel, r, lane));
+                    tokio::join!(admit, self.store.pacing.take_rate_in(req.channel, r, lane));
                 let verdict = verdict?;
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
                     Err(e) => {
                         if let Verdict::Admitted(at, ..) = verdict {
-                            self.admission.orphan(&a.key, &a.member, at);
+                            self.store.admission.orphan(&a.key, &a.member, at);
                         }
                         Err(e)
                     }
@@ -299,8 +298,14 @@ impl QuotaStore {
         for _ in 0..3 {
             let now = match reply {
                 Verdict::QuietHours(now, version) => {
-                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
-                    let end = self.quiet_end(&hash, version, now, req.tz, req.priority);
+                    let hash = self
+                        .store
+                        .keys
+                        .for_tenant(req.tenant)
+                        .preferences(req.recipient);
+                    let checks = &self.store.preferences;
+                    let conn = &self.store.conn;
+                    let end = checks.quiet_end(conn, &hash, version, now, req.tz, req.priority);
                     if let (Some(until), Some(hours)) = end.await? {
                         quiet_until = Some((until, hours));
                         break;
@@ -313,7 +318,7 @@ impl QuotaStore {
             reply = self.call_admit(a, req, now).await?;
         }
         if let Verdict::Reserved(_, at) = reply {
-            if self.admission.adopt(&a.key, &a.member, at) {
+            if self.store.admission.adopt(&a.key, &a.member, at) {
                 reply = Verdict::Admitted(at, true, Vec::new());
             }
         }
@@ -367,7 +372,7 @@ impl QuotaStore {
             RateStep::Wait(lane) => (false, lane),
             RateStep::Taken(_) => (false, None),
         };
-        let short = |reply: &RateReply| self.pacing.short(reply, r, pacer);
+        let short = |reply: &RateReply| self.store.pacing.short(reply, r, pacer);
         if parking && !rate_reply.as_ref().is_some_and(short) {
             return self.park_instead(ticket, pacer).await;
         }
@@ -376,28 +381,22 @@ impl QuotaStore {
             // line), while the jobs read from the jobs queue waiting in the lines
             // are fewer than half its prefetch: past that the jobs queue would move
             // only at the channel's rate, behind jobs that wait
-            (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.pacing.line_cap() => Ok(None),
+            (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.store.pacing.line_cap() => {
+                Ok(None)
+            }
             // (lanes above it may take the slots meanwhile: after half its
             // reservation's lease in the line it is parked after all, so the
             // reservation never outlives it; a slow Redis alone never comes near)
-            (true, Some(ask)) => {
-                let _waiting = Counted::new(&pacer.waiting);
-                let limit = Duration::from_millis(self.admission.lease_ms.max(2) as u64 / 2);
-                let tenant = (tenant, self.rules().tenant_weight(tenant));
-                let in_line = pacer.lanes.wait_in_line(r, ask, tenant);
-                match tokio::time::timeout(limit, in_line).await {
-                    Ok(taken) => taken.map(Some),
-                    Err(_) => Ok(None),
-                }
-            }
+            (true, Some(ask)) => self.wait_in_line(pacer, r, ask, tenant).await,
             // waited out here while the rate's own answers add up to at most
             // lanes.park_after (a lane above it may take the slots meanwhile);
             // then parked after all. The time Redis takes to answer does not
             // count: a slow Redis is no backlog, and parking would only add a
             // publish and a delivery to every job while it is slow.
             _ => {
-                let budget = parking.then_some(self.pacing.park_after());
+                let budget = parking.then_some(self.store.pacing.park_after());
                 let paced = self
+                    .store
                     .pacing
                     .pace_within(channel, r, pacer, lane, budget)
                     .await;
@@ -411,11 +410,30 @@ impl QuotaStore {
             }
             Ok(None) => self.park_instead(ticket, pacer).await,
             Err(e) => {
-                if self.release_recipient(ticket).await.is_err() {
-                    self.keep_reservation(ticket);
+                if self.store.release_recipient(ticket).await.is_err() {
+                    self.store.keep_reservation(ticket);
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// A job that may be parked, waiting in its lane's line for at most half its
+    /// reservation's lease: the TAT its take left, `None` when the wait ran out.
+    async fn wait_in_line(
+        &self,
+        pacer: &Pacer,
+        r: Rate,
+        ask: LaneAsk,
+        tenant: Option<&str>,
+    ) -> Result<Option<i64>, StoreError> {
+        let _waiting = Counted::new(&pacer.waiting);
+        let limit = Duration::from_millis(self.store.admission.lease_ms.max(2) as u64 / 2);
+        let tenant = (tenant, self.store.rules().tenant_weight(tenant));
+        let in_line = pacer.lanes.wait_in_line(r, ask, tenant);
+        match tokio::time::timeout(limit, in_line).await {
+            Ok(taken) => taken.map(Some),
+            Err(_) => Ok(None),
         }
     }
 
@@ -423,21 +441,8 @@ impl QuotaStore {
     /// reservation is given back (nothing is held or counted while it is parked).
     async fn park_instead(&self, ticket: &mut Ticket, pacer: &Pacer) -> Result<bool, StoreError> {
         pacer.lanes.saturate();
-        self.release_recipient(ticket).await?;
+        self.store.release_recipient(ticket).await?;
         Ok(false)
-    }
-
-    /// Keep an admission's reservation (its send stays counted) when the job's fate
-    /// is unknown, e.g. its dispatch was sent but never confirmed: if this worker
-    /// sees the job again it takes the reservation back at once; any other worker
-    /// waits out the lease. Either way the recipient's slot is never freed for
-    /// another job while the first may have been sent.
-    pub fn keep_reservation(&self, ticket: &Ticket) {
-        self.admission.orphan(
-            &ticket.key,
-            &ticket.member,
-            ticket.admitted_at.timestamp_millis(),
-        );
     }
 
     pub(super) async fn call_admit(
@@ -449,18 +454,19 @@ impl QuotaStore {
         let (key, member, policy, layers) = (&a.key, &a.member, &a.policy, &a.layers);
         let now = now
             .map(window::from_millis)
-            .unwrap_or_else(|| self.redis_now());
+            .unwrap_or_else(|| self.store.redis_now());
         let tz = req.tz;
-        let plan = self.admission.policy_plan(policy, tz, now);
+        let plan = self.store.admission.policy_plan(policy, tz, now);
         let layers = layers
             .iter()
             .map(|l| LayerArgs {
                 key: l.key.clone(),
-                plan: self.admission.cap_plan(&l.cap, tz, now),
+                plan: self.store.admission.cap_plan(&l.cap, tz, now),
                 holds: l.holds,
             })
             .collect();
         let reply = match self
+            .store
             .admission
             .admitter
             .admit(AdmitArgs {
@@ -468,13 +474,18 @@ impl QuotaStore {
                 member: member.to_vec(),
                 plan,
                 channel: self
+                    .store
                     .admission
                     .checks_suppressions()
                     .then(|| req.channel.to_string()),
-                prefs: self.preferences.on().then(|| {
+                prefs: self.store.preferences.on().then(|| {
                     let category = if policy.required { "" } else { req.category };
-                    let hash = self.keys.for_tenant(req.tenant).preferences(req.recipient);
-                    let (version, until) = self.preferences.quiet_known(&hash);
+                    let hash = self
+                        .store
+                        .keys
+                        .for_tenant(req.tenant)
+                        .preferences(req.recipient);
+                    let (version, until) = self.store.preferences.quiet_known(&hash);
                     let words = [category, req.channel, req.priority.as_str()];
                     (words.map(str::to_string), version, until)
                 }),
@@ -493,7 +504,7 @@ impl QuotaStore {
                 // waiting out the lease (one found there stays as it was: ours only
                 // if already noted)
                 if recorded {
-                    self.admission.orphan(key, member, reserved_at);
+                    self.store.admission.orphan(key, member, reserved_at);
                 }
                 return Err(StoreError::Unreplicated {
                     reserved_at,
@@ -504,7 +515,7 @@ impl QuotaStore {
             }
             reply => reply?,
         };
-        self.observe(reply.now());
+        self.store.observe(reply.now());
         match reply {
             Verdict::WrongType(_) => Err(unexpected(&reply)),
             reply => Ok(reply),

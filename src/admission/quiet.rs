@@ -1,40 +1,22 @@
 //! A job a recipient's quiet hours hold (where they end: the preferences room's
 //! [`crate::preferences::checks`]): when its caps would still refuse it at their
 //! end, it waits for the caps' instant instead, so that it is delayed once
-//! ([`QuotaStore::caps_at`]).
+//! ([`Admit::caps_at`]).
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use quota_worker_producer::Priority;
 
+use super::admit::Admit;
 use super::layers::{layered_refusal, JobLayer};
 use super::verdict::Asked;
 use crate::admission::Admission;
 use crate::preferences::set::QuietHours;
 use crate::quota::policy::{Action, Mode};
 use crate::redis::StoreError;
-use crate::store::QuotaStore;
 
-impl QuotaStore {
-    /// Where the quiet hours of version `version` of `hash` end, seen at `now`
-    /// (ms), for a job of `priority` in zone `tz`, and the quiet hours that hold it
-    /// ([`crate::preferences::checks::Checks::quiet_end`], on the store's connection).
-    pub(super) async fn quiet_end(
-        &self,
-        hash: &str,
-        version: i64,
-        now: i64,
-        tz: Tz,
-        priority: Priority,
-    ) -> Result<(Option<DateTime<Utc>>, Option<Arc<QuietHours>>), StoreError> {
-        let checks = &self.preferences;
-        checks
-            .quiet_end(&self.conn, hash, version, now, tz, priority)
-            .await
-    }
-
+impl Admit<'_> {
     /// For the job `a` asked, which `hours` hold until `until`: the refusal its policy's rules and the
     /// caps that hold it would give at `until`, from the sends they remember now
     /// (one read of their sorted sets, all in the recipient's slot), with `hours`
@@ -73,8 +55,8 @@ impl QuotaStore {
                 .arg(-1)
                 .arg("WITHSCORES");
         }
-        self.count_call();
-        let mut conn = self.connection();
+        self.store.count_call();
+        let mut conn = self.store.connection();
         let sets: Vec<Vec<(Vec<u8>, f64)>> = pipe.query_async(&mut conn).await?;
         // scores are ms * 2 + state; the job's own reservation is not another send
         let blocks: Vec<Vec<i64>> = sets

@@ -9,8 +9,9 @@
 //! [`crate::admission::batch`]) on a single node.
 //!
 //! The admission itself (the call, its plans and caps in layers, quiet hours
-//! settled, the answer read) is the admission room's ([`crate::admission`]), which
-//! reaches the fields below. Its own file beside this one: `writes.rs` (commits,
+//! settled, the answer read) is the admission room's ([`crate::admission`]: an
+//! [`Admit`](crate::admission::admit::Admit) borrows the store and reaches the
+//! fields below). Its own file beside this one: `writes.rs` (commits,
 //! notes, releases, collapse keys). Beside the connection it holds, whole, the
 //! rooms the admission calls: each channel's send rate and lanes ([`Pacing`], the
 //! lanes room's), the digests' side ([`Digests`]) and what admissions check of
@@ -48,13 +49,10 @@ use crate::rules::Rules;
 
 mod writes;
 
-/// The quota store. Cheap to share behind an `Arc`.
-///
-/// Why its methods span more than two files: beside its own (`mod.rs`, the writes
-/// after a decision in `writes.rs`), the admission's call and its settling
-/// (`src/admission/admit.rs`, `src/admission/quiet.rs`) are methods of it, because
-/// they take the connection, the rules in force, the channel's pacing and the
-/// admission's state together.
+/// The quota store. Cheap to share behind an `Arc`. Its methods are this file's
+/// and `writes.rs`'s (a job's admission, asked through the admission room's
+/// [`Admit`](crate::admission::admit::Admit), which borrows the store; what follows
+/// the decision).
 pub struct QuotaStore {
     pub(crate) conn: RedisConn,
     pub(crate) keys: Keys,

@@ -1,15 +1,18 @@
-//! What follows a decision: commits and notes in one pipeline, releases, collapse
-//! keys, and whether admissions check suppressions.
+//! What the store writes for a job: its admission (a reservation, asked through the
+//! admission room's [`Admit`]); what follows the decision: commits and notes in one
+//! pipeline, releases, collapse keys; and whether admissions check suppressions.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::QuotaStore;
-use crate::admission::Ticket;
+use crate::admission::admit::Admit;
+use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::redis::collapse::Collapse;
 use crate::redis::notes::Note;
 use crate::redis::StoreError;
+use crate::rules::Rules;
 
 /// A quota's take given back: its period's counter less one, while it lasts.
 static UNCOUNT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
@@ -20,6 +23,39 @@ static UNCOUNT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(||
 });
 
 impl QuotaStore {
+    /// Decide one job: check its recipient's caps and its channel's rate.
+    ///
+    /// When the channel's rate refuses, this waits (pacing) until it allows; a
+    /// recipient refusal returns at once with the exact retry time.
+    pub async fn admit(&self, req: &Request<'_>) -> Result<Admission, StoreError> {
+        let rules = self.rules();
+        self.admit_under(req, &rules).await
+    }
+
+    /// [`QuotaStore::admit`] under `rules` (the caller's snapshot of the rules in force,
+    /// so that one decision never mixes the rules before and after a reload).
+    pub(crate) async fn admit_under(
+        &self,
+        req: &Request<'_>,
+        rules: &Rules,
+    ) -> Result<Admission, StoreError> {
+        let admission = self.admit_with(req, rules, RateStep::Wait(None)).await?;
+        admission.ok_or_else(|| StoreError::Batch("a waiting admission was parked".into()))
+    }
+
+    /// [`QuotaStore::admit_under`], the channel's rate taken as `step` says; `None`
+    /// when `step` is [`RateStep::Park`] and the rate would make the job wait (the
+    /// recipient's reservation, if one was taken, is given back). The admission
+    /// room's call ([`Admit`]).
+    pub(crate) async fn admit_with(
+        &self,
+        req: &Request<'_>,
+        rules: &Rules,
+        step: RateStep,
+    ) -> Result<Option<Admission>, StoreError> {
+        Admit { store: self }.with(req, rules, step).await
+    }
+
     /// Mark an admitted job as dispatched: a later copy is then a duplicate.
     pub async fn commit(&self, ticket: &Ticket) -> Result<(), StoreError> {
         self.write_after(std::slice::from_ref(ticket), &[]).await
@@ -117,6 +153,19 @@ impl QuotaStore {
             self.pacing.refund(&ticket.channel, rate, tat).await?;
         }
         Ok(())
+    }
+
+    /// Keep an admission's reservation (its send stays counted) when the job's fate
+    /// is unknown, e.g. its dispatch was sent but never confirmed: if this worker
+    /// sees the job again it takes the reservation back at once; any other worker
+    /// waits out the lease. Either way the recipient's slot is never freed for
+    /// another job while the first may have been sent.
+    pub fn keep_reservation(&self, ticket: &Ticket) {
+        self.admission.orphan(
+            &ticket.key,
+            &ticket.member,
+            ticket.admitted_at.timestamp_millis(),
+        );
     }
 
     pub(crate) async fn release_recipient(&self, ticket: &Ticket) -> Result<(), StoreError> {
