@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::command::{AdmitArgs, LayerArgs, LimitArgs};
+use super::command::{AdmitArgs, LayerArgs, LimitArgs, PrefsArgs};
 use super::layers::JobLayer;
 use super::protocol::Verdict;
 use super::verdict::{self, Asked, QuietUntil};
@@ -487,7 +487,11 @@ impl Admit<'_> {
                         .preferences(req.recipient);
                     let (version, until) = self.store.preferences.quiet_known(&hash);
                     let words = [category, req.channel, req.priority.as_str()];
-                    (words.map(str::to_string), version, until)
+                    PrefsArgs {
+                        words: words.map(str::to_string),
+                        version,
+                        until,
+                    }
                 }),
                 layers,
                 limits: a.limits.clone(),

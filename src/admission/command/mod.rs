@@ -21,13 +21,25 @@ pub(crate) struct AdmitArgs {
     /// The job's channel, given only while some recipient may be suppressed (the
     /// call then carries the suppression section).
     pub channel: Option<String>,
-    /// Preferences section: category ("": required), channel, priority, quiet (v, ms).
-    pub prefs: Option<([String; 3], i64, i64)>,
+    /// The preferences section's arguments for the job, given only while some
+    /// recipient may have a set.
+    pub prefs: Option<PrefsArgs>,
     /// The caps the job meets, in order (empty for most jobs: then the call carries
     /// nothing more for it).
     pub layers: Vec<LayerArgs>,
     /// The limits the job meets, in order (empty for most jobs).
     pub limits: Vec<LimitArgs>,
+}
+
+/// A job's arguments of the preferences section, as the script takes them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PrefsArgs {
+    /// Its category ("": its policy is required), channel and priority.
+    pub words: [String; 3],
+    /// The version of the recipient's quiet hours this worker knows (0: none).
+    pub version: i64,
+    /// Where those quiet hours end, as this worker knows them (ms).
+    pub until: i64,
 }
 
 /// One limit a job meets, as the script takes it.
@@ -224,7 +236,11 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
         cmd.arg(call.prefix_len);
         let none = Default::default();
         for job in jobs {
-            let (words, version, until) = job.prefs.as_ref().unwrap_or(&none);
+            let PrefsArgs {
+                words,
+                version,
+                until,
+            } = job.prefs.as_ref().unwrap_or(&none);
             cmd.arg(&words[..]).arg(version).arg(until);
         }
     }

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use super::{command, AdmitArgs, Call, LayerArgs};
+use super::{command, AdmitArgs, Call, LayerArgs, PrefsArgs};
 use crate::quota::plan::Plan;
 
 fn plan(limit: u32) -> Arc<Plan> {
@@ -20,7 +20,11 @@ fn job(key: &str, layers: usize, channel: bool, prefs: bool) -> AdmitArgs {
         member: key.as_bytes().to_vec(),
         plan: plan(1),
         channel: channel.then(|| "sms".to_string()),
-        prefs: prefs.then(|| (["c".into(), "sms".into(), "normal".into()], 0, 0)),
+        prefs: prefs.then(|| PrefsArgs {
+            words: ["c".into(), "sms".into(), "normal".into()],
+            version: 0,
+            until: 0,
+        }),
         layers: (0..layers)
             .map(|i| LayerArgs {
                 key: format!("{key}:cap{i}"),
