@@ -10,7 +10,8 @@
 //!    channel's rate is taken with it, [`RateStep`]) and what it is answered
 //!    ([`Admission`]; a granted one carries a [`Ticket`] for the commit or release).
 //! 2. **The call** ([`admit`]): [`QuotaStore::admit`](crate::store::QuotaStore::admit)
-//!    turns the request into the script's arguments (the policy's plan of the
+//!    hands the request to the room's [`admit::Admit`] (which borrows the store),
+//!    which turns it into the script's arguments (the policy's plan of the
 //!    day, the caps' plans, cached per zone and local day by [`layers`]; the limits'
 //!    buckets) and takes the channel's send rate with it.
 //! 3. **The arguments** ([`command`]): the call's header, the plans, two arguments a
@@ -39,7 +40,8 @@
 //!
 //! Its state in this worker (the batched call, the reservations kept for failed
 //! dispatches, the plans made, whether suppressions are checked) is its own
-//! ([`state`]); the quota store holds it whole.
+//! ([`state`]); the quota store holds it whole, and its call and settling are an
+//! [`admit::Admit`]'s methods (`admit.rs`, `quiet.rs`), never the store's.
 //!
 //! The room spans floors of the layer table in `src/lib.rs`: the request, the
 //! arguments and the protocol are pure (the domain); the decision is pure (with
