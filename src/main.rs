@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use quota_worker::config::Settings;
+use quota_worker::config::{HttpSettings, Settings};
 use quota_worker::health::Health;
 use quota_worker::reload::Reloader;
 use quota_worker::status::Status;
@@ -188,7 +188,7 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
             settings.http.enabled &= !no_http;
             run(settings, path).await.map(|()| ExitCode::SUCCESS)
         }
-        Command::Health { path, addr } => health(&settings, &path, addr).await,
+        Command::Health { path, addr } => health(&settings.http, &path, addr).await,
         Command::Publish(args) => cli::publish::publish(&settings, args).await,
         Command::Admin { command } => cli::admin::admin(&settings, command).await,
         Command::Reference { .. } => unreachable!("written before the configuration is read"),
@@ -196,16 +196,16 @@ async fn dispatch(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> 
 }
 
 async fn health(
-    settings: &Settings,
+    http: &HttpSettings,
     path: &str,
     addr: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
     let addr = match addr {
         Some(addr) => addr,
-        None if !settings.http.enabled => {
+        None if !http.enabled => {
             anyhow::bail!("HTTP is off (http.enabled = false): there is nothing to ask")
         }
-        None => quota_worker::http::local_address(&settings.http.listen)?,
+        None => quota_worker::http::local_address(&http.listen)?,
     };
     let timeout = std::time::Duration::from_secs(3);
     match quota_worker::http::probe(addr, path, timeout).await {

@@ -32,7 +32,7 @@ use lapin::{BasicProperties, Connection};
 
 use super::dead_index::{self, Entry};
 use super::AdminError;
-use crate::config::Settings;
+use crate::config::{ConsoleSettings, Settings, WorkerSettings};
 use crate::store::QuotaStore;
 
 /// The header that marks a catch-up's marker (its value: the catch-up's token).
@@ -225,12 +225,12 @@ async fn index_up_to(
         let offset = offset_of(&delivery);
         let marker = marker_of(&delivery);
         if marker.is_none() {
-            batch.push(entry_of(&delivery, store, settings));
+            batch.push(entry_of(&delivery, store, &settings.worker));
         }
         next = offset.map(|o| o + 1).or(next);
         let ours = marker.as_deref() == Some(token);
         if batch.len() >= BATCH || ours {
-            written += flush(&mut batch, store, settings, next).await?;
+            written += flush(&mut batch, store, &settings.console, next).await?;
             renew(store, token).await?;
             delivery
                 .acker
@@ -241,7 +241,7 @@ async fn index_up_to(
             return Ok(written);
         }
     }
-    written += flush(&mut batch, store, settings, next).await?;
+    written += flush(&mut batch, store, &settings.console, next).await?;
     Ok(written)
 }
 
@@ -262,13 +262,13 @@ async fn renew(store: &QuotaStore, token: &str) -> Result<(), AdminError> {
 async fn flush(
     batch: &mut Vec<Entry>,
     store: &QuotaStore,
-    settings: &Settings,
+    console: &ConsoleSettings,
     next: Option<i64>,
 ) -> Result<u64, AdminError> {
     if batch.is_empty() && next.is_none() {
         return Ok(0);
     }
-    let bound = settings.console.dead_index;
+    let bound = console.dead_index;
     let conn = store.connection();
     dead_index::record_many(&conn, store.keys(), batch, bound, next).await?;
     let n = batch.len() as u64;
@@ -300,7 +300,7 @@ fn marker_of(d: &lapin::message::Delivery) -> Option<String> {
 
 /// The index's entry of a dead letter read from the log: what its body says of
 /// the job (when it decodes), with the rules in force.
-fn entry_of(d: &lapin::message::Delivery, store: &QuotaStore, settings: &Settings) -> Entry {
-    let known = super::dead_select::known(&d.data, store, &settings.worker);
+fn entry_of(d: &lapin::message::Delivery, store: &QuotaStore, worker: &WorkerSettings) -> Entry {
+    let known = super::dead_select::known(&d.data, store, worker);
     dead_index::entry(&d.properties, &d.data, known, Utc::now())
 }

@@ -10,13 +10,12 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::dead_index::{self, Filter};
 use crate::admin::{dead_log, AdminError, DeadLetters, WalkAction};
 use crate::amqp::Topology;
-use crate::config::Settings;
+use crate::config::{Settings, WorkerSettings};
 use crate::job::decode;
 use crate::store::QuotaStore;
 
 /// Whether dead letter `body` is a job of `recipient` under `tenant`.
-fn is_of(body: &[u8], settings: &Settings, recipient: &str, tenant: Option<&str>) -> bool {
-    let w = &settings.worker;
+fn is_of(body: &[u8], w: &WorkerSettings, recipient: &str, tenant: Option<&str>) -> bool {
     // a digest's body carries its items: room for them, as the worker gives it
     let max = w
         .max_body_bytes
@@ -37,7 +36,7 @@ pub async fn purge_queue(
     let letters = DeadLetters::new(conn, &topology, settings.amqp.publish_timeout.0);
     let report = letters
         .walk(stop, |d| {
-            if is_of(&d.data, settings, recipient, tenant) {
+            if is_of(&d.data, &settings.worker, recipient, tenant) {
                 WalkAction::Drop
             } else {
                 WalkAction::Keep
