@@ -22,7 +22,7 @@
 //!    confirmed outcome): `worker/decision.rs` asks, in the order below, what
 //!    settles it; `worker/process.rs` carries the decision out and the worker's
 //!    side of each room it meets, a type of its own file, does that room's part
-//!    (`worker/lanes.rs`, `worker/digest.rs`, `worker/routing.rs`, and
+//!    (`worker/lane_side.rs`, `worker/digest_side.rs`, `worker/routing.rs`, and
 //!    `worker/outcomes.rs` with `worker/dispatch.rs`).
 //! 2. **Decode** ([`job`]): [`job::decode()`] turns the body into a [`job::Job`],
 //!    or a `malformed` dead letter. Pure.
@@ -135,7 +135,7 @@
 //! | messages | [`amqp`] (connect, flow control, topology, ladder, publisher, acks), [`job`] (decode, headers, the job's note, outcomes) | broker |
 //! | decision, pure | [`decide`]: triage, hold, a shadow policy's verdict; the admission's answer as a decision ([`admission::decision`]); which deliveries a digest takes ([`digest::select`]), which lane and rate step ([`lanes::step`]) | no |
 //! | counting | [`metrics`] (names and handles), [`rules`] (the policies and channels in force, with their counters), [`telemetry`] (spans and their export) | exports spans |
-//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the admission's batched call ([`admission::batch`]) and the test that its script and protocol agree (`admission::protocol::tests`); the rooms' Redis sides the store holds ([`lanes::pacing`], each channel's rate and lanes, with [`lanes::slots`] and [`lanes::line`]; [`digest::store`], [`preferences::checks`]) | Redis |
+//! | Redis | [`redis`]: the scripts' wrappers, connections, batching, notes, the reset marker; owns [`redis::StoreError`]; the admission's batched call ([`admission::batch`]) and the test that its script and protocol agree (`admission::protocol::tests`); the rooms' Redis sides the store holds ([`lanes::pacing`], each channel's rate and lanes, with [`lanes::slots`] and [`lanes::line`]; [`digest::store`], [`preferences::checks`], [`preferences::replace`]) | Redis |
 //! | quota store | [`store`]: the connection, the rate, commits, releases, the clock; the admission's call ([`admission::admit`]), its caps in layers ([`admission::layers`]), quiet hours settled ([`admission::quiet`]), its answer read ([`admission::verdict`]) and its own state ([`admission::state`]) | Redis |
 //! | around the store | [`reset`], [`health`], [`reload`], the rooms' edges ([`lanes::park`], [`lanes::consume`], [`lanes::clocks`], [`lanes::tenants`], [`digest::close`], [`preferences::edit`], [`preferences::files`]) and the rooms' faces, their `mod.rs` ([`lanes`], [`digest`], [`preferences`]), [`feedback`], [`fallback`], [`admin`], [`erase`] | Redis, broker |
 //! | service | [`status`], [`worker`] (the session, the job's path, and the worker's side of each room), [`http`], [`console`], [`signals`], [`producer`] | all |

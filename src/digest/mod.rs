@@ -14,7 +14,7 @@
 //!   each one's [`message`] (pure) and publishes it to the jobs exchange, where it
 //!   meets the admission as any job does.
 //!
-//! The worker's loop calls the room through the names below (`worker/digest.rs`
+//! The worker's loop calls the room through the names below (`worker/digest_side.rs`
 //! folds a decoded job and starts the closer); `admin/digests.rs` shows them to
 //! operators.
 

@@ -35,7 +35,7 @@
 //!   slots) to the tenant whose turn it is among those waiting in the line.
 //!
 //! The worker's loop calls the room through the few names below
-//! (`worker/lanes.rs` ties them to its session); the store keeps each channel's
+//! (`worker/lane_side.rs` ties them to its session); the store keeps each channel's
 //! [`slots::ChannelLanes`] beside its rate.
 
 pub(crate) mod clocks;

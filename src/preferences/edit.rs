@@ -1,7 +1,7 @@
 //! A recipient's preferences in Redis: read, replaced whole, merged (RFC 7386) and
 //! removed, for the HTTP API ([`crate::http`]), the console and `admin recipient R
 //! preferences`. The set is checked whole first ([`super::set`]); one script
-//! (`lua/preferences.lua`, [`crate::redis::preferences`]) replaces the hash, so an
+//! (`lua/preferences.lua`, [`super::replace`]) replaces the hash, so an
 //! admission never sees half of it. The first set stored writes
 //! `prefix:preferences`, which turns the admissions' check on
 //! ([`crate::feedback::watch`]).
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::replace::{self as script, Replace};
 use super::set::{merge_patch, patch_keys_known, Invalid, Preferences};
-use crate::redis::preferences::{self as script, Replace};
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
 

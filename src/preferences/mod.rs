@@ -7,7 +7,7 @@
 //! - [`set`]: what a set says, checked whole, the merge a PATCH applies, where
 //!   quiet hours end (pure);
 //! - [`edit`]: a set read, replaced, merged and removed (`lua/preferences.lua`,
-//!   [`crate::redis::preferences`]);
+//!   [`replace`]);
 //! - [`checks`]: what the admission checks of them (whether any recipient has a
 //!   set; what this worker knows of quiet hours), kept by the quota store;
 //! - [`lines`] (pure) and [`files`]: every set out and back in as JSON lines
@@ -17,6 +17,7 @@ pub(crate) mod checks;
 pub mod edit;
 pub mod files;
 pub mod lines;
+pub(crate) mod replace;
 pub mod set;
 
 pub use edit::EditError;

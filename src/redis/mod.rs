@@ -37,7 +37,6 @@ pub(crate) mod lanes;
 pub(crate) mod lease;
 pub mod marker;
 pub(crate) mod notes;
-pub(crate) mod preferences;
 pub(crate) mod rate;
 pub(crate) mod rate_batch;
 pub(crate) mod refund;

@@ -13,8 +13,8 @@
 //! The worker holds rooms, not their fields. [`Worker`] is the connection's life
 //! (this file and `session.rs`); a job's path is [`process::JobPath`] (`process.rs`,
 //! `decision.rs`), which holds the worker's side of each room it calls through the
-//! room's `mod.rs`: [`lanes::LaneSide`] (the rate step, the park, the lane
-//! consumers' prefetch, [`crate::lanes`]), [`digest::DigestSide`] (the fold and the
+//! room's `mod.rs`: [`lane_side::LaneSide`] (the rate step, the park, the lane
+//! consumers' prefetch, [`crate::lanes`]), [`digest_side::DigestSide`] (the fold and the
 //! session's closer, [`crate::digest`]), `routing.rs`'s `Routes` (a job's route,
 //! [`crate::fallback`]) and `outcomes.rs`'s `Outcomes` (delay, dead letter, note,
 //! and the dispatch of `dispatch.rs`). What every step of a job's handling shares
@@ -27,11 +27,11 @@ mod asks;
 pub(crate) mod cancels;
 pub(crate) mod commits;
 mod decision;
-pub(crate) mod digest;
+pub(crate) mod digest_side;
 mod dispatch;
 mod error;
 mod handling;
-pub(crate) mod lanes;
+pub(crate) mod lane_side;
 mod link;
 mod outcomes;
 pub(crate) mod process;

@@ -23,11 +23,11 @@ use tracing::info;
 
 use super::asks::Asks;
 use super::cancels::Cancels;
-use super::digest::DigestSide;
+use super::digest_side::DigestSide;
 use super::dispatch::Sent;
 use super::error::ProcessError;
 use super::handling::{Decided, Handling, Route, RouteAt, Seen};
-use super::lanes::LaneSide;
+use super::lane_side::LaneSide;
 use super::link::BrokerLink;
 use super::outcomes::Outcomes;
 use super::routing::Routes;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::{info, info_span, warn, Instrument};
 
-use super::lanes::LanesChannel;
+use super::lane_side::LanesChannel;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};

@@ -5,7 +5,7 @@
 
 use redis::Script;
 
-use super::conn::RedisConn;
+use crate::redis::conn::RedisConn;
 use crate::redis::StoreError;
 
 /// One replace: the recipient's hash, the set's JSON, when it was changed (ms),
