@@ -38,6 +38,13 @@
 //!    windows and its policy's action, as the worker's
 //!    [`Decision`](crate::decide::Decision): dispatch, wait, or dead-letter.
 //!
+//! Steps 8 and 9 are two because they read different things: the script's answer
+//! is read once, into the [`Admission`] the store returns (what was asked, the
+//! reservation's ticket, the refusal's instant), which a routed job's further
+//! channels are asked for in turn; the decision then needs the job's route, its
+//! expiry and windows, and whether a cancel or a pause came meanwhile, known only
+//! after.
+//!
 //! Its state in this worker (the batched call, the reservations kept for failed
 //! dispatches, the plans made, whether suppressions are checked) is its own
 //! ([`state`]); the quota store holds it whole, and its call and settling are an
