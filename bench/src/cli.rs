@@ -24,8 +24,9 @@ pub struct Args {
     /// a bulk backlog of `--jobs`, default 100,000, paced at 100/s: about 20 minutes per
     /// pass), nor `recovery` (a backlog of `--jobs` parked in a lane drained at half the
     /// ceiling, four passes), nor `campaign` (`--jobs`, default 100,000, bulk jobs of a
-    /// channel paced at `--campaign-rate` published to the jobs exchange at a quarter
-    /// of the ceiling with urgent jobs every 0.3 s, then the same as a backlog; one and
+    /// channel paced at `--campaign-rate`, of `--campaign-tenants` tenants, published
+    /// to the jobs exchange at a quarter of the ceiling with urgent jobs every 0.3 s
+    /// until 10 s after they are parked, then the same as a backlog; one and
     /// three workers, `--rounds` rounds of about 2 minutes), nor `digest` (`--jobs`,
     /// default 100,000, folded into digests of a 2 s window, ten a recipient: a
     /// backlog, then paced at half its fold rate), nor `fallback` (`--jobs`, default
@@ -58,9 +59,29 @@ pub struct Args {
     /// The campaign step: the channel's rate, jobs per second.
     #[arg(long, default_value_t = 100)]
     pub campaign_rate: u64,
+    /// The campaign step: the tenants the jobs belong to, round-robin (job `i` and
+    /// urgent job `i` of tenant `t<i mod N>`); 0 (the default): jobs without a
+    /// `tenant`, as the step ran before tenants had lanes of their own.
+    #[arg(long, default_value_t = 0)]
+    pub campaign_tenants: usize,
     /// The tenants step: the channel's rate, jobs per second.
     #[arg(long, default_value_t = 60)]
     pub tenants_rate: u64,
+    /// The tenants step: N tenants active at once in one lane instead (what they
+    /// cost the broker, Redis and the worker, the drain, what is left after); 0
+    /// (the default): tenants a, b and c.
+    #[arg(long, default_value_t = 0)]
+    pub tenants_count: usize,
+    /// With `--tenants-count`: bulk jobs of each tenant.
+    #[arg(long, default_value_t = 5)]
+    pub tenants_jobs_each: usize,
+    /// With `--tenants-count`: worker processes of each pass, one pass each.
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    pub tenants_workers: Vec<usize>,
+    /// With `--tenants-count`: at most how long to wait, after the last dispatch,
+    /// for the tenants' queues and entries to go (0: not at all).
+    #[arg(long, default_value_t = 300)]
+    pub tenants_quiet_secs: u64,
     /// Prefetch for the ceiling and the worker alike (default: the worker's default).
     #[arg(long)]
     pub prefetch: Option<u16>,

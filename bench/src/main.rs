@@ -46,9 +46,10 @@
 //!   whole and by 5-second interval, and `<out>/recovery.svg`; then a burst of as many
 //!   bulk jobs to the jobs exchange: how fast they are published and parked.
 //! - **campaign** ([`campaign`], only when asked for): bulk jobs (`--jobs`, default
-//!   100,000) of a channel paced at `--campaign-rate` (100/s) published to the jobs
+//!   100,000) of a channel paced at `--campaign-rate` (100/s), of
+//!   `--campaign-tenants` tenants round-robin (default none), published to the jobs
 //!   exchange by a producer that knows no lanes, at a quarter of the ceiling, with
-//!   an urgent job every 0.3 s until they are parked: the urgent jobs'
+//!   an urgent job every 0.3 s until 10 s after they are parked: the urgent jobs'
 //!   publish-to-dispatch times and the parking rate; then the same jobs as a
 //!   backlog: how fast the workers park them, against the ceiling. One worker and
 //!   three, `--rounds` rounds, each with its own ceiling.

@@ -195,6 +195,8 @@ pub struct Report {
     pub campaign: Vec<CampaignRun>,
     /// The tenants step: one worker, then three.
     pub tenants: Vec<TenantsRun>,
+    /// The tenants step with `--tenants-count`: many tenants at once.
+    pub many_tenants: Vec<crate::tenants::ManyTenantsRun>,
     /// The campaign step's medians over its rounds, by pass and workers.
     pub campaign_summary: Vec<CampaignSummary>,
 }
@@ -430,6 +432,8 @@ pub struct CampaignRun {
     pub round: usize,
     pub workers: usize,
     pub jobs: usize,
+    /// The tenants the jobs belong to, round-robin (0: no `tenant` field).
+    pub tenants: usize,
     /// The channel's rate, jobs per second.
     pub rate: u64,
     /// The round's pass-through ceiling, messages per second.

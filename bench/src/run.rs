@@ -56,7 +56,7 @@ pub async fn run(args: Args) -> Result<()> {
         campaign::step(&b, &mut report).await?;
     }
     if b.args.runs("tenants") {
-        crate::tenants::step(&b, &mut report.tenants).await?;
+        crate::tenants::step(&b, &mut report).await?;
     }
     if b.args.runs("digest") {
         digest::step(&b, &mut report).await?;

@@ -286,16 +286,17 @@ fn print_campaign(r: &Report) {
     }
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    println!("\n| campaign pass | round | workers | jobs | rate/s | ceiling msgs/s | published/s | parked/s | x ceiling | last parked after the last publish s | unparked | urgent p50 / p99 / max ms | urgent dispatched / sent |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| campaign pass | round | workers | jobs | tenants | rate/s | ceiling msgs/s | published/s | parked/s | x ceiling | last parked after the last publish s | unparked | urgent p50 / p99 / max ms | urgent dispatched / sent |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in &r.campaign {
         let urgent = c.urgent.as_ref();
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} | {} |",
             c.pass,
             c.round,
             c.workers,
             c.jobs,
+            c.tenants,
             c.rate,
             c.ceiling_msgs_per_sec,
             opt(c.publish_per_sec, 0),

@@ -1,4 +1,5 @@
-//! The overview (`/console`): readiness, queue depths by role, the jobs settled
+//! The overview (`/console`): readiness, queue depths by role (and by lane of a
+//! paced channel, the tenants waiting and the ones with most jobs), the jobs settled
 //! by outcome over the minutes sampled (15 at most, fewer since start; the column
 //! says which), dead letters by reason: the status page's
 //! [`crate::status::Report`], drawn on the server.
@@ -30,6 +31,32 @@ fn recent(seconds: u64) -> String {
     }
 }
 
+/// The lanes of paced channels with tenants waiting in their own queues (fair
+/// shares): how many, and the ones with the most jobs waiting. Nothing when no
+/// tenant waits.
+fn tenants(r: &Report) -> Markup {
+    let lanes: Vec<_> = r
+        .queues
+        .iter()
+        .filter_map(|q| q.tenants.as_ref().map(|t| (q, t)))
+        .filter(|(_, t)| t.waiting > 0)
+        .collect();
+    if lanes.is_empty() {
+        return html! {};
+    }
+    html! {
+        h3 { "Tenants waiting by lane" }
+        (table_with(&["Lane", "Tenants waiting", "Most jobs waiting"], &[1], html! { @for (q, t) in &lanes { tr {
+            td.mono { (q.detail.clone().unwrap_or_else(|| q.name.clone())) }
+            td.n { (t.waiting) }
+            td { @for (i, (tenant, n)) in t.top.iter().enumerate() {
+                @if i > 0 { ", " }
+                span.mono { (tenant) } " " span.muted { (n) }
+            } }
+        } } }))
+    }
+}
+
 /// The overview's sections for `r`.
 fn sections(v: &Visitor, r: &Report) -> Markup {
     let window = r.period_seconds * r.rates.first().map_or(0, |s| s.counts.len()) as u64;
@@ -53,6 +80,7 @@ fn sections(v: &Visitor, r: &Report) -> Markup {
                 td.n { (q.ready.map_or("missing".into(), |n| n.to_string())) }
                 td.n { (q.consumers.map_or("–".into(), |n| n.to_string())) }
             } } }))
+            (tenants(r))
         }))
         (section("settled", "Settled by outcome", table_with(
             &["Outcome", &recent(window), "Since start"],

@@ -40,6 +40,10 @@ pub struct Status {
 }
 
 /// `/status.json`.
+///
+/// Its fields are the document's top-level keys, one each (docs/guide: the status
+/// page's contract): it mirrors the JSON a monitor reads, so it has as many fields
+/// as the report has keys.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// When the report was made.
@@ -281,10 +285,13 @@ pub async fn sample(status: Arc<Status>, shutdown: CancellationToken) {
 }
 
 /// Read every queue of `topology` on `conn` every [`EVERY`] (passive declares on
-/// one channel), into `status` and the queue gauges, until `stop`.
+/// one channel), into `status` and the queue gauges, until `stop`; with each lane
+/// of a paced channel, the tenants waiting in it (the tenant queues `store` names,
+/// [`crate::admin::tenants_waiting`]: a passive declare each, no gauge, so no label
+/// per tenant).
 pub(crate) async fn watch_queues(
     status: Arc<Status>,
-    conn: Arc<lapin::Connection>,
+    (conn, store): (Arc<lapin::Connection>, Arc<crate::store::QuotaStore>),
     topology: Topology,
     stop: CancellationToken,
 ) {
@@ -295,11 +302,15 @@ pub(crate) async fn watch_queues(
             _ = tick.tick() => {}
         }
         match crate::admin::queues::queue_stats(&conn, &topology).await {
-            Ok(stats) => {
+            Ok(mut stats) => {
                 for q in &stats {
                     if let (Some(ready), Some(consumers)) = (q.ready, q.consumers) {
                         crate::metrics::queue(q.role, &q.name, ready, consumers);
                     }
+                }
+                let read = crate::admin::tenants_waiting(&conn, &store, &topology, &mut stats);
+                if let Err(e) = read.await {
+                    tracing::debug!(error = %e, "could not read the tenants waiting");
                 }
                 status.set_queues(stats);
             }

@@ -3,7 +3,7 @@
 //! duplicates, the worker panics looked for in the logs, the set-up of a run
 //! ([`publish_and_start`]) and the closing checks. The one private RabbitMQ node of
 //! the broker scenarios is in `node`, what the Redis failover scenarios share in
-//! `failover`.
+//! `failover`, the channel's rate read from its dispatches in `pace`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -16,10 +16,12 @@ use testkit::*;
 mod digests;
 mod failover;
 mod node;
+mod pace;
 
 pub(crate) use digests::*;
 pub(crate) use failover::*;
 pub(crate) use node::*;
+pub(crate) use pace::*;
 
 /// Scenarios load the machine; run them one at a time.
 pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

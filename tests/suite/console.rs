@@ -28,9 +28,19 @@ pub(crate) async fn serve(
     store: &Arc<QuotaStore>,
     guard: Guard,
 ) -> (String, CancellationToken) {
+    serve_status(s, store, Arc::new(Status::default()), guard).await
+}
+
+/// [`serve`] showing `status` (a running worker's, whose session reads the queues
+/// into it).
+pub(crate) async fn serve_status(
+    s: &Settings,
+    store: &Arc<QuotaStore>,
+    status: Arc<Status>,
+    guard: Guard,
+) -> (String, CancellationToken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let status = Arc::new(Status::default());
     status.attach(Arc::new(Reloader::new(None, s.clone(), store.clone())));
     let health = Arc::new(Health::default());
     let app = App {

@@ -230,6 +230,106 @@ async fn weights_share_a_lane_on_three_workers() {
     weights_share_a_lane(3).await;
 }
 
+/// The channel's rate behind which urgent codes follow a parked backlog of three
+/// tenants (slow, so that a slot is 20 ms: the codes' waits are counted in slots).
+const CODES_RATE: usize = 50;
+/// Bulk jobs of each of the three tenants (36 s of the channel's slots).
+const PER_TENANT: usize = 600;
+/// Urgent codes, one every [`CODES_EVERY`].
+const CODES: usize = 20;
+const CODES_EVERY: Duration = Duration::from_millis(300);
+/// Most dispatches of the backlog a code may follow after its publish: half a
+/// second of the channel's slots. Observed: 0–6 on one worker, 1–10 on three (a
+/// code takes one of the channel's next slots; the dispatches counted between its
+/// publish and its own are those of slots granted before it was read, and those
+/// the reader had not yet counted when it was published), against a backlog of
+/// 1,800 still waiting.
+const CODES_WITHIN: usize = CODES_RATE / 2;
+
+/// Urgent codes published every 0.3 s behind a backlog of three tenants parked in
+/// their queues of the bulk lane: each goes out within a few of the channel's
+/// slots of its publish (counted in dispatches, not time), while the backlog still
+/// waits behind it; nothing twice.
+async fn codes_pass_a_parked_backlog_of_tenants(workers: usize) {
+    let ns = unique(&format!("faircodes{workers}"));
+    let s = laned(&ns, CODES_RATE as u64);
+    let _c = Cleanup::new(&s);
+    let mut running = Vec::new();
+    for _ in 0..workers {
+        running.push(spawn_worker(worker(&s).await).await);
+    }
+    let conn = amqp().await;
+    let out = Reader::start(&conn, &s).await;
+    // the backlog round-robin over a, b, c, as a campaign of several tenants
+    let backlog: Vec<String> = (0..PER_TENANT)
+        .flat_map(|i| ["a", "b", "c"].map(|t| job(&format!("{t}-{i}"), t, "campaign")))
+        .collect();
+    publish_all(&conn, &s, &backlog).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while testkit::audit::depth(&conn, &s.amqp.jobs_queue).await != Some(0) || out.len() < 20 {
+        assert!(Instant::now() < deadline, "the backlog never parked");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // a code every 0.3 s, of each tenant in turn: (id, dispatches counted before it)
+    let mut published = Vec::new();
+    let mut tick = tokio::time::interval(CODES_EVERY);
+    for i in 0..CODES {
+        tick.tick().await;
+        let id = format!("u-{i}");
+        published.push((id.clone(), out.len()));
+        let tenant = ["a", "b", "c"][i % 3];
+        publish_all(&conn, &s, &[job(&id, tenant, "transactional")]).await;
+    }
+    let all = |ids: &[String]| ids.iter().filter(|i| i.starts_with("u-")).count() >= CODES;
+    out.until(Duration::from_secs(60), all).await;
+    for (stop, handle) in running {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+    delete_tenant_queues(&s).await;
+    let ids = out.ids();
+    let unique: HashSet<&str> = ids.iter().map(|i| i.as_str()).collect();
+    assert_eq!(unique.len(), ids.len(), "a job dispatched twice");
+    let waits: Vec<usize> = published
+        .iter()
+        .map(|(id, at)| ids.iter().position(|i| i == id).unwrap() - at)
+        .collect();
+    let last = ids
+        .iter()
+        .position(|i| *i == format!("u-{}", CODES - 1))
+        .unwrap();
+    let bulk_before_last = ids[..last].iter().filter(|i| !i.starts_with("u-")).count();
+    let tenants_out = ["a-", "b-", "c-"].map(|t| ids.iter().filter(|i| i.starts_with(t)).count());
+    println!(
+        "{workers} worker(s): dispatches between each code's publish and its own: {waits:?}; \
+         backlog dispatched before the last code {bulk_before_last} of {}; by tenant {tenants_out:?}",
+        backlog.len()
+    );
+    // the backlog still waiting behind the last code (most of it)
+    assert!(
+        bulk_before_last < backlog.len() / 2,
+        "the backlog was half sent before the last code: {bulk_before_last}"
+    );
+    // every tenant of the backlog had jobs out: the backlog was one of several tenants
+    assert!(tenants_out.iter().all(|n| *n > 0), "{tenants_out:?}");
+    for (i, w) in waits.iter().enumerate() {
+        assert!(
+            *w <= CODES_WITHIN,
+            "u-{i} followed {w} dispatches of the backlog after its publish: {waits:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urgent_codes_pass_a_parked_backlog_of_tenants_on_one_worker() {
+    codes_pass_a_parked_backlog_of_tenants(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urgent_codes_pass_a_parked_backlog_of_tenants_on_three_workers() {
+    codes_pass_a_parked_backlog_of_tenants(3).await;
+}
+
 /// `admin queues` shows, for the bulk lane of a paced channel, how many tenants have
 /// jobs waiting in their queues and the ones with the most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

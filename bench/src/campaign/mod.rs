@@ -3,14 +3,18 @@
 //! (default 100,000; 10,000 with `--quick`) of a channel paced at
 //! `--campaign-rate` (default 100/s), of a policy whose lane is `bulk` and without
 //! a `priority` field, published into the jobs exchange as any AMQP client
-//! publishes, never to a lane.
+//! publishes, never to a lane. With `--campaign-tenants N` the jobs (bulk and
+//! urgent) belong to N tenants round-robin, so the backlog is parked in N tenant
+//! queues of the bulk lane and shared among them; without, they carry no `tenant`
+//! (the lane's own queue, as the step ran before fair shares).
 //!
 //! Each of `--rounds` rounds measures its pass-through ceiling first (as every other
 //! step), then runs four passes, each on a fresh namespace:
 //! - **campaign**, one worker process and three: the bulk jobs published at a quarter
 //!   of the ceiling while the workers run, and an urgent job (category
 //!   `transactional`, no `priority`, stamped when published) every 0.3 s from the
-//!   first publish until every bulk job is parked: each urgent job's time from its
+//!   first publish until 10 s after every bulk job is parked (so the last ones
+//!   wait behind the whole backlog parked): each urgent job's time from its
 //!   publish to its arrival in the dispatch queue (read by the benchmark without
 //!   acks), and the parking rate (the jobs over the time from the first publish to
 //!   the last parked, which the publish rate bounds) and how long after the last
@@ -55,6 +59,7 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
             round,
             workers,
             jobs,
+            tenants: b.args.campaign_tenants,
             rate,
             ceiling: ceiling_rate,
         };
@@ -82,7 +87,8 @@ fn print_run(r: &CampaignRun) {
         )
     });
     eprintln!(
-        "      parked at {:.0}/s, {:.2} of the ceiling{}{urgent}",
+        "      {} tenant(s): parked at {:.0}/s, {:.2} of the ceiling{}{urgent}",
+        r.tenants,
         r.parking_per_sec,
         r.parking_ratio,
         r.lag_secs.map_or(String::new(), |l| format!(

@@ -21,16 +21,20 @@ use crate::report::CampaignRun;
 
 /// How often an urgent job is published while the campaign is read.
 const URGENT_EVERY: Duration = Duration::from_millis(300);
+/// How long urgent jobs keep coming once every bulk job is parked: what they meet
+/// behind the whole backlog parked (in the tenants' queues, with tenants).
+const URGENT_BEHIND: Duration = Duration::from_secs(10);
 /// The longest a pass may take to park its jobs.
 const LIMIT: Duration = Duration::from_secs(600);
 
-/// What a pass is given: its round (from 1), its workers, its jobs, the channel's
-/// rate and the round's ceiling.
+/// What a pass is given: its round (from 1), its workers, its jobs, the tenants
+/// they belong to (0: none), the channel's rate and the round's ceiling.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Plan {
     pub round: usize,
     pub workers: usize,
     pub jobs: usize,
+    pub tenants: usize,
     pub rate: u64,
     pub ceiling: f64,
 }
@@ -56,16 +60,47 @@ fn settings(b: &Bench, tag: &str, p: &Plan) -> (Settings, Vec<(String, String)>)
     (s, env)
 }
 
+/// The `tenant` field of job `i` when the jobs belong to `tenants` tenants
+/// round-robin (none when 0).
+fn tenant_field(i: u64, tenants: usize) -> String {
+    match tenants {
+        0 => String::new(),
+        n => format!(r#","tenant":"{}""#, tenant_name(i % n as u64)),
+    }
+}
+
+/// The name of the campaign's tenant `t`.
+pub(super) fn tenant_name(t: u64) -> String {
+    format!("t{t}")
+}
+
 /// Bulk job `i` as a plain producer publishes it: category `campaign`, no `priority`.
-fn bulk(ns: &str, i: u64) -> Vec<u8> {
-    format!(r#"{{"id":"{ns}-c{i}","recipient":"c{i}","channel":"sms","category":"campaign"}}"#)
-        .into_bytes()
+fn bulk(ns: &str, i: u64, tenants: usize) -> Vec<u8> {
+    let tenant = tenant_field(i, tenants);
+    format!(
+        r#"{{"id":"{ns}-c{i}","recipient":"c{i}","channel":"sms","category":"campaign"{tenant}}}"#
+    )
+    .into_bytes()
 }
 
 /// Urgent job `i`: category `transactional` (the `urgent` lane by its policy), no
 /// `priority`.
-fn urgent(ns: &str, i: u64) -> String {
-    format!(r#"{{"id":"{ns}-u{i}","recipient":"u{i}","channel":"sms","category":"transactional"}}"#)
+fn urgent(ns: &str, i: u64, tenants: usize) -> String {
+    let tenant = tenant_field(i, tenants);
+    format!(
+        r#"{{"id":"{ns}-u{i}","recipient":"u{i}","channel":"sms","category":"transactional"{tenant}}}"#
+    )
+}
+
+/// Ends a pass: stops its workers, deletes its tenants' queues (the teardown knows
+/// only the topology's) and its namespace.
+async fn end(b: &Bench, s: &Settings, p: &Plan, procs: &mut [Child]) {
+    for child in procs {
+        stop(child);
+    }
+    let tenants = (0..p.tenants as u64).map(tenant_name).collect::<Vec<_>>();
+    crate::tenants::delete_tenant_queues(s, &tenants).await;
+    b.teardown.namespace(s).await;
 }
 
 /// Starts the plan's worker processes at once (into `procs`, which the caller
@@ -101,8 +136,8 @@ pub(super) async fn campaign(b: &Bench, p: Plan, publish_rate: f64) -> Result<Ca
     header(
         "campaign",
         format!(
-            "round {}: {} bulk jobs at {publish_rate:.0}/s to the jobs exchange, the channel at {}/s, urgent jobs every 0.3 s, {} worker(s)",
-            p.round, p.jobs, p.rate, p.workers
+            "round {}: {} bulk jobs{} at {publish_rate:.0}/s to the jobs exchange, the channel at {}/s, urgent jobs every 0.3 s, {} worker(s)",
+            p.round, p.jobs, of_tenants(p.tenants), p.rate, p.workers
         ),
     );
     let (s, env) = settings(b, "cp", &p);
@@ -113,11 +148,16 @@ pub(super) async fn campaign(b: &Bench, p: Plan, publish_rate: f64) -> Result<Ca
         publish_campaign(&s, &p, &ports, publish_rate).await
     }
     .await;
-    for child in &mut procs {
-        stop(child);
-    }
-    b.teardown.namespace(&s).await;
+    end(b, &s, &p, &mut procs).await;
     result
+}
+
+/// ", of N tenants round-robin" (nothing without tenants).
+fn of_tenants(tenants: usize) -> String {
+    match tenants {
+        0 => String::new(),
+        n => format!(" of {n} tenants round-robin"),
+    }
 }
 
 async fn publish_campaign(
@@ -132,20 +172,26 @@ async fn publish_campaign(
     let started = Instant::now();
     let parking = Parking::start(ports.to_vec(), dispatches.unparked(), started);
     let (ns, exchange, jobs) = (&s.redis.key_prefix, &s.amqp.jobs_exchange, p.jobs as u64);
+    let tenants = p.tenants;
     let stop_urgent = CancellationToken::new();
     let publishing = async {
-        let published = paced(&conn, exchange, jobs, publish_rate, |i| bulk(ns, i))
-            .await
-            .map(|()| started.elapsed().as_secs_f64());
+        let published = paced(&conn, exchange, jobs, publish_rate, |i| {
+            bulk(ns, i, tenants)
+        })
+        .await
+        .map(|()| started.elapsed().as_secs_f64());
         let parked = match published {
             Ok(_) => parking.until(jobs, LIMIT).await,
             Err(_) => Ok(()),
         };
+        if parked.is_ok() {
+            tokio::time::sleep(URGENT_BEHIND).await;
+        }
         stop_urgent.cancel();
         parked.and(published)
     };
     let every = every_until(&conn, exchange, URGENT_EVERY, stop_urgent.clone(), |i| {
-        urgent(ns, i)
+        urgent(ns, i, tenants)
     });
     let (published, sent) = tokio::join!(publishing, every);
     let samples = parking.finish();
@@ -169,6 +215,7 @@ fn run_of(p: &Plan, (samples, unparked): (&[Sample], u64), parking_per_sec: f64)
         round: p.round,
         workers: p.workers,
         jobs: p.jobs,
+        tenants: p.tenants,
         rate: p.rate,
         ceiling_msgs_per_sec: p.ceiling,
         parking_per_sec,
@@ -185,17 +232,14 @@ pub(super) async fn backlog(b: &Bench, p: Plan) -> Result<CampaignRun> {
     header(
         "campaign",
         format!(
-            "round {}: a backlog of {} bulk jobs in the jobs queue, the channel at {}/s, {} worker(s)",
-            p.round, p.jobs, p.rate, p.workers
+            "round {}: a backlog of {} bulk jobs{} in the jobs queue, the channel at {}/s, {} worker(s)",
+            p.round, p.jobs, of_tenants(p.tenants), p.rate, p.workers
         ),
     );
     let (s, env) = settings(b, "cb", &p);
     let mut procs = Vec::new();
     let result = park_backlog(b, &s, &env, &p, &mut procs).await;
-    for child in &mut procs {
-        stop(child);
-    }
-    b.teardown.namespace(&s).await;
+    end(b, &s, &p, &mut procs).await;
     result
 }
 
@@ -217,7 +261,7 @@ async fn park_backlog(
         &ch,
         &s.amqp.jobs_exchange,
         "",
-        (0..jobs).map(|i| bulk(ns, i)),
+        (0..jobs).map(|i| bulk(ns, i, p.tenants)),
     )
     .await?;
     let _ = ch.close(200, "".into()).await;

@@ -32,6 +32,8 @@ const fn detail(
 pub(super) const DETAILS: &[Detail] = &[
     detail("kill9", false, kill9),
     detail("broker_restart", true, broker_restart),
+    detail("fair_kill", false, fair),
+    detail("fair_broker_restart", true, fair),
     detail("rabbit_cluster", true, rabbit_cluster),
     detail("broker_hang", true, broker_hang),
     detail("memory_alarm", true, memory_alarm),
@@ -78,6 +80,27 @@ fn broker_restart(v: &Value) -> String {
          the worker was consuming again {} s after the broker accepted connections. {} lost, {} duplicates.\n",
         cell(&v["mode"]), cell(&v["fault"]), cell(&v["broker_down_seconds"]), cell(&v["broker_boot_seconds"]),
         cell(&v["recovery_seconds"]), cell(&v["lost"]), cell(&v["duplicates"]),
+    )
+}
+
+/// The fair shares' faults: the audit, and the rate from a tap on the dispatches.
+fn fair(v: &Value) -> String {
+    format!(
+        "- **{}** ({} form): {}; {} jobs of three tenants at {} dispatches/s, {} fault(s). {} dispatched, \
+         {} lost, {} dead, {} duplicate dispatches{}. The rate held: no interval \
+         of the jobs' first dispatches, as a tap on the dispatch exchange saw them, held more than the \
+         burst plus the rate times its length by over {} (it held {} beyond; the tolerance is the lines' \
+         look-ahead and the tap's measured jitter at the rate).\n",
+        if v["scenario"] == "fair_kill" { "Fair shares, kill -9" } else { "Fair shares, broker restart" },
+        cell(&v["mode"]), cell(&v["fault"]), cell(&v["jobs"]), cell(&v["rate_per_second"]),
+        cell(&v["faults"]), cell(&v["dispatched"]), cell(&v["lost"]), cell(&v["dead"]),
+        cell(&v["duplicates"]),
+        match &v["duplicates_unexplained"] {
+            Value::Null => String::new(),
+            n => format!(" ({} that no kill explains: a kill explains a copy of a job among the last dispatched before it)", cell(n)),
+        },
+        cell(&v["rate_tolerance"]),
+        cell(&v["rate_excess"]),
     )
 }
 

@@ -20,6 +20,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "RabbitMQ restarted under the worker (a private node)",
     ),
     (
+        "fair_kill",
+        "`kill -9` of the worker while three tenants' jobs wait in their queues of a lane (fair shares), restarted each time",
+    ),
+    (
+        "fair_broker_restart",
+        "RabbitMQ restarted while three tenants' jobs wait in their queues of a lane (a private node)",
+    ),
+    (
         "broker_hang",
         "RabbitMQ hanging (SIGSTOP of the node), then SIGTERM while it hangs",
     ),
@@ -46,6 +54,14 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "redis_cluster_failover",
         "A Redis Cluster master killed while its replicas are behind; a replica promoted, alone for a while; without and with `redis.wait_replicas = 1`",
+    ),
+    (
+        "limits_kill",
+        "`kill -9` of one of three workers while stacked limits (per second and per 5 s on one account, per sender, costs 1–3) hold the jobs, restarted at once",
+    ),
+    (
+        "limits_sentinel",
+        "Redis Sentinel failing the master over to a replica 1.5 s behind while stacked limits hold the jobs (two workers), without and with `redis.wait_replicas = 1`",
     ),
     (
         "four_workers",

@@ -1,6 +1,7 @@
 //! The pages an operator works from, over HTTP against the machine's RabbitMQ and
 //! Redis: one dead letter purged or replayed from its own page, through the same
-//! confirmation and token as a filtered set, touches that one only.
+//! confirmation and token as a filtered set, touches that one only. The overview
+//! shows the tenants waiting in each lane of a paced channel.
 
 use std::time::Duration;
 
@@ -151,6 +152,7 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
     acme.policies
         .insert("default".into(), s.policies["default"].clone());
     s.tenants.insert("acme".into(), acme);
+    limits_and_a_quota(&mut s);
     let (_c, w, conn) = rig(&s).await;
     let (addr, stop_http) = serve(&s, w.store(), Guard::Open).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
@@ -232,6 +234,18 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
         "{policies}"
     );
 
+    // the limits and quotas in force, each as configured
+    for expected in [
+        "<code>ses_per_second</code>",
+        "14 per 1s",
+        "channels sms",
+        "<code>new_ip</code>",
+        "from 2026-01-05: 50, 100 a day",
+        "<code>plan_month</code>",
+        "50000 per 1mo",
+    ] {
+        assert!(policies.contains(expected), "{expected} in {policies}");
+    }
     // the held recipient counted in its jobs' zone; the waiting job listed without it
     let recipient = get("/console/recipient?recipient=held-sh&tenant=beta".into())
         .await
@@ -302,4 +316,111 @@ async fn a_replayed_dead_letters_job_page_no_longer_says_it_is_in_the_queue() {
         after.body
     );
     stop.cancel();
+}
+
+/// An SES-style limit, a warm-up per sender and a tenant's monthly quota, as the
+/// policies page lists them (none holds the pages' few jobs back).
+pub(crate) fn limits_and_a_quota(s: &mut quota_worker::config::Settings) {
+    use quota_worker::config::{
+        CapScope, CapSettings, Dur, LimitSettings, MatchSettings, RuleSettings, WarmupSettings,
+    };
+    use quota_worker::quota::limits::Per;
+    let ses = LimitSettings {
+        rate: 14,
+        period: Some(Dur(Duration::from_secs(1))),
+        burst: Some(14),
+        matches: MatchSettings {
+            channels: Some(vec!["sms".into()]),
+            ..MatchSettings::default()
+        },
+        per: Per::All,
+        warmup: None,
+    };
+    s.limits.insert("ses_per_second".into(), ses.clone());
+    let new_ip = LimitSettings {
+        per: Per::Sender,
+        warmup: Some(WarmupSettings {
+            start: "2026-01-05".into(),
+            daily: vec![50, 100],
+        }),
+        ..ses
+    };
+    s.limits.insert("new_ip".into(), new_ip);
+    let month = CapSettings {
+        rules: vec![RuleSettings {
+            limit: 50_000,
+            window: "1mo".parse().unwrap(),
+        }],
+        scope: CapScope::Tenant,
+        ..CapSettings::default()
+    };
+    s.caps.insert("plan_month".into(), month);
+}
+
+/// The overview shows, for the bulk lane of a paced channel, how many tenants have
+/// jobs waiting in their own queues and those with the most (read by the worker's
+/// session with the queues, every 5 s).
+#[tokio::test]
+async fn the_overview_shows_the_tenants_waiting_in_each_lane() {
+    let ns = unique("console-tenants");
+    // `sms` at 1/s: the tenants' jobs wait in their queues
+    let s = crate::lanes::laned(&ns, 1);
+    let w = testkit::worker(&s).await;
+    let _c = Cleanup::new(&s);
+    let conn = amqp().await;
+    let (addr, stop_http) = super::serve_status(&s, w.store(), w.status.clone(), Guard::Open).await;
+    let (stop, handle) = spawn_worker(w.clone()).await;
+    let of = |tenant: &str, n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| serde_json::json!({"id": format!("{tenant}-{i}"), "recipient": format!("{tenant}-{i}"),
+                "channel": "sms", "category": "campaign", "tenant": tenant}).to_string())
+            .collect()
+    };
+    // a holds the most, b next (each beyond the 8 a worker holds of each queue)
+    crate::lanes::publish_all(&conn, &s, &of("alpha", 60)).await;
+    crate::lanes::publish_all(&conn, &s, &of("beta", 30)).await;
+    let cookie = ask(&addr, "GET", "/console", None, &[], "")
+        .await
+        .cookie()
+        .unwrap();
+    // the queues are read every 5 s: a few reads
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = ask(&addr, "GET", "/console", Some(&cookie), &[], "")
+            .await
+            .body;
+        if page.contains("Tenants waiting by lane") && page.contains("beta") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tenants on the overview: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    stop.cancel();
+    handle.await.unwrap();
+    stop_http.cancel();
+    let t = topology(&s);
+    for tenant in ["alpha", "beta"] {
+        let q = t.tenant_queue("sms", quota_worker::lanes::Priority::Bulk, tenant);
+        let ch = conn.create_channel().await.unwrap();
+        let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+    }
+    let rows = page.split("Tenants waiting by lane").nth(1).unwrap();
+    let row = rows
+        .split("</tr>")
+        .find(|r| r.contains("sms.bulk"))
+        .expect("the bulk lane's row");
+    assert!(
+        row.contains(r#"<td class="n">2</td>"#),
+        "two tenants waiting: {row}"
+    );
+    let (alpha, beta) = (row.find("alpha").unwrap(), row.find("beta").unwrap());
+    assert!(alpha < beta, "the tenant with the most first: {row}");
+    // no other lane has tenants waiting
+    assert!(
+        !rows.contains("sms.urgent") && !rows.contains("sms.normal"),
+        "{rows}"
+    );
 }

@@ -11,6 +11,9 @@
 //! against what their shares promise (`c`: 2,000 at half the rate; `b`: a quarter of
 //! the rate until `c` is done, then half); and how long after its publish each of
 //! `b` and `c` was first dispatched.
+//!
+//! With `--tenants-count N`, N tenants active at once instead ([`many`]): what
+//! they cost the broker, Redis and the worker, the drain, and what is left after.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,7 +30,11 @@ use quota_worker::lanes::Priority;
 use crate::broker::{closed, connect, preload};
 use crate::context::{header, Bench};
 use crate::procs::{spawn_worker_configured, stop, wait_ready};
-use crate::report::TenantsRun;
+use crate::report::{Report, TenantsRun};
+
+mod many;
+
+pub use many::ManyTenantsRun;
 
 /// Jobs of each of `b` and `c`.
 const SMALL: usize = 2_000;
@@ -36,8 +43,13 @@ const WINDOW: Duration = Duration::from_secs(60);
 /// The longest a pass may take.
 const LIMIT: Duration = Duration::from_secs(900);
 
-/// Runs the step: one worker, then three.
-pub async fn step(b: &Bench, out: &mut Vec<TenantsRun>) -> Result<()> {
+/// Runs the step: one worker, then three; with `--tenants-count`, the many
+/// tenants' passes ([`many`]) instead.
+pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
+    if b.args.tenants_count > 0 {
+        return many::step(b, &mut report.many_tenants).await;
+    }
+    let out = &mut report.tenants;
     let a_jobs = b
         .args
         .jobs
@@ -100,7 +112,7 @@ async fn pass(b: &Bench, workers: usize, a_jobs: usize, rate: u64) -> Result<Ten
     for child in &mut procs {
         stop(child);
     }
-    delete_tenant_queues(&s).await;
+    delete_tenant_queues(&s, &["a", "b", "c"].map(String::from)).await;
     b.teardown.namespace(&s).await;
     let _ = std::fs::remove_file(config);
     result
@@ -246,19 +258,31 @@ fn figures(
     }
 }
 
-/// Delete the tenants' queues of the pass (the teardown knows the topology's).
-async fn delete_tenant_queues(s: &Settings) {
+/// Deletes the queues of `tenants` on `sms`, every lane (the teardown knows only the
+/// topology's); one channel for all, opened again after a refusal.
+pub(crate) async fn delete_tenant_queues(s: &Settings, tenants: &[String]) {
+    delete_tenant_queues_of(s, tenants, &Priority::ALL).await
+}
+
+/// [`delete_tenant_queues`] of the lanes `lanes` only.
+pub(crate) async fn delete_tenant_queues_of(s: &Settings, tenants: &[String], lanes: &[Priority]) {
     let Ok(conn) = connect(&s.amqp.url).await else {
         return;
     };
     let t = Topology::from_settings(s);
-    for tenant in ["a", "b", "c"] {
-        for lane in Priority::ALL {
-            if let Ok(ch) = conn.create_channel().await {
-                let q = t.tenant_queue("sms", lane, tenant);
-                let _ = ch
-                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                    .await;
+    let mut ch = None;
+    for tenant in tenants {
+        for &lane in lanes {
+            if ch.is_none() {
+                ch = conn.create_channel().await.ok();
+            }
+            let Some(c) = &ch else { continue };
+            let q = t.tenant_queue("sms", lane, tenant);
+            let deleted = c
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+            if deleted.is_err() {
+                ch = None;
             }
         }
     }
