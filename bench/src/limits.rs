@@ -112,9 +112,9 @@ async fn measure(
     let redis_cpu = crate::layers::cpu_us(&mut c)?;
     let own_cpu = crate::sample::cpu_secs(std::process::id()).unwrap_or(0.0);
     let started = Instant::now();
-    let (shared, tag2) = (engine.clone(), Arc::<str>::from(tag));
+    let (shared, tag) = (engine.clone(), Arc::<str>::from(tag));
     on_many_tasks(n, move |i| {
-        let (engine, tag) = (shared.clone(), tag2.clone());
+        let (engine, tag) = (shared.clone(), tag.clone());
         async move {
             let (id, who, sender) = (
                 format!("{tag}{i}"),
@@ -134,9 +134,6 @@ async fn measure(
     let own_cpu = crate::sample::cpu_secs(std::process::id()).unwrap_or(0.0) - own_cpu;
     let redis_cpu = crate::layers::cpu_us(&mut c)? - redis_cpu;
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut c)?;
-    if std::env::var_os("LP_DUMP").is_some() {
-        eprintln!("{tag}\n{stats}");
-    }
     let evalsha = stats
         .lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))

@@ -156,14 +156,14 @@ impl Admit<'_> {
                 }
             })
             .collect();
-        let limited = self.limits_of(req, rules);
+        let (limited, limits) = self.limits_of(req, rules).into_iter().unzip();
         Asked {
             policy,
             key,
             member: keys::member(req.id),
             layers,
-            limits: limited.iter().map(|(_, args)| args.clone()).collect(),
-            limited: limited.into_iter().map(|(l, _)| l).collect(),
+            limits,
+            limited,
         }
     }
 
@@ -195,7 +195,7 @@ impl Admit<'_> {
                 .keys
                 .warmup(&l.name, *bucket, start.timestamp_millis());
             let args = LimitArgs {
-                key,
+                key: key.into(),
                 interval_us: 0,
                 burst: u64::from(q.limit),
                 cost: end.timestamp_millis().max(0) as u64,
@@ -213,19 +213,20 @@ impl Admit<'_> {
                         let (start, end) = q.period(rules.tenant_zone(req.tenant), now);
                         let window = q.window.to_string();
                         LimitArgs {
-                            key: self.store.keys.quota(
-                                &l.name,
-                                &window,
-                                bucket,
-                                start.timestamp_millis(),
-                            ),
+                            key: self
+                                .store
+                                .keys
+                                .quota(&l.name, &window, bucket, start.timestamp_millis())
+                                .into(),
                             interval_us: 0,
                             burst: u64::from(q.limit),
                             cost: end.timestamp_millis().max(0) as u64,
                         }
                     }
                     None => LimitArgs {
-                        key: self.store.keys.limit(&l.name, bucket),
+                        key: self.store.admission.bucket_key(&l.name, bucket, || {
+                            self.store.keys.limit(&l.name, bucket)
+                        }),
                         interval_us: l.rate.interval_us,
                         burst: l.rate.burst,
                         cost,

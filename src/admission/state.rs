@@ -1,7 +1,7 @@
 //! What the admission keeps in this worker, its own state (the quota store holds
 //! it whole, as [`crate::store::QuotaStore`]'s `admission`): the batched call, the
 //! reservations kept for jobs whose dispatch failed, the plans of policies and caps,
-//! and whether admissions check suppressions.
+//! the limits' bucket keys, and whether admissions check suppressions.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +36,22 @@ pub(crate) struct AdmissionState {
     /// Whether some recipient may be suppressed (the key `prefix:suppressions`
     /// exists, as last seen): only then do admissions check suppressions.
     suppressions: AtomicBool,
+    /// The limits' bucket keys made so far (see [`BucketKeys`]).
+    bucket_keys: Mutex<BucketKeys>,
+}
+
+/// Most bucket keys kept: past it they are all forgotten (and made again as
+/// jobs need them).
+const MAX_BUCKET_KEYS: usize = 32_768;
+
+/// The keys of the limits' buckets made so far, by limit name, then by the kind
+/// of its bucket (all, tenant, sender) and the tenant or sender: a tenant's or
+/// sender's key is a keyed hash of it (`Keys::limit`), the same for every job
+/// of it, so it is made once and shared (the jobs of one call then name one key).
+#[derive(Default)]
+struct BucketKeys {
+    by_limit: HashMap<String, [HashMap<String, Arc<str>>; 3]>,
+    len: usize,
 }
 
 impl AdmissionState {
@@ -48,6 +64,7 @@ impl AdmissionState {
             plans: Mutex::default(),
             cap_plans: Mutex::default(),
             suppressions: AtomicBool::new(false),
+            bucket_keys: Mutex::default(),
         }
     }
 
@@ -96,6 +113,43 @@ impl AdmissionState {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let caps = self.cap_plans.lock();
         caps.unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The key of limit `name`'s bucket `(kind, value)` (see
+    /// [`crate::quota::limits::Limit::bucket`]): the one made before, else
+    /// `make()`'s, kept.
+    pub(crate) fn bucket_key(
+        &self,
+        name: &str,
+        (kind, value): (&str, &str),
+        make: impl FnOnce() -> String,
+    ) -> Arc<str> {
+        let slot = match kind {
+            "t" => 1,
+            "s" => 2,
+            _ => 0,
+        };
+        let lock = || self.bucket_keys.lock().unwrap_or_else(|e| e.into_inner());
+        let known = lock()
+            .by_limit
+            .get(name)
+            .and_then(|kinds| kinds[slot].get(value).cloned());
+        if let Some(key) = known {
+            return key;
+        }
+        let key: Arc<str> = make().into();
+        let mut keys = lock();
+        if keys.len >= MAX_BUCKET_KEYS {
+            *keys = BucketKeys::default();
+        }
+        if !keys.by_limit.contains_key(name) {
+            keys.by_limit.insert(name.to_string(), Default::default());
+        }
+        let kinds = keys.by_limit.get_mut(name).expect("inserted above");
+        if kinds[slot].insert(value.to_string(), key.clone()).is_none() {
+            keys.len += 1;
+        }
+        key
     }
 
     /// Whether admissions check suppressions.

@@ -45,8 +45,8 @@ pub(crate) struct PrefsArgs {
 /// One limit a job meets, as the script takes it.
 #[derive(Debug, Clone)]
 pub struct LimitArgs {
-    /// The limit's bucket.
-    pub key: String,
+    /// The limit's bucket (shared: the jobs of a tenant or sender name one key).
+    pub key: Arc<str>,
     /// µs per unit of cost.
     pub interval_us: u64,
     /// Units of cost a full bucket holds.
@@ -117,8 +117,8 @@ impl Layout {
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
         let limited = jobs.iter().filter(|j| !j.limits.is_empty());
-        let limit_args: usize = limited.clone().map(|j| 2 + 2 * j.limits.len()).sum();
-        let bucket_args = 1 + 3 * buckets.distinct.len();
+        let limit_args: usize = limited.clone().map(|j| 3 + j.limits.len()).sum();
+        let bucket_args = 1 + 4 * buckets.distinct.len();
         let limits = place(limited.count() > 0, bucket_args + 1 + limit_args);
         Layout {
             layers,
@@ -143,8 +143,9 @@ fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize
     }
 }
 
-/// The distinct buckets of a call's limits (a bucket: its key, interval and
-/// burst), and each job's limits as numbers among them (1-based), in order.
+/// The distinct buckets of a call's limits (a bucket: its key, interval, burst
+/// and, for a counter, its period's end), and each job's limits as numbers among
+/// them (1-based), in order.
 #[derive(Default)]
 struct Buckets<'a> {
     distinct: Vec<&'a LimitArgs>,
@@ -158,7 +159,10 @@ impl<'a> Buckets<'a> {
         if jobs.iter().all(|j| j.limits.is_empty()) {
             return Buckets::default();
         }
-        let mut seen: HashMap<(&str, u64, u64), usize> = HashMap::new();
+        // the same key is mostly the same `Arc` (made once, `AdmissionState::bucket_key`):
+        // known by its address (one key under two addresses is sent twice, and the
+        // script shares its state by key all the same)
+        let mut seen: HashMap<(usize, u64, u64, u64), usize> = HashMap::new();
         let mut distinct = Vec::new();
         let numbers = jobs
             .iter()
@@ -166,7 +170,7 @@ impl<'a> Buckets<'a> {
                 let limits = job.limits.iter();
                 let number = |l: &'a LimitArgs| {
                     *seen
-                        .entry((l.key.as_str(), l.interval_us, l.burst))
+                        .entry((l.key.as_ptr() as usize, l.interval_us, l.burst, expires(l)))
                         .or_insert_with(|| {
                             distinct.push(l);
                             distinct.len()
@@ -250,22 +254,42 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
     cmd
 }
 
+/// A counter's period's end (ms; its [`LimitArgs::cost`]), 0 for a bucket.
+fn expires(l: &LimitArgs) -> u64 {
+    match l.interval_us {
+        0 => l.cost,
+        _ => 0,
+    }
+}
+
+/// A job's cost, as its limits take it: each bucket's (one and the same: the
+/// job's own, else its channel's), 1 when it meets counters only (they count one).
+fn job_cost(limits: &[LimitArgs]) -> u64 {
+    let mut buckets = limits.iter().filter(|l| l.interval_us > 0);
+    let cost = buckets.next().map_or(1, |l| l.cost);
+    debug_assert!(buckets.all(|l| l.cost == cost), "one cost a job");
+    cost
+}
+
 /// The limits section: the distinct buckets, then the jobs that meet limits,
-/// each with its limits (a bucket's number and the job's cost).
+/// each with its cost and its buckets' numbers.
 fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'_>) {
     cmd.arg(buckets.distinct.len());
     for l in &buckets.distinct {
-        cmd.arg(&l.key).arg(l.interval_us).arg(l.burst);
+        cmd.arg(&*l.key)
+            .arg(l.interval_us)
+            .arg(l.burst)
+            .arg(expires(l));
     }
     cmd.arg(jobs.iter().filter(|j| !j.limits.is_empty()).count());
     for (k, (job, numbers)) in jobs.iter().zip(&buckets.numbers).enumerate() {
         if job.limits.is_empty() {
             continue;
         }
-        cmd.arg(k + 1).arg(job.limits.len());
-        for (l, number) in job.limits.iter().zip(numbers) {
-            cmd.arg(*number).arg(l.cost);
-        }
+        cmd.arg(k + 1)
+            .arg(job_cost(&job.limits))
+            .arg(job.limits.len())
+            .arg(&numbers[..]);
     }
 }
 

@@ -23,9 +23,9 @@ local function answer(k)
   if not ok then return failure(code), 0 end
   if code then return code, 0, payload end
   local flags
-  ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k], limits[k])
+  local lims = limits_of(k)
+  ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k], lims)
   if not ok then return failure(code), 0 end
-  local lims = limits[k]
   if lims and (code == ANSWER.admitted or code == ANSWER.shadowed) then
     payload = payload or {}
     taken_by(lims, payload)

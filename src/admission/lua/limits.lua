@@ -25,7 +25,7 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- until P, then growing linearly to all at P + R, as lua/gcra.lua's read_tat), the
 -- suffix to keep while ramping ('' after) and P + R (0 after).
 local function parse_bucket(st)
-  st.parsed, st.ramp, st.ramp_end = true, '', 0
+  st.ramp, st.ramp_end = '', 0
   local raw = st.raw
   if not raw then st.tat = 0 return end
   local c = string.find(raw, ':', 1, true)
@@ -39,76 +39,87 @@ local function parse_bucket(st)
   st.share, st.ramp, st.ramp_end = share, string.sub(raw, c), p + r
 end
 
--- A quota's counter: the count it holds.
-local function parse_counter(st)
-  st.parsed, st.count = true, tonumber(st.raw or '0')
-end
-
--- The buckets by number (each {st = its key's state, interval, burst}), and the
--- limits by job number: a flat list of triples (bucket, the job's cost, and the
--- TAT or count a take leaves, once checked), its length in `n`.
-local limits = {}
+-- The buckets by number: key, interval, burst, a counter's period's end (ms) and
+-- the state of its key (shared by the buckets of one key).
+local b_interval, b_burst, b_expires, b_state = {}, {}, {}, {}
+-- The limits of job k (none: `lim_n[k]` nil): the entries lim_at[k] + 1 ..
+-- lim_at[k] + lim_n[k] of `l_bucket` (bucket numbers), all taking the job's cost
+-- `lim_cost[k]`; `l_next` holds what a take would leave (a TAT, or a count),
+-- once checked. Flat arrays: a job's limits cost no table of their own.
+local lim_at, lim_n, lim_cost = {}, {}, {}
+local l_bucket, l_next = {}, {}
 do
   local at = section('limits')
   if at then
-    local d = tonumber(ARGV[at])
-    local buckets, states, keys = {}, {}, {}
+    local argv = ARGV
+    local d = tonumber(argv[at])
+    local states, keys = {}, {}
     for i = 1, d do
-      local a = at + 3 * i - 2
-      local key = ARGV[a]
+      local a = at + 4 * i - 3
+      local key = argv[a]
       if not states[key] then
         states[key] = true
         keys[#keys + 1] = key
       end
-      buckets[i] = {key = key, interval = tonumber(ARGV[a + 1]), burst = tonumber(ARGV[a + 2])}
+      b_interval[i], b_burst[i] = tonumber(argv[a + 1]), tonumber(argv[a + 2])
+      b_expires[i] = tonumber(argv[a + 3])
     end
     for from = 1, #keys, 1000 do
       local last = math.min(from + 999, #keys)
       local raw = redis.call('MGET', unpack(keys, from, last))
       -- each key's state: its value as read (false: missing), parsed on its first
-      -- use (`parse_bucket`, `parse_counter`)
+      -- use (`parse_bucket`, or as a counter)
       for i = from, last do states[keys[i]] = {key = keys[i], raw = raw[i - from + 1]} end
     end
-    for i = 1, d do buckets[i].st = states[buckets[i].key] end
-    local b = at + 1 + 3 * d
-    for _ = 1, tonumber(ARGV[b]) do
-      local k, count = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
-      local list = {n = count}
-      for i = 1, count do
-        local c = b + 1 + 2 * i
-        list[3 * i - 2], list[3 * i - 1] = buckets[tonumber(ARGV[c])], tonumber(ARGV[c + 1])
-      end
-      limits[k] = list
-      b = b + 2 + 2 * count
+    for i = 1, d do b_state[i] = states[argv[at + 4 * i - 3]] end
+    local b = at + 1 + 4 * d
+    local e = 0
+    for _ = 1, tonumber(argv[b]) do
+      local k, cost, count = tonumber(argv[b + 1]), tonumber(argv[b + 2]), tonumber(argv[b + 3])
+      lim_at[k], lim_n[k], lim_cost[k] = e, count, cost
+      for i = 1, count do l_bucket[e + i] = tonumber(argv[b + 3 + i]) end
+      e = e + count
+      b = b + 3 + count
     end
   end
 end
 
--- Whether every limit of `list` (nil: none) admits its job now. Nothing is
--- changed but `list`'s third values (what a take leaves). Returns nil when all do;
--- else the instant (ms, rounded up) at which the latest of the refusing ones
--- allows, and that limit's number in `list`.
-local function limits_refuse(list)
-  if not list then return nil end
+-- Job k's limits, as the admission passes them on (nil: it meets none).
+local function limits_of(k)
+  if lim_n[k] then return k end
+  return nil
+end
+
+-- Whether every limit of job `k` (nil: none) admits it now. Nothing is changed
+-- but `l_next` (what a take leaves). Returns nil when all do; else the instant
+-- (ms, rounded up) at which the latest of the refusing ones allows, and that
+-- limit's number among the job's.
+local function limits_refuse(k)
+  if not k then return nil end
+  local e, cost = lim_at[k], lim_cost[k]
   local latest, which = nil, nil
-  for i = 1, list.n do
-    local l, cost = list[3 * i - 2], list[3 * i - 1]
-    local st = l.st
-    local allow_at
-    if not st.parsed then
-      if l.interval == 0 then parse_counter(st) else parse_bucket(st) end
-    end
-    if l.interval == 0 then
+  for i = 1, lim_n[k] do
+    local n = l_bucket[e + i]
+    local st, interval, allow_at = b_state[n], b_interval[n], nil
+    if interval == 0 then
       -- a quota's counter: its instant, when full, is its period's end
-      list[3 * i] = st.count + 1
-      if st.count >= l.burst then allow_at = cost * 1000 end
+      local count = st.count
+      if not count then
+        count = tonumber(st.raw or '0')
+        st.count = count
+      end
+      l_next[e + i] = count + 1
+      if count >= b_burst[n] then allow_at = b_expires[n] * 1000 end
     else
-      local interval = l.interval
-      if st.share then interval = math.ceil(interval / st.share) end
       local tat = st.tat
+      if not tat then
+        parse_bucket(st)
+        tat = st.tat
+      end
+      if st.share then interval = math.ceil(interval / st.share) end
       if tat < now_us then tat = now_us end
-      list[3 * i] = tat + interval * cost
-      local at = tat + interval * (cost - l.burst)
+      l_next[e + i] = tat + interval * cost
+      local at = tat + interval * (cost - b_burst[n])
       if at > now_us then allow_at = at end
     end
     if allow_at and (not latest or allow_at > latest) then
@@ -119,32 +130,36 @@ local function limits_refuse(list)
   return math.ceil(latest / 1000), which
 end
 
--- The buckets taken from, in the order of their first take (written by
+-- The buckets' states taken from, in the order of their first take (written by
 -- `write_limits`).
 local taken = {}
 
--- Take every limit of `list` (nil: none), once `limits_refuse` said all admit.
-local function take_limits(list)
-  if not list then return end
-  for i = 1, list.n do
-    local l = list[3 * i - 2]
-    local st = l.st
+-- Take every limit of job `k` (nil: none), once `limits_refuse` said all admit.
+local function take_limits(k)
+  if not k then return end
+  local e = lim_at[k]
+  for i = 1, lim_n[k] do
+    local n = l_bucket[e + i]
+    local st = b_state[n]
     if not st.taken then
       st.taken = true
       taken[#taken + 1] = st
     end
-    if l.interval == 0 then
-      st.count, st.expires = list[3 * i], list[3 * i - 1]
+    if b_interval[n] == 0 then
+      st.count, st.expires = l_next[e + i], b_expires[n]
     else
-      st.tat = list[3 * i]
+      st.tat = l_next[e + i]
     end
   end
 end
 
--- The TATs (or counts) `list`'s takes left, in its order, appended to `payload`.
-local function taken_by(list, payload)
-  for i = 1, list.n do payload[#payload + 1] = list[3 * i] end
-  payload[#payload + 1] = list.n
+-- The TATs (or counts) job k's takes left, in its limits' order, then their
+-- number, appended to `payload`.
+local function taken_by(k, payload)
+  local e, n = lim_at[k], lim_n[k]
+  local m = #payload
+  for i = 1, n do payload[m + i] = l_next[e + i] end
+  payload[m + n + 1] = n
 end
 
 -- Write every bucket taken from, once: a counter expiring at its period's end; a
