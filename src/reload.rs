@@ -90,7 +90,7 @@ impl Reloader {
     /// Apply `new` (already validated) if only what may change live differs.
     pub fn apply(&self, new: Settings) -> Result<Vec<String>, ReloadError> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        let fixed = running.needs_restart(&new);
+        let fixed = crate::config::needs_restart(&running, &new);
         if !fixed.is_empty() {
             return Err(ReloadError::NeedsRestart(fixed));
         }

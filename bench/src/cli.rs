@@ -17,7 +17,7 @@ pub struct Args {
     /// Recipients for the memory step (default 10,000 quick, 1,000,000 full).
     #[arg(long)]
     pub recipients: Option<usize>,
-    /// Steps to run (comma-separated: engine, rate, a, b, c, latency, lanes, recovery,
+    /// Steps to run (comma-separated: engine, engine-limits, rate, a, b, c, latency, lanes, recovery,
     /// campaign, tenants, digest, fallback, memory, scale); each mix, each latency round and each
     /// scale round measure their own ceiling right before. `scale` is not in the
     /// default run (it preloads millions of keys), nor `lanes` (the urgent wait behind
@@ -33,7 +33,9 @@ pub struct Args {
     /// 100,000, routed push → email → sms against mix (a) in `--rounds` rounds; as many
     /// escalations pending; 3,000 escalating after 2 s), nor `tenants` (`--jobs`,
     /// default 200,000, bulk jobs of tenant a, then 2,000 of b and of c (weight 2),
-    /// paced at `--tenants-rate`; one and three workers, a few minutes each).
+    /// paced at `--tenants-rate`; one and three workers, a few minutes each), nor
+    /// `engine-limits` (admissions with three limits, three matching nothing and
+    /// none, `--rounds` rounds, default 8, of `--jobs`, default 20,000).
     #[arg(
         long,
         default_value = "engine,a,b,c,latency,memory",

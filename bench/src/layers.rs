@@ -86,7 +86,7 @@ async fn run(s: &Settings, redis: &RedisServer, n: usize, tag: &'static str) -> 
 }
 
 /// `used_cpu_user + used_cpu_sys` of `INFO cpu`, in µs.
-fn cpu_us(c: &mut redis::Connection) -> Result<f64> {
+pub fn cpu_us(c: &mut redis::Connection) -> Result<f64> {
     let info: String = redis::cmd("INFO").arg("cpu").query(c)?;
     let field = |name: &str| {
         info.lines()

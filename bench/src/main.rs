@@ -14,6 +14,11 @@
 //!   then the engine's own admissions with many in flight, on the same Redis; then
 //!   ([`layers`]) Redis's time and CPU per job with one layer (the policy) and with
 //!   three (two caps over it), on a private `redis-server`.
+//! - **engine-limits** ([`limits`], only when asked for): the engine's admissions
+//!   with three limits that match every job (all, per tenant, per sender), with
+//!   the same three matching nothing, and with none, alternated over `--rounds`
+//!   rounds (default 8) on a private `redis-server`: every round's admissions per
+//!   second, Redis's time and CPU per job and the engine's CPU per job.
 //! - **rate** ([`rate`]): one channel's rate key, one call per decision against the
 //!   engine's batched takes.
 //! - **a**, **b**, **c** ([`mixes`]): (a) all allowed, (b) Zipf-skewed recipients
@@ -93,6 +98,7 @@ mod jobs;
 mod lanes;
 mod latency;
 mod layers;
+mod limits;
 mod memory;
 mod metrics;
 mod mixes;

@@ -162,6 +162,9 @@ pub struct Report {
     pub engine_redis_calls_per_admission: f64,
     /// Redis's time per job with one layer (the policy) and with three (two caps).
     pub engine_layers: Option<LayersCost>,
+    /// The engine step's limit variant (`engine-limits`): every round of three
+    /// matching limits, of three matching nothing, and of none.
+    pub engine_limits: Option<LimitsCost>,
     /// One channel's rate key: decisions per second, one per call (redis-benchmark).
     pub rate_key_evalsha_per_sec: Option<f64>,
     /// The same key through the engine's batched takes, 256 jobs asking at once.
@@ -259,6 +262,63 @@ pub struct LayersCost {
     pub cpu_us_one_layer: f64,
     /// The same with the policy and two caps.
     pub cpu_us_three_layers: f64,
+}
+
+/// What limits cost the engine's admissions (`--steps engine-limits`).
+#[derive(Serialize, Debug, Default, Clone)]
+pub struct LimitsCost {
+    /// Admissions per configuration per round.
+    pub jobs_per_round: usize,
+    /// Every run, in the order they ran.
+    pub rounds: Vec<LimitsRound>,
+    /// Each configuration's medians over its rounds (`crate::limits::CONFIGS`' order).
+    pub medians: Vec<LimitsRound>,
+}
+
+/// One run of one configuration (or, in [`LimitsCost::medians`], the medians of
+/// its runs, `round` 0).
+#[derive(Serialize, Debug, Default, Clone)]
+pub struct LimitsRound {
+    pub round: usize,
+    pub config: String,
+    /// Admissions per second.
+    pub per_sec: f64,
+    /// Redis's `EVALSHA` time per job (µs).
+    pub evalsha_us: f64,
+    /// Redis's CPU per job (µs).
+    pub redis_cpu_us: f64,
+    /// The benchmark's own CPU per job (the engine's side; µs).
+    pub engine_cpu_us: f64,
+    /// Jobs per `EVALSHA` (the batches' mean size).
+    pub jobs_per_call: f64,
+    /// Redis commands per job (every command Redis counted).
+    pub commands_per_job: f64,
+}
+
+impl LimitsCost {
+    /// The medians of `config`'s rounds, field by field.
+    pub fn median(&self, config: &str) -> LimitsRound {
+        let runs: Vec<&LimitsRound> = self.rounds.iter().filter(|r| r.config == config).collect();
+        let median = |f: fn(&LimitsRound) -> f64| {
+            let mut v: Vec<f64> = runs.iter().map(|r| f(r)).collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        LimitsRound {
+            round: 0,
+            config: config.to_string(),
+            per_sec: median(|r| r.per_sec),
+            evalsha_us: median(|r| r.evalsha_us),
+            redis_cpu_us: median(|r| r.redis_cpu_us),
+            engine_cpu_us: median(|r| r.engine_cpu_us),
+            jobs_per_call: median(|r| r.jobs_per_call),
+            commands_per_job: median(|r| r.commands_per_job),
+        }
+    }
 }
 
 /// Seconds per reported interval.

@@ -29,6 +29,9 @@ pub async fn run(args: Args) -> Result<()> {
         engine::step(&b, &mut report).await?;
         layers::step(&b, &mut report).await?;
     }
+    if b.args.runs("engine-limits") {
+        crate::limits::step(&b, &mut report).await?;
+    }
     if b.args.runs("rate") {
         rate::step(&b, &mut report).await?;
     }
@@ -76,7 +79,10 @@ fn check_cluster(args: &Args) -> Result<()> {
         return Ok(());
     }
     cluster::set(args.redis_cluster.clone());
-    if ["engine", "rate", "memory"].iter().any(|s| args.runs(s)) {
+    if ["engine", "engine-limits", "rate", "memory"]
+        .iter()
+        .any(|s| args.runs(s))
+    {
         bail!("--redis-cluster runs the mixes and the latency step only (--steps a,b,c,latency)");
     }
     Ok(())

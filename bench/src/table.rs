@@ -28,6 +28,7 @@ fn outcomes(o: &HashMap<String, u64>) -> String {
 /// Every part of the report, on stdout.
 pub fn print(r: &Report) {
     print_ceiling_and_engine(r);
+    print_engine_limits(r);
     print_mixes(r);
     print_latency_summary(r);
     print_scale(r);
@@ -55,6 +56,37 @@ fn print_ceiling_and_engine(r: &Report) {
         r.redis_benchmark_evalsha_per_sec.map(|v| format!("{v:.0}/s")).unwrap_or_else(|| "n/a".into()),
         r.engine_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
     );
+}
+
+/// The engine's admissions with limits: every round, then the medians and their
+/// ratio to none.
+fn print_engine_limits(r: &Report) {
+    let Some(l) = &r.engine_limits else {
+        return;
+    };
+    println!(
+        "\nengine with limits, {} admissions per configuration and round:",
+        l.jobs_per_round
+    );
+    println!("| round | configuration | admissions/s | Redis EVALSHA µs/job | Redis CPU µs/job | engine CPU µs/job | jobs/call | Redis commands/job |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let none = l.medians.first().map(|m| m.per_sec).unwrap_or(0.0);
+    for x in l.rounds.iter().chain(&l.medians) {
+        let round = match x.round {
+            0 => format!("median ({:.2} of none)", x.per_sec / none),
+            n => n.to_string(),
+        };
+        println!(
+            "| {round} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            x.config,
+            x.per_sec,
+            x.evalsha_us,
+            x.redis_cpu_us,
+            x.engine_cpu_us,
+            x.jobs_per_call,
+            x.commands_per_job
+        );
+    }
 }
 
 /// The mixes: one row each, then their CPU per job against the paired ceiling.

@@ -227,7 +227,7 @@ pub async fn carry_out(
         Ok(false) => None,
         Err(e) => Some(Err(e)),
     };
-    let script = &store.scripts().lease;
+    let script = &store.scripts().dead.lease;
     let _ = crate::redis::lease::renew_or_end(&conn, script, &lease, token, None).await;
     let Some(outcome) = outcome else {
         return Ok(Carried::Already("under way".into()));

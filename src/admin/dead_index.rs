@@ -41,6 +41,9 @@ const FORGET_CHUNK: usize = 1000;
 const BODY_MAX: usize = 16 * 1024;
 
 /// One dead letter as the index keeps it.
+///
+/// Its fields are those of the JSON record the index keeps in Redis (the
+/// entries' hash), one each: it mirrors that record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     /// Its summary: the entry's name in the index.

@@ -98,7 +98,7 @@ pub async fn catch_up(
         }
     }
     let read = read_log(conn, store, settings, &token).await;
-    let script = &store.scripts().lease;
+    let script = &store.scripts().dead.lease;
     if let Err(e) = crate::redis::lease::renew_or_end(&redis, script, &lease, &token, None).await {
         tracing::warn!(error = %e, "the dead-letter index's catch-up lease runs out by itself");
     }
@@ -249,7 +249,7 @@ async fn index_up_to(
 /// while it writes; one whose lease was lost stops (another runs now).
 async fn renew(store: &QuotaStore, token: &str) -> Result<(), AdminError> {
     let lease = dead_index::catch_up_lease(store.keys());
-    let (conn, script) = (store.connection(), &store.scripts().lease);
+    let (conn, script) = (store.connection(), &store.scripts().dead.lease);
     let ttl = Some(LEASE_FOR.as_millis() as u64);
     if !crate::redis::lease::renew_or_end(&conn, script, &lease, token, ttl).await? {
         return Err(AdminError::Invalid(format!(

@@ -15,6 +15,9 @@ use crate::redis::RedisConn;
 use crate::store::QuotaStore;
 
 /// What `admin digest ID` shows.
+///
+/// Its fields are the keys of the JSON `admin digest ID` prints, one each: it
+/// mirrors that output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DigestInfo {
     /// Its id (`dg-…`), the message id it is sent under.

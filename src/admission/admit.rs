@@ -14,6 +14,7 @@ use super::protocol::Verdict;
 use super::verdict::{self, Asked, QuietUntil};
 use crate::admission::{Admission, RateStep, Request, Ticket};
 use crate::counted::Counted;
+use crate::lanes::pacing::Pacer;
 use crate::preferences::set::QuietHours;
 use crate::quota::keys::{self, Keys};
 use crate::quota::limits::{Limit, Subject};
@@ -22,7 +23,7 @@ use crate::quota::window;
 use crate::redis::rate::{Allowed, RateReply};
 use crate::redis::StoreError;
 use crate::rules::Rules;
-use crate::store::{Pacer, QuotaStore};
+use crate::store::QuotaStore;
 
 /// A paced channel an admission takes the rate of: its name, its rate and its
 /// pacer in this worker, and the job's tenant (whose share of the lane a wait in
@@ -73,7 +74,7 @@ impl QuotaStore {
         // the job's own cost is what it takes of its channel's rate
         let rate = rules.channel(req.channel).ok_or_else(unknown)?.rate;
         let rate = rate.map(|r| r.for_cost(req.cost));
-        let pacer = self.pacers.get(req.channel).ok_or_else(unknown)?;
+        let pacer = self.pacing.pacer(req.channel).ok_or_else(unknown)?;
         let asked = self.asked(req, rules);
         if let Some(never) = verdict::cost_never_admitted(&asked, req.channel, rate) {
             return Ok(Some(never));
@@ -128,7 +129,7 @@ impl QuotaStore {
             (Admission::Admitted(_) | Admission::Shadowed { .. }, _) => {}
             (_, Some(r)) => {
                 if let Some(tat) = taken {
-                    self.refund(req.channel, r, tat).await?;
+                    self.pacing.refund(req.channel, r, tat).await?;
                 }
             }
             _ => {}
@@ -267,7 +268,8 @@ impl QuotaStore {
                 Ok((admit.await?, Some(taken)))
             }
             (Some(r), _) if !pacing => {
-                let (verdict, rate) = tokio::join!(admit, self.take_rate_in(req.channel, r, lane));
+                let (verdict, rate) =
+                    tokio::join!(admit, self.pacing.take_rate_in(req.channel, r, lane));
                 let verdict = verdict?;
                 match rate {
                     Ok(rate) => Ok((verdict, Some(rate))),
@@ -365,7 +367,7 @@ impl QuotaStore {
             RateStep::Wait(lane) => (false, lane),
             RateStep::Taken(_) => (false, None),
         };
-        let short = |reply: &RateReply| self.short(reply, r, pacer);
+        let short = |reply: &RateReply| self.pacing.short(reply, r, pacer);
         if parking && !rate_reply.as_ref().is_some_and(short) {
             return self.park_instead(ticket, pacer).await;
         }
@@ -374,7 +376,7 @@ impl QuotaStore {
             // line), while the jobs read from the jobs queue waiting in the lines
             // are fewer than half its prefetch: past that the jobs queue would move
             // only at the channel's rate, behind jobs that wait
-            (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.line_cap => Ok(None),
+            (true, Some(_)) if pacer.lanes.jobs_in_line() >= self.pacing.line_cap() => Ok(None),
             // (lanes above it may take the slots meanwhile: after half its
             // reservation's lease in the line it is parked after all, so the
             // reservation never outlives it; a slow Redis alone never comes near)
@@ -394,8 +396,11 @@ impl QuotaStore {
             // count: a slow Redis is no backlog, and parking would only add a
             // publish and a delivery to every job while it is slow.
             _ => {
-                let budget = parking.then_some(self.park_after);
-                let paced = self.pace_within(channel, r, pacer, lane, budget).await;
+                let budget = parking.then_some(self.pacing.park_after());
+                let paced = self
+                    .pacing
+                    .pace_within(channel, r, pacer, lane, budget)
+                    .await;
                 paced.map(|p| p.map(|(tat, _)| tat))
             }
         };
@@ -412,17 +417,6 @@ impl QuotaStore {
                 Err(e)
             }
         }
-    }
-
-    /// Whether a job that may be parked waits its rate out here: refused for at
-    /// most `lanes.park_after` (a burst above the rate for a moment, waited out at
-    /// no extra publish), counting the jobs already waiting here, each a slot
-    /// ahead of this one.
-    fn short(&self, reply: &RateReply, r: Rate, pacer: &Pacer) -> bool {
-        let ahead = pacer.waiting.load(Ordering::Relaxed) as u64;
-        let queued_us = r.interval_us.saturating_mul(r.cost).saturating_mul(ahead);
-        let wait_us = (reply.retry_after.as_micros() as u64).saturating_add(queued_us);
-        reply.allowed == Allowed::NOT_YET && wait_us <= self.park_after.as_micros() as u64
     }
 
     /// Park the job rather than wait: the rate holds a backlog; its recipient's

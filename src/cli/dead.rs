@@ -253,6 +253,14 @@ struct Walk<'a> {
     settings: &'a Settings,
 }
 
+/// One walk of the dead letters: its report, the letters it touched, and their
+/// prints.
+struct Walked {
+    report: admin::WalkReport,
+    touched: Vec<DeadLetterInfo>,
+    prints: Vec<String>,
+}
+
 impl Walk<'_> {
     /// The dead letter a delivery holds, its body and properties left out unless
     /// `full`.
@@ -336,12 +344,8 @@ impl Walk<'_> {
     }
 
     /// Walk once, doing `action` to what `choose` selects: the letters touched,
-    /// and their prints.
-    async fn act<F>(
-        &self,
-        action: WalkAction,
-        mut choose: F,
-    ) -> anyhow::Result<(admin::WalkReport, Vec<DeadLetterInfo>, Vec<String>)>
+    /// and their prints ([`Walked`]).
+    async fn act<F>(&self, action: WalkAction, mut choose: F) -> anyhow::Result<Walked>
     where
         F: FnMut(&Delivery) -> bool,
     {
@@ -359,7 +363,11 @@ impl Walk<'_> {
                 }
             })
             .await?;
-        Ok((report, touched, prints))
+        Ok(Walked {
+            report,
+            touched,
+            prints,
+        })
     }
 
     /// `admin dead replay`: what the selection selects as the walk reads it,
@@ -371,7 +379,11 @@ impl Walk<'_> {
         exchange: &str,
     ) -> anyhow::Result<(ExitCode, Vec<String>)> {
         let filters = self.filters(selection);
-        let (report, replayed, prints) = self
+        let Walked {
+            report,
+            touched: replayed,
+            prints,
+        } = self
             .act(WalkAction::Replay, |d| self.selects(&filters, d))
             .await?;
         if json {
@@ -459,7 +471,7 @@ impl Walk<'_> {
         yes: bool,
     ) -> anyhow::Result<(ExitCode, Vec<String>)> {
         let filters = self.filters(selection);
-        let (report, _, prints) = if yes {
+        let Walked { report, prints, .. } = if yes {
             self.act(WalkAction::Drop, |d| self.selects(&filters, d))
                 .await?
         } else {

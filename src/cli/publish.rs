@@ -31,6 +31,8 @@ Jobs without an id get a UUIDv7: give ids in your lines if you may run the same 
 twice, so the worker recognises the copies as duplicates. A job with a `priority` \
 (a line's field or --priority) goes to the lanes exchange (lanes.exchange), routed \
 <channel>.<priority>: it waits in its lane, never in the jobs queue behind a campaign.")]
+// Its fields are the command's flags, one each, as clap reads them: it mirrors
+// the command line, so it has as many fields as `publish` has flags.
 pub struct PublishArgs {
     /// Recipient of a single job (an email, a phone number, a user id).
     #[arg(long, requires = "channel", conflicts_with_all = ["stdin", "strict"])]
@@ -136,7 +138,11 @@ async fn publish_one(
 
 /// A job ready to publish: its id, its body, and where it goes (exchange and
 /// routing key: the lanes exchange for a job with a `priority`).
-type Checked = (JobId, Vec<u8>, (String, String));
+struct Checked {
+    id: JobId,
+    body: Vec<u8>,
+    to: (String, String),
+}
 
 /// One input line, checked.
 fn check_line(settings: &Settings, producer: &Producer, line: &str) -> Result<Checked, String> {
@@ -144,7 +150,11 @@ fn check_line(settings: &Settings, producer: &Producer, line: &str) -> Result<Ch
     check_channel(settings, &job.channel)?;
     let (id, body) = producer.encode(&job).map_err(|e| e.to_string())?;
     let (exchange, key) = producer.destination(&job);
-    Ok((id, body, (exchange.to_string(), key)))
+    Ok(Checked {
+        id,
+        body,
+        to: (exchange.to_string(), key),
+    })
 }
 
 fn progress_bar() -> ProgressBar {
@@ -162,15 +172,17 @@ fn progress_bar() -> ProgressBar {
 /// Jobs awaiting their confirm at once when reading stdin.
 const UNCONFIRMED: usize = 64;
 
-type Sent = (
-    usize,
-    JobId,
-    Result<(), quota_worker::producer::ProducerError>,
-);
+/// A line's job sent: the line, the job's id, and its confirm.
+struct Sent {
+    line: usize,
+    id: JobId,
+    result: Result<(), quota_worker::producer::ProducerError>,
+}
 
-async fn send(producer: &Producer, line: usize, (id, body, to): Checked) -> Sent {
+async fn send(producer: &Producer, line: usize, job: Checked) -> Sent {
+    let Checked { id, body, to } = job;
     let result = producer.publish_to(&to.0, &to.1, &id, &body).await;
-    (line, id, result)
+    Sent { line, id, result }
 }
 
 async fn publish_lines(settings: &Settings, strict: bool) -> anyhow::Result<ExitCode> {
@@ -268,7 +280,7 @@ impl<'a, F: std::future::Future<Output = Sent>> Confirms<'a, F> {
     }
 
     async fn next(&mut self) {
-        let Some((line, id, result)) = self.unconfirmed.next().await else {
+        let Some(Sent { line, id, result }) = self.unconfirmed.next().await else {
             return;
         };
         let printed = result

@@ -12,6 +12,9 @@ use super::text::Dur;
 use crate::tls::TlsSettings;
 
 /// Broker settings (`[amqp]`). `Debug` hides the URL's password.
+///
+/// One field per key of the table (the configuration reference lists them): it
+/// mirrors the file's shape, so it has as many fields as `[amqp]` has keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpSettings {

@@ -63,6 +63,7 @@ pub use locate::Origin;
 pub use policies::{PolicySettings, RuleSettings};
 pub use redis::{OnReset, RedisSettings, SentinelSettings};
 pub use report::redact_url;
+pub(crate) use restart::needs_restart;
 pub use telemetry::{TelemetrySettings, TraceParent, SAMPLERS};
 pub use tenants::TenantSettings;
 pub use text::Dur;
@@ -84,6 +85,10 @@ pub const DEFAULT_HASH_KEY: &str = "quota-worker-default-key";
 pub(crate) const REDACTED: &str = "<redacted>";
 
 /// The whole configuration.
+///
+/// One field per section of the file (`[amqp]`, `[redis]`, …), each a type of
+/// its own file with its own validation: it mirrors the file's shape, so it has
+/// as many fields as the file has sections.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {

@@ -32,6 +32,9 @@ pub struct RuleSettings {
 
 /// A policy as written in the file (`[policies.NAME]`); a job's `category` picks
 /// it, and an unknown category picks `default`.
+///
+/// One field per key of the table: it mirrors the file's shape, so it has as many
+/// fields as `[policies.NAME]` has keys.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {

@@ -17,6 +17,9 @@ use crate::tls::TlsSettings;
 
 /// Redis settings (`[redis]`). `Debug` hides the URLs' passwords and the hash key;
 /// serializing prints the hash key as [`REDACTED`].
+///
+/// One field per key of the table (the configuration reference lists them): it
+/// mirrors the file's shape, so it has as many fields as `[redis]` has keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {

@@ -20,11 +20,11 @@ use super::fields::Fields;
 use super::layout::Visitor;
 use super::layout::{self, choice, csrf, inputs, query, section, stacked, when, Input};
 use super::session::{Action, Ctx, Page};
-use super::Console;
 use crate::admin::dead_action::{self, Carried, Verb};
 use crate::admin::dead_index::{self, Entry, Filter};
 use crate::admin::dead_log;
 use crate::admin::AdminError;
+use crate::config::AmqpSettings;
 
 /// Dead letters a page shows.
 const PAGE: usize = 50;
@@ -40,7 +40,7 @@ pub(super) async fn catch_up(ctx: &Ctx, budget: Option<Duration>) -> Result<bool
     // the page for its connect timeout)
     let (app, store, settings) = (ctx.app.clone(), ctx.store.clone(), ctx.settings.clone());
     let task = tokio::spawn(async move {
-        let conn = app.broker(&settings).await?;
+        let conn = app.broker.get(&settings.amqp).await?;
         dead_log::catch_up(&conn, &store, &settings).await
     });
     let joined = match budget {
@@ -449,21 +449,23 @@ pub(super) async fn confirm(Action(ctx, f): Action) -> Response {
     layout::page(v, &format!("{word} dead letters"), body)
 }
 
-impl Console {
-    /// The broker connection of the console's walks, opened (again) when needed.
-    async fn broker(
-        &self,
-        settings: &crate::config::Settings,
-    ) -> Result<Arc<lapin::Connection>, AdminError> {
-        let mut held = self.broker.lock().await;
+/// The broker connection of the console's walks (catch-ups, replays, purges),
+/// opened on the first one, and again when lost.
+#[derive(Default)]
+pub(super) struct WalksBroker(tokio::sync::Mutex<Option<Arc<lapin::Connection>>>);
+
+impl WalksBroker {
+    /// The connection, opened (again) when needed, as `amqp` says.
+    async fn get(&self, amqp: &AmqpSettings) -> Result<Arc<lapin::Connection>, AdminError> {
+        let mut held = self.0.lock().await;
         if let Some(c) = held.as_ref().filter(|c| c.status().connected()) {
             return Ok(c.clone());
         }
         let conn = crate::amqp::connect_any(
-            &settings.amqp_urls(),
-            &settings.amqp.tls,
+            &amqp.connect_urls(),
+            &amqp.tls,
             "quota-worker console",
-            settings.amqp.publish_timeout.0,
+            amqp.publish_timeout.0,
         )
         .await?;
         let conn = Arc::new(conn);
@@ -483,7 +485,7 @@ pub(super) async fn apply(Action(ctx, f): Action) -> Response {
     if let Err(e) = catch_up(&ctx, None).await {
         return layout::failed(v, StatusCode::INTERNAL_SERVER_ERROR, title, e);
     }
-    let conn = match ctx.app.broker(&ctx.settings).await {
+    let conn = match ctx.app.broker.get(&ctx.settings.amqp).await {
         Ok(c) => c,
         Err(e) => return layout::failed(v, StatusCode::SERVICE_UNAVAILABLE, title, e),
     };

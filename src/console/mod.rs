@@ -55,7 +55,7 @@ pub struct Console {
     /// tokens, so that every worker behind one address takes the forms of the
     /// others (drawn at random when there is no token to log in with).
     login_key: [u8; 32],
-    broker: tokio::sync::Mutex<Option<Arc<lapin::Connection>>>,
+    broker: dead::WalksBroker,
 }
 
 impl std::fmt::Debug for Console {
@@ -74,7 +74,7 @@ impl Console {
             health,
             guard,
             login_key,
-            broker: tokio::sync::Mutex::default(),
+            broker: dead::WalksBroker::default(),
         })
     }
 }

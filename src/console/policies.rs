@@ -1,5 +1,5 @@
-//! The policies page (`/console/policies`): the policies, caps and channels in
-//! force, the tenants' overrides (`[tenants.NAME]`, in TOML, defaults included), the shadow policies' verdicts, the last reload, and a reload button (as
+//! The policies page (`/console/policies`): the policies, caps, limits, quotas and
+//! channels in force, the tenants' overrides (`[tenants.NAME]`, in TOML, defaults included), the shadow policies' verdicts, the last reload, and a reload button (as
 //! `POST /reload` and SIGHUP).
 
 use axum::http::StatusCode;
@@ -32,6 +32,8 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
             } } },
             &[],
         )))
+        (limits(&ctx.settings))
+        (quotas(&ctx.settings))
         (tenants(&ctx.settings))
         (section("channels", "Channels", table(
             &["Channel", "Rate", "Send windows"],
@@ -58,6 +60,83 @@ pub(super) async fn show(Page(ctx, _): Page) -> Response {
         }))
     };
     layout::page(&ctx.visitor, "Policies", body)
+}
+
+/// A period as the configuration writes it (`1s`, `24h`).
+fn period_text(period: Option<crate::config::Dur>) -> String {
+    let d = period.map_or(std::time::Duration::from_secs(1), |p| p.0);
+    chrono::Duration::from_std(d)
+        .map(|d| crate::quota::window::Window::Rolling(d).to_string())
+        .unwrap_or_default()
+}
+
+/// What a limit or quota matches: its lists, or every job.
+fn match_text(m: &crate::config::MatchSettings) -> String {
+    let lists = [
+        ("channels", &m.channels),
+        ("categories", &m.categories),
+        ("tenants", &m.tenants),
+    ];
+    let parts: Vec<String> = lists
+        .iter()
+        .filter_map(|(what, l)| l.as_ref().map(|l| format!("{what} {}", l.join(", "))))
+        .collect();
+    if parts.is_empty() {
+        return "every job".into();
+    }
+    parts.join("; ")
+}
+
+/// The limits (`[limits.NAME]`): each one's rate, burst, what it matches, who
+/// shares a bucket and its warm-up.
+fn limits(settings: &crate::config::Settings) -> Markup {
+    let head = ["Limit", "Rate", "Burst", "Match", "Per", "Warm-up"];
+    let rows = html! { @for (name, l) in &settings.limits { tr {
+        td data-label=(head[0]) { code { (name) } }
+        td data-label=(head[1]) { (l.rate) " per " (period_text(l.period)) }
+        td.n data-label=(head[2]) { (l.burst.unwrap_or(1)) }
+        td data-label=(head[3]) { (match_text(&l.matches)) }
+        td data-label=(head[4]) { (l.per.as_str()) }
+        td data-label=(head[5]) { @match &l.warmup {
+            Some(w) => { "from " (w.start) ": " (w.daily.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")) " a day" },
+            None => span.muted { "none" },
+        } }
+    } } };
+    section(
+        "limits",
+        "Limits",
+        html! {
+            p.muted { "A job goes out only when every limit that matches it admits its cost (units of the rate); " code { "quota-worker admin limits" } " shows their buckets." }
+            @if settings.limits.is_empty() { p.muted { "None ([limits.NAME] sections)." } }
+            @else { (stacked(&head, &[2], rows)) }
+        },
+    )
+}
+
+/// The quotas (caps with `scope = "tenant"` or `"sender"`): each one's count per
+/// calendar day or month, who shares a counter and what it matches.
+fn quotas(settings: &crate::config::Settings) -> Markup {
+    let head = ["Quota", "Count", "Per", "Match"];
+    let quotas: Vec<_> = settings
+        .caps
+        .iter()
+        .filter_map(|(name, c)| Some((name, c, c.scope.quota()?)))
+        .collect();
+    let rows = html! { @for (name, c, per) in &quotas { tr {
+        td data-label=(head[0]) { code { (name) } }
+        td data-label=(head[1]) { @for (i, r) in c.rules.iter().enumerate() { @if i > 0 { ", " } (r.limit) " per " (r.window) } }
+        td data-label=(head[2]) { (per.as_str()) }
+        td data-label=(head[3]) { (match_text(&c.matches)) }
+    } } };
+    section(
+        "quotas",
+        "Quotas",
+        html! {
+            p.muted { "Counted per calendar day or month in the tenant's zone (else " code { "worker.default_timezone" } ", " (settings.worker.default_timezone.name()) ")." }
+            @if quotas.is_empty() { p.muted { "None (caps with scope = \"tenant\" or \"sender\")." } }
+            @else { (stacked(&head, &[], rows)) }
+        },
+    )
 }
 
 /// One override in TOML under its whole path (`[tenants.T.KIND.NAME]`, its

@@ -82,9 +82,17 @@ async fn read_set(ctx: &Ctx, key: String) -> Result<Held, StoreError> {
     })
 }
 
+/// What one bounded walk finds: the sets read, soonest first; whether the walk saw
+/// every key; how many keys it found.
+struct Found {
+    sets: Vec<Held>,
+    complete: bool,
+    keys_found: usize,
+}
+
 /// The sets one bounded walk finds from `cursor` on, read, soonest first; and
 /// whether the walk saw every key.
-async fn held(ctx: &Ctx) -> Result<(Vec<Held>, bool, usize), StoreError> {
+async fn held(ctx: &Ctx) -> Result<Found, StoreError> {
     let pattern = format!("{}:{{*}}/waiting", escape_glob(ctx.store.keys().prefix()));
     let conn = ctx.store.connection();
     let (keys, complete) = scan_bounded(&conn, &pattern, SCAN_STEPS).await?;
@@ -101,7 +109,11 @@ async fn held(ctx: &Ctx) -> Result<(Vec<Held>, bool, usize), StoreError> {
         .filter(|h| !h.jobs.is_empty())
         .collect();
     sets.sort_by_key(|h| h.jobs.first().map(|j| j.1));
-    Ok((sets, complete, found))
+    Ok(Found {
+        sets,
+        complete,
+        keys_found: found,
+    })
 }
 
 /// The soonest jobs of `sets` with their notes (at most [`NOTES_READ`]).
@@ -243,7 +255,11 @@ pub(super) async fn show(Page(ctx, q): Page) -> Response {
             )
         }
     };
-    let (sets, complete, keys_found) = found;
+    let Found {
+        sets,
+        complete,
+        keys_found,
+    } = found;
     let read = match jobs(&ctx, &sets).await {
         Ok(read) => read,
         Err(e) => {

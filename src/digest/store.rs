@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use redis::Script;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::message::{payload_of, DigestHead, StoredItem};
@@ -17,6 +16,7 @@ use crate::redis::conn::{count_call, RedisConn};
 use crate::redis::digest::close::Close;
 use crate::redis::digest::fold::{Fold, Folded};
 use crate::redis::digest::{claim, close, fold, index, reopen};
+use crate::redis::scripts::DigestScripts;
 use crate::redis::{Scripts, StoreError};
 
 /// How many connections the folds keep for themselves when they wait for replicas
@@ -50,15 +50,6 @@ pub struct FoldJob<'a> {
     pub collapse_key: Option<&'a str>,
     /// `held`: the caps' next allowed instant, when the digest it opens closes.
     pub closes_at: Option<DateTime<Utc>>,
-}
-
-/// The digests' scripts.
-#[derive(Debug)]
-struct DigestScripts {
-    fold: Script,
-    claim: Script,
-    close: Script,
-    reopen: Script,
 }
 
 /// The digests' side of Redis.
@@ -108,12 +99,7 @@ impl Digests {
         Ok(Digests {
             conn: conn.clone(),
             keys: keys.clone(),
-            scripts: DigestScripts {
-                fold: scripts.digest_fold.clone(),
-                claim: scripts.digest_claim.clone(),
-                close: scripts.digest_close.clone(),
-                reopen: scripts.digest_reopen.clone(),
-            },
+            scripts: scripts.digest.clone(),
             calls: calls.clone(),
             keep,
             wait,

@@ -223,7 +223,19 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
                 keys.limit_throttle(&key),
                 keys.limit_throttle_mark(&key, &f.id),
             );
-            if let Some(resume) = pause(store, t, f, (key, state.0, state.1), rate).await? {
+            if let Some(resume) = pause(
+                store,
+                t,
+                f,
+                ThrottleKeys {
+                    key,
+                    state: state.0,
+                    mark: state.1,
+                },
+                rate,
+            )
+            .await?
+            {
                 applied = Applied::First {
                     now_ms: store.redis_now().timestamp_millis(),
                     at_ms: resume,
@@ -236,11 +248,11 @@ async fn throttle(store: &QuotaStore, t: &Tuning, f: &Feedback) -> Result<Applie
         return Ok(Applied::NotPaced);
     };
     let keys = store.keys();
-    let channel_keys = (
-        keys.rate(&f.channel),
-        keys.throttle(&f.channel),
-        keys.throttle_mark(&f.channel, &f.id),
-    );
+    let channel_keys = ThrottleKeys {
+        key: keys.rate(&f.channel),
+        state: keys.throttle(&f.channel),
+        mark: keys.throttle_mark(&f.channel, &f.id),
+    };
     match pause(store, t, f, channel_keys, rate).await? {
         Some(resume) => {
             crate::metrics::channel_rate(&f.channel, rate, None);
@@ -287,6 +299,14 @@ fn throttled_buckets(store: &QuotaStore, f: &Feedback) -> Vec<(String, Rate)> {
         .collect()
 }
 
+/// The keys `lua/throttle.lua` takes: a GCRA key (a channel's rate or a limit's
+/// bucket), its throttle state, and the feedback's mark.
+struct ThrottleKeys {
+    key: String,
+    state: String,
+    mark: String,
+}
+
 /// `lua/throttle.lua` on one GCRA key (a channel's rate or a limit's bucket), with
 /// its throttle state and the feedback's mark: when it resumes (ms), or `None`
 /// when this feedback was applied to it before.
@@ -294,9 +314,10 @@ async fn pause(
     store: &QuotaStore,
     t: &Tuning,
     f: &Feedback,
-    (key, state, mark): (String, String, String),
+    keys: ThrottleKeys,
     rate: Rate,
 ) -> Result<Option<i64>, StoreError> {
+    let ThrottleKeys { key, state, mark } = keys;
     let retry_ms: i64 = match f.retry_after {
         Some(s) => (s * 1000.0).round() as i64,
         None => -1,

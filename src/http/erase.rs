@@ -13,7 +13,7 @@ use axum::routing::delete;
 use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
-use super::preferences::{error, query};
+use super::reply::{error, query, refused};
 use super::App;
 
 /// The route.
@@ -29,7 +29,7 @@ async fn erase(
 ) -> Response {
     let who = match app.api_guard.check(&headers) {
         Ok(who) => who.0,
-        Err(refusal) => return error(refusal.status, refusal.message, None),
+        Err(refusal) => return refused(&refusal),
     };
     let Some(reloader) = app.status.reloader() else {
         return error(

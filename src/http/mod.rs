@@ -36,6 +36,7 @@ mod erase;
 pub mod guard;
 pub mod openapi;
 mod preferences;
+mod reply;
 
 pub use guard::Guard;
 

@@ -14,8 +14,9 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::reply::{error, query, refused};
 use super::App;
 use crate::preferences::edit::{self as stored, EditError};
 use crate::preferences::set::MAX_BYTES;
@@ -28,14 +29,6 @@ pub(super) fn routes() -> Router<App> {
             get(read).put(replace).patch(merge).delete(remove),
         )
         .layer(DefaultBodyLimit::max(MAX_BYTES))
-}
-
-pub(super) fn error(status: StatusCode, error: &str, field: Option<&str>) -> Response {
-    let body = match field {
-        Some(f) => json!({ "error": error, "field": f }),
-        None => json!({ "error": error }),
-    };
-    (status, Json(body)).into_response()
 }
 
 fn counted(response: Response) -> Response {
@@ -52,33 +45,13 @@ fn tenant(uri: &Uri) -> Option<String> {
     query(uri, "tenant")
 }
 
-/// Field `name` of the query string, percent-decoded (none when empty).
-pub(super) fn query(uri: &Uri, name: &str) -> Option<String> {
-    let query = uri.query()?;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
-        .filter(|t| !t.is_empty())
-}
-
 /// The guard's verdict, then the store (503 before it is connected).
 fn authorize(
     app: &App,
     headers: &HeaderMap,
 ) -> Result<std::sync::Arc<crate::store::QuotaStore>, Box<Response>> {
     if let Err(refusal) = app.api_guard.check(headers) {
-        let message = match refusal.status {
-            StatusCode::FORBIDDEN => "http.listen is not loopback and http.api_token is not set",
-            _ => "send `Authorization: Bearer <http.api_token>`",
-        };
-        let mut response = error(refusal.status, message, None);
-        if refusal.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                axum::http::header::WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer realm=\"quota-worker\""),
-            );
-        }
-        return Err(Box::new(response));
+        return Err(Box::new(refused(&refusal)));
     }
     match app.status.reloader() {
         Some(r) => Ok(r.store().clone()),

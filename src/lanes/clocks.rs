@@ -117,6 +117,7 @@ impl Prefetch {
         let rate = rules.channel(channel).and_then(|c| c.rate).map(per_second);
         let ahead = self
             .store
+            .pacing()
             .lanes(channel)
             .map_or(Duration::ZERO, |l| l.ahead());
         prefetch::target(rate, estimate.service(), HOLD + ahead, self.bounds())

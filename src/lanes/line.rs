@@ -448,7 +448,15 @@ mod tests {
         }
     }
 
-    fn one_slot(first: fn() -> Granted) -> (Arc<Scripted>, Rate, LaneAsk) {
+    /// A line's asker that answers `first` to its first ask, with a rate of one
+    /// slot at a time and a job of the normal lane asking.
+    struct OneSlot {
+        taker: Arc<Scripted>,
+        rate: Rate,
+        ask: LaneAsk,
+    }
+
+    fn one_slot(first: fn() -> Granted) -> OneSlot {
         let taker = Arc::new(Scripted {
             asks: AtomicU32::new(0),
             first,
@@ -465,12 +473,12 @@ mod tests {
                 share_interval_us: 0,
             },
         };
-        (taker, rate, ask)
+        OneSlot { taker, rate, ask }
     }
 
     #[tokio::test]
     async fn an_asker_that_panics_leaves_the_line_to_the_next_one() {
-        let (taker, rate, ask) = one_slot(|| panic!("a bug in the asker"));
+        let OneSlot { taker, rate, ask } = one_slot(|| panic!("a bug in the asker"));
         let lines = Lines::default();
         let within = Duration::from_secs(5);
         let first = tokio::time::timeout(within, lines.slot(&taker, (rate, ask), Tenant::none()))
@@ -487,7 +495,7 @@ mod tests {
     async fn a_long_refusal_is_asked_again_within_a_second() {
         // a refusal for an hour (a slow rate since reloaded): asked again at most
         // MAX_NOT_YET later, and served then
-        let (taker, rate, ask) = one_slot(|| Granted::NotYet(Duration::from_secs(3600)));
+        let OneSlot { taker, rate, ask } = one_slot(|| Granted::NotYet(Duration::from_secs(3600)));
         let lines = Lines::default();
         let slot = tokio::time::timeout(
             Duration::from_secs(5),
@@ -552,7 +560,7 @@ mod tests {
     /// The instants (from the start) at which a line of `waiting` deliveries was
     /// served, Redis `latency` away each way, at 400 slots a second.
     async fn served_through(latency: Duration, waiting: usize) -> Vec<Duration> {
-        let (_, rate, ask) = one_slot(|| Granted::Never);
+        let OneSlot { rate, ask, .. } = one_slot(|| Granted::Never);
         let taker = Arc::new(Distant {
             interval: Duration::from_micros(2_500),
             latency,
@@ -641,7 +649,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_schedule_picks_whose_waiter_gets_each_slot() {
-        let (_, rate, ask) = one_slot(|| Granted::Never);
+        let OneSlot { rate, ask, .. } = one_slot(|| Granted::Never);
         let taker = Arc::new(Strides {
             passes: Mutex::default(),
             presented: Mutex::default(),

@@ -42,6 +42,7 @@ pub(crate) mod clocks;
 pub(crate) mod consume;
 pub mod fair;
 pub(crate) mod line;
+pub(crate) mod pacing;
 pub(crate) mod park;
 pub mod prefetch;
 pub mod share;

@@ -107,6 +107,28 @@ pub(crate) struct TenantQueues {
     held: Mutex<HashMap<String, Held>>,
 }
 
+/// A tenant's queue of a lane of a channel, as registered in the channel's set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TenantLane<'a> {
+    pub(crate) channel: &'a str,
+    pub(crate) lane: Priority,
+    pub(crate) tenant: &'a str,
+}
+
+/// A tenant queue found in its channel's set: its name, its entry in the set, and
+/// the registration's number.
+struct Registered<'a> {
+    queue: &'a str,
+    entry: &'a str,
+    seq: u64,
+}
+
+impl<'a> Registered<'a> {
+    fn of(queue: &'a str, entry: &'a str, seq: u64) -> Registered<'a> {
+        Registered { queue, entry, seq }
+    }
+}
+
 impl TenantQueues {
     /// Whether `queue` was registered and declared by this worker within
     /// [`REGISTER_EVERY`] (a park then publishes to it at once).
@@ -123,8 +145,13 @@ impl TenantQueues {
     pub(crate) async fn register(
         &self,
         store: &QuotaStore,
-        (channel, lane, tenant): (&str, Priority, &str),
+        of: TenantLane<'_>,
     ) -> Result<(), StoreError> {
+        let TenantLane {
+            channel,
+            lane,
+            tenant,
+        } = of;
         let key = store.keys().fair_queues(channel);
         let entry = fair::entry(lane, tenant);
         self.set.register(&store.connection(), &key, &entry).await?;
@@ -284,8 +311,13 @@ impl Watch {
                     continue;
                 }
                 state.let_go.remove(&queue);
-                self.consume(state, (index, lane), (&queue, &entry, seq), streams)
-                    .await?;
+                self.consume(
+                    state,
+                    (index, lane),
+                    Registered::of(&queue, &entry, seq),
+                    streams,
+                )
+                .await?;
             }
             state.versions[index] = v;
         }
@@ -298,9 +330,10 @@ impl Watch {
         &self,
         state: &mut State,
         (index, lane): (usize, Priority),
-        (queue, entry, seq): (&str, &str, u64),
+        registered: Registered<'_>,
         streams: &mpsc::UnboundedSender<LaneStream>,
     ) -> Result<(), WatchError> {
+        let Registered { queue, entry, seq } = registered;
         declare(&self.channel, &self.topology, queue).await?;
         let n = self.prefetch_for(state, (index, lane), 1);
         let tag = self.start(state, (index, lane), queue, n, streams).await?;
@@ -448,8 +481,13 @@ impl Watch {
                 let Some((lane, _)) = fair::parse_entry(&entry) else {
                     continue;
                 };
-                self.consume(state, (index, lane), (&queue, &entry, seq), streams)
-                    .await?;
+                self.consume(
+                    state,
+                    (index, lane),
+                    Registered::of(&queue, &entry, seq),
+                    streams,
+                )
+                .await?;
                 continue;
             }
             if ready == 0 && consumers == 0 && self.delete(&queue).await {

@@ -58,6 +58,9 @@ impl Mode {
 }
 
 /// A validated policy, ready for the store.
+///
+/// Its fields mirror the keys of `[policies.NAME]` ([`crate::config::PolicySettings`]),
+/// one each, validated: it has as many as the table has keys, not a concern each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Its name (the job category that selects it).

@@ -89,7 +89,8 @@ pub(crate) const DEAD_INDEX_LUA: &str = include_str!("../../lua/dead_index.lua")
 /// `lua/dead_page.lua`: a page of the console's index of dead letters.
 pub(crate) const DEAD_PAGE_LUA: &str = include_str!("../../lua/dead_page.lua");
 
-/// The scripts, ready to invoke by SHA.
+/// The scripts, ready to invoke by SHA; those of one room grouped
+/// ([`ChannelScripts`], [`DigestScripts`], [`DeadLetterScripts`]).
 #[derive(Debug, Clone)]
 pub struct Scripts {
     /// `src/admission/lua/`.
@@ -97,12 +98,8 @@ pub struct Scripts {
     /// `src/admission/lua/` flagged `allow-cross-slot-keys` (Redis 7.0 and later), for
     /// a cluster's per-node calls, which carry keys they do not declare.
     pub admit_cross_slot: Script,
-    /// `lua/rate.lua`.
-    pub rate: Script,
-    /// `lua/lanes.lua`.
-    pub lanes: Script,
-    /// `lua/refund.lua`.
-    pub refund: Script,
+    /// A channel's send rate and lanes.
+    pub channel: ChannelScripts,
     /// `lua/release.lua`.
     pub release: Script,
     /// `lua/import.lua`.
@@ -117,20 +114,45 @@ pub struct Scripts {
     pub preferences: Script,
     /// `lua/route_claim.lua`.
     pub route_claim: Script,
+    /// The digests'.
+    pub digest: DigestScripts,
+    /// The dead letters' (the console's index and the walks' lease).
+    pub dead: DeadLetterScripts,
+}
+
+/// A channel's send rate: taken, taken by a job in a lane, given back.
+#[derive(Debug, Clone)]
+pub struct ChannelScripts {
+    /// `lua/rate.lua`.
+    pub rate: Script,
+    /// `lua/lanes.lua`.
+    pub lanes: Script,
+    /// `lua/refund.lua`.
+    pub refund: Script,
+}
+
+/// The digests' scripts.
+#[derive(Debug, Clone)]
+pub struct DigestScripts {
     /// `lua/digest_fold.lua`.
-    pub digest_fold: Script,
+    pub fold: Script,
     /// `lua/digest_claim.lua`.
-    pub digest_claim: Script,
+    pub claim: Script,
     /// `lua/digest_close.lua`.
-    pub digest_close: Script,
+    pub close: Script,
     /// `lua/digest_reopen.lua`.
-    pub digest_reopen: Script,
+    pub reopen: Script,
+}
+
+/// The dead letters' scripts.
+#[derive(Debug, Clone)]
+pub struct DeadLetterScripts {
     /// `lua/lease.lua`.
     pub lease: Script,
     /// `lua/dead_index.lua`.
-    pub dead_index: Script,
+    pub index: Script,
     /// `lua/dead_page.lua`.
-    pub dead_page: Script,
+    pub page: Script,
 }
 
 impl Default for Scripts {
@@ -140,9 +162,11 @@ impl Default for Scripts {
             admit_cross_slot: Script::new(&format!(
                 "#!lua flags=allow-cross-slot-keys\n{ADMIT_LUA}"
             )),
-            rate: Script::new(RATE_LUA),
-            lanes: Script::new(LANES_LUA),
-            refund: Script::new(REFUND_LUA),
+            channel: ChannelScripts {
+                rate: Script::new(RATE_LUA),
+                lanes: Script::new(LANES_LUA),
+                refund: Script::new(REFUND_LUA),
+            },
             release: Script::new(RELEASE_LUA),
             import: Script::new(IMPORT_LUA),
             collapse: Script::new(COLLAPSE_LUA),
@@ -150,13 +174,17 @@ impl Default for Scripts {
             throttle: Script::new(THROTTLE_LUA),
             preferences: Script::new(PREFERENCES_LUA),
             route_claim: Script::new(ROUTE_CLAIM_LUA),
-            digest_fold: Script::new(DIGEST_FOLD_LUA),
-            digest_claim: Script::new(DIGEST_CLAIM_LUA),
-            digest_close: Script::new(DIGEST_CLOSE_LUA),
-            digest_reopen: Script::new(DIGEST_REOPEN_LUA),
-            lease: Script::new(LEASE_LUA),
-            dead_index: Script::new(DEAD_INDEX_LUA),
-            dead_page: Script::new(DEAD_PAGE_LUA),
+            digest: DigestScripts {
+                fold: Script::new(DIGEST_FOLD_LUA),
+                claim: Script::new(DIGEST_CLAIM_LUA),
+                close: Script::new(DIGEST_CLOSE_LUA),
+                reopen: Script::new(DIGEST_REOPEN_LUA),
+            },
+            dead: DeadLetterScripts {
+                lease: Script::new(LEASE_LUA),
+                index: Script::new(DEAD_INDEX_LUA),
+                page: Script::new(DEAD_PAGE_LUA),
+            },
         }
     }
 }
@@ -171,9 +199,9 @@ impl Scripts {
         }
         for script in [
             &self.admit,
-            &self.rate,
-            &self.lanes,
-            &self.refund,
+            &self.channel.rate,
+            &self.channel.lanes,
+            &self.channel.refund,
             &self.release,
             &self.import,
             &self.collapse,
@@ -181,13 +209,13 @@ impl Scripts {
             &self.throttle,
             &self.preferences,
             &self.route_claim,
-            &self.digest_fold,
-            &self.digest_claim,
-            &self.digest_close,
-            &self.digest_reopen,
-            &self.lease,
-            &self.dead_index,
-            &self.dead_page,
+            &self.digest.fold,
+            &self.digest.claim,
+            &self.digest.close,
+            &self.digest.reopen,
+            &self.dead.lease,
+            &self.dead.index,
+            &self.dead.page,
         ] {
             script.load_async(&mut conn).await?;
         }

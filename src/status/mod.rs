@@ -40,6 +40,10 @@ pub struct Status {
 }
 
 /// `/status.json`.
+///
+/// Its fields are the document's top-level keys, one each (docs/guide: the status
+/// page's contract): it mirrors the JSON a monitor reads, so it has as many fields
+/// as the report has keys.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// When the report was made.

@@ -10,12 +10,11 @@
 //!
 //! The admission itself (the call, its plans and caps in layers, quiet hours
 //! settled, the answer read) is the admission room's ([`crate::admission`]), which
-//! reaches the fields below. Its own files: `pace.rs` (the channel's rate) and
-//! `writes.rs` (commits, notes, releases, collapse keys). Beside
-//! the connection it keeps what the rooms the admission calls need of Redis: each
-//! channel's lanes ([`ChannelLanes`]), the digests' side ([`Digests`]) and what
-//! admissions check of preferences (`crate::preferences::checks`); their logic is
-//! theirs.
+//! reaches the fields below. Its own file beside this one: `writes.rs` (commits,
+//! notes, releases, collapse keys). Beside the connection it holds, whole, the
+//! rooms the admission calls: each channel's send rate and lanes ([`Pacing`], the
+//! lanes room's), the digests' side ([`Digests`]) and what admissions check of
+//! preferences (`crate::preferences::checks`); their state and logic are theirs.
 //!
 //! ## One clock
 //! Every admission decision uses Redis `TIME`, never the worker's clock. Calendar
@@ -27,8 +26,7 @@
 //! with its own time, and the worker plans again for that instant. So two workers
 //! whose clocks are a minute apart still agree on which day a send belongs to.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,54 +36,32 @@ use crate::admission::batch::{Admitter, Caller};
 use crate::admission::state::AdmissionState;
 use crate::config::Settings;
 use crate::digest::store::Digests;
-use crate::lanes::slots::{Asker, ChannelLanes};
+use crate::lanes::pacing::Pacing;
 use crate::preferences::checks::Checks;
 use crate::quota::keys::Keys;
-use crate::quota::policy::Policy;
+use crate::quota::policy::{Policy, Rate};
 use crate::quota::window;
 use crate::redis::conn::count_call;
-use crate::redis::rate_batch::{RateBatcher, Taker};
+use crate::redis::rate::RateReply;
 use crate::redis::{RedisConn, Scripts, StoreError};
 use crate::rules::Rules;
 
-mod pace;
 mod writes;
-
-/// How many jobs of one channel wait for its send rate. While any do, a newly
-/// admitted job joins them rather than racing them for the next free slot. (They
-/// do not stampede Redis: the ones that wake together ask in one call.) With the
-/// channel's lanes in this worker (the lanes room's: [`ChannelLanes`]).
-#[derive(Debug)]
-pub(crate) struct Pacer {
-    pub(crate) waiting: AtomicUsize,
-    pub(crate) lanes: ChannelLanes,
-}
 
 /// The quota store. Cheap to share behind an `Arc`.
 ///
-/// Why its methods span more than two files: beside its own (`mod.rs`, the rate in
-/// `pace.rs`, the writes after a decision in `writes.rs`), the admission's call and
-/// its settling (`src/admission/admit.rs`, `src/admission/quiet.rs`) are methods of
-/// it, because they take the connection, the rules in force, the channel's pacer
-/// and the admission's state together. They become the admission room's own once
-/// the pacers (`pacers`, `rates`, `park_after`, `line_cap`, the lanes room's) are a
-/// room the store holds whole, as the admission's state and the digests' and
-/// preferences' sides already are.
+/// Why its methods span more than two files: beside its own (`mod.rs`, the writes
+/// after a decision in `writes.rs`), the admission's call and its settling
+/// (`src/admission/admit.rs`, `src/admission/quiet.rs`) are methods of it, because
+/// they take the connection, the rules in force, the channel's pacing and the
+/// admission's state together.
 pub struct QuotaStore {
     pub(crate) conn: RedisConn,
     pub(crate) keys: Keys,
     /// The rules in force, swapped whole by a reload.
     pub(crate) rules: arc_swap::ArcSwap<Rules>,
-    /// One per configured channel (the set of channels never changes while running).
-    pub(crate) pacers: HashMap<String, Pacer>,
-    /// One per configured channel: its rate's takes, batched.
-    pub(crate) rates: HashMap<String, RateBatcher>,
-    /// The longest rate wait a job read from the jobs queue waits out here rather
-    /// than being parked in its lane (`lanes.park_after`).
-    pub(crate) park_after: Duration,
-    /// The most jobs read from the jobs queue that wait in a paced channel's lane
-    /// lines before the next one is parked: half the jobs queue's prefetch.
-    pub(crate) line_cap: usize,
+    /// Each channel's send rate and lanes in this worker (the lanes room's).
+    pub(crate) pacing: Pacing,
     /// How long notes, cancel marks and collapse keys are kept (`redis.record_ttl`).
     pub(crate) record_ttl: Duration,
     /// The admission's own state (the admission room's).
@@ -174,16 +150,12 @@ impl QuotaStore {
             wait,
             waiting: std::sync::Mutex::new(waiting),
         });
-        let rates = rate_batchers(&conn, &scripts, &keys, settings, &calls);
-        let pacers = pacers(&conn, &scripts, &keys, settings, &calls);
+        let pacing = Pacing::new(&conn, &scripts, &keys, settings, &calls);
         let store = QuotaStore {
             conn,
             keys,
-            rates,
             rules,
-            pacers,
-            park_after: settings.lanes.park_after.0,
-            line_cap: (settings.amqp.prefetch as usize / 2).max(1),
+            pacing,
             record_ttl: settings.redis.record_ttl.0,
             admission: AdmissionState::new(admitter, lease_ms),
             scripts,
@@ -209,6 +181,36 @@ impl QuotaStore {
     /// The digests' side of Redis.
     pub fn digests(&self) -> &Digests {
         &self.digests
+    }
+
+    /// Each channel's send rate and lanes in this worker.
+    pub(crate) fn pacing(&self) -> &Pacing {
+        &self.pacing
+    }
+
+    /// [`Pacing::refund`] (the tests and the benchmark ask the store).
+    pub async fn refund(
+        &self,
+        channel: &str,
+        rate: Rate,
+        tat: i64,
+    ) -> Result<Duration, StoreError> {
+        self.pacing.refund(channel, rate, tat).await
+    }
+
+    /// [`Pacing::take_rate`] (the tests and the benchmark ask the store).
+    pub async fn take_rate(&self, channel: &str, rate: Rate) -> Result<RateReply, StoreError> {
+        self.pacing.take_rate(channel, rate).await
+    }
+
+    /// [`Pacing::call_rate`] (the tests and the benchmark ask the store).
+    pub async fn call_rate(
+        &self,
+        channel: &str,
+        rate: Rate,
+        cost: u64,
+    ) -> Result<RateReply, StoreError> {
+        self.pacing.call_rate(channel, rate, cost).await
     }
 
     /// A clone of the connection, for admin reads.
@@ -278,68 +280,4 @@ impl QuotaStore {
     pub(crate) fn redis_now(&self) -> DateTime<Utc> {
         window::from_millis(Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed))
     }
-}
-
-/// A pacer a channel, with the channel's lanes, which ask `lua/lanes.lua` on the
-/// channel's keys.
-fn pacers(
-    conn: &RedisConn,
-    scripts: &Scripts,
-    keys: &Keys,
-    settings: &Settings,
-    calls: &Arc<AtomicU64>,
-) -> HashMap<String, Pacer> {
-    settings
-        .channels
-        .keys()
-        .map(|c| {
-            let asker = Asker {
-                conn: conn.clone(),
-                script: scripts.lanes.clone(),
-                keys: (keys.rate(c), keys.lanes(c)),
-                schedules: crate::lanes::share::Priority::ALL.map(|p| {
-                    let schedule = keys.fair_schedule(c, p.as_str());
-                    (schedule.clone(), format!("{schedule}:seen"))
-                }),
-                calls: calls.clone(),
-                channel: c.clone(),
-            };
-            let pacer = Pacer {
-                waiting: AtomicUsize::new(0),
-                lanes: ChannelLanes::new(asker),
-            };
-            (c.clone(), pacer)
-        })
-        .collect()
-}
-
-/// A rate batcher a channel, each on its own key of `lua/rate.lua` and
-/// `lua/lanes.lua`; a paced channel's rate in force shown in the metrics at once.
-fn rate_batchers(
-    conn: &RedisConn,
-    scripts: &Scripts,
-    keys: &Keys,
-    settings: &Settings,
-    calls: &Arc<AtomicU64>,
-) -> HashMap<String, RateBatcher> {
-    settings
-        .channels
-        .keys()
-        .map(|c| {
-            let taker = Taker {
-                conn: conn.clone(),
-                script: scripts.rate.clone(),
-                key: keys.rate(c),
-                lanes_script: scripts.lanes.clone(),
-                lanes_key: keys.lanes(c),
-                calls: calls.clone(),
-                channel: c.clone(),
-                shown: AtomicU64::new(settings.rate(c).map_or(0, |r| {
-                    crate::metrics::channel_rate(c, r, Some(r.interval_us));
-                    r.interval_us
-                })),
-            };
-            (c.clone(), RateBatcher::start(taker))
-        })
-        .collect()
 }

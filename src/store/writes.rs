@@ -114,7 +114,7 @@ impl QuotaStore {
     pub async fn release(&self, ticket: &Ticket) -> Result<(), StoreError> {
         self.release_recipient(ticket).await?;
         if let Some((rate, tat)) = ticket.rate {
-            self.refund(&ticket.channel, rate, tat).await?;
+            self.pacing.refund(&ticket.channel, rate, tat).await?;
         }
         Ok(())
     }
@@ -158,7 +158,7 @@ impl QuotaStore {
             }
             crate::redis::refund::refund_take(
                 &self.conn,
-                &self.scripts.refund,
+                &self.scripts.channel.refund,
                 take.key.clone(),
                 (take.interval_us, take.cost),
                 take.tat_us,

@@ -12,6 +12,10 @@ use std::sync::{Arc, RwLock};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::handling::Handling;
+use crate::decide::{self, Decision};
+use crate::erase;
+use crate::quota::keys::Keys;
 use crate::redis::notes;
 use crate::redis::StoreError;
 use crate::store::QuotaStore;
@@ -87,6 +91,43 @@ impl Cancels {
         // after the marks: whoever reads this generation finds them
         self.version.store(version, Ordering::Release);
         Ok(())
+    }
+}
+
+/// The marks as a job's handling meets them, at its first check and at each final go.
+impl Cancels {
+    /// What stops the job of `h` at its final go (its admission, its park, its
+    /// dispatch's publish) that its first check did not: a cancel mark, or its
+    /// recipient's erase, come since. Looked at only when the marks' generation
+    /// moved since its handling began: a job that did not wait, or waited while
+    /// no mark came, costs one atomic read.
+    pub(super) fn stopped_since(&self, h: &Handling<'_, '_>, keys: &Keys) -> Option<Decision> {
+        if self.generation() == h.marks {
+            return None;
+        }
+        if let Some(at) = self.get(&h.job.id) {
+            return Some(Decision::Dead(decide::cancelled(at)));
+        }
+        self.erased(h, keys).then_some(Decision::Erased)
+    }
+
+    /// Whether the job's recipient was erased after a worker first saw the job
+    /// (`crate::erase::marks`); nothing is computed while no recipient is.
+    pub(super) fn erased(&self, h: &Handling<'_, '_>, keys: &Keys) -> bool {
+        let (job, delivery) = (h.job, h.delivery);
+        if !self.any_erased() {
+            return false;
+        }
+        let keys = keys.for_tenant(job.tenant.as_deref());
+        let Some(at) = self.erased_at(&keys.erase_mark(&job.recipient)) else {
+            return false;
+        };
+        let p = &delivery.properties;
+        let said = erase::marks::since_ms(p.headers().as_ref(), *p.timestamp());
+        // this handling's first sight counts too: a job held in a line since
+        // its first read carries no header yet
+        let seen = h.seen.first_seen.timestamp_millis();
+        erase::marks::drops(at, Some(said.map_or(seen, |t| t.min(seen))))
     }
 }
 

@@ -8,11 +8,10 @@
 use lapin::message::Delivery;
 use tracing::debug;
 
-use super::handling::{Handling, Route, RouteAt};
-use super::Worker;
-use crate::admission::{Admission, RateStep, Request};
+use super::handling::{request, Decided, Handling, RouteAt};
+use super::process::JobPath;
+use crate::admission::{Admission, RateStep};
 use crate::decide::{self, Context, Decision};
-use crate::erase;
 use crate::fallback;
 use crate::job::decode::Job;
 use crate::job::note::JobState;
@@ -25,15 +24,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::ProcessError;
 
-/// How the decision ends: a decision to carry out (with the job's route, for a job
-/// with `fallback`), or an outcome settled and counted already (folded into a
-/// digest, parked in its lane).
-pub(super) enum Decided<'j> {
-    Carry(Decision, Option<Box<Route<'j>>>),
-    Settled(Outcome),
-}
-
-impl Worker {
+impl JobPath {
     /// Decide the job of `h`, read from lane `from` (`None`: the jobs queue), at
     /// `at` on its route.
     pub(super) async fn decide<'j>(
@@ -50,15 +41,8 @@ impl Worker {
         if let Some(spec) = folds_now(h.policy, job, h.delivery, now) {
             return Box::pin(self.fold_now(h, spec)).await.map(Decided::Settled);
         }
-        if let Some(key) = job.collapse_key.as_deref() {
-            let newest = || {
-                let (recipient, id, tenant) = (&job.recipient, &job.id, job.tenant.as_deref());
-                self.store
-                    .collapse(tenant, recipient, key, id, h.seen.first_seen)
-            };
-            if let Collapse::SupersededBy(by) = self.retry_redis(newest, &s.stop).await? {
-                return Ok(Decided::Carry(Decision::Superseded { by }, None));
-            }
+        if let Some(superseded) = self.superseded(h).await? {
+            return Ok(Decided::Carry(superseded, None));
         }
         let channel_rules = rules.channel(&job.channel);
         let cx = Context {
@@ -74,7 +58,7 @@ impl Worker {
         // carry (and copy) their state in its own
         let step = match channel_rules.and_then(|c| c.laned_for(job.cost)) {
             None => RateStep::Wait(None),
-            Some(paced) => match Box::pin(self.rate_step(s, job, lane, from, paced)).await? {
+            Some(paced) => match Box::pin(self.lanes.rate_step(s, job, lane, from, paced)).await? {
                 Step::Admit(step) => step,
                 Step::Park(lane) => {
                     let parked = self.parked(h, (lane, false));
@@ -83,7 +67,7 @@ impl Worker {
             },
         };
         let req = request(job, &job.channel, cx.policy, at.escalation);
-        let Some(admission) = self.admit(&req, rules, s, step).await? else {
+        let Some(admission) = self.asks.admit(&req, rules, s, step).await? else {
             // it may have waited in its line: stopped meanwhile, it is not parked
             if let Some(stop) = self.stopped_since(h) {
                 return Ok(Decided::Carry(stop, None));
@@ -92,12 +76,14 @@ impl Worker {
             return Box::pin(parked).await.map(Decided::Settled);
         };
         if let (Some(lane), RateStep::Taken(_)) = (from, step) {
-            self.lane_taken(h.delivery, &job.channel, lane);
+            self.lanes.taken(h.delivery, &job.channel, lane);
         }
         let (admission, route) = match job.fallback.as_deref() {
             None => (admission, None),
             Some(further) => {
-                let walk = self.route(s, job, further, (&cx, rules), admission, at);
+                let walk = self
+                    .routes
+                    .route(s, job, further, (&cx, rules), admission, at);
                 let stepped = Box::pin(walk).await?;
                 let on_step = Job {
                     channel: stepped.channel,
@@ -111,10 +97,28 @@ impl Worker {
             let route = route.filter(|_| !matches!(back, Decision::Erased));
             return Ok(Decided::Carry(back, route));
         }
-        let now = self.store.redis_now();
+        let now = self.asks.store.redis_now();
         shadowed(on, &cx, &admission, now);
         let decision = crate::admission::decision::after_admission(on, &cx, admission, now);
         Ok(Decided::Carry(decision, route))
+    }
+
+    /// A job with a `collapse_key` that a newer one of its recipient replaced
+    /// (asked of Redis only for jobs that carry one).
+    async fn superseded(&self, h: &Handling<'_, '_>) -> Result<Option<Decision>, ProcessError> {
+        let job = h.job;
+        let Some(key) = job.collapse_key.as_deref() else {
+            return Ok(None);
+        };
+        let newest = || {
+            let (recipient, id, tenant) = (&job.recipient, &job.id, job.tenant.as_deref());
+            let store = &self.asks.store;
+            store.collapse(tenant, recipient, key, id, h.seen.first_seen)
+        };
+        Ok(match self.asks.retry_redis(newest, &h.s.stop).await? {
+            Collapse::SupersededBy(by) => Some(Decision::Superseded { by }),
+            _ => None,
+        })
     }
 
     /// A job stopped after its admission (given back, admitted or not): cancelled,
@@ -131,7 +135,7 @@ impl Worker {
     ) -> Result<Option<Decision>, ProcessError> {
         let back = match (self.stopped_since(h), admission) {
             (Some(stop), _) => stop,
-            (None, Admission::Admitted(_)) if self.health.resets.paused() => {
+            (None, Admission::Admitted(_)) if self.asks.health.resets.paused() => {
                 match decide::paused(on, cx, now, self.paused_hold()) {
                     Some(paused) => paused,
                     None => return Ok(None),
@@ -140,25 +144,16 @@ impl Worker {
             _ => return Ok(None),
         };
         if let Admission::Admitted(ticket) | Admission::Shadowed { ticket, .. } = admission {
-            self.retry_redis(|| self.store.release(ticket), &h.s.stop)
-                .await?;
+            let release = || self.asks.store.release(ticket);
+            self.asks.retry_redis(release, &h.s.stop).await?;
         }
         Ok(Some(back))
     }
 
-    /// What stops the job of `h` at its final go (its admission, its park, its
-    /// dispatch's publish) that its first check did not: a cancel mark, or its
-    /// recipient's erase, come since. Looked at only when the marks' generation
-    /// moved since its handling began: a job that did not wait, or waited while
-    /// no mark came, costs one atomic read.
+    /// What stops the job of `h` at its final go that its first check did not
+    /// ([`Cancels::stopped_since`](super::cancels::Cancels::stopped_since)).
     pub(super) fn stopped_since(&self, h: &Handling<'_, '_>) -> Option<Decision> {
-        if self.cancels.generation() == h.marks {
-            return None;
-        }
-        if let Some(at) = self.cancels.get(&h.job.id) {
-            return Some(Decision::Dead(decide::cancelled(at)));
-        }
-        self.erased(h).then_some(Decision::Erased)
+        self.cancels.stopped_since(h, self.asks.store.keys())
     }
 
     /// What settles a job before anything is asked of Redis: a cancel mark, its
@@ -168,7 +163,7 @@ impl Worker {
         if let Some(at) = self.cancels.get(&job.id) {
             return Some(Decision::Dead(decide::cancelled(at)));
         }
-        if self.erased(h) {
+        if self.cancels.erased(h, self.asks.store.keys()) {
             return Some(Decision::Erased);
         }
         if let Some(decision) = decide::triage(job, &self.topology.channels, now) {
@@ -179,32 +174,13 @@ impl Worker {
         Some(Decision::Dead(dead))
     }
 
-    /// Whether the job's recipient was erased after a worker first saw the job
-    /// (`crate::erase::marks`); nothing is computed while no recipient is.
-    pub(super) fn erased(&self, h: &Handling<'_, '_>) -> bool {
-        let (job, delivery) = (h.job, h.delivery);
-        if !self.cancels.any_erased() {
-            return false;
-        }
-        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
-        let Some(at) = self.cancels.erased_at(&keys.erase_mark(&job.recipient)) else {
-            return false;
-        };
-        let p = &delivery.properties;
-        let said = erase::marks::since_ms(p.headers().as_ref(), *p.timestamp());
-        // this handling's first sight counts too: a job held in a line since
-        // its first read carries no header yet
-        let seen = h.seen.first_seen.timestamp_millis();
-        erase::marks::drops(at, Some(said.map_or(seen, |t| t.min(seen))))
-    }
-
     /// A job held back by its schedule or send windows, or by the pause after a
     /// Redis reset.
     fn held_back(&self, job: &Job<'_>, cx: &Context<'_>, now: DateTime<Utc>) -> Option<Decision> {
         if let Some(decision) = decide::hold(job, cx, now) {
             return Some(decision);
         }
-        if self.health.resets.paused() {
+        if self.asks.health.resets.paused() {
             return decide::paused(job, cx, now, self.paused_hold());
         }
         None
@@ -216,10 +192,10 @@ impl Worker {
         h: &Handling<'_, '_>,
         spec: &DigestSpec,
     ) -> Result<Outcome, ProcessError> {
-        let fold = self.fold(h, spec, None);
+        let fold = self.digests.fold(h, spec, None);
         let (digest, closes_at) = fold.await?;
         let step = JobState::Folded { digest, closes_at };
-        self.note(h.s, h.job, h.seen, step, None);
+        self.outcomes.note(h.s, h.job, h.seen, step, None);
         h.rules.metrics.count(&Outcome::Folded, h.labels);
         Ok(Outcome::Folded)
     }
@@ -240,29 +216,6 @@ fn folds_now<'p>(
         .filter(|d| d.mode != DigestMode::Held)?;
     let due = job.not_before.is_none_or(|t| t <= now);
     (due && !crate::digest::is_digest(delivery)).then_some(spec)
-}
-
-/// What the store is asked for `job` of `policy` on `channel` (its own, or a step
-/// of its route); `counted`: an escalation, its notification counted already where
-/// caps span channels.
-pub(super) fn request<'r>(
-    job: &'r Job<'_>,
-    channel: &'r str,
-    policy: &Policy,
-    counted: bool,
-) -> Request<'r> {
-    Request {
-        id: &job.id,
-        recipient: &job.recipient,
-        channel,
-        category: &job.category,
-        tz: job.tz,
-        tenant: job.tenant.as_deref(),
-        priority: job.priority.unwrap_or(policy.priority),
-        counted,
-        sender: job.sender.as_deref(),
-        cost: job.cost,
-    }
 }
 
 /// A shadow policy's verdict: what enforcing it would have done, counted and logged.

@@ -1,13 +1,20 @@
 //! The worker's side of digests ([`crate::digest`]): a decoded job folded into its
 //! digest under the session's stop, a `held` digest's job folded (or the digest
 //! opened again) instead of waiting, a digest done with once it is settled, and the
-//! session's closer.
+//! session's closer ([`DigestSide`]).
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
 use tracing::debug;
 
+use super::asks::Asks;
+use super::cancels::Cancels;
 use super::error::ProcessError;
 use super::handling::Handling;
-use super::Worker;
+use super::outcomes::Outcomes;
+use crate::config::Settings;
 use crate::decide::DelayCause;
 use crate::digest::{held, held_digest, Closer, FoldJob};
 use crate::job::note::JobState;
@@ -15,7 +22,32 @@ use crate::job::Outcome;
 use crate::quota::digest::DigestSpec;
 use crate::quota::window::from_millis;
 
-impl Worker {
+/// The worker's side of digests.
+#[derive(Debug)]
+pub(crate) struct DigestSide {
+    pub(super) asks: Asks,
+    /// The cancelled job ids (a digest's jobs cancelled are left out when it closes).
+    cancels: Arc<Cancels>,
+    /// The zone of a job that names none: a folded job of another zone keeps its own.
+    default_tz: Tz,
+    /// The exchange a closed digest is published to (`amqp.jobs_exchange`).
+    jobs_exchange: String,
+    /// How long a closer's claim on a digest lasts (`redis.reservation_lease`).
+    reservation_lease: Duration,
+}
+
+impl DigestSide {
+    /// The digests' side for `settings`, asking `asks`.
+    pub(super) fn new(asks: Asks, cancels: Arc<Cancels>, settings: &Settings) -> DigestSide {
+        DigestSide {
+            asks,
+            cancels,
+            default_tz: settings.worker.default_timezone,
+            jobs_exchange: settings.amqp.jobs_exchange.clone(),
+            reservation_lease: settings.redis.reservation_lease.0,
+        }
+    }
+
     /// Fold the job of `h` into its group's open digest; the delivery is acked once this
     /// answers (the write is confirmed by Redis), waiting out Redis outages. The
     /// digest's id and when it closes (for the job's note).
@@ -43,7 +75,8 @@ impl Worker {
             closes_at,
         };
         let folded = self
-            .retry_redis(|| self.store.digests().fold(&fold, spec), &s.stop)
+            .asks
+            .retry_redis(|| self.asks.store.digests().fold(&fold, spec), &s.stop)
             .await?;
         if !folded.again {
             crate::metrics::digest_folded(policy);
@@ -66,13 +99,14 @@ impl Worker {
         h: &Handling<'_, '_>,
         until: chrono::DateTime<chrono::Utc>,
         cause: &DelayCause,
+        outcomes: &Outcomes,
     ) -> Result<Option<Outcome>, ProcessError> {
         let (s, job) = (h.s, h.job);
         if held_digest(h.policy, h.delivery) {
-            let digests = self.store.digests();
+            let digests = self.asks.store.digests();
             let key = digests.key(job.tenant.as_deref(), &job.recipient, &job.id);
             let reopen = || digests.reopen(&key, until);
-            if self.retry_redis(reopen, &s.stop).await? {
+            if self.asks.retry_redis(reopen, &s.stop).await? {
                 debug!(until = %until.to_rfc3339(), "a held digest refused: open again until then");
                 h.rules.metrics.count(&Outcome::Folded, h.labels);
                 return Ok(Some(Outcome::Folded));
@@ -83,7 +117,7 @@ impl Worker {
         };
         let fold = self.fold(h, spec, Some(until));
         let (digest, closes_at) = fold.await?;
-        self.note(s, job, h.seen, JobState::Folded { digest, closes_at }, None);
+        outcomes.note(s, job, h.seen, JobState::Folded { digest, closes_at }, None);
         h.rules.metrics.count(&Outcome::Folded, h.labels);
         Ok(Some(Outcome::Folded))
     }
@@ -99,9 +133,11 @@ impl Worker {
         if h.policy.digest.is_some()
             && !matches!(outcome, Outcome::Delayed { .. } | Outcome::Parked)
         {
-            let digests = self.store.digests();
+            let digests = self.asks.store.digests();
             let key = digests.key(h.job.tenant.as_deref(), &h.job.recipient, &h.job.id);
-            self.retry_redis(|| digests.end(&key), &h.s.stop).await?;
+            self.asks
+                .retry_redis(|| digests.end(&key), &h.s.stop)
+                .await?;
         }
         if matches!(outcome, Outcome::Dead(_)) {
             crate::metrics::digest_ended(&h.policy.name, "dead", 0);
@@ -113,10 +149,10 @@ impl Worker {
     pub(crate) fn closer(&self) -> Closer {
         let cancels = self.cancels.clone();
         Closer {
-            store: self.store.clone(),
-            cancelled: std::sync::Arc::new(move |id| cancels.get(id).is_some()),
-            exchange: self.settings.amqp.jobs_exchange.clone(),
-            reservation_lease: self.settings.redis.reservation_lease.0,
+            store: self.asks.store.clone(),
+            cancelled: Arc::new(move |id| cancels.get(id).is_some()),
+            exchange: self.jobs_exchange.clone(),
+            reservation_lease: self.reservation_lease,
         }
     }
 }

@@ -11,35 +11,47 @@ use tracing::{debug, warn};
 use super::error::ProcessError;
 use super::handling::{Handling, Route};
 use super::link::BrokerLink;
-use super::Worker;
+use super::outcomes::Outcomes;
+use super::routing::Routes;
 use crate::admission::Ticket;
 use crate::amqp::PublishError;
-use crate::decide::{self, DelayCause};
+use crate::decide::{self, Decision, DelayCause};
 use crate::fallback;
 use crate::job::note::JobState;
 use crate::job::{headers, Outcome};
 
-impl Worker {
+/// How a dispatch ends: its outcome, or, at its final go after a wait for the
+/// broker, a cancel or an erase come meanwhile (its send given back) to carry out
+/// instead.
+pub(super) enum Sent {
+    Out(Outcome),
+    Stopped(Decision),
+}
+
+impl Outcomes {
     /// Publish the job of `h` for its sender, admitted with `ticket`; commit the send
-    /// once the broker confirms it.
+    /// once the broker confirms it. A routed step's next one is kept, and its
+    /// escalation published, through `routes`.
     pub(super) async fn dispatch(
         &self,
         h: &Handling<'_, '_>,
         ticket: Ticket,
         route: Option<&Route<'_>>,
+        routes: &Routes,
         now: DateTime<Utc>,
-    ) -> Result<Outcome, ProcessError> {
+    ) -> Result<Sent, ProcessError> {
         let s = h.s;
         let channel = route.map_or(&h.job.channel, |(_, j)| &j.channel);
         let props = dispatch_props(h, route, channel, now);
-        let exchange = &self.settings.amqp.dispatch_exchange;
+        let exchange = &self.dispatch_exchange;
         let (props, sending) = crate::telemetry::send(exchange, channel, Some(&h.job.id), props);
         // a routed step's next one is kept before it goes, so that a failure
         // the sender reports at once finds it
         if let Some((routed, on_step)) = route {
             let cause = routed.from.as_deref().and_then(fallback::route::cause_of);
             sending.routed(routed.step + 1, cause.map(|c| c.as_str()));
-            let keep = self.keep_next_step(h.job, (on_step, routed), h.policy, h.delivery, &s.stop);
+            let keep =
+                routes.keep_next_step(h.job, (on_step, routed), h.policy, h.delivery, &s.stop);
             if let Err(e) = Box::pin(keep).await {
                 drop(sending);
                 self.give_back(&ticket).await;
@@ -52,10 +64,10 @@ impl Worker {
         if !s.publisher.is_flowing() {
             s.publisher.flowing().await;
             // a final go after a wait: a cancel or an erase may have come
-            if let Some(stop) = self.stopped_since(h) {
+            if let Some(stop) = self.cancels.stopped_since(h, self.asks.store.keys()) {
                 drop(sending);
                 self.give_back(&ticket).await;
-                return Box::pin(self.carry_out(h, stop, route, now)).await;
+                return Ok(Sent::Stopped(stop));
             }
         }
         if !s.publisher.is_connected() {
@@ -73,12 +85,14 @@ impl Worker {
         }
         drop(sending);
         if let Err(e) = published {
-            return Box::pin(self.undelivered(h, ticket, e, now)).await;
+            return Box::pin(self.undelivered(h, ticket, e, now))
+                .await
+                .map(Sent::Out);
         }
         s.commits.commit(ticket);
         if let Some((routed, on_step)) = route {
             let at = (h.seen.first_seen, false);
-            let later = self.escalate_later(s, h.delivery, (on_step, routed), h.policy, at);
+            let later = routes.escalate_later(s, h.delivery, (on_step, routed), h.policy, at);
             Box::pin(later).await?;
         }
         if h.seen.attempt > 0 {
@@ -86,7 +100,7 @@ impl Worker {
             self.note(s, h.job, h.seen, JobState::Dispatched, None);
         }
         debug!(channel = %channel, "dispatched");
-        Ok(Outcome::Dispatched)
+        Ok(Sent::Out(Outcome::Dispatched))
     }
 
     /// A dispatch the broker did not confirm. Refused (returned, nacked): its send
@@ -104,12 +118,12 @@ impl Worker {
         let s: &BrokerLink = h.s;
         if !matches!(e, PublishError::Returned | PublishError::Nacked) {
             warn!(error = %e, "dispatch unconfirmed; keeping its reservation and handing the job back");
-            self.store.keep_reservation(&ticket);
+            self.asks.store.keep_reservation(&ticket);
             return Err(e.into());
         }
         warn!(error = %e, "dispatch refused by the broker; giving the quota back");
-        self.retry_redis(|| self.store.release(&ticket), &s.stop)
-            .await?;
+        let release = || self.asks.store.release(&ticket);
+        self.asks.retry_redis(release, &s.stop).await?;
         let until = decide::retry_refused_dispatch_at(h.seen.attempt, now);
         let cause = DelayCause::DispatchRefused;
         self.delay(h, until, &cause).await
@@ -117,8 +131,8 @@ impl Worker {
 
     /// Give an admission's send back, or keep it reserved if Redis cannot be told.
     async fn give_back(&self, ticket: &Ticket) {
-        if self.store.release(ticket).await.is_err() {
-            self.store.keep_reservation(ticket);
+        if self.asks.store.release(ticket).await.is_err() {
+            self.asks.store.keep_reservation(ticket);
         }
     }
 }

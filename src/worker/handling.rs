@@ -1,15 +1,18 @@
 //! What each part of a delivery's handling reads: the job's past ([`Seen`]), the
-//! delivery with its job, rules and policy ([`Handling`]), and where a routed job
-//! stands on its route ([`Route`], [`RouteAt`]).
+//! delivery with its job, rules and policy ([`Handling`]), where a routed job
+//! stands on its route ([`Route`], [`RouteAt`]), what the store is asked of it
+//! ([`request`]), and how its decision ends ([`Decided`]).
 
 use chrono::{DateTime, Utc};
 use lapin::message::Delivery;
 use lapin::types::FieldTable;
 
 use super::link::BrokerLink;
+use crate::admission::Request;
+use crate::decide::Decision;
 use crate::fallback;
 use crate::job::decode::Job;
-use crate::job::headers;
+use crate::job::{headers, Outcome};
 use crate::metrics::JobLabels;
 use crate::quota::policy::Policy;
 use crate::rules::Rules;
@@ -64,4 +67,35 @@ pub(super) struct RouteAt {
     pub(super) left: Option<String>,
     /// Whether it is an escalation (its notification counted already).
     pub(super) escalation: bool,
+}
+
+/// How the decision ends: a decision to carry out (with the job's route, for a job
+/// with `fallback`), or an outcome settled and counted already (folded into a
+/// digest, parked in its lane).
+pub(super) enum Decided<'j> {
+    Carry(Decision, Option<Box<Route<'j>>>),
+    Settled(Outcome),
+}
+
+/// What the store is asked for `job` of `policy` on `channel` (its own, or a step
+/// of its route); `counted`: an escalation, its notification counted already where
+/// caps span channels.
+pub(super) fn request<'r>(
+    job: &'r Job<'_>,
+    channel: &'r str,
+    policy: &Policy,
+    counted: bool,
+) -> Request<'r> {
+    Request {
+        id: &job.id,
+        recipient: &job.recipient,
+        channel,
+        category: &job.category,
+        tz: job.tz,
+        tenant: job.tenant.as_deref(),
+        priority: job.priority.unwrap_or(policy.priority),
+        counted,
+        sender: job.sender.as_deref(),
+        cost: job.cost,
+    }
 }

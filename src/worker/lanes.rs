@@ -1,7 +1,8 @@
-//! The worker's side of lanes ([`crate::lanes`]): a paced channel's job takes its
-//! rate as the lanes room says, waiting for its send slot under the session's stop
-//! and timed for the lanes' prefetch; a parked job is published on the session's
-//! publisher.
+//! The worker's side of lanes ([`crate::lanes`], [`LaneSide`]): a paced channel's
+//! job takes its rate as the lanes room says, waiting for its send slot under the
+//! session's stop and timed for the lanes' prefetch; a parked job is published on
+//! the session's publisher. It owns what the lane deliveries took (their clocks)
+//! and the tenants' queues this worker parks in and consumes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,19 +11,50 @@ use chrono::{DateTime, Utc};
 
 use lapin::message::Delivery;
 
+use super::asks::Asks;
 use super::error::ProcessError;
 use super::link::BrokerLink;
-use super::Worker;
 use crate::admission::RateStep;
-use crate::amqp::PublishError;
+use crate::amqp::{PublishError, Topology};
 use crate::job::decode::Job;
 use crate::job::Outcome;
+use crate::lanes::tenants::TenantLane;
 use crate::lanes::{
-    self, ChannelLanes, LaneAsk, LaneRate, Prefetch, Priority, Step, Tenant, Watch,
+    self, ChannelLanes, LaneAsk, LaneClocks, LaneRate, Prefetch, Priority, Step, Tenant,
+    TenantQueues, Watch,
 };
 use crate::quota::policy::Rate;
 
-impl Worker {
+/// A session's lanes' channel, as its tuner holds it: the channel, the tags of
+/// its consumers, and the tuner's tag.
+pub(crate) struct LanesChannel {
+    pub(crate) channel: lapin::Channel,
+    pub(crate) tags: Arc<std::sync::Mutex<Vec<String>>>,
+    pub(crate) tag: String,
+}
+
+/// The worker's side of lanes.
+#[derive(Debug)]
+pub(crate) struct LaneSide {
+    pub(super) asks: Asks,
+    topology: Topology,
+    /// What the lane deliveries took, per paced channel (for their prefetch).
+    pub(super) clocks: Arc<LaneClocks>,
+    /// The tenants' queues of the lanes this worker parks in and consumes.
+    tenant_queues: Arc<TenantQueues>,
+}
+
+impl LaneSide {
+    /// The lanes of `topology`, asking `asks`.
+    pub(super) fn new(asks: Asks, topology: &Topology) -> LaneSide {
+        LaneSide {
+            asks,
+            clocks: Arc::new(LaneClocks::new(topology)),
+            topology: topology.clone(),
+            tenant_queues: Arc::default(),
+        }
+    }
+
     /// How to take the rate of `job`'s paced channel (its rate and how its lanes
     /// share it, [`lanes::before_slot`]); for a job read from a lane queue, this
     /// waits for its send slot (and gives up at `s.stop`).
@@ -36,7 +68,7 @@ impl Worker {
     ) -> Result<Step, ProcessError> {
         let ask = LaneAsk { lane, lanes };
         let backlog = || {
-            let lanes = self.store.lanes(&job.channel);
+            let lanes = self.asks.store.pacing().lanes(&job.channel);
             lanes.is_some_and(ChannelLanes::holds_backlog)
         };
         if let Some(step) = lanes::before_slot(&self.topology, &job.channel, ask, from, backlog) {
@@ -44,26 +76,28 @@ impl Worker {
         }
         let tenant = Tenant {
             name: job.tenant.as_deref().map(Arc::from),
-            weight: self.store.rules().tenant_weight(job.tenant.as_deref()),
+            weight: self.asks.store.rules().tenant_weight(job.tenant.as_deref()),
         };
         let slot = || {
-            self.store
+            self.asks
+                .store
+                .pacing()
                 .pace_in_lane(&job.channel, rate, ask, tenant.clone())
         };
         let asked = Instant::now();
         let tat = tokio::select! {
             _ = s.stop.cancelled() => return Err(ProcessError::Interrupted),
-            tat = self.retry_redis(slot, &s.stop) => tat?,
+            tat = self.asks.retry_redis(slot, &s.stop) => tat?,
         };
         if let Some(index) = self.topology.laned.iter().position(|c| *c == job.channel) {
-            self.lane_clocks.waited(index, asked.elapsed());
+            self.clocks.waited(index, asked.elapsed());
         }
         Ok(Step::Admit(RateStep::Taken(tat)))
     }
 
     /// Count a job of a lane queue given its send slot, and how long it waited.
-    pub(crate) fn lane_taken(&self, delivery: &Delivery, channel: &str, lane: Priority) {
-        let now_ms = self.store.redis_now().timestamp_millis();
+    pub(crate) fn taken(&self, delivery: &Delivery, channel: &str, lane: Priority) {
+        let now_ms = self.asks.store.redis_now().timestamp_millis();
         lanes::taken(delivery, channel, lane, now_ms);
     }
 
@@ -77,19 +111,23 @@ impl Worker {
         first_seen: DateTime<Utc>,
         lane: (Priority, bool),
     ) -> Result<Outcome, ProcessError> {
-        let now = (self.store.redis_now(), first_seen);
+        let now = (self.asks.store.redis_now(), first_seen);
         let Some(tenant) = job.tenant.as_deref() else {
             let queue = self.topology.lane_queue(&job.channel, lane.0);
             let parked = lanes::to_lane(&s.publisher, &queue, now, (delivery, job), lane);
             return Ok(parked.await?);
         };
         let queue = self.topology.tenant_queue(&job.channel, lane.0, tenant);
-        let of = (job.channel.as_ref(), lane.0, tenant);
+        let of = TenantLane {
+            channel: job.channel.as_ref(),
+            lane: lane.0,
+            tenant,
+        };
         let queues = &self.tenant_queues;
         for _ in 0..2 {
             if !queues.fresh(&queue) {
-                let register = || queues.register(&self.store, of);
-                self.retry_redis(register, &s.stop).await?;
+                let register = || queues.register(&self.asks.store, of);
+                self.asks.retry_redis(register, &s.stop).await?;
                 let on = s.publisher.channel();
                 let declared = lanes::tenants::declare(on, &self.topology, &queue).await;
                 declared.map_err(PublishError::Amqp)?;
@@ -106,34 +144,31 @@ impl Worker {
     }
 
     /// A session's consumers of the tenants' queues, on its lanes' channel.
-    pub(crate) fn tenant_watch(
-        &self,
-        conn: Arc<lapin::Connection>,
-        (channel, tags, tag): (lapin::Channel, Arc<std::sync::Mutex<Vec<String>>>, String),
-    ) -> Watch {
+    pub(crate) fn tenant_watch(&self, conn: Arc<lapin::Connection>, on: LanesChannel) -> Watch {
+        let LanesChannel { channel, tags, tag } = on;
         Watch {
-            store: self.store.clone(),
+            store: self.asks.store.clone(),
             topology: self.topology.clone(),
             queues: self.tenant_queues.clone(),
             channel,
             conn,
             tags,
             tag,
-            prefetch: self.lane_prefetch(),
+            prefetch: self.prefetch(),
         }
     }
 
     /// A lane delivery settled: no longer held from its tenant's queue.
-    pub(crate) fn lane_settled(&self, delivery: &Delivery) {
+    pub(crate) fn settled(&self, delivery: &Delivery) {
         self.tenant_queues.settled(delivery);
     }
 
     /// What the lanes' prefetch of a session is worked out from.
-    pub(crate) fn lane_prefetch(&self) -> Prefetch {
+    pub(crate) fn prefetch(&self) -> Prefetch {
         Prefetch {
-            store: self.store.clone(),
+            store: self.asks.store.clone(),
             topology: self.topology.clone(),
-            clocks: self.lane_clocks.clone(),
+            clocks: self.clocks.clone(),
         }
     }
 }

@@ -10,13 +10,20 @@
 //! waiting jobs noted, in batches ([`commits`]); cancel marks are kept in memory
 //! ([`cancels`]); readiness is kept in [`crate::health`].
 //!
-//! The loop calls the rooms through their `mod.rs`: [`digest`] (the fold and the
-//! session's closer, [`crate::digest`]), [`lanes`] (the rate step, the park, the
-//! lane consumers' prefetch, [`crate::lanes`]) and `routing.rs` (a job's route,
-//! [`crate::fallback`]). What every step of a job's handling shares has a file of
-//! its own, imported from there: its error ([`ProcessError`], `error.rs`) and the
-//! session's link ([`BrokerLink`], `link.rs`).
+//! The worker holds rooms, not their fields. [`Worker`] is the connection's life
+//! (this file and `session.rs`); a job's path is [`process::JobPath`] (`process.rs`,
+//! `decision.rs`), which holds the worker's side of each room it calls through the
+//! room's `mod.rs`: [`lanes::LaneSide`] (the rate step, the park, the lane
+//! consumers' prefetch, [`crate::lanes`]), [`digest::DigestSide`] (the fold and the
+//! session's closer, [`crate::digest`]), `routing.rs`'s `Routes` (a job's route,
+//! [`crate::fallback`]) and `outcomes.rs`'s `Outcomes` (delay, dead letter, note,
+//! and the dispatch of `dispatch.rs`). What every step of a job's handling shares
+//! has a file of its own, imported from there: its error ([`ProcessError`],
+//! `error.rs`), the session's link ([`BrokerLink`], `link.rs`), the store asked
+//! under an outage (`asks.rs`) and what a delivery's handling reads
+//! (`handling.rs`).
 
+mod asks;
 pub(crate) mod cancels;
 pub(crate) mod commits;
 mod decision;
@@ -35,16 +42,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono_tz::Tz;
+use lapin::message::Delivery;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::amqp::{BrokerError, Publisher, Topology};
 use crate::config::Settings;
-use crate::lanes::{LaneClocks, TenantQueues};
+use crate::job::Outcome;
+use crate::lanes::Priority;
 use crate::metrics::SessionMetrics;
 use crate::store::QuotaStore;
 use commits::Commits;
+use process::{JobPath, Parts};
 
 use crate::health::{self, Health};
 pub use error::ProcessError;
@@ -55,10 +64,11 @@ pub use link::BrokerLink;
 pub struct Worker {
     settings: Settings,
     store: Arc<QuotaStore>,
+    /// A job's path through the rooms.
+    path: JobPath,
     /// The feedback consumer's state (a second consumer in each session).
     pub feedback: Arc<crate::feedback::Feedbacks>,
     topology: Topology,
-    default_tz: Tz,
     /// The cancelled job ids, as last read from Redis.
     pub cancels: Arc<cancels::Cancels>,
     /// Readiness flags.
@@ -68,10 +78,6 @@ pub struct Worker {
     /// Which of the broker URLs the next session takes (starting at a random one,
     /// so that workers spread over a cluster's nodes).
     next_url: std::sync::atomic::AtomicUsize,
-    /// What the lane deliveries took, per paced channel (for their prefetch).
-    lane_clocks: Arc<LaneClocks>,
-    /// The tenants' queues of the lanes this worker parks in and consumes.
-    tenant_queues: Arc<TenantQueues>,
 }
 
 /// A fatal error: the worker cannot start or go on.
@@ -87,24 +93,28 @@ impl Worker {
     /// A worker for validated settings and a connected store.
     pub fn new(settings: Settings, store: Arc<QuotaStore>) -> Worker {
         let topology = Topology::from_settings(&settings);
-        let lane_clocks = Arc::new(LaneClocks::new(&topology));
-        let default_tz = settings.worker.default_timezone;
+        let cancels: Arc<cancels::Cancels> = Arc::default();
+        let health = Arc::new(Health {
+            broker: AtomicBool::new(false),
+            redis: AtomicBool::new(true),
+            resets: Default::default(),
+        });
+        let parts = Parts {
+            store: store.clone(),
+            health: health.clone(),
+            cancels: cancels.clone(),
+            topology: topology.clone(),
+        };
         Worker {
             feedback: Arc::new(crate::feedback::Feedbacks::new(&settings, store.clone())),
+            path: JobPath::new(&settings, parts),
             settings,
             store,
             topology,
-            default_tz,
-            cancels: Arc::default(),
-            health: Arc::new(Health {
-                broker: AtomicBool::new(false),
-                redis: AtomicBool::new(true),
-                resets: Default::default(),
-            }),
+            cancels,
+            health,
             status: Arc::default(),
             next_url: std::sync::atomic::AtomicUsize::new(uuid::Uuid::now_v7().as_u128() as usize),
-            lane_clocks,
-            tenant_queues: Arc::default(),
         }
     }
 
@@ -121,8 +131,30 @@ impl Worker {
         health
             .redis
             .store(self.health.redis.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.path = self.path.sharing_health(&health);
         self.health = health;
         self
+    }
+
+    /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
+    /// (and counted). The caller acks on Ok and hands the delivery back on Err.
+    pub async fn process(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+    ) -> Result<Outcome, ProcessError> {
+        self.path.process(s, delivery).await
+    }
+
+    /// [`Worker::process`] for a delivery read from the queue of lane `from` (`None`:
+    /// the jobs queue).
+    pub async fn process_from(
+        &self,
+        s: &BrokerLink,
+        delivery: &Delivery,
+        from: Option<Priority>,
+    ) -> Result<Outcome, ProcessError> {
+        self.path.process_from(s, delivery, from).await
     }
 
     /// A session context on `publisher` (for driving [`Worker::process`] one job at a

@@ -1,5 +1,8 @@
 //! What the worker publishes for a job that does not go out now: its wait in the
-//! delay ladder, its dead letter, and the note `admin job` reads of it.
+//! delay ladder, its dead letter, and the note `admin job` reads of it; with its
+//! dispatch (`dispatch.rs`), what [`Outcomes`] publishes.
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use lapin::message::Delivery;
@@ -7,18 +10,53 @@ use lapin::types::ShortString;
 use lapin::BasicProperties;
 use tracing::{debug, info};
 
+use super::asks::Asks;
+use super::cancels::Cancels;
 use super::error::ProcessError;
 use super::handling::{Handling, Seen};
 use super::link::BrokerLink;
-use super::Worker;
-use crate::amqp::Publisher;
+use crate::amqp::{Publisher, Topology};
+use crate::config::Settings;
 use crate::decide::{DeadLetter, DelayCause};
 use crate::job::decode::Job;
 use crate::job::note::{JobNote, JobState};
 use crate::job::{headers, Outcome, Reason};
 use crate::redis::notes::{Note, Waiting};
 
-impl Worker {
+/// What the worker publishes for a job, and notes of it.
+#[derive(Debug)]
+pub(crate) struct Outcomes {
+    pub(super) asks: Asks,
+    /// The cancel and erase marks a dispatch's final go is checked against.
+    pub(super) cancels: Arc<Cancels>,
+    /// The delay ladder and its entries, the dispatch exchange.
+    pub(super) topology: Topology,
+    /// Where dispatches go (`amqp.dispatch_exchange`).
+    pub(super) dispatch_exchange: String,
+    /// Where dead letters go (`amqp.dead_exchange`).
+    dead_exchange: String,
+    /// Whether jobs' notes are written (`redis.notes`).
+    notes: bool,
+}
+
+impl Outcomes {
+    /// The outcomes over `topology` for `settings`, asking `asks`.
+    pub(super) fn new(
+        asks: Asks,
+        cancels: Arc<Cancels>,
+        topology: &Topology,
+        settings: &Settings,
+    ) -> Outcomes {
+        Outcomes {
+            asks,
+            cancels,
+            topology: topology.clone(),
+            dispatch_exchange: settings.amqp.dispatch_exchange.clone(),
+            dead_exchange: settings.amqp.dead_exchange.clone(),
+            notes: settings.redis.notes,
+        }
+    }
+
     /// Send the job of `h` round the delay ladder until `until`, held for `cause`
     /// (what it says in `x-notify-held-by`, from the rules in force), and note it.
     pub(super) async fn delay(
@@ -30,7 +68,7 @@ impl Worker {
         let (s, delivery, job, seen) = (h.s, h.delivery, h.job, h.seen);
         let held_by = &h.rules.held_by(cause);
         let ladder = self.topology.ladder();
-        let now = self.store.redis_now();
+        let now = self.asks.store.redis_now();
         let seconds = ladder.seconds(now, until);
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
@@ -99,7 +137,7 @@ impl Worker {
     ) {
         let spend_cancel =
             matches!(&step, JobState::Dead { reason, .. } if reason == Reason::Cancelled.as_str());
-        let notes = self.settings.redis.notes;
+        let notes = self.notes;
         if !notes && !spend_cancel {
             return;
         }
@@ -118,7 +156,7 @@ impl Worker {
             id: job.id.to_string(),
             record: notes.then(|| JobNote {
                 step,
-                at: self.store.redis_now(),
+                at: self.asks.store.redis_now(),
                 attempt: seen.attempt,
                 first_seen: seen.first_seen,
                 policy: Some(seen.policy.to_string()),
@@ -134,7 +172,7 @@ impl Worker {
 
     /// The set of the waiting jobs of `job`'s recipient (of its tenant).
     pub(super) fn waiting_key(&self, job: &Job<'_>) -> String {
-        let keys = self.store.keys().for_tenant(job.tenant.as_deref());
+        let keys = self.asks.store.keys().for_tenant(job.tenant.as_deref());
         keys.waiting(&job.recipient)
     }
 
@@ -162,7 +200,7 @@ impl Worker {
             props = props.with_message_id(id.clone());
         }
         crate::telemetry::dead(reason.as_str());
-        let exchange = &self.settings.amqp.dead_exchange;
+        let exchange = &self.dead_exchange;
         let (props, sending) = crate::telemetry::send(exchange, "", job.map(|j| &*j.id), props);
         let published = publisher.publish(exchange, "", &delivery.data, props).await;
         if let Err(e) = &published {

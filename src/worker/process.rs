@@ -4,7 +4,9 @@
 //! store's admission; its route over further channels); then carry out the
 //! [`Decision`] (publish, then commit or release; the dispatch is
 //! [`super::dispatch`]'s) and note it for `admin job`. The decision itself is pure
-//! ([`crate::decide`]); this is its executor.
+//! ([`crate::decide`]); this is its executor, [`JobPath`], which holds the worker's
+//! sides of the rooms a job meets (lanes, digests, routes, outcomes), each a type
+//! of its own file.
 //!
 //! The handling is cut into async functions called in turn, not boxed: each level
 //! is a copy of its future's arguments per job, counted by callgrind in
@@ -12,35 +14,111 @@
 //! routes, lanes) are boxed, so a job that does not take them does not carry their
 //! state in its own.
 
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use lapin::message::Delivery;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::decision::Decided;
+use super::asks::Asks;
+use super::cancels::Cancels;
+use super::digest::DigestSide;
+use super::dispatch::Sent;
 use super::error::ProcessError;
-use super::handling::{Handling, Route, RouteAt, Seen};
+use super::handling::{Decided, Handling, Route, RouteAt, Seen};
+use super::lanes::LaneSide;
 use super::link::BrokerLink;
-use super::Worker;
-use crate::admission::{Admission, RateStep, Request};
+use super::outcomes::Outcomes;
+use super::routing::Routes;
+use crate::amqp::Topology;
+use crate::config::Settings;
 use crate::decide::{self, Decision};
 use crate::fallback;
+use crate::health::Health;
 use crate::job::decode::{self, Job};
 use crate::job::note::JobState;
 use crate::job::Outcome;
 use crate::lanes::Priority;
 use crate::metrics::JobLabels;
-use crate::redis::StoreError;
-use crate::rules::Rules;
+use crate::store::QuotaStore;
 
-impl Worker {
-    /// How long a job held by the pause after a Redis reset waits (`redis.paused_hold`,
-    /// validated to at most an hour, so the conversion cannot fail).
+/// A job's path through the rooms, from its delivery to its confirmed outcome: what
+/// decides it ([`super::decision`]), and the worker's sides of the rooms it meets.
+#[derive(Debug)]
+pub(crate) struct JobPath {
+    pub(super) asks: Asks,
+    /// The cancelled job ids and erased recipients, as last read from Redis.
+    pub(super) cancels: Arc<Cancels>,
+    pub(super) topology: Topology,
+    /// The zone of a job that names none (`worker.default_timezone`).
+    default_tz: Tz,
+    /// `worker.max_body_bytes`.
+    max_body_bytes: usize,
+    /// How long a job held by the pause after a Redis reset waits
+    /// (`redis.paused_hold`, validated to at most an hour).
+    paused_hold: chrono::Duration,
+    /// The rate step and the park, with the lanes' clocks and tenants' queues.
+    pub(super) lanes: LaneSide,
+    /// The fold, a held digest's fold, a digest done with, the session's closer.
+    pub(super) digests: DigestSide,
+    /// A routed job's further channels and escalations.
+    pub(super) routes: Routes,
+    /// What is published for a job: its dispatch, delay, dead letter, note.
+    pub(super) outcomes: Outcomes,
+}
+
+/// What [`JobPath`] is built from.
+pub(crate) struct Parts {
+    pub(crate) store: Arc<QuotaStore>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) cancels: Arc<Cancels>,
+    pub(crate) topology: Topology,
+}
+
+impl JobPath {
+    /// The job's path for `settings`, on the store and readiness of `parts`.
+    pub(crate) fn new(settings: &Settings, parts: Parts) -> JobPath {
+        let Parts {
+            store,
+            health,
+            cancels,
+            topology,
+        } = parts;
+        let asks = Asks { store, health };
+        let default_tz = settings.worker.default_timezone;
+        JobPath {
+            lanes: LaneSide::new(asks.clone(), &topology),
+            digests: DigestSide::new(asks.clone(), cancels.clone(), settings),
+            routes: Routes::new(asks.clone(), &topology),
+            outcomes: Outcomes::new(asks.clone(), cancels.clone(), &topology, settings),
+            asks,
+            cancels,
+            topology,
+            default_tz,
+            max_body_bytes: settings.worker.max_body_bytes,
+            paused_hold: chrono::Duration::from_std(settings.redis.paused_hold.0)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The same, reporting Redis's readiness into `health`.
+    pub(crate) fn sharing_health(mut self, health: &Arc<Health>) -> JobPath {
+        for asks in [
+            &mut self.asks,
+            &mut self.lanes.asks,
+            &mut self.digests.asks,
+            &mut self.routes.asks,
+            &mut self.outcomes.asks,
+        ] {
+            asks.health = health.clone();
+        }
+        self
+    }
+
+    /// How long a job held by the pause after a Redis reset waits.
     pub(super) fn paused_hold(&self) -> chrono::Duration {
-        chrono::Duration::from_std(self.settings.redis.paused_hold.0).unwrap_or_default()
+        self.paused_hold
     }
 
     /// Decide one delivery and publish its outcome; Ok once the outcome is confirmed
@@ -53,7 +131,7 @@ impl Worker {
         self.process_from(s, delivery, None).await
     }
 
-    /// [`Worker::process`] for a delivery read from the queue of lane `from` (`None`:
+    /// [`JobPath::process`] for a delivery read from the queue of lane `from` (`None`:
     /// the jobs queue).
     pub async fn process_from(
         &self,
@@ -61,14 +139,15 @@ impl Worker {
         delivery: &Delivery,
         from: Option<Priority>,
     ) -> Result<Outcome, ProcessError> {
-        let now = self.store.redis_now();
+        let now = self.asks.store.redis_now();
         // one snapshot of the rules in force for the whole decision (a reload
         // applies from the next job on)
-        let rules = self.store.rules();
+        let rules = self.asks.store.rules();
         let job = match self.decode(delivery) {
             Ok(job) => job,
             Err(m) => {
-                let outcome = self.dead(&s.publisher, delivery, None, decide::malformed(m));
+                let malformed = decide::malformed(m);
+                let outcome = self.outcomes.dead(&s.publisher, delivery, None, malformed);
                 let outcome = outcome.await?;
                 rules.metrics.count(&outcome, JobLabels::default());
                 return Ok(outcome);
@@ -94,7 +173,9 @@ impl Worker {
             .as_ref()
             .and_then(|_| fallback::route::escalation(headers));
         if let Some(awaited) = &escalation {
-            if let Some(outcome) = Box::pin(self.escalation_over(s, &job, awaited, at)).await? {
+            if let Some(outcome) =
+                Box::pin(self.routes.escalation_over(s, &job, awaited, at)).await?
+            {
                 rules.metrics.count(&outcome, labels);
                 return Ok(outcome);
             }
@@ -135,7 +216,9 @@ impl Worker {
     ) -> Result<Outcome, ProcessError> {
         let policy = h.policy;
         if let (Decision::Delay { until, cause }, Some(_)) = (&decision, &policy.digest) {
-            if let Some(outcome) = Box::pin(self.held_instead(h, *until, cause)).await? {
+            if let Some(outcome) =
+                Box::pin(self.digests.held_instead(h, *until, cause, &self.outcomes)).await?
+            {
                 return Ok(outcome);
             }
         }
@@ -144,7 +227,7 @@ impl Worker {
             if (policy.digest.is_some() || matches!(outcome, Outcome::Dead(_)))
                 && crate::digest::is_digest(h.delivery)
             {
-                Box::pin(self.digest_done(h, outcome)).await?;
+                Box::pin(self.digests.digest_done(h, outcome)).await?;
             }
             h.rules.metrics.count(outcome, h.labels);
         }
@@ -154,7 +237,7 @@ impl Worker {
     /// The job in `delivery`, or why it is none: its body within
     /// `worker.max_body_bytes` (a digest's, within room for its items).
     fn decode<'d>(&self, delivery: &'d Delivery) -> Result<Job<'d>, decode::Malformed> {
-        let mut max_body = self.settings.worker.max_body_bytes;
+        let mut max_body = self.max_body_bytes;
         // a digest carries up to `keep` items of at most max_body_bytes each (the
         // header is looked at only for a body over the bound)
         if delivery.data.len() > max_body && crate::digest::is_digest(delivery) {
@@ -178,19 +261,21 @@ impl Worker {
                     Some((routed, _)) => routed.dead_letter(dead),
                     None => dead,
                 };
-                self.dead_noted(s, delivery, job, seen, dead).await
+                self.outcomes.dead_noted(s, delivery, job, seen, dead).await
             }
             Decision::ReleaseThenDead(ticket, dead) => {
-                self.retry_redis(|| self.store.release(&ticket), &s.stop)
-                    .await?;
-                self.dead_noted(s, delivery, job, seen, dead).await
+                let release = || self.asks.store.release(&ticket);
+                self.asks.retry_redis(release, &s.stop).await?;
+                self.outcomes.dead_noted(s, delivery, job, seen, dead).await
             }
             Decision::Duplicate => {
                 info!("duplicate of a job already dispatched; acked, not sent again");
                 if let Some((routed, on_step)) = route {
                     // sent before a crash: its escalation may not have been
                     let at = (seen.first_seen, true);
-                    let later = self.escalate_later(s, delivery, (on_step, routed), h.policy, at);
+                    let later =
+                        self.routes
+                            .escalate_later(s, delivery, (on_step, routed), h.policy, at);
                     Box::pin(later).await?;
                 }
                 Ok(Outcome::Duplicate)
@@ -204,13 +289,22 @@ impl Worker {
                     by,
                     "superseded by a newer job with its collapse key; acked, not sent"
                 );
-                self.note(s, job, seen, JobState::Superseded { by }, None);
+                let superseded = JobState::Superseded { by };
+                self.outcomes.note(s, job, seen, superseded, None);
                 Ok(Outcome::Superseded)
             }
-            Decision::Delay { until, cause } => self.delay(h, until, &cause).await,
-            Decision::Dispatch(ticket) => self.dispatch(h, ticket, route, now).await,
+            Decision::Delay { until, cause } => self.outcomes.delay(h, until, &cause).await,
+            Decision::Dispatch(ticket) => {
+                let sent = self.outcomes.dispatch(h, ticket, route, &self.routes, now);
+                match sent.await? {
+                    Sent::Out(outcome) => Ok(outcome),
+                    // a final go after a wait: a cancel or an erase came meanwhile
+                    Sent::Stopped(stop) => Box::pin(self.carry_out(h, stop, route, now)).await,
+                }
+            }
         }
     }
+
     /// Park the job of `h` in its lane, and count it.
     pub(super) async fn parked(
         &self,
@@ -219,6 +313,7 @@ impl Worker {
     ) -> Result<Outcome, ProcessError> {
         let (job, rules) = (h.job, h.rules);
         let outcome = self
+            .lanes
             .park(h.s, (h.delivery, job), h.seen.first_seen, lane)
             .await?;
         let policy = rules.policy(&job.category);
@@ -226,54 +321,5 @@ impl Worker {
             .metrics
             .count(&outcome, rules.labels(&policy.name, &job.channel));
         Ok(outcome)
-    }
-
-    /// Ask the store, waiting out Redis outages (never a decision without Redis);
-    /// `None`: park the job ([`RateStep::Park`]).
-    pub(super) async fn admit(
-        &self,
-        req: &Request<'_>,
-        rules: &Rules,
-        s: &BrokerLink,
-        step: RateStep,
-    ) -> Result<Option<Admission>, ProcessError> {
-        let started = Instant::now();
-        let admit = || self.store.admit_with(req, rules, step);
-        let admission = self.retry_redis(admit, &s.stop).await?;
-        s.metrics
-            .admission_seconds
-            .record(started.elapsed().as_secs_f64());
-        Ok(admission)
-    }
-
-    /// Run a Redis operation until it succeeds, backing off while Redis is away.
-    pub(super) async fn retry_redis<'a, T, F, Fut>(
-        &'a self,
-        op: F,
-        stop: &CancellationToken,
-    ) -> Result<T, ProcessError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>> + 'a,
-    {
-        let mut backoff = crate::backoff::delays(Duration::from_millis(50), Duration::from_secs(1));
-        loop {
-            match op().await {
-                Ok(v) => {
-                    self.health.redis.store(true, Ordering::Relaxed);
-                    return Ok(v);
-                }
-                Err(e) => {
-                    self.health.redis.store(false, Ordering::Relaxed);
-                    metrics::counter!(crate::metrics::REDIS_ERRORS_TOTAL).increment(1);
-                    let retry_in = backoff.next().unwrap_or_default();
-                    warn!(error = %e, ?retry_in, "redis unavailable; holding the job");
-                    tokio::select! {
-                        _ = stop.cancelled() => return Err(ProcessError::Interrupted),
-                        _ = tokio::time::sleep(retry_in) => {}
-                    }
-                }
-            }
-        }
     }
 }

@@ -2,7 +2,7 @@
 //! channel admitted through the worker's own admission, a routed step's next one
 //! kept before the step goes, its escalation published after, and an escalation
 //! that comes back checked against its step's answer. What moves a job on, and why, is the fallback
-//! room's ([`crate::fallback`]).
+//! room's ([`crate::fallback`]); this is the worker's side of it ([`Routes`]).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -14,12 +14,12 @@ use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::decision::request;
+use super::asks::Asks;
 use super::error::ProcessError;
-use super::handling::RouteAt;
+use super::handling::{request, RouteAt};
 use super::link::BrokerLink;
-use super::Worker;
 use crate::admission::{Admission, RateStep};
+use crate::amqp::Topology;
 use crate::decide::Context;
 use crate::fallback;
 use crate::fallback::log::{RouteEntry, StepOutcome};
@@ -32,7 +32,23 @@ use crate::quota::policy::Policy;
 use crate::quota::window::Window;
 use crate::rules::Rules;
 
-impl Worker {
+/// The worker's side of routes: the store asked for each further channel, the
+/// delay ladder an escalation goes round.
+#[derive(Debug)]
+pub(crate) struct Routes {
+    pub(super) asks: Asks,
+    topology: Topology,
+}
+
+impl Routes {
+    /// The routes over `topology`, asking `asks`.
+    pub(super) fn new(asks: Asks, topology: &Topology) -> Routes {
+        Routes {
+            asks,
+            topology: topology.clone(),
+        }
+    }
+
     /// The route of a job with `fallback` (`further`), from its own channel's
     /// `first` admission: each further channel admitted in turn as the job's
     /// policy says (module [`crate::fallback`]); `counted` when it is an
@@ -58,7 +74,7 @@ impl Worker {
             policy: cx.policy,
             spec: &cx.policy.fallback,
             tz: job.tz,
-            now: self.store.redis_now(),
+            now: self.asks.store.redis_now(),
             offset,
             from,
         };
@@ -68,7 +84,10 @@ impl Worker {
             async move {
                 let req = request(job, channel, cx.policy, counted);
                 // a further step waits for its channel's rate here (never parked)
-                let admission = self.admit(&req, rules, s, RateStep::Wait(None)).await?;
+                let admission = self
+                    .asks
+                    .admit(&req, rules, s, RateStep::Wait(None))
+                    .await?;
                 admission.ok_or(ProcessError::Interrupted)
             }
         };
@@ -107,15 +126,15 @@ impl Worker {
         };
         // kept while it may still move on: its escalation's wait, then as long
         // as a record (a late failure)
-        let ttl = (self.settings.redis.record_ttl.0 + within).as_millis() as u64;
+        let ttl = (self.asks.store.record_ttl() + within).as_millis() as u64;
         let of = StepOf {
             tenant: job.tenant.as_deref(),
             recipient: &job.recipient,
             id: &job.id,
             channel: &next.from,
         };
-        let keep = || state::keep(&self.store, of, &next, answers, ttl);
-        self.retry_redis(keep, stop).await
+        let keep = || state::keep(&self.asks.store, of, &next, answers, ttl);
+        self.asks.retry_redis(keep, stop).await
     }
 
     /// After a routed step went out (`again`: found sent before, by a copy that a
@@ -132,7 +151,7 @@ impl Worker {
         policy: &Policy,
         (first_seen, again): (DateTime<Utc>, bool),
     ) -> Result<(), ProcessError> {
-        let now = self.store.redis_now();
+        let now = self.asks.store.redis_now();
         let spec = &policy.fallback;
         let deadline = match (&routed.next, spec.answer_within) {
             (Some(_), Some(within)) if spec.moves_on(Cause::Unanswered) => {
@@ -151,7 +170,7 @@ impl Worker {
             escalates_at: deadline,
         };
         if !again {
-            fallback::log::append(&self.store, &on_step.id, entry);
+            fallback::log::append(&self.asks.store, &on_step.id, entry);
         }
         let (Some(until), Some((step, _))) = (deadline, &routed.next) else {
             return Ok(());
@@ -206,8 +225,8 @@ impl Worker {
             id: &job.id,
             channel: awaited,
         };
-        let claim = || state::claim(&self.store, of, Way::Escalation);
-        if let Ok(next) = self.retry_redis(claim, &s.stop).await? {
+        let claim = || state::claim(&self.asks.store, of, Way::Escalation);
+        if let Ok(next) = self.asks.retry_redis(claim, &s.stop).await? {
             metrics::counter!(
                 crate::metrics::FALLBACK_TOTAL,
                 "policy" => next.policy,
@@ -223,13 +242,13 @@ impl Worker {
             "escalation: its step was answered; nothing more sent"
         );
         fallback::log::append(
-            &self.store,
+            &self.asks.store,
             &job.id,
             RouteEntry {
                 step: at,
                 of: at + job.fallback.as_ref().map_or(0, Vec::len) + 1,
                 channel: awaited.to_string(),
-                at: self.store.redis_now(),
+                at: self.asks.store.redis_now(),
                 outcome: StepOutcome::Answered,
                 left: None,
                 escalates_at: None,

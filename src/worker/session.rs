@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::{info, info_span, warn, Instrument};
 
+use super::lanes::LanesChannel;
 use super::link::BrokerLink;
 use super::Worker;
 use crate::amqp::acks::{Acks, Settle};
@@ -48,18 +49,28 @@ struct SessionLanes {
     acks: Option<(Acks, JoinHandle<()>)>,
 }
 
+/// The session's consumer of the jobs queue: its channel, and its tag.
+struct JobsConsumer {
+    channel: Channel,
+    consumer: Consumer,
+    tag: String,
+}
+
+/// The session's feedback consumer, and the token it cancels when it ends.
+struct FeedbackTask {
+    /// Cancelled when the feedback consumer ends (on its own: the session broke).
+    ended: CancellationToken,
+    handle: JoinHandle<Result<(), BrokerError>>,
+}
+
 /// A running session, from its loop to its close.
 struct Live {
     conn: Arc<Connection>,
-    consume: Channel,
-    consumer: Consumer,
-    tag: String,
+    jobs: JobsConsumer,
     tasks: TaskTracker,
     /// Cancelled to stop the session's jobs waiting for Redis, and its closer.
     stop: CancellationToken,
-    /// Cancelled when the feedback consumer ends (on its own: the session broke).
-    ended: CancellationToken,
-    feedback: JoinHandle<Result<(), BrokerError>>,
+    feedback: FeedbackTask,
     link: Arc<BrokerLink>,
     committer: JoinHandle<()>,
     acks: Acks,
@@ -121,7 +132,7 @@ impl Worker {
                 FieldTable::default(),
             )
             .await?;
-        let lanes = LaneConsumers::start(self.lane_prefetch(), &conn, tag).await?;
+        let lanes = LaneConsumers::start(self.path.lanes.prefetch(), &conn, tag).await?;
         // how long the session took to start, by part: after a broker's restart this
         // is drain lost (docs/guide/recovery.md)
         let broker = crate::config::redact_url(url);
@@ -153,7 +164,12 @@ impl Worker {
         // the digests' closer (docs/guide/digests.md): one per session, on its
         // publisher; one killed mid-close leaves its digest to the next after the
         // lease
-        let closer = tokio::spawn(self.closer().run(o.publisher.clone(), stop.clone()));
+        let closer = tokio::spawn(
+            self.path
+                .digests
+                .closer()
+                .run(o.publisher.clone(), stop.clone()),
+        );
         // the second consumer: feedback from the senders, on the session's
         // publisher's channel (its dead letters go through it); if it ends on its own,
         // it ends the session through `ended` (one token for the loop to wait on, not
@@ -171,16 +187,22 @@ impl Worker {
         });
         let (link, committer) = self.session_context(o.publisher, stop.clone());
         let (acks, batcher) = Acks::start(o.consume.clone());
-        let lanes = SessionLanes::of(o.lanes, |parts| self.tenant_watch(conn.clone(), parts));
+        let lanes = SessionLanes::of(o.lanes, |parts| {
+            self.path.lanes.tenant_watch(conn.clone(), parts)
+        });
         Live {
             conn,
-            consume: o.consume,
-            consumer: o.consumer,
-            tag,
+            jobs: JobsConsumer {
+                channel: o.consume,
+                consumer: o.consumer,
+                tag,
+            },
             tasks: TaskTracker::new(),
             stop,
-            ended,
-            feedback,
+            feedback: FeedbackTask {
+                ended,
+                handle: feedback,
+            },
             link: Arc::new(link),
             committer,
             acks,
@@ -213,17 +235,17 @@ impl Worker {
             // (a block that begins while this waits lets at most the next delivery
             // in; the check above holds the one after)
             tokio::select! {
-                _ = live.ended.cancelled() => {
+                _ = live.feedback.ended.cancelled() => {
                     if shutdown.is_cancelled() {
                         return (Ok(()), false);
                     }
                     // the feedback consumer ended on its own: the session is broken
-                    return match (&mut live.feedback).await {
+                    return match (&mut live.feedback.handle).await {
                         Ok(Err(e)) => (Err(e), true),
                         _ => (Err(BrokerError::Timeout("feedback consumer (ended)", Duration::ZERO)), true),
                     };
                 }
-                next = live.consumer.next() => match next {
+                next = live.jobs.consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         let (link, acks) = (live.link.clone(), live.acks.clone());
                         live.tasks.spawn(self.clone().handle(link, acks, delivery, None));
@@ -261,8 +283,9 @@ impl Worker {
         let grace = self.settings.worker.shutdown_grace.0;
         let deadline = tokio::time::Instant::now() + grace;
         let cancel = live
-            .consume
-            .basic_cancel(live.tag.as_str().into(), BasicCancelOptions::default());
+            .jobs
+            .channel
+            .basic_cancel(live.jobs.tag.as_str().into(), BasicCancelOptions::default());
         let _ = tokio::time::timeout_at(deadline, cancel).await;
         // no new lane consumer from here on
         live.lanes.tuner = None;
@@ -296,7 +319,7 @@ impl Worker {
     async fn close(&self, live: Live, close_by: tokio::time::Instant, feedback_ended: bool) {
         live.stop.cancel();
         if !feedback_ended
-            && tokio::time::timeout_at(close_by, live.feedback)
+            && tokio::time::timeout_at(close_by, live.feedback.handle)
                 .await
                 .is_err()
         {
@@ -317,7 +340,10 @@ impl Worker {
         // one round trip on the channel, so the broker has applied the last acks
         // before the channel closes (quorum queues can lose acks sent just before)
         let prefetch = self.settings.amqp.prefetch;
-        let qos = live.consume.basic_qos(prefetch, BasicQosOptions::default());
+        let qos = live
+            .jobs
+            .channel
+            .basic_qos(prefetch, BasicQosOptions::default());
         let _ = tokio::time::timeout_at(close_by, qos).await;
         let close = live.conn.close(200, "bye".into());
         if tokio::time::timeout_at(close_by, close).await.is_err() {
@@ -344,7 +370,7 @@ impl Worker {
             span_id = tracing::field::Empty,
         );
         let started = Instant::now();
-        let process = Box::pin(self.process_from(&s, &delivery, lane.map(|(_, l)| l)));
+        let process = Box::pin(self.path.process_from(&s, &delivery, lane.map(|(_, l)| l)));
         let otel = crate::telemetry::enabled().then(|| {
             let queue = match lane {
                 None => self.settings.amqp.jobs_queue.clone(),
@@ -373,7 +399,7 @@ impl Worker {
         // in a later task's `info_span!` ("tried to clone a span that already
         // closed"), killing that task before it settles its delivery.
         if let Some((index, _)) = lane {
-            self.lane_clocks.settled(index, started.elapsed());
+            self.path.lanes.clocks.settled(index, started.elapsed());
         }
         let settled = delivery.exchange.as_str().is_empty() && lane.is_some();
         span.in_scope(|| match result {
@@ -389,7 +415,7 @@ impl Worker {
             }
         });
         if settled {
-            self.lane_settled(&delivery);
+            self.path.lanes.settled(&delivery);
         }
         s.metrics.in_flight.decrement(1.0);
     }
@@ -400,17 +426,18 @@ impl SessionLanes {
     /// through `new_streams`, as the lanes' prefetch follows what their channel's
     /// rate needs.
     /// The consumers of the tenants' queues (`watch`) run beside the tuner.
-    fn of(
-        lanes: Option<LaneConsumers>,
-        watch: impl FnOnce((Channel, Arc<Mutex<Vec<String>>>, String)) -> Watch,
-    ) -> SessionLanes {
+    fn of(lanes: Option<LaneConsumers>, watch: impl FnOnce(LanesChannel) -> Watch) -> SessionLanes {
         let (channel, mut deliveries, tags, tuner) = match lanes {
             Some(l) => (Some(l.channel), l.deliveries, l.tags, Some(l.tuner)),
             None => Default::default(),
         };
         let (new_lanes, new_streams) = tokio::sync::mpsc::unbounded_channel();
         let tuner = tuner.map(|t| {
-            let watch = watch((t.channel.clone(), tags.clone(), t.tag.clone()));
+            let watch = watch(LanesChannel {
+                channel: t.channel.clone(),
+                tags: tags.clone(),
+                tag: t.tag.clone(),
+            });
             let watched = new_lanes.clone();
             AbortOnDropHandle::new(tokio::spawn(async move {
                 tokio::join!(t.run(new_lanes), watch.run(watched));

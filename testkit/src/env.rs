@@ -81,9 +81,48 @@ pub fn worker_env(s: &Settings) -> Vec<(String, String)> {
     env
 }
 
-/// The `[policies.*]` and `[channels.*]` tables of `s` as TOML.
+/// A JSON value as a TOML value on one line (strings as JSON writes them, tables
+/// inline; nulls are left out of tables).
+fn toml_value(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(toml_value).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(o) => {
+            let kv: Vec<String> = o
+                .iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| format!("{k} = {}", toml_value(x)))
+                .collect();
+            format!("{{ {} }}", kv.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Each entry of the map `section` of `s` (as JSON) as a `[section.NAME]` table,
+/// its keys on lines of their own.
+fn tables(out: &mut String, s: &Settings, section: &str) {
+    let v = serde_json::to_value(s).unwrap();
+    for (name, entry) in v[section].as_object().into_iter().flatten() {
+        out.push_str(&format!("[{section}.{name}]\n"));
+        for (k, x) in entry.as_object().into_iter().flatten() {
+            if !x.is_null() {
+                out.push_str(&format!("{k} = {}\n", toml_value(x)));
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// The `[policies.*]`, `[channels.*]`, `[limits.*]`, `[caps.*]` and `[tenants.*]`
+/// tables of `s` as TOML.
 pub fn worker_toml(s: &Settings) -> String {
     let mut out = String::new();
+    tables(&mut out, s, "limits");
+    tables(&mut out, s, "caps");
+    tables(&mut out, s, "tenants");
     for (name, p) in &s.policies {
         out.push_str(&format!("[policies.{name}]\nrules = ["));
         let rules: Vec<String> = p

@@ -10,6 +10,7 @@
 //! - [`proxy`]: a TCP proxy that can cut every connection through it at once;
 //! - [`pki`]: certificates for the TLS tests;
 //! - [`audit`]: the audit that finds every published job exactly once;
+//! - [`limit_log`]: the limits checked over every window against what was sent;
 //! - [`catch_up`]: how long the queues take to be back at their depth after a fault;
 //! - [`reliability`]: the figures the fault scenarios write into RELIABILITY.md;
 //! - [`timeline`]: series over time drawn as an SVG (the soak's plot);
@@ -36,6 +37,7 @@ pub mod browser;
 pub mod catch_up;
 pub mod clock;
 pub mod env;
+pub mod limit_log;
 pub mod pki;
 pub mod procs;
 pub mod proxy;

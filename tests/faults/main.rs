@@ -3,7 +3,8 @@
 //! failover and a Redis Cluster master failing over to its replica, four competing
 //! processes, SIGTERM under load, stale `x-death` headers, kill -9 while feedback
 //! is applied, kill -9 while a campaign is parked, kill -9 while digests close and
-//! a broker restart with digests open, one file a scenario over a shared harness
+//! a broker restart with digests open, kill -9 and a Sentinel failover while
+//! stacked limits hold the jobs, one file a scenario over a shared harness
 //! (`harness.rs`). Every scenario publishes a known set of jobs and ends with an
 //! audit (see `testkit::audit`): each job id found exactly once as dispatched,
 //! waiting or dead-lettered; caps checked against what was dispatched and what
@@ -37,6 +38,8 @@ mod feedback_kill;
 mod four_workers;
 mod interrupted_admission;
 mod kill_9;
+mod limits_kill;
+mod limits_sentinel;
 mod memory_alarm;
 mod rabbit_cluster;
 mod redis_cluster_failover;

@@ -591,6 +591,105 @@ async fn a_tenants_monthly_quota_counts_across_recipients_until_its_next_month()
     assert!(matches!(again, Admission::Admitted(_)), "{again:?}");
 }
 
+/// Jobs asking at once go to Redis together (one call decides many, each bucket
+/// read and written once): they take from their shared buckets exactly as one by
+/// one. Sixty jobs of three senders against 5 a sender and 12 in all: exactly 12
+/// pass, none of a sender past 5, each bucket's TAT is its first take's instant
+/// plus what was taken; a tenant's daily quota of 7 passes exactly 7 of thirty;
+/// every take released, each bucket and counter is as if none had been.
+#[tokio::test]
+async fn jobs_asking_at_once_share_their_buckets_exactly() {
+    use futures_util::future::join_all;
+    use quota_worker::config::CapScope;
+    let ns = unique("limits-at-once");
+    let _g = RedisGuard(ns.clone());
+    let mut s = limited(
+        &ns,
+        &[
+            ("per_sender", limit(1, 60, 5, Per::Sender)),
+            ("all", limit(1, 60, 12, Per::All)),
+        ],
+    );
+    s.caps
+        .insert("daily".into(), quota(7, "1d", CapScope::Tenant));
+    let e = std::sync::Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let at_once = |n: usize, tag: &'static str, tenant: Option<&'static str>| {
+        let e = e.clone();
+        join_all((0..n).map(move |i| {
+            let e = e.clone();
+            async move {
+                let (id, sender) = (format!("{tag}{i}"), format!("s{}", i % 3));
+                let r = Request {
+                    tenant,
+                    ..req(&id, &id, &sender, None)
+                };
+                (sender.clone(), e.admit(&r).await.unwrap())
+            }
+        }))
+    };
+    let answers = at_once(60, "a", None).await;
+    let mut admitted = Vec::new();
+    for (sender, a) in answers {
+        match a {
+            Admission::Admitted(t) => admitted.push((sender, t)),
+            Admission::Limited {
+                retry_at: Some(_), ..
+            } => {}
+            a => panic!("{a:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 12, "the `all` bucket's burst, exactly");
+    let keys = s.redis.keys();
+    let first_us = |of: &dyn Fn(&str) -> bool| {
+        let times = admitted.iter().filter(|(x, _)| of(x));
+        times
+            .map(|(_, t)| t.admitted_at.timestamp_millis() * 1000)
+            .min()
+    };
+    let all = keys.limit("all", ("", ""));
+    let tat = number_at(&all).unwrap() - first_us(&|_| true).unwrap();
+    assert!((0..1000).contains(&(tat - 12 * 60_000_000)), "{tat}");
+    for sender in ["s0", "s1", "s2"] {
+        let n = admitted.iter().filter(|(x, _)| x == sender).count() as i64;
+        assert!(n <= 5, "{sender}: {n}");
+        let Some(first) = first_us(&|x| x == sender) else {
+            continue;
+        };
+        let tat = number_at(&keys.limit("per_sender", ("s", sender))).unwrap() - first;
+        assert!(
+            (0..1000).contains(&(tat - n * 60_000_000)),
+            "{sender}: {tat}"
+        );
+    }
+    for (_, t) in &admitted {
+        e.release(t).await.unwrap();
+    }
+    assert_eq!(number_at(&all), None, "every take given back");
+
+    // a quota's counter, thirty jobs of one tenant at once (distinct buckets of
+    // the limits above are full again)
+    let answers = at_once(30, "q", Some("acme")).await;
+    let quota_held = |a: &Admission| matches!(a, Admission::Limited { quota: true, .. });
+    let passed: Vec<_> = answers
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Admission::Admitted(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(passed.len(), 7, "the quota's count, exactly");
+    assert!(answers.iter().any(|(_, a)| quota_held(a)));
+    let pattern = format!("{}:quota:daily:1d:t:*", s.redis.key_prefix);
+    let mut r = redis_sync();
+    let counters: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut r).unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    assert_eq!(number_at(&counters[0]), Some(7));
+    for t in passed {
+        e.release(t).await.unwrap();
+    }
+    assert!(matches!(number_at(&counters[0]), None | Some(0)));
+}
+
 /// Through the worker: a sender's daily quota delays a refused job to its next
 /// day, or dead-letters it `quota_exceeded` when its policy drops refused jobs.
 #[tokio::test]

@@ -38,6 +38,7 @@ mod http;
 mod lanes;
 mod layers;
 mod limits;
+mod limits_run;
 mod observability;
 mod operate;
 mod pacing;

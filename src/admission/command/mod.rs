@@ -3,6 +3,7 @@
 //! where the header says it starts (see `src/admission/lua/protocol.lua`). Pure: builds the
 //! command, sends nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::quota::plan::Plan;
@@ -38,7 +39,7 @@ pub struct LimitArgs {
     pub interval_us: u64,
     /// Units of cost a full bucket holds.
     pub burst: u64,
-    /// The job's cost.
+    /// The job's cost (a quota's counter: its period's end, ms).
     pub cost: u64,
 }
 
@@ -79,7 +80,12 @@ struct Layout {
 }
 
 impl Layout {
-    fn of(jobs: &[&AdmitArgs], declared: usize, plans: &[&Arc<Plan>]) -> Layout {
+    fn of(
+        jobs: &[&AdmitArgs],
+        declared: usize,
+        plans: &[&Arc<Plan>],
+        buckets: &Buckets<'_>,
+    ) -> Layout {
         let plan_args: usize = plans.iter().map(|p| 5 + 2 * p.rules.len()).sum();
         let mut next = HEADER + plan_args + 2 * jobs.len() + (jobs.len() - declared) + 1;
         let mut place = |carried: bool, len: usize| match carried {
@@ -99,8 +105,9 @@ impl Layout {
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
         let limited = jobs.iter().filter(|j| !j.limits.is_empty());
-        let limit_args: usize = limited.clone().map(|j| 2 + 4 * j.limits.len()).sum();
-        let limits = place(limited.count() > 0, 1 + limit_args);
+        let limit_args: usize = limited.clone().map(|j| 2 + 2 * j.limits.len()).sum();
+        let bucket_args = 1 + 3 * buckets.distinct.len();
+        let limits = place(limited.count() > 0, bucket_args + 1 + limit_args);
         Layout {
             layers,
             suppression,
@@ -124,6 +131,42 @@ fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize
     }
 }
 
+/// The distinct buckets of a call's limits (a bucket: its key, interval and
+/// burst), and each job's limits as numbers among them (1-based), in order.
+#[derive(Default)]
+struct Buckets<'a> {
+    distinct: Vec<&'a LimitArgs>,
+    numbers: Vec<Vec<usize>>,
+}
+
+impl<'a> Buckets<'a> {
+    /// Numbers the buckets of `jobs`' limits: most jobs of a call share their
+    /// buckets (one for all, one per tenant), sent once.
+    fn of(jobs: &[&'a AdmitArgs]) -> Buckets<'a> {
+        if jobs.iter().all(|j| j.limits.is_empty()) {
+            return Buckets::default();
+        }
+        let mut seen: HashMap<(&str, u64, u64), usize> = HashMap::new();
+        let mut distinct = Vec::new();
+        let numbers = jobs
+            .iter()
+            .map(|job| {
+                let limits = job.limits.iter();
+                let number = |l: &'a LimitArgs| {
+                    *seen
+                        .entry((l.key.as_str(), l.interval_us, l.burst))
+                        .or_insert_with(|| {
+                            distinct.push(l);
+                            distinct.len()
+                        })
+                };
+                limits.map(number).collect()
+            })
+            .collect();
+        Buckets { distinct, numbers }
+    }
+}
+
 /// The `EVALSHA` of one call for `jobs`, declaring the keys of the first
 /// `declared` and carrying the others' as arguments. The command is built directly
 /// (no per-argument buffers).
@@ -140,7 +183,8 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
             layers.map(|l| plan_number(&mut plans, &l.plan)).collect()
         })
         .collect();
-    let layout = Layout::of(jobs, declared, &plans);
+    let buckets = Buckets::of(jobs);
+    let layout = Layout::of(jobs, declared, &plans, &buckets);
     // room for every argument, and about 80 bytes of them per job (key, member)
     let mut cmd = redis::Cmd::with_capacity(3 + declared + layout.len, 64 + 80 * jobs.len());
     cmd.arg("EVALSHA").arg(call.sha).arg(declared);
@@ -185,21 +229,26 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
         }
     }
     if layout.limits > 0 {
-        limits_section(&mut cmd, jobs);
+        limits_section(&mut cmd, jobs, &buckets);
     }
     cmd
 }
 
-/// The limits section: the jobs that meet limits, each with its limits.
-fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs]) {
+/// The limits section: the distinct buckets, then the jobs that meet limits,
+/// each with its limits (a bucket's number and the job's cost).
+fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'_>) {
+    cmd.arg(buckets.distinct.len());
+    for l in &buckets.distinct {
+        cmd.arg(&l.key).arg(l.interval_us).arg(l.burst);
+    }
     cmd.arg(jobs.iter().filter(|j| !j.limits.is_empty()).count());
-    for (k, job) in jobs.iter().enumerate() {
+    for (k, (job, numbers)) in jobs.iter().zip(&buckets.numbers).enumerate() {
         if job.limits.is_empty() {
             continue;
         }
         cmd.arg(k + 1).arg(job.limits.len());
-        for l in &job.limits {
-            cmd.arg(&l.key).arg(l.interval_us).arg(l.burst).arg(l.cost);
+        for (l, number) in job.limits.iter().zip(numbers) {
+            cmd.arg(*number).arg(l.cost);
         }
     }
 }

@@ -94,3 +94,32 @@ fn a_call_without_sections_ends_with_its_keys() {
     assert_eq!(&argv[5..8], ["0", "0", "0"]);
     assert_eq!(argv.last().unwrap(), "b", "the undeclared key last");
 }
+
+/// The limits section names each distinct bucket once (key, interval, burst),
+/// then each job's limits as a bucket's number and the job's cost.
+#[test]
+fn the_limits_section_sends_each_bucket_once() {
+    use super::LimitArgs;
+    let bucket = |key: &str, cost: u64| LimitArgs {
+        key: key.to_string(),
+        interval_us: 1_000,
+        burst: 5,
+        cost,
+    };
+    let mut a = job("a", 0, false, false);
+    a.limits = vec![bucket("all", 1), bucket("s:x", 1)];
+    let b = job("b", 0, false, false);
+    let mut c = job("c", 0, false, false);
+    c.limits = vec![bucket("all", 3), bucket("s:y", 3)];
+    let argv = argv(&command(&CALL, &[&a, &b, &c], 3));
+    let at: usize = argv[8].parse().unwrap();
+    let section: Vec<&str> = argv[at..].iter().map(String::as_str).collect();
+    assert_eq!(
+        section,
+        [
+            "3", "all", "1000", "5", "s:x", "1000", "5", "s:y", "1000", "5", // buckets
+            "2", "1", "2", "1", "1", "2", "1", // job 1: two limits, cost 1
+            "3", "2", "1", "3", "3", "3", // job 3: buckets 1 and 3, cost 3
+        ]
+    );
+}

@@ -28,8 +28,7 @@ local function answer(k)
   local lims = limits[k]
   if lims and (code == ANSWER.admitted or code == ANSWER.shadowed) then
     payload = payload or {}
-    for i = 1, #lims do payload[#payload + 1] = lims[i].tat end
-    payload[#payload + 1] = #lims
+    taken_by(lims, payload)
     flags = flags + FLAG.taken
   end
   if quiet and (code == ANSWER.refused or code == ANSWER.layered) then
@@ -55,4 +54,6 @@ for k = 1, jobs do
   for i = 1, m do out[n + i] = payload[i] end
   n = n + m
 end
+-- every bucket the jobs took from, written once
+write_limits()
 return out

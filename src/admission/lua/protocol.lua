@@ -63,13 +63,16 @@ local ARG = {
 --   only counts it). A job with layers is admitted only when its policy (unless in
 --   shadow mode) and every layer that holds it pass; it is then recorded in its key
 --   and every layer's.
--- Section `limits` (only when some job of the call meets limits): Q, the number
---   of jobs that meet limits; then for each of them: k, its number in the call; L,
---   its number of limits; then L quadruples: key (the limit's bucket), interval
---   (µs per unit of cost), burst (units), cost (the job's). A job with limits is
---   admitted only when its policy and caps pass and then every limit admits its
---   cost; it then takes its cost from every one. When a limit refuses, nothing is
---   recorded or taken for it anywhere (answer `limited`).
+-- Section `limits` (only when some job of the call meets limits): D, the number
+--   of distinct buckets the call's jobs meet; then D triples: key (the limit's
+--   bucket), interval (µs per unit of cost; 0: a quota's counter), burst (units;
+--   a counter's count); then Q, the number of jobs that meet limits; then for each
+--   of them: k, its number in the call; L, its number of limits; then L pairs:
+--   the bucket's number (1..D), cost (the job's; a counter's: its period's end,
+--   ms). A job with limits is admitted only when its policy and caps pass and
+--   then every limit admits its cost; it then takes its cost from every one. When
+--   a limit refuses, nothing is recorded or taken for it anywhere (answer
+--   `limited`). Each bucket is read once and written once per call.
 -- Section `suppression` (only while some recipient may be suppressed):
 --   L, the length of the key prefix: a job's suppressions are the hash named by the
 --   first L + 19 bytes of its key (`prefix:{tag}`) followed by `/suppressed`; field

@@ -56,6 +56,14 @@ const SCENARIOS: &[(&str, &str)] = &[
         "A Redis Cluster master killed while its replicas are behind; a replica promoted, alone for a while; without and with `redis.wait_replicas = 1`",
     ),
     (
+        "limits_kill",
+        "`kill -9` of one of three workers while stacked limits (per second and per 5 s on one account, per sender, costs 1–3) hold the jobs, restarted at once",
+    ),
+    (
+        "limits_sentinel",
+        "Redis Sentinel failing the master over to a replica 1.5 s behind while stacked limits hold the jobs (two workers), without and with `redis.wait_replicas = 1`",
+    ),
+    (
         "four_workers",
         "Four worker processes on one queue, 1,000 jobs for 10 recipients at once",
     ),

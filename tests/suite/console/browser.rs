@@ -516,7 +516,15 @@ async fn every_page_at_1280_and_390(d: &Driver, addr: &str, dir: &Path) {
         (
             "policies",
             "/console/policies",
-            &["#h-policies", "#h-tenants", "#h-channels"],
+            &[
+                "#h-policies",
+                "#h-limits",
+                "section[aria-labelledby=h-limits] table.stack",
+                "#h-quotas",
+                "section[aria-labelledby=h-quotas] table.stack",
+                "#h-tenants",
+                "#h-channels",
+            ],
         ),
         (
             "waiting",
@@ -599,6 +607,7 @@ async fn every_page(chrome: PathBuf) {
     s.amqp.delay_levels = 3;
     s.http.enabled = true;
     s.http.listen = format!("127.0.0.1:{}", free_port(None));
+    super::pages::limits_and_a_quota(&mut s);
     let (_c, w, conn) = rig(&s).await;
     let dir = testkit::temp_dir(&ns);
     let toml = format!(

@@ -152,6 +152,7 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
     acme.policies
         .insert("default".into(), s.policies["default"].clone());
     s.tenants.insert("acme".into(), acme);
+    limits_and_a_quota(&mut s);
     let (_c, w, conn) = rig(&s).await;
     let (addr, stop_http) = serve(&s, w.store(), Guard::Open).await;
     let (stop, handle) = spawn_worker(w.clone()).await;
@@ -233,6 +234,18 @@ async fn the_pages_show_choices_each_jobs_zone_the_body_as_received_and_what_wai
         "{policies}"
     );
 
+    // the limits and quotas in force, each as configured
+    for expected in [
+        "<code>ses_per_second</code>",
+        "14 per 1s",
+        "channels sms",
+        "<code>new_ip</code>",
+        "from 2026-01-05: 50, 100 a day",
+        "<code>plan_month</code>",
+        "50000 per 1mo",
+    ] {
+        assert!(policies.contains(expected), "{expected} in {policies}");
+    }
     // the held recipient counted in its jobs' zone; the waiting job listed without it
     let recipient = get("/console/recipient?recipient=held-sh&tenant=beta".into())
         .await
@@ -303,6 +316,45 @@ async fn a_replayed_dead_letters_job_page_no_longer_says_it_is_in_the_queue() {
         after.body
     );
     stop.cancel();
+}
+
+/// An SES-style limit, a warm-up per sender and a tenant's monthly quota, as the
+/// policies page lists them (none holds the pages' few jobs back).
+pub(crate) fn limits_and_a_quota(s: &mut quota_worker::config::Settings) {
+    use quota_worker::config::{
+        CapScope, CapSettings, Dur, LimitSettings, MatchSettings, RuleSettings, WarmupSettings,
+    };
+    use quota_worker::quota::limits::Per;
+    let ses = LimitSettings {
+        rate: 14,
+        period: Some(Dur(Duration::from_secs(1))),
+        burst: Some(14),
+        matches: MatchSettings {
+            channels: Some(vec!["sms".into()]),
+            ..MatchSettings::default()
+        },
+        per: Per::All,
+        warmup: None,
+    };
+    s.limits.insert("ses_per_second".into(), ses.clone());
+    let new_ip = LimitSettings {
+        per: Per::Sender,
+        warmup: Some(WarmupSettings {
+            start: "2026-01-05".into(),
+            daily: vec![50, 100],
+        }),
+        ..ses
+    };
+    s.limits.insert("new_ip".into(), new_ip);
+    let month = CapSettings {
+        rules: vec![RuleSettings {
+            limit: 50_000,
+            window: "1mo".parse().unwrap(),
+        }],
+        scope: CapScope::Tenant,
+        ..CapSettings::default()
+    };
+    s.caps.insert("plan_month".into(), month);
 }
 
 /// The overview shows, for the bulk lane of a paced channel, how many tenants have
