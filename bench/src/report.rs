@@ -196,7 +196,7 @@ pub struct Report {
     /// The tenants step: one worker, then three.
     pub tenants: Vec<TenantsRun>,
     /// The tenants step with `--tenants-count`: many tenants at once.
-    pub many_tenants: Vec<crate::tenants::ManyTenantsRun>,
+    pub many_tenants: Vec<ManyTenantsRun>,
     /// The campaign step's medians over its rounds, by pass and workers.
     pub campaign_summary: Vec<CampaignSummary>,
 }
@@ -678,4 +678,50 @@ pub struct TenantsRun {
     pub c_done_secs: f64,
     pub b_promised_secs: f64,
     pub c_promised_secs: f64,
+}
+
+/// One pass of the tenants step with `--tenants-count` (`tenants/many.rs`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ManyTenantsRun {
+    pub workers: usize,
+    pub tenants: usize,
+    pub jobs_each: usize,
+    /// The channel's rate, jobs a second.
+    pub rate: u64,
+    /// The worker binary.
+    pub worker: String,
+    /// Seconds to publish every job, and until the jobs queue was empty.
+    pub publish_secs: f64,
+    pub parked_secs: f64,
+    /// When every tenant was active: the broker's queues of the lane's tenants,
+    /// their memory (bytes) and jobs ready.
+    pub tenant_queues: usize,
+    pub tenant_queue_bytes: u64,
+    pub tenant_queue_jobs: u64,
+    /// The broker's RSS (bytes) before the workers started, and when every tenant
+    /// was active (the whole node: anything else on it counts too).
+    pub broker_rss_before: u64,
+    pub broker_rss_active: u64,
+    /// Redis `used_memory` before and when every tenant was active, and the
+    /// entries of the channel's set of tenant queues then.
+    pub redis_used_before: u64,
+    pub redis_used_active: u64,
+    pub registry_entries: u64,
+    /// Each worker's RSS (bytes) when ready, and when every tenant was active.
+    pub worker_rss_ready: Vec<u64>,
+    pub worker_rss_active: Vec<u64>,
+    /// Jobs dispatched a second over the middle 80 % of the drain, and the seconds
+    /// from the first publish to the last dispatch.
+    pub drain_per_sec: f64,
+    pub drained_secs: f64,
+    /// Seconds after the last dispatch until no tenant queue was left and the set
+    /// was empty (`None`: not within the quiet's limit, or skipped).
+    pub queues_gone_secs: Option<f64>,
+    pub registry_gone_secs: Option<f64>,
+    /// What was left at the end of the quiet: tenant queues, the fair shares' keys
+    /// (name, type, entries, seconds to live; -1 none), and how many other keys
+    /// (the recipients' sends, kept for their policy's window).
+    pub queues_left: usize,
+    pub keys_left: Vec<(String, String, u64, i64)>,
+    pub other_keys_left: u64,
 }

@@ -46,17 +46,21 @@ pub const TOP: usize = 5;
 
 /// Add to each lane of `stats` the tenants waiting in it: every tenant queue the
 /// channel's set in Redis names, read by a passive declare (one gone meanwhile
-/// counts as empty).
+/// counts as empty). A channel whose set names more than `most` queues is left
+/// out (its lanes' `tenants` stay `None`): a declare each is what it costs.
 pub async fn tenants_waiting(
     conn: &Connection,
     store: &crate::store::QuotaStore,
     topology: &Topology,
-    stats: &mut [QueueStat],
+    (stats, most): (&mut [QueueStat], usize),
 ) -> Result<(), AdminError> {
     let mut ch = conn.create_channel().await?;
     for channel in &topology.laned {
         let key = store.keys().fair_queues(channel);
         let entries = crate::redis::fair::entries(&store.connection(), &key).await?;
+        if entries.len() > most {
+            continue;
+        }
         for lane in crate::lanes::Priority::ALL {
             let mut waiting = TenantsWaiting::default();
             let mut all = Vec::new();

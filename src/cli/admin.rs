@@ -434,7 +434,7 @@ async fn queues(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let mut stats = admin::queue_stats(&conn, &topology).await?;
     if !topology.laned.is_empty() {
         let store = store(settings).await?;
-        admin::tenants_waiting(&conn, &store, &topology, &mut stats).await?;
+        admin::tenants_waiting(&conn, &store, &topology, (&mut stats, usize::MAX)).await?;
     }
     let _ = conn.close(200, "bye".into()).await;
     if json {

@@ -22,6 +22,9 @@ use crate::reload::Reloader;
 
 /// How often queues are read and outcomes sampled.
 pub(crate) const EVERY: Duration = Duration::from_secs(5);
+/// The most tenant queues of a channel whose depths are read every [`EVERY`] for the
+/// overview (a passive declare each, per worker); beyond, `admin queues` reads them.
+const TENANT_QUEUES_READ: usize = 1_000;
 /// Samples kept: 15 minutes of them.
 const KEPT: usize = 180;
 
@@ -288,7 +291,7 @@ pub async fn sample(status: Arc<Status>, shutdown: CancellationToken) {
 /// one channel), into `status` and the queue gauges, until `stop`; with each lane
 /// of a paced channel, the tenants waiting in it (the tenant queues `store` names,
 /// [`crate::admin::tenants_waiting`]: a passive declare each, no gauge, so no label
-/// per tenant).
+/// per tenant), while the channel has at most [`TENANT_QUEUES_READ`] of them.
 pub(crate) async fn watch_queues(
     status: Arc<Status>,
     (conn, store): (Arc<lapin::Connection>, Arc<crate::store::QuotaStore>),
@@ -308,7 +311,9 @@ pub(crate) async fn watch_queues(
                         crate::metrics::queue(q.role, &q.name, ready, consumers);
                     }
                 }
-                let read = crate::admin::tenants_waiting(&conn, &store, &topology, &mut stats);
+                let most = TENANT_QUEUES_READ;
+                let read =
+                    crate::admin::tenants_waiting(&conn, &store, &topology, (&mut stats, most));
                 if let Err(e) = read.await {
                     tracing::debug!(error = %e, "could not read the tenants waiting");
                 }

@@ -34,8 +34,6 @@ use crate::report::{Report, TenantsRun};
 
 mod many;
 
-pub use many::ManyTenantsRun;
-
 /// Jobs of each of `b` and `c`.
 const SMALL: usize = 2_000;
 /// The window over which the shares are counted.
