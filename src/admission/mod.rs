@@ -13,7 +13,8 @@
 //!    hands the request to the room's [`admit::Admit`] (which borrows the store),
 //!    which turns it into the script's arguments (the policy's plan of the
 //!    day, the caps' plans, cached per zone and local day by [`layers`]; the limits'
-//!    buckets) and takes the channel's send rate with it.
+//!    buckets, a tenant's or sender's key made once and kept by [`state`]) and
+//!    takes the channel's send rate with it.
 //! 3. **The arguments** ([`command`]): the call's header, the plans, two arguments a
 //!    job, then each optional section (suppressions, preferences, caps, limits).
 //! 4. **The batch** ([`batch`]): admissions that wait at the same moment share one
@@ -22,7 +23,7 @@
 //!    with every other script in [`crate::redis::scripts`]): `protocol.lua` (the
 //!    header's positions, the answers' codes and flags, by name), `plans.lua`,
 //!    `limits.lua` (after the shared GCRA of `lua/gcra.lua`'s kind, in its own
-//!    words), `layers.lua`, `recipient.lua`, `suppression.lua`, `preferences.lua`,
+//!    words; each bucket a call meets read and written once), `layers.lua`, `recipient.lua`, `suppression.lua`, `preferences.lua`,
 //!    `answer.lua`.
 //! 6. **The protocol** ([`protocol`]): each job's answer read by name into a
 //!    [`protocol::Verdict`] whose variants are the script's codes, one name on
