@@ -224,9 +224,10 @@ impl Admit<'_> {
                         }
                     }
                     None => LimitArgs {
-                        key: self.store.admission.bucket_key(&l.name, bucket, || {
-                            self.store.keys.limit(&l.name, bucket)
-                        }),
+                        key: self
+                            .store
+                            .admission
+                            .bucket_key(&l.name, bucket, || self.store.keys.limit(&l.name, bucket)),
                         interval_us: l.rate.interval_us,
                         burst: l.rate.burst,
                         cost,
