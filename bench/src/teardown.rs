@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use quota_worker::amqp::{delete_all, Topology};
+use quota_worker::amqp::{dead_log_name, delete_all, Topology};
 use quota_worker::config::Settings;
 
 use crate::broker::{closed, connect};
@@ -72,14 +72,12 @@ impl Teardown {
         // messages: try again a few times, then say what is left
         let (queues, exchanges, keys) = match &what {
             Leftover::Ceiling(s) => (ceiling_queues(s).to_vec(), Vec::new(), None),
-            Leftover::Namespace(s) => {
-                let topology = Topology::from_settings(s);
-                (topology.queues(), topology.exchanges(), Some(s))
-            }
-            Leftover::Topology(s) => {
-                let topology = Topology::from_settings(s);
-                (topology.queues(), topology.exchanges(), None)
-            }
+            Leftover::Namespace(s) => (
+                every_queue(s),
+                Topology::from_settings(s).exchanges(),
+                Some(s),
+            ),
+            Leftover::Topology(s) => (every_queue(s), Topology::from_settings(s).exchanges(), None),
         };
         let mut result = Ok(());
         for attempt in 0..5 {
@@ -163,4 +161,15 @@ pub fn scan_under(
         }
         cursor = next;
     }
+}
+
+/// Every queue of the topology of `s`, with the dead-letter log a worker of
+/// another configuration (`console.dead_index`) may have declared beside it.
+fn every_queue(s: &Settings) -> Vec<String> {
+    let mut queues = Topology::from_settings(s).queues();
+    let log = dead_log_name(&s.amqp.dead_queue);
+    if !queues.contains(&log) {
+        queues.push(log);
+    }
+    queues
 }

@@ -77,15 +77,7 @@ impl Admit<'_> {
         // waits for is pushed past them as well
         let quiet = match reply {
             Verdict::Refused(now, _, Some(version)) | Verdict::Layered(now, _, Some(version)) => {
-                let hash = self
-                    .store
-                    .keys
-                    .for_tenant(req.tenant)
-                    .preferences(req.recipient);
-                let checks = &self.store.preferences;
-                let end =
-                    checks.quiet_end(&self.store.conn, &hash, version, now, req.tz, req.priority);
-                end.await?.1
+                self.quiet_end(req, version, now).await?.1
             }
             _ => None,
         };
@@ -300,15 +292,7 @@ impl Admit<'_> {
         for _ in 0..3 {
             let now = match reply {
                 Verdict::QuietHours(now, version) => {
-                    let hash = self
-                        .store
-                        .keys
-                        .for_tenant(req.tenant)
-                        .preferences(req.recipient);
-                    let checks = &self.store.preferences;
-                    let conn = &self.store.conn;
-                    let end = checks.quiet_end(conn, &hash, version, now, req.tz, req.priority);
-                    if let (Some(until), Some(hours)) = end.await? {
+                    if let (Some(until), Some(hours)) = self.quiet_end(req, version, now).await? {
                         quiet_until = Some((until, hours));
                         break;
                     }

@@ -10,6 +10,7 @@ use chrono_tz::Tz;
 
 use super::admit::Admit;
 use super::layers::{layered_refusal, JobLayer};
+use super::request::Request;
 use super::verdict::Asked;
 use crate::admission::Admission;
 use crate::preferences::set::QuietHours;
@@ -17,6 +18,28 @@ use crate::quota::policy::{Action, Mode};
 use crate::redis::StoreError;
 
 impl Admit<'_> {
+    /// Where the quiet hours of `req`'s recipient (at `version`, as the script
+    /// answered at `now`) that hold a job of its priority end, and what they are
+    /// (known, or one `HGET` for a version not known): `(None, _)` when none hold
+    /// it now.
+    pub(super) async fn quiet_end(
+        &self,
+        req: &Request<'_>,
+        version: i64,
+        now: i64,
+    ) -> Result<(Option<DateTime<Utc>>, Option<Arc<QuietHours>>), StoreError> {
+        let hash = self
+            .store
+            .keys
+            .for_tenant(req.tenant)
+            .preferences(req.recipient);
+        let checks = &self.store.preferences;
+        let conn = &self.store.conn;
+        checks
+            .quiet_end(conn, &hash, version, now, req.tz, req.priority)
+            .await
+    }
+
     /// For the job `a` asked, which `hours` hold until `until`: the refusal its policy's rules and the
     /// caps that hold it would give at `until`, from the sends they remember now
     /// (one read of their sorted sets, all in the recipient's slot), with `hours`

@@ -14,4 +14,4 @@ pub use quota_worker_producer::publisher;
 
 pub use connect::{connect, connect_any, BrokerError};
 pub use publisher::{confirmed, PublishError, Publisher};
-pub use topology::{delete_all, Topology};
+pub use topology::{dead_log_name, delete_all, Topology};

@@ -35,6 +35,7 @@ use tracing::{debug, info};
 use super::clocks::Prefetch;
 use super::consume::LaneStream;
 use super::fair;
+use super::prefetch;
 use super::share::Priority;
 use crate::amqp::Topology;
 use crate::redis::fair::{self as set, QueueSet};
@@ -72,6 +73,15 @@ pub(crate) fn queue_args(topology: &Topology) -> FieldTable {
         AMQPValue::LongString(dlx.into()),
     );
     args
+}
+
+/// One tenant queue's part of its lane's prefetch `target` among the `in_lane`
+/// tenant queues of that lane a worker consumes: at least [`MIN_PREFETCH`] (at
+/// most the target), so a lane of many tenants still keeps each busy.
+fn share_of(target: u16, in_lane: usize) -> u16 {
+    let target = target.max(1);
+    let share = usize::from(target) / in_lane.max(1);
+    (share as u16).clamp(MIN_PREFETCH.min(target), target)
 }
 
 /// Declare a tenant's queue on `channel` (idempotent); its ready messages and
@@ -260,7 +270,9 @@ struct State {
 
 impl Watch {
     /// Every [`LOOK_EVERY`] until the session drops it: consume the queues newly
-    /// registered, and every [`SWEEP_EVERY`] let idle ones go.
+    /// registered; every tick of the lanes' tuner ([`super::consume::TICK`]) move
+    /// each consumer's prefetch with its share; every [`SWEEP_EVERY`] let idle
+    /// ones go.
     pub(crate) async fn run(self, streams: mpsc::UnboundedSender<LaneStream>) {
         let mut state = State {
             versions: vec![u64::MAX; self.topology.laned.len()],
@@ -268,12 +280,18 @@ impl Watch {
         };
         let mut tick = tokio::time::interval(LOOK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_sweep = Instant::now();
+        let (mut last_sweep, mut last_tune) = (Instant::now(), Instant::now());
         loop {
             tick.tick().await;
             if let Err(e) = self.look(&mut state, &streams).await {
                 debug!(error = %e, "tenant queues: a look failed; trying again");
                 continue;
+            }
+            if last_tune.elapsed() >= super::consume::TICK {
+                last_tune = Instant::now();
+                if let Err(e) = self.retune(&mut state, &streams).await {
+                    debug!(error = %e, "tenant queues: a retune failed; trying again");
+                }
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = Instant::now();
@@ -352,7 +370,7 @@ impl Watch {
 
     /// The deliveries to hold from one tenant queue of `lane` of the `index`-th
     /// channel: the lane's target shared among its tenant queues consumed (with
-    /// `more` to come), at least [`MIN_PREFETCH`].
+    /// `more` to come).
     fn prefetch_for(&self, state: &State, (index, lane): (usize, Priority), more: usize) -> u16 {
         let in_lane = state
             .consumed
@@ -360,9 +378,7 @@ impl Watch {
             .filter(|c| c.entry.0 == index && c.lane == lane)
             .count()
             + more;
-        let target = self.prefetch.now(index).max(1);
-        let share = usize::from(target) / in_lane.max(1);
-        (share as u16).clamp(MIN_PREFETCH.min(target), target)
+        share_of(self.prefetch.now(index), in_lane)
     }
 
     /// A new consumer on `queue` under prefetch `n`, its deliveries to `streams`;
@@ -405,24 +421,37 @@ impl Watch {
         Ok(tag)
     }
 
-    /// Move the consumers whose prefetch is off by half or more from their share
-    /// now to a new consumer (the new one first, then the old one cancelled: its
+    /// Move the consumers whose share of their lane's prefetch moved as
+    /// [`prefetch::retune`] says a lane queue's must (grown by a quarter, halved)
+    /// to a new consumer (the new one first, then the old one cancelled: its
     /// deliveries are still settled on the same channel).
     async fn retune(
         &self,
         state: &mut State,
         streams: &mpsc::UnboundedSender<LaneStream>,
     ) -> Result<(), WatchError> {
-        let queues: Vec<String> = state.consumed.keys().cloned().collect();
-        for queue in queues {
-            let (index, lane, held) = match state.consumed.get(&queue) {
-                Some(c) => (c.entry.0, c.lane, c.prefetch),
-                None => continue,
-            };
-            let n = self.prefetch_for(state, (index, lane), 0);
-            if n / 2 < held && n < held.saturating_mul(2) {
-                continue;
+        let mut in_lane: HashMap<(usize, Priority), usize> = HashMap::new();
+        for c in state.consumed.values() {
+            *in_lane.entry((c.entry.0, c.lane)).or_default() += 1;
+        }
+        let lanes = self.prefetch.bounds();
+        let bounds = prefetch::Bounds {
+            floor: MIN_PREFETCH.min(lanes.ceiling),
+            ceiling: lanes.ceiling,
+        };
+        let mut targets: HashMap<usize, u16> = HashMap::new();
+        let mut moves = Vec::new();
+        for (queue, c) in &state.consumed {
+            let (index, lane) = (c.entry.0, c.lane);
+            let target = *targets
+                .entry(index)
+                .or_insert_with(|| self.prefetch.now(index));
+            let n = share_of(target, in_lane[&(index, lane)]);
+            if prefetch::retune(c.prefetch, n, bounds).is_some() {
+                moves.push((queue.clone(), index, lane, n));
             }
+        }
+        for (queue, index, lane, n) in moves {
             let tag = self.start(state, (index, lane), &queue, n, streams).await?;
             if let Some(c) = state.consumed.get_mut(&queue) {
                 let old = std::mem::replace(&mut c.tag, tag);
@@ -467,7 +496,6 @@ impl Watch {
             state.let_go.insert(queue, (c.seq, c.entry.0, c.entry.1));
         }
         crate::metrics::tenant_queues(state.consumed.len());
-        self.retune(state, streams).await?;
         let let_go: Vec<(String, (u64, usize, String))> = state
             .let_go
             .iter()
@@ -531,4 +559,36 @@ enum WatchError {
     Redis(#[from] StoreError),
     #[error("amqp: {0}")]
     Broker(#[from] lapin::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_queue_holds_its_share_of_the_lane_at_least_the_floor() {
+        // (the lane's target, tenant queues in the lane, expected)
+        let table = [
+            (600, 1, 600),
+            (600, 3, 200),
+            (600, 64, MIN_PREFETCH),
+            (600, 0, 600),
+            (8, 3, 8),
+            (0, 1, 1),
+        ];
+        for (target, n, want) in table {
+            assert_eq!(share_of(target, n), want, "{target} among {n}");
+        }
+    }
+
+    #[test]
+    fn one_tenant_follows_its_lane_as_a_lane_queue_does() {
+        // the lane's target grows by a quarter: the tenant's queue moves at once
+        let b = prefetch::Bounds {
+            floor: MIN_PREFETCH,
+            ceiling: prefetch::AUTO_CEILING,
+        };
+        assert_eq!(prefetch::retune(400, share_of(500, 1), b), Some(500));
+        assert_eq!(prefetch::retune(400, share_of(480, 1), b), None);
+    }
 }

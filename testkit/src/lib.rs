@@ -28,6 +28,8 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use quota_worker::amqp::{Publisher, Topology};
 use quota_worker::config::Settings;
+use quota_worker::lanes::fair;
+use quota_worker::quota::keys::Keys;
 use quota_worker::store::QuotaStore;
 use quota_worker::worker::Worker;
 use tokio_util::sync::CancellationToken;
@@ -192,11 +194,44 @@ impl Drop for Cleanup {
                     return;
                 };
                 let _ = topology(&s).delete(&conn).await;
+                for queue in tenant_queues(&s) {
+                    if let Ok(ch) = conn.create_channel().await {
+                        let _ = ch
+                            .queue_delete(queue.as_str().into(), Default::default())
+                            .await;
+                    }
+                }
                 let _ = conn.close(200, "cleanup".into()).await;
             });
         })
         .join();
     }
+}
+
+/// The tenants' queues the workers of `s` registered in their channels' sets
+/// (`lanes::tenants`; the topology knows only the queues it declares), read
+/// before the guard deletes the keys.
+fn tenant_queues(s: &Settings) -> Vec<String> {
+    let Ok(mut redis) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) else {
+        return Vec::new();
+    };
+    let t = topology(s);
+    let keys = Keys::new(&s.redis.key_prefix, "");
+    let mut queues = Vec::new();
+    for channel in &t.laned {
+        let entries: Vec<String> = redis::cmd("ZRANGE")
+            .arg(keys.fair_queues(channel))
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis)
+            .unwrap_or_default();
+        for entry in entries {
+            if let Some((lane, tenant)) = fair::parse_entry(&entry) {
+                queues.push(t.tenant_queue(channel, lane, tenant));
+            }
+        }
+    }
+    queues
 }
 
 /// A worker for `settings`, its engine connected, its topology declared.

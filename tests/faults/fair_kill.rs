@@ -120,19 +120,6 @@ fn rate_held(tapped: &Tapped, s: &Settings) -> (f64, f64, bool) {
     (excess, tolerance, excess <= tolerance)
 }
 
-async fn delete_tenant_queues(s: &Settings) {
-    let conn = amqp().await;
-    let t = topology(s);
-    for (tenant, _) in TENANTS {
-        for lane in Priority::ALL {
-            let ch = conn.create_channel().await.unwrap();
-            let q = t.tenant_queue("sms", lane, tenant);
-            let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-        }
-    }
-    let _ = conn.close(200, "".into()).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
     let _heavy = heavy().await;
@@ -176,7 +163,6 @@ async fn kill_9_while_tenants_wait_in_their_queues_loses_nothing() {
     let tapped = tap.finish().await;
     let (excess, tolerance, held) = rate_held(&tapped, &s);
     let a = Audit::collect(&conn, &s, &jobs).await;
-    delete_tenant_queues(&s).await;
     eprintln!("{}", a.summary(&jobs));
     let window = s.amqp.prefetch as usize + s.lanes.prefetch.ceiling() as usize;
     let (explained, _, unexplained) = explain_duplicates(&a, &kill_depths, window);
@@ -329,7 +315,6 @@ async fn one_tenant_on_three_workers_at_4000_a_second() {
     let n = firsts.len();
     let (lo, hi) = (firsts[n / 10], firsts[n * 9 / 10]);
     let middle = (n * 9 / 10 - n / 10) as f64 / (hi - lo);
-    delete_tenant_queues(&s).await;
     eprintln!(
         "settled {settled}; {n} dispatched; excess {excess:.1} over {from:.3}–{to:.3} s (jitter {:.3} s); \
          the middle 80 % at {middle:.0}/s against {FAST}/s",

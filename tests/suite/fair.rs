@@ -39,21 +39,6 @@ fn jobs(tenant: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Deletes the tenants' queues the test made (the topology's cleanup knows only
-/// the queues it declares).
-async fn delete_tenant_queues(s: &Settings) {
-    let conn = amqp().await;
-    let t = topology(s);
-    for tenant in ["a", "b", "c"] {
-        for lane in Priority::ALL {
-            let ch = conn.create_channel().await.unwrap();
-            let q = t.tenant_queue("sms", lane, tenant);
-            let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-        }
-    }
-    let _ = conn.close(200, "".into()).await;
-}
-
 /// The dispatch queue read as it fills, by a task of its own (positions taken at
 /// any moment are what had arrived by then).
 #[derive(Clone, Default)]
@@ -161,7 +146,6 @@ async fn weights_share_a_lane(workers: usize) {
         stop.cancel();
         handle.await.unwrap();
     }
-    delete_tenant_queues(&s).await;
     let ids = out.ids();
     let unique: HashSet<&str> = ids.iter().map(|i| i.as_str()).collect();
     assert_eq!(unique.len(), ids.len(), "a job dispatched twice");
@@ -286,7 +270,6 @@ async fn codes_pass_a_parked_backlog_of_tenants(workers: usize) {
         stop.cancel();
         handle.await.unwrap();
     }
-    delete_tenant_queues(&s).await;
     let ids = out.ids();
     let unique: HashSet<&str> = ids.iter().map(|i| i.as_str()).collect();
     assert_eq!(unique.len(), ids.len(), "a job dispatched twice");
@@ -393,5 +376,4 @@ async fn admin_queues_shows_the_tenants_waiting_in_a_lane() {
     assert_eq!(tenants["top"][1][0], "b", "{bulk}");
     let table = crate::cli::stdout(&admin(&["admin", "queues"]).await.unwrap());
     assert!(table.contains("tenants waiting: 2 (most: a "), "{table}");
-    delete_tenant_queues(&s).await;
 }
