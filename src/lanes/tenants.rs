@@ -5,9 +5,10 @@
 //! tenant that has some waiting, and the lane's schedule in `lua/lanes.lua` gives
 //! each slot to the tenant whose turn it is.
 //!
-//! A tenant's queue is a durable classic queue (one queue process; at 10,000
-//! tenants a quorum queue each would be 10,000 Raft groups), its messages
-//! persistent, dead-lettered as the lane queues are. A worker lets a queue go
+//! A tenant's queue is a durable classic queue in lazy mode (one queue process;
+//! at 10,000 tenants a quorum queue each would be 10,000 Raft groups, and
+//! RabbitMQ 3.10 deletes a quorum queue only unconditionally, without
+//! `if-empty`), its messages persistent, dead-lettered as the lane queues are. A worker lets a queue go
 //! when it delivered nothing for [`IDLE`] and none of its deliveries is held: it
 //! cancels its consumer, then deletes the queue only if it is empty and no
 //! worker consumes it (`if-empty`, `if-unused`: a worker holding one of its
@@ -66,6 +67,12 @@ pub(crate) fn queue_args(topology: &Topology) -> FieldTable {
     args.insert(
         "x-queue-type".into(),
         AMQPValue::LongString("classic".into()),
+    );
+    // its messages go to disk as they come (they are persistent anyway): parking
+    // into tenant queues then takes less of the broker (docs/notes/fair-shares.md)
+    args.insert(
+        "x-queue-mode".into(),
+        AMQPValue::LongString("lazy".into()),
     );
     let dlx = topology.amqp.dead_exchange.as_str();
     args.insert(
