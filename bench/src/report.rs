@@ -455,6 +455,9 @@ pub struct CampaignRun {
     pub parked: u64,
     /// Campaign: the urgent jobs' publish-to-dispatch times.
     pub urgent: Option<EndToEnd>,
+    /// Campaign: the same of the urgent jobs published once every bulk job was
+    /// parked (the workers' count read every 50 ms), behind the whole backlog.
+    pub urgent_behind_parked: Option<EndToEnd>,
 }
 
 /// The campaign step's passes of one kind (`pass`, `workers`) over its rounds.

@@ -286,12 +286,12 @@ fn print_campaign(r: &Report) {
     }
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    println!("\n| campaign pass | round | workers | jobs | tenants | rate/s | ceiling msgs/s | published/s | parked/s | x ceiling | last parked after the last publish s | unparked | urgent p50 / p99 / max ms | urgent dispatched / sent |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n| campaign pass | round | workers | jobs | tenants | rate/s | ceiling msgs/s | published/s | parked/s | x ceiling | last parked after the last publish s | unparked | urgent p50 / p99 / max ms | urgent dispatched / sent | urgent behind the parked backlog: max ms (jobs) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in &r.campaign {
         let urgent = c.urgent.as_ref();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.3} | {} | {} | {} | {} | {} |",
             c.pass,
             c.round,
             c.workers,
@@ -309,6 +309,9 @@ fn print_campaign(r: &Report) {
                 u.p50_ms, u.p99_ms, u.max_ms
             )),
             urgent.map_or("-".into(), |u| format!("{} / {}", u.arrived, u.sent)),
+            c.urgent_behind_parked
+                .as_ref()
+                .map_or("-".into(), |u| format!("{:.0} ({})", u.max_ms, u.arrived)),
         );
     }
     println!("\n| campaign pass | workers | rounds | parked x ceiling (median) | parked/s (median) | urgent p50 / p99 / max ms (medians) | urgent max of every round ms | urgent dispatched / sent |");

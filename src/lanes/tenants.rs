@@ -70,10 +70,7 @@ pub(crate) fn queue_args(topology: &Topology) -> FieldTable {
     );
     // its messages go to disk as they come (they are persistent anyway): parking
     // into tenant queues then takes less of the broker (docs/notes/fair-shares.md)
-    args.insert(
-        "x-queue-mode".into(),
-        AMQPValue::LongString("lazy".into()),
-    );
+    args.insert("x-queue-mode".into(), AMQPValue::LongString("lazy".into()));
     let dlx = topology.amqp.dead_exchange.as_str();
     args.insert(
         "x-dead-letter-exchange".into(),

@@ -86,8 +86,14 @@ fn print_run(r: &CampaignRun) {
             u.p50_ms, u.p99_ms, u.max_ms, u.arrived, u.sent
         )
     });
+    let behind = r.urgent_behind_parked.as_ref().map_or(String::new(), |u| {
+        format!(
+            "; behind the parked backlog max {:.0} ms ({} jobs)",
+            u.max_ms, u.arrived
+        )
+    });
     eprintln!(
-        "      {} tenant(s): parked at {:.0}/s, {:.2} of the ceiling{}{urgent}",
+        "      {} tenant(s): parked at {:.0}/s, {:.2} of the ceiling{}{urgent}{behind}",
         r.tenants,
         r.parking_per_sec,
         r.parking_ratio,

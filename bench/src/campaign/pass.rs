@@ -14,7 +14,7 @@ use quota_worker::lanes::Priority;
 use tokio_util::sync::CancellationToken;
 
 use super::watch::{crossing, rate_between, Dispatches, Parking, Sample};
-use crate::broker::{closed, connect, every_until, paced, preload};
+use crate::broker::{closed, connect, every_until, paced, preload, unix_micros};
 use crate::context::{header, Bench};
 use crate::procs::{spawn_worker, stop, wait_ready};
 use crate::report::CampaignRun;
@@ -181,23 +181,23 @@ async fn publish_campaign(
         .await
         .map(|()| started.elapsed().as_secs_f64());
         let parked = match published {
-            Ok(_) => parking.until(jobs, LIMIT).await,
-            Err(_) => Ok(()),
+            Ok(_) => parking.until(jobs, LIMIT).await.map(|()| unix_micros()),
+            Err(_) => Ok(0),
         };
         if parked.is_ok() {
             tokio::time::sleep(URGENT_BEHIND).await;
         }
         stop_urgent.cancel();
-        parked.and(published)
+        parked.and_then(|at| published.map(|p| (p, at)))
     };
     let every = every_until(&conn, exchange, URGENT_EVERY, stop_urgent.clone(), |i| {
         urgent(ns, i, tenants)
     });
     let (published, sent) = tokio::join!(publishing, every);
     let samples = parking.finish();
-    let (published, sent) = (published?, sent?);
+    let ((published, behind), sent) = (published?, sent?);
     let unparked = dispatches.unparked().load(Ordering::Relaxed);
-    let urgent = dispatches.finish(sent).await?;
+    let (urgent, behind) = dispatches.finish(sent, Some(behind)).await?;
     let _ = closed(conn.close(200, "bye".into())).await;
     let parked_at = crossing(&samples, jobs).unwrap_or(f64::NAN);
     let mut run = run_of(p, (&samples, unparked), jobs as f64 / parked_at);
@@ -205,6 +205,7 @@ async fn publish_campaign(
     run.publish_per_sec = Some(jobs as f64 / published);
     run.lag_secs = Some(parked_at - published);
     run.urgent = Some(urgent);
+    run.urgent_behind_parked = behind;
     Ok(run)
 }
 
@@ -277,7 +278,7 @@ async fn park_backlog(
     let samples = parking.finish();
     parked?;
     let unparked = dispatches.unparked().load(Ordering::Relaxed);
-    dispatches.finish(0).await?;
+    dispatches.finish(0, None).await?;
     let _ = closed(conn.close(200, "bye".into())).await;
     let rate = rate_between(&samples, jobs, (0.1, 0.9)).unwrap_or(f64::NAN);
     let mut run = run_of(p, (&samples, unparked), rate);

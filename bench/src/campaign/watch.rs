@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use lapin::Connection;
 use quota_worker::job::headers::PARKED_AT;
 
-use crate::broker::{waited_micros, Watch};
+use crate::broker::{unix_micros, waited_micros, Watch};
 use crate::metrics::{labelled_sum, scrape};
 use crate::report::EndToEnd;
 
@@ -22,7 +22,8 @@ const SAMPLE: Duration = Duration::from_millis(50);
 /// A consumer on the dispatch queue (no acks): the urgent jobs (those stamped with
 /// the benchmark's header) and the bulk jobs dispatched without being parked.
 pub(super) struct Dispatches {
-    watch: Watch<u64>,
+    /// Each urgent job's (publish instant, µs since the epoch; its wait, µs).
+    watch: Watch<(i64, u64)>,
     unparked: Arc<AtomicU64>,
 }
 
@@ -33,7 +34,7 @@ impl Dispatches {
         let count = unparked.clone();
         let watch = Watch::start(conn, queue, "campaign", move |d| {
             if let Some(waited) = waited_micros(d) {
-                return (Some(waited), 1);
+                return (Some((unix_micros() - waited as i64, waited)), 1);
             }
             let headers = d.properties.headers().as_ref();
             if !headers.is_some_and(|h| h.inner().contains_key(PARKED_AT)) {
@@ -51,15 +52,31 @@ impl Dispatches {
     }
 
     /// Waits (at most 60 s) until `sent` urgent jobs have arrived, then stops: their
-    /// publish-to-dispatch times.
-    pub(super) async fn finish(self, sent: u64) -> Result<EndToEnd> {
+    /// publish-to-dispatch times, all of them and those of the ones published at or
+    /// after `behind` (µs since the epoch: once every bulk job was parked; `None`:
+    /// none such).
+    pub(super) async fn finish(
+        self,
+        sent: u64,
+        behind: Option<i64>,
+    ) -> Result<(EndToEnd, Option<EndToEnd>)> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.watch.weight() < sent && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let mut micros = self.watch.finish().await?;
-        micros.sort_unstable();
-        Ok(EndToEnd::of(sent, &micros))
+        let kept = self.watch.finish().await?;
+        let mut all: Vec<u64> = kept.iter().map(|(_, w)| *w).collect();
+        all.sort_unstable();
+        let later = behind.map(|at| {
+            let mut w: Vec<u64> = kept
+                .iter()
+                .filter(|(p, _)| *p >= at)
+                .map(|(_, w)| *w)
+                .collect();
+            w.sort_unstable();
+            EndToEnd::of(w.len() as u64, &w)
+        });
+        Ok((EndToEnd::of(sent, &all), later))
     }
 }
 

@@ -376,9 +376,12 @@ async fn the_overview_shows_the_tenants_waiting_in_each_lane() {
                 "channel": "sms", "category": "campaign", "tenant": tenant}).to_string())
             .collect()
     };
-    // a holds the most, b next (each beyond the 8 a worker holds of each queue)
-    crate::lanes::publish_all(&conn, &s, &of("alpha", 60)).await;
-    crate::lanes::publish_all(&conn, &s, &of("beta", 30)).await;
+    // alpha holds the most ready, beta next, whatever the worker holds: it takes up
+    // to the lane's prefetch (32 at 1/s) of the first tenant queue, and when the
+    // second comes, a consumer of its share (16) before those are settled: at most
+    // 48 of alpha's and of beta's
+    crate::lanes::publish_all(&conn, &s, &of("alpha", 150)).await;
+    crate::lanes::publish_all(&conn, &s, &of("beta", 60)).await;
     let cookie = ask(&addr, "GET", "/console", None, &[], "")
         .await
         .cookie()
