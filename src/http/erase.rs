@@ -13,7 +13,7 @@ use axum::routing::delete;
 use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
-use super::reply::{error, query, refused};
+use super::reply::{error, query, query_given, refused};
 use super::App;
 
 /// The route.
@@ -39,7 +39,8 @@ async fn erase(
         );
     };
     let (store, settings) = (reloader.store().clone(), reloader.settings());
-    let keep_suppression = match query(&uri, "keep_suppression").as_deref() {
+    // given empty (`?keep_suppression=`), it is neither: refused as any other
+    let keep_suppression = match query_given(&uri, "keep_suppression").as_deref() {
         None | Some("false") => false,
         Some("true") => true,
         Some(_) => {

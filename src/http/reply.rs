@@ -37,9 +37,14 @@ pub(super) fn refused(refusal: &Refusal) -> Response {
 
 /// Field `name` of the query string, percent-decoded (none when empty).
 pub(super) fn query(uri: &Uri, name: &str) -> Option<String> {
+    query_given(uri, name).filter(|t| !t.is_empty())
+}
+
+/// The value of query parameter `name` as given, an empty one included
+/// (`?name=`: `Some("")`).
+pub(super) fn query_given(uri: &Uri, name: &str) -> Option<String> {
     let query = uri.query()?;
     form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
-        .filter(|t| !t.is_empty())
 }
