@@ -152,7 +152,7 @@ impl Caller {
             dedupe_ms: self.dedupe_ms,
             prefix_len: self.prefix_len,
         };
-        let cmd = command::command(&call, jobs, declared);
+        let (cmd, numbering) = command::command(&call, jobs, declared);
         crate::redis::conn::count_call(&self.calls);
         let mut conn = conn.clone();
         let started = std::time::Instant::now();
@@ -165,7 +165,11 @@ impl Caller {
         };
         metrics::histogram!(crate::metrics::ADMISSION_CALL_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        let verdicts = protocol::verdicts(&flat, jobs.len()).ok_or(StoreError::Reply {
+        let verdicts = protocol::verdicts(&flat, jobs.len()).and_then(|(mut verdicts, tail)| {
+            numbering.replay(jobs, &mut verdicts, tail)?;
+            Some(verdicts)
+        });
+        let verdicts = verdicts.ok_or(StoreError::Reply {
             script: "admit.lua",
             reply: flat,
         })?;

@@ -71,7 +71,7 @@ fn takes(limits: &[LimitArgs], tats: Vec<i64>) -> Option<Box<Vec<Take>>> {
         .iter()
         .zip(tats)
         .map(|(l, tat_us)| Take {
-            key: l.key.to_string(),
+            key: l.key.clone(),
             interval_us: l.interval_us,
             cost: l.cost,
             tat_us,

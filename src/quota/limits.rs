@@ -107,8 +107,8 @@ impl Quota {
 /// unspent, `lua/refund.lua`) when the job is released or parked instead of sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Take {
-    /// The bucket's key.
-    pub key: String,
+    /// The bucket's key (shared with the admission's arguments: no copy a take).
+    pub key: std::sync::Arc<str>,
     /// The limit's interval (µs per unit of cost).
     pub interval_us: u64,
     /// The job's cost.

@@ -202,13 +202,13 @@ impl QuotaStore {
             if take.interval_us == 0 {
                 // a quota's counter: one job less, while its period lasts
                 let mut conn = self.conn.clone();
-                let _: i64 = UNCOUNT.key(&take.key).invoke_async(&mut conn).await?;
+                let _: i64 = UNCOUNT.key(&*take.key).invoke_async(&mut conn).await?;
                 continue;
             }
             crate::redis::refund::refund_take(
                 &self.conn,
                 &self.scripts.channel.refund,
-                take.key.clone(),
+                take.key.to_string(),
                 (take.interval_us, take.cost),
                 take.tat_us,
             )

@@ -690,6 +690,54 @@ async fn jobs_asking_at_once_share_their_buckets_exactly() {
     assert!(matches!(number_at(&counters[0]), None | Some(0)));
 }
 
+/// When every bucket of a call holds what all its jobs would take, the jobs'
+/// limits are not checked one by one (`src/admission/lua/limits.lua`, a `sure`
+/// call): a job that does not take (found reserved by its own earlier
+/// admission) takes nothing all the same, and the TAT each take left is worked
+/// out exactly (every take released, the bucket is as if none had been).
+#[tokio::test]
+async fn a_call_whose_buckets_hold_all_its_jobs_takes_for_the_admitted_only() {
+    use futures_util::future::join_all;
+    let ns = unique("limits-sure");
+    let _g = RedisGuard(ns.clone());
+    let s = limited(&ns, &[("per_sender", limit(1, 60, 100, Per::Sender))]);
+    let e = std::sync::Arc::new(QuotaStore::connect(&s).await.unwrap());
+    let mut admitted = Vec::new();
+    for i in 0..10 {
+        let id = format!("d{i}");
+        match e.admit(&req(&id, &id, "x", None)).await.unwrap() {
+            Admission::Admitted(t) => admitted.push(t),
+            a => panic!("{a:?}"),
+        }
+    }
+    // the ten again (each reserved by its first admission) and twenty new ones
+    let ids: Vec<String> = (0..10)
+        .map(|i| format!("d{i}"))
+        .chain((0..20).map(|i| format!("n{i}")))
+        .collect();
+    let answers = join_all(ids.iter().map(|id| {
+        let e = e.clone();
+        async move { (id.clone(), e.admit(&req(id, id, "x", None)).await.unwrap()) }
+    }))
+    .await;
+    for (id, a) in answers {
+        match a {
+            Admission::Admitted(t) if id.starts_with('n') => admitted.push(t),
+            Admission::Admitted(_) => panic!("{id} was admitted twice"),
+            _ => assert!(id.starts_with('d'), "{id}: {a:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 30);
+    let key = s.redis.keys().limit("per_sender", ("s", "x"));
+    let first = admitted[0].admitted_at.timestamp_millis() * 1000;
+    let tat = number_at(&key).unwrap() - first;
+    assert!((0..1000).contains(&(tat - 30 * 60_000_000)), "{tat}");
+    for t in &admitted {
+        e.release(t).await.unwrap();
+    }
+    assert_eq!(number_at(&key), None, "every take given back, exactly");
+}
+
 /// Through the worker: a sender's daily quota delays a refused job to its next
 /// day, or dead-letters it `quota_exceeded` when its policy drops refused jobs.
 #[tokio::test]

@@ -4,8 +4,10 @@
 //! command, sends nothing.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::protocol::Verdict;
 use crate::quota::plan::Plan;
 
 /// One job's admission, as the script takes it.
@@ -116,10 +118,8 @@ impl Layout {
             1 + plans.len() + jobs.len(),
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
-        let limited = jobs.iter().filter(|j| !j.limits.is_empty());
-        let limit_args: usize = limited.clone().map(|j| 3 + j.limits.len()).sum();
-        let bucket_args = 1 + 4 * buckets.distinct.len();
-        let limits = place(limited.count() > 0, bucket_args + 1 + limit_args);
+        let limited = jobs.iter().any(|j| !j.limits.is_empty());
+        let limits = place(limited, 1 + 5 * buckets.distinct.len() + jobs.len());
         Layout {
             layers,
             suppression,
@@ -145,7 +145,7 @@ fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize
 
 /// The distinct buckets of a call's limits (a bucket: its key, interval, burst
 /// and, for a counter, its period's end), and each job's limits as numbers among
-/// them (1-based), in order.
+/// them (from 0), in order.
 #[derive(Default)]
 struct Buckets<'a> {
     distinct: Vec<&'a LimitArgs>,
@@ -173,7 +173,7 @@ impl<'a> Buckets<'a> {
                         .entry((l.key.as_ptr() as usize, l.interval_us, l.burst, expires(l)))
                         .or_insert_with(|| {
                             distinct.push(l);
-                            distinct.len()
+                            distinct.len() - 1
                         })
                 };
                 limits.map(number).collect()
@@ -181,12 +181,92 @@ impl<'a> Buckets<'a> {
             .collect();
         Buckets { distinct, numbers }
     }
+
+    /// What the jobs would take from each bucket, by number: the sum of their
+    /// costs (a counter: their number).
+    fn totals(&self, jobs: &[&AdmitArgs]) -> Vec<u64> {
+        let mut totals = vec![0; self.distinct.len()];
+        for (job, numbers) in jobs.iter().zip(&self.numbers) {
+            let cost = job_cost(&job.limits);
+            for &n in numbers {
+                totals[n] += if self.distinct[n].interval_us == 0 {
+                    1
+                } else {
+                    cost
+                };
+            }
+        }
+        totals
+    }
+
+    /// The numbering kept for the reply: each bucket's key as the first number
+    /// that has it.
+    fn numbering(self) -> Numbering {
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(self.distinct.len());
+        let key_of = (0..self.distinct.len())
+            .map(|n| *first.entry(&*self.distinct[n].key).or_insert(n))
+            .collect();
+        Numbering {
+            numbers: self.numbers,
+            key_of,
+        }
+    }
+}
+
+/// A call's limits as numbered, kept from [`command`] to work out the TAT each
+/// take left from the reply's tail ([`Numbering::replay`]).
+#[derive(Debug, Default)]
+pub(crate) struct Numbering {
+    /// Each job's buckets' numbers (from 0), in its limits' order.
+    numbers: Vec<Vec<usize>>,
+    /// Each bucket's key, as the first bucket number with that key.
+    key_of: Vec<usize>,
+}
+
+impl Numbering {
+    /// Fills the takes of every job of `verdicts` that took (admitted or
+    /// shadowed, meeting limits): the TAT (µs) or count each of its takes left,
+    /// in its limits' order. The script's `tail` holds each bucket's base and
+    /// interval in force (0: a counter): a take leaves the base plus what the
+    /// takes of the bucket's key added up to it, its own included. `None` if the
+    /// tail is not one pair per bucket.
+    pub(crate) fn replay(
+        &self,
+        jobs: &[&AdmitArgs],
+        verdicts: &mut [Verdict],
+        tail: &[i64],
+    ) -> Option<()> {
+        if tail.len() != 2 * self.key_of.len() {
+            return None;
+        }
+        let mut added = vec![0i64; self.key_of.len()];
+        for ((job, numbers), v) in jobs.iter().zip(&self.numbers).zip(verdicts) {
+            let (Verdict::Admitted(.., taken) | Verdict::Shadowed(.., taken)) = v else {
+                continue;
+            };
+            let cost = i64::try_from(job_cost(&job.limits)).ok()?;
+            *taken = numbers
+                .iter()
+                .map(|&n| {
+                    let (base, interval) = (tail[2 * n], tail[2 * n + 1]);
+                    let key = self.key_of[n];
+                    added[key] += if interval == 0 { 1 } else { interval * cost };
+                    base + added[key]
+                })
+                .collect();
+        }
+        Some(())
+    }
 }
 
 /// The `EVALSHA` of one call for `jobs`, declaring the keys of the first
 /// `declared` and carrying the others' as arguments. The command is built directly
 /// (no per-argument buffers).
-pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> redis::Cmd {
+pub(crate) fn command(
+    call: &Call<'_>,
+    jobs: &[&AdmitArgs],
+    declared: usize,
+) -> (redis::Cmd, Numbering) {
     let mut plans: Vec<&Arc<Plan>> = Vec::with_capacity(2);
     let numbers: Vec<usize> = jobs
         .iter()
@@ -251,7 +331,7 @@ pub(crate) fn command(call: &Call<'_>, jobs: &[&AdmitArgs], declared: usize) -> 
     if layout.limits > 0 {
         limits_section(&mut cmd, jobs, &buckets);
     }
-    cmd
+    (cmd, buckets.numbering())
 }
 
 /// A counter's period's end (ms; its [`LimitArgs::cost`]), 0 for a bucket.
@@ -271,25 +351,28 @@ fn job_cost(limits: &[LimitArgs]) -> u64 {
     cost
 }
 
-/// The limits section: the distinct buckets, then the jobs that meet limits,
-/// each with its cost and its buckets' numbers.
+/// The limits section: the distinct buckets, each with the total its jobs would
+/// take, then each job's cost and its buckets' numbers in one value ('' for a
+/// job that meets none).
 fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'_>) {
     cmd.arg(buckets.distinct.len());
-    for l in &buckets.distinct {
+    for (l, total) in buckets.distinct.iter().zip(buckets.totals(jobs)) {
         cmd.arg(&*l.key)
             .arg(l.interval_us)
             .arg(l.burst)
-            .arg(expires(l));
+            .arg(expires(l))
+            .arg(total);
     }
-    cmd.arg(jobs.iter().filter(|j| !j.limits.is_empty()).count());
-    for (k, (job, numbers)) in jobs.iter().zip(&buckets.numbers).enumerate() {
-        if job.limits.is_empty() {
-            continue;
+    let mut word = String::with_capacity(32);
+    for (job, numbers) in jobs.iter().zip(&buckets.numbers) {
+        word.clear();
+        if !job.limits.is_empty() {
+            let _ = write!(word, "{}", job_cost(&job.limits));
+            for n in numbers {
+                let _ = write!(word, " {}", n + 1);
+            }
         }
-        cmd.arg(k + 1)
-            .arg(job_cost(&job.limits))
-            .arg(job.limits.len())
-            .arg(&numbers[..]);
+        cmd.arg(word.as_str());
     }
 }
 

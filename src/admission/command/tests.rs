@@ -67,7 +67,7 @@ fn every_section_starts_where_the_header_says() {
         job("b", 2, true, true),
         job("c", 1, true, true),
     );
-    let cmd = command(&CALL, &[&a, &b, &c], 1);
+    let (cmd, _) = command(&CALL, &[&a, &b, &c], 1);
     let argv = argv(&cmd);
     let at = |i: usize| argv[i].parse::<usize>().unwrap();
     // header: lease, dedupe, undeclared, plans, then the three sections' starts
@@ -94,15 +94,33 @@ fn every_section_starts_where_the_header_says() {
 #[test]
 fn a_call_without_sections_ends_with_its_keys() {
     let (a, b) = (job("a", 0, false, false), job("b", 0, false, false));
-    let argv = argv(&command(&CALL, &[&a, &b], 1));
+    let argv = argv(&command(&CALL, &[&a, &b], 1).0);
     assert_eq!(&argv[5..8], ["0", "0", "0"]);
     assert_eq!(argv.last().unwrap(), "b", "the undeclared key last");
 }
 
 /// The limits section names each distinct bucket once (key, interval, burst, a
-/// counter's end), then each job's cost and its buckets' numbers.
+/// counter's end, the total its jobs would take), then one value per job: its
+/// cost and its buckets' numbers.
 #[test]
 fn the_limits_section_sends_each_bucket_once() {
+    let (a, b, c) = limited_jobs();
+    let argv = argv(&command(&CALL, &[&a, &b, &c], 3).0);
+    let at: usize = argv[8].parse().unwrap();
+    let section: Vec<&str> = argv[at..].iter().map(String::as_str).collect();
+    assert_eq!(
+        section,
+        [
+            "3", "all", "1000", "5", "0", "4", "s:x", "1000", "5", "0", "1", "s:y", "1000", "5",
+            "0", "3", "1 1 2", // job 1: cost 1, buckets 1 and 2
+            "",      // job 2 meets none
+            "3 1 3", // job 3: cost 3, buckets 1 and 3
+        ]
+    );
+}
+
+/// Jobs 1 and 3 of three meet limits: `all` and a sender's each.
+fn limited_jobs() -> (AdmitArgs, AdmitArgs, AdmitArgs) {
     use super::LimitArgs;
     let keys: Vec<std::sync::Arc<str>> = ["all", "s:x", "s:y"].map(Into::into).into();
     let bucket = |key: usize, cost: u64| LimitArgs {
@@ -116,15 +134,46 @@ fn the_limits_section_sends_each_bucket_once() {
     let b = job("b", 0, false, false);
     let mut c = job("c", 0, false, false);
     c.limits = vec![bucket(0, 3), bucket(2, 3)];
-    let argv = argv(&command(&CALL, &[&a, &b, &c], 3));
-    let at: usize = argv[8].parse().unwrap();
-    let section: Vec<&str> = argv[at..].iter().map(String::as_str).collect();
+    (a, b, c)
+}
+
+/// The TAT each take left is its bucket's base plus what the takes of the jobs
+/// up to it added, its own included; a job that did not take adds nothing.
+#[test]
+fn the_takes_are_replayed_from_the_bases() {
+    use super::super::protocol::Verdict;
+    let (a, b, c) = limited_jobs();
+    let (_, numbering) = command(&CALL, &[&a, &b, &c, &a, &c], 3);
+    let mut verdicts = vec![
+        Verdict::Admitted(0, false, vec![]),
+        Verdict::Admitted(0, false, vec![]),
+        Verdict::Admitted(0, false, vec![]),
+        Verdict::Limited(0, 9, 0),
+        Verdict::Shadowed(0, vec![], false, vec![]),
+    ];
+    let tail = [100, 10, 200, 20, 300, 30];
+    let jobs = [&a, &b, &c, &a, &c];
     assert_eq!(
-        section,
+        numbering.replay(&jobs, &mut verdicts, &tail[..4]),
+        None,
+        "a bucket short"
+    );
+    numbering.replay(&jobs, &mut verdicts, &tail).unwrap();
+    let takes: Vec<Vec<i64>> = verdicts
+        .iter()
+        .map(|v| match v {
+            Verdict::Admitted(.., t) | Verdict::Shadowed(.., t) => t.clone(),
+            _ => vec![],
+        })
+        .collect();
+    assert_eq!(
+        takes,
         [
-            "3", "all", "1000", "5", "0", "s:x", "1000", "5", "0", "s:y", "1000", "5", "0", "2",
-            "1", "1", "2", "1", "2", // job 1: cost 1, two limits: buckets 1 and 2
-            "3", "3", "2", "1", "3", // job 3: cost 3, buckets 1 and 3
+            vec![110, 220],
+            vec![],
+            vec![140, 390],
+            vec![],
+            vec![170, 480]
         ]
     );
 }

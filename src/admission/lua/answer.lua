@@ -27,8 +27,6 @@ local function answer(k)
   ok, code, flags, payload = pcall(admit, key, job_member(k), plans[job_plan(k)], layers[k], lims)
   if not ok then return failure(code), 0 end
   if lims and (code == ANSWER.admitted or code == ANSWER.shadowed) then
-    payload = payload or {}
-    taken_by(lims, payload)
     flags = flags + FLAG.taken
   end
   if quiet and (code == ANSWER.refused or code == ANSWER.layered) then
@@ -54,6 +52,8 @@ for k = 1, jobs do
   for i = 1, m do out[n + i] = payload[i] end
   n = n + m
 end
--- every bucket the jobs took from, written once
+-- every bucket the jobs took from, written once; then, when the call carries
+-- limits, each bucket's base and interval
 write_limits()
+limits_tail(out, n)
 return out

@@ -1,22 +1,28 @@
--- Section `limits`: the limits each job meets (`[limits.NAME]`), by job number (a
--- job meeting none has no entry). Each limit is a GCRA bucket whose key holds its
--- theoretical arrival time (TAT, integer microseconds of Redis TIME, written with
--- %.0f); a missing key is a full bucket. A job of cost c passes a limit of
--- interval I and burst B when max(TAT, now) + I * c - I * B <= now; taking it
--- leaves TAT = max(TAT, now) + I * c, and the key expires at that TAT (an idle
--- bucket is a full one: nothing is lost when it goes).
+-- Section `limits`: the limits each job meets (`[limits.NAME]`). Each limit is a
+-- GCRA bucket whose key holds its theoretical arrival time (TAT, integer
+-- microseconds of Redis TIME, written with %.0f); a missing key is a full bucket.
+-- A job of cost c passes a limit of interval I and burst B when max(TAT, now) +
+-- I * c - I * B <= now; taking it leaves TAT = max(TAT, now) + I * c, and the key
+-- expires at that TAT (an idle bucket is a full one: nothing is lost when it goes).
 -- A quota (a cap with scope `tenant` or `sender`) comes as a limit of interval 0:
 -- its key is a counter of one calendar period, burst the count it allows, cost
 -- the period's end (ms); a job passes while the counter is below the count, and
 -- taking it adds one, the key expiring at the period's end.
 --
 -- The jobs of one call mostly share buckets (one for all, one per tenant), so the
--- call names each distinct bucket once and every job names its buckets by number.
--- Every bucket's key is read once, by one MGET, when the section is read; the
--- jobs then check and take from that state in order (each seeing the takes of the
--- ones before it), and each bucket taken from is written once, by one SET, after
--- the last job (`write_limits`): the call is atomic, so this is exactly what a
--- GET and a SET per job would leave.
+-- call names each distinct bucket once, with the total its jobs would take from
+-- it, and every job names its buckets by number. Every bucket's key is read once,
+-- by one MGET, when the section is read; each bucket taken from is written once,
+-- by one SET, after the last job (`write_limits`): the call is atomic, so this is
+-- exactly what a GET and a SET per job would leave.
+--
+-- When every bucket admits its total (the usual case: limits are there for the
+-- peaks), every job of the call passes its limits whatever the jobs before it
+-- took: a GCRA admitting a cost admits any smaller one. The call is then `sure`:
+-- no job's limits are read or checked, a job that took adds nothing, and only
+-- the jobs that met limits and did not take (refused by their caps) are read, to
+-- take their cost off their buckets' totals. Otherwise every job is checked and
+-- takes in order, each seeing the takes of the ones before it.
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- A bucket a `throttled` feedback paused (lua/throttle.lua, as a channel's rate)
@@ -39,54 +45,92 @@ local function parse_bucket(st)
   st.share, st.ramp, st.ramp_end = share, string.sub(raw, c), p + r
 end
 
--- The buckets by number: key, interval, burst, a counter's period's end (ms) and
--- the state of its key (shared by the buckets of one key).
-local b_interval, b_burst, b_expires, b_state = {}, {}, {}, {}
--- The limits of job k (none: `lim_n[k]` nil): the entries lim_at[k] + 1 ..
--- lim_at[k] + lim_n[k] of `l_bucket` (bucket numbers), all taking the job's cost
--- `lim_cost[k]`; `l_next` holds what a take would leave (a TAT, or a count),
--- once checked. Flat arrays: a job's limits cost no table of their own.
+-- The buckets by number: interval (a throttled one's, stretched by its share),
+-- burst, a counter's period's end (ms), the total the call's jobs would take, the
+-- state of its key (shared by the buckets of one key) and its base: the TAT a
+-- first take starts from (max(TAT, now)), or a counter's count. The worker works
+-- out the TAT each take left from the bases (the reply's tail, `limits_tail`).
+local b_interval, b_burst, b_expires, b_total, b_state, b_base = {}, {}, {}, {}, {}, {}
+local b_count = 0
+-- Where job k's limits are (ARGV[lim_arg + k]: '' when it meets none, else its
+-- cost and its buckets' numbers, space-separated), and, once read, its cost and
+-- its buckets: the entries lim_at[k] + 1 .. lim_at[k] + lim_n[k] of `l_bucket`;
+-- `l_next` holds what a take would leave (a TAT, or a count), once checked.
+local lim_arg = nil
 local lim_at, lim_n, lim_cost = {}, {}, {}
 local l_bucket, l_next = {}, {}
+local l_used = 0
+-- Whether every bucket admits its total, no two sharing a key.
+local sure = false
+
+-- Job k's cost and buckets, read from its argument on first use.
+local function read_job(k)
+  if lim_n[k] then return end
+  local e, n, cost = l_used, 0, nil
+  for word in string.gmatch(ARGV[lim_arg + k], '%d+') do
+    if cost then
+      n = n + 1
+      l_bucket[e + n] = tonumber(word)
+    else
+      cost = tonumber(word)
+    end
+  end
+  lim_at[k], lim_n[k], lim_cost[k] = e, n, cost
+  l_used = e + n
+end
+
+-- Bucket i's base and interval in force, and whether it admits its total.
+local function admits_total(i)
+  local st = b_state[i]
+  if b_interval[i] == 0 then
+    local count = tonumber(st.raw or '0')
+    st.count = count
+    b_base[i] = count
+    return count + b_total[i] <= b_burst[i]
+  end
+  if not st.tat then parse_bucket(st) end
+  if st.share then b_interval[i] = math.ceil(b_interval[i] / st.share) end
+  local base = math.max(st.tat, now_us)
+  b_base[i] = base
+  return base + b_interval[i] * (b_total[i] - b_burst[i]) <= now_us
+end
+
 do
   local at = section('limits')
   if at then
     local argv = ARGV
     local d = tonumber(argv[at])
+    b_count = d
     local states, keys = {}, {}
+    local shared = false
     for i = 1, d do
-      local a = at + 4 * i - 3
+      local a = at + 5 * i - 4
       local key = argv[a]
-      if not states[key] then
+      if states[key] then shared = true else
         states[key] = true
         keys[#keys + 1] = key
       end
       b_interval[i], b_burst[i] = tonumber(argv[a + 1]), tonumber(argv[a + 2])
-      b_expires[i] = tonumber(argv[a + 3])
+      b_expires[i], b_total[i] = tonumber(argv[a + 3]), tonumber(argv[a + 4])
     end
     for from = 1, #keys, 1000 do
       local last = math.min(from + 999, #keys)
       local raw = redis.call('MGET', unpack(keys, from, last))
-      -- each key's state: its value as read (false: missing), parsed on its first
-      -- use (`parse_bucket`, or as a counter)
+      -- each key's state: its value as read (false: missing)
       for i = from, last do states[keys[i]] = {key = keys[i], raw = raw[i - from + 1]} end
     end
-    for i = 1, d do b_state[i] = states[argv[at + 4 * i - 3]] end
-    local b = at + 1 + 4 * d
-    local e = 0
-    for _ = 1, tonumber(argv[b]) do
-      local k, cost, count = tonumber(argv[b + 1]), tonumber(argv[b + 2]), tonumber(argv[b + 3])
-      lim_at[k], lim_n[k], lim_cost[k] = e, count, cost
-      for i = 1, count do l_bucket[e + i] = tonumber(argv[b + 3 + i]) end
-      e = e + count
-      b = b + 3 + count
+    sure = not shared
+    for i = 1, d do
+      b_state[i] = states[argv[at + 5 * i - 4]]
+      if not admits_total(i) then sure = false end
     end
+    lim_arg = at + 5 * d
   end
 end
 
 -- Job k's limits, as the admission passes them on (nil: it meets none).
 local function limits_of(k)
-  if lim_n[k] then return k end
+  if lim_arg and ARGV[lim_arg + k] ~= '' then return k end
   return nil
 end
 
@@ -95,7 +139,8 @@ end
 -- (ms, rounded up) at which the latest of the refusing ones allows, and that
 -- limit's number among the job's.
 local function limits_refuse(k)
-  if not k then return nil end
+  if not k or sure then return nil end
+  read_job(k)
   local e, cost = lim_at[k], lim_cost[k]
   local latest, which = nil, nil
   for i = 1, lim_n[k] do
@@ -103,21 +148,10 @@ local function limits_refuse(k)
     local st, interval, allow_at = b_state[n], b_interval[n], nil
     if interval == 0 then
       -- a quota's counter: its instant, when full, is its period's end
-      local count = st.count
-      if not count then
-        count = tonumber(st.raw or '0')
-        st.count = count
-      end
-      l_next[e + i] = count + 1
-      if count >= b_burst[n] then allow_at = b_expires[n] * 1000 end
+      l_next[e + i] = st.count + 1
+      if st.count >= b_burst[n] then allow_at = b_expires[n] * 1000 end
     else
-      local tat = st.tat
-      if not tat then
-        parse_bucket(st)
-        tat = st.tat
-      end
-      if st.share then interval = math.ceil(interval / st.share) end
-      if tat < now_us then tat = now_us end
+      local tat = math.max(st.tat, now_us)
       l_next[e + i] = tat + interval * cost
       local at = tat + interval * (cost - b_burst[n])
       if at > now_us then allow_at = at end
@@ -130,13 +164,15 @@ local function limits_refuse(k)
   return math.ceil(latest / 1000), which
 end
 
--- The buckets' states taken from, in the order of their first take (written by
--- `write_limits`).
-local taken = {}
+-- The jobs that took (by number), and the buckets' states taken from, in the
+-- order of their first take (written by `write_limits`).
+local took, taken = {}, {}
 
 -- Take every limit of job `k` (nil: none), once `limits_refuse` said all admit.
 local function take_limits(k)
   if not k then return end
+  took[k] = true
+  if sure then return end
   local e = lim_at[k]
   for i = 1, lim_n[k] do
     local n = l_bucket[e + i]
@@ -153,18 +189,37 @@ local function take_limits(k)
   end
 end
 
--- The TATs (or counts) job k's takes left, in its limits' order, then their
--- number, appended to `payload`.
-local function taken_by(k, payload)
-  local e, n = lim_at[k], lim_n[k]
-  local m = #payload
-  for i = 1, n do payload[m + i] = l_next[e + i] end
-  payload[m + n + 1] = n
+-- A sure call's takes: each bucket's total, less the costs of the jobs that met
+-- it and did not take, from its base.
+local function take_totals()
+  for k = 1, jobs do
+    if not took[k] and limits_of(k) then
+      read_job(k)
+      local e = lim_at[k]
+      for i = 1, lim_n[k] do
+        local n = l_bucket[e + i]
+        b_total[n] = b_total[n] - (b_interval[n] == 0 and 1 or lim_cost[k])
+      end
+    end
+  end
+  for n = 1, b_count do
+    if b_total[n] > 0 then
+      local st = b_state[n]
+      st.taken = true
+      taken[#taken + 1] = st
+      if b_interval[n] == 0 then
+        st.count, st.expires = b_base[n] + b_total[n], b_expires[n]
+      else
+        st.tat = b_base[n] + b_interval[n] * b_total[n]
+      end
+    end
+  end
 end
 
 -- Write every bucket taken from, once: a counter expiring at its period's end; a
 -- TAT (with its ramp while it lasts) expiring when the bucket is full again.
 local function write_limits()
+  if sure then take_totals() end
   for i = 1, #taken do
     local st = taken[i]
     if st.count then
@@ -174,5 +229,14 @@ local function write_limits()
       redis.call('SET', st.key, string.format('%.0f', st.tat) .. st.ramp,
         'PXAT', string.format('%.0f', math.ceil(math.max(st.tat, st.ramp_end) / 1000)))
     end
+  end
+end
+
+-- The reply's tail when the call carries limits: each bucket's base and interval
+-- in force (0: a counter), by number, appended to `out` after its `n` values.
+local function limits_tail(out, n)
+  for i = 1, b_count do
+    out[n + 2 * i - 1] = b_base[i]
+    out[n + 2 * i] = b_interval[i]
   end
 end

@@ -64,15 +64,17 @@ local ARG = {
 --   shadow mode) and every layer that holds it pass; it is then recorded in its key
 --   and every layer's.
 -- Section `limits` (only when some job of the call meets limits): D, the number
---   of distinct buckets the call's jobs meet; then D quadruples: key (the limit's
+--   of distinct buckets the call's jobs meet; then D quintuples: key (the limit's
 --   bucket), interval (µs per unit of cost; 0: a quota's counter), burst (units;
---   a counter's count), a counter's period's end (ms; 0 for a bucket); then Q,
---   the number of jobs that meet limits; then for each of them: k, its number in
---   the call; its cost (units, taken from each of its buckets; a counter counts
---   one); L, its number of limits; then the L buckets' numbers (1..D). A job with limits is admitted only when its policy and caps pass and
---   then every limit admits its cost; it then takes its cost from every one. When
---   a limit refuses, nothing is recorded or taken for it anywhere (answer
---   `limited`). Each bucket is read once and written once per call.
+--   a counter's count), a counter's period's end (ms; 0 for a bucket), and the
+--   total the call's jobs would take from it (the sum of their costs; a counter:
+--   their number); then one value per job of the call, in order: '' when it meets
+--   no limit, else its cost (units, taken from each of its buckets; a counter
+--   counts one) and its buckets' numbers (1..D), space-separated. A job with
+--   limits is admitted only when its policy and caps pass and then every limit
+--   admits its cost; it then takes its cost from every one. When a limit refuses,
+--   nothing is recorded or taken for it anywhere (answer `limited`). Each bucket
+--   is read once and written once per call.
 -- Section `suppression` (only while some recipient may be suppressed):
 --   L, the length of the key prefix: a job's suppressions are the hash named by the
 --   first L + 19 bytes of its key (`prefix:{tag}`) followed by `/suppressed`; field
@@ -95,7 +97,12 @@ local ARG = {
 -- The reply is one flat array (a flat reply spares Redis and the caller a table per
 -- job): now (ms), then one answer per job, in order:
 --   code, flags, [the quiet hours' version, when flags hold FLAG.quiet], n, then n
---   values (the payload; times are in ms)
+--   values (the payload; times are in ms); then, when the call carries limits, two
+--   values per bucket, by number: the base its first take starts from (max(TAT,
+--   now) in µs; a counter's count) and its interval in force (a throttled
+--   bucket's, stretched; 0 for a counter). The TAT a job's take left is the base
+--   plus the interval times the costs taken from the bucket's key by the jobs up
+--   to it (a counter: the base plus their number): the worker works it out.
 local ANSWER = {
   admitted = 1,     -- recorded at now, in its key and every layer's
   refused = 2,      -- payload: the times of the other sends its key remembers
@@ -129,10 +136,10 @@ local FLAG = {
   quiet = 2,        -- refused or layered, and its recipient has quiet hours (of the
                     -- version that follows the flags) that do not allow it: the
                     -- worker pushes the instant the caps give past them
-  taken = 4,        -- admitted or shadowed, and it took from its limits: the payload
-                    -- ends with the TAT (µs) each limit's take left, in the order of
-                    -- its limits, then their number L (the worker gives a take back
-                    -- with lua/refund.lua when the job is released or parked)
+  taken = 4,        -- admitted or shadowed, and it took from its limits (the worker
+                    -- works out the TAT each take left from the reply's tail, and
+                    -- gives a take back with lua/refund.lua when the job is
+                    -- released or parked)
 }
 -- What an `opted_out` answer's recipient opted out of.
 local OPTED_OUT = {

@@ -55,7 +55,8 @@ impl Flag {
     pub(crate) const INHERITED: i64 = 1;
     /// Refused or layered, with the recipient's quiet hours' version after the flags.
     pub(crate) const QUIET: i64 = 2;
-    /// Admitted or shadowed, with the TATs its limits' takes left ending the payload.
+    /// Admitted or shadowed, and it took from its limits (the TATs its takes left
+    /// are worked out from the reply's tail: `command::Numbering::replay`).
     pub(crate) const TAKEN: i64 = 4;
     /// Every flag, with its name in the script.
     #[cfg(test)]
@@ -178,22 +179,14 @@ fn blocks(payload: &[i64]) -> Option<Vec<Vec<i64>>> {
 }
 
 impl Answer<'_> {
-    /// The payload without the limits' takes, and the takes (flag `taken`: the
-    /// payload ends with L TATs, then L); `None` if it is too short for them.
-    fn taken(&self) -> Option<(&[i64], Vec<i64>)> {
-        if self.flags & Flag::TAKEN == 0 {
-            return Some((self.payload, Vec::new()));
-        }
-        let (&n, rest) = self.payload.split_last()?;
-        let n = usize::try_from(n).ok().filter(|n| *n <= rest.len())?;
-        let (p, takes) = rest.split_at(rest.len() - n);
-        Some((p, takes.to_vec()))
-    }
-
     /// The verdict this answer gives at `now`; `None` if its payload does not fit
     /// its code.
     fn verdict(&self, now: i64) -> Option<Verdict> {
-        let (p, taken) = self.taken()?;
+        let (p, taken) = (self.payload, Vec::new());
+        let took = self.flags & Flag::TAKEN != 0;
+        if took && !matches!(self.code, Code::Admitted | Code::Shadowed) {
+            return None;
+        }
         let inherited = self.flags & Flag::INHERITED != 0;
         let one = || match p {
             [v] => Some(*v),
@@ -228,16 +221,18 @@ impl Answer<'_> {
 }
 
 /// The verdicts of `jobs` jobs from the script's flat reply: `now`, then each
-/// job's answer. `None` if the reply does not have that shape.
-pub fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
+/// job's answer, then the tail (the limits' bases and intervals, when the call
+/// carries limits; the takes of an admitted or shadowed job are left empty, for
+/// `command::Numbering::replay`). `None` if the reply does not have that shape.
+pub fn verdicts(flat: &[i64], jobs: usize) -> Option<(Vec<Verdict>, &[i64])> {
     let (&now, mut rest) = flat.split_first()?;
     let mut out = Vec::with_capacity(jobs);
-    while !rest.is_empty() {
+    for _ in 0..jobs {
         let (answer, tail) = next_answer(rest)?;
         out.push(answer.verdict(now)?);
         rest = tail;
     }
-    (out.len() == jobs).then_some(out)
+    Some((out, rest))
 }
 
 #[cfg(test)]

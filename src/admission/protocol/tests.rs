@@ -1,4 +1,4 @@
-use super::{verdicts, Code, Flag, Verdict};
+use super::{Code, Flag, Verdict};
 use crate::quota::suppression::{Kind, Suppression};
 use crate::redis::lua_tables::lua_table;
 
@@ -9,6 +9,12 @@ fn answer(code: Code, flags: i64, payload: &[i64]) -> Vec<i64> {
     let mut out = vec![code as i64, flags, payload.len() as i64];
     out.extend_from_slice(payload);
     out
+}
+
+/// The verdicts of a reply without a tail (a call that carries no limits).
+fn verdicts(flat: &[i64], jobs: usize) -> Option<Vec<Verdict>> {
+    let (out, tail) = super::verdicts(flat, jobs)?;
+    tail.is_empty().then_some(out)
 }
 
 fn reply(answers: &[Vec<i64>]) -> Vec<i64> {
@@ -112,28 +118,28 @@ fn a_refusal_with_quiet_hours_carries_their_version() {
 }
 
 #[test]
-fn an_admission_that_took_from_its_limits_carries_their_tats() {
+fn the_limits_tail_follows_the_answers_and_takes_are_left_to_fill() {
     let taken = Flag::TAKEN;
-    let flat = reply(&[
-        answer(Code::Admitted, taken, &[1_700_000_000_000_123, 9, 2]),
-        answer(Code::Shadowed, taken + Flag::INHERITED, &[30, 40, 7, 1]),
-        answer(Code::Admitted, taken, &[0]),
+    let mut flat = reply(&[
+        answer(Code::Admitted, taken, &[]),
+        answer(Code::Shadowed, taken + Flag::INHERITED, &[30, 40]),
     ]);
+    flat.extend_from_slice(&[1_700_000_000_000_123, 1_000, 4, 0]);
     assert_eq!(
-        verdicts(&flat, 3),
-        Some(vec![
-            Verdict::Admitted(NOW, false, vec![1_700_000_000_000_123, 9]),
-            Verdict::Shadowed(NOW, vec![30, 40], true, vec![7]),
-            Verdict::Admitted(NOW, false, vec![]),
-        ])
+        super::verdicts(&flat, 2),
+        Some((
+            vec![
+                Verdict::Admitted(NOW, false, vec![]),
+                Verdict::Shadowed(NOW, vec![30, 40], true, vec![]),
+            ],
+            &[1_700_000_000_000_123, 1_000, 4, 0][..]
+        ))
     );
-    let short = reply(&[answer(Code::Admitted, taken, &[5, 2])]);
-    assert_eq!(verdicts(&short, 1), None, "fewer takes than said");
 }
 
 #[test]
 fn a_reply_of_another_shape_is_refused() {
-    let bad: [(&[i64], usize, &str); 11] = [
+    let bad: [(&[i64], usize, &str); 12] = [
         (&[], 0, "no time"),
         (&[NOW, 1, 0, 0], 2, "a job short"),
         (&[NOW, 1, 0, 0, 1, 0, 0], 1, "a job over"),
@@ -145,6 +151,7 @@ fn a_reply_of_another_shape_is_refused() {
         (&[NOW, 9, 0, 3, 2, 1, 5], 1, "a layer short"),
         (&[NOW, 10, 0, 2, 1, 2], 1, "a suppression short"),
         (&[NOW, 11, 0, 2, 1, 2], 1, "an opt-out with two values"),
+        (&[NOW, 2, 4, 0], 1, "a refused job that took"),
     ];
     for (flat, jobs, why) in bad {
         assert_eq!(verdicts(flat, jobs), None, "{why}");
