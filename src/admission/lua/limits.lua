@@ -25,32 +25,39 @@
 -- takes in order, each seeing the takes of the ones before it.
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- A bucket a `throttled` feedback paused (lua/throttle.lua, as a channel's rate)
--- holds `tat:P:R`: paused until P, then ramping back over R (µs). Sets the state's
--- TAT, the share of the limit's rate in force now (nil: all of it; ten per cent
--- until P, then growing linearly to all at P + R, as lua/gcra.lua's read_tat), the
--- suffix to keep while ramping ('' after) and P + R (0 after).
-local function parse_bucket(st)
-  st.ramp, st.ramp_end = '', 0
-  local raw = st.raw
-  if not raw then st.tat = 0 return end
+-- The distinct keys of the call's buckets, by number: the key, its value as read
+-- (false: missing) and its state, parsed once: a TAT (or a counter's count), and
+-- for a bucket a `throttled` feedback paused (lua/throttle.lua, as a channel's
+-- rate: `tat:P:R`, paused until P, then ramping back over R µs) the share of the
+-- limit's rate in force now (false: all of it; ten per cent until P, then growing
+-- linearly to all at P + R, as lua/gcra.lua's read_tat), the suffix to keep while
+-- ramping ('' after) and P + R (0 after); whether a job took from it, and a
+-- counter's period's end. Flat arrays: a key costs no table of its own.
+local k_name, k_raw, k_tat, k_share, k_ramp, k_ramp_end = {}, {}, {}, {}, {}, {}
+local k_taken, k_expires = {}, {}
+
+-- Key j's TAT, share, ramp and its end, from its value.
+local function parse_bucket(j)
+  k_share[j], k_ramp[j], k_ramp_end[j] = false, '', 0
+  local raw = k_raw[j]
+  if not raw then k_tat[j] = 0 return end
   local c = string.find(raw, ':', 1, true)
-  if not c then st.tat = tonumber(raw) return end
+  if not c then k_tat[j] = tonumber(raw) return end
   local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
   p, r = tonumber(p), tonumber(r)
-  st.tat = tonumber(string.sub(raw, 1, c - 1))
+  k_tat[j] = tonumber(string.sub(raw, 1, c - 1))
   if not p or now_us >= p + r then return end
   local share = 0.1
   if now_us > p then share = 0.1 + 0.9 * (now_us - p) / r end
-  st.share, st.ramp, st.ramp_end = share, string.sub(raw, c), p + r
+  k_share[j], k_ramp[j], k_ramp_end[j] = share, string.sub(raw, c), p + r
 end
 
 -- The buckets by number: interval (a throttled one's, stretched by its share),
--- burst, a counter's period's end (ms), the total the call's jobs would take, the
--- state of its key (shared by the buckets of one key) and its base: the TAT a
--- first take starts from (max(TAT, now)), or a counter's count. The worker works
--- out the TAT each take left from the bases (the reply's tail, `limits_tail`).
-local b_interval, b_burst, b_expires, b_total, b_state, b_base = {}, {}, {}, {}, {}, {}
+-- burst, a counter's period's end (ms), the total the call's jobs would take, its
+-- key's number and its base: the TAT a first take starts from (max(TAT, now)), or
+-- a counter's count. The worker works out the TAT each take left from the bases
+-- (the reply's tail, `limits_tail`).
+local b_interval, b_burst, b_expires, b_total, b_key, b_base = {}, {}, {}, {}, {}, {}
 local b_count = 0
 -- Where job k's limits are (ARGV[lim_arg + k]: '' when it meets none, else its
 -- cost and its buckets' numbers, space-separated), and, once read, its cost and
@@ -81,16 +88,16 @@ end
 
 -- Bucket i's base and interval in force, and whether it admits its total.
 local function admits_total(i)
-  local st = b_state[i]
+  local j = b_key[i]
   if b_interval[i] == 0 then
-    local count = tonumber(st.raw or '0')
-    st.count = count
+    local count = tonumber(k_raw[j] or '0')
+    k_tat[j] = count
     b_base[i] = count
     return count + b_total[i] <= b_burst[i]
   end
-  if not st.tat then parse_bucket(st) end
-  if st.share then b_interval[i] = math.ceil(b_interval[i] / st.share) end
-  local base = math.max(st.tat, now_us)
+  if not k_tat[j] then parse_bucket(j) end
+  if k_share[j] then b_interval[i] = math.ceil(b_interval[i] / k_share[j]) end
+  local base = math.max(k_tat[j], now_us)
   b_base[i] = base
   return base + b_interval[i] * (b_total[i] - b_burst[i]) <= now_us
 end
@@ -101,27 +108,26 @@ do
     local argv = ARGV
     local d = tonumber(argv[at])
     b_count = d
-    local states, keys = {}, {}
-    local shared = false
+    local number = {}
     for i = 1, d do
       local a = at + 5 * i - 4
       local key = argv[a]
-      if states[key] then shared = true else
-        states[key] = true
-        keys[#keys + 1] = key
+      local j = number[key]
+      if not j then
+        j = #k_name + 1
+        number[key], k_name[j] = j, key
       end
+      b_key[i] = j
       b_interval[i], b_burst[i] = tonumber(argv[a + 1]), tonumber(argv[a + 2])
       b_expires[i], b_total[i] = tonumber(argv[a + 3]), tonumber(argv[a + 4])
     end
-    for from = 1, #keys, 1000 do
-      local last = math.min(from + 999, #keys)
-      local raw = redis.call('MGET', unpack(keys, from, last))
-      -- each key's state: its value as read (false: missing)
-      for i = from, last do states[keys[i]] = {key = keys[i], raw = raw[i - from + 1]} end
+    for from = 1, #k_name, 1000 do
+      local last = math.min(from + 999, #k_name)
+      local raw = redis.call('MGET', unpack(k_name, from, last))
+      for j = from, last do k_raw[j] = raw[j - from + 1] end
     end
-    sure = not shared
+    sure = #k_name == d
     for i = 1, d do
-      b_state[i] = states[argv[at + 5 * i - 4]]
       if not admits_total(i) then sure = false end
     end
     lim_arg = at + 5 * d
@@ -145,13 +151,13 @@ local function limits_refuse(k)
   local latest, which = nil, nil
   for i = 1, lim_n[k] do
     local n = l_bucket[e + i]
-    local st, interval, allow_at = b_state[n], b_interval[n], nil
+    local j, interval, allow_at = b_key[n], b_interval[n], nil
     if interval == 0 then
       -- a quota's counter: its instant, when full, is its period's end
-      l_next[e + i] = st.count + 1
-      if st.count >= b_burst[n] then allow_at = b_expires[n] * 1000 end
+      l_next[e + i] = k_tat[j] + 1
+      if k_tat[j] >= b_burst[n] then allow_at = b_expires[n] * 1000 end
     else
-      local tat = math.max(st.tat, now_us)
+      local tat = math.max(k_tat[j], now_us)
       l_next[e + i] = tat + interval * cost
       local at = tat + interval * (cost - b_burst[n])
       if at > now_us then allow_at = at end
@@ -164,9 +170,18 @@ local function limits_refuse(k)
   return math.ceil(latest / 1000), which
 end
 
--- The jobs that took (by number), and the buckets' states taken from, in the
--- order of their first take (written by `write_limits`).
+-- The jobs that took (by number), and the keys taken from, in the order of their
+-- first take (written by `write_limits`).
 local took, taken = {}, {}
+
+-- Key j now holds `value` (a TAT, or a counter's count expiring at `expires`).
+local function took_from(j, value, expires)
+  if not k_taken[j] then
+    k_taken[j] = true
+    taken[#taken + 1] = j
+  end
+  k_tat[j], k_expires[j] = value, expires
+end
 
 -- Take every limit of job `k` (nil: none), once `limits_refuse` said all admit.
 local function take_limits(k)
@@ -176,16 +191,7 @@ local function take_limits(k)
   local e = lim_at[k]
   for i = 1, lim_n[k] do
     local n = l_bucket[e + i]
-    local st = b_state[n]
-    if not st.taken then
-      st.taken = true
-      taken[#taken + 1] = st
-    end
-    if b_interval[n] == 0 then
-      st.count, st.expires = l_next[e + i], b_expires[n]
-    else
-      st.tat = l_next[e + i]
-    end
+    took_from(b_key[n], l_next[e + i], b_interval[n] == 0 and b_expires[n])
   end
 end
 
@@ -204,30 +210,27 @@ local function take_totals()
   end
   for n = 1, b_count do
     if b_total[n] > 0 then
-      local st = b_state[n]
-      st.taken = true
-      taken[#taken + 1] = st
       if b_interval[n] == 0 then
-        st.count, st.expires = b_base[n] + b_total[n], b_expires[n]
+        took_from(b_key[n], b_base[n] + b_total[n], b_expires[n])
       else
-        st.tat = b_base[n] + b_interval[n] * b_total[n]
+        took_from(b_key[n], b_base[n] + b_interval[n] * b_total[n], false)
       end
     end
   end
 end
 
--- Write every bucket taken from, once: a counter expiring at its period's end; a
+-- Write every key taken from, once: a counter expiring at its period's end; a
 -- TAT (with its ramp while it lasts) expiring when the bucket is full again.
 local function write_limits()
   if sure then take_totals() end
   for i = 1, #taken do
-    local st = taken[i]
-    if st.count then
-      redis.call('SET', st.key, string.format('%.0f', st.count),
-        'PXAT', string.format('%.0f', st.expires))
+    local j = taken[i]
+    if k_expires[j] then
+      redis.call('SET', k_name[j], string.format('%.0f', k_tat[j]),
+        'PXAT', string.format('%.0f', k_expires[j]))
     else
-      redis.call('SET', st.key, string.format('%.0f', st.tat) .. st.ramp,
-        'PXAT', string.format('%.0f', math.ceil(math.max(st.tat, st.ramp_end) / 1000)))
+      redis.call('SET', k_name[j], string.format('%.0f', k_tat[j]) .. k_ramp[j],
+        'PXAT', string.format('%.0f', math.ceil(math.max(k_tat[j], k_ramp_end[j]) / 1000)))
     end
   end
 end
