@@ -70,6 +70,10 @@ pub struct Args {
     /// The tenants step: N tenants active at once in one lane instead (what they
     /// cost the broker, Redis and the worker, the drain, what is left after); 0
     /// (the default): tenants a, b and c.
+    /// The engine-limits step: senders the jobs take turns with (each call then
+    /// meets about as many sender buckets as it has jobs, up to this many).
+    #[arg(long, default_value_t = 1_000)]
+    pub limits_senders: usize,
     #[arg(long, default_value_t = 0)]
     pub tenants_count: usize,
     /// With `--tenants-count`: bulk jobs of each tenant.

@@ -1,11 +1,12 @@
 //! The engine step's limit variant (`--steps engine-limits`): admissions per
 //! second with three limits that match every job (one bucket for all, one per
-//! tenant, one per sender over 1,000 senders; rates that never refuse), with the
-//! same three limits matching another channel only, and with none. The policy of
-//! the engine step (3 per rolling day, distinct recipients: every job runs the
-//! whole script), on a private `redis-server` (its counters are this step's
-//! alone). The three configurations alternate in each round (the first moving
-//! round by round), and every round is kept: admissions per second, Redis's
+//! tenant, one per sender over `--limits-senders` senders, 1,000 by default;
+//! rates that never refuse), with the same three limits matching another channel
+//! only, and with none. The policy of the engine step (3 per rolling day,
+//! distinct recipients: every job runs the whole script), on a private
+//! `redis-server` (its counters are this step's alone). The three configurations
+//! alternate in each round (the first moving round by round), each run from an
+//! empty keyspace, and every round is kept: admissions per second, Redis's
 //! `EVALSHA` time and CPU per job, and this process's CPU per job (the engine's
 //! own side of the admission).
 
@@ -25,9 +26,6 @@ use crate::report::{LimitsCost, LimitsRound, Report};
 
 /// The configurations, in the order of [`LimitsCost::medians`].
 pub const CONFIGS: [&str; 3] = ["none", "three matching", "three matching nothing"];
-
-/// Senders the jobs take turns with.
-const SENDERS: usize = 1_000;
 
 /// Runs the step into `report`: `--rounds` rounds (default 8) of `--jobs`
 /// admissions (default 20,000; 5,000 with `--quick`) per configuration.
@@ -56,7 +54,8 @@ pub async fn step(b: &Bench, report: &mut Report) -> Result<()> {
     };
     for round in 0..rounds {
         for k in (0..CONFIGS.len()).map(|i| (i + round) % CONFIGS.len()) {
-            let r = measure(&stores[k], &redis, n, &format!("{round}-{k}-")).await?;
+            let tag = format!("{round}-{k}-");
+            let r = measure(&stores[k], &redis, (n, b.args.limits_senders.max(1)), &tag).await?;
             let r = LimitsRound {
                 round: round + 1,
                 config: CONFIGS[k].to_string(),
@@ -100,14 +99,17 @@ fn with_limits(none: &Settings) -> (Settings, Settings) {
 }
 
 /// `n` admissions on `engine` (256 in flight, distinct recipients, tenant `t`,
-/// [`SENDERS`] senders): one round's figures.
+/// `senders` senders): one round's figures.
 async fn measure(
     engine: &Arc<QuotaStore>,
     redis: &RedisServer,
-    n: usize,
+    (n, senders): (usize, usize),
     tag: &str,
 ) -> Result<LimitsRound> {
     let mut c = redis.connection();
+    // every run from an empty keyspace: one that grows from run to run rehashes its
+    // table in whichever run crosses a power of two, and slows that run alone
+    let _: () = redis::cmd("FLUSHALL").arg("SYNC").query(&mut c)?;
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c)?;
     let redis_cpu = crate::layers::cpu_us(&mut c)?;
     let own_cpu = crate::sample::cpu_secs(std::process::id()).unwrap_or(0.0);
@@ -119,7 +121,7 @@ async fn measure(
             let (id, who, sender) = (
                 format!("{tag}{i}"),
                 format!("{tag}r{i}"),
-                format!("s{}", i % SENDERS),
+                format!("s{}", i % senders),
             );
             let req = Request {
                 tenant: Some("t"),

@@ -63,8 +63,8 @@ pub(super) fn cost_never_admitted(
     })
 }
 
-/// What an admission took from its limits: the TATs the script answered, in the
-/// order of its limits (`None`: none).
+/// What an admission took from its limits: the TATs its takes left (worked out
+/// by `command::Numbering::replay`), in the order of its limits (`None`: none).
 #[allow(clippy::box_collection)] // the ticket's thin box
 fn takes(limits: &[LimitArgs], tats: Vec<i64>) -> Option<Box<Vec<Take>>> {
     let takes: Vec<Take> = limits
