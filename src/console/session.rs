@@ -149,6 +149,9 @@ impl Console {
 }
 
 /// The store and settings, once the worker is connected; 404 with the console off.
+// the error is the handler's early answer, returned once a request (as axum's own
+// extractors return theirs)
+#[allow(clippy::result_large_err)]
 pub(super) fn ready(app: &Console) -> Result<(Arc<QuotaStore>, Settings), Response> {
     let Some(reloader) = app.status.reloader() else {
         return Err(layout::bare(
