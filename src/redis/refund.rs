@@ -22,7 +22,7 @@ pub async fn refund(
     rate: Rate,
     tat: i64,
 ) -> Result<Duration, StoreError> {
-    refund_take(conn, script, key, (rate.interval_us, rate.cost), tat).await
+    refund_take(conn, script, &key, (rate.interval_us, rate.cost), tat).await
 }
 
 /// Refund the take of `cost` units at `interval_us` each that left the TAT `tat`
@@ -30,7 +30,7 @@ pub async fn refund(
 pub async fn refund_take(
     conn: &RedisConn,
     script: &Script,
-    key: String,
+    key: &str,
     (interval_us, cost): (u64, u64),
     tat: i64,
 ) -> Result<Duration, StoreError> {

@@ -208,7 +208,7 @@ impl QuotaStore {
             crate::redis::refund::refund_take(
                 &self.conn,
                 &self.scripts.channel.refund,
-                take.key.to_string(),
+                &take.key,
                 (take.interval_us, take.cost),
                 take.tat_us,
             )

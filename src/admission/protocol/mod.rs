@@ -182,7 +182,8 @@ impl Answer<'_> {
     /// The verdict this answer gives at `now`; `None` if its payload does not fit
     /// its code.
     fn verdict(&self, now: i64) -> Option<Verdict> {
-        let (p, taken) = (self.payload, Vec::new());
+        let p = self.payload;
+        // a job that took is admitted or shadowed; its takes are filled in later
         let took = self.flags & Flag::TAKEN != 0;
         if took && !matches!(self.code, Code::Admitted | Code::Shadowed) {
             return None;
@@ -193,9 +194,9 @@ impl Answer<'_> {
             _ => None,
         };
         Some(match self.code {
-            Code::Admitted => Verdict::Admitted(now, inherited, taken),
+            Code::Admitted => Verdict::Admitted(now, inherited, Vec::new()),
             Code::Refused => Verdict::Refused(now, p.to_vec(), self.quiet),
-            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited, taken),
+            Code::Shadowed => Verdict::Shadowed(now, p.to_vec(), inherited, Vec::new()),
             Code::Duplicate => Verdict::Duplicate(now),
             Code::Reserved => Verdict::Reserved(now, one()?),
             Code::Replan => Verdict::Replan(now),
