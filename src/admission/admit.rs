@@ -195,6 +195,7 @@ impl Admit<'_> {
             Some((l.clone(), args))
         });
         let warming: Vec<_> = warming.collect();
+        let mut bucket_keys = self.store.admission.bucket_keys();
         limits
             .into_iter()
             .map(|(l, bucket)| {
@@ -216,10 +217,8 @@ impl Admit<'_> {
                         }
                     }
                     None => LimitArgs {
-                        key: self
-                            .store
-                            .admission
-                            .bucket_key(&l.name, bucket, || self.store.keys.limit(&l.name, bucket)),
+                        key: bucket_keys
+                            .get(&l.name, bucket, || self.store.keys.limit(&l.name, bucket)),
                         interval_us: l.rate.interval_us,
                         burst: l.rate.burst,
                         cost,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -49,9 +49,47 @@ const MAX_BUCKET_KEYS: usize = 32_768;
 /// sender's key is a keyed hash of it (`Keys::limit`), the same for every job
 /// of it, so it is made once and shared (the jobs of one call then name one key).
 #[derive(Default)]
-struct BucketKeys {
-    by_limit: HashMap<String, [HashMap<String, Arc<str>>; 3]>,
+pub(crate) struct BucketKeys {
+    by_limit: Fast<String, [Fast<String, Arc<str>>; 3]>,
     len: usize,
+}
+
+/// A map with a fast hasher: its keys are the worker's own limit names and keyed
+/// hashes, not an attacker's choice, and each job looks up several.
+type Fast<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+impl BucketKeys {
+    /// The key of limit `name`'s bucket `(kind, value)` (see
+    /// [`crate::quota::limits::Limit::bucket`]): the one made before, else
+    /// `make()`'s, kept.
+    pub(crate) fn get(
+        &mut self,
+        name: &str,
+        (kind, value): (&str, &str),
+        make: impl FnOnce() -> String,
+    ) -> Arc<str> {
+        let slot = match kind {
+            "t" => 1,
+            "s" => 2,
+            _ => 0,
+        };
+        let known = self.by_limit.get(name).and_then(|k| k[slot].get(value));
+        if let Some(key) = known {
+            return key.clone();
+        }
+        let key: Arc<str> = make().into();
+        if self.len >= MAX_BUCKET_KEYS {
+            *self = BucketKeys::default();
+        }
+        if !self.by_limit.contains_key(name) {
+            self.by_limit.insert(name.to_string(), Default::default());
+        }
+        let kinds = self.by_limit.get_mut(name).expect("inserted above");
+        if kinds[slot].insert(value.to_string(), key.clone()).is_none() {
+            self.len += 1;
+        }
+        key
+    }
 }
 
 impl AdmissionState {
@@ -115,41 +153,10 @@ impl AdmissionState {
         caps.unwrap_or_else(|e| e.into_inner()).clear();
     }
 
-    /// The key of limit `name`'s bucket `(kind, value)` (see
-    /// [`crate::quota::limits::Limit::bucket`]): the one made before, else
-    /// `make()`'s, kept.
-    pub(crate) fn bucket_key(
-        &self,
-        name: &str,
-        (kind, value): (&str, &str),
-        make: impl FnOnce() -> String,
-    ) -> Arc<str> {
-        let slot = match kind {
-            "t" => 1,
-            "s" => 2,
-            _ => 0,
-        };
-        let lock = || self.bucket_keys.lock().unwrap_or_else(|e| e.into_inner());
-        let known = lock()
-            .by_limit
-            .get(name)
-            .and_then(|kinds| kinds[slot].get(value).cloned());
-        if let Some(key) = known {
-            return key;
-        }
-        let key: Arc<str> = make().into();
-        let mut keys = lock();
-        if keys.len >= MAX_BUCKET_KEYS {
-            *keys = BucketKeys::default();
-        }
-        if !keys.by_limit.contains_key(name) {
-            keys.by_limit.insert(name.to_string(), Default::default());
-        }
-        let kinds = keys.by_limit.get_mut(name).expect("inserted above");
-        if kinds[slot].insert(value.to_string(), key.clone()).is_none() {
-            keys.len += 1;
-        }
-        key
+    /// The keys of the limits' buckets made so far, held for one job's limits
+    /// (one lock for all of them).
+    pub(crate) fn bucket_keys(&self) -> MutexGuard<'_, BucketKeys> {
+        self.bucket_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether admissions check suppressions.

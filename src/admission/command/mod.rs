@@ -119,7 +119,7 @@ impl Layout {
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
         let limited = jobs.iter().any(|j| !j.limits.is_empty());
-        let limits = place(limited, 1 + 5 * buckets.distinct.len() + jobs.len());
+        let limits = place(limited, buckets.args() + jobs.len());
         Layout {
             layers,
             suppression,
@@ -143,18 +143,20 @@ fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize
     }
 }
 
-/// The distinct buckets of a call's limits (a bucket: its key, interval, burst
-/// and, for a counter, its period's end), and each job's limits as numbers among
-/// them (from 0), in order.
+/// The distinct buckets of a call's limits, grouped by what the script needs of
+/// their limit (a group: interval, burst and, for a counter, its period's end),
+/// and each job's limits as numbers among them (from 0, in group order), in order.
 #[derive(Default)]
 struct Buckets<'a> {
-    distinct: Vec<&'a LimitArgs>,
+    /// Each group's buckets (the first names the group's limit).
+    groups: Vec<Vec<&'a LimitArgs>>,
     numbers: Vec<Vec<usize>>,
 }
 
 impl<'a> Buckets<'a> {
     /// Numbers the buckets of `jobs`' limits: most jobs of a call share their
-    /// buckets (one for all, one per tenant), sent once.
+    /// buckets (one for all, one per tenant), sent once, and the buckets of one
+    /// limit share its interval, burst and end, sent once.
     fn of(jobs: &[&'a AdmitArgs]) -> Buckets<'a> {
         if jobs.iter().all(|j| j.limits.is_empty()) {
             return Buckets::default();
@@ -162,38 +164,62 @@ impl<'a> Buckets<'a> {
         // the same key is mostly the same `Arc` (made once, `AdmissionState::bucket_key`):
         // known by its address (one key under two addresses is sent twice, and the
         // script shares its state by key all the same)
-        let mut seen: HashMap<(usize, u64, u64, u64), usize> = HashMap::new();
-        let mut distinct = Vec::new();
-        let numbers = jobs
+        let mut group_of: HashMap<(u64, u64, u64), usize> = HashMap::new();
+        let mut key_of: Vec<HashMap<usize, usize>> = Vec::new();
+        let mut groups: Vec<Vec<&'a LimitArgs>> = Vec::new();
+        // (group, bucket in it) of each job's limits, numbered once all are seen
+        let places: Vec<Vec<(usize, usize)>> = jobs
             .iter()
             .map(|job| {
-                let limits = job.limits.iter();
-                let number = |l: &'a LimitArgs| {
-                    *seen
-                        .entry((l.key.as_ptr() as usize, l.interval_us, l.burst, expires(l)))
+                let place = |l: &'a LimitArgs| {
+                    let g = *group_of
+                        .entry((l.interval_us, l.burst, expires(l)))
                         .or_insert_with(|| {
-                            distinct.push(l);
-                            distinct.len() - 1
-                        })
+                            groups.push(Vec::new());
+                            key_of.push(HashMap::new());
+                            groups.len() - 1
+                        });
+                    let b = *key_of[g].entry(l.key.as_ptr() as usize).or_insert_with(|| {
+                        groups[g].push(l);
+                        groups[g].len() - 1
+                    });
+                    (g, b)
                 };
-                limits.map(number).collect()
+                job.limits.iter().map(place).collect()
             })
             .collect();
-        Buckets { distinct, numbers }
+        let mut first = Vec::with_capacity(groups.len());
+        let mut next = 0;
+        for buckets in &groups {
+            first.push(next);
+            next += buckets.len();
+        }
+        let numbers = places
+            .into_iter()
+            .map(|p| p.into_iter().map(|(g, b)| first[g] + b).collect())
+            .collect();
+        Buckets { groups, numbers }
+    }
+
+    /// The buckets, by number.
+    fn distinct(&self) -> impl Iterator<Item = &'a LimitArgs> + '_ {
+        self.groups.iter().flatten().copied()
+    }
+
+    /// How many arguments the section's groups and buckets take.
+    fn args(&self) -> usize {
+        1 + self.groups.iter().map(|b| 4 + 2 * b.len()).sum::<usize>()
     }
 
     /// What the jobs would take from each bucket, by number: the sum of their
     /// costs (a counter: their number).
     fn totals(&self, jobs: &[&AdmitArgs]) -> Vec<u64> {
-        let mut totals = vec![0; self.distinct.len()];
+        let counter: Vec<bool> = self.distinct().map(|l| l.interval_us == 0).collect();
+        let mut totals = vec![0; counter.len()];
         for (job, numbers) in jobs.iter().zip(&self.numbers) {
             let cost = job_cost(&job.limits);
             for &n in numbers {
-                totals[n] += if self.distinct[n].interval_us == 0 {
-                    1
-                } else {
-                    cost
-                };
+                totals[n] += if counter[n] { 1 } else { cost };
             }
         }
         totals
@@ -202,9 +228,11 @@ impl<'a> Buckets<'a> {
     /// The numbering kept for the reply: each bucket's key as the first number
     /// that has it.
     fn numbering(self) -> Numbering {
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(self.distinct.len());
-        let key_of = (0..self.distinct.len())
-            .map(|n| *first.entry(&*self.distinct[n].key).or_insert(n))
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let key_of = self
+            .distinct()
+            .enumerate()
+            .map(|(n, l)| *first.entry(&*l.key).or_insert(n))
             .collect();
         Numbering {
             numbers: self.numbers,
@@ -351,17 +379,22 @@ fn job_cost(limits: &[LimitArgs]) -> u64 {
     cost
 }
 
-/// The limits section: the distinct buckets, each with the total its jobs would
-/// take, then each job's cost and its buckets' numbers in one value ('' for a
+/// The limits section: the groups, each with its limit's interval, burst and a
+/// counter's end, and its buckets (each its key and the total its jobs would
+/// take), then each job's cost and its buckets' numbers in one value ('' for a
 /// job that meets none).
 fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'_>) {
-    cmd.arg(buckets.distinct.len());
-    for (l, total) in buckets.distinct.iter().zip(buckets.totals(jobs)) {
-        cmd.arg(&*l.key)
-            .arg(l.interval_us)
+    cmd.arg(buckets.groups.len());
+    let mut totals = buckets.totals(jobs).into_iter();
+    for group in &buckets.groups {
+        let l = group[0];
+        cmd.arg(l.interval_us)
             .arg(l.burst)
             .arg(expires(l))
-            .arg(total);
+            .arg(group.len());
+        for (b, total) in group.iter().zip(&mut totals) {
+            cmd.arg(&*b.key).arg(total);
+        }
     }
     let mut word = String::with_capacity(32);
     for (job, numbers) in jobs.iter().zip(&buckets.numbers) {

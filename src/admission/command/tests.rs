@@ -99,9 +99,9 @@ fn a_call_without_sections_ends_with_its_keys() {
     assert_eq!(argv.last().unwrap(), "b", "the undeclared key last");
 }
 
-/// The limits section names each distinct bucket once (key, interval, burst, a
-/// counter's end, the total its jobs would take), then one value per job: its
-/// cost and its buckets' numbers.
+/// The limits section names each limit's interval, burst and a counter's end
+/// once, then each of its distinct buckets once (key, the total its jobs would
+/// take), then one value per job: its cost and its buckets' numbers.
 #[test]
 fn the_limits_section_sends_each_bucket_once() {
     let (a, b, c) = limited_jobs();
@@ -111,8 +111,9 @@ fn the_limits_section_sends_each_bucket_once() {
     assert_eq!(
         section,
         [
-            "3", "all", "1000", "5", "0", "4", "s:x", "1000", "5", "0", "1", "s:y", "1000", "5",
-            "0", "3", "1 1 2", // job 1: cost 1, buckets 1 and 2
+            "1", // one group: interval, burst, end, buckets
+            "1000", "5", "0", "3", "all", "4", "s:x", "1", "s:y", "3",
+            "1 1 2", // job 1: cost 1, buckets 1 and 2
             "",      // job 2 meets none
             "3 1 3", // job 3: cost 3, buckets 1 and 3
         ]

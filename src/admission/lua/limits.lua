@@ -1,6 +1,7 @@
 -- Section `limits`: the limits each job meets (`[limits.NAME]`). Each limit is a
 -- GCRA bucket whose key holds its theoretical arrival time (TAT, integer
--- microseconds of Redis TIME, written with %.0f); a missing key is a full bucket.
+-- microseconds of Redis TIME, written as an integer: `INT`); a missing key is a
+-- full bucket.
 -- A job of cost c passes a limit of interval I and burst B when max(TAT, now) +
 -- I * c - I * B <= now; taking it leaves TAT = max(TAT, now) + I * c, and the key
 -- expires at that TAT (an idle bucket is a full one: nothing is lost when it goes).
@@ -11,7 +12,8 @@
 --
 -- The jobs of one call mostly share buckets (one for all, one per tenant), so the
 -- call names each distinct bucket once, with the total its jobs would take from
--- it, and every job names its buckets by number. Every bucket's key is read once,
+-- it, and every job names its buckets by number; the buckets of one limit come
+-- together, after their interval, burst and end, sent once. Every bucket's key is read once,
 -- by one MGET, when the section is read; each bucket taken from is written once,
 -- by one SET, after the last job (`write_limits`): the call is atomic, so this is
 -- exactly what a GET and a SET per job would leave.
@@ -24,6 +26,9 @@
 -- take their cost off their buckets' totals. Otherwise every job is checked and
 -- takes in order, each seeing the takes of the ones before it.
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- How a TAT is written: %d (Lua formats it as a C `long`: exact to 2^53 where that
+-- has 64 bits, as on 64-bit Linux and macOS, and twice as fast as %.0f), else %.0f.
+local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 
 -- The distinct keys of the call's buckets, by number: the key, its value as read
 -- (false: missing) and its state, parsed once: a TAT (or a counter's count), and
@@ -106,21 +111,27 @@ do
   local at = section('limits')
   if at then
     local argv = ARGV
-    local d = tonumber(argv[at])
-    b_count = d
+    local groups = tonumber(argv[at])
+    local a, d = at + 1, 0
     local number = {}
-    for i = 1, d do
-      local a = at + 5 * i - 4
-      local key = argv[a]
-      local j = number[key]
-      if not j then
-        j = #k_name + 1
-        number[key], k_name[j] = j, key
+    for _ = 1, groups do
+      local interval, burst = tonumber(argv[a]), tonumber(argv[a + 1])
+      local expires, n = tonumber(argv[a + 2]), tonumber(argv[a + 3])
+      a = a + 4
+      for _ = 1, n do
+        local key = argv[a]
+        local j = number[key]
+        if not j then
+          j = #k_name + 1
+          number[key], k_name[j] = j, key
+        end
+        d = d + 1
+        b_key[d], b_interval[d], b_burst[d], b_expires[d] = j, interval, burst, expires
+        b_total[d] = tonumber(argv[a + 1])
+        a = a + 2
       end
-      b_key[i] = j
-      b_interval[i], b_burst[i] = tonumber(argv[a + 1]), tonumber(argv[a + 2])
-      b_expires[i], b_total[i] = tonumber(argv[a + 3]), tonumber(argv[a + 4])
     end
+    b_count = d
     for from = 1, #k_name, 1000 do
       local last = math.min(from + 999, #k_name)
       local raw = redis.call('MGET', unpack(k_name, from, last))
@@ -130,7 +141,7 @@ do
     for i = 1, d do
       if not admits_total(i) then sure = false end
     end
-    lim_arg = at + 5 * d
+    lim_arg = a - 1
   end
 end
 
@@ -226,11 +237,11 @@ local function write_limits()
   for i = 1, #taken do
     local j = taken[i]
     if k_expires[j] then
-      redis.call('SET', k_name[j], string.format('%.0f', k_tat[j]),
-        'PXAT', string.format('%.0f', k_expires[j]))
+      redis.call('SET', k_name[j], string.format(INT, k_tat[j]),
+        'PXAT', string.format(INT, k_expires[j]))
     else
-      redis.call('SET', k_name[j], string.format('%.0f', k_tat[j]) .. k_ramp[j],
-        'PXAT', string.format('%.0f', math.ceil(math.max(k_tat[j], k_ramp_end[j]) / 1000)))
+      redis.call('SET', k_name[j], string.format(INT, k_tat[j]) .. k_ramp[j],
+        'PXAT', string.format(INT, math.ceil(math.max(k_tat[j], k_ramp_end[j]) / 1000)))
     end
   end
 end

@@ -63,18 +63,19 @@ local ARG = {
 --   only counts it). A job with layers is admitted only when its policy (unless in
 --   shadow mode) and every layer that holds it pass; it is then recorded in its key
 --   and every layer's.
--- Section `limits` (only when some job of the call meets limits): D, the number
---   of distinct buckets the call's jobs meet; then D quintuples: key (the limit's
---   bucket), interval (µs per unit of cost; 0: a quota's counter), burst (units;
---   a counter's count), a counter's period's end (ms; 0 for a bucket), and the
---   total the call's jobs would take from it (the sum of their costs; a counter:
---   their number); then one value per job of the call, in order: '' when it meets
---   no limit, else its cost (units, taken from each of its buckets; a counter
---   counts one) and its buckets' numbers (1..D), space-separated. A job with
---   limits is admitted only when its policy and caps pass and then every limit
---   admits its cost; it then takes its cost from every one. When a limit refuses,
---   nothing is recorded or taken for it anywhere (answer `limited`). Each bucket
---   is read once and written once per call.
+-- Section `limits` (only when some job of the call meets limits): G, the number
+--   of groups of buckets (a group: the buckets of one limit, or of limits alike);
+--   then per group: interval (µs per unit of cost; 0: a quota's counter), burst
+--   (units; a counter's count), a counter's period's end (ms; 0 for a bucket), N
+--   its number of buckets, and N pairs: key (the bucket) and the total the call's
+--   jobs would take from it (the sum of their costs; a counter: their number). The
+--   buckets are numbered 1..D in that order. Then one value per job of the call,
+--   in order: '' when it meets no limit, else its cost (units, taken from each of
+--   its buckets; a counter counts one) and its buckets' numbers (1..D),
+--   space-separated. A job with limits is admitted only when its policy and caps
+--   pass and then every limit admits its cost; it then takes its cost from every
+--   one. When a limit refuses, nothing is recorded or taken for it anywhere
+--   (answer `limited`). Each bucket is read once and written once per call.
 -- Section `suppression` (only while some recipient may be suppressed):
 --   L, the length of the key prefix: a job's suppressions are the hash named by the
 --   first L + 19 bytes of its key (`prefix:{tag}`) followed by `/suppressed`; field
