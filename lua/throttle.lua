@@ -62,7 +62,11 @@ if ramp > 0 then first = interval * 10 end
 local new_tat = math.max(tat, resume + first * (burst - 1))
 local value = string.format('%.0f', new_tat)
 if ramp > 0 then value = value .. ':' .. string.format('%.0f', resume) .. ':' .. string.format('%.0f', ramp) end
-local ttl = math.ceil((math.max(new_tat, resume + ramp) - now) / 1000) + 1
-redis.call('SET', KEYS[1], value, 'PX', string.format('%.0f', ttl))
+-- the key lasts while the pause and ramp do, and for a plain TAT at least to the
+-- end of the second after its own (as src/admission/lua/limits.lua's expiry_ms
+-- has a limit's bucket expire)
+local expires = math.max(math.ceil(math.max(new_tat, resume + ramp) / 1000) + 1,
+  (math.floor(new_tat / 1000000) + 2) * 1000)
+redis.call('SET', KEYS[1], value, 'PXAT', string.format('%.0f', expires))
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
 return {APPLIED.first, pause, math.floor(resume / 1000)}

@@ -39,15 +39,29 @@ local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 -- ramping ('' after) and P + R (0 after); whether a job took from it, and a
 -- counter's period's end. Flat arrays: a key costs no table of its own.
 local k_name, k_raw, k_tat, k_share, k_ramp, k_ramp_end = {}, {}, {}, {}, {}, {}
-local k_taken, k_expires = {}, {}
+local k_taken, k_expires, k_kept = {}, {}, {}
 
--- Key j's TAT, share, ramp and its end, from its value.
+-- When a bucket's key holding a plain TAT (no ramp) expires: at the end of the
+-- second after the one its TAT is in (ms), or later. Every script that writes a
+-- plain TAT keeps to this (lua/throttle.lua too; lua/refund.lua only lowers a
+-- TAT and keeps the expiry), so a take whose TAT stays in the second of the one
+-- read keeps the key's expiry (SET KEEPTTL) instead of setting it anew.
+local function expiry_ms(tat_us)
+  return (math.floor(tat_us / 1000000) + 2) * 1000
+end
+
+-- Key j's TAT, share, ramp and its end, from its value; and for a plain TAT, the
+-- expiry it has (`expiry_ms`).
 local function parse_bucket(j)
-  k_share[j], k_ramp[j], k_ramp_end[j] = false, '', 0
+  k_share[j], k_ramp[j], k_ramp_end[j], k_kept[j] = false, '', 0, false
   local raw = k_raw[j]
   if not raw then k_tat[j] = 0 return end
   local c = string.find(raw, ':', 1, true)
-  if not c then k_tat[j] = tonumber(raw) return end
+  if not c then
+    k_tat[j] = tonumber(raw)
+    k_kept[j] = expiry_ms(k_tat[j])
+    return
+  end
   local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
   p, r = tonumber(p), tonumber(r)
   k_tat[j] = tonumber(string.sub(raw, 1, c - 1))
@@ -231,17 +245,22 @@ local function take_totals()
 end
 
 -- Write every key taken from, once: a counter expiring at its period's end; a
--- TAT (with its ramp while it lasts) expiring when the bucket is full again.
+-- TAT (with its ramp while it lasts) expiring once the bucket is full again
+-- (`expiry_ms`, or the ramp's end), its expiry kept when it stays the same.
 local function write_limits()
   if sure then take_totals() end
   for i = 1, #taken do
     local j = taken[i]
+    local tat = k_tat[j]
     if k_expires[j] then
-      redis.call('SET', k_name[j], string.format(INT, k_tat[j]),
+      redis.call('SET', k_name[j], string.format(INT, tat),
         'PXAT', string.format(INT, k_expires[j]))
+    elseif k_ramp[j] == '' and k_kept[j] == expiry_ms(tat) then
+      redis.call('SET', k_name[j], string.format(INT, tat), 'KEEPTTL')
     else
-      redis.call('SET', k_name[j], string.format(INT, k_tat[j]) .. k_ramp[j],
-        'PXAT', string.format(INT, math.ceil(math.max(k_tat[j], k_ramp_end[j]) / 1000)))
+      local expires = math.max(expiry_ms(tat), math.ceil(k_ramp_end[j] / 1000))
+      redis.call('SET', k_name[j], string.format(INT, tat) .. k_ramp[j],
+        'PXAT', string.format(INT, expires))
     end
   end
 end
