@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use foldhash::HashMap as FastMap;
 
 use super::batch::Admitter;
 use super::layers::{cached, PlanCache};
@@ -50,13 +51,11 @@ const MAX_BUCKET_KEYS: usize = 32_768;
 /// of it, so it is made once and shared (the jobs of one call then name one key).
 #[derive(Default)]
 pub(crate) struct BucketKeys {
-    by_limit: Fast<String, [Fast<String, Arc<str>>; 3]>,
+    // foldhash: the keys are the worker's own limit names and keyed hashes, not
+    // an attacker's choice, and each job looks up several
+    by_limit: FastMap<String, [FastMap<String, Arc<str>>; 3]>,
     len: usize,
 }
-
-/// A map with a fast hasher: its keys are the worker's own limit names and keyed
-/// hashes, not an attacker's choice, and each job looks up several.
-type Fast<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl BucketKeys {
     /// The key of limit `name`'s bucket `(kind, value)` (see

@@ -3,9 +3,10 @@
 //! where the header says it starts (see `src/admission/lua/protocol.lua`). Pure: builds the
 //! command, sends nothing.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+
+use foldhash::HashMap as FastMap;
 
 use super::protocol::Verdict;
 use crate::quota::plan::Plan;
@@ -150,7 +151,8 @@ fn plan_number<'a>(plans: &mut Vec<&'a Arc<Plan>>, plan: &'a Arc<Plan>) -> usize
 struct Buckets<'a> {
     /// Each group's buckets (the first names the group's limit).
     groups: Vec<Vec<&'a LimitArgs>>,
-    numbers: Vec<Vec<usize>>,
+    /// Every job's limits' numbers, one job after the other ([`per_job`]).
+    numbers: Vec<usize>,
 }
 
 impl<'a> Buckets<'a> {
@@ -161,43 +163,35 @@ impl<'a> Buckets<'a> {
         if jobs.iter().all(|j| j.limits.is_empty()) {
             return Buckets::default();
         }
-        // the same key is mostly the same `Arc` (made once, `AdmissionState::bucket_key`):
+        // the same key is mostly the same `Arc` (made once, `BucketKeys::get`):
         // known by its address (one key under two addresses is sent twice, and the
         // script shares its state by key all the same)
-        let mut group_of: HashMap<(u64, u64, u64), usize> = HashMap::new();
-        let mut key_of: Vec<HashMap<usize, usize>> = Vec::new();
+        let mut group_of: FastMap<(u64, u64, u64), usize> = FastMap::default();
+        let mut key_of: Vec<FastMap<usize, usize>> = Vec::new();
         let mut groups: Vec<Vec<&'a LimitArgs>> = Vec::new();
         // (group, bucket in it) of each job's limits, numbered once all are seen
-        let places: Vec<Vec<(usize, usize)>> = jobs
-            .iter()
-            .map(|job| {
-                let place = |l: &'a LimitArgs| {
-                    let g = *group_of
-                        .entry((l.interval_us, l.burst, expires(l)))
-                        .or_insert_with(|| {
-                            groups.push(Vec::new());
-                            key_of.push(HashMap::new());
-                            groups.len() - 1
-                        });
-                    let b = *key_of[g].entry(l.key.as_ptr() as usize).or_insert_with(|| {
-                        groups[g].push(l);
-                        groups[g].len() - 1
-                    });
-                    (g, b)
-                };
-                job.limits.iter().map(place).collect()
-            })
-            .collect();
+        let mut places: Vec<(usize, usize)> = Vec::with_capacity(3 * jobs.len());
+        for l in jobs.iter().flat_map(|job| &job.limits) {
+            let g = *group_of
+                .entry((l.interval_us, l.burst, expires(l)))
+                .or_insert_with(|| {
+                    groups.push(Vec::new());
+                    key_of.push(FastMap::default());
+                    groups.len() - 1
+                });
+            let b = *key_of[g].entry(l.key.as_ptr() as usize).or_insert_with(|| {
+                groups[g].push(l);
+                groups[g].len() - 1
+            });
+            places.push((g, b));
+        }
         let mut first = Vec::with_capacity(groups.len());
         let mut next = 0;
         for buckets in &groups {
             first.push(next);
             next += buckets.len();
         }
-        let numbers = places
-            .into_iter()
-            .map(|p| p.into_iter().map(|(g, b)| first[g] + b).collect())
-            .collect();
+        let numbers = places.into_iter().map(|(g, b)| first[g] + b).collect();
         Buckets { groups, numbers }
     }
 
@@ -216,7 +210,7 @@ impl<'a> Buckets<'a> {
     fn totals(&self, jobs: &[&AdmitArgs]) -> Vec<u64> {
         let counter: Vec<bool> = self.distinct().map(|l| l.interval_us == 0).collect();
         let mut totals = vec![0; counter.len()];
-        for (job, numbers) in jobs.iter().zip(&self.numbers) {
+        for (job, numbers) in per_job(jobs, &self.numbers) {
             let cost = job_cost(&job.limits);
             for &n in numbers {
                 totals[n] += if counter[n] { 1 } else { cost };
@@ -228,7 +222,7 @@ impl<'a> Buckets<'a> {
     /// The numbering kept for the reply: each bucket's key as the first number
     /// that has it.
     fn numbering(self) -> Numbering {
-        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut first: FastMap<&str, usize> = FastMap::default();
         let key_of = self
             .distinct()
             .enumerate()
@@ -241,12 +235,27 @@ impl<'a> Buckets<'a> {
     }
 }
 
+/// Each job of `jobs` with its limits' numbers: the next `limits.len()` of the
+/// flat `numbers`.
+fn per_job<'j, 'n>(
+    jobs: &'j [&'j AdmitArgs],
+    numbers: &'n [usize],
+) -> impl Iterator<Item = (&'j AdmitArgs, &'n [usize])> {
+    let mut rest = numbers;
+    jobs.iter().map(move |job| {
+        let (own, after) = rest.split_at(job.limits.len().min(rest.len()));
+        rest = after;
+        (*job, own)
+    })
+}
+
 /// A call's limits as numbered, kept from [`command`] to work out the TAT each
 /// take left from the reply's tail ([`Numbering::replay`]).
 #[derive(Debug, Default)]
 pub(crate) struct Numbering {
-    /// Each job's buckets' numbers (from 0), in its limits' order.
-    numbers: Vec<Vec<usize>>,
+    /// Every job's buckets' numbers (from 0), in its limits' order, one job
+    /// after the other.
+    numbers: Vec<usize>,
     /// Each bucket's key, as the first bucket number with that key.
     key_of: Vec<usize>,
 }
@@ -268,7 +277,7 @@ impl Numbering {
             return None;
         }
         let mut added = vec![0i64; self.key_of.len()];
-        for ((job, numbers), v) in jobs.iter().zip(&self.numbers).zip(verdicts) {
+        for ((job, numbers), v) in per_job(jobs, &self.numbers).zip(verdicts) {
             let (Verdict::Admitted(.., taken) | Verdict::Shadowed(.., taken)) = v else {
                 continue;
             };
@@ -397,7 +406,7 @@ fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'
         }
     }
     let mut word = String::with_capacity(32);
-    for (job, numbers) in jobs.iter().zip(&buckets.numbers) {
+    for (job, numbers) in per_job(jobs, &buckets.numbers) {
         word.clear();
         if !job.limits.is_empty() {
             let _ = write!(word, "{}", job_cost(&job.limits));
