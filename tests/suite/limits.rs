@@ -215,6 +215,61 @@ async fn a_jobs_cost_is_taken_and_a_refused_job_takes_nothing_from_its_caps() {
     assert!((3000..=5000).contains(&ttl), "{ttl}");
 }
 
+/// A take whose TAT stays in the second of the one read keeps the key's expiry
+/// (its TAT moved in place); one that crosses into a later second sets it anew;
+/// and a value the in-place move cannot read (no script writes one) is set whole.
+#[tokio::test]
+async fn a_bucket_keeps_its_expiry_within_a_second_and_is_set_whole_when_it_must() {
+    let ns = unique("limits-expiry");
+    let _g = RedisGuard(ns.clone());
+    // 1,000 a second, burst 2,000: a take adds 1 ms, and passes up to 2 s ahead
+    let s = limited(&ns, &[("per_sender", limit(1000, 1, 2000, Per::Sender))]);
+    let e = QuotaStore::connect(&s).await.unwrap();
+    let key = s.redis.keys().limit("per_sender", ("s", "x"));
+    let mut r = redis_sync();
+    let now_us = |r: &mut redis::Connection| {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(r).unwrap();
+        secs * 1_000_000 + micros
+    };
+    let expiry = |tat_us: i64| (tat_us / 1_000_000 + 2) * 1000;
+    // a TAT up to 1 s ahead, in the middle of its second, its key expiring a
+    // minute later than the rule's (`expiry`): a take in the same second moves the
+    // TAT and keeps that expiry
+    let ahead = (now_us(&mut r) + 500_000) / 1_000_000 * 1_000_000 + 500_000;
+    let far = expiry(ahead) + 60_000;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(ahead.to_string())
+        .arg("PXAT")
+        .arg(far)
+        .query(&mut r)
+        .unwrap();
+    let admitted = e.admit(&req("a", "r1", "x", None)).await.unwrap();
+    assert!(matches!(admitted, Admission::Admitted(_)), "{admitted:?}");
+    assert_eq!(
+        number_at(&key),
+        Some(ahead + 1_000),
+        "the TAT moved by one take"
+    );
+    let at: i64 = redis::cmd("PEXPIRETIME").arg(&key).query(&mut r).unwrap();
+    assert_eq!(at, far, "the expiry kept");
+    // the same value with a leading zero: read as the same TAT, but not an
+    // integer INCRBY takes, so set whole, with the rule's expiry
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("0{ahead}"))
+        .arg("PXAT")
+        .arg(far)
+        .query(&mut r)
+        .unwrap();
+    let admitted = e.admit(&req("b", "r2", "x", None)).await.unwrap();
+    assert!(matches!(admitted, Admission::Admitted(_)), "{admitted:?}");
+    let raw: String = redis::cmd("GET").arg(&key).query(&mut r).unwrap();
+    assert_eq!(raw, (ahead + 1_000).to_string());
+    let at: i64 = redis::cmd("PEXPIRETIME").arg(&key).query(&mut r).unwrap();
+    assert_eq!(at, expiry(ahead + 1_000), "set anew by the rule");
+}
+
 /// The number the Redis key `key` holds (a TAT), if any.
 fn number_at(key: &str) -> Option<i64> {
     let raw: Option<String> = redis::cmd("GET").arg(key).query(&mut redis_sync()).unwrap();

@@ -39,19 +39,19 @@ local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 -- ramping ('' after) and P + R (0 after); whether a job took from it, and a
 -- counter's period's end. Flat arrays: a key costs no table of its own.
 local k_name, k_raw, k_tat, k_share, k_ramp, k_ramp_end = {}, {}, {}, {}, {}, {}
-local k_taken, k_expires, k_kept = {}, {}, {}
+local k_taken, k_expires, k_kept, k_read = {}, {}, {}, {}
 
 -- When a bucket's key holding a plain TAT (no ramp) expires: at the end of the
 -- second after the one its TAT is in (ms), or later. Every script that writes a
 -- plain TAT keeps to this (lua/throttle.lua too; lua/refund.lua only lowers a
 -- TAT and keeps the expiry), so a take whose TAT stays in the second of the one
--- read keeps the key's expiry (SET KEEPTTL) instead of setting it anew.
+-- read keeps the key's expiry (INCRBY) instead of setting it anew.
 local function expiry_ms(tat_us)
   return (math.floor(tat_us / 1000000) + 2) * 1000
 end
 
 -- Key j's TAT, share, ramp and its end, from its value; and for a plain TAT, the
--- expiry it has (`expiry_ms`).
+-- TAT as read and the expiry it has (`expiry_ms`).
 local function parse_bucket(j)
   k_share[j], k_ramp[j], k_ramp_end[j], k_kept[j] = false, '', 0, false
   local raw = k_raw[j]
@@ -59,7 +59,7 @@ local function parse_bucket(j)
   local c = string.find(raw, ':', 1, true)
   if not c then
     k_tat[j] = tonumber(raw)
-    k_kept[j] = expiry_ms(k_tat[j])
+    k_read[j], k_kept[j] = k_tat[j], expiry_ms(k_tat[j])
     return
   end
   local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
@@ -244,6 +244,14 @@ local function take_totals()
   end
 end
 
+-- Move key j's plain TAT to `tat`, keeping its expiry: INCRBY by what was added
+-- keeps the TTL and changes an integer in place (cheaper than a SET of the whole
+-- value). False when the value is not one INCRBY reads (no script writes such a
+-- value; it is then set whole).
+local function moved(j, tat)
+  return type(redis.pcall('INCRBY', k_name[j], string.format(INT, tat - k_read[j]))) == 'number'
+end
+
 -- Write every key taken from, once: a counter expiring at its period's end; a
 -- TAT (with its ramp while it lasts) expiring once the bucket is full again
 -- (`expiry_ms`, or the ramp's end), its expiry kept when it stays the same.
@@ -255,8 +263,8 @@ local function write_limits()
     if k_expires[j] then
       redis.call('SET', k_name[j], string.format(INT, tat),
         'PXAT', string.format(INT, k_expires[j]))
-    elseif k_ramp[j] == '' and k_kept[j] == expiry_ms(tat) then
-      redis.call('SET', k_name[j], string.format(INT, tat), 'KEEPTTL')
+    elseif k_ramp[j] == '' and k_kept[j] == expiry_ms(tat) and moved(j, tat) then
+      -- its expiry kept
     else
       local expires = math.max(expiry_ms(tat), math.ceil(k_ramp_end[j] / 1000))
       redis.call('SET', k_name[j], string.format(INT, tat) .. k_ramp[j],
