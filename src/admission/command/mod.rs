@@ -120,7 +120,7 @@ impl Layout {
         );
         let preferences = place(jobs.iter().any(|j| j.prefs.is_some()), 1 + 5 * jobs.len());
         let limited = jobs.iter().any(|j| !j.limits.is_empty());
-        let limits = place(limited, buckets.args() + jobs.len());
+        let limits = place(limited, buckets.args() + 2);
         Layout {
             layers,
             suppression,
@@ -390,8 +390,9 @@ fn job_cost(limits: &[LimitArgs]) -> u64 {
 
 /// The limits section: the groups, each with its limit's interval, burst and a
 /// counter's end, and its buckets (each its key and the total its jobs would
-/// take), then each job's cost and its buckets' numbers in one value ('' for a
-/// job that meets none).
+/// take); then which jobs meet limits (a byte a job, `1` when it does) and, in
+/// one value, each of those jobs' cost and its buckets' numbers (one job from the
+/// next by `;`).
 fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'_>) {
     cmd.arg(buckets.groups.len());
     let mut totals = buckets.totals(jobs).into_iter();
@@ -405,17 +406,24 @@ fn limits_section(cmd: &mut redis::Cmd, jobs: &[&AdmitArgs], buckets: &Buckets<'
             cmd.arg(&*b.key).arg(total);
         }
     }
-    let mut word = String::with_capacity(32);
+    let has: String = jobs
+        .iter()
+        .map(|j| if j.limits.is_empty() { '0' } else { '1' })
+        .collect();
+    let mut words = String::with_capacity(16 * jobs.len());
     for (job, numbers) in per_job(jobs, &buckets.numbers) {
-        word.clear();
-        if !job.limits.is_empty() {
-            let _ = write!(word, "{}", job_cost(&job.limits));
-            for n in numbers {
-                let _ = write!(word, " {}", n + 1);
-            }
+        if job.limits.is_empty() {
+            continue;
         }
-        cmd.arg(word.as_str());
+        if !words.is_empty() {
+            words.push(';');
+        }
+        let _ = write!(words, "{}", job_cost(&job.limits));
+        for n in numbers {
+            let _ = write!(words, " {}", n + 1);
+        }
     }
+    cmd.arg(has).arg(words);
 }
 
 /// One plan: its day's bounds, calendar expiry, shadow mode and rules.

@@ -101,7 +101,8 @@ fn a_call_without_sections_ends_with_its_keys() {
 
 /// The limits section names each limit's interval, burst and a counter's end
 /// once, then each of its distinct buckets once (key, the total its jobs would
-/// take), then one value per job: its cost and its buckets' numbers.
+/// take), then which jobs meet limits, and each of those jobs' cost and its
+/// buckets' numbers, in one value.
 #[test]
 fn the_limits_section_sends_each_bucket_once() {
     let (a, b, c) = limited_jobs();
@@ -112,10 +113,18 @@ fn the_limits_section_sends_each_bucket_once() {
         section,
         [
             "1", // one group: interval, burst, end, buckets
-            "1000", "5", "0", "3", "all", "4", "s:x", "1", "s:y", "3",
-            "1 1 2", // job 1: cost 1, buckets 1 and 2
-            "",      // job 2 meets none
-            "3 1 3", // job 3: cost 3, buckets 1 and 3
+            "1000",
+            "5",
+            "0",
+            "3",
+            "all",
+            "4",
+            "s:x",
+            "1",
+            "s:y",
+            "3",
+            "101",         // jobs 1 and 3 meet limits, job 2 none
+            "1 1 2;3 1 3", // job 1: cost 1, buckets 1 and 2; job 3: cost 3, 1 and 3
         ]
     );
 }

@@ -78,31 +78,39 @@ end
 -- (the reply's tail, `limits_tail`).
 local b_interval, b_burst, b_expires, b_total, b_key, b_base = {}, {}, {}, {}, {}, {}
 local b_count = 0
--- Where job k's limits are (ARGV[lim_arg + k]: '' when it meets none, else its
--- cost and its buckets' numbers, space-separated), and, once read, its cost and
--- its buckets: the entries lim_at[k] + 1 .. lim_at[k] + lim_n[k] of `l_bucket`;
--- `l_next` holds what a take would leave (a TAT, or a count), once checked.
-local lim_arg = nil
+-- Which jobs meet limits (`lim_has`: a byte a job, '1' when it does) and what
+-- they meet (`lim_words`: for each of them in order, its cost and its buckets'
+-- numbers, space-separated, one job from the next by ';'); once read, job k's
+-- cost and its buckets: the entries lim_at[k] + 1 .. lim_at[k] + lim_n[k] of
+-- `l_bucket`; `l_next` holds what a take would leave (a TAT, or a count), once
+-- checked.
+local lim_has, lim_words = nil, nil
 local lim_at, lim_n, lim_cost = {}, {}, {}
 local l_bucket, l_next = {}, {}
-local l_used = 0
+local l_read = false
 -- Whether every bucket admits its total, no two sharing a key.
 local sure = false
 
--- Job k's cost and buckets, read from its argument on first use.
-local function read_job(k)
-  if lim_n[k] then return end
-  local e, n, cost = l_used, 0, nil
-  for word in string.gmatch(ARGV[lim_arg + k], '%d+') do
-    if cost then
-      n = n + 1
-      l_bucket[e + n] = tonumber(word)
-    else
-      cost = tonumber(word)
+-- Every job's cost and buckets, read from `lim_words` on first use (a sure call
+-- whose jobs all took never reads them).
+local function read_job()
+  if l_read then return end
+  l_read = true
+  local k, used = 0, 0
+  for seg in string.gmatch(lim_words, '[^;]+') do
+    repeat k = k + 1 until k > jobs or string.byte(lim_has, k) == 49
+    local n, cost = 0, nil
+    for word in string.gmatch(seg, '%d+') do
+      if cost then
+        n = n + 1
+        l_bucket[used + n] = tonumber(word)
+      else
+        cost = tonumber(word)
+      end
     end
+    lim_at[k], lim_n[k], lim_cost[k] = used, n, cost
+    used = used + n
   end
-  lim_at[k], lim_n[k], lim_cost[k] = e, n, cost
-  l_used = e + n
 end
 
 -- Bucket i's base and interval in force, and whether it admits its total.
@@ -155,13 +163,13 @@ do
     for i = 1, d do
       if not admits_total(i) then sure = false end
     end
-    lim_arg = a - 1
+    lim_has, lim_words = argv[a], argv[a + 1]
   end
 end
 
 -- Job k's limits, as the admission passes them on (nil: it meets none).
 local function limits_of(k)
-  if lim_arg and ARGV[lim_arg + k] ~= '' then return k end
+  if lim_has and string.byte(lim_has, k) == 49 then return k end
   return nil
 end
 
@@ -171,7 +179,7 @@ end
 -- limit's number among the job's.
 local function limits_refuse(k)
   if not k or sure then return nil end
-  read_job(k)
+  read_job()
   local e, cost = lim_at[k], lim_cost[k]
   local latest, which = nil, nil
   for i = 1, lim_n[k] do
@@ -225,7 +233,7 @@ end
 local function take_totals()
   for k = 1, jobs do
     if not took[k] and limits_of(k) then
-      read_job(k)
+      read_job()
       local e = lim_at[k]
       for i = 1, lim_n[k] do
         local n = l_bucket[e + i]

@@ -69,10 +69,11 @@ local ARG = {
 --   (units; a counter's count), a counter's period's end (ms; 0 for a bucket), N
 --   its number of buckets, and N pairs: key (the bucket) and the total the call's
 --   jobs would take from it (the sum of their costs; a counter: their number). The
---   buckets are numbered 1..D in that order. Then one value per job of the call,
---   in order: '' when it meets no limit, else its cost (units, taken from each of
+--   buckets are numbered 1..D in that order. Then which jobs meet limits: one
+--   byte per job of the call, in order, '1' when it does ('0' when not); then one
+--   value: for each job that does, in order, its cost (units, taken from each of
 --   its buckets; a counter counts one) and its buckets' numbers (1..D),
---   space-separated. A job with limits is admitted only when its policy and caps
+--   space-separated, one job from the next by ';'. A job with limits is admitted only when its policy and caps
 --   pass and then every limit admits its cost; it then takes its cost from every
 --   one. When a limit refuses, nothing is recorded or taken for it anywhere
 --   (answer `limited`). Each bucket is read once and written once per call.
