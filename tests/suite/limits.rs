@@ -237,14 +237,19 @@ async fn a_bucket_keeps_its_expiry_within_a_second_and_is_set_whole_when_it_must
     // TAT and keeps that expiry
     let ahead = (now_us(&mut r) + 500_000) / 1_000_000 * 1_000_000 + 500_000;
     let far = expiry(ahead) + 60_000;
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg(ahead.to_string())
-        .arg("PXAT")
-        .arg(far)
-        .query(&mut r)
-        .unwrap();
-    let admitted = e.admit(&req("a", "r1", "x", None)).await.unwrap();
+    // the bucket holding `value`, its key expiring at `far`; then one take
+    let take_after = |value: String, id: &'static str, recipient: &'static str| {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .arg("PXAT")
+            .arg(far)
+            .query(&mut redis_sync())
+            .unwrap();
+        let e = &e;
+        async move { e.admit(&req(id, recipient, "x", None)).await.unwrap() }
+    };
+    let admitted = take_after(ahead.to_string(), "a", "r1").await;
     assert!(matches!(admitted, Admission::Admitted(_)), "{admitted:?}");
     assert_eq!(
         number_at(&key),
@@ -255,14 +260,7 @@ async fn a_bucket_keeps_its_expiry_within_a_second_and_is_set_whole_when_it_must
     assert_eq!(at, far, "the expiry kept");
     // the same value with a leading zero: read as the same TAT, but not an
     // integer INCRBY takes, so set whole, with the rule's expiry
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg(format!("0{ahead}"))
-        .arg("PXAT")
-        .arg(far)
-        .query(&mut r)
-        .unwrap();
-    let admitted = e.admit(&req("b", "r2", "x", None)).await.unwrap();
+    let admitted = take_after(format!("0{ahead}"), "b", "r2").await;
     assert!(matches!(admitted, Admission::Admitted(_)), "{admitted:?}");
     let raw: String = redis::cmd("GET").arg(&key).query(&mut r).unwrap();
     assert_eq!(raw, (ahead + 1_000).to_string());
