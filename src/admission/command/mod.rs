@@ -228,9 +228,14 @@ impl<'a> Buckets<'a> {
             .enumerate()
             .map(|(n, l)| *first.entry(&*l.key).or_insert(n))
             .collect();
+        let interval = self
+            .distinct()
+            .map(|l| i64::try_from(l.interval_us).unwrap_or(i64::MAX))
+            .collect();
         Numbering {
             numbers: self.numbers,
             key_of,
+            interval,
         }
     }
 }
@@ -258,23 +263,33 @@ pub(crate) struct Numbering {
     numbers: Vec<usize>,
     /// Each bucket's key, as the first bucket number with that key.
     key_of: Vec<usize>,
+    /// Each bucket's interval as sent (0: a counter).
+    interval: Vec<i64>,
 }
 
 impl Numbering {
     /// Fills the takes of every job of `verdicts` that took (admitted or
     /// shadowed, meeting limits): the TAT (µs) or count each of its takes left,
-    /// in its limits' order. The script's `tail` holds each bucket's base and
-    /// interval in force (0: a counter): a take leaves the base plus what the
-    /// takes of the bucket's key added up to it, its own included. `None` if the
-    /// tail is not one pair per bucket.
+    /// in its limits' order. The script's `tail` holds each bucket's base, then
+    /// the buckets whose interval in force is not the one sent (a throttled
+    /// bucket's, stretched): their count, then (number from 1, interval) pairs.
+    /// A take leaves the base plus what the takes of the bucket's key added up to
+    /// it, its own included. `None` if the tail does not read so.
     pub(crate) fn replay(
         &self,
         jobs: &[&AdmitArgs],
         verdicts: &mut [Verdict],
         tail: &[i64],
     ) -> Option<()> {
-        if tail.len() != 2 * self.key_of.len() {
+        let (bases, rest) = tail.split_at_checked(self.key_of.len())?;
+        let (&stretched, pairs) = rest.split_first()?;
+        if pairs.len() != 2 * usize::try_from(stretched).ok()? {
             return None;
+        }
+        let mut interval = self.interval.clone();
+        for pair in pairs.chunks_exact(2) {
+            let n = usize::try_from(pair[0]).ok()?.checked_sub(1)?;
+            *interval.get_mut(n)? = pair[1];
         }
         let mut added = vec![0i64; self.key_of.len()];
         for ((job, numbers), v) in per_job(jobs, &self.numbers).zip(verdicts) {
@@ -285,10 +300,13 @@ impl Numbering {
             *taken = numbers
                 .iter()
                 .map(|&n| {
-                    let (base, interval) = (tail[2 * n], tail[2 * n + 1]);
                     let key = self.key_of[n];
-                    added[key] += if interval == 0 { 1 } else { interval * cost };
-                    base + added[key]
+                    added[key] += if interval[n] == 0 {
+                        1
+                    } else {
+                        interval[n] * cost
+                    };
+                    bases[n] + added[key]
                 })
                 .collect();
         }

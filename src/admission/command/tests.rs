@@ -148,36 +148,46 @@ fn limited_jobs() -> (AdmitArgs, AdmitArgs, AdmitArgs) {
 }
 
 /// The TAT each take left is its bucket's base plus what the takes of the jobs
-/// up to it added, its own included; a job that did not take adds nothing.
+/// up to it added, its own included, at the interval sent or the one the tail
+/// names instead (a throttled bucket's); a job that did not take adds nothing.
 #[test]
 fn the_takes_are_replayed_from_the_bases() {
     use super::super::protocol::Verdict;
     let (a, b, c) = limited_jobs();
     let (_, numbering) = command(&CALL, &[&a, &b, &c, &a, &c], 3);
-    let mut verdicts = vec![
-        Verdict::Admitted(0, false, vec![]),
-        Verdict::Admitted(0, false, vec![]),
-        Verdict::Admitted(0, false, vec![]),
-        Verdict::Limited(0, 9, 0),
-        Verdict::Shadowed(0, vec![], false, vec![]),
-    ];
-    let tail = [100, 10, 200, 20, 300, 30];
     let jobs = [&a, &b, &c, &a, &c];
+    let takes = |tail: &[i64]| {
+        let mut verdicts = vec![
+            Verdict::Admitted(0, false, vec![]),
+            Verdict::Admitted(0, false, vec![]),
+            Verdict::Admitted(0, false, vec![]),
+            Verdict::Limited(0, 9, 0),
+            Verdict::Shadowed(0, vec![], false, vec![]),
+        ];
+        numbering.replay(&jobs, &mut verdicts, tail)?;
+        let takes: Vec<Vec<i64>> = verdicts
+            .iter()
+            .map(|v| match v {
+                Verdict::Admitted(.., t) | Verdict::Shadowed(.., t) => t.clone(),
+                _ => vec![],
+            })
+            .collect();
+        Some(takes)
+    };
+    // the bases of buckets 1 to 3, none stretched: the interval sent (1,000 µs)
     assert_eq!(
-        numbering.replay(&jobs, &mut verdicts, &tail[..4]),
-        None,
-        "a bucket short"
+        takes(&[100, 200, 300, 0]).unwrap(),
+        [
+            vec![1_100, 1_200],
+            vec![],
+            vec![4_100, 3_300],
+            vec![],
+            vec![7_100, 6_300]
+        ]
     );
-    numbering.replay(&jobs, &mut verdicts, &tail).unwrap();
-    let takes: Vec<Vec<i64>> = verdicts
-        .iter()
-        .map(|v| match v {
-            Verdict::Admitted(.., t) | Verdict::Shadowed(.., t) => t.clone(),
-            _ => vec![],
-        })
-        .collect();
+    // every bucket stretched, to 10, 20 and 30 µs
     assert_eq!(
-        takes,
+        takes(&[100, 200, 300, 3, 1, 10, 2, 20, 3, 30]).unwrap(),
         [
             vec![110, 220],
             vec![],
@@ -186,4 +196,11 @@ fn the_takes_are_replayed_from_the_bases() {
             vec![170, 480]
         ]
     );
+    assert_eq!(
+        takes(&[100, 200, 300]),
+        None,
+        "no count of stretched buckets"
+    );
+    assert_eq!(takes(&[100, 200, 300, 1, 1]), None, "a pair short");
+    assert_eq!(takes(&[100, 200, 300, 1, 4, 10]), None, "no bucket 4");
 }

@@ -78,6 +78,8 @@ end
 -- (the reply's tail, `limits_tail`).
 local b_interval, b_burst, b_expires, b_total, b_key, b_base = {}, {}, {}, {}, {}, {}
 local b_count = 0
+-- The buckets whose interval in force is stretched (throttled), by number.
+local b_stretched = {}
 -- Which jobs meet limits (`lim_has`: a byte a job, '1' when it does) and what
 -- they meet (`lim_words`: for each of them in order, its cost and its buckets'
 -- numbers, space-separated, one job from the next by ';'); once read, job k's
@@ -123,7 +125,10 @@ local function admits_total(i)
     return count + b_total[i] <= b_burst[i]
   end
   if not k_tat[j] then parse_bucket(j) end
-  if k_share[j] then b_interval[i] = math.ceil(b_interval[i] / k_share[j]) end
+  if k_share[j] then
+    b_interval[i] = math.ceil(b_interval[i] / k_share[j])
+    b_stretched[#b_stretched + 1] = i
+  end
   local base = math.max(k_tat[j], now_us)
   b_base[i] = base
   return base + b_interval[i] * (b_total[i] - b_burst[i]) <= now_us
@@ -281,11 +286,16 @@ local function write_limits()
   end
 end
 
--- The reply's tail when the call carries limits: each bucket's base and interval
--- in force (0: a counter), by number, appended to `out` after its `n` values.
+-- The reply's tail when the call carries limits, appended to `out` after its `n`
+-- values: each bucket's base, by number; then how many buckets have an interval
+-- in force other than the one sent (throttled, stretched), and for each its
+-- number and that interval.
 local function limits_tail(out, n)
-  for i = 1, b_count do
-    out[n + 2 * i - 1] = b_base[i]
-    out[n + 2 * i] = b_interval[i]
+  for i = 1, b_count do out[n + i] = b_base[i] end
+  n = n + b_count + 1
+  out[n] = #b_stretched
+  for s = 1, #b_stretched do
+    local i = b_stretched[s]
+    out[n + 2 * s - 1], out[n + 2 * s] = i, b_interval[i]
   end
 end

@@ -99,12 +99,14 @@ local ARG = {
 -- The reply is one flat array (a flat reply spares Redis and the caller a table per
 -- job): now (ms), then one answer per job, in order:
 --   code, flags, [the quiet hours' version, when flags hold FLAG.quiet], n, then n
---   values (the payload; times are in ms); then, when the call carries limits, two
---   values per bucket, by number: the base its first take starts from (max(TAT,
---   now) in µs; a counter's count) and its interval in force (a throttled
---   bucket's, stretched; 0 for a counter). The TAT a job's take left is the base
---   plus the interval times the costs taken from the bucket's key by the jobs up
---   to it (a counter: the base plus their number): the worker works it out.
+--   values (the payload; times are in ms); then, when the call carries limits,
+--   each bucket's base, by number: the TAT its first take starts from (max(TAT,
+--   now) in µs; a counter's count); then S, the number of buckets whose interval
+--   in force is not the one sent (a throttled bucket's, stretched), and S pairs:
+--   such a bucket's number and its interval in force. The TAT a job's take left
+--   is the base plus the interval times the costs taken from the bucket's key by
+--   the jobs up to it (a counter: the base plus their number): the worker works
+--   it out.
 local ANSWER = {
   admitted = 1,     -- recorded at now, in its key and every layer's
   refused = 2,      -- payload: the times of the other sends its key remembers

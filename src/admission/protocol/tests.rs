@@ -124,7 +124,7 @@ fn the_limits_tail_follows_the_answers_and_takes_are_left_to_fill() {
         answer(Code::Admitted, taken, &[]),
         answer(Code::Shadowed, taken + Flag::INHERITED, &[30, 40]),
     ]);
-    flat.extend_from_slice(&[1_700_000_000_000_123, 1_000, 4, 0]);
+    flat.extend_from_slice(&[1_700_000_000_000_123, 4, 0]);
     assert_eq!(
         super::verdicts(&flat, 2),
         Some((
@@ -132,7 +132,7 @@ fn the_limits_tail_follows_the_answers_and_takes_are_left_to_fill() {
                 Verdict::Admitted(NOW, false, vec![]),
                 Verdict::Shadowed(NOW, vec![30, 40], true, vec![]),
             ],
-            &[1_700_000_000_000_123, 1_000, 4, 0][..]
+            &[1_700_000_000_000_123, 4, 0][..]
         ))
     );
 }
