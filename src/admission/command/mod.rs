@@ -274,13 +274,17 @@ impl Numbering {
     /// the buckets whose interval in force is not the one sent (a throttled
     /// bucket's, stretched): their count, then (number from 1, interval) pairs.
     /// A take leaves the base plus what the takes of the bucket's key added up to
-    /// it, its own included. `None` if the tail does not read so.
+    /// it, its own included. `None` if the tail does not read so (a call without
+    /// limits has none).
     pub(crate) fn replay(
         &self,
         jobs: &[&AdmitArgs],
         verdicts: &mut [Verdict],
         tail: &[i64],
     ) -> Option<()> {
+        if self.key_of.is_empty() {
+            return tail.is_empty().then_some(());
+        }
         let (bases, rest) = tail.split_at_checked(self.key_of.len())?;
         let (&stretched, pairs) = rest.split_first()?;
         if pairs.len() != 2 * usize::try_from(stretched).ok()? {

@@ -203,4 +203,13 @@ fn the_takes_are_replayed_from_the_bases() {
     );
     assert_eq!(takes(&[100, 200, 300, 1, 1]), None, "a pair short");
     assert_eq!(takes(&[100, 200, 300, 1, 4, 10]), None, "no bucket 4");
+    // a call without limits has no tail
+    let (_, none) = command(&CALL, &[&b], 1);
+    let mut verdicts = vec![Verdict::Admitted(0, false, vec![])];
+    assert_eq!(none.replay(&[&b], &mut verdicts, &[]), Some(()));
+    assert_eq!(
+        none.replay(&[&b], &mut verdicts, &[0]),
+        None,
+        "a tail too many"
+    );
 }

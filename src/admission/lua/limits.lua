@@ -291,6 +291,7 @@ end
 -- in force other than the one sent (throttled, stretched), and for each its
 -- number and that interval.
 local function limits_tail(out, n)
+  if not lim_has then return end
   for i = 1, b_count do out[n + i] = b_base[i] end
   n = n + b_count + 1
   out[n] = #b_stretched
