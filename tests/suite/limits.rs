@@ -544,6 +544,26 @@ async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
         matches!(&held, Admission::Limited { limit, .. } if limit.contains("account")),
         "{held:?}"
     );
+    // without a ramp the pause leaves a plain TAT, its key expiring by the rule
+    // the admission keeps to (the end of the second after the TAT's): a take in
+    // that second keeps the expiry it finds
+    let tuning = Tuning {
+        ramp: std::time::Duration::ZERO,
+        ..tuning
+    };
+    let f = throttled("t3", Some("plain"), None);
+    assert!(matches!(
+        apply::apply(&e, &tuning, &f).await.unwrap(),
+        Applied::First { .. }
+    ));
+    let key = keys.limit("per_sender", ("s", "plain"));
+    let raw: String = redis::cmd("GET").arg(&key).query(&mut redis_sync()).unwrap();
+    let tat: i64 = raw.parse().expect("a plain TAT");
+    let at: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&key)
+        .query(&mut redis_sync())
+        .unwrap();
+    assert_eq!(at, (tat / 1_000_000 + 2) * 1000, "{raw}");
 }
 
 /// A quota (a cap with `scope = "tenant"`): `limit` jobs per calendar `window`.

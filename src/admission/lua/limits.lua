@@ -4,7 +4,8 @@
 -- full bucket.
 -- A job of cost c passes a limit of interval I and burst B when max(TAT, now) +
 -- I * c - I * B <= now; taking it leaves TAT = max(TAT, now) + I * c, and the key
--- expires at that TAT (an idle bucket is a full one: nothing is lost when it goes).
+-- expires once the bucket is full again, at the end of the second after the TAT's
+-- (`expiry_ms`: an idle bucket is a full one, nothing is lost when it goes).
 -- A quota (a cap with scope `tenant` or `sender`) comes as a limit of interval 0:
 -- its key is a counter of one calendar period, burst the count it allows, cost
 -- the period's end (ms); a job passes while the counter is below the count, and
@@ -13,10 +14,11 @@
 -- The jobs of one call mostly share buckets (one for all, one per tenant), so the
 -- call names each distinct bucket once, with the total its jobs would take from
 -- it, and every job names its buckets by number; the buckets of one limit come
--- together, after their interval, burst and end, sent once. Every bucket's key is read once,
--- by one MGET, when the section is read; each bucket taken from is written once,
--- by one SET, after the last job (`write_limits`): the call is atomic, so this is
--- exactly what a GET and a SET per job would leave.
+-- together, after their interval, burst and end, sent once. Every bucket's key is
+-- read once, by one MGET, when the section is read; each bucket taken from is
+-- written once, after the last job (`write_limits`: an INCRBY when its expiry
+-- stays, else a SET): the call is atomic, so this is exactly what a GET and a SET
+-- per job would leave.
 --
 -- When every bucket admits its total (the usual case: limits are there for the
 -- peaks), every job of the call passes its limits whatever the jobs before it
@@ -29,6 +31,9 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- How a TAT is written: %d (Lua formats it as a C `long`: exact to 2^53 where that
 -- has 64 bits, as on 64-bit Linux and macOS, and twice as fast as %.0f), else %.0f.
 local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
+-- The library functions every bucket calls, looked up once (a global's lookup
+-- and its field's cost as much as the call).
+local format, tonumber_ = string.format, tonumber
 
 -- The distinct keys of the call's buckets, by number: the key, its value as read
 -- (false: missing) and its state, parsed once: a TAT (or a counter's count), and
@@ -36,32 +41,33 @@ local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and '%d' or '%.0f'
 -- rate: `tat:P:R`, paused until P, then ramping back over R µs) the share of the
 -- limit's rate in force now (false: all of it; ten per cent until P, then growing
 -- linearly to all at P + R, as lua/gcra.lua's read_tat), the suffix to keep while
--- ramping ('' after) and P + R (0 after); whether a job took from it, and a
--- counter's period's end. Flat arrays: a key costs no table of its own.
+-- ramping and P + R (both nil after); whether a job took from it, and a
+-- counter's period's end; for a plain TAT, the TAT as read. Flat arrays: a key
+-- costs no table of its own.
 local k_name, k_raw, k_tat, k_share, k_ramp, k_ramp_end = {}, {}, {}, {}, {}, {}
-local k_taken, k_expires, k_kept, k_read = {}, {}, {}, {}
+local k_taken, k_expires, k_read = {}, {}, {}
 
 -- When a bucket's key holding a plain TAT (no ramp) expires: at the end of the
 -- second after the one its TAT is in (ms), or later. Every script that writes a
 -- plain TAT keeps to this (lua/throttle.lua too; lua/refund.lua only lowers a
 -- TAT and keeps the expiry), so a take whose TAT stays in the second of the one
--- read keeps the key's expiry (INCRBY) instead of setting it anew.
+-- read keeps the key's expiry (INCRBY) instead of setting it anew. The suite's
+-- `a_throttle_naming_a_sender_pauses_that_sender_only` holds throttle.lua to it.
 local function expiry_ms(tat_us)
-  return (math.floor(tat_us / 1000000) + 2) * 1000
+  return (tat_us - tat_us % 1000000) / 1000 + 2000
 end
 
 -- Key j's TAT, share, ramp and its end, from its value; and for a plain TAT, the
--- TAT as read and the expiry it has (`expiry_ms`).
+-- TAT as read.
 local function parse_bucket(j)
-  k_share[j], k_ramp[j], k_ramp_end[j], k_kept[j] = false, '', 0, false
   local raw = k_raw[j]
   if not raw then k_tat[j] = 0 return end
-  local c = string.find(raw, ':', 1, true)
-  if not c then
-    k_tat[j] = tonumber(raw)
-    k_read[j], k_kept[j] = k_tat[j], expiry_ms(k_tat[j])
+  local tat = tonumber_(raw)
+  if tat then
+    k_tat[j], k_read[j] = tat, tat
     return
   end
+  local c = string.find(raw, ':', 1, true)
   local p, r = string.match(string.sub(raw, c), '^:(%d+):(%d+)$')
   p, r = tonumber(p), tonumber(r)
   k_tat[j] = tonumber(string.sub(raw, 1, c - 1))
@@ -95,7 +101,7 @@ local sure = false
 
 -- Every job's cost and buckets, read from `lim_words` on first use (a sure call
 -- whose jobs all took never reads them).
-local function read_job()
+local function read_jobs()
   if l_read then return end
   l_read = true
   local k, used = 0, 0
@@ -129,7 +135,8 @@ local function admits_total(i)
     b_interval[i] = math.ceil(b_interval[i] / k_share[j])
     b_stretched[#b_stretched + 1] = i
   end
-  local base = math.max(k_tat[j], now_us)
+  local base = k_tat[j]
+  if base < now_us then base = now_us end
   b_base[i] = base
   return base + b_interval[i] * (b_total[i] - b_burst[i]) <= now_us
 end
@@ -154,15 +161,19 @@ do
         end
         d = d + 1
         b_key[d], b_interval[d], b_burst[d], b_expires[d] = j, interval, burst, expires
-        b_total[d] = tonumber(argv[a + 1])
+        b_total[d] = tonumber_(argv[a + 1])
         a = a + 2
       end
     end
     b_count = d
-    for from = 1, #k_name, 1000 do
-      local last = math.min(from + 999, #k_name)
-      local raw = redis.call('MGET', unpack(k_name, from, last))
-      for j = from, last do k_raw[j] = raw[j - from + 1] end
+    if #k_name <= 1000 then
+      k_raw = redis.call('MGET', unpack(k_name))
+    else
+      for from = 1, #k_name, 1000 do
+        local last = math.min(from + 999, #k_name)
+        local raw = redis.call('MGET', unpack(k_name, from, last))
+        for j = from, last do k_raw[j] = raw[j - from + 1] end
+      end
     end
     sure = #k_name == d
     for i = 1, d do
@@ -184,7 +195,7 @@ end
 -- limit's number among the job's.
 local function limits_refuse(k)
   if not k or sure then return nil end
-  read_job()
+  read_jobs()
   local e, cost = lim_at[k], lim_cost[k]
   local latest, which = nil, nil
   for i = 1, lim_n[k] do
@@ -233,12 +244,29 @@ local function take_limits(k)
   end
 end
 
--- A sure call's takes: each bucket's total, less the costs of the jobs that met
--- it and did not take, from its base.
+-- Write key j's TAT `tat` (with its ramp while it lasts), expiring once the
+-- bucket is full again (`expiry_ms`, or the ramp's end). A plain TAT that stays
+-- in the second of the one read keeps its key's expiry: INCRBY by what was added
+-- keeps the TTL and changes an integer in place (cheaper than a SET of the whole
+-- value); it answers the new TAT, or an error when the value is not one INCRBY
+-- reads (no script writes such a value; it is then set whole).
+local function write_tat(j, tat)
+  local ramp, read = k_ramp[j], k_read[j]
+  if not ramp and read and read - read % 1000000 == tat - tat % 1000000 and
+      redis.pcall('INCRBY', k_name[j], format(INT, tat - read)) == tat then
+    return
+  end
+  local expires = expiry_ms(tat)
+  if ramp then expires = math.max(expires, math.ceil(k_ramp_end[j] / 1000)) end
+  redis.call('SET', k_name[j], format(INT, tat) .. (ramp or ''), 'PXAT', format(INT, expires))
+end
+
+-- A sure call's takes, written: each bucket's total, less the costs of the jobs
+-- that met it and did not take, from its base (no two buckets share a key).
 local function take_totals()
   for k = 1, jobs do
     if not took[k] and limits_of(k) then
-      read_job()
+      read_jobs()
       local e = lim_at[k]
       for i = 1, lim_n[k] do
         local n = l_bucket[e + i]
@@ -248,40 +276,28 @@ local function take_totals()
   end
   for n = 1, b_count do
     if b_total[n] > 0 then
+      local j = b_key[n]
       if b_interval[n] == 0 then
-        took_from(b_key[n], b_base[n] + b_total[n], b_expires[n])
+        redis.call('SET', k_name[j], format(INT, b_base[n] + b_total[n]),
+          'PXAT', format(INT, b_expires[n]))
       else
-        took_from(b_key[n], b_base[n] + b_interval[n] * b_total[n], false)
+        write_tat(j, b_base[n] + b_interval[n] * b_total[n])
       end
     end
   end
-end
-
--- Move key j's plain TAT to `tat`, keeping its expiry: INCRBY by what was added
--- keeps the TTL and changes an integer in place (cheaper than a SET of the whole
--- value). False when the value is not one INCRBY reads (no script writes such a
--- value; it is then set whole).
-local function moved(j, tat)
-  return type(redis.pcall('INCRBY', k_name[j], string.format(INT, tat - k_read[j]))) == 'number'
 end
 
 -- Write every key taken from, once: a counter expiring at its period's end; a
 -- TAT (with its ramp while it lasts) expiring once the bucket is full again
 -- (`expiry_ms`, or the ramp's end), its expiry kept when it stays the same.
 local function write_limits()
-  if sure then take_totals() end
+  if sure then return take_totals() end
   for i = 1, #taken do
     local j = taken[i]
-    local tat = k_tat[j]
     if k_expires[j] then
-      redis.call('SET', k_name[j], string.format(INT, tat),
-        'PXAT', string.format(INT, k_expires[j]))
-    elseif k_ramp[j] == '' and k_kept[j] == expiry_ms(tat) and moved(j, tat) then
-      -- its expiry kept
+      redis.call('SET', k_name[j], format(INT, k_tat[j]), 'PXAT', format(INT, k_expires[j]))
     else
-      local expires = math.max(expiry_ms(tat), math.ceil(k_ramp_end[j] / 1000))
-      redis.call('SET', k_name[j], string.format(INT, tat) .. k_ramp[j],
-        'PXAT', string.format(INT, expires))
+      write_tat(j, k_tat[j])
     end
   end
 end
