@@ -206,8 +206,14 @@ impl Keys {
         if kind.is_empty() {
             return format!("{}:limit:{name}", self.prefix);
         }
-        let hash = blake3::keyed_hash(&self.recipient_key, format!("{kind}\0{value}").as_bytes());
-        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12]);
+        // the keyed hash of `kind \0 value`, fed in parts (no buffer made for it)
+        let mut h = blake3::Hasher::new_keyed(&self.recipient_key);
+        h.update(kind.as_bytes()).update(b"\0").update(value.as_bytes());
+        let mut tag = [0u8; 16];
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode_slice(&h.finalize().as_bytes()[..12], &mut tag)
+            .expect("12 bytes are 16 characters");
+        let tag = std::str::from_utf8(&tag).expect("base64 is ASCII");
         format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
     }
 
@@ -478,6 +484,19 @@ mod tests {
             a.cap("+1", "daily", Some("sms")),
             format!("qw:{{{t}}}/cap/daily:sms")
         );
+    }
+
+    #[test]
+    fn a_limits_bucket_key_is_the_keyed_hash_of_its_kind_and_value() {
+        let keys = Keys::new("qw", "secret");
+        assert_eq!(keys.limit("all", ("", "")), "qw:limit:all");
+        // the key deployed buckets already have: the hash of `kind \0 value` whole
+        let hash = blake3::keyed_hash(&keys.recipient_key, b"s\0+15550100");
+        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12]);
+        let key = keys.limit("per_sender", ("s", "+15550100"));
+        assert_eq!(key, format!("qw:limit:per_sender:s:{tag}"));
+        assert!(!key.contains("5550100"));
+        assert_ne!(key, keys.limit("per_sender", ("t", "+15550100")));
     }
 
     #[test]
