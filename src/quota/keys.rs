@@ -208,7 +208,9 @@ impl Keys {
         }
         // the keyed hash of `kind \0 value`, fed in parts (no buffer made for it)
         let mut h = blake3::Hasher::new_keyed(&self.recipient_key);
-        h.update(kind.as_bytes()).update(b"\0").update(value.as_bytes());
+        h.update(kind.as_bytes())
+            .update(b"\0")
+            .update(value.as_bytes());
         let mut tag = [0u8; 16];
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode_slice(&h.finalize().as_bytes()[..12], &mut tag)

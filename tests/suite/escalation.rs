@@ -81,7 +81,7 @@ async fn an_unanswered_step_moves_on_once_and_an_answer_in_time_or_late_sends_no
     // e1 is not: email takes it after a second, saying why
     publish(&conn, &s, &job("e1", "r1", "push", &["email", "sms"])).await;
     assert_eq!(sent_on(&conn, &s, "push", "e1").await, ("1/3".into(), None));
-    let pending = explain(&store, &s, "e1").await;
+    let pending = explain(store, &s, "e1").await;
     assert!(pending.escalates_at.is_some(), "{pending:?}");
     let (route, from) = sent_on(&conn, &s, "email", "e1").await;
     assert_eq!(route, "2/3");
@@ -93,12 +93,12 @@ async fn an_unanswered_step_moves_on_once_and_an_answer_in_time_or_late_sends_no
     send(&conn, &s, &feedback("e1", Event::Delivered, "r1", "push")).await;
     send(&conn, &s, &feedback("e1", Event::Delivered, "r1", "email")).await;
 
-    let e2 = route_of(&store, &s, "e2", 2).await;
+    let e2 = route_of(store, &s, "e2", 2).await;
     assert_eq!(e2.route[1].outcome, StepOutcome::Answered);
     assert_eq!(e2.escalates_at, None);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     quiet(&conn, &s, &["push", "email", "sms"]).await;
-    let e1 = route_of(&store, &s, "e1", 2).await;
+    let e1 = route_of(store, &s, "e1", 2).await;
     let steps: Vec<(usize, &str, StepOutcome)> = e1
         .route
         .iter()
@@ -138,7 +138,7 @@ async fn a_policy_waiting_for_a_read_moves_on_after_a_delivery_alone() {
         from.as_deref(),
         Some("push: unanswered (no read within 1s)")
     );
-    let r1 = route_of(&store, &s, "r1", 2).await;
+    let r1 = route_of(store, &s, "r1", 2).await;
     assert_eq!(r1.route[1].outcome, StepOutcome::Answered);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     quiet(&conn, &s, &["push", "sms"]).await;
@@ -156,9 +156,9 @@ async fn cancel_ends_a_pending_escalation_as_a_dead_letter() {
 
     publish(&conn, &s, &job("c1", "r1", "push", &["email"])).await;
     sent_on(&conn, &s, "push", "c1").await;
-    let status = route_of(&store, &s, "c1", 1).await;
+    let status = route_of(store, &s, "c1", 1).await;
     assert!(status.escalates_at.is_some(), "{status:?}");
-    let cancelled = Jobs::new(&store, &s).cancel("c1").await.unwrap();
+    let cancelled = Jobs::new(store, &s).cancel("c1").await.unwrap();
     assert!(!cancelled.already);
 
     let m = take(&conn, &s.amqp.dead_queue, Duration::from_secs(10))
@@ -273,7 +273,7 @@ async fn an_escalation_is_held_by_its_channel_alone_and_none_starts_after_expiry
         "fallback": ["email"], "expires_at": expires.to_rfc3339()});
     publish(&conn, &s, body.to_string().as_bytes()).await;
     sent_on(&conn, &s, "push", "x1").await;
-    let x1 = route_of(&store, &s, "x1", 1).await;
+    let x1 = route_of(store, &s, "x1", 1).await;
     assert_eq!(x1.escalates_at, None, "{x1:?}");
     tokio::time::sleep(Duration::from_millis(2000)).await;
     quiet(&conn, &s, &["push", "email", "sms"]).await;

@@ -141,10 +141,10 @@ async fn opted_out_and_suppressed_channels_are_passed_over_and_none_left_is_a_de
     let s = free(&ns);
     let (_c, w, conn) = rig(&s).await;
     let store = w.store();
-    quota_worker::preferences::edit::put(&store, None, "r1", &json!({"channels": {"push": false}}))
+    quota_worker::preferences::edit::put(store, None, "r1", &json!({"channels": {"push": false}}))
         .await
         .unwrap();
-    quota_worker::admin::suppressions::suppress(&store, &s, "r1", "sms", Kind::Bounced)
+    quota_worker::admin::suppressions::suppress(store, &s, "r1", "sms", Kind::Bounced)
         .await
         .unwrap();
 

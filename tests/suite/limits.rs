@@ -557,7 +557,10 @@ async fn a_throttle_naming_a_sender_pauses_that_sender_only() {
         Applied::First { .. }
     ));
     let key = keys.limit("per_sender", ("s", "plain"));
-    let raw: String = redis::cmd("GET").arg(&key).query(&mut redis_sync()).unwrap();
+    let raw: String = redis::cmd("GET")
+        .arg(&key)
+        .query(&mut redis_sync())
+        .unwrap();
     let tat: i64 = raw.parse().expect("a plain TAT");
     let at: i64 = redis::cmd("PEXPIRETIME")
         .arg(&key)

@@ -28,7 +28,7 @@ fn fields(
     Option<String>,
 ) {
     let pick = |words: &[&str], n: usize| Some(words[n % words.len()].to_string());
-    let decoded = i % 7 != 0;
+    let decoded = !i.is_multiple_of(7);
     (
         format!("job-{:03}", i % 200),
         ["capped", "expired", "malformed"][i % 3].to_string(),
