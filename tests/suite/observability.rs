@@ -847,17 +847,21 @@ impl Exposition {
         })
     }
 
-    /// The value of the first sample named `name` whose labels include `labels`.
+    /// The sum of the samples named `name` whose labels include `labels` (None:
+    /// there is none). Every series the worker registers is served from the
+    /// start, at 0, in no set order: the first of them that matches may be one of
+    /// those zeros.
     fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         self.samples
             .iter()
-            .find(|(n, set, _)| {
+            .filter(|(n, set, _)| {
                 n == name
                     && labels
                         .iter()
                         .all(|(k, v)| set.get(*k).map(String::as_str) == Some(*v))
             })
             .map(|(_, _, v)| *v)
+            .reduce(|a, b| a + b)
     }
 
     /// The label sets of a family's samples.
