@@ -55,8 +55,10 @@ impl Keys {
 
     /// The hash tag that stands for `recipient`: 96 bits of a keyed hash, base64url.
     pub fn recipient_tag(&self, recipient: &str) -> String {
-        let hash = blake3::keyed_hash(&self.recipient_key, recipient.as_bytes());
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12])
+        tag96(&blake3::keyed_hash(
+            &self.recipient_key,
+            recipient.as_bytes(),
+        ))
     }
 
     /// What the erase mark holds for `recipient` (`crate::erase::marks`): 96 bits
@@ -65,7 +67,7 @@ impl Keys {
     pub fn erase_mark(&self, recipient: &str) -> String {
         let mut h = blake3::Hasher::new_keyed(&self.recipient_key);
         h.update(b"erased\0").update(recipient.as_bytes());
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&h.finalize().as_bytes()[..12])
+        tag96(&h.finalize())
     }
 
     /// The sorted set of a recipient's sends under `policy` (and `channel`, when the
@@ -211,11 +213,7 @@ impl Keys {
         h.update(kind.as_bytes())
             .update(b"\0")
             .update(value.as_bytes());
-        let mut tag = [0u8; 16];
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode_slice(&h.finalize().as_bytes()[..12], &mut tag)
-            .expect("12 bytes are 16 characters");
-        let tag = std::str::from_utf8(&tag).expect("base64 is ASCII");
+        let tag = tag96(&h.finalize());
         format!("{}:limit:{name}:{kind}:{tag}", self.prefix)
     }
 
@@ -410,6 +408,12 @@ pub(crate) const MEMBER_BYTES: usize = 7;
 /// of its BLAKE3 hash, whatever the id's length.
 pub fn member(job_id: &str) -> Vec<u8> {
     blake3::hash(job_id.as_bytes()).as_bytes()[..MEMBER_BYTES].to_vec()
+}
+
+/// A hash's first 96 bits, base64url (16 characters): the tags keys hide a
+/// recipient, tenant or sender behind.
+fn tag96(hash: &blake3::Hash) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&hash.as_bytes()[..12])
 }
 
 #[cfg(test)]

@@ -261,6 +261,11 @@ local function write_tat(j, tat)
   redis.call('SET', k_name[j], format(INT, tat) .. (ramp or ''), 'PXAT', format(INT, expires))
 end
 
+-- Write a counter's count, expiring at its period's end (ms).
+local function write_count(j, count, expires)
+  redis.call('SET', k_name[j], format(INT, count), 'PXAT', format(INT, expires))
+end
+
 -- A sure call's takes, written: each bucket's total, less the costs of the jobs
 -- that met it and did not take, from its base (no two buckets share a key).
 local function take_totals()
@@ -278,8 +283,7 @@ local function take_totals()
     if b_total[n] > 0 then
       local j = b_key[n]
       if b_interval[n] == 0 then
-        redis.call('SET', k_name[j], format(INT, b_base[n] + b_total[n]),
-          'PXAT', format(INT, b_expires[n]))
+        write_count(j, b_base[n] + b_total[n], b_expires[n])
       else
         write_tat(j, b_base[n] + b_interval[n] * b_total[n])
       end
@@ -295,7 +299,7 @@ local function write_limits()
   for i = 1, #taken do
     local j = taken[i]
     if k_expires[j] then
-      redis.call('SET', k_name[j], format(INT, k_tat[j]), 'PXAT', format(INT, k_expires[j]))
+      write_count(j, k_tat[j], k_expires[j])
     else
       write_tat(j, k_tat[j])
     end
